@@ -1,0 +1,35 @@
+# Bootstraps its own virtual environment: on a machine with only python3,
+# `make demo` and `make test` work with nothing run before them.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: help venv demo test run clean
+
+help:
+	@echo "make demo   start the embedded Temporal server, a worker, the scripted model and a REPL"
+	@echo "make test   run the test suite against a real embedded Temporal dev server"
+	@echo "make run PROMPT='What is 25 * 4?'   one-shot run"
+	@echo "make clean  remove the virtual environment and run artefacts"
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m agent demo
+
+PROMPT ?= What is 25 * 4?
+run: $(STAMP)
+	$(PY) -m agent run "$(PROMPT)"
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) .dah *.egg-info

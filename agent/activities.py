@@ -1,0 +1,137 @@
+"""Activities: the agent's only contact with the world on Temporal.
+
+``plan_next_action`` calls the model; every tool is an activity of its own
+name (``calculator``, ``write_file``, ...), so a history says which tools ran
+and how many attempts each took. Each activity heartbeats while it works, so
+a killed worker is noticed after the heartbeat timeout rather than after the
+whole start-to-close timeout.
+
+Error routing (see ``agent.errors``): a validation error is *returned* (the
+activity succeeds and the model sees the feedback); a known execution failure
+is raised as a non-retryable ApplicationError; a retryable error or an
+unclassified exception is raised and retried by the workflow's policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+
+from agent import llm
+from agent.contracts import PlanInput, PlanOutput, ToolInput, ToolOutput
+from agent.errors import ModelConfigurationError, ToolExecutionError, ToolRetryableError, ToolValidationError
+from agent.ledger import EffectLedger, ExecutionIdentity
+from agent.loop import VALIDATION_ERROR
+from agent.tools import TOOLS, ToolContext, tool_specs, validate_arguments, workspace_for
+
+log = logging.getLogger(__name__)
+
+
+@contextlib.asynccontextmanager
+async def heartbeating(every_s: float = 1.0) -> AsyncIterator[None]:
+    """Heartbeat in the background while the body runs (the SDK throttles what it sends)."""
+
+    async def beat() -> None:
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(every_s)
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+class AgentActivities:
+    """The activity implementations of one worker process."""
+
+    def __init__(
+        self,
+        *,
+        sandbox_root: Path,
+        ledger: EffectLedger,
+        worker_identity: str,
+        model_base_url: str | None,
+        inject_bugs: frozenset[str] = frozenset(),
+    ) -> None:
+        self.sandbox_root = sandbox_root
+        self.ledger = ledger
+        self.worker_identity = worker_identity
+        self.model_base_url = model_base_url
+        self.inject_bugs = inject_bugs
+
+    def all(self) -> list[Callable[..., Any]]:
+        return [self.plan_next_action, *(self._tool_activity(name) for name in TOOLS)]
+
+    @activity.defn(name="plan_next_action")
+    async def plan_next_action(self, inp: PlanInput) -> PlanOutput:
+        info = activity.info()
+        timeout = info.start_to_close_timeout.total_seconds() if info.start_to_close_timeout else 60.0
+        try:
+            async with heartbeating():
+                message, usage, latency_ms = await llm.complete(
+                    inp.model,
+                    inp.messages,
+                    tool_specs(inp.tools),
+                    scripted_base_url=self.model_base_url,
+                    run_key=info.workflow_id,
+                    timeout_s=max(1.0, timeout - 1.0),  # fail inside the activity, before Temporal's timeout
+                )
+        except ModelConfigurationError as exc:
+            raise ApplicationError(str(exc), type=ModelConfigurationError.error_type, non_retryable=True) from None
+        return PlanOutput(message=message, model=inp.model, latency_ms=latency_ms, usage=usage)
+
+    def _tool_activity(self, name: str) -> Callable[[ToolInput], Any]:
+        async def run_tool(inp: ToolInput) -> ToolOutput:
+            return await self._run_tool(name, inp)
+
+        run_tool.__name__ = run_tool.__qualname__ = f"tool_{name}"
+        return activity.defn(name=name)(run_tool)
+
+    async def _run_tool(self, name: str, inp: ToolInput) -> ToolOutput:
+        info = activity.info()
+        tool = TOOLS[name]
+        ident = ExecutionIdentity(
+            workflow_id=info.workflow_id,
+            run_id=info.workflow_run_id,
+            activity_id=info.activity_id,
+            attempt=info.attempt,
+            worker=self.worker_identity,
+        )
+        ctx = ToolContext(workspace=workspace_for(self.sandbox_root, info.workflow_id), ledger=self.ledger, ident=ident)
+        execution = self.ledger.begin_execution(ident, name) if tool.side_effects else None
+        outcome = "error"
+        try:
+            if name in self.inject_bugs:
+                # The hot-fix scenario: this worker build has a bug in this tool; the next build does not.
+                raise RuntimeError(f"injected logic bug in {name} (this worker was started with --bug {name})")
+            validate_arguments(tool, inp.arguments)
+            ctx.workspace.mkdir(parents=True, exist_ok=True)
+            async with heartbeating():
+                content = tool.run(inp.arguments, ctx)
+            outcome = "ok"
+            return ToolOutput(status="ok", content=content)
+        except ToolValidationError as exc:
+            outcome = VALIDATION_ERROR
+            return ToolOutput(status=VALIDATION_ERROR, content=str(exc))
+        except ToolExecutionError as exc:
+            outcome = "execution_error"
+            # BENIGN: an expected, classified failure; the SDK logs it quietly instead of with a traceback.
+            raise ApplicationError(str(exc), type=exc.error_type, non_retryable=True,
+                                   category=ApplicationErrorCategory.BENIGN) from None
+        except ToolRetryableError as exc:
+            outcome = "retryable_error"
+            raise ApplicationError(str(exc), type=exc.error_type, category=ApplicationErrorCategory.BENIGN) from None
+        finally:
+            if execution is not None:
+                self.ledger.end_execution(execution, outcome)

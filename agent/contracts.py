@@ -1,0 +1,133 @@
+"""Dataclasses that cross the workflow/activity boundary and the client API.
+
+One dataclass per input and output, so fields can be added later without
+breaking histories that are already recorded. Nothing here does I/O; the
+workflow imports this module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_TASK_QUEUE = "durable-agent"
+DEFAULT_TOOLS = ["calculator", "weather", "write_file", "read_file", "list_files"]
+
+
+@dataclass
+class ActivityPolicy:
+    """Timeouts and retry policy of one kind of activity.
+
+    ``maximum_attempts`` 0 means retry until it succeeds: what keeps a run
+    alive through an outage or until a bug fix is deployed.
+    """
+
+    start_to_close_s: float
+    heartbeat_s: float | None
+    initial_interval_s: float
+    backoff_coefficient: float = 2.0
+    maximum_interval_s: float = 60.0
+    maximum_attempts: int = 0
+
+
+def default_planning_policy() -> ActivityPolicy:
+    # Close to the reference: 1 min per model call, backoff 5 s doubling to 60 s.
+    return ActivityPolicy(start_to_close_s=60.0, heartbeat_s=20.0, initial_interval_s=5.0, maximum_interval_s=60.0)
+
+
+def default_tool_policy() -> ActivityPolicy:
+    # Close to the reference: 30 s per tool call, backoff 2 s doubling to 60 s.
+    return ActivityPolicy(start_to_close_s=30.0, heartbeat_s=10.0, initial_interval_s=2.0, maximum_interval_s=60.0)
+
+
+@dataclass
+class AgentConfig:
+    """How one agent run behaves; carried across continue-as-new."""
+
+    model: str = "scripted"  # "scripted", "scripted:<scenario>", or a LiteLLM model such as "openai/gpt-4o-mini"
+    tools: list[str] = field(default_factory=lambda: list(DEFAULT_TOOLS))
+    system_prompt: str | None = None
+    max_steps_per_turn: int = 10
+    planning: ActivityPolicy = field(default_factory=default_planning_policy)
+    tool: ActivityPolicy = field(default_factory=default_tool_policy)
+    # Continue-as-new past these (0 = only when the server suggests it).
+    max_history_events: int = 0
+    max_history_bytes: int = 0
+
+
+@dataclass
+class AgentInput:
+    config: AgentConfig = field(default_factory=AgentConfig)
+    # One-shot mode: answer this prompt and complete.
+    prompt: str | None = None
+    # Carried forward by continue-as-new.
+    messages: list[dict[str, Any]] | None = None
+    turns: int = 0
+    run_index: int = 0
+
+
+@dataclass
+class AgentResult:
+    reply: str | None
+    turns: int
+    messages: int
+    run_index: int
+    ended_by: str  # "one_shot" | "end_chat"
+
+
+@dataclass
+class ChatMessage:
+    text: str
+
+
+@dataclass
+class ToolCallRecord:
+    name: str
+    status: str
+    content: str
+
+
+@dataclass
+class AgentReply:
+    text: str
+    turn: int
+    steps: int
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    stopped_early: bool = False
+
+
+@dataclass
+class AgentStatus:
+    state: str  # "idle" | "planning" | "running_tools" | "ended"
+    turns: int
+    messages: int
+    run_index: int
+    history_events: int
+    last_error: str | None = None
+
+
+@dataclass
+class PlanInput:
+    model: str
+    messages: list[dict[str, Any]]
+    tools: list[str]
+
+
+@dataclass
+class PlanOutput:
+    message: dict[str, Any]
+    model: str
+    latency_ms: float
+    usage: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class ToolInput:
+    call_id: str
+    arguments: dict[str, Any]
+
+
+@dataclass
+class ToolOutput:
+    status: str  # "ok" | "validation_error"
+    content: str

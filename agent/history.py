@@ -1,0 +1,166 @@
+"""Read a workflow's event history into plain records, and draw it.
+
+Used by ``demo``/``run`` (the event graph printed after each prompt), by the
+scenario tests (the expected history shape) and, later, by checkers. Runs
+linked by continue-as-new are followed into one chain.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import Client
+
+_CLOSE = {
+    EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED: "completed",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED: "failed",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT: "timed_out",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED: "canceled",
+}
+_WF_CLOSE = {
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED: "completed",
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED: "failed",
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT: "timed_out",
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED: "canceled",
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED: "terminated",
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW: "continued_as_new",
+}
+
+
+@dataclass
+class ActivityRecord:
+    activity_id: str
+    activity_type: str
+    scheduled_event_id: int
+    summary: str = ""
+    attempts: int = 0  # the attempt number that started last (retries are not separate events)
+    outcome: str = "running"
+    worker: str = ""
+    failure: str = ""
+    scheduled_at: datetime | None = None
+    started_at: datetime | None = None
+    closed_at: datetime | None = None
+
+    @property
+    def duration_ms(self) -> float | None:
+        if self.started_at and self.closed_at:
+            return (self.closed_at - self.started_at).total_seconds() * 1000.0
+        return None
+
+
+@dataclass
+class RunRecord:
+    workflow_id: str
+    run_id: str
+    workflow_type: str = ""
+    status: str = "running"
+    events: int = 0
+    history_bytes: int = 0
+    activities: list[ActivityRecord] = field(default_factory=list)
+    updates: int = 0
+    signals: int = 0
+    next_run_id: str | None = None
+    started_at: datetime | None = None
+    closed_at: datetime | None = None
+
+
+def _summary(event: HistoryEvent) -> str:
+    if not event.HasField("user_metadata") or not event.user_metadata.HasField("summary"):
+        return ""
+    try:
+        return str(json.loads(event.user_metadata.summary.data))
+    except (ValueError, UnicodeDecodeError):
+        return ""
+
+
+def parse_events(workflow_id: str, run_id: str, events: list[HistoryEvent]) -> RunRecord:
+    run = RunRecord(workflow_id=workflow_id, run_id=run_id, events=len(events))
+    by_scheduled: dict[int, ActivityRecord] = {}
+    for ev in events:
+        run.history_bytes += ev.ByteSize()
+        at = ev.event_time.ToDatetime()
+        t = ev.event_type
+        if t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+            run.workflow_type = ev.workflow_execution_started_event_attributes.workflow_type.name
+            run.started_at = at
+        elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            a = ev.activity_task_scheduled_event_attributes
+            rec = ActivityRecord(a.activity_id, a.activity_type.name, ev.event_id, _summary(ev), scheduled_at=at)
+            by_scheduled[ev.event_id] = rec
+            run.activities.append(rec)
+        elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            a = ev.activity_task_started_event_attributes
+            rec = by_scheduled[a.scheduled_event_id]
+            rec.attempts, rec.worker, rec.started_at = a.attempt, a.identity, at
+            if a.HasField("last_failure"):
+                rec.failure = a.last_failure.message
+        elif t in _CLOSE:
+            attrs = {
+                EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED: ev.activity_task_completed_event_attributes,
+                EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED: ev.activity_task_failed_event_attributes,
+                EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT: ev.activity_task_timed_out_event_attributes,
+                EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED: ev.activity_task_canceled_event_attributes,
+            }[t]
+            rec = by_scheduled[attrs.scheduled_event_id]
+            rec.outcome, rec.closed_at = _CLOSE[t], at
+            if hasattr(attrs, "failure") and attrs.HasField("failure"):
+                rec.failure = attrs.failure.message
+        elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
+            run.updates += 1
+        elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+            run.signals += 1
+        elif t in _WF_CLOSE:
+            run.status, run.closed_at = _WF_CLOSE[t], at
+            if t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+                run.next_run_id = ev.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+    return run
+
+
+async def fetch_run(client: Client, workflow_id: str, run_id: str | None = None) -> RunRecord:
+    handle = client.get_workflow_handle(workflow_id, run_id=run_id)
+    history = await handle.fetch_history()
+    if run_id is None:
+        desc = await handle.describe()
+        run_id = desc.run_id
+    return parse_events(workflow_id, run_id, list(history.events))
+
+
+async def fetch_chain(client: Client, workflow_id: str, first_run_id: str) -> list[RunRecord]:
+    """Every run from ``first_run_id`` on, following continue-as-new."""
+    runs = [await fetch_run(client, workflow_id, first_run_id)]
+    while runs[-1].next_run_id:
+        runs.append(await fetch_run(client, workflow_id, runs[-1].next_run_id))
+    return runs
+
+
+def activity_shape(runs: list[RunRecord]) -> list[tuple[str, int, str]]:
+    """``(activity type, attempts, outcome)`` in scheduling order, across the chain."""
+    return [(a.activity_type, a.attempts, a.outcome) for r in runs for a in r.activities]
+
+
+def render(runs: list[RunRecord]) -> str:
+    """The event graph: each run and the activities it scheduled, in order."""
+    lines: list[str] = []
+    for i, run in enumerate(runs, 1):
+        took = ""
+        if run.started_at and run.closed_at:
+            took = f" in {(run.closed_at - run.started_at).total_seconds() * 1000:.0f} ms"
+        lines.append(
+            f"workflow {run.workflow_id}  run {i}/{len(runs)} {run.run_id[:8]}  {run.workflow_type}  "
+            f"{run.status.upper()}{took}  ({run.events} events, {run.history_bytes} bytes"
+            + (f", {run.updates} updates" if run.updates else "") + ")"
+        )
+        for j, a in enumerate(run.activities):
+            branch = "└─" if j == len(run.activities) - 1 else "├─"
+            dur = f"{a.duration_ms:6.0f} ms" if a.duration_ms is not None else "       -  "
+            retry = f"  attempt {a.attempts}" if a.attempts != 1 else ""
+            label = a.summary if a.summary and a.activity_type != "plan_next_action" else a.activity_type
+            fail = f"  [{a.failure[:80]}]" if a.failure else ""
+            lines.append(f"  {branch} #{a.scheduled_event_id:<4} {label[:60]:<60} {a.outcome:<10}{dur}{retry}{fail}")
+        if run.next_run_id:
+            lines.append("  ⤷ continued as new")
+    return "\n".join(lines)

@@ -1,0 +1,866 @@
+"""Scripted OpenAI-compatible model server: a stand-in LLM API with fault injection.
+
+Contract
+--------
+* ``ScriptedModelServer`` serves ``POST /v1/chat/completions`` (and ``/chat/completions``)
+  over real HTTP/1.1 with keep-alive, so the whole LiteLLM -> openai SDK -> httpx path is
+  exercised.  Point LiteLLM at it with
+  ``acompletion(model="openai/<scenario>", api_base=server.url, api_key="scripted", max_retries=0)``.
+* Answer *content* comes from a pluggable ``Responder``: it receives the OpenAI chat request
+  body (dict) and returns the assistant message dict.  A ``ValueError`` from the responder
+  becomes HTTP 400 with an OpenAI-style error body; any other exception becomes HTTP 500.
+* The run key of a request is its ``X-DAH-Run`` header (else ``"global"``); the scenario is
+  ``body["model"]`` without a leading ``"openai/"``.
+* ``FaultRule``s are checked in order; the first active matching rule is applied and counted
+  per (rule, run key).  Modes: ``status`` (error status + OpenAI error JSON; 429 adds
+  ``Retry-After``), ``hang`` (never answer; close after ``hang_s`` or at stop), ``reset``
+  (TCP RST), ``malformed_json`` (200 with a truncated JSON body), ``malformed_output``
+  (200, valid envelope, tool call whose ``arguments`` is not valid JSON).
+* A ``LatencyModel`` sample (seeded, reproducible) is slept before every normal answer and
+  before status / malformed faults, never before ``hang`` / ``reset``.
+* Other routes: ``GET /v1/models``, ``GET /healthz``, and loopback-only admin routes
+  ``GET /admin/stats``, ``POST|DELETE /admin/faults``, ``POST /admin/latency``.
+* ``stop()`` is idempotent and returns promptly (< 1 s) even while connections hang.
+* ``python -m agent.model_server`` runs it as a subprocess: prints exactly one line
+  ``READY <url>`` to stdout, serves until SIGTERM/SIGINT, exits 0; bad specs exit 2.
+
+Library code logs through ``logging`` (DEBUG per request) and never logs request headers,
+because they carry API keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib
+import json
+import logging
+import math
+import random
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, fields
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+__all__ = [
+    "Responder",
+    "LatencyModel",
+    "FaultRule",
+    "ScriptedModelServer",
+    "FAULT_MODES",
+    "LATENCY_KINDS",
+    "main",
+]
+
+logger = logging.getLogger(__name__)
+
+Responder = Callable[[dict], dict]
+
+DEFAULT_RESPONDER = "agent.scripted_routes:respond"
+RUN_HEADER = "X-DAH-Run"
+GLOBAL_RUN = "global"
+DEFAULT_MODEL_NAME = "scripted"
+
+FAULT_MODES: tuple[str, ...] = ("status", "hang", "reset", "malformed_json", "malformed_output")
+FAULT_KEYS: tuple[str, ...] = ("status", "first_n", "duration_s", "scenario", "hang_s")
+
+# kind -> number of parameters it takes
+LATENCY_KINDS: dict[str, int] = {"fixed": 1, "uniform": 2, "normal": 2, "lognormal": 2, "exponential": 1}
+_LATENCY_FORMS = (
+    "'<ms>' or 'fixed:<ms>', 'uniform:<lo_ms>,<hi_ms>', 'normal:<mean_ms>,<sd_ms>', "
+    "'lognormal:<median_ms>,<sigma>', 'exponential:<mean_ms>'"
+)
+_FAULT_FORMS = (
+    f"'<mode>[,key=value...]' with mode in {{{', '.join(FAULT_MODES)}}} "
+    f"(status may be written 'status:<code>') and keys in {{{', '.join(FAULT_KEYS)}}}, "
+    "e.g. 'status:503,first_n=3', 'hang,hang_s=5', 'malformed_json,first_n=1,scenario=direct'"
+)
+
+
+def _strip_provider(model: str) -> str:
+    """Scenario name of a model string: LiteLLM strips "openai/" but raw clients may not."""
+    return model[len("openai/"):] if model.startswith("openai/") else model
+
+
+# --------------------------------------------------------------------------- latency
+
+
+@dataclass(frozen=True)
+class LatencyModel:
+    """Response latency distribution, in milliseconds, sampled from a seeded RNG."""
+
+    kind: str = "fixed"  # fixed | uniform | normal | lognormal | exponential
+    params: tuple[float, ...] = (0.0,)
+
+    def __post_init__(self) -> None:
+        # Validate here so direct construction and parse() enforce the same rules.
+        if self.kind not in LATENCY_KINDS:
+            raise ValueError(
+                f"unknown latency kind {self.kind!r}; allowed forms: {_LATENCY_FORMS}"
+            )
+        want = LATENCY_KINDS[self.kind]
+        params = tuple(float(p) for p in self.params)
+        object.__setattr__(self, "params", params)
+        spec = self.to_spec()
+        if len(params) != want:
+            raise ValueError(
+                f"latency {self.kind!r} takes {want} parameter(s), got {len(params)} in {spec!r}; "
+                f"allowed forms: {_LATENCY_FORMS}"
+            )
+        if any(not math.isfinite(p) or p < 0 for p in params):
+            raise ValueError(f"latency parameters must be finite and >= 0 in {spec!r}")
+        if self.kind == "uniform" and params[0] > params[1]:
+            raise ValueError(f"uniform latency needs lo <= hi in {spec!r}")
+
+    @classmethod
+    def parse(cls, spec: str) -> "LatencyModel":
+        """Parse "120", "fixed:120", "uniform:50,150", "normal:100,20", "lognormal:100,0.5", "exponential:100"."""
+        text = spec.strip()
+        kind, sep, rest = text.partition(":")
+        if not sep:
+            kind, rest = "fixed", text  # bare number = fixed milliseconds
+        kind = kind.strip().lower()
+        if kind not in LATENCY_KINDS:
+            raise ValueError(f"bad latency spec {spec!r}: unknown kind {kind!r}; allowed forms: {_LATENCY_FORMS}")
+        try:
+            params = tuple(float(p) for p in rest.split(",")) if rest.strip() else ()
+        except ValueError:
+            raise ValueError(
+                f"bad latency spec {spec!r}: parameters must be numbers; allowed forms: {_LATENCY_FORMS}"
+            ) from None
+        try:
+            return cls(kind, params)
+        except ValueError as exc:
+            raise ValueError(f"bad latency spec {spec!r}: {exc}") from None
+
+    def sampler(self, seed: int) -> Callable[[], float]:
+        """Return a function giving successive latency samples in seconds; same seed -> same sequence."""
+        rng = random.Random(seed)
+        p = self.params
+        draw: Callable[[], float]
+        if self.kind == "fixed":
+            draw = lambda: p[0]  # noqa: E731
+        elif self.kind == "uniform":
+            draw = lambda: rng.uniform(p[0], p[1])  # noqa: E731
+        elif self.kind == "normal":
+            draw = lambda: max(0.0, rng.gauss(p[0], p[1]))  # noqa: E731
+        elif self.kind == "lognormal":
+            # median m => mu = ln(m); a zero median degenerates to always 0
+            draw = (lambda: rng.lognormvariate(math.log(p[0]), p[1])) if p[0] > 0 else (lambda: 0.0)
+        else:  # exponential
+            draw = (lambda: rng.expovariate(1.0 / p[0])) if p[0] > 0 else (lambda: 0.0)
+        return lambda: draw() / 1000.0
+
+    def describe(self) -> str:
+        """Human-readable summary, e.g. "normal(mean=100ms, sd=20ms)"."""
+        p = [f"{x:g}" for x in self.params]
+        if self.kind == "fixed":
+            return f"fixed({p[0]}ms)"
+        if self.kind == "uniform":
+            return f"uniform({p[0]}ms..{p[1]}ms)"
+        if self.kind == "normal":
+            return f"normal(mean={p[0]}ms, sd={p[1]}ms, clamped at 0)"
+        if self.kind == "lognormal":
+            return f"lognormal(median={p[0]}ms, sigma={p[1]})"
+        return f"exponential(mean={p[0]}ms)"
+
+    def to_spec(self) -> str:
+        """Canonical spec string that parse() accepts, e.g. "normal:100,20"."""
+        return f"{self.kind}:" + ",".join(f"{x:g}" for x in self.params)
+
+
+# --------------------------------------------------------------------------- faults
+
+
+@dataclass
+class FaultRule:
+    """One fault mode applied to matching chat-completion requests."""
+
+    mode: str  # "status" | "hang" | "reset" | "malformed_json" | "malformed_output"
+    status: int = 503  # for mode=status; 429 also sends Retry-After
+    first_n: int | None = None  # apply to the first N matching requests per run key; None = unlimited
+    duration_s: float | None = None  # apply only this long after installation; None = no time limit
+    scenario: str | None = None  # only this scenario ("openai/" prefix stripped); None = all
+    hang_s: float | None = None  # for mode=hang: hold this long then close; None = until server stops
+
+    def __post_init__(self) -> None:
+        # Validate here so from_dict() and the admin endpoint get the same checks as parse().
+        if self.mode not in FAULT_MODES:
+            raise ValueError(f"unknown fault mode {self.mode!r}; allowed modes: {', '.join(FAULT_MODES)}")
+        if isinstance(self.status, bool) or not isinstance(self.status, int) or not 400 <= self.status <= 599:
+            raise ValueError(f"fault status must be an HTTP 4xx/5xx code, got {self.status!r}")
+        if self.first_n is not None and (
+            isinstance(self.first_n, bool) or not isinstance(self.first_n, int) or self.first_n < 0
+        ):
+            raise ValueError(f"fault first_n must be an integer >= 0, got {self.first_n!r}")
+        for key in ("duration_s", "hang_s"):
+            val = getattr(self, key)
+            if val is not None:
+                if isinstance(val, bool) or not isinstance(val, (int, float)) or not math.isfinite(val) or val < 0:
+                    raise ValueError(f"fault {key} must be a number >= 0, got {val!r}")
+                setattr(self, key, float(val))
+        if self.hang_s is not None and self.mode != "hang":
+            raise ValueError(f"fault key hang_s only applies to mode 'hang', not {self.mode!r}")
+        if self.scenario is not None:
+            if not isinstance(self.scenario, str) or not self.scenario:
+                raise ValueError(f"fault scenario must be a non-empty string, got {self.scenario!r}")
+            self.scenario = _strip_provider(self.scenario)
+
+    @classmethod
+    def parse(cls, spec: str) -> "FaultRule":
+        """Parse the CLI form, e.g. "status:503,first_n=3", "hang,hang_s=5", "reset,first_n=2"."""
+        parts = [p.strip() for p in spec.split(",")]
+        head, rest = parts[0], parts[1:]
+        mode, sep, arg = head.partition(":")
+        mode = mode.strip().lower()
+        if mode not in FAULT_MODES:
+            raise ValueError(
+                f"bad fault spec {spec!r}: unknown mode {mode!r}; allowed modes: {', '.join(FAULT_MODES)}; "
+                f"form: {_FAULT_FORMS}"
+            )
+        kwargs: dict[str, Any] = {}
+        if sep:
+            if mode != "status":
+                raise ValueError(f"bad fault spec {spec!r}: only 'status' takes ':<code>', got {head!r}")
+            kwargs["status"] = arg
+        for part in rest:
+            key, eq, value = part.partition("=")
+            key = key.strip()
+            if not eq or key not in FAULT_KEYS:
+                raise ValueError(
+                    f"bad fault spec {spec!r}: bad part {part!r}; allowed keys: {', '.join(FAULT_KEYS)}; "
+                    f"form: {_FAULT_FORMS}"
+                )
+            if key in kwargs:
+                raise ValueError(f"bad fault spec {spec!r}: key {key!r} given twice")
+            kwargs[key] = value.strip()
+        try:
+            if "status" in kwargs:
+                kwargs["status"] = int(kwargs["status"])
+            if "first_n" in kwargs:
+                kwargs["first_n"] = int(kwargs["first_n"])
+            for key in ("duration_s", "hang_s"):
+                if key in kwargs:
+                    kwargs[key] = float(kwargs[key])
+        except ValueError:
+            raise ValueError(
+                f"bad fault spec {spec!r}: status/first_n must be integers and duration_s/hang_s numbers"
+            ) from None
+        try:
+            return cls(mode=mode, **kwargs)
+        except ValueError as exc:
+            raise ValueError(f"bad fault spec {spec!r}: {exc}") from None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "FaultRule":
+        if not isinstance(d, dict):
+            raise ValueError(f"fault rule must be a JSON object, got {type(d).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown fault rule key(s) {unknown}; allowed: {sorted(known)}")
+        if "mode" not in d:
+            raise ValueError("fault rule needs a 'mode'")
+        return cls(**d)
+
+    def describe(self) -> str:
+        """Spec-like string for logs, e.g. "status:503,first_n=3"."""
+        out = f"status:{self.status}" if self.mode == "status" else self.mode
+        for key in ("first_n", "duration_s", "scenario", "hang_s"):
+            val = getattr(self, key)
+            if val is not None:
+                out += f",{key}={val:g}" if isinstance(val, float) else f",{key}={val}"
+        return out
+
+
+_STATUS_ERRORS: dict[int, tuple[str, str, str]] = {
+    # status -> (message, type, code), shaped like the real OpenAI error bodies
+    429: ("Rate limit reached (injected fault)", "rate_limit_error", "rate_limit_exceeded"),
+    500: ("The server had an error while processing your request (injected fault)", "server_error", "internal_error"),
+    502: ("Bad gateway (injected fault)", "server_error", "bad_gateway"),
+    503: ("The engine is currently overloaded, please try again later (injected fault)", "server_error",
+          "service_unavailable"),
+    504: ("Gateway timeout (injected fault)", "server_error", "gateway_timeout"),
+}
+
+
+def _error_body(message: str, type_: str, code: str | None) -> dict:
+    return {"error": {"message": message, "type": type_, "param": None, "code": code}}
+
+
+# --------------------------------------------------------------------------- server
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    """ThreadingHTTPServer that tracks live connections so stop() can release them."""
+
+    daemon_threads = True
+    request_queue_size = 128  # benchmarks open many concurrent connections
+
+    owner: "ScriptedModelServer"
+
+    def __init__(self, addr: tuple[str, int], handler: type[BaseHTTPRequestHandler], owner: "ScriptedModelServer"):
+        if ":" in addr[0]:
+            self.address_family = socket.AF_INET6
+        self.owner = owner
+        self.live: set[socket.socket] = set()
+        self.to_reset: set[socket.socket] = set()
+        self.conn_lock = threading.Lock()
+        super().__init__(addr, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self.conn_lock:
+            self.live.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self.conn_lock:
+            self.live.discard(request)
+            reset = request in self.to_reset
+            self.to_reset.discard(request)
+        if reset:
+            # No shutdown(SHUT_WR): a FIN first would look like a clean EOF; close() with linger 0 sends RST.
+            try:
+                request.close()
+            except OSError:
+                pass
+            return
+        super().shutdown_request(request)
+
+    def release_connections(self) -> None:
+        """Wake handler threads blocked on idle keep-alive sockets."""
+        with self.conn_lock:
+            live = list(self.live)
+        for sock in live:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        logger.debug("unhandled error serving a connection", exc_info=True)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive: LiteLLM/httpx reuse connections
+    server_version = "DAHScriptedModel/1.0"
+    sys_version = ""
+    server: _HTTPServer
+
+    # -- logging: never the default stderr lines, never headers
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        logger.debug("%s " + format, self.client_address[0], *args)
+
+    # -- plumbing
+    def _send_json(self, status: int, payload: Any, extra_headers: dict[str, str] | None = None) -> None:
+        self._send_raw(status, json.dumps(payload).encode("utf-8"), extra_headers)
+
+    def _send_raw(self, status: int, body: bytes, extra_headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for key, value in (extra_headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(body)
+        self.wfile.flush()
+
+    def _send_error(self, status: int, message: str, type_: str = "invalid_request_error",
+                    code: str | None = None) -> None:
+        self._send_json(status, _error_body(message, type_, code))
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    def _path(self) -> str:
+        path = self.path.split("?", 1)[0]
+        return path.rstrip("/") or "/"
+
+    def _is_loopback(self) -> bool:
+        host = self.client_address[0]
+        return host.startswith("127.") or host in ("::1", "::ffff:127.0.0.1")
+
+    def _guarded(self, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
+            # the client gave up (timeout, reset); nothing to answer
+            logger.debug("client went away during %s %s", self.command, self._path())
+            self.close_connection = True
+
+    # -- verbs
+    def do_GET(self) -> None:
+        self._guarded(self._get)
+
+    def do_POST(self) -> None:
+        self._guarded(self._post)
+
+    def do_DELETE(self) -> None:
+        self._guarded(self._delete)
+
+    def _get(self) -> None:
+        path = self._path()
+        owner = self.server.owner
+        if path == "/healthz":
+            self._send_json(200, {"ok": True})
+        elif path in ("/v1/models", "/models"):
+            now = int(time.time())
+            data = [{"id": name, "object": "model", "created": now, "owned_by": "durable-agent-harness"}
+                    for name in owner.model_names()]
+            self._send_json(200, {"object": "list", "data": data})
+        elif path == "/admin/stats":
+            if self._admin_allowed():
+                self._send_json(200, owner.stats())
+        else:
+            self._send_error(404, f"no route for GET {path}", code="not_found")
+
+    def _post(self) -> None:
+        path = self._path()
+        body = self._read_body()
+        if path in ("/v1/chat/completions", "/chat/completions"):
+            self._chat(body)
+        elif path == "/admin/faults":
+            if self._admin_allowed():
+                self._admin_set_faults(body)
+        elif path == "/admin/latency":
+            if self._admin_allowed():
+                self._admin_set_latency(body)
+        else:
+            self._send_error(404, f"no route for POST {path}", code="not_found")
+
+    def _delete(self) -> None:
+        path = self._path()
+        self._read_body()  # keep the connection in sync if a body was sent
+        if path == "/admin/faults":
+            if self._admin_allowed():
+                self.server.owner.set_faults([])
+                self._send_json(200, {"ok": True, "rules": []})
+        else:
+            self._send_error(404, f"no route for DELETE {path}", code="not_found")
+
+    # -- admin
+    def _admin_allowed(self) -> bool:
+        if self._is_loopback():
+            return True
+        self._send_error(403, "admin endpoints are loopback-only", code="forbidden")
+        return False
+
+    def _admin_set_faults(self, raw: bytes) -> None:
+        try:
+            payload = json.loads(raw or b"{}")
+            rules_in = payload.get("rules") if isinstance(payload, dict) else None
+            if not isinstance(rules_in, list):
+                raise ValueError('body must be {"rules": [FaultRule dicts]}')
+            rules = [FaultRule.from_dict(r) for r in rules_in]
+        except (ValueError, TypeError) as exc:
+            self._send_error(400, f"bad fault rules: {exc}")
+            return
+        self.server.owner.set_faults(rules)
+        self._send_json(200, {"ok": True, "rules": [r.to_dict() for r in rules]})
+
+    def _admin_set_latency(self, raw: bytes) -> None:
+        try:
+            payload = json.loads(raw or b"{}")
+            if not isinstance(payload, dict) or not isinstance(payload.get("spec"), str):
+                raise ValueError('body must be {"spec": "<latency spec>", "seed": <int, optional>}')
+            latency = LatencyModel.parse(payload["spec"])
+            seed = payload.get("seed")
+            if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+                raise ValueError(f"seed must be an integer, got {seed!r}")
+        except ValueError as exc:
+            self._send_error(400, f"bad latency: {exc}")
+            return
+        self.server.owner.set_latency(latency, seed=seed)
+        self._send_json(200, {"ok": True, "latency": latency.to_spec(), "describe": latency.describe()})
+
+    # -- chat completions
+    def _chat(self, raw: bytes) -> None:
+        owner = self.server.owner
+        run_key = self.headers.get(RUN_HEADER) or GLOBAL_RUN
+        try:
+            body = json.loads(raw)
+            if not isinstance(body, dict):
+                raise ValueError("request body must be a JSON object")
+        except ValueError as exc:
+            owner._count_request(None, run_key)
+            self._send_error(400, f"invalid JSON body: {exc}")
+            return
+        model = body.get("model")
+        scenario = _strip_provider(model) if isinstance(model, str) and model else DEFAULT_MODEL_NAME
+        owner._count_request(scenario, run_key)
+
+        rule = owner._match_fault(scenario, run_key)
+        if rule is not None:
+            logger.debug("fault %s for scenario=%s run=%s", rule.describe(), scenario, run_key)
+            if rule.mode == "hang":
+                owner._wait_stop(rule.hang_s)  # hold the connection, answer nothing
+                self.close_connection = True
+                return
+            if rule.mode == "reset":
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                with self.server.conn_lock:
+                    self.server.to_reset.add(self.connection)
+                self.close_connection = True
+                return
+            owner._sleep_latency()
+            if rule.mode == "status":
+                self._send_status_fault(rule.status)
+            elif rule.mode == "malformed_json":
+                good = json.dumps(self._completion(body, scenario, {"role": "assistant", "content": "ok"}))
+                self._send_raw(200, good[: max(1, len(good) // 2)].encode("utf-8"))
+            else:  # malformed_output
+                self._send_json(200, self._completion(body, scenario, self._malformed_message(body)))
+            return
+
+        owner._sleep_latency()
+        try:
+            message = owner.responder(body)
+        except ValueError as exc:
+            owner._count_outcome(ok=False)
+            self._send_error(400, f"responder rejected the request: {exc}")
+            return
+        except Exception as exc:  # noqa: BLE001 - a responder bug must not kill the server
+            logger.exception("responder failed for scenario=%s", scenario)
+            owner._count_outcome(ok=False)
+            self._send_error(500, f"responder failed: {type(exc).__name__}: {exc}", "server_error", "responder_error")
+            return
+        if not isinstance(message, dict):
+            owner._count_outcome(ok=False)
+            self._send_error(500, f"responder returned {type(message).__name__}, expected a message dict",
+                             "server_error", "responder_error")
+            return
+        message = {"role": "assistant", **message}
+        if "content" not in message:
+            message["content"] = None
+        owner._count_outcome(ok=True)
+        self._send_json(200, self._completion(body, scenario, message))
+
+    def _send_status_fault(self, status: int) -> None:
+        message, type_, code = _STATUS_ERRORS.get(
+            status,
+            (f"Injected HTTP {status}", "invalid_request_error" if status < 500 else "server_error", f"http_{status}"),
+        )
+        headers = {"Retry-After": "1"} if status == 429 else None
+        self._send_json(status, _error_body(message, type_, code), headers)
+
+    def _malformed_message(self, body: dict) -> dict:
+        name = "calculator"
+        tools = body.get("tools")
+        try:
+            name = str(tools[0]["function"]["name"]) or name
+        except (TypeError, KeyError, IndexError):
+            pass
+        call = {
+            "id": f"call_malformed_{self.server.owner._next_id()}",
+            "type": "function",
+            "function": {"name": name, "arguments": '{"expression": "25 * 4"'},  # missing closing brace
+        }
+        return {"role": "assistant", "content": None, "tool_calls": [call]}
+
+    def _completion(self, body: dict, scenario: str, message: dict) -> dict:
+        prompt_chars = len(json.dumps(body.get("messages", []), default=str))
+        completion_chars = len(message.get("content") or "") + len(json.dumps(message.get("tool_calls") or []))
+        prompt_tokens = max(1, prompt_chars // 4)  # rough chars/4 estimate, good enough for accounting tests
+        completion_tokens = max(1, completion_chars // 4)
+        return {
+            "id": f"chatcmpl-{self.server.owner._next_id()}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": scenario,
+            "choices": [{
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
+            }],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+
+
+class ScriptedModelServer:
+    """OpenAI-compatible HTTP server answering from a responder, with latency and fault injection."""
+
+    def __init__(self, responder: Responder, *, host: str = "127.0.0.1", port: int = 0,
+                 latency: LatencyModel | None = None, faults: list[FaultRule] | None = None, seed: int = 0):
+        self.responder = responder
+        self.host = host
+        self._port = port
+        self.seed = seed
+        self._lock = threading.Lock()  # guards rules, counters, stats, sampler
+        self._lifecycle = threading.Lock()
+        self._stopping = threading.Event()
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._latency = latency or LatencyModel()
+        self._sample = self._latency.sampler(seed)
+        self._rules: list[FaultRule] = []
+        self._rule_counts: dict[tuple[int, str], int] = {}
+        self._installed_at = time.monotonic()
+        self._ids = 0
+        self._stats: dict[str, Any] = {}
+        self._seen: dict[str, None] = {}  # insertion-ordered set of scenario names
+        self._reset_stats()
+        self.set_faults(list(faults or []))
+
+    # -- lifecycle
+    def start(self) -> "ScriptedModelServer":
+        with self._lifecycle:
+            if self._httpd is not None:
+                return self
+            self._stopping.clear()
+            httpd = _HTTPServer((self.host, self._port), _Handler, self)
+            self._port = httpd.server_address[1]
+            with self._lock:
+                self._installed_at = time.monotonic()  # duration_s windows start when serving starts
+            # short poll interval so shutdown() returns quickly
+            thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                      name=f"scripted-model-{self._port}", daemon=True)
+            self._httpd, self._thread = httpd, thread
+            thread.start()
+        logger.debug("scripted model server listening on %s (latency %s, %d fault rule(s))",
+                     self.url, self._latency.describe(), len(self._rules))
+        return self
+
+    def stop(self) -> None:
+        with self._lifecycle:
+            httpd, thread = self._httpd, self._thread
+            if httpd is None:
+                return
+            self._httpd = self._thread = None
+            self._stopping.set()  # wakes hangs and latency sleeps
+            httpd.shutdown()
+            httpd.release_connections()
+            httpd.server_close()
+            if thread is not None:
+                thread.join(timeout=2.0)
+            deadline = time.monotonic() + 0.5  # let handler threads finish closing their sockets
+            while time.monotonic() < deadline:
+                with httpd.conn_lock:
+                    if not httpd.live:
+                        break
+                time.sleep(0.01)
+        logger.debug("scripted model server on port %s stopped", self._port)
+
+    def __enter__(self) -> "ScriptedModelServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        if not self._port:
+            raise RuntimeError("ScriptedModelServer has no port yet: call start() first")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        host = self.host
+        if host in ("", "0.0.0.0", "::"):
+            host = "127.0.0.1"  # wildcard binds are reachable on loopback
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}/v1"
+
+    # -- runtime configuration
+    def set_faults(self, rules: list[FaultRule]) -> None:
+        rules = list(rules)
+        with self._lock:
+            self._rules = rules
+            self._rule_counts = {}
+            self._installed_at = time.monotonic()
+        logger.debug("fault rules set: %s", [r.describe() for r in rules] or "none")
+
+    def set_latency(self, latency: LatencyModel, *, seed: int | None = None) -> None:
+        """Replace the latency model; the sampler restarts from ``seed`` (default: the server seed)."""
+        with self._lock:
+            self._latency = latency
+            self._sample = latency.sampler(self.seed if seed is None else seed)
+        logger.debug("latency set: %s", latency.describe())
+
+    @property
+    def latency(self) -> LatencyModel:
+        return self._latency
+
+    @property
+    def faults(self) -> list[FaultRule]:
+        with self._lock:
+            return list(self._rules)
+
+    def stats(self) -> dict:
+        with self._lock:
+            return copy.deepcopy(self._stats)
+
+    def reset_stats(self) -> None:
+        with self._lock:
+            self._reset_stats()
+
+    def model_names(self) -> list[str]:
+        with self._lock:
+            names = dict(self._seen)
+            for rule in self._rules:
+                if rule.scenario:
+                    names.setdefault(rule.scenario, None)
+        names.setdefault(DEFAULT_MODEL_NAME, None)
+        return list(names)
+
+    # -- internals used by the handler
+    def _reset_stats(self) -> None:
+        self._stats = {"requests": 0, "by_scenario": {}, "by_run": {}, "faults_applied": {},
+                       "responses_ok": 0, "responses_error": 0}
+
+    def _next_id(self) -> int:
+        with self._lock:
+            self._ids += 1
+            return self._ids
+
+    def _count_request(self, scenario: str | None, run_key: str) -> None:
+        with self._lock:
+            s = self._stats
+            s["requests"] += 1
+            s["by_run"][run_key] = s["by_run"].get(run_key, 0) + 1
+            if scenario is not None:
+                s["by_scenario"][scenario] = s["by_scenario"].get(scenario, 0) + 1
+                self._seen.setdefault(scenario, None)
+            else:
+                s["responses_error"] += 1  # unparsable body
+
+    def _count_outcome(self, *, ok: bool) -> None:
+        with self._lock:
+            self._stats["responses_ok" if ok else "responses_error"] += 1
+
+    def _match_fault(self, scenario: str, run_key: str) -> FaultRule | None:
+        """First active rule matching this request; counts it as applied."""
+        with self._lock:
+            elapsed = time.monotonic() - self._installed_at
+            for idx, rule in enumerate(self._rules):
+                if rule.scenario is not None and rule.scenario != scenario:
+                    continue
+                if rule.duration_s is not None and elapsed > rule.duration_s:
+                    continue
+                key = (idx, run_key)
+                used = self._rule_counts.get(key, 0)
+                if rule.first_n is not None and used >= rule.first_n:
+                    continue
+                self._rule_counts[key] = used + 1
+                applied = self._stats["faults_applied"]
+                applied[rule.mode] = applied.get(rule.mode, 0) + 1
+                return rule
+        return None
+
+    def _sleep_latency(self) -> None:
+        with self._lock:
+            delay = self._sample()
+        if delay > 0:
+            self._stopping.wait(delay)  # interruptible so stop() stays prompt
+
+    def _wait_stop(self, timeout: float | None) -> None:
+        self._stopping.wait(timeout)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _load_responder(ref: str) -> Responder:
+    module_name, sep, attr = ref.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"bad --responder {ref!r}: expected MODULE:FUNC, e.g. {DEFAULT_RESPONDER}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"bad --responder {ref!r}: cannot import module {module_name!r} ({exc})") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ValueError(f"bad --responder {ref!r}: {module_name!r} has no callable {attr!r}")
+    return fn
+
+
+def _arg_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return convert
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m agent.model_server",
+        description=(
+            "Scripted OpenAI-compatible model server with fault injection. Serves POST /v1/chat/completions "
+            "(answers come from a responder function), GET /v1/models, GET /healthz and loopback-only admin "
+            "routes (GET /admin/stats, POST|DELETE /admin/faults, POST /admin/latency). Prints one line "
+            "'READY <url>' to stdout once listening, then serves until SIGTERM/SIGINT."
+        ),
+        epilog=(
+            "latency specs: 0 | 120 | fixed:120 | uniform:50,150 | normal:100,20 (mean, sd; clamped at 0) | "
+            "lognormal:100,0.5 (median ms, sigma) | exponential:100 (mean ms).  "
+            f"fault specs: {_FAULT_FORMS}.  "
+            "Requests are grouped per run key from the X-DAH-Run header (default 'global'); first_n counts "
+            "per run key."
+        ),
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default: %(default)s)")
+    parser.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free port (default: 0)")
+    parser.add_argument("--latency", type=_arg_type(LatencyModel.parse), default=LatencyModel(), metavar="SPEC",
+                        help="response latency distribution in ms (default: 0)")
+    parser.add_argument("--fault", type=_arg_type(FaultRule.parse), action="append", default=[], metavar="SPEC",
+                        help="fault rule, repeatable; rules are checked in order, first match applies")
+    parser.add_argument("--seed", type=int, default=0, help="seed for latency sampling (default: 0)")
+    parser.add_argument("--responder", default=DEFAULT_RESPONDER, metavar="MODULE:FUNC",
+                        help="function mapping a chat request body to an assistant message (default: %(default)s)")
+    parser.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="stderr log level (default: %(default)s)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_arg_parser()
+    args = parser.parse_args(argv)  # bad specs exit 2 here, naming the value
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        responder = _load_responder(args.responder)
+    except ValueError as exc:
+        parser.error(str(exc))  # exits 2
+
+    done = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        done.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    server = ScriptedModelServer(responder, host=args.host, port=args.port, latency=args.latency,
+                                 faults=args.fault, seed=args.seed)
+    try:
+        server.start()
+    except OSError as exc:
+        print(f"error: cannot bind {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
+    print(f"READY {server.url}", flush=True)
+    try:
+        while not done.wait(0.5):  # timed wait keeps the main thread responsive to signals
+            pass
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

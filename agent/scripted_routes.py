@@ -1,0 +1,229 @@
+"""What the scripted model answers, keyed by scenario.
+
+A route is a pure function of the conversation it is sent (OpenAI chat
+messages): the same messages always get the same answer, so a retried or
+replayed planning call sees a consistent model. The scenario comes from the
+request's model name (``scripted:<scenario>`` becomes ``openai/<scenario>``
+on the wire). ``auto`` reads the user's message and picks a tool, which is
+what the demo and free-form prompts use.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+Message = dict[str, Any]
+Route = Callable[[list[Message]], Message]
+
+
+def _final(text: str) -> Message:
+    return {"role": "assistant", "content": text}
+
+
+def _calls(messages: list[Message], *calls: tuple[str, dict[str, Any]]) -> Message:
+    # Ids unique within the conversation: the message index plus the call's position.
+    base = len(messages)
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": f"call_{base}_{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+            for i, (name, args) in enumerate(calls)
+        ],
+    }
+
+
+def _last_user_index(messages: list[Message]) -> int:
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i]["role"] == "user":
+            return i
+    raise ValueError("the conversation has no user message")
+
+
+def _turn(messages: list[Message]) -> tuple[str, int, list[Message]]:
+    """(user text, model steps already taken this turn, tool messages since the user spoke)."""
+    i = _last_user_index(messages)
+    since = messages[i + 1:]
+    return (
+        messages[i]["content"] or "",
+        sum(1 for m in since if m["role"] == "assistant"),
+        [m for m in since if m["role"] == "tool"],
+    )
+
+
+def _is_error(tool_message: Message) -> bool:
+    return str(tool_message.get("content", "")).startswith("ERROR")
+
+
+# -- auto: free-form prompts -----------------------------------------------------
+
+_ARITH = re.compile(r"[-+*/%().\d\s]*\d[-+*/%().\d\s]*")
+_NUMBER_REQUEST = re.compile(r"reply with the number\s+(-?\d+)", re.I)
+_WEATHER = re.compile(r"weather\s+(?:in|for|at)\s+([A-Za-z][A-Za-z .'-]*)", re.I)
+_WRITE = re.compile(r"(?:write|save)\s+['\"]?(.+?)['\"]?\s+(?:to|into|in)\s+(?:the\s+)?(?:file\s+)?([\w./-]+)", re.I)
+_READ = re.compile(r"read\s+(?:the\s+)?(?:file\s+)?([\w./-]+)", re.I)
+
+
+def _arithmetic(text: str) -> str | None:
+    candidates = [c.strip() for c in _ARITH.findall(text.replace("x", "*").replace("×", "*"))]
+    candidates = [c for c in candidates if re.search(r"\d\s*[-+*/%]\s*[\d(]", c)]
+    return max(candidates, key=len) if candidates else None
+
+
+def _plan_from_text(messages: list[Message], text: str) -> Message:
+    if m := _NUMBER_REQUEST.search(text):
+        return _final(m.group(1))
+    if re.search(r"\b(recall|first message|what did i (say|ask) first)\b", text, re.I):
+        users = [m["content"] for m in messages if m["role"] == "user"]
+        return _final(f"Your first message was: {users[0]!r}")
+    if m := _WEATHER.search(text):
+        return _calls(messages, ("weather", {"city": m.group(1).strip().rstrip("?.!")}))
+    if m := _WRITE.search(text):
+        return _calls(messages, ("write_file", {"path": m.group(2), "content": m.group(1)}))
+    if re.search(r"\blist\b.*\bfiles?\b", text, re.I):
+        return _calls(messages, ("list_files", {}))
+    if m := _READ.search(text):
+        return _calls(messages, ("read_file", {"path": m.group(1)}))
+    if expr := _arithmetic(text):
+        return _calls(messages, ("calculator", {"expression": expr}))
+    return _final(
+        "I am the scripted model: I can do arithmetic ('What is 25 * 4?'), weather ('weather in Paris'), "
+        "and files ('write hello to notes.txt', 'list files', 'read notes.txt')."
+    )
+
+
+def _summarise(messages: list[Message], tool_messages: list[Message]) -> Message:
+    # Pair each tool result with the call that produced it.
+    calls = {c["id"]: c for m in messages if m["role"] == "assistant" for c in m.get("tool_calls") or []}
+    parts = []
+    for t in tool_messages:
+        call = calls.get(t.get("tool_call_id"), {}).get("function", {})
+        name, content = call.get("name", t.get("name", "tool")), str(t.get("content", ""))
+        if _is_error(t):
+            parts.append(f"{name} reported: {content}")
+        elif name == "calculator":
+            parts.append(f"{json.loads(call['arguments'])['expression']} = {content}")
+        else:
+            parts.append(content)
+    return _final("\n".join(parts))
+
+
+def route_auto(messages: list[Message]) -> Message:
+    text, step, tools = _turn(messages)
+    if step == 0:
+        return _plan_from_text(messages, text)
+    return _summarise(messages, tools[-_last_batch_size(messages):])
+
+
+def _last_batch_size(messages: list[Message]) -> int:
+    for m in reversed(messages):
+        if m["role"] == "assistant":
+            return len(m.get("tool_calls") or []) or 1
+    return 1
+
+
+# -- scripted walkthroughs -------------------------------------------------------
+
+
+def _script(*steps: Callable[[list[Message], list[Message]], Message]) -> Route:
+    """A route that plays ``steps`` in order within a turn; each step sees the tool results so far."""
+
+    def route(messages: list[Message]) -> Message:
+        _, step, tools = _turn(messages)
+        if step >= len(steps):
+            return _final("(script finished)")
+        return steps[step](messages, tools)
+
+    return route
+
+
+def route_multi_step(messages: list[Message]) -> Message:
+    return _script(
+        lambda m, t: _calls(m, ("write_file", {"path": "notes/plan.txt", "content": "step one: gather data"})),
+        lambda m, t: _calls(m, ("read_file", {"path": "notes/plan.txt"})),
+        lambda m, t: _calls(m, ("write_file", {"path": "notes/done.txt", "content": "done"}),
+                            ("list_files", {})),
+        lambda m, t: _final(f"Saved the plan ({t[1]['content']!r}); the workspace now holds:\n{t[-1]['content']}"),
+    )(messages)
+
+
+def route_validation_repair(messages: list[Message]) -> Message:
+    return _script(
+        lambda m, t: _calls(m, ("calculator", {"expression": "25 x 4"})),
+        lambda m, t: _calls(m, ("calculator", {"expression": "25 * 4"})) if _is_error(t[-1])
+        else _final(f"25 * 4 = {t[-1]['content']}"),
+        lambda m, t: _final(f"After repairing my call: 25 * 4 = {t[-1]['content']}"),
+    )(messages)
+
+
+def route_retry(messages: list[Message]) -> Message:
+    return _script(
+        lambda m, t: _calls(m, ("flaky_service", {"request": "status", "fail_attempts": 2})),
+        lambda m, t: _final(f"The flaky service answered: {t[-1]['content']}"),
+    )(messages)
+
+
+def route_terminal(messages: list[Message]) -> Message:
+    return _script(
+        lambda m, t: _calls(m, ("broken_service", {"request": "refund order 42"})),
+        lambda m, t: _final(f"I could not complete the refund: {t[-1]['content']}"),
+    )(messages)
+
+
+def route_path_escape(messages: list[Message]) -> Message:
+    return _script(
+        lambda m, t: _calls(m, ("write_file", {"path": "../../etc/passwd", "content": "root::0:0::/root:/bin/sh"})),
+        lambda m, t: _calls(m, ("read_file", {"path": "/etc/passwd"})),
+        lambda m, t: _calls(m, ("write_file", {"path": "safe.txt", "content": "stayed inside"})),
+        lambda m, t: _final("Both paths outside my workspace were refused; I wrote safe.txt inside it instead."),
+    )(messages)
+
+
+def route_malformed(messages: list[Message]) -> Message:
+    def broken_call(m: list[Message], t: list[Message]) -> Message:
+        msg = _calls(m, ("calculator", {}))
+        msg["tool_calls"][0]["function"]["arguments"] = '{"expression": "25 * 4"'  # missing brace
+        return msg
+
+    return _script(
+        broken_call,
+        lambda m, t: _calls(m, ("calculator", {"expression": "25 * 4"})),
+        lambda m, t: _final(f"After fixing my malformed call: 25 * 4 = {t[-1]['content']}"),
+    )(messages)
+
+
+def route_parallel(messages: list[Message]) -> Message:
+    return _script(
+        lambda m, t: _calls(m, ("calculator", {"expression": "6 * 7"}), ("weather", {"city": "Lisbon"}),
+                            ("calculator", {"expression": "100 / 8"})),
+        lambda m, t: _summarise(m, t),
+    )(messages)
+
+
+ROUTES: dict[str, Route] = {
+    "auto": route_auto,
+    "direct": route_auto,
+    "multi_step": route_multi_step,
+    "validation_repair": route_validation_repair,
+    "retry": route_retry,
+    "terminal": route_terminal,
+    "path_escape": route_path_escape,
+    "malformed": route_malformed,
+    "parallel": route_parallel,
+    "conversation": route_auto,
+}
+
+
+def respond(body: dict[str, Any]) -> Message:
+    """The model server's responder: an assistant message for an OpenAI chat request body."""
+    scenario = str(body.get("model", "auto")).removeprefix("openai/")
+    route = ROUTES.get(scenario)
+    if route is None:
+        raise ValueError(f"unknown scripted scenario {scenario!r}; known: {', '.join(sorted(ROUTES))}")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("request has no messages")
+    return route(messages)

@@ -1,0 +1,268 @@
+"""The agent's tools: their model-facing specs and their implementations.
+
+Implementations are plain functions of ``(arguments, ToolContext)``. They
+raise the classified errors of ``agent.errors``; the backend (a Temporal
+activity, or the journal runner) turns those into model-visible results or
+retries. Side-effecting tools apply their effect through the effect ledger
+with the activity's idempotency key, so a retried attempt does not apply it
+twice.
+
+Tool sets: ``default`` (calculator, weather, sandbox files) is what a live
+model is offered; ``faults`` adds two tools whose only job is to fail in a
+classified way, for scenarios and chaos runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from simpleeval import SimpleEval
+
+from agent.errors import ToolExecutionError, ToolRetryableError, ToolValidationError
+from agent.ledger import EffectLedger, ExecutionIdentity
+
+MAX_FILE_BYTES = 256 * 1024
+MAX_LISTED_FILES = 200
+
+
+@dataclass
+class ToolContext:
+    """Where and as whom a tool runs."""
+
+    workspace: Path
+    ledger: EffectLedger
+    ident: ExecutionIdentity
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    run: Callable[[dict[str, Any], ToolContext], str]
+    side_effects: bool = False
+    # The longest this tool may legitimately take; the backend's timeouts derive from it.
+    expected_seconds: float = 5.0
+
+    def spec(self) -> dict[str, Any]:
+        """The OpenAI function-calling spec offered to the model."""
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+
+def _schema(properties: dict[str, dict[str, Any]], required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "object": (dict,),
+    "array": (list,),
+}
+
+
+def validate_arguments(tool: Tool, args: dict[str, Any]) -> None:
+    """Check arguments against the tool's schema; the error names the argument and what was expected."""
+    props = tool.parameters.get("properties", {})
+    missing = [name for name in tool.parameters.get("required", []) if name not in args]
+    if missing:
+        raise ToolValidationError(f"{tool.name}: missing required argument(s) {', '.join(missing)}")
+    for name, value in args.items():
+        if name not in props:
+            raise ToolValidationError(
+                f"{tool.name}: unknown argument {name!r}; allowed: {', '.join(sorted(props)) or 'none'}"
+            )
+        expected = props[name].get("type")
+        types = _JSON_TYPES.get(expected, (object,))
+        if not isinstance(value, types) or (expected in ("integer", "number") and isinstance(value, bool)):
+            raise ToolValidationError(f"{tool.name}: argument {name!r} must be {expected}, got {type(value).__name__}")
+
+
+# -- calculator -------------------------------------------------------------
+
+_calc = SimpleEval(functions={"abs": abs, "round": round, "min": min, "max": max})
+_calc.names = {"pi": 3.141592653589793, "e": 2.718281828459045}
+
+
+def calculator(args: dict[str, Any], ctx: ToolContext) -> str:
+    expression = args["expression"].strip()
+    if len(expression) > 200:
+        raise ToolValidationError("calculator: expression longer than 200 characters")
+    if "**" in expression:
+        raise ToolValidationError("calculator: '**' is not allowed (it can make huge numbers); multiply instead")
+    try:
+        value = _calc.eval(expression)
+    except ZeroDivisionError:
+        raise ToolValidationError(f"calculator: {expression!r} divides by zero") from None
+    except Exception as exc:  # simpleeval raises several unrelated classes for bad input
+        raise ToolValidationError(
+            f"calculator: cannot evaluate {expression!r} ({type(exc).__name__}: {exc}); "
+            "use numbers with + - * / // % and parentheses"
+        ) from None
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise ToolValidationError(f"calculator: {expression!r} is not a number")
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value)
+
+
+# -- weather (a deterministic fake) -------------------------------------------
+
+_CONDITIONS = ["sunny", "cloudy", "light rain", "windy", "overcast", "clear", "snow showers"]
+
+
+def weather(args: dict[str, Any], ctx: ToolContext) -> str:
+    city = args["city"].strip()
+    if not city:
+        raise ToolValidationError("weather: city must not be empty")
+    h = int.from_bytes(hashlib.sha256(city.lower().encode()).digest()[:4], "big")
+    return f"{city}: {_CONDITIONS[h % len(_CONDITIONS)]}, {h % 35 - 5} °C"
+
+
+# -- sandbox files ----------------------------------------------------------
+
+
+def resolve_in_workspace(workspace: Path, user_path: str) -> Path:
+    """The real path of ``user_path`` inside ``workspace``, or a validation error.
+
+    Absolute paths, ``..`` escapes and symlinks pointing outside are refused
+    before anything touches the file system outside the workspace.
+    """
+    if not isinstance(user_path, str) or not user_path.strip() or "\x00" in user_path:
+        raise ToolValidationError(f"path {user_path!r} is empty or invalid; give a path relative to the workspace")
+    if os.path.isabs(user_path):
+        raise ToolValidationError(f"path {user_path!r} is absolute; give a path relative to the workspace")
+    root = Path(os.path.realpath(workspace))
+    resolved = Path(os.path.realpath(root / user_path))
+    if resolved != root and root not in resolved.parents:
+        raise ToolValidationError(f"path {user_path!r} escapes the workspace; it was refused")
+    return resolved
+
+
+def _relative(ctx: ToolContext, path: Path) -> str:
+    return str(path.relative_to(os.path.realpath(ctx.workspace))) or "."
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_file(args: dict[str, Any], ctx: ToolContext) -> str:
+    target = resolve_in_workspace(ctx.workspace, args["path"])
+    data = args["content"].encode()
+    if len(data) > MAX_FILE_BYTES:
+        raise ToolValidationError(f"write_file: content is {len(data)} bytes; the limit is {MAX_FILE_BYTES}")
+    if target.is_dir():
+        raise ToolValidationError(f"write_file: {args['path']!r} is a directory")
+    rel = _relative(ctx, target)
+    digest = _digest(data)
+
+    def apply() -> dict[str, Any]:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{ctx.ident.attempt}.tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)  # atomic: a crash leaves the old file or the new one, never half of it
+        return {"path": rel, "bytes": len(data)}
+
+    def already_present() -> bool:
+        return target.is_file() and _digest(target.read_bytes()) == digest
+
+    result, applied_now = ctx.ledger.apply_once(ctx.ident, "write_file", rel, digest, apply, already_present)
+    note = "" if applied_now else " (already applied by an earlier attempt; not written again)"
+    return f"wrote {result.get('bytes', len(data))} bytes to {rel}{note}"
+
+
+def read_file(args: dict[str, Any], ctx: ToolContext) -> str:
+    target = resolve_in_workspace(ctx.workspace, args["path"])
+    if not target.is_file():
+        raise ToolValidationError(f"read_file: {args['path']!r} does not exist in the workspace; list_files shows what does")
+    data = target.read_bytes()
+    if len(data) > MAX_FILE_BYTES:
+        raise ToolValidationError(f"read_file: {args['path']!r} is {len(data)} bytes; the limit is {MAX_FILE_BYTES}")
+    return data.decode(errors="replace")
+
+
+def list_files(args: dict[str, Any], ctx: ToolContext) -> str:
+    base = resolve_in_workspace(ctx.workspace, args.get("path") or ".")
+    if not base.exists():
+        return "(no files)"
+    if not base.is_dir():
+        raise ToolValidationError(f"list_files: {args.get('path')!r} is not a directory")
+    files = sorted(
+        _relative(ctx, p) for p in base.rglob("*") if p.is_file() and not p.name.startswith(".")
+    )
+    shown = files[:MAX_LISTED_FILES]
+    more = f"\n... and {len(files) - len(shown)} more" if len(files) > len(shown) else ""
+    return "\n".join(shown) + more if shown else "(no files)"
+
+
+# -- fault tools: classified failures on demand --------------------------------
+
+
+def flaky_service(args: dict[str, Any], ctx: ToolContext) -> str:
+    fail_attempts = args.get("fail_attempts", 2)
+    if ctx.ident.attempt <= fail_attempts:
+        raise ToolRetryableError(
+            f"flaky_service: transient failure on attempt {ctx.ident.attempt} of the first {fail_attempts}"
+        )
+    return f"flaky_service answered {args['request']!r} on attempt {ctx.ident.attempt}"
+
+
+def broken_service(args: dict[str, Any], ctx: ToolContext) -> str:
+    raise ToolExecutionError(f"broken_service rejected {args['request']!r}: account is closed")
+
+
+TOOLS: dict[str, Tool] = {
+    t.name: t
+    for t in [
+        Tool("calculator", "Evaluate an arithmetic expression, e.g. '25 * 4'.",
+             _schema({"expression": {"type": "string", "description": "arithmetic expression"}}, ["expression"]),
+             calculator),
+        Tool("weather", "Current weather for a city.",
+             _schema({"city": {"type": "string"}}, ["city"]), weather),
+        Tool("write_file", "Write a text file in your workspace (path relative to the workspace).",
+             _schema({"path": {"type": "string"}, "content": {"type": "string"}}, ["path", "content"]),
+             write_file, side_effects=True),
+        Tool("read_file", "Read a text file from your workspace.",
+             _schema({"path": {"type": "string"}}, ["path"]), read_file),
+        Tool("list_files", "List the files in your workspace, or under a directory of it.",
+             _schema({"path": {"type": "string", "description": "directory; default '.'"}}, []), list_files),
+        Tool("flaky_service", "Call a service that fails transiently for its first attempts.",
+             _schema({"request": {"type": "string"}, "fail_attempts": {"type": "integer"}}, ["request"]),
+             flaky_service),
+        Tool("broken_service", "Call a service that always rejects the request.",
+             _schema({"request": {"type": "string"}}, ["request"]), broken_service),
+    ]
+}
+
+TOOL_SETS: dict[str, list[str]] = {
+    "default": ["calculator", "weather", "write_file", "read_file", "list_files"],
+    "faults": ["calculator", "weather", "write_file", "read_file", "list_files", "flaky_service", "broken_service"],
+}
+
+
+def tool_specs(names: list[str]) -> list[dict[str, Any]]:
+    unknown = [n for n in names if n not in TOOLS]
+    if unknown:
+        raise ValueError(f"unknown tool(s) {', '.join(unknown)}; known tools: {', '.join(TOOLS)}")
+    return [TOOLS[n].spec() for n in names]
+
+
+def workspace_for(sandbox_root: Path, workflow_id: str) -> Path:
+    """The per-run workspace directory: one per workflow id (it survives continue-as-new)."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", workflow_id)[:200] or "_"
+    return sandbox_root / safe

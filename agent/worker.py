@@ -1,0 +1,66 @@
+"""One agent worker: the workflow and every activity, on one task queue.
+
+``build_worker`` is shared by the ``worker`` command (one process, used by
+chaos and migration tooling), the ``demo``/``run`` commands and the tests.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from agent.activities import AgentActivities
+from agent.contracts import DEFAULT_TASK_QUEUE
+from agent.ledger import EffectLedger
+from agent.tools import TOOLS
+from agent.workflow import AgentWorkflow
+
+DEFAULT_STATE_DIR = Path(".dah")
+
+
+def default_identity() -> str:
+    return f"worker-{os.getpid()}@{socket.gethostname()}"
+
+
+@dataclass
+class WorkerSettings:
+    task_queue: str = DEFAULT_TASK_QUEUE
+    sandbox_root: Path = DEFAULT_STATE_DIR / "sandbox"
+    ledger_path: Path | None = None  # default: <sandbox_root>/ledger.sqlite3
+    model_base_url: str | None = None  # the scripted model server (ignored by live models)
+    identity: str = field(default_factory=default_identity)
+    inject_bugs: frozenset[str] = frozenset()
+    max_concurrent_activities: int = 100
+
+    def __post_init__(self) -> None:
+        self.sandbox_root = Path(self.sandbox_root)
+        unknown = sorted(set(self.inject_bugs) - set(TOOLS))
+        if unknown:
+            raise ValueError(f"--bug {', '.join(unknown)}: not a tool; tools are {', '.join(TOOLS)}")
+
+    @property
+    def resolved_ledger_path(self) -> Path:
+        return Path(self.ledger_path) if self.ledger_path else self.sandbox_root / "ledger.sqlite3"
+
+
+def build_worker(client: Client, settings: WorkerSettings, ledger: EffectLedger) -> Worker:
+    activities = AgentActivities(
+        sandbox_root=settings.sandbox_root,
+        ledger=ledger,
+        worker_identity=settings.identity,
+        model_base_url=settings.model_base_url,
+        inject_bugs=settings.inject_bugs,
+    )
+    return Worker(
+        client,
+        task_queue=settings.task_queue,
+        workflows=[AgentWorkflow],
+        activities=activities.all(),
+        identity=settings.identity,
+        max_concurrent_activities=settings.max_concurrent_activities,
+    )
