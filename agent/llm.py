@@ -54,6 +54,18 @@ def resolve_model(model: str, scripted_base_url: str | None) -> ModelTarget:
     return ModelTarget(model, None, False)
 
 
+def preload() -> None:
+    """Import LiteLLM now (~5 s): inside an activity the import would block the worker's event loop."""
+    _litellm()
+    # What litellm imports lazily on the first call with tools (~2 s more).
+    import litellm.llms.openai.openai  # noqa: F401
+    import litellm.responses.mcp.chat_completions_handler  # noqa: F401
+    import litellm.responses.mcp.litellm_proxy_mcp_handler  # noqa: F401
+    import openai
+
+    openai.AsyncOpenAI(api_key="preload", base_url="http://127.0.0.1:9/v1").chat.completions  # lazy resources
+
+
 def _litellm():
     import litellm
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from agent import llm
 from agent.activities import AgentActivities
 from agent.contracts import DEFAULT_TASK_QUEUE
 from agent.ledger import EffectLedger
@@ -49,6 +50,7 @@ class WorkerSettings:
 
 
 def build_worker(client: Client, settings: WorkerSettings, ledger: EffectLedger) -> Worker:
+    llm.preload()
     activities = AgentActivities(
         sandbox_root=settings.sandbox_root,
         ledger=ledger,

