@@ -89,6 +89,9 @@ class AgentActivities:
                 )
         except ModelConfigurationError as exc:
             raise ApplicationError(str(exc), type=ModelConfigurationError.error_type, non_retryable=True) from None
+        except llm.ModelUnavailableError as exc:
+            # Expected during an outage: recorded in history, retried by policy, logged without a traceback.
+            raise ApplicationError(str(exc), type=exc.kind, category=ApplicationErrorCategory.BENIGN) from None
         return PlanOutput(message=message, model=inp.model, latency_ms=latency_ms, usage=usage)
 
     def _tool_activity(self, name: str) -> Callable[[ToolInput], Any]:

@@ -104,6 +104,8 @@ def _check_model(model: str) -> None:
         return
     import litellm
 
+    for name in [k for k, v in os.environ.items() if k.endswith("_API_KEY") and not v.strip()]:
+        del os.environ[name]  # an empty key is no key (litellm would count it as present)
     try:
         env = litellm.validate_environment(model=model)
     except Exception as exc:  # litellm raises assorted errors for names it cannot map
@@ -161,9 +163,31 @@ def _print_stack(stack: Any, cfg: AgentConfig | None) -> None:
     if stack.server and stack.server.ui_url:
         print(f"Web UI:    {stack.server.ui_url}")
     if cfg is not None:
-        model = cfg.model + (f" (scripted model server {stack.model_server.url})" if cfg.model.startswith("scripted") else "")
+        scripted = cfg.model.startswith("scripted") and stack.model_server is not None
+        model = cfg.model + (f" (scripted model server {stack.model_server.url})" if scripted else "")
         print(f"Model:     {model}")
     print(f"Workspace: {stack.settings.sandbox_root}/<workflow id>/  ledger: {stack.settings.resolved_ledger_path}")
+
+
+async def _await_with_progress(handle: Any, every_s: float = 3.0) -> Any:
+    """The workflow's result; meanwhile, say on stderr what it is retrying and why."""
+    result = asyncio.ensure_future(handle.result())
+    seen: set[tuple[str, int]] = set()
+    while True:
+        done, _ = await asyncio.wait({result}, timeout=every_s)
+        if done:
+            return result.result()
+        try:
+            desc = await handle.describe()
+        except Exception:  # progress is best effort; the result is what matters
+            continue
+        for p in desc.raw_description.pending_activities:
+            key = (p.activity_id, p.attempt)
+            if key in seen:
+                continue
+            seen.add(key)
+            why = f"; last failure: {p.last_failure.message[:160]}" if p.HasField("last_failure") else ""
+            print(f"  ... waiting on {p.activity_type.name} (attempt {p.attempt}){why}", file=sys.stderr, flush=True)
 
 
 async def _print_graph(stack: Any, workflow_id: str, first_run_id: str) -> None:
@@ -185,7 +209,10 @@ async def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("run needs a prompt, e.g. dah run \"What is 25 * 4?\" (or --scenario NAME)")
     async with _stack(args, ui=False) as stack:
         workflow_id = args.workflow_id or f"run-{uuid.uuid4().hex[:12]}"
-        result, handle = await stack.run_prompt(cfg, args.prompt, workflow_id)
+        handle = await stack.start_prompt(cfg, args.prompt, workflow_id)
+        if not args.json:
+            print(f"workflow id: {workflow_id} (started)", file=sys.stderr, flush=True)
+        result = await _await_with_progress(handle)
         if args.json:
             print(json.dumps({"workflow_id": workflow_id, "run_id": handle.result_run_id, **asdict(result)}))
             return 0
@@ -312,7 +339,8 @@ async def _demo_prompt(stack: Any, cfg: AgentConfig, prompt: str) -> None:
 
     workflow_id = f"demo-{uuid.uuid4().hex[:10]}"
     try:
-        result, handle = await stack.run_prompt(cfg, prompt, workflow_id)
+        handle = await stack.start_prompt(cfg, prompt, workflow_id)
+        result = await _await_with_progress(handle)
     except WorkflowFailureError as exc:
         print(f"agent> (the run failed: {exc.cause})")
         return

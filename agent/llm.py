@@ -24,6 +24,14 @@ from agent.errors import ModelConfigurationError  # noqa: E402
 SCRIPTED_PREFIX = "scripted"
 
 
+class ModelUnavailableError(Exception):
+    """A transient model failure (rate limit, 5xx, connection, timeout): retried by the caller's policy."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind  # the LiteLLM exception class, e.g. ServiceUnavailableError
+
+
 @dataclass(frozen=True)
 class ModelTarget:
     """Where one model name goes. Never holds a key: live keys stay in the environment."""
@@ -113,6 +121,10 @@ async def complete(
         litellm.PermissionDeniedError,
     ) as exc:
         raise ModelConfigurationError(f"model {model!r} refused the request: {type(exc).__name__}: {exc}") from None
+    except (litellm.exceptions.APIError, litellm.exceptions.APIConnectionError, litellm.exceptions.Timeout,
+            litellm.exceptions.RateLimitError, litellm.exceptions.ServiceUnavailableError,
+            litellm.exceptions.InternalServerError) as exc:
+        raise ModelUnavailableError(type(exc).__name__, str(exc)) from None
     latency_ms = (time.perf_counter() - started) * 1000.0
     message = response.choices[0].message
     out: dict[str, Any] = {"role": "assistant", "content": message.content}

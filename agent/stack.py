@@ -52,12 +52,16 @@ class AgentStack:
     def workspace(self, workflow_id: str) -> Path:
         return workspace_for(self.settings.sandbox_root, workflow_id)
 
-    async def run_prompt(self, config: AgentConfig, prompt: str, workflow_id: str | None = None
-                         ) -> tuple[AgentResult, WorkflowHandle[Any, AgentResult]]:
-        handle = await self.client.start_workflow(
+    async def start_prompt(self, config: AgentConfig, prompt: str, workflow_id: str | None = None
+                           ) -> WorkflowHandle[Any, AgentResult]:
+        return await self.client.start_workflow(
             AgentWorkflow.run, AgentInput(config=config, prompt=prompt),
             id=workflow_id or f"agent-{uuid.uuid4().hex[:12]}", task_queue=self.task_queue,
         )
+
+    async def run_prompt(self, config: AgentConfig, prompt: str, workflow_id: str | None = None
+                         ) -> tuple[AgentResult, WorkflowHandle[Any, AgentResult]]:
+        handle = await self.start_prompt(config, prompt, workflow_id)
         return await handle.result(), handle
 
     async def start_conversation(self, config: AgentConfig, workflow_id: str | None = None
@@ -84,10 +88,11 @@ async def agent_stack(
     settings = WorkerSettings(task_queue=task_queue, sandbox_root=state_dir / "sandbox")
     async with contextlib.AsyncExitStack() as stack:
         client, server = await stack.enter_async_context(temporal_target(conn, ui=ui))
-        model_server = stack.enter_context(ScriptedModelServer(respond, latency=latency, faults=faults, seed=seed))
-        settings.model_base_url = model_server.url
         ledger = stack.enter_context(EffectLedger(settings.resolved_ledger_path))
-        if worker:
+        model_server = None
+        if worker:  # without a worker here, the model is the remote worker's business
+            model_server = stack.enter_context(ScriptedModelServer(respond, latency=latency, faults=faults, seed=seed))
+            settings.model_base_url = model_server.url
             await stack.enter_async_context(build_worker(client, settings, ledger))
         yield AgentStack(client, settings, ledger, server, model_server)
 

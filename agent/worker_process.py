@@ -1,0 +1,119 @@
+"""A worker in its own process: started, signalled and stopped by its pid.
+
+    with WorkerProcess(address, task_queue="q", model_base_url=url) as w:
+        w.kill()      # SIGKILL: a crash, mid-whatever
+        w.start()     # a new process, a new identity
+
+Each process is ``python -m agent worker`` with its own interpreter and
+Temporal client. ``start`` returns once the worker prints READY (it is
+polling). Output goes to a log file, never to a pipe nobody drains.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.processes import python_module_command, spawn, stop
+
+log = logging.getLogger(__name__)
+
+
+class WorkerStartError(RuntimeError):
+    pass
+
+
+@dataclass
+class WorkerProcess:
+    address: str
+    task_queue: str
+    model_base_url: str | None
+    state_dir: Path = Path(".dah")
+    identity_prefix: str = "worker"
+    namespace: str = "default"
+    bugs: tuple[str, ...] = ()
+    log_dir: Path | None = None
+    start_timeout_s: float = 60.0
+    generation: int = field(default=0, init=False)
+    _proc: subprocess.Popen | None = field(default=None, init=False, repr=False)
+    _log_path: Path | None = field(default=None, init=False, repr=False)
+
+    @property
+    def identity(self) -> str:
+        return f"{self.identity_prefix}-{self.generation}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def command(self) -> list[str]:
+        cmd = python_module_command(
+            "agent", "worker", "--address", self.address, "--namespace", self.namespace,
+            "--task-queue", self.task_queue, "--identity", self.identity, "--state-dir", str(self.state_dir),
+        )
+        if self.model_base_url:
+            cmd += ["--model-base-url", self.model_base_url]
+        for bug in self.bugs:
+            cmd += ["--bug", bug]
+        return cmd
+
+    def start(self, *, bugs: tuple[str, ...] | None = None) -> WorkerProcess:
+        """Start a new process (a new generation and identity); wait until it polls."""
+        if self.alive:
+            raise WorkerStartError(f"worker {self.identity} (pid {self.pid}) is still running")
+        if bugs is not None:
+            self.bugs = bugs
+        self.generation += 1
+        log_dir = self.log_dir or self.state_dir / "logs"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self._log_path = log_dir / f"{self.identity}.log"
+        with open(self._log_path, "wb") as out:
+            self._proc = spawn(self.command(), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            text = self.output()
+            if "READY worker" in text:
+                log.info("worker %s ready (pid %s)", self.identity, self.pid)
+                return self
+            if self._proc.poll() is not None:
+                raise WorkerStartError(f"worker {self.identity} exited with {self._proc.returncode}: {text[-2000:]}")
+            time.sleep(0.05)
+        self.stop()
+        raise WorkerStartError(f"worker {self.identity} did not print READY within {self.start_timeout_s} s")
+
+    def output(self) -> str:
+        return self._log_path.read_text(errors="replace") if self._log_path and self._log_path.exists() else ""
+
+    def kill(self) -> None:
+        """SIGKILL: the process dies mid-step; nothing of it runs any more."""
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+
+    def pause(self) -> None:
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGCONT)
+
+    def stop(self) -> None:
+        """Graceful: SIGTERM, wait for the worker to finish shutting down (SIGKILL after a grace period)."""
+        if self._proc is not None:
+            self.resume()  # a stopped process cannot handle SIGTERM
+            stop(self._proc, grace_s=15.0)
+
+    def __enter__(self) -> WorkerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,41 @@
+"""Shared fixtures: one real embedded Temporal dev server, scripted model
+server and in-process worker for the whole session (started once: ~1 s for
+the server, ~5 s to import LiteLLM)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from agent.stack import AgentStack, agent_stack
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
+@pytest.fixture(scope="session")
+async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[AgentStack]:
+    state_dir = tmp_path_factory.mktemp("dah-state")
+    async with agent_stack(state_dir=state_dir, task_queue=f"test-{uuid.uuid4().hex[:8]}") as s:
+        yield s
+
+
+@pytest.fixture
+def model_faults(stack: AgentStack):
+    """Install scripted-model fault rules for one test; cleared afterwards whatever happens."""
+    yield stack.model_server.set_faults
+    stack.model_server.set_faults([])
+
+
+def temporal_server_pids() -> set[int]:
+    """Pids of running `temporal server start-dev` processes (to prove none are left behind)."""
+    pids = set()
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if len(cmd) >= 3 and Path(cmd[0]).name == "temporal" and cmd[1:3] == ["server", "start-dev"]:
+            pids.add(p.info["pid"])
+    return pids

@@ -1,0 +1,125 @@
+"""The command line as a user runs it: real subprocesses, real servers, and
+nothing left running afterwards."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from agent.connection import TemporalConnection
+from agent.stack import AgentStack
+from agent.worker_process import WorkerProcess
+from tests.conftest import temporal_server_pids
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def dah(*args: str, stdin: str | None = None, timeout: float = 120, cwd: Path = ROOT,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "agent", *args], input=stdin, capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd, env={**os.environ, **(env or {})})
+
+
+def _descendants_gone(before: set[int]) -> None:
+    assert temporal_server_pids() <= before, "a temporal server was left running"
+
+
+def test_run_prints_the_answer_the_workflow_id_and_the_history(tmp_path: Path) -> None:
+    before = temporal_server_pids()
+    out = dah("run", "What is 25 * 4?", "--state-dir", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert re.search(r"^answer: +25 \* 4 = 100$", out.stdout, re.M)
+    workflow_id = re.search(r"^workflow id: +(run-\w+)$", out.stdout, re.M).group(1)
+    activity_lines = [line for line in out.stdout.splitlines() if re.search(r"[├└]─ #\d+", line)]
+    kinds = ["calculator" if "calculator(" in line else "plan" if "plan_next_action" in line else line
+             for line in activity_lines]
+    assert kinds == ["plan", "calculator", "plan"]
+    assert workflow_id in out.stdout.split("answer:")[1]
+    _descendants_gone(before)
+
+
+def test_demo_answers_and_exits_cleanly_on_quit(tmp_path: Path) -> None:
+    before = temporal_server_pids()
+    proc = subprocess.Popen([sys.executable, "-m", "agent", "demo", "--state-dir", str(tmp_path)], cwd=ROOT,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    children: set[int] = set()
+    try:
+        # Watch the process tree while it runs, to check afterwards that all of it is gone.
+        while not children:
+            children = {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}
+        out, err = proc.communicate("What is 25 * 4?\n/scenario terminal\nquit\n", timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "agent> 25 * 4 = 100" in out
+    assert re.search(r"Web UI: +http://127\.0\.0\.1:\d+", out)
+    assert "calculator({\"expression\": \"25 * 4\"})" in out
+    assert "checks: reply, history shape, workspace files, effect ledger: all as expected" in out
+    assert "stopped." in out
+    assert not [p for p in children if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    _descendants_gone(before)
+
+
+def test_run_all_scenarios_from_the_command_line(tmp_path: Path) -> None:
+    out = dah("run", "--scenario", "all", "--state-dir", str(tmp_path), timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.stdout.count("all as expected ✓") == 9
+    assert "✗" not in out.stdout
+
+
+def test_chat_against_a_separate_worker_process(stack: AgentStack, tmp_path: Path) -> None:
+    task_queue = f"chat-{uuid.uuid4().hex[:8]}"
+    with WorkerProcess(stack.server.address, task_queue, stack.model_server.url, state_dir=tmp_path):
+        out = dah("chat", "--address", stack.server.address, "--task-queue", task_queue,
+                  stdin="What is 6 * 7?\nwrite hi to a.txt\n/status\nquit\n")
+    assert out.returncode == 0, out.stderr
+    assert "agent> 6 * 7 = 42" in out.stdout
+    assert "agent> wrote 2 bytes to a.txt" in out.stdout
+    assert "'turns': 2" in out.stdout
+    assert "conversation ended after 2 turns" in out.stdout
+
+
+@pytest.mark.parametrize("command", ["demo", "run", "worker", "chat", "server", "scenarios", "model-server"])
+def test_every_command_has_help(command: str) -> None:
+    out = dah(command, "--help", timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "usage:" in out.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["run", "hi", "--model", "scripted:nope"], "no scripted scenario 'nope'"),
+    (["run", "hi", "--tools", "calculator,rm"], "unknown tool(s) rm"),
+    (["run", "hi", "--latency", "gaussian:1"], "--latency"),
+    (["run", "hi", "--fault", "explode"], "--fault"),
+    (["run", "hi", "--max-steps", "0"], "--max-steps 0: must be greater than 0"),
+    (["run", "--scenario", "nope"], "unknown scenario nope"),
+    (["run", "hi", "--model", "openai/gpt-4o-mini"], "needs OPENAI_API_KEY"),
+    (["worker", "--address", "127.0.0.1:1", "--bug", "rm"], "--bug rm: not a tool"),
+])
+def test_bad_input_is_refused_with_a_message_naming_it(tmp_path: Path, args: list[str], message: str) -> None:
+    env = {"OPENAI_API_KEY": ""}  # set but empty counts as missing
+    out = dah(*args, "--state-dir", str(tmp_path), env=env, cwd=tmp_path, timeout=60) if args[0] == "run" else \
+        dah(*args, env=env, cwd=tmp_path, timeout=60)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert message in out.stderr
+
+
+def test_worker_reports_an_unreachable_server(tmp_path: Path) -> None:
+    out = dah("worker", "--address", "127.0.0.1:1", "--state-dir", str(tmp_path), timeout=120)
+    assert out.returncode == 2
+    assert "cannot reach Temporal at 127.0.0.1:1" in out.stderr
+
+
+def test_configuration_dumps_redact_secrets() -> None:
+    conn = TemporalConnection(address="x.tmprl.cloud:7233", api_key="sk-very-secret", tls_key_path="/k.pem")
+    dumped = f"{conn!r} {conn.redacted()}"
+    assert "sk-very-secret" not in dumped and "/k.pem" not in dumped
+    assert conn.redacted()["api_key"] == "<redacted>" and conn.redacted()["tls"] is True

