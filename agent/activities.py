@@ -17,6 +17,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import signal
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -63,12 +66,42 @@ class AgentActivities:
         worker_identity: str,
         model_base_url: str | None,
         inject_bugs: frozenset[str] = frozenset(),
+        crash_at: frozenset[str] = frozenset(),
+        mutations: frozenset[str] = frozenset(),
     ) -> None:
         self.sandbox_root = sandbox_root
         self.ledger = ledger
         self.worker_identity = worker_identity
         self.model_base_url = model_base_url
         self.inject_bugs = inject_bugs
+        self.crash_at = crash_at
+        self.mutations = mutations
+
+    def _maybe_crash(self, point: str) -> None:
+        """Fault injection at an exact point: SIGKILL this worker process, once per point per state dir."""
+        if point not in self.crash_at:
+            return
+        marker = self.sandbox_root.parent / "crash-markers" / point
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return  # already crashed here once: the restarted worker must be able to finish
+        os.write(fd, f"{self.worker_identity} {time.time()}\n".encode())
+        os.fsync(fd)
+        os.close(fd)
+        log.warning("crash point %s reached: SIGKILLing worker %s", point, self.worker_identity)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def _identity(self) -> ExecutionIdentity:
+        info = activity.info()
+        return ExecutionIdentity(
+            workflow_id=info.workflow_id,
+            run_id=info.workflow_run_id,
+            activity_id=info.activity_id,
+            attempt=info.attempt,
+            worker=self.worker_identity,
+        )
 
     def all(self) -> list[Callable[..., Any]]:
         return [self.plan_next_action, *(self._tool_activity(name) for name in TOOLS)]
@@ -77,6 +110,9 @@ class AgentActivities:
     async def plan_next_action(self, inp: PlanInput) -> PlanOutput:
         info = activity.info()
         timeout = info.start_to_close_timeout.total_seconds() if info.start_to_close_timeout else 60.0
+        # Model calls are recorded like side effects: they cost money, and a checker counts them.
+        execution = self.ledger.begin_execution(self._identity(), "plan_next_action")
+        outcome = "error"
         try:
             async with heartbeating():
                 message, usage, latency_ms = await llm.complete(
@@ -87,11 +123,16 @@ class AgentActivities:
                     run_key=info.workflow_id,
                     timeout_s=max(1.0, timeout - 1.0),  # fail inside the activity, before Temporal's timeout
                 )
+            outcome = "ok"
         except ModelConfigurationError as exc:
             raise ApplicationError(str(exc), type=ModelConfigurationError.error_type, non_retryable=True) from None
         except llm.ModelUnavailableError as exc:
             # Expected during an outage: recorded in history, retried by policy, logged without a traceback.
+            outcome = exc.kind
             raise ApplicationError(str(exc), type=exc.kind, category=ApplicationErrorCategory.BENIGN) from None
+        finally:
+            self.ledger.end_execution(execution, outcome)
+        self._maybe_crash("after_model_call")
         return PlanOutput(message=message, model=inp.model, latency_ms=latency_ms, usage=usage)
 
     def _tool_activity(self, name: str) -> Callable[[ToolInput], Any]:
@@ -102,16 +143,10 @@ class AgentActivities:
         return activity.defn(name=name)(run_tool)
 
     async def _run_tool(self, name: str, inp: ToolInput) -> ToolOutput:
-        info = activity.info()
         tool = TOOLS[name]
-        ident = ExecutionIdentity(
-            workflow_id=info.workflow_id,
-            run_id=info.workflow_run_id,
-            activity_id=info.activity_id,
-            attempt=info.attempt,
-            worker=self.worker_identity,
-        )
-        ctx = ToolContext(workspace=workspace_for(self.sandbox_root, info.workflow_id), ledger=self.ledger, ident=ident)
+        ident = self._identity()
+        ctx = ToolContext(workspace=workspace_for(self.sandbox_root, ident.workflow_id), ledger=self.ledger,
+                          ident=ident, mutations=self.mutations)
         execution = self.ledger.begin_execution(ident, name) if tool.side_effects else None
         outcome = "error"
         try:
@@ -123,6 +158,8 @@ class AgentActivities:
             async with heartbeating():
                 content = tool.run(inp.arguments, ctx)
             outcome = "ok"
+            if tool.side_effects:
+                self._maybe_crash("after_effect")  # the effect is applied; the activity has not completed
             return ToolOutput(status="ok", content=content)
         except ToolValidationError as exc:
             outcome = VALIDATION_ERROR

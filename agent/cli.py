@@ -31,6 +31,7 @@ from agent.contracts import DEFAULT_TASK_QUEUE, DEFAULT_TOOLS, AgentConfig
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
+EXIT_WORKER_FAILED = 3
 QUIT_WORDS = {"quit", "exit", "bye", "/quit", "/exit"}
 
 
@@ -375,7 +376,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         settings = WorkerSettings(
             task_queue=args.task_queue, sandbox_root=args.state_dir / "sandbox", ledger_path=args.ledger,
             model_base_url=args.model_base_url, identity=args.identity or default_identity(),
-            inject_bugs=frozenset(args.bug),
+            inject_bugs=frozenset(args.bug), crash_at=frozenset(args.crash_at), mutations=frozenset(args.mutation),
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -390,11 +391,24 @@ async def cmd_worker(args: argparse.Namespace) -> int:
             ms = stack.enter_context(ScriptedModelServer(respond, latency=latency, faults=faults, seed=args.seed))
             settings.model_base_url = ms.url
         ledger = stack.enter_context(EffectLedger(settings.resolved_ledger_path))
-        async with build_worker(client, settings, ledger):
-            print(f"READY worker identity={settings.identity} task_queue={settings.task_queue} "
-                  f"address={conn.address} model={settings.model_base_url}"
-                  + (f" bugs={','.join(sorted(settings.inject_bugs))}" if settings.inject_bugs else ""), flush=True)
-            await stop.wait()
+        worker = build_worker(client, settings, ledger)
+        running = asyncio.create_task(worker.run())
+        print(f"READY worker identity={settings.identity} task_queue={settings.task_queue} "
+              f"address={conn.address} model={settings.model_base_url}"
+              + (f" bugs={','.join(sorted(settings.inject_bugs))}" if settings.inject_bugs else "")
+              + (f" crash_at={','.join(sorted(settings.crash_at))}" if settings.crash_at else "")
+              + (f" mutations={','.join(sorted(settings.mutations))}" if settings.mutations else ""), flush=True)
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if running.done():
+            # e.g. polls failed for about a minute (a long partition): exit so a supervisor restarts us.
+            stopping.cancel()
+            exc = running.exception()
+            print(f"worker failed fatally: {type(exc).__name__}: {exc}" if exc else "worker stopped by itself",
+                  flush=True)
+            return EXIT_WORKER_FAILED
+        await worker.shutdown()
+        await running
     print("worker stopped", flush=True)
     return 0
 
@@ -448,7 +462,12 @@ async def cmd_chat(args: argparse.Namespace) -> int:
             if line == "/status":
                 print(f"  {asdict(await chat.query(AgentWorkflow.get_status))}")
                 continue
-            reply = await chat.execute_update(AgentWorkflow.send_message, ChatMessage(line))
+            update = asyncio.ensure_future(chat.execute_update(AgentWorkflow.send_message, ChatMessage(line)))
+            done, _ = await asyncio.wait({update}, timeout=5.0)
+            if not done:
+                print(f"  (still waiting; is a worker polling task queue {args.task_queue!r} on {conn.address}?)",
+                      flush=True)
+            reply = await update
             print(f"agent> {reply.text}")
         except (WorkflowUpdateFailedError, RPCError) as exc:
             print(f"error: {getattr(exc, 'cause', None) or exc}")
@@ -534,6 +553,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model-base-url", help="scripted model server URL (http://host:port/v1), e.g. via a fault proxy")
     p.add_argument("--bug", action="append", default=[], metavar="TOOL",
                    help="inject a logic bug: TOOL raises on every attempt (the hot-fix scenario); repeatable")
+    p.add_argument("--crash-at", action="append", default=[], metavar="POINT",
+                   help="SIGKILL this worker at POINT (after_model_call, after_effect), once per state dir")
+    p.add_argument("--mutation", action="append", default=[], metavar="NAME",
+                   help="a deliberate bug for checking the checkers: unkeyed_append")
     p.add_argument("--latency", default="0", help="latency of the worker's own scripted model server")
     p.add_argument("--fault", action="append", default=[], help="fault of the worker's own scripted model server")
     p.add_argument("--seed", type=int, default=0)
@@ -584,6 +607,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "httpx", "httpcore", "openai"):
+        # Their debug output can carry request headers, i.e. API keys: never below INFO.
+        logging.getLogger(noisy).setLevel(max(logging.INFO, logging.getLogger().level))
     _load_dotenv()
     try:
         if asyncio.iscoroutinefunction(args.func):

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 DEFAULT_TASK_QUEUE = "durable-agent"
-DEFAULT_TOOLS = ["calculator", "weather", "write_file", "read_file", "list_files"]
+DEFAULT_TOOLS = ["calculator", "weather", "write_file", "append_file", "read_file", "list_files"]
 
 
 @dataclass

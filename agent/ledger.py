@@ -7,10 +7,11 @@ one of them:
   its workflow id, run id, activity id, attempt and worker. A retried or
   re-dispatched activity legitimately executes more than once.
 - *effects*: every effect the tool applied, keyed by an idempotency key
-  (stable across retries of one activity). A side-effecting tool calls
-  ``apply_once`` so that a retry finds the effect recorded and does not apply
-  it again. ``apply_count`` > 1 is a duplicated effect: the thing a durable
-  agent must never do.
+  (stable across retries of one activity: one logical effect). A
+  side-effecting tool calls ``apply_once`` so that a retry finds the effect
+  recorded and does not apply it again. Every physical application is also
+  logged (``applications``); a logical effect applied more than once is a
+  duplicated effect: the thing a durable agent must never do.
 
 The ledger is one SQLite file in WAL mode shared by all worker processes
 (so chaos runs can kill workers and still read one ledger). Crash windows are
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -61,6 +62,17 @@ CREATE TABLE IF NOT EXISTS effects (
     updated_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS effects_by_workflow ON effects (workflow_id);
+CREATE TABLE IF NOT EXISTS applications (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    idempotency_key TEXT NOT NULL,
+    workflow_id TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    target TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    worker TEXT NOT NULL,
+    at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS applications_by_key ON applications (idempotency_key);
 """
 
 
@@ -181,6 +193,7 @@ class EffectLedger:
         else:
             result = apply()
             applied_now = True
+            self.record_application(ident, tool, target)
             self._conn.execute(
                 "UPDATE effects SET apply_count = apply_count + 1, updated_at = ? WHERE idempotency_key = ?",
                 (time.time(), key),
@@ -192,7 +205,21 @@ class EffectLedger:
         )
         return result, applied_now
 
+    def record_application(self, ident: ExecutionIdentity, tool: str, target: str) -> None:
+        """Log one physical application of a logical effect (``apply_once`` does it for keyed tools)."""
+        self._conn.execute(
+            "INSERT INTO applications (idempotency_key, workflow_id, tool, target, attempt, worker, at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (ident.idempotency_key, ident.workflow_id, tool, target, ident.attempt, ident.worker, time.time()),
+        )
+
     # -- reading ------------------------------------------------------------
+
+    def applications(self, workflow_id: str | None = None) -> list[dict[str, Any]]:
+        sql, args = "SELECT * FROM applications", ()
+        if workflow_id is not None:
+            sql, args = sql + " WHERE workflow_id = ?", (workflow_id,)
+        return [dict(r) for r in self._conn.execute(sql + " ORDER BY id", args)]
 
     def executions(self, workflow_id: str | None = None) -> list[dict[str, Any]]:
         sql, args = "SELECT * FROM executions", ()
@@ -212,10 +239,13 @@ class EffectLedger:
         for e in execs:
             per_key[e["idempotency_key"]] = per_key.get(e["idempotency_key"], 0) + 1
         effects = self.effects(workflow_id)
+        applied: dict[str, int] = {}
+        for a in self.applications(workflow_id):
+            applied[a["idempotency_key"]] = applied.get(a["idempotency_key"], 0) + 1
         return LedgerSummary(
             executions=len(execs),
             activities_executed_more_than_once=sum(1 for n in per_key.values() if n > 1),
-            effects_applied=sum(1 for e in effects if e["state"] == "applied"),
-            duplicated_effects=sum(1 for e in effects if e["apply_count"] > 1),
+            effects_applied=len(applied),
+            duplicated_effects=sum(1 for n in applied.values() if n > 1),
             pending_effects=sum(1 for e in effects if e["state"] == "pending"),
         )

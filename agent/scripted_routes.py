@@ -64,6 +64,7 @@ _ARITH = re.compile(r"[-+*/%().\d\s]*\d[-+*/%().\d\s]*")
 _NUMBER_REQUEST = re.compile(r"reply with the number\s+(-?\d+)", re.I)
 _WEATHER = re.compile(r"weather\s+(?:in|for|at)\s+([A-Za-z][A-Za-z .'-]*)", re.I)
 _WRITE = re.compile(r"(?:write|save)\s+['\"]?(.+?)['\"]?\s+(?:to|into|in)\s+(?:the\s+)?(?:file\s+)?([\w./-]+)", re.I)
+_APPEND = re.compile(r"append\s+['\"]?(.+?)['\"]?\s+(?:to|onto)\s+(?:the\s+)?(?:file\s+)?([\w./-]+)", re.I)
 _READ = re.compile(r"read\s+(?:the\s+)?(?:file\s+)?([\w./-]+)", re.I)
 
 
@@ -81,6 +82,8 @@ def _plan_from_text(messages: list[Message], text: str) -> Message:
         return _final(f"Your first message was: {users[0]!r}")
     if m := _WEATHER.search(text):
         return _calls(messages, ("weather", {"city": m.group(1).strip().rstrip("?.!")}))
+    if m := _APPEND.search(text):
+        return _calls(messages, ("append_file", {"path": m.group(2), "content": m.group(1)}))
     if m := _WRITE.search(text):
         return _calls(messages, ("write_file", {"path": m.group(2), "content": m.group(1)}))
     if re.search(r"\blist\b.*\bfiles?\b", text, re.I):

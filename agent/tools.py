@@ -38,6 +38,7 @@ class ToolContext:
     workspace: Path
     ledger: EffectLedger
     ident: ExecutionIdentity
+    mutations: frozenset[str] = frozenset()  # deliberate bugs, only for checking the checkers
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,38 @@ def write_file(args: dict[str, Any], ctx: ToolContext) -> str:
     return f"wrote {result.get('bytes', len(data))} bytes to {rel}{note}"
 
 
+def append_file(args: dict[str, Any], ctx: ToolContext) -> str:
+    """Append text: not idempotent by nature, so only the idempotency key keeps a retry from appending twice."""
+    target = resolve_in_workspace(ctx.workspace, args["path"])
+    data = args["content"].encode()
+    if len(data) > MAX_FILE_BYTES:
+        raise ToolValidationError(f"append_file: content is {len(data)} bytes; the limit is {MAX_FILE_BYTES}")
+    if target.is_dir():
+        raise ToolValidationError(f"append_file: {args['path']!r} is a directory")
+    rel = _relative(ctx, target)
+
+    def apply() -> dict[str, Any]:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "ab") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        return {"path": rel, "bytes": len(data)}
+
+    def already_present() -> bool:
+        # An interrupted attempt appended iff the file now ends with the text (good enough for distinct lines).
+        return target.is_file() and target.read_bytes().endswith(data)
+
+    if "unkeyed_append" in ctx.mutations:
+        # Deliberately broken build (for checking the checkers): appends on every attempt.
+        apply()
+        ctx.ledger.record_application(ctx.ident, "append_file", rel)
+        return f"appended {len(data)} bytes to {rel}"
+    _, applied_now = ctx.ledger.apply_once(ctx.ident, "append_file", rel, _digest(data), apply, already_present)
+    note = "" if applied_now else " (already applied by an earlier attempt; not appended again)"
+    return f"appended {len(data)} bytes to {rel}{note}"
+
+
 def read_file(args: dict[str, Any], ctx: ToolContext) -> str:
     target = resolve_in_workspace(ctx.workspace, args["path"])
     if not target.is_file():
@@ -237,6 +270,9 @@ TOOLS: dict[str, Tool] = {
         Tool("write_file", "Write a text file in your workspace (path relative to the workspace).",
              _schema({"path": {"type": "string"}, "content": {"type": "string"}}, ["path", "content"]),
              write_file, side_effects=True),
+        Tool("append_file", "Append text to a file in your workspace (creates it if missing).",
+             _schema({"path": {"type": "string"}, "content": {"type": "string"}}, ["path", "content"]),
+             append_file, side_effects=True),
         Tool("read_file", "Read a text file from your workspace.",
              _schema({"path": {"type": "string"}}, ["path"]), read_file),
         Tool("list_files", "List the files in your workspace, or under a directory of it.",
@@ -250,8 +286,9 @@ TOOLS: dict[str, Tool] = {
 }
 
 TOOL_SETS: dict[str, list[str]] = {
-    "default": ["calculator", "weather", "write_file", "read_file", "list_files"],
-    "faults": ["calculator", "weather", "write_file", "read_file", "list_files", "flaky_service", "broken_service"],
+    "default": ["calculator", "weather", "write_file", "append_file", "read_file", "list_files"],
+    "faults": ["calculator", "weather", "write_file", "append_file", "read_file", "list_files", "flaky_service",
+               "broken_service"],
 }
 
 

@@ -22,6 +22,8 @@ from agent.tools import TOOLS
 from agent.workflow import AgentWorkflow
 
 DEFAULT_STATE_DIR = Path(".dah")
+CRASH_POINTS = ("after_model_call", "after_effect")
+MUTATIONS = ("unkeyed_append",)
 
 
 def default_identity() -> str:
@@ -36,6 +38,8 @@ class WorkerSettings:
     model_base_url: str | None = None  # the scripted model server (ignored by live models)
     identity: str = field(default_factory=default_identity)
     inject_bugs: frozenset[str] = frozenset()
+    crash_at: frozenset[str] = frozenset()  # self-SIGKILL points, once each (see AgentActivities._maybe_crash)
+    mutations: frozenset[str] = frozenset()  # deliberate bugs for checking the checkers
     max_concurrent_activities: int = 100
 
     def __post_init__(self) -> None:
@@ -43,6 +47,12 @@ class WorkerSettings:
         unknown = sorted(set(self.inject_bugs) - set(TOOLS))
         if unknown:
             raise ValueError(f"--bug {', '.join(unknown)}: not a tool; tools are {', '.join(TOOLS)}")
+        bad = sorted(set(self.crash_at) - set(CRASH_POINTS))
+        if bad:
+            raise ValueError(f"--crash-at {', '.join(bad)}: unknown point; points are {', '.join(CRASH_POINTS)}")
+        bad = sorted(set(self.mutations) - set(MUTATIONS))
+        if bad:
+            raise ValueError(f"--mutation {', '.join(bad)}: unknown; mutations are {', '.join(MUTATIONS)}")
 
     @property
     def resolved_ledger_path(self) -> Path:
@@ -57,6 +67,8 @@ def build_worker(client: Client, settings: WorkerSettings, ledger: EffectLedger)
         worker_identity=settings.identity,
         model_base_url=settings.model_base_url,
         inject_bugs=settings.inject_bugs,
+        crash_at=settings.crash_at,
+        mutations=settings.mutations,
     )
     return Worker(
         client,

@@ -123,3 +123,27 @@ def test_configuration_dumps_redact_secrets() -> None:
     dumped = f"{conn!r} {conn.redacted()}"
     assert "sk-very-secret" not in dumped and "/k.pem" not in dumped
     assert conn.redacted()["api_key"] == "<redacted>" and conn.redacted()["tls"] is True
+
+
+def test_ctrl_c_in_the_demo_stops_everything_it_started(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    out_path = tmp_path / "demo.out"
+    with open(out_path, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "agent", "demo", "--state-dir", str(tmp_path)], cwd=ROOT,
+                                stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while "you>" not in out_path.read_text() and time.monotonic() < deadline:
+            assert proc.poll() is None, out_path.read_text()
+            time.sleep(0.1)
+        children = {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}
+        assert children, "the demo should have started a temporal server"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "everything this command started has been stopped" in out_path.read_text()
+    assert not [p for p in children if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
