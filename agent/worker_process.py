@@ -36,6 +36,7 @@ class WorkerProcess:
     identity_prefix: str = "worker"
     namespace: str = "default"
     bugs: tuple[str, ...] = ()
+    extra_args: tuple[str, ...] = ()  # e.g. ("--crash-at", "after_effect")
     log_dir: Path | None = None
     start_timeout_s: float = 60.0
     generation: int = field(default=0, init=False)
@@ -63,7 +64,7 @@ class WorkerProcess:
             cmd += ["--model-base-url", self.model_base_url]
         for bug in self.bugs:
             cmd += ["--bug", bug]
-        return cmd
+        return cmd + list(self.extra_args)
 
     def start(self, *, bugs: tuple[str, ...] | None = None) -> WorkerProcess:
         """Start a new process (a new generation and identity); wait until it polls."""
@@ -88,6 +89,10 @@ class WorkerProcess:
             time.sleep(0.05)
         self.stop()
         raise WorkerStartError(f"worker {self.identity} did not print READY within {self.start_timeout_s} s")
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.poll() if self._proc else None
 
     def output(self) -> str:
         return self._log_path.read_text(errors="replace") if self._log_path and self._log_path.exists() else ""

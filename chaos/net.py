@@ -17,6 +17,8 @@ Contract
   (up to 64 KiB) with its arrival time and a writer that applies the toxics in
   force *when it forwards the chunk*, so toxics added or removed while a
   connection is open take effect on it at once. Chunks are never reordered.
+  While no toxic touches a direction and nothing is queued in it, the reader
+  writes straight through (TCP_NODELAY on both sockets): no added latency.
 * Toxics (``Toxic.kind``):
   - ``latency``: a chunk is forwarded ``latency_ms`` ± uniform ``jitter_ms``
     after it arrived (Toxiproxy's rule: the delay counts from arrival, so it
@@ -259,6 +261,18 @@ class _Connection:
         self.close(rst_client=stream != "downstream" or self.server is None, rst_server=stream != "upstream")
 
 
+class _Direction:
+    """One direction of a connection: chunks wait in ``queue`` while toxics act on them."""
+
+    def __init__(self, name: str, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        self.name = name  # "upstream" | "downstream"
+        self.counter = f"bytes_{name}"
+        self.src = src
+        self.dst = dst
+        self.queue: asyncio.Queue = asyncio.Queue(maxsize=_QUEUE_CHUNKS)
+        self.busy = False  # the writer holds a chunk it took off the queue
+
+
 # --------------------------------------------------------------------------- proxy
 
 
@@ -306,13 +320,13 @@ class FaultProxy:
         if loop is None or thread is None:
             return
         try:
-            self._submit(self._shutdown(), timeout=1.5)
+            self._submit(self._shutdown(), timeout=1.0)
         except Exception:  # noqa: BLE001 - stopping must not fail; leftovers are cancelled below
             log.exception("fault proxy %s: shutdown did not finish cleanly", self.name)
         loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=2.0)
+        thread.join(timeout=0.9)
         if thread.is_alive():
-            log.warning("fault proxy %s: loop thread still running after 2 s", self.name)
+            log.warning("fault proxy %s: loop thread still running after stop()", self.name)
         self._loop = self._thread = None
         log.info("fault proxy %s stopped", self.name)
 
@@ -480,7 +494,7 @@ class FaultProxy:
         await self._disable()
         tasks = [t for c in self._conns.values() for t in c.tasks]
         if tasks:
-            await asyncio.wait(tasks, timeout=1.0)
+            await asyncio.wait(tasks, timeout=0.5)
 
     async def _on_accept(self, client_reader: asyncio.StreamReader, client: asyncio.StreamWriter) -> None:
         self._next_id += 1
@@ -504,7 +518,7 @@ class FaultProxy:
                     asyncio.open_connection(*self.upstream, limit=_READ_SIZE), _DIAL_TIMEOUT_S)
             except (OSError, asyncio.TimeoutError) as exc:
                 self._counts["upstream_unreachable"] += 1
-                log.warning("fault proxy %s: upstream %s:%d unreachable (%s); closing client connection %d",
+                log.info("fault proxy %s: upstream %s:%d unreachable (%s); closing client connection %d",
                             self.name, *self.upstream, exc, conn.id)
                 conn.close()
                 return
@@ -542,13 +556,13 @@ class FaultProxy:
 
     async def _pump(self, conn: _Connection, direction: str, src: asyncio.StreamReader,
                     dst: asyncio.StreamWriter) -> None:
-        queue: asyncio.Queue = asyncio.Queue(maxsize=_QUEUE_CHUNKS)
-        reader = asyncio.create_task(self._read(src, queue))
+        d = _Direction(direction, src, dst)
+        reader = asyncio.create_task(self._read(conn, d))
         conn.tasks.add(reader)
-        counter = f"bytes_{direction}"
         try:
             while True:
-                item = await queue.get()
+                item = await d.queue.get()
+                d.busy = True
                 if isinstance(item, BaseException):
                     raise item
                 if item is _EOF:
@@ -560,21 +574,30 @@ class FaultProxy:
                 await self._hold_for_latency(conn, direction, stamp)
                 if self._active(conn, direction, "blackhole"):
                     self._counts["blackholed_bytes"] += len(data)
-                    continue
-                await self._write(conn, direction, dst, data)
-                self._counts[counter] += len(data)
+                else:
+                    await self._write(conn, direction, dst, data)
+                    self._counts[d.counter] += len(data)
+                d.busy = False
         finally:
             reader.cancel()
 
-    @staticmethod
-    async def _read(src: asyncio.StreamReader, queue: asyncio.Queue) -> None:
+    async def _read(self, conn: _Connection, d: _Direction) -> None:
         try:
-            while data := await src.read(_READ_SIZE):
-                await queue.put((time.monotonic(), data))
+            while data := await d.src.read(_READ_SIZE):
+                if d.queue.empty() and not d.busy and not self._touched(conn, d.name):
+                    # Fast path, the usual case: nothing queued ahead and no toxic on this direction.
+                    d.dst.write(data)
+                    self._counts[d.counter] += len(data)
+                    await d.dst.drain()
+                else:
+                    await d.queue.put((time.monotonic(), data))
         except (OSError, asyncio.IncompleteReadError) as exc:
-            await queue.put(exc)
+            await d.queue.put(exc)
             return
-        await queue.put(_EOF)
+        await d.queue.put(_EOF)
+
+    def _touched(self, conn: _Connection, direction: str) -> bool:
+        return any(t.applies_to(direction) and conn.applies.get(t.name, False) for t in self._toxics)
 
     async def _hold_for_latency(self, conn: _Connection, direction: str, stamp: float) -> None:
         while True:

@@ -1,0 +1,38 @@
+"""Injection evidence: a fault only counts if it landed while work was in flight.
+
+Each nemesis operation records what it hit (activities running on the
+victim, conversations in its cache, bytes a proxy dropped, model requests
+refused); a supervisor restart after a crash point is evidence by
+construction (the worker killed itself mid-activity). A run with faults
+scheduled and none of them landing on work is ``unknown``, never ``pass``:
+it proved nothing.
+"""
+
+from __future__ import annotations
+
+from chaos.checker import PASS, UNKNOWN, CheckResult, RunData
+from chaos.history import pairs
+
+FAULT_OPS = {"kill_worker", "pause_worker", "partition", "restart_server", "model_outage", "deploy_fix"}
+
+
+def check(data: RunData) -> CheckResult:
+    faults = []
+    for inv, done in pairs(data.ops):
+        if inv.process == "nemesis" and inv.f in FAULT_OPS:
+            evidence = (done.value or {}).get("evidence") if done and isinstance(done.value, dict) else None
+            faults.append({"f": inv.f, "at": round(inv.time, 2), "landed": bool(evidence), "evidence": evidence})
+        elif inv.process == "supervisor" and inv.f == "restart_worker" and inv.value.get("reason") == "crash point":
+            faults.append({"f": "crash_point", "at": round(inv.time, 2), "landed": True,
+                           "evidence": [{"worker": inv.value.get("worker"), "exit_code": inv.value.get("exit_code")}]})
+    landed = sum(f["landed"] for f in faults)
+    details = {"faults": faults, "injected": len(faults), "landed": landed}
+    if not faults:
+        scheduled = data.journal.get("schedule") or data.journal.get("scenario", {}).get("crash_at")
+        if scheduled:
+            return CheckResult("injection_evidence", UNKNOWN, "faults were scheduled but none was injected", details)
+        return CheckResult("injection_evidence", PASS, "no faults scheduled (a baseline run)", details)
+    if not landed:
+        return CheckResult("injection_evidence", UNKNOWN,
+                           f"all {len(faults)} fault(s) landed on idle workers: the run proved nothing", details)
+    return CheckResult("injection_evidence", PASS, f"{landed} of {len(faults)} fault(s) landed on in-flight work", details)

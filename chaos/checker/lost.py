@@ -1,0 +1,93 @@
+"""Nothing lost: every conversation completed with the expected answers.
+
+- every started conversation ended ``COMPLETED`` (after ``end_chat``);
+- every acknowledged ``send_message`` (ok) got exactly its expected reply,
+  and its message is in the final conversation exactly once;
+- a message whose outcome is unknown (info) is there at most once, and if
+  it is there, it was answered correctly;
+- each conversation's append file holds exactly the appends the conversation
+  processed, in order, once each.
+Missing final data (the final read failed) makes the verdict ``unknown``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chaos.checker import FAIL, PASS, UNKNOWN, CheckResult, RunData
+from chaos.history import FAIL as OP_FAIL
+from chaos.history import INFO, OK, pairs
+
+
+def _answered(messages: list[dict[str, Any]], text: str) -> list[str]:
+    """Final replies (assistant messages without tool calls ending a turn) to each occurrence of ``text``."""
+    replies = []
+    for i, m in enumerate(messages):
+        if m["role"] == "user" and m["content"] == text:
+            reply = None
+            for later in messages[i + 1:]:
+                if later["role"] == "user":
+                    break
+                if later["role"] == "assistant" and not later.get("tool_calls"):
+                    reply = later.get("content")
+            replies.append(reply)
+    return replies
+
+
+def check(data: RunData) -> CheckResult:
+    problems: list[str] = []
+    unknowns: list[str] = []
+    convs = {c["workflow_id"]: c for c in data.conversations["conversations"]}
+    sends = [(inv, done) for inv, done in pairs(data.ops) if inv.f == "send_message"]
+    acked = lost = 0
+    for wid, conv in convs.items():
+        if not conv["started"]:
+            unknowns.append(f"{wid}: never started (start outcome unknown)")
+            continue
+        if conv["final_history"] is None:
+            unknowns.append(f"{wid}: final read failed; cannot tell what it holds")
+            continue
+        if conv["final_status"] != "COMPLETED":
+            problems.append(f"{wid}: ended {conv['final_status']}, not COMPLETED")
+        messages = conv["final_history"]
+        processed_appends = []
+        for planned in conv["planned"]:
+            replies = _answered(messages, planned["text"])
+            if len(replies) == 1 and replies[0] == planned["expect"] and planned["kind"] == "append":
+                processed_appends.append(planned["content"])
+        for inv, done in sends:
+            if inv.value["conversation"] != wid:
+                continue
+            text, expect = inv.value["text"], inv.value["expect"]
+            replies = _answered(messages, text)
+            kind = done.type if done else INFO
+            if kind == OK:
+                acked += 1
+                if done.value["reply"] != expect:
+                    problems.append(f"{wid} #{inv.value['n']}: acknowledged reply {done.value['reply']!r} != {expect!r}")
+                if len(replies) != 1:
+                    lost += len(replies) == 0
+                    problems.append(f"{wid} #{inv.value['n']}: acknowledged message is in the conversation "
+                                    f"{len(replies)} times (expected once)")
+            elif kind in (INFO, OP_FAIL):
+                if len(replies) > 1:
+                    problems.append(f"{wid} #{inv.value['n']}: message with outcome {kind} is there {len(replies)} times")
+                elif replies and replies[0] != expect:
+                    problems.append(f"{wid} #{inv.value['n']}: processed with reply {replies[0]!r} != {expect!r}")
+        paths = {p["path"] for p in conv["planned"] if p["kind"] == "append"}
+        for path in paths:
+            f = data.workspace(wid) / path
+            got = f.read_text() if f.exists() else ""
+            appends = [p for p in conv["planned"] if p["kind"] == "append" and p["path"] == path]
+            want = "".join(p["content"] for p in appends if p["content"] in processed_appends)
+            if got != want:
+                problems.append(f"{wid}: {path} holds {got!r}, expected {want!r} (each processed append once, in order)")
+    details = {"acknowledged": acked, "lost": lost, "problems": problems[:50], "unknowns": unknowns}
+    if problems:
+        return CheckResult("lost", FAIL, f"{len(problems)} problem(s); first: {problems[0]}", details)
+    if unknowns:
+        return CheckResult("lost", UNKNOWN, f"{len(unknowns)} conversation(s) could not be checked: {unknowns[0]}", details)
+    if not convs:
+        return CheckResult("lost", UNKNOWN, "no conversations were run", details)
+    return CheckResult("lost", PASS, f"{len(convs)} conversations complete; {acked} acknowledged messages all answered "
+                                     "correctly, none lost or doubled", details)

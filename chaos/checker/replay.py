@@ -1,0 +1,36 @@
+"""Replay: every saved history replays without non-determinism errors on a
+fresh, cold worker built from the current code (Temporal's ``Replayer``, in
+a new interpreter). For the hot-fix scenario this is the proof that the fix
+was replay-safe.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from chaos.checker import FAIL, PASS, UNKNOWN, CheckResult, RunData
+
+DEFAULT_WORKFLOW = "agent.workflow:AgentWorkflow"
+
+
+def check(data: RunData) -> CheckResult:
+    target = data.journal.get("target", {})
+    workflow = target.get("workflow", DEFAULT_WORKFLOW)
+    env = {**os.environ, **target.get("env", {})}
+    proc = subprocess.run([sys.executable, "-m", "chaos.replay", str(data.histories_dir), "--workflow", workflow],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=target.get("cwd") or None)
+    if proc.returncode != 0:
+        return CheckResult("replay", UNKNOWN, f"the replayer could not run (exit {proc.returncode}): "
+                                              f"{proc.stderr.strip()[-500:]}")
+    result = json.loads(proc.stdout)
+    details = {"workflow": workflow, **result}
+    if result["replayed"] == 0:
+        return CheckResult("replay", UNKNOWN, "no histories to replay", details)
+    if result["failures"]:
+        first = result["failures"][0]
+        return CheckResult("replay", FAIL, f"{len(result['failures'])} of {result['replayed']} histories failed to "
+                                           f"replay; first {first['workflow_id']}: {first['error'][:200]}", details)
+    return CheckResult("replay", PASS, f"{result['replayed']} histories replayed cleanly on a cold worker", details)

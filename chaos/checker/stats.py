@@ -1,0 +1,41 @@
+"""Stats: ok / fail / info per operation type, and unhandled exceptions
+grouped by class with one example each (from failed operations and from the
+worker logs' tracebacks). Informational: it passes when it can count."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+
+from chaos.checker import PASS, CheckResult, RunData
+from chaos.history import INFO, pairs
+
+_EXC = re.compile(r"^(?:[\w.]+\.)?([A-Z]\w*(?:Error|Exception|Exit|Interrupt))(?::\s*(.*))?$")
+
+
+def check(data: RunData) -> CheckResult:
+    by_op: dict[str, Counter] = defaultdict(Counter)
+    exceptions: dict[str, dict] = {}
+    for inv, done in pairs(data.ops):
+        if inv.process.startswith("client"):
+            by_op[inv.f][done.type if done else INFO] += 1
+        if done is not None and done.error:
+            cls = done.error.split(":", 1)[0].strip() or "Error"
+            entry = exceptions.setdefault(cls, {"count": 0, "example": done.error[:300], "source": "history"})
+            entry["count"] += 1
+    logs = data.run_dir / "logs"
+    for log in sorted(logs.glob("w*.log")) if logs.exists() else []:
+        lines = log.read_text(errors="replace").splitlines()
+        for i, line in enumerate(lines):
+            if line.startswith("Traceback"):
+                for j in range(i + 1, min(i + 200, len(lines))):
+                    m = _EXC.match(lines[j])
+                    if m:
+                        entry = exceptions.setdefault(m.group(1), {"count": 0, "example": lines[j][:300],
+                                                                  "source": log.name})
+                        entry["count"] += 1
+                        break
+    table = {f: dict(c) for f, c in by_op.items()}
+    summary = ", ".join(f"{f}: " + "/".join(f"{c.get(t, 0)}" for t in ("ok", "fail", "info")) for f, c in by_op.items())
+    return CheckResult("stats", PASS, f"ok/fail/info {summary}; {len(exceptions)} exception class(es)",
+                       {"ops": table, "exceptions": exceptions})

@@ -1,0 +1,92 @@
+"""From the Temporal event histories (and the ledger's execution log):
+
+- a completed activity is never executed again: no physical execution of an
+  activity starts after the history recorded it completed (the model call
+  made before a crash is reused from history, not repeated), and no activity
+  has more executions than the attempts its history records;
+- retries were spaced by the retry policy: for an activity that took n
+  attempts, its last attempt started at least the sum of the first n-1
+  backoff intervals after it was scheduled (the policy is read from the
+  ActivityTaskScheduled event), and consecutive recorded attempts are at least
+  one backoff apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chaos.checker import FAIL, PASS, UNKNOWN, CheckResult, RunData
+
+TOLERANCE_S = 0.05
+
+
+def backoff(initial_s: float, coefficient: float, maximum_s: float, k: int) -> float:
+    """The wait before attempt k + 1."""
+    return min(initial_s * coefficient ** (k - 1), maximum_s) if maximum_s > 0 else initial_s * coefficient ** (k - 1)
+
+
+def _policies(data: RunData) -> dict[tuple[str, str], tuple[float, float, float]]:
+    from temporalio.api.enums.v1 import EventType
+    from temporalio.client import WorkflowHistory
+
+    out = {}
+    for wf_dir in sorted(p for p in data.histories_dir.iterdir() if p.is_dir()):
+        for f in sorted(wf_dir.glob("*.json")):
+            run_id = f.stem.split("-", 1)[1]
+            for ev in WorkflowHistory.from_json(wf_dir.name, f.read_text()).events:
+                if ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                    a = ev.activity_task_scheduled_event_attributes
+                    rp = a.retry_policy
+                    out[(run_id, a.activity_id)] = (rp.initial_interval.ToTimedelta().total_seconds(),
+                                                    rp.backoff_coefficient or 2.0,
+                                                    rp.maximum_interval.ToTimedelta().total_seconds())
+    return out
+
+
+def check(data: RunData) -> CheckResult:
+    if not data.runs:
+        return CheckResult("temporal_history", UNKNOWN, "no Temporal histories were saved")
+    problems: list[str] = []
+    policies = _policies(data)
+    executions: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for e in data.ledger_rows("executions"):
+        executions.setdefault((e["run_id"], e["activity_id"]), []).append(e)
+    activities = retried = reused_checked = 0
+    for wid, chain in data.runs.items():
+        for run in chain:
+            for a in run.activities:
+                activities += 1
+                key = (run.run_id, a.activity_id)
+                execs = sorted(executions.get(key, []), key=lambda e: e["started_at"])
+                if a.outcome == "completed" and a.closed_at is not None:
+                    closed = a.closed_at.timestamp()
+                    late = [e for e in execs if e["started_at"] > closed + TOLERANCE_S]
+                    reused_checked += bool(execs)
+                    if late:
+                        problems.append(f"{wid} {a.activity_type} #{a.activity_id}: executed again after it completed "
+                                        f"(attempts {[e['attempt'] for e in late]} by {[e['worker'] for e in late]})")
+                if execs and max(e["attempt"] for e in execs) > max(a.attempts, 1):
+                    problems.append(f"{wid} {a.activity_type} #{a.activity_id}: an execution with attempt "
+                                    f"{max(e['attempt'] for e in execs)} but the history records {a.attempts}")
+                if a.attempts >= 2 and key in policies and a.scheduled_at and a.started_at:
+                    retried += 1
+                    initial, coef, maximum = policies[key]
+                    floor = sum(backoff(initial, coef, maximum, k) for k in range(1, a.attempts))
+                    waited = (a.started_at - a.scheduled_at).total_seconds()
+                    if waited + TOLERANCE_S < floor:
+                        problems.append(f"{wid} {a.activity_type} #{a.activity_id}: attempt {a.attempts} started "
+                                        f"{waited:.2f}s after scheduling; the backoff policy needs >= {floor:.2f}s")
+                    by_attempt = {e["attempt"]: e["started_at"] for e in execs}
+                    for k in sorted(by_attempt):
+                        if k + 1 in by_attempt:
+                            gap = by_attempt[k + 1] - by_attempt[k]
+                            if gap + TOLERANCE_S < backoff(initial, coef, maximum, k):
+                                problems.append(f"{wid} {a.activity_type} #{a.activity_id}: attempts {k} and {k + 1} "
+                                                f"{gap:.2f}s apart; backoff is {backoff(initial, coef, maximum, k):.2f}s")
+    details = {"activities": activities, "retried_activities": retried,
+               "completed_activities_with_executions": reused_checked, "problems": problems[:50]}
+    if problems:
+        return CheckResult("temporal_history", FAIL, f"{len(problems)} problem(s); first: {problems[0]}", details)
+    return CheckResult("temporal_history", PASS,
+                       f"{activities} activities: none executed after completing; {retried} retried activities "
+                       "all spaced by their backoff", details)

@@ -1,0 +1,162 @@
+"""The client: a driver that starts conversations and sends messages.
+
+Each conversation sends a seeded list of messages, one at a time, as
+``send_message`` Updates: arithmetic (checked against the exact expected
+reply) and appends to a per-conversation file (a non-idempotent side effect,
+checked in the workspace and the effect ledger). Every call is recorded as
+invoke then ok / fail / info; a timeout or a lost connection is ``info``
+(the message may or may not have been processed), never retried blindly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.service import RPCError
+
+from agent.contracts import AgentConfig, AgentInput, ChatMessage
+from agent.workflow import AgentWorkflow
+from chaos.history import FAIL, INFO, OK, History
+
+
+@dataclass
+class Workload:
+    conversations: int = 3
+    messages: int = 6  # per conversation
+    think_s: float = 0.5  # mean pause between a reply and the next message (seeded)
+    op_timeout_s: float = 60.0  # past this a send is recorded as info
+    append_ratio: float = 0.4
+
+
+@dataclass
+class PlannedMessage:
+    text: str
+    expect: str  # the exact reply
+    kind: str  # "calc" | "append"
+    path: str | None = None
+    content: str | None = None
+
+
+def plan_messages(conversation: str, n: int, rng: random.Random, append_ratio: float) -> list[PlannedMessage]:
+    out = []
+    path = f"log-{conversation.rsplit('-', 1)[-1]}.txt"
+    for i in range(n):
+        if rng.random() < append_ratio:
+            token = f"line-{i}-{rng.randrange(10**6):06d};"
+            out.append(PlannedMessage(f"append {token} to {path}", f"appended {len(token)} bytes to {path}",
+                                      "append", path, token))
+        else:
+            a, b = rng.randrange(2, 999), rng.randrange(2, 99)
+            out.append(PlannedMessage(f"What is {a} * {b}?", f"{a} * {b} = {a * b}", "calc"))
+    return out
+
+
+def chaos_agent_config() -> AgentConfig:
+    """Timeouts sized for fault injection: a dead worker's work moves on within seconds."""
+    cfg = AgentConfig(model="scripted")
+    for policy in (cfg.planning, cfg.tool):
+        policy.start_to_close_s = 20.0
+        policy.heartbeat_s = 3.0
+        policy.initial_interval_s = 0.5
+        policy.maximum_interval_s = 4.0
+    return cfg
+
+
+@dataclass
+class Conversation:
+    workflow_id: str
+    planned: list[PlannedMessage]
+    started: bool = False
+    final_history: list[dict[str, Any]] | None = None
+    final_status: str | None = None
+    result: dict[str, Any] | None = None
+
+
+@dataclass
+class Driver:
+    client: Client
+    history: History
+    task_queue: str
+    workload: Workload
+    seed: int
+    config: AgentConfig = field(default_factory=chaos_agent_config)
+    run_tag: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
+    conversations: list[Conversation] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        rng = random.Random(self.seed)
+        for i in range(self.workload.conversations):
+            wid = f"chaos-{self.run_tag}-{i}"
+            self.conversations.append(
+                Conversation(wid, plan_messages(wid, self.workload.messages, rng, self.workload.append_ratio)))
+
+    @property
+    def workflow_ids(self) -> list[str]:
+        return [c.workflow_id for c in self.conversations]
+
+    async def run(self) -> None:
+        """Drive every conversation through its messages, concurrently."""
+        await asyncio.gather(*(self._drive(i, c) for i, c in enumerate(self.conversations)))
+
+    async def _drive(self, i: int, conv: Conversation) -> None:
+        process = f"client-{i}"
+        rng = random.Random(f"{self.seed}-{i}")
+        op = self.history.invoke(process, "start_conversation", {"conversation": conv.workflow_id})
+        try:
+            await self.client.start_workflow(AgentWorkflow.run, AgentInput(config=self.config), id=conv.workflow_id,
+                                             task_queue=self.task_queue, task_timeout=timedelta(seconds=5))
+            conv.started = True
+            self.history.complete(op, OK)
+        except Exception as exc:  # nothing else can proceed on this conversation
+            self.history.complete(op, INFO, error=f"{type(exc).__name__}: {exc}")
+            return
+        handle = self.client.get_workflow_handle(conv.workflow_id)
+        for n, msg in enumerate(conv.planned):
+            await asyncio.sleep(rng.expovariate(1.0 / self.workload.think_s) if self.workload.think_s else 0)
+            op = self.history.invoke(process, "send_message",
+                                     {"conversation": conv.workflow_id, "n": n, "text": msg.text, "expect": msg.expect})
+            try:
+                reply = await asyncio.wait_for(
+                    handle.execute_update(AgentWorkflow.send_message, ChatMessage(msg.text), id=f"msg-{n}"),
+                    timeout=self.workload.op_timeout_s)
+                self.history.complete(op, OK, {"reply": reply.text, "turn": reply.turn})
+            except WorkflowUpdateFailedError as exc:
+                self.history.complete(op, FAIL, error=f"update failed: {exc.cause}")
+            except (asyncio.TimeoutError, RPCError) as exc:
+                self.history.complete(op, INFO, error=f"{type(exc).__name__}: {exc}")
+
+    async def finish(self, timeout_s: float = 60.0) -> None:
+        """End every conversation and read its final state (the final check's data)."""
+        for i, conv in enumerate(self.conversations):
+            if not conv.started:
+                continue
+            process = f"client-{i}"
+            handle = self.client.get_workflow_handle(conv.workflow_id)
+            op = self.history.invoke(process, "end_chat", {"conversation": conv.workflow_id})
+            try:
+                await handle.signal(AgentWorkflow.end_chat)
+                result = await asyncio.wait_for(handle.result(), timeout=timeout_s)
+                conv.result = asdict(result) if hasattr(result, "__dataclass_fields__") else result
+                self.history.complete(op, OK, conv.result)
+            except Exception as exc:
+                self.history.complete(op, INFO, error=f"{type(exc).__name__}: {exc}")
+            op = self.history.invoke(process, "read_conversation", {"conversation": conv.workflow_id})
+            try:
+                conv.final_history = await handle.query(AgentWorkflow.get_history)
+                conv.final_status = (await handle.describe()).status.name
+                self.history.complete(op, OK, {"messages": len(conv.final_history), "status": conv.final_status})
+            except Exception as exc:
+                self.history.complete(op, INFO, error=f"{type(exc).__name__}: {exc}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "workload": asdict(self.workload),
+            "config": asdict(self.config),
+            "conversations": [asdict(c) for c in self.conversations],
+        }

@@ -1,0 +1,176 @@
+"""The cluster under test: Temporal, the model, fault proxies and supervised workers.
+
+    Temporal server (db file) <-- proxy "temporal" <-- worker-1..N --> proxy "model" --> scripted model
+
+Workers reach Temporal and the model only through the two ``FaultProxy``s,
+so network faults land on exactly the links that matter. The driver (the
+client) talks to Temporal directly. The ``Supervisor`` restarts any worker
+that dies, whatever killed it (a nemesis, a crash point, a worker that gave
+up after a long partition), after a delay, and records each restart in the
+history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import AsyncIterator
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.devserver import EmbeddedTemporal
+from agent.model_server import FaultRule, LatencyModel, ScriptedModelServer
+from agent.scripted_routes import respond
+from agent.worker_process import WorkerProcess
+from chaos.history import History
+from chaos.net import FaultProxy
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ClusterSpec:
+    workers: int = 2
+    task_queue: str = "chaos"
+    model_latency: str = "fixed:300"
+    bugs: tuple[str, ...] = ()  # tools with a logic bug in the first worker build (the hot-fix scenario)
+    crash_at: tuple[str, ...] = ()  # worker self-SIGKILL points
+    mutations: tuple[str, ...] = ()  # deliberate agent bugs, to check the checkers
+    restart_delay_s: float = 1.0
+    seed: int = 0
+
+
+@dataclass
+class SupervisedWorker:
+    process: WorkerProcess
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    down_until: float = 0.0  # a nemesis holds it down until then (monotonic)
+    restarts: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.process.identity_prefix
+
+    @contextlib.asynccontextmanager
+    async def held(self) -> AsyncIterator[WorkerProcess]:
+        """Hold the worker away from the supervisor, acquiring off the event loop (a restart takes seconds)."""
+        await asyncio.to_thread(self.lock.acquire)
+        try:
+            yield self.process
+        finally:
+            self.lock.release()
+
+
+class Cluster:
+    def __init__(self, run_dir: Path, spec: ClusterSpec, history: History) -> None:
+        self.run_dir = run_dir
+        self.spec = spec
+        self.history = history
+        self.server = EmbeddedTemporal(db_filename=run_dir / "temporal.db", log_file=run_dir / "logs" / "temporal.log",
+                                       log_level="warn")
+        self.model = ScriptedModelServer(respond, latency=LatencyModel.parse(spec.model_latency), seed=spec.seed)
+        self.temporal_proxy: FaultProxy | None = None
+        self.model_proxy: FaultProxy | None = None
+        self.workers: list[SupervisedWorker] = []
+        self._stop = threading.Event()
+        self._supervisor: threading.Thread | None = None
+
+    @property
+    def state_dir(self) -> Path:
+        return self.run_dir / "state"
+
+    @property
+    def ledger_path(self) -> Path:
+        return self.state_dir / "sandbox" / "ledger.sqlite3"
+
+    def start(self) -> Cluster:
+        (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        self.server.start()
+        self.model.start()
+        self.temporal_proxy = FaultProxy("temporal", ("127.0.0.1", self.server.port), seed=self.spec.seed).start()
+        self.model_proxy = FaultProxy("model", ("127.0.0.1", self.model.port), seed=self.spec.seed + 1).start()
+        extra: list[str] = []
+        for point in self.spec.crash_at:
+            extra += ["--crash-at", point]
+        for mutation in self.spec.mutations:
+            extra += ["--mutation", mutation]
+        for i in range(1, self.spec.workers + 1):
+            self.workers.append(SupervisedWorker(WorkerProcess(
+                self.temporal_proxy.address, self.spec.task_queue, f"http://{self.model_proxy.address}/v1",
+                state_dir=self.state_dir, identity_prefix=f"w{i}", bugs=self.spec.bugs, extra_args=tuple(extra),
+                log_dir=self.run_dir / "logs",
+            )))
+        # Workers take seconds each to import LiteLLM: start them side by side.
+        with ThreadPoolExecutor(len(self.workers)) as pool:
+            list(pool.map(lambda w: w.process.start(), self.workers))
+        self._supervisor = threading.Thread(target=self._supervise, name="supervisor", daemon=True)
+        self._supervisor.start()
+        return self
+
+    def _supervise(self) -> None:
+        while not self._stop.wait(0.2):
+            for w in self.workers:
+                with w.lock:
+                    if w.process.alive or time.monotonic() < w.down_until or self._stop.is_set():
+                        continue
+                    code = w.process.returncode
+                    tail = w.process.output()[-400:]
+                    reason = "crash point" if "crash point" in tail else \
+                        "fatal worker failure" if "failed fatally" in tail else "process died"
+                    op = self.history.invoke("supervisor", "restart_worker",
+                                             {"worker": w.name, "exit_code": code, "reason": reason})
+                    try:
+                        w.process.start()
+                        w.restarts += 1
+                        self.history.complete(op, "ok", {"worker": w.name, "identity": w.process.identity})
+                    except Exception as exc:  # recorded; the supervisor tries again next round
+                        self.history.complete(op, "fail", error=f"{type(exc).__name__}: {exc}")
+
+    def worker(self, name: str) -> SupervisedWorker:
+        for w in self.workers:
+            if w.name == name:
+                return w
+        raise KeyError(f"no worker {name!r}; workers are {', '.join(w.name for w in self.workers)}")
+
+    def heal(self) -> None:
+        """Undo every fault: links clean and up, workers resumed, the model healthy."""
+        for proxy in (self.temporal_proxy, self.model_proxy):
+            if proxy is not None:
+                proxy.clear_toxics()
+                if not proxy.enabled:
+                    proxy.enable()
+        self.model.set_faults([])
+        for w in self.workers:
+            with w.lock:
+                w.process.resume()
+                w.down_until = 0.0
+
+    def set_model_faults(self, rules: list[FaultRule]) -> None:
+        self.model.set_faults(rules)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._supervisor is not None:
+            self._supervisor.join(timeout=5)
+        for w in self.workers:
+            with w.lock:
+                w.process.stop()
+        for closer in (self.temporal_proxy, self.model_proxy):
+            if closer is not None:
+                closer.stop()
+        self.model.stop()
+        self.server.stop()
+
+    def __enter__(self) -> Cluster:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,109 @@
+"""The history: every client and nemesis operation, as plain data, on disk first.
+
+Jepsen's model. A client operation is recorded as ``invoke`` when it starts
+and completed by ``ok`` (it happened), ``fail`` (it certainly did not) or
+``info`` (unknown: a timeout, a lost connection; it may or may not have
+happened). Nemesis and supervisor operations are recorded the same way, with
+their start and end. Each line of ``history.jsonl`` is written and flushed
+as the operation happens, so a crashed orchestrator still leaves the history
+behind, and checkers read only this file (and the other saved artefacts).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+INVOKE, OK, FAIL, INFO = "invoke", "ok", "fail", "info"
+
+
+@dataclass
+class Op:
+    index: int
+    process: str  # "client-3", "nemesis", "supervisor"
+    type: str  # invoke | ok | fail | info
+    f: str  # the operation: send_message, kill_worker, ...
+    value: Any = None
+    time: float = 0.0  # seconds since the run started (monotonic clock)
+    wall: float = 0.0  # unix time, to line up with Temporal's event timestamps
+    error: str | None = None
+    invoke_index: int | None = None  # for completions: the invoke they complete
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass
+class History:
+    """Thread-safe, append-only, flushed per operation."""
+
+    path: Path
+    _t0: float = field(default_factory=time.monotonic, init=False)
+    _ops: list[Op] = field(default_factory=list, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+
+    def __post_init__(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a", encoding="utf-8")
+
+    def now(self) -> float:
+        return time.monotonic() - self._t0
+
+    def _append(self, op: Op) -> Op:
+        with self._lock:
+            op.index = len(self._ops)
+            self._ops.append(op)
+            self._file.write(json.dumps(op.as_dict(), default=str) + "\n")
+            self._file.flush()
+        return op
+
+    def invoke(self, process: str, f: str, value: Any = None) -> Op:
+        return self._append(Op(0, process, INVOKE, f, value, self.now(), time.time()))
+
+    def complete(self, invoked: Op, type_: str, value: Any = None, error: str | None = None) -> Op:
+        assert type_ in (OK, FAIL, INFO), type_
+        return self._append(Op(0, invoked.process, type_, invoked.f, value, self.now(), time.time(), error,
+                               invoked.index))
+
+    def event(self, process: str, f: str, value: Any = None) -> Op:
+        """A point-in-time record (a phase change, a supervisor restart): an invoke and its ok together."""
+        op = self.invoke(process, f, value)
+        self.complete(op, OK, value)
+        return op
+
+    def ops(self) -> list[Op]:
+        with self._lock:
+            return list(self._ops)
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._file.closed:
+                self._file.flush()
+                import os
+
+                os.fsync(self._file.fileno())
+                self._file.close()
+
+
+def load(path: Path) -> list[Op]:
+    ops = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{n}: not a JSON line ({exc.msg}); the history is damaged") from None
+            ops.append(Op(**d))
+    return ops
+
+
+def pairs(ops: list[Op]) -> list[tuple[Op, Op | None]]:
+    """Each invoke with its completion (None: never completed, which counts as info)."""
+    done = {op.invoke_index: op for op in ops if op.type != INVOKE and op.invoke_index is not None}
+    return [(op, done.get(op.index)) for op in ops if op.type == INVOKE]

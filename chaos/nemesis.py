@@ -1,0 +1,225 @@
+"""The nemesis: fault operations on the cluster, recorded with their evidence.
+
+Each operation is recorded in the history as an invoke when it starts and an
+ok (or info) when it ends, with ``value.evidence``: what was in flight when
+the fault landed (activities running on the victim, a workflow held in a
+worker's cache, bytes dropped by a proxy, requests the model refused). A fault
+with no evidence hit nothing; the evidence checker will not let a run whose
+faults all hit nothing pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType, PendingActivityState
+from temporalio.client import Client
+
+from agent.model_server import FaultRule
+from chaos.cluster import Cluster
+from chaos.history import INFO, OK, History
+from chaos.net import Toxic
+
+
+@dataclass
+class NemesisContext:
+    cluster: Cluster
+    client: Client
+    history: History
+    workflow_ids: list[str]
+    rng: random.Random
+
+
+async def in_flight(ctx: NemesisContext) -> list[dict[str, Any]]:
+    """Activities running right now on some worker, across the run's conversations."""
+    found = []
+    for wid in ctx.workflow_ids:
+        try:
+            desc = await ctx.client.get_workflow_handle(wid).describe()
+        except Exception:  # not started yet, or the server is down: nothing observable
+            continue
+        for p in desc.raw_description.pending_activities:
+            if p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED:
+                found.append({"workflow_id": wid, "activity": p.activity_type.name, "attempt": p.attempt,
+                              "worker": p.last_worker_identity})
+    return found
+
+
+async def cached_on(ctx: NemesisContext, identity: str) -> list[str]:
+    """Open conversations whose last workflow task ran on this worker (it holds them in its cache)."""
+    held = []
+    for wid in ctx.workflow_ids:
+        try:
+            handle = ctx.client.get_workflow_handle(wid)
+            if (await handle.describe()).status.name != "RUNNING":
+                continue
+            last = None
+            async for ev in handle.fetch_history_events():
+                if ev.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+                    last = ev.workflow_task_completed_event_attributes.identity
+            if last == identity:
+                held.append(wid)
+        except Exception:
+            continue
+    return held
+
+
+def _worker_of(ctx: NemesisContext, identity: str) -> str | None:
+    for w in ctx.cluster.workers:
+        if w.process.identity == identity:
+            return w.name
+    return None
+
+
+async def _wait_for_in_flight(ctx: NemesisContext, activity: str | None, timeout_s: float) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        running = [a for a in await in_flight(ctx) if activity is None or a["activity"] == activity]
+        if running:
+            return running
+        await asyncio.sleep(0.05)
+    return []
+
+
+async def kill_worker(ctx: NemesisContext, when: str = "busy", activity: str | None = "plan_next_action",
+                      down_s: float = 2.0, wait_s: float = 15.0) -> dict[str, Any]:
+    """SIGKILL a worker: one running ``activity`` ("busy"), or one idle but holding conversations ("idle")."""
+    op = ctx.history.invoke("nemesis", "kill_worker", {"when": when, "activity": activity, "down_s": down_s})
+    evidence: list[Any] = []
+    victim = None
+    if when == "busy":
+        running = await _wait_for_in_flight(ctx, activity, wait_s)
+        if running:
+            victim = _worker_of(ctx, running[0]["worker"])
+            evidence = [a for a in running if a["worker"] == running[0]["worker"]]
+    elif when == "idle":
+        for w in ctx.cluster.workers:
+            held = await cached_on(ctx, w.process.identity)
+            if held and not [a for a in await in_flight(ctx) if a["worker"] == w.process.identity]:
+                victim, evidence = w.name, [{"cached_conversation": wid} for wid in held]
+                break
+    victim = victim or ctx.rng.choice(ctx.cluster.workers).name
+    w = ctx.cluster.worker(victim)
+    async with w.held() as proc:
+        identity = proc.identity
+        w.down_until = time.monotonic() + down_s
+        proc.kill()
+    value = {"worker": victim, "identity": identity, "evidence": evidence, "down_s": down_s}
+    ctx.history.complete(op, OK, value)
+    return value
+
+
+async def pause_worker(ctx: NemesisContext, pause_s: float = 6.0, wait_s: float = 15.0) -> dict[str, Any]:
+    """SIGSTOP a busy worker for longer than the heartbeat timeout, then SIGCONT it."""
+    op = ctx.history.invoke("nemesis", "pause_worker", {"pause_s": pause_s})
+    running = await _wait_for_in_flight(ctx, None, wait_s)
+    victim = _worker_of(ctx, running[0]["worker"]) if running else None
+    victim = victim or ctx.rng.choice(ctx.cluster.workers).name
+    w = ctx.cluster.worker(victim)
+    identity = w.process.identity
+    evidence = [a for a in running if a["worker"] == identity]
+    async with w.held() as proc:
+        proc.pause()
+    await asyncio.sleep(pause_s)
+    async with w.held() as proc:
+        proc.resume()
+    value = {"worker": victim, "identity": identity, "evidence": evidence, "pause_s": pause_s}
+    ctx.history.complete(op, OK, value)
+    return value
+
+
+async def partition(ctx: NemesisContext, link: str = "temporal", mode: str = "blackhole", duration_s: float = 8.0,
+                    toxicity: float = 1.0) -> dict[str, Any]:
+    """Cut the workers' link to Temporal or to the model: blackhole, reset (TCP RST) or down (refused)."""
+    proxy = ctx.cluster.temporal_proxy if link == "temporal" else ctx.cluster.model_proxy
+    assert proxy is not None
+    op = ctx.history.invoke("nemesis", "partition", {"link": link, "mode": mode, "duration_s": duration_s})
+    running = await _wait_for_in_flight(ctx, None, 10.0)
+    before = proxy.stats()
+    if mode == "down":
+        proxy.disable()
+    else:
+        proxy.add_toxic(Toxic(kind=mode, toxicity=toxicity, name=f"partition_{mode}"))
+    await asyncio.sleep(duration_s)
+    after = proxy.stats()
+    if mode == "down":
+        proxy.enable()
+    else:
+        proxy.remove_toxic(f"partition_{mode}")
+    dropped = {k: after.get(k, 0) - before.get(k, 0) for k in ("blackholed_bytes", "resets", "refused_while_down")
+               if isinstance(after.get(k), int) and after.get(k, 0) - before.get(k, 0) > 0}
+    evidence = ([{"in_flight": a} for a in running] + ([{"proxy": dropped}] if dropped else [])) if (running or dropped) else []
+    value = {"link": link, "mode": mode, "evidence": evidence, "proxy_delta": dropped}
+    ctx.history.complete(op, OK, value)
+    return value
+
+
+async def restart_server(ctx: NemesisContext, down_s: float = 3.0) -> dict[str, Any]:
+    """SIGKILL the Temporal server and start it again from its database file."""
+    op = ctx.history.invoke("nemesis", "restart_server", {"down_s": down_s})
+    running = await _wait_for_in_flight(ctx, None, 10.0)
+    await asyncio.to_thread(ctx.cluster.server.kill)
+    await asyncio.sleep(down_s)
+    try:
+        await asyncio.to_thread(ctx.cluster.server.start)
+    except Exception as exc:
+        ctx.history.complete(op, INFO, {"evidence": running}, error=f"{type(exc).__name__}: {exc}")
+        raise
+    value = {"evidence": running, "pid": ctx.cluster.server.pid}
+    ctx.history.complete(op, OK, value)
+    return value
+
+
+async def model_outage(ctx: NemesisContext, status: int = 503, duration_s: float = 6.0,
+                       mode: str = "status") -> dict[str, Any]:
+    """The model API refuses (503/429), hangs or answers garbage for a while."""
+    op = ctx.history.invoke("nemesis", "model_outage", {"mode": mode, "status": status, "duration_s": duration_s})
+    before = ctx.cluster.model.stats()["faults_applied"].get(mode, 0)
+    rule = FaultRule(mode=mode, status=status) if mode == "status" else FaultRule(mode=mode)
+    ctx.cluster.set_model_faults([rule])
+    await asyncio.sleep(duration_s)
+    ctx.cluster.set_model_faults([])
+    hits = ctx.cluster.model.stats()["faults_applied"].get(mode, 0) - before
+    value = {"mode": mode, "requests_refused": hits, "evidence": [{"model_requests_faulted": hits}] if hits else []}
+    ctx.history.complete(op, OK, value)
+    return value
+
+
+async def deploy_fix(ctx: NemesisContext, activity: str = "calculator", min_attempt: int = 2,
+                     wait_s: float = 20.0) -> dict[str, Any]:
+    """The hot-fix: once the buggy activity is stuck retrying, restart every worker without the bug."""
+    op = ctx.history.invoke("nemesis", "deploy_fix", {"activity": activity})
+    deadline = time.monotonic() + wait_s
+    stuck: list[dict[str, Any]] = []
+    while time.monotonic() < deadline and not stuck:
+        for wid in ctx.workflow_ids:
+            try:
+                desc = await ctx.client.get_workflow_handle(wid).describe()
+            except Exception:
+                continue
+            stuck += [{"workflow_id": wid, "activity": p.activity_type.name, "attempt": p.attempt,
+                       "last_failure": p.last_failure.message[:120]}
+                      for p in desc.raw_description.pending_activities
+                      if p.activity_type.name == activity and p.attempt >= min_attempt]
+        await asyncio.sleep(0.1)
+    for w in ctx.cluster.workers:
+        async with w.held() as proc:
+            await asyncio.to_thread(proc.stop)
+            await asyncio.to_thread(proc.start, bugs=())
+    value = {"evidence": stuck, "workers": [w.process.identity for w in ctx.cluster.workers]}
+    ctx.history.complete(op, OK, value)
+    return value
+
+
+NEMESES = {
+    "kill_worker": kill_worker,
+    "pause_worker": pause_worker,
+    "partition": partition,
+    "restart_server": restart_server,
+    "model_outage": model_outage,
+    "deploy_fix": deploy_fix,
+}

@@ -1,0 +1,221 @@
+"""One chaos run, start to verdict.
+
+    setup -> warm-up -> faults -> heal -> settle -> final check -> stop -> checkers
+
+Writes ``runs/<scenario>/<timestamp>/``: ``history.jsonl`` (as it happens,
+before any checker runs), ``conversations.json`` (the final reads),
+``histories/`` (every Temporal history checked), ``logs/`` (workers and
+server), ``state/`` (workspaces and the effect ledger) and ``journal.json``
+(machine, versions, seed, configuration, schedule, per-phase timings, each
+checker's result, the verdict). ``runs/<scenario>/latest`` points at it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import psutil
+from temporalio.client import Client
+
+from chaos.checker import CheckResult, compose, run_checkers
+from chaos.client import Driver
+from chaos.cluster import Cluster
+from chaos.generator import schedule
+from chaos.history import History, pairs
+from chaos.nemesis import NEMESES, NemesisContext
+from chaos.scenarios import ChaosScenario
+
+log = logging.getLogger(__name__)
+Progress = Callable[[str], None]
+
+
+@dataclass
+class RunResult:
+    scenario: str
+    run_dir: Path
+    verdict: str
+    checks: list[CheckResult]
+    seed: int
+    wall_s: float
+    row: dict[str, Any] = field(default_factory=dict)
+
+
+def machine_info() -> dict[str, Any]:
+    import temporalio
+
+    from agent.devserver import find_temporal_binary
+
+    try:
+        server = subprocess.run([find_temporal_binary(), "--version"], capture_output=True, text=True,
+                                timeout=20).stdout.strip()
+    except Exception as exc:  # recorded, not fatal
+        server = f"unknown ({exc})"
+    cpu = platform.processor() or next((line.split(":", 1)[1].strip() for line in
+                                        open("/proc/cpuinfo") if line.startswith("model name")), "unknown")
+    return {
+        "cores": os.cpu_count(), "memory_gb": round(psutil.virtual_memory().total / 2**30, 1), "cpu": cpu,
+        "platform": platform.platform(), "python": sys.version.split()[0], "temporalio": temporalio.__version__,
+        "temporal_cli": server,
+    }
+
+
+async def _save_histories(client: Client, run_dir: Path, workflow_ids: list[str]) -> None:
+    """Every run of every conversation, walking continue-as-new back from the latest run."""
+    for wid in workflow_ids:
+        try:
+            run_id = (await client.get_workflow_handle(wid).describe()).run_id
+        except Exception:  # never started: nothing to save
+            continue
+        chain = []
+        while run_id:
+            history = await client.get_workflow_handle(wid, run_id=run_id).fetch_history()
+            chain.append((run_id, history))
+            run_id = history.events[0].workflow_execution_started_event_attributes.continued_execution_run_id
+        out = run_dir / "histories" / wid
+        out.mkdir(parents=True, exist_ok=True)
+        for n, (rid, history) in enumerate(reversed(chain)):
+            (out / f"{n:02d}-{rid}.json").write_text(history.to_json())
+
+
+def _link_latest(run_dir: Path) -> None:
+    latest = run_dir.parent / "latest"
+    tmp = run_dir.parent / ".latest.tmp"
+    if tmp.is_symlink() or tmp.exists():
+        tmp.unlink()
+    tmp.symlink_to(run_dir.name)
+    os.replace(tmp, latest)
+
+
+def summarise(scenario: str, ops: list, checks: list[CheckResult]) -> dict[str, Any]:
+    by = {c.name: c for c in checks}
+    client_ops = [(i, d) for i, d in pairs(ops) if i.process.startswith("client") and i.f == "send_message"]
+    counts = {"ok": 0, "fail": 0, "info": 0}
+    for _, d in client_ops:
+        counts[d.type if d else "info"] += 1
+    ev = by.get("injection_evidence")
+    faults = ev.details if ev else {}
+    # Recovery: from the end of each fault to the next acknowledged message.
+    oks = sorted(d.time for _, d in client_ops if d and d.type == "ok")
+    recovery = []
+    for inv, done in pairs(ops):
+        if inv.process == "nemesis" and done is not None and inv.f != "heal":
+            nxt = next((t for t in oks if t >= done.time), None)
+            if nxt is not None:
+                recovery.append(nxt - done.time)
+    return {
+        "scenario": scenario,
+        "faults": f"{faults.get('landed', 0)}/{faults.get('injected', 0)}",
+        "ok": counts["ok"], "fail": counts["fail"], "info": counts["info"],
+        "lost": by["lost"].details.get("lost", "?") if "lost" in by else "?",
+        "dup_effects": by["effects"].details.get("duplicated_effects", "?") if "effects" in by else "?",
+        "recovery_s": round(max(recovery), 1) if recovery else None,
+        "verdict": compose(checks),
+    }
+
+
+async def run(scenario: ChaosScenario, *, seed: int, out_root: Path, progress: Progress = lambda s: None,
+              target_env: dict[str, str] | None = None) -> RunResult:
+    started = time.monotonic()
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    run_dir = (out_root / scenario.name / stamp).resolve()
+    run_dir.mkdir(parents=True)
+    history = History(run_dir / "history.jsonl")
+    events = schedule(scenario.events, scenario.random_events, scenario.fault_s, seed)
+    spec = scenario.cluster
+    spec = type(spec)(**{**asdict(spec), "seed": seed, "task_queue": f"chaos-{scenario.name}"})
+    journal: dict[str, Any] = {
+        "scenario": {**asdict(scenario), "cluster": asdict(spec)},
+        "seed": seed,
+        "reproduce": f"python -m chaos run {scenario.name} --seed {seed}",
+        "schedule": [e.as_dict() for e in events],
+        "machine": machine_info(),
+        "target": {"workflow": "agent.workflow:AgentWorkflow", "env": target_env or {}},
+        "phases": {},
+    }
+    (run_dir / "journal.json").write_text(json.dumps(journal, indent=2, default=str))
+    phases: dict[str, float] = {}
+
+    def phase(name: str) -> None:
+        phases[name] = round(history.now(), 3)
+        history.event("nemesis" if name in ("heal",) else "generator", f"phase:{name}")
+        progress(f"{scenario.name}: {name} (t={history.now():.1f}s)")
+
+    phase("setup")
+    with Cluster(run_dir, spec, history) as cluster:
+        client = await Client.connect(cluster.server.address)
+        driver = Driver(client, history, spec.task_queue, scenario.workload, seed)
+        ctx = NemesisContext(cluster, client, history, driver.workflow_ids, __import__("random").Random(seed))
+        phase("warm-up")
+        load = asyncio.create_task(driver.run())
+        await asyncio.sleep(scenario.warmup_s)
+        phase("faults")
+        fault_start = time.monotonic()
+        for event in events:
+            wait = fault_start + event.at_s - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            progress(f"{scenario.name}: nemesis {event.op} {event.args}")
+            try:
+                await NEMESES[event.op](ctx, **event.args)
+            except Exception as exc:  # recorded; the run goes on to heal and check
+                history.event("nemesis", "nemesis_error", {"op": event.op, "error": f"{type(exc).__name__}: {exc}"})
+        remaining = fault_start + scenario.fault_s - time.monotonic()
+        if remaining > 0:
+            await asyncio.sleep(remaining)
+        phase("heal")
+        cluster.heal()
+        phase("settle")
+        try:
+            await asyncio.wait_for(asyncio.shield(load), timeout=scenario.settle_s)
+        except asyncio.TimeoutError:
+            progress(f"{scenario.name}: load still running after {scenario.settle_s}s settle; abandoning it")
+            load.cancel()
+        phase("final")
+        await driver.finish()
+        (run_dir / "conversations.json").write_text(json.dumps(driver.to_json(), indent=2, default=str))
+        await _save_histories(client, run_dir, driver.workflow_ids)
+        journal["model_server"] = cluster.model.stats()
+        journal["supervisor_restarts"] = {w.name: w.restarts for w in cluster.workers}
+    phase("stopped")
+    history.close()
+    progress(f"{scenario.name}: checking")
+    journal["phases"] = phases
+    (run_dir / "journal.json").write_text(json.dumps(journal, indent=2, default=str))
+    checks = run_checkers(run_dir)
+    verdict = compose(checks)
+    journal["checks"] = [c.as_dict() for c in checks]
+    journal["verdict"] = verdict
+    journal["wall_s"] = round(time.monotonic() - started, 1)
+    row = summarise(scenario.name, history.ops(), checks)
+    journal["summary"] = row
+    (run_dir / "journal.json").write_text(json.dumps(journal, indent=2, default=str))
+    _link_latest(run_dir)
+    return RunResult(scenario.name, run_dir, verdict, checks, seed, journal["wall_s"], row)
+
+
+def recheck(run_dir: Path) -> tuple[str, list[CheckResult], dict[str, Any]]:
+    """Re-run every checker offline on a saved run; the journal is updated with the new results."""
+    from chaos.history import load
+
+    checks = run_checkers(run_dir)
+    journal_path = run_dir / "journal.json"
+    journal = json.loads(journal_path.read_text()) if journal_path.exists() else {}
+    journal["checks"] = [c.as_dict() for c in checks]
+    journal["verdict"] = compose(checks)
+    row = summarise(journal.get("scenario", {}).get("name", run_dir.parent.name), load(run_dir / "history.jsonl"),
+                    checks)
+    journal["summary"] = row
+    journal_path.write_text(json.dumps(journal, indent=2, default=str))
+    return journal["verdict"], checks, row

@@ -1,0 +1,100 @@
+"""Named chaos scenarios: which cluster, which load, which faults.
+
+The reference's three (worker SIGKILL mid-turn; model API unavailable then
+recovering; logic bug then hot-fix), network partitions worker<->server
+(blackhole, reset) and worker<->model, a crash right after a side effect,
+a kill while conversations wait for their next message, a worker pause
+longer than the heartbeat timeout, a Temporal server restart, model hangs
+and garbage, and a randomized mixed run. ``SUITE`` is what ``make chaos``
+runs in CI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from chaos.client import Workload
+from chaos.cluster import ClusterSpec
+from chaos.generator import NemesisEvent
+
+
+@dataclass(frozen=True)
+class ChaosScenario:
+    name: str
+    description: str
+    events: tuple[NemesisEvent, ...] = ()
+    random_events: int = 0
+    cluster: ClusterSpec = field(default_factory=ClusterSpec)
+    workload: Workload = field(default_factory=Workload)
+    warmup_s: float = 1.5
+    fault_s: float = 10.0
+    settle_s: float = 60.0
+
+
+E = NemesisEvent
+
+SCENARIOS: dict[str, ChaosScenario] = {
+    s.name: s
+    for s in [
+        ChaosScenario(
+            "kill_mid_turn", "SIGKILL the worker running a model call, twice; restart after a delay.",
+            (E(0.5, "kill_worker", {"when": "busy", "activity": "plan_next_action", "down_s": 1.0}),
+             E(5.0, "kill_worker", {"when": "busy", "activity": "plan_next_action", "down_s": 1.0})),
+        ),
+        ChaosScenario(
+            "crash_after_effect", "Workers SIGKILL themselves right after a side effect, before the activity completes.",
+            cluster=ClusterSpec(crash_at=("after_effect",)),
+            workload=Workload(append_ratio=0.7), fault_s=4.0,
+        ),
+        ChaosScenario(
+            "kill_idle", "SIGKILL a worker while its conversations wait for their next message.",
+            (E(0.5, "kill_worker", {"when": "idle", "down_s": 1.0}),),
+            workload=Workload(think_s=2.0, messages=4), fault_s=4.0,
+        ),
+        ChaosScenario(
+            "model_outage", "The model API answers 503, then 429, then recovers.",
+            (E(0.5, "model_outage", {"status": 503, "duration_s": 4.0}),
+             E(6.0, "model_outage", {"status": 429, "duration_s": 2.0})),
+        ),
+        ChaosScenario(
+            "model_garbage", "The model API hangs, then sends malformed JSON.",
+            (E(0.5, "model_outage", {"mode": "hang", "duration_s": 3.0}),
+             E(5.0, "model_outage", {"mode": "malformed_json", "duration_s": 2.0})),
+        ),
+        ChaosScenario(
+            "hotfix", "A worker build with a calculator bug; runs are stuck retrying until a fixed build is deployed.",
+            (E(0.0, "deploy_fix", {"activity": "calculator", "min_attempt": 3}),),
+            cluster=ClusterSpec(bugs=("calculator",)), workload=Workload(append_ratio=0.2), fault_s=2.0,
+        ),
+        ChaosScenario(
+            "partition_temporal_blackhole", "The workers' link to Temporal drops every byte for 8 s.",
+            (E(0.5, "partition", {"link": "temporal", "mode": "blackhole", "duration_s": 8.0}),),
+        ),
+        ChaosScenario(
+            "partition_temporal_reset", "The workers' link to Temporal resets every connection for 6 s.",
+            (E(0.5, "partition", {"link": "temporal", "mode": "reset", "duration_s": 6.0}),),
+        ),
+        ChaosScenario(
+            "partition_model", "The workers' link to the model drops every byte for 5 s.",
+            (E(0.5, "partition", {"link": "model", "mode": "blackhole", "duration_s": 5.0}),),
+        ),
+        ChaosScenario(
+            "pause_worker", "SIGSTOP a busy worker for 6 s (heartbeat timeout 3 s), then SIGCONT.",
+            (E(0.5, "pause_worker", {"pause_s": 6.0}),),
+        ),
+        ChaosScenario(
+            "server_restart", "SIGKILL the Temporal server and restart it from its database file.",
+            (E(1.0, "restart_server", {"down_s": 2.0}),),
+        ),
+        ChaosScenario(
+            "mixed", "A seeded random mix of three faults from every nemesis.",
+            random_events=3, fault_s=12.0,
+        ),
+    ]
+}
+
+SUITE = list(SCENARIOS)
+
+
+def with_overrides(scenario: ChaosScenario, **changes: object) -> ChaosScenario:
+    return replace(scenario, **changes)
