@@ -5,10 +5,11 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: help venv demo test run clean
+.PHONY: help venv demo test run clean chaos
 
 help:
 	@echo "make demo   start the embedded Temporal server, a worker, the scripted model and a REPL"
+	@echo "make chaos  the chaos suite: every named fault scenario, checked; exit 1 on any fail or unknown"
 	@echo "make test   run the test suite against a real embedded Temporal dev server"
 	@echo "make run PROMPT='What is 25 * 4?'   one-shot run"
 	@echo "make clean  remove the virtual environment and run artefacts"
@@ -33,3 +34,7 @@ test: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .dah *.egg-info
+
+.PHONY: chaos
+chaos: $(STAMP)
+	$(PY) -m chaos suite

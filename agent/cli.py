@@ -377,7 +377,11 @@ async def cmd_worker(args: argparse.Namespace) -> int:
             task_queue=args.task_queue, sandbox_root=args.state_dir / "sandbox", ledger_path=args.ledger,
             model_base_url=args.model_base_url, identity=args.identity or default_identity(),
             inject_bugs=frozenset(args.bug), crash_at=frozenset(args.crash_at), mutations=frozenset(args.mutation),
+            workflow=args.workflow,
         )
+        from agent.worker import load_workflow
+
+        load_workflow(settings.workflow)  # a bad --workflow is a usage error, before connecting
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     stop = _stop_event()
@@ -399,7 +403,16 @@ async def cmd_worker(args: argparse.Namespace) -> int:
               + (f" crash_at={','.join(sorted(settings.crash_at))}" if settings.crash_at else "")
               + (f" mutations={','.join(sorted(settings.mutations))}" if settings.mutations else ""), flush=True)
         stopping = asyncio.create_task(stop.wait())
+
+        async def announce_warm() -> None:
+            from agent import llm
+
+            await llm.wait_loaded()
+            print("WARM model client loaded", flush=True)  # supervisors may wait for this before sending load
+
+        warm = asyncio.create_task(announce_warm())
         await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        warm.cancel()
         if running.done():
             # e.g. polls failed for about a minute (a long partition): exit so a supervisor restarts us.
             stopping.cancel()
@@ -553,6 +566,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model-base-url", help="scripted model server URL (http://host:port/v1), e.g. via a fault proxy")
     p.add_argument("--bug", action="append", default=[], metavar="TOOL",
                    help="inject a logic bug: TOOL raises on every attempt (the hot-fix scenario); repeatable")
+    p.add_argument("--workflow", default="agent.workflow:AgentWorkflow", metavar="MODULE:CLASS",
+                   help="the agent workflow class to register (default agent.workflow:AgentWorkflow)")
     p.add_argument("--crash-at", action="append", default=[], metavar="POINT",
                    help="SIGKILL this worker at POINT (after_model_call, after_effect), once per state dir")
     p.add_argument("--mutation", action="append", default=[], metavar="NAME",

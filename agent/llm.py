@@ -10,7 +10,9 @@ CLI loads).
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +64,32 @@ def resolve_model(model: str, scripted_base_url: str | None) -> ModelTarget:
     return ModelTarget(model, None, False)
 
 
+_loaded = threading.Event()
+_loader_lock = threading.Lock()
+_loader: threading.Thread | None = None
+
+
+def preload_in_background() -> None:
+    """Start importing LiteLLM on a thread (idempotent): a worker polls at once, model calls wait for it."""
+    global _loader
+    with _loader_lock:
+        if _loader is None:
+            def load() -> None:
+                try:
+                    preload()
+                finally:
+                    _loaded.set()
+
+            _loader = threading.Thread(target=load, name="litellm-import", daemon=True)
+            _loader.start()
+
+
+async def wait_loaded() -> None:
+    preload_in_background()
+    if not _loaded.is_set():
+        await asyncio.to_thread(_loaded.wait)
+
+
 def preload() -> None:
     """Import LiteLLM now (~5 s): inside an activity the import would block the worker's event loop."""
     _litellm()
@@ -98,6 +126,7 @@ async def complete(
     unknown model or scenario, malformed request); anything else propagates
     and is retried by the caller's policy.
     """
+    await wait_loaded()  # never import inside the event loop: it would stall it for seconds
     litellm = _litellm()
     target = resolve_model(model, scripted_base_url)
     kwargs: dict[str, Any] = {

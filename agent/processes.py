@@ -8,14 +8,17 @@ kills it). ``stop`` terminates by the pid we started, never by name.
 
 from __future__ import annotations
 
+import concurrent.futures
 import ctypes
 import logging
 import os
+import queue
 import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +31,46 @@ def _die_with_parent() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
+class _Spawner:
+    """One long-lived thread that starts every child.
+
+    The kernel's parent-death signal fires when the parent *thread* exits, not
+    the process: a child started from a short-lived thread (a thread pool's, an
+    ``asyncio.to_thread``'s) would be killed when that thread ends. Starting
+    all children from this one daemon thread ties them to the process.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.Queue[tuple[Callable[[], subprocess.Popen], concurrent.futures.Future]] = queue.Queue()
+        self._thread = threading.Thread(target=self._serve, name="child-spawner", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            start, future = self._jobs.get()
+            try:
+                future.set_result(start())
+            except BaseException as exc:  # handed to the caller
+                future.set_exception(exc)
+
+    def submit(self, start: Callable[[], subprocess.Popen]) -> subprocess.Popen:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._jobs.put((start, future))
+        return future.result()
+
+
+_spawner: _Spawner | None = None
+_spawner_lock = threading.Lock()
+
+
 def spawn(args: Sequence[str], **kwargs: object) -> subprocess.Popen:
-    """Start a child in its own session that the kernel kills if we die."""
-    return subprocess.Popen(list(args), start_new_session=True, preexec_fn=_die_with_parent, **kwargs)  # type: ignore[call-overload]
+    """Start a child in its own session that the kernel kills if this process dies."""
+    global _spawner
+    with _spawner_lock:
+        if _spawner is None:
+            _spawner = _Spawner()
+    return _spawner.submit(lambda: subprocess.Popen(  # type: ignore[call-overload]
+        list(args), start_new_session=True, preexec_fn=_die_with_parent, **kwargs))
 
 
 def stop(proc: subprocess.Popen, *, grace_s: float = 10.0) -> int | None:

@@ -182,9 +182,9 @@ def write_file(args: dict[str, Any], ctx: ToolContext) -> str:
     def already_present() -> bool:
         return target.is_file() and _digest(target.read_bytes()) == digest
 
-    result, applied_now = ctx.ledger.apply_once(ctx.ident, "write_file", rel, digest, apply, already_present)
-    note = "" if applied_now else " (already applied by an earlier attempt; not written again)"
-    return f"wrote {result.get('bytes', len(data))} bytes to {rel}{note}"
+    # A retry answers exactly as the first attempt did: the model cannot tell (and need not know).
+    ctx.ledger.apply_once(ctx.ident, "write_file", rel, digest, apply, already_present)
+    return f"wrote {len(data)} bytes to {rel}"
 
 
 def append_file(args: dict[str, Any], ctx: ToolContext) -> str:
@@ -214,9 +214,8 @@ def append_file(args: dict[str, Any], ctx: ToolContext) -> str:
         apply()
         ctx.ledger.record_application(ctx.ident, "append_file", rel)
         return f"appended {len(data)} bytes to {rel}"
-    _, applied_now = ctx.ledger.apply_once(ctx.ident, "append_file", rel, _digest(data), apply, already_present)
-    note = "" if applied_now else " (already applied by an earlier attempt; not appended again)"
-    return f"appended {len(data)} bytes to {rel}{note}"
+    ctx.ledger.apply_once(ctx.ident, "append_file", rel, _digest(data), apply, already_present)
+    return f"appended {len(data)} bytes to {rel}"
 
 
 def read_file(args: dict[str, Any], ctx: ToolContext) -> str:

@@ -41,6 +41,7 @@ class WorkerSettings:
     crash_at: frozenset[str] = frozenset()  # self-SIGKILL points, once each (see AgentActivities._maybe_crash)
     mutations: frozenset[str] = frozenset()  # deliberate bugs for checking the checkers
     max_concurrent_activities: int = 100
+    workflow: str = "agent.workflow:AgentWorkflow"  # MODULE:CLASS registered as the agent workflow
 
     def __post_init__(self) -> None:
         self.sandbox_root = Path(self.sandbox_root)
@@ -59,8 +60,23 @@ class WorkerSettings:
         return Path(self.ledger_path) if self.ledger_path else self.sandbox_root / "ledger.sqlite3"
 
 
+def load_workflow(spec: str) -> type:
+    """``MODULE:CLASS`` -> the workflow class (the default is the reference agent)."""
+    import importlib
+
+    if spec == "agent.workflow:AgentWorkflow":
+        return AgentWorkflow
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise ValueError(f"--workflow {spec!r}: expected MODULE:CLASS, e.g. agent.workflow:AgentWorkflow")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"--workflow {spec!r}: cannot load it ({exc})") from None
+
+
 def build_worker(client: Client, settings: WorkerSettings, ledger: EffectLedger) -> Worker:
-    llm.preload()
+    llm.preload_in_background()
     activities = AgentActivities(
         sandbox_root=settings.sandbox_root,
         ledger=ledger,
@@ -73,7 +89,7 @@ def build_worker(client: Client, settings: WorkerSettings, ledger: EffectLedger)
     return Worker(
         client,
         task_queue=settings.task_queue,
-        workflows=[AgentWorkflow],
+        workflows=[load_workflow(settings.workflow)],
         activities=activities.all(),
         identity=settings.identity,
         max_concurrent_activities=settings.max_concurrent_activities,

@@ -12,8 +12,10 @@ polling). Output goes to a log file, never to a pipe nobody drains.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +39,11 @@ class WorkerProcess:
     namespace: str = "default"
     bugs: tuple[str, ...] = ()
     extra_args: tuple[str, ...] = ()  # e.g. ("--crash-at", "after_effect")
+    # Another agent's worker: a command with {address} {task_queue} {identity} ... placeholders (chaos targets).
+    command_template: tuple[str, ...] | None = None
+    ready_line: str = "READY"
+    cwd: str | None = None
+    env: dict[str, str] | None = None
     log_dir: Path | None = None
     start_timeout_s: float = 60.0
     generation: int = field(default=0, init=False)
@@ -56,6 +63,16 @@ class WorkerProcess:
         return self._proc is not None and self._proc.poll() is None
 
     def command(self) -> list[str]:
+        if self.command_template is not None:
+            values = {"python": sys.executable, "address": self.address, "namespace": self.namespace,
+                      "task_queue": self.task_queue, "identity": self.identity,
+                      "model_url": self.model_base_url or "", "state_dir": str(Path(self.state_dir).resolve())}
+            out = []
+            for part in self.command_template:
+                for key, value in values.items():
+                    part = part.replace("{" + key + "}", value)
+                out.append(part)
+            return out
         cmd = python_module_command(
             "agent", "worker", "--address", self.address, "--namespace", self.namespace,
             "--task-queue", self.task_queue, "--identity", self.identity, "--state-dir", str(self.state_dir),
@@ -77,11 +94,12 @@ class WorkerProcess:
         log_dir.mkdir(parents=True, exist_ok=True)
         self._log_path = log_dir / f"{self.identity}.log"
         with open(self._log_path, "wb") as out:
-            self._proc = spawn(self.command(), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self._proc = spawn(self.command(), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                               cwd=self.cwd, env={**os.environ, **(self.env or {})})
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             text = self.output()
-            if "READY worker" in text:
+            if self.ready_line in text:
                 log.info("worker %s ready (pid %s)", self.identity, self.pid)
                 return self
             if self._proc.poll() is not None:
@@ -93,6 +111,17 @@ class WorkerProcess:
     @property
     def returncode(self) -> int | None:
         return self._proc.poll() if self._proc else None
+
+    def wait_for(self, text: str, timeout_s: float = 60.0) -> bool:
+        """Wait until this generation's output contains ``text`` (False on timeout or exit)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if text in self.output():
+                return True
+            if not self.alive:
+                return False
+            time.sleep(0.05)
+        return False
 
     def output(self) -> str:
         return self._log_path.read_text(errors="replace") if self._log_path and self._log_path.exists() else ""

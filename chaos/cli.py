@@ -37,22 +37,30 @@ def _progress(start: float):
     return say
 
 
-async def _run_many(names: list[str], seed: int, out: Path) -> int:
+async def _run_many(names: list[str], seed: int, out: Path, parallel: int = 1, target: Any = None,
+                    ui: bool = False) -> int:
     from chaos.runner import run
+    from chaos.target import REFERENCE
 
+    target = target or REFERENCE
     start = time.monotonic()
     say = _progress(start)
-    rows, failed = [], []
-    for i, name in enumerate(names, 1):
-        say(f"scenario {i}/{len(names)}: {name} (seed {seed})")
-        result = await run(SCENARIOS[name], seed=seed, out_root=out, progress=say)
-        rows.append(result.row)
-        say(f"{name}: {result.verdict.upper()} in {result.wall_s:.0f}s -> {result.run_dir}")
-        for c in result.checks:
-            if c.verdict != "pass":
-                say(f"  {c.name}: {c.verdict}: {c.summary}")
-        if result.verdict != "pass":
-            failed.append((name, result))
+    results: dict[str, Any] = {}
+    slots = asyncio.Semaphore(max(1, parallel))
+
+    async def one(i: int, name: str) -> None:
+        async with slots:
+            say(f"scenario {i}/{len(names)}: {name} (seed {seed})")
+            result = await run(SCENARIOS[name], seed=seed, out_root=out, progress=say, target=target, ui=ui)
+            results[name] = result
+            say(f"{name}: {result.verdict.upper()} in {result.wall_s:.0f}s -> {result.run_dir}")
+            for c in result.checks:
+                if c.verdict != "pass":
+                    say(f"  {name} {c.name}: {c.verdict}: {c.summary}")
+
+    await asyncio.gather(*(one(i, n) for i, n in enumerate(names, 1)))
+    rows = [results[n].row for n in names]
+    failed = [(n, results[n]) for n in names if results[n].verdict != "pass"]
     print()
     print(table(rows))
     print(f"\n{len(names)} scenario(s) in {time.monotonic() - start:.0f}s (seed {seed}); "
@@ -73,9 +81,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("scenarios", nargs="+", help=f"names: {', '.join(SCENARIOS)}, or 'all'")
     p.add_argument("--seed", type=int, default=1, help="seed of the schedule, the load and the model (default 1)")
     p.add_argument("--out", type=Path, default=Path("runs"), help="where runs are written (default runs/)")
+    p.add_argument("--parallel", type=int, default=1, help="scenarios run at once, each its own cluster (default 1)")
+    p.add_argument("--ui", action="store_true", help="start the Temporal Web UI and print its address, to watch")
+    p.add_argument("--target", type=Path, help="a target TOML file: your own agent (default: the reference agent)")
     p = sub.add_parser("suite", help="the CI suite: every named scenario; exit 1 on any fail or unknown")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", type=Path, default=Path("runs"))
+    p.add_argument("--parallel", type=int, default=2,
+                   help="scenarios run at once (default 2: each cluster mostly waits on its faults)")
+    p.add_argument("--target", type=Path, help="a target TOML file: your own agent (default: the reference agent)")
     p = sub.add_parser("check", help="re-run the checkers offline on a saved run directory")
     p.add_argument("run_dir", type=Path, help="e.g. runs/kill_mid_turn/latest")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -94,7 +108,19 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
         try:
-            return asyncio.run(_run_many(names, args.seed, args.out))
+            if args.parallel < 1:
+                print(f"--parallel {args.parallel}: must be 1 or more", file=sys.stderr)
+                return 2
+            target = None
+            if args.target:
+                from chaos.target import load_target
+
+                try:
+                    target = load_target(args.target)
+                except ValueError as exc:
+                    print(f"python -m chaos {args.command}: --target: {exc}", file=sys.stderr)
+                    return 2
+            return asyncio.run(_run_many(names, args.seed, args.out, args.parallel, target, getattr(args, "ui", False)))
         except KeyboardInterrupt:
             print("\ninterrupted; the cluster was stopped; partial runs are in " + str(args.out), file=sys.stderr)
             return 130

@@ -28,8 +28,8 @@ from chaos.history import FAIL, INFO, OK, History
 @dataclass
 class Workload:
     conversations: int = 3
-    messages: int = 6  # per conversation
-    think_s: float = 0.5  # mean pause between a reply and the next message (seeded)
+    messages: int = 5  # per conversation
+    think_s: float = 0.4  # mean pause between a reply and the next message (seeded)
     op_timeout_s: float = 60.0  # past this a send is recorded as info
     append_ratio: float = 0.4
 
@@ -133,26 +133,26 @@ class Driver:
 
     async def finish(self, timeout_s: float = 60.0) -> None:
         """End every conversation and read its final state (the final check's data)."""
-        for i, conv in enumerate(self.conversations):
-            if not conv.started:
-                continue
-            process = f"client-{i}"
-            handle = self.client.get_workflow_handle(conv.workflow_id)
-            op = self.history.invoke(process, "end_chat", {"conversation": conv.workflow_id})
-            try:
-                await handle.signal(AgentWorkflow.end_chat)
-                result = await asyncio.wait_for(handle.result(), timeout=timeout_s)
-                conv.result = asdict(result) if hasattr(result, "__dataclass_fields__") else result
-                self.history.complete(op, OK, conv.result)
-            except Exception as exc:
-                self.history.complete(op, INFO, error=f"{type(exc).__name__}: {exc}")
-            op = self.history.invoke(process, "read_conversation", {"conversation": conv.workflow_id})
-            try:
-                conv.final_history = await handle.query(AgentWorkflow.get_history)
-                conv.final_status = (await handle.describe()).status.name
-                self.history.complete(op, OK, {"messages": len(conv.final_history), "status": conv.final_status})
-            except Exception as exc:
-                self.history.complete(op, INFO, error=f"{type(exc).__name__}: {exc}")
+        await asyncio.gather(*(self._finish(i, c, timeout_s) for i, c in enumerate(self.conversations) if c.started))
+
+    async def _finish(self, i: int, conv: Conversation, timeout_s: float) -> None:
+        process = f"client-{i}"
+        handle = self.client.get_workflow_handle(conv.workflow_id)
+        op = self.history.invoke(process, "end_chat", {"conversation": conv.workflow_id})
+        try:
+            await handle.signal(AgentWorkflow.end_chat)
+            result = await asyncio.wait_for(handle.result(), timeout=timeout_s)
+            conv.result = asdict(result) if hasattr(result, "__dataclass_fields__") else result
+            self.history.complete(op, OK, conv.result)
+        except Exception as exc:
+            self.history.complete(op, INFO, error=f"{type(exc).__name__}: {exc}")
+        op = self.history.invoke(process, "read_conversation", {"conversation": conv.workflow_id})
+        try:
+            conv.final_history = await handle.query(AgentWorkflow.get_history)
+            conv.final_status = (await handle.describe()).status.name
+            self.history.complete(op, OK, {"messages": len(conv.final_history), "status": conv.final_status})
+        except Exception as exc:
+            self.history.complete(op, INFO, error=f"{type(exc).__name__}: {exc}")
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -28,6 +28,7 @@ from agent.scripted_routes import respond
 from agent.worker_process import WorkerProcess
 from chaos.history import History
 from chaos.net import FaultProxy
+from chaos.target import REFERENCE, Target
 
 log = logging.getLogger(__name__)
 
@@ -36,12 +37,14 @@ log = logging.getLogger(__name__)
 class ClusterSpec:
     workers: int = 2
     task_queue: str = "chaos"
-    model_latency: str = "fixed:300"
+    model_latency: str = "fixed:200"
     bugs: tuple[str, ...] = ()  # tools with a logic bug in the first worker build (the hot-fix scenario)
     crash_at: tuple[str, ...] = ()  # worker self-SIGKILL points
     mutations: tuple[str, ...] = ()  # deliberate agent bugs, to check the checkers
+    workflow: str = "agent.workflow:AgentWorkflow"  # the workflow class the workers run (and replay checks)
     restart_delay_s: float = 1.0
     seed: int = 0
+    ui: bool = False  # start the Temporal Web UI, to watch the run
 
 
 @dataclass
@@ -66,12 +69,13 @@ class SupervisedWorker:
 
 
 class Cluster:
-    def __init__(self, run_dir: Path, spec: ClusterSpec, history: History) -> None:
+    def __init__(self, run_dir: Path, spec: ClusterSpec, history: History, target: Target = REFERENCE) -> None:
         self.run_dir = run_dir
         self.spec = spec
+        self.target = target
         self.history = history
         self.server = EmbeddedTemporal(db_filename=run_dir / "temporal.db", log_file=run_dir / "logs" / "temporal.log",
-                                       log_level="warn")
+                                       log_level="warn", ui=spec.ui)
         self.model = ScriptedModelServer(respond, latency=LatencyModel.parse(spec.model_latency), seed=spec.seed)
         self.temporal_proxy: FaultProxy | None = None
         self.model_proxy: FaultProxy | None = None
@@ -94,19 +98,25 @@ class Cluster:
         self.temporal_proxy = FaultProxy("temporal", ("127.0.0.1", self.server.port), seed=self.spec.seed).start()
         self.model_proxy = FaultProxy("model", ("127.0.0.1", self.model.port), seed=self.spec.seed + 1).start()
         extra: list[str] = []
-        for point in self.spec.crash_at:
-            extra += ["--crash-at", point]
-        for mutation in self.spec.mutations:
-            extra += ["--mutation", mutation]
+        if self.target.is_reference:  # these are the reference agent's own fault hooks
+            for point in self.spec.crash_at:
+                extra += ["--crash-at", point]
+            for mutation in self.spec.mutations:
+                extra += ["--mutation", mutation]
+            extra += ["--workflow", self.spec.workflow]
         for i in range(1, self.spec.workers + 1):
             self.workers.append(SupervisedWorker(WorkerProcess(
                 self.temporal_proxy.address, self.spec.task_queue, f"http://{self.model_proxy.address}/v1",
                 state_dir=self.state_dir, identity_prefix=f"w{i}", bugs=self.spec.bugs, extra_args=tuple(extra),
-                log_dir=self.run_dir / "logs",
+                log_dir=self.run_dir / "logs", command_template=self.target.worker, ready_line=self.target.ready_line,
+                cwd=self.target.cwd, env=self.target.env,
             )))
         # Workers take seconds each to import LiteLLM: start them side by side.
         with ThreadPoolExecutor(len(self.workers)) as pool:
             list(pool.map(lambda w: w.process.start(), self.workers))
+            if self.target.is_reference:
+                # Load starts once every worker has its model client loaded (a cold one takes seconds).
+                list(pool.map(lambda w: w.process.wait_for("WARM", 90.0), self.workers))
         self._supervisor = threading.Thread(target=self._supervise, name="supervisor", daemon=True)
         self._supervisor.start()
         return self

@@ -97,11 +97,17 @@ async def kill_worker(ctx: NemesisContext, when: str = "busy", activity: str | N
             victim = _worker_of(ctx, running[0]["worker"])
             evidence = [a for a in running if a["worker"] == running[0]["worker"]]
     elif when == "idle":
-        for w in ctx.cluster.workers:
-            held = await cached_on(ctx, w.process.identity)
-            if held and not [a for a in await in_flight(ctx) if a["worker"] == w.process.identity]:
-                victim, evidence = w.name, [{"cached_conversation": wid} for wid in held]
-                break
+        # A worker holding a conversation that waits for its next message (no activity of its own running).
+        deadline = time.monotonic() + wait_s
+        while victim is None and time.monotonic() < deadline:
+            busy = {a["workflow_id"] for a in await in_flight(ctx)}
+            for w in ctx.cluster.workers:
+                waiting = [wid for wid in await cached_on(ctx, w.process.identity) if wid not in busy]
+                if waiting:
+                    victim, evidence = w.name, [{"cached_idle_conversation": wid} for wid in waiting]
+                    break
+            else:
+                await asyncio.sleep(0.1)
     victim = victim or ctx.rng.choice(ctx.cluster.workers).name
     w = ctx.cluster.worker(victim)
     async with w.held() as proc:

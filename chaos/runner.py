@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import platform
+import random
 import subprocess
 import sys
 import time
@@ -30,12 +31,12 @@ import psutil
 from temporalio.client import Client
 
 from chaos.checker import CheckResult, compose, run_checkers
-from chaos.client import Driver
 from chaos.cluster import Cluster
 from chaos.generator import schedule
 from chaos.history import History, pairs
 from chaos.nemesis import NEMESES, NemesisContext
 from chaos.scenarios import ChaosScenario
+from chaos.target import ALL_CHECKERS, REFERENCE, Target, load_callable
 
 log = logging.getLogger(__name__)
 Progress = Callable[[str], None]
@@ -73,11 +74,12 @@ def machine_info() -> dict[str, Any]:
 
 async def _save_histories(client: Client, run_dir: Path, workflow_ids: list[str]) -> None:
     """Every run of every conversation, walking continue-as-new back from the latest run."""
-    for wid in workflow_ids:
+
+    async def save(wid: str) -> None:
         try:
             run_id = (await client.get_workflow_handle(wid).describe()).run_id
         except Exception:  # never started: nothing to save
-            continue
+            return
         chain = []
         while run_id:
             history = await client.get_workflow_handle(wid, run_id=run_id).fetch_history()
@@ -87,6 +89,8 @@ async def _save_histories(client: Client, run_dir: Path, workflow_ids: list[str]
         out.mkdir(parents=True, exist_ok=True)
         for n, (rid, history) in enumerate(reversed(chain)):
             (out / f"{n:02d}-{rid}.json").write_text(history.to_json())
+
+    await asyncio.gather(*(save(wid) for wid in workflow_ids))
 
 
 def _link_latest(run_dir: Path) -> None:
@@ -126,7 +130,7 @@ def summarise(scenario: str, ops: list, checks: list[CheckResult]) -> dict[str, 
 
 
 async def run(scenario: ChaosScenario, *, seed: int, out_root: Path, progress: Progress = lambda s: None,
-              target_env: dict[str, str] | None = None) -> RunResult:
+              target: Target = REFERENCE, ui: bool = False) -> RunResult:
     started = time.monotonic()
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
     run_dir = (out_root / scenario.name / stamp).resolve()
@@ -134,14 +138,19 @@ async def run(scenario: ChaosScenario, *, seed: int, out_root: Path, progress: P
     history = History(run_dir / "history.jsonl")
     events = schedule(scenario.events, scenario.random_events, scenario.fault_s, seed)
     spec = scenario.cluster
-    spec = type(spec)(**{**asdict(spec), "seed": seed, "task_queue": f"chaos-{scenario.name}"})
+    spec = type(spec)(**{**asdict(spec), "seed": seed, "task_queue": target.task_queue or f"chaos-{scenario.name}"})
+    if not target.is_reference:
+        spec = type(spec)(**{**asdict(spec), "workflow": target.workflow})
+    if ui:
+        spec = type(spec)(**{**asdict(spec), "ui": True})
+    make_driver = load_callable(target.driver)
     journal: dict[str, Any] = {
         "scenario": {**asdict(scenario), "cluster": asdict(spec)},
         "seed": seed,
         "reproduce": f"python -m chaos run {scenario.name} --seed {seed}",
         "schedule": [e.as_dict() for e in events],
         "machine": machine_info(),
-        "target": {"workflow": "agent.workflow:AgentWorkflow", "env": target_env or {}},
+        "target": {**target.as_dict(), "workflow": spec.workflow, "cwd": target.cwd or os.getcwd()},
         "phases": {},
     }
     (run_dir / "journal.json").write_text(json.dumps(journal, indent=2, default=str))
@@ -153,35 +162,24 @@ async def run(scenario: ChaosScenario, *, seed: int, out_root: Path, progress: P
         progress(f"{scenario.name}: {name} (t={history.now():.1f}s)")
 
     phase("setup")
-    with Cluster(run_dir, spec, history) as cluster:
+    with Cluster(run_dir, spec, history, target) as cluster:
         client = await Client.connect(cluster.server.address)
-        driver = Driver(client, history, spec.task_queue, scenario.workload, seed)
-        ctx = NemesisContext(cluster, client, history, driver.workflow_ids, __import__("random").Random(seed))
+        if cluster.server.ui_url:
+            progress(f"{scenario.name}: Temporal Web UI at {cluster.server.ui_url}/namespaces/default/workflows")
+        driver = make_driver(client=client, history=history, task_queue=spec.task_queue, workload=scenario.workload,
+                             seed=seed)
+        if scenario.planning_max_attempts and hasattr(driver, "config"):
+            driver.config.planning.maximum_attempts = scenario.planning_max_attempts
+        ctx = NemesisContext(cluster, client, history, driver.workflow_ids, random.Random(seed))
         phase("warm-up")
         load = asyncio.create_task(driver.run())
-        await asyncio.sleep(scenario.warmup_s)
-        phase("faults")
-        fault_start = time.monotonic()
-        for event in events:
-            wait = fault_start + event.at_s - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            progress(f"{scenario.name}: nemesis {event.op} {event.args}")
-            try:
-                await NEMESES[event.op](ctx, **event.args)
-            except Exception as exc:  # recorded; the run goes on to heal and check
-                history.event("nemesis", "nemesis_error", {"op": event.op, "error": f"{type(exc).__name__}: {exc}"})
-        remaining = fault_start + scenario.fault_s - time.monotonic()
-        if remaining > 0:
-            await asyncio.sleep(remaining)
-        phase("heal")
-        cluster.heal()
-        phase("settle")
         try:
-            await asyncio.wait_for(asyncio.shield(load), timeout=scenario.settle_s)
-        except asyncio.TimeoutError:
-            progress(f"{scenario.name}: load still running after {scenario.settle_s}s settle; abandoning it")
-            load.cancel()
+            await _warm_up_faults_heal_settle(scenario, events, ctx, cluster, load, phase, progress, history)
+        finally:
+            # Nothing outlives the run: on an error or Ctrl-C the load stops before the cluster does.
+            if not load.done():
+                load.cancel()
+            await asyncio.gather(load, return_exceptions=True)
         phase("final")
         await driver.finish()
         (run_dir / "conversations.json").write_text(json.dumps(driver.to_json(), indent=2, default=str))
@@ -193,7 +191,8 @@ async def run(scenario: ChaosScenario, *, seed: int, out_root: Path, progress: P
     progress(f"{scenario.name}: checking")
     journal["phases"] = phases
     (run_dir / "journal.json").write_text(json.dumps(journal, indent=2, default=str))
-    checks = run_checkers(run_dir)
+    checks = run_checkers(run_dir, only=list(target.checkers))
+    journal["checkers_not_run"] = [c for c in ALL_CHECKERS if c not in target.checkers]
     verdict = compose(checks)
     journal["checks"] = [c.as_dict() for c in checks]
     journal["verdict"] = verdict
@@ -205,13 +204,40 @@ async def run(scenario: ChaosScenario, *, seed: int, out_root: Path, progress: P
     return RunResult(scenario.name, run_dir, verdict, checks, seed, journal["wall_s"], row)
 
 
+async def _warm_up_faults_heal_settle(scenario: ChaosScenario, events: list, ctx: NemesisContext, cluster: Cluster,
+                                      load: asyncio.Task, phase: Callable[[str], None], progress: Progress,
+                                      history: History) -> None:
+    await asyncio.sleep(scenario.warmup_s)
+    phase("faults")
+    fault_start = time.monotonic()
+    for event in events:
+        wait = fault_start + event.at_s - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        progress(f"{scenario.name}: nemesis {event.op} {event.args}")
+        try:
+            await NEMESES[event.op](ctx, **event.args)
+        except Exception as exc:  # recorded; the run goes on to heal and check
+            history.event("nemesis", "nemesis_error", {"op": event.op, "error": f"{type(exc).__name__}: {exc}"})
+    remaining = fault_start + scenario.fault_s - time.monotonic()
+    if remaining > 0:
+        await asyncio.sleep(remaining)
+    phase("heal")
+    await asyncio.to_thread(cluster.heal)  # it may wait for the supervisor, which may be mid-restart
+    phase("settle")
+    try:
+        await asyncio.wait_for(asyncio.shield(load), timeout=scenario.settle_s)
+    except asyncio.TimeoutError:
+        progress(f"{scenario.name}: load still running after {scenario.settle_s}s settle; abandoning it")
+
+
 def recheck(run_dir: Path) -> tuple[str, list[CheckResult], dict[str, Any]]:
     """Re-run every checker offline on a saved run; the journal is updated with the new results."""
     from chaos.history import load
 
-    checks = run_checkers(run_dir)
     journal_path = run_dir / "journal.json"
     journal = json.loads(journal_path.read_text()) if journal_path.exists() else {}
+    checks = run_checkers(run_dir, only=journal.get("target", {}).get("checkers"))
     journal["checks"] = [c.as_dict() for c in checks]
     journal["verdict"] = compose(checks)
     row = summarise(journal.get("scenario", {}).get("name", run_dir.parent.name), load(run_dir / "history.jsonl"),

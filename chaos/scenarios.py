@@ -26,8 +26,9 @@ class ChaosScenario:
     random_events: int = 0
     cluster: ClusterSpec = field(default_factory=ClusterSpec)
     workload: Workload = field(default_factory=Workload)
-    warmup_s: float = 1.5
-    fault_s: float = 10.0
+    planning_max_attempts: int = 0  # 0: retry model calls forever (a lower value is a broken agent)
+    warmup_s: float = 1.0
+    fault_s: float = 8.0
     settle_s: float = 60.0
 
 
@@ -39,7 +40,7 @@ SCENARIOS: dict[str, ChaosScenario] = {
         ChaosScenario(
             "kill_mid_turn", "SIGKILL the worker running a model call, twice; restart after a delay.",
             (E(0.5, "kill_worker", {"when": "busy", "activity": "plan_next_action", "down_s": 1.0}),
-             E(5.0, "kill_worker", {"when": "busy", "activity": "plan_next_action", "down_s": 1.0})),
+             E(4.0, "kill_worker", {"when": "busy", "activity": "plan_next_action", "down_s": 1.0})),
         ),
         ChaosScenario(
             "crash_after_effect", "Workers SIGKILL themselves right after a side effect, before the activity completes.",
@@ -53,8 +54,8 @@ SCENARIOS: dict[str, ChaosScenario] = {
         ),
         ChaosScenario(
             "model_outage", "The model API answers 503, then 429, then recovers.",
-            (E(0.5, "model_outage", {"status": 503, "duration_s": 4.0}),
-             E(6.0, "model_outage", {"status": 429, "duration_s": 2.0})),
+            (E(0.5, "model_outage", {"status": 503, "duration_s": 3.0}),
+             E(5.0, "model_outage", {"status": 429, "duration_s": 2.0})),
         ),
         ChaosScenario(
             "model_garbage", "The model API hangs, then sends malformed JSON.",
@@ -67,8 +68,8 @@ SCENARIOS: dict[str, ChaosScenario] = {
             cluster=ClusterSpec(bugs=("calculator",)), workload=Workload(append_ratio=0.2), fault_s=2.0,
         ),
         ChaosScenario(
-            "partition_temporal_blackhole", "The workers' link to Temporal drops every byte for 8 s.",
-            (E(0.5, "partition", {"link": "temporal", "mode": "blackhole", "duration_s": 8.0}),),
+            "partition_temporal_blackhole", "The workers' link to Temporal drops every byte for 6 s.",
+            (E(0.5, "partition", {"link": "temporal", "mode": "blackhole", "duration_s": 6.0}),),
         ),
         ChaosScenario(
             "partition_temporal_reset", "The workers' link to Temporal resets every connection for 6 s.",
@@ -88,7 +89,7 @@ SCENARIOS: dict[str, ChaosScenario] = {
         ),
         ChaosScenario(
             "mixed", "A seeded random mix of three faults from every nemesis.",
-            random_events=3, fault_s=12.0,
+            random_events=3, fault_s=10.0,
         ),
     ]
 }

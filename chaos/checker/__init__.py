@@ -84,7 +84,8 @@ class RunData:
 
     @property
     def ledger_path(self) -> Path:
-        return self.run_dir / "state" / "sandbox" / "ledger.sqlite3"
+        ledger = self.journal.get("target", {}).get("ledger", "sandbox/ledger.sqlite3")
+        return self.run_dir / "state" / (ledger or "sandbox/ledger.sqlite3")
 
     def ledger_rows(self, table: str) -> list[dict[str, Any]]:
         if not self.ledger_path.exists():

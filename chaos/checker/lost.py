@@ -4,7 +4,8 @@
 - every acknowledged ``send_message`` (ok) got exactly its expected reply,
   and its message is in the final conversation exactly once;
 - a message whose outcome is unknown (info) is there at most once, and if
-  it is there, it was answered correctly;
+  it is there, it was answered correctly (if it is not there: unknown);
+- no turn failed: a durable agent answers every message, whatever was down;
 - each conversation's append file holds exactly the appends the conversation
   processed, in order, once each.
 Missing final data (the final read failed) makes the verdict ``unknown``.
@@ -69,7 +70,14 @@ def check(data: RunData) -> CheckResult:
                     lost += len(replies) == 0
                     problems.append(f"{wid} #{inv.value['n']}: acknowledged message is in the conversation "
                                     f"{len(replies)} times (expected once)")
-            elif kind in (INFO, OP_FAIL):
+            elif kind == OP_FAIL:
+                # The agent answered "failed": a durable agent does not drop a turn because something was down.
+                problems.append(f"{wid} #{inv.value['n']}: the turn failed instead of being answered: "
+                                f"{(done.error or '')[:160]}")
+            else:
+                if not replies:
+                    unknowns.append(f"{wid} #{inv.value['n']}: outcome unknown ({(done.error or 'no reply')[:80]}) "
+                                    "and the message is not in the conversation")
                 if len(replies) > 1:
                     problems.append(f"{wid} #{inv.value['n']}: message with outcome {kind} is there {len(replies)} times")
                 elif replies and replies[0] != expect:

@@ -1,0 +1,408 @@
+"""Workers in containers, with the same fault surface as ``WorkerProcess``.
+
+    with DockerBackend() as docker:
+        with docker.worker(image="my-agent:dev", command=["python", "-m", "agent", "worker",
+                                                          "--identity", "{identity}"],
+                           task_queue="q", network="dah-net") as w:
+            w.kill()                  # SIGKILL the container: a crash, mid-whatever
+            w.start()                 # a new container, a new identity
+            w.pause(); w.resume()     # cgroup freezer: the container's SIGSTOP/SIGCONT
+            w.disconnect_network()    # partition: the container leaves its network
+            w.connect_network()       # heal
+
+Everything goes through the docker SDK (``pip install 'docker>=7'``), imported
+lazily so the rest of the harness works without it. ``docker_engine_available``
+says, without raising, whether an engine can be reached and if not why; tests
+skip on its reason. ``DockerBackend.cleanup`` removes only containers this
+backend object started (tracked by id), never anything matched by name.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.worker_process import WorkerStartError
+
+log = logging.getLogger(__name__)
+
+LABEL = "durable-agent-harness"  # every container we start carries this label key
+IDENTITY_LABEL = f"{LABEL}.identity"
+DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
+STOP_GRACE_S = 15.0
+# Docker's own rule for container names; the identity is part of the name.
+_CONTAINER_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
+
+
+class DockerEngineUnavailable(RuntimeError):
+    pass
+
+
+def docker_host() -> str:
+    """The engine address the docker SDK will use (``DOCKER_HOST`` or the default socket)."""
+    return os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST
+
+
+def connect(timeout_s: float = 60.0) -> Any:
+    """A ``docker.DockerClient`` that has answered a ping; raises DockerEngineUnavailable saying why not."""
+    try:
+        import docker
+    except ImportError as e:
+        raise DockerEngineUnavailable(f"docker SDK not installed ({e}); install it with: pip install 'docker>=7'") from e
+    try:
+        client = docker.from_env(timeout=int(timeout_s))
+        client.ping()
+    except Exception as e:  # the SDK raises DockerException, requests errors or OSError depending on the transport
+        raise DockerEngineUnavailable(
+            f"no engine reachable at {docker_host()} ({e}); start Docker or point DOCKER_HOST at a running engine"
+        ) from e
+    return client
+
+
+def docker_engine_available() -> tuple[bool, str]:
+    """(True, "docker engine <version> at <url>") or (False, why not). Never raises."""
+    try:
+        client = connect(timeout_s=5.0)
+    except DockerEngineUnavailable as e:
+        return False, str(e)
+    except Exception as e:  # never raise: this decides whether tests skip
+        return False, f"docker engine check failed at {docker_host()}: {e!r}"
+    try:
+        version = client.version().get("Version", "unknown")
+        return True, f"docker engine {version} at {client.api.base_url}"
+    except Exception as e:
+        return False, f"docker engine at {docker_host()} answered ping but not version ({e!r})"
+    finally:
+        client.close()
+
+
+@dataclass
+class DockerWorker:
+    """A worker in a container, with the same fault surface as WorkerProcess.
+
+    Each ``start`` runs a new container (a new generation and identity). The
+    identity reaches the container as env ``DAH_WORKER_IDENTITY`` (and the task
+    queue as ``DAH_TASK_QUEUE``), and in the command wherever an element
+    contains the placeholder ``{identity}`` (or ``{task_queue}``); nothing is
+    appended to the command. ``start`` returns once the container's logs
+    contain ``ready_line``. A killed container is kept (its logs stay readable)
+    until the next ``start`` or ``stop`` removes it.
+    """
+
+    image: str
+    command: list[str]
+    task_queue: str
+    network: str | None = None
+    identity_prefix: str = "worker"
+    environment: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=lambda: {LABEL: "worker"})
+    start_timeout_s: float = 60.0
+    ready_line: str = "READY"
+    client: Any = field(default=None, repr=False)  # a docker.DockerClient; connected on first use if None
+    generation: int = field(default=0, init=False)
+    container_ids: list[str] = field(default_factory=list, init=False)  # every container started, all generations
+    _container: Any = field(default=None, init=False, repr=False)
+    _partitioned: bool = field(default=False, init=False, repr=False)
+    _final_output: str = field(default="", init=False, repr=False)  # logs of the last removed container
+
+    @property
+    def identity(self) -> str:
+        return f"{self.identity_prefix}-{self.generation}"
+
+    @property
+    def container_id(self) -> str | None:
+        return self._container.id if self._container is not None else None
+
+    @property
+    def status(self) -> str | None:
+        """Docker's state of the current container ("running", "paused", "exited", ...); None if there is none."""
+        if self._container is None:
+            return None
+        from docker.errors import NotFound
+
+        try:
+            self._container.reload()
+        except NotFound:
+            return None
+        return self._container.status
+
+    @property
+    def alive(self) -> bool:
+        """Running or paused (a paused worker is frozen, not dead, like a SIGSTOPped process)."""
+        return self.status in ("running", "paused")
+
+    @property
+    def partitioned(self) -> bool:
+        return self._partitioned
+
+    def container_spec(self) -> dict[str, Any]:
+        """The keyword arguments for ``client.containers.run`` for the current generation (no Docker needed)."""
+        if not _CONTAINER_NAME.match(self.identity):
+            raise ValueError(
+                f"identity_prefix {self.identity_prefix!r} makes identity {self.identity!r}, not a valid container "
+                "name part; use letters, digits, '_', '.', '-' (starting with a letter or digit)"
+            )
+        # Plain replacement, not str.format: commands often hold code with literal braces.
+        command = [
+            str(arg).replace("{identity}", self.identity).replace("{task_queue}", self.task_queue)
+            for arg in self.command
+        ]
+        spec: dict[str, Any] = {
+            "image": self.image,
+            "command": command,
+            "name": f"dah-{self.identity}-{uuid.uuid4().hex[:6]}",
+            "detach": True,
+            "environment": {**self.environment, "DAH_WORKER_IDENTITY": self.identity, "DAH_TASK_QUEUE": self.task_queue},
+            "labels": {LABEL: "worker", **self.labels, IDENTITY_LABEL: self.identity},
+        }
+        if self.network is not None:
+            spec["network"] = self.network
+        return spec
+
+    def _client(self) -> Any:
+        if self.client is None:
+            self.client = connect()
+        return self.client
+
+    def _ensure_network(self) -> None:
+        from docker.errors import NotFound
+
+        try:
+            self._client().networks.get(self.network)
+        except NotFound as e:
+            raise WorkerStartError(
+                f"docker network {self.network!r} does not exist; create it with `docker network create "
+                f"{self.network}` or pass network=None"
+            ) from e
+
+    def _ensure_image(self) -> None:
+        from docker.errors import APIError, ImageNotFound
+
+        images = self._client().images
+        try:
+            images.get(self.image)
+            return
+        except ImageNotFound:
+            pass
+        log.info("image %s not present locally; pulling it", self.image)
+        try:
+            images.pull(self.image)
+        except APIError as e:
+            raise WorkerStartError(
+                f"docker image {self.image!r} is not available locally and could not be pulled ({e}); "
+                f"build it (`docker build -t {self.image} .`) or fix the image name"
+            ) from e
+
+    def start(self) -> DockerWorker:
+        """Run a new container (a new generation and identity); wait until its logs contain ready_line."""
+        from docker.errors import APIError
+
+        if self.alive:
+            raise WorkerStartError(f"worker {self.identity} (container {self.container_id}) is still running")
+        self._remove()  # the previous generation's container, if it was killed and kept
+        if self.network is not None:
+            self._ensure_network()
+        self._ensure_image()
+        self.generation += 1
+        spec = self.container_spec()
+        try:
+            self._container = self._client().containers.run(**spec)
+        except APIError as e:
+            raise WorkerStartError(f"could not run worker {self.identity} from image {self.image!r}: {e}") from e
+        self.container_ids.append(self._container.id)
+        self._partitioned = False
+        self._final_output = ""
+        log.info("worker %s: container %s (%s) started", self.identity, spec["name"], self._container.id[:12])
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            text = self.output()
+            if self.ready_line in text:
+                log.info("worker %s ready (container %s)", self.identity, self._container.id[:12])
+                return self
+            if not self.alive:
+                code = self._container.attrs.get("State", {}).get("ExitCode")
+                self._remove()
+                raise WorkerStartError(f"worker {self.identity} exited with {code}: {text[-2000:]}")
+            time.sleep(0.1)
+        text = self.output()
+        self.stop()
+        raise WorkerStartError(
+            f"worker {self.identity} did not log {self.ready_line!r} within {self.start_timeout_s} s: {text[-2000:]}"
+        )
+
+    def output(self) -> str:
+        """The current container's logs (stdout and stderr); after ``stop``, the logs it had when removed."""
+        if self._container is None:
+            return self._final_output
+        from docker.errors import NotFound
+
+        try:
+            return self._container.logs(stdout=True, stderr=True).decode("utf-8", errors="replace")
+        except NotFound:
+            return self._final_output
+
+    def kill(self) -> None:
+        """SIGKILL: the worker dies mid-step; nothing of it runs any more. The container is kept."""
+        from docker.errors import APIError
+
+        if not self.alive:
+            return
+        try:
+            self._container.kill(signal="SIGKILL")
+        except APIError as e:
+            # Old engines refuse to signal a frozen container; thaw it and kill at once.
+            if self.status != "paused":
+                raise
+            log.warning("worker %s: engine refused to kill a paused container (%s); unpausing to kill", self.identity, e)
+            self._container.unpause()
+            self._container.kill(signal="SIGKILL")
+        deadline = time.monotonic() + 10.0
+        while self.alive and time.monotonic() < deadline:
+            time.sleep(0.05)
+        log.info("worker %s killed (container %s: %s)", self.identity, self.container_id[:12], self.status)
+
+    def pause(self) -> None:
+        """Freeze every process of the container (cgroup freezer); a no-op unless it is running."""
+        if self.status == "running":
+            self._container.pause()
+            log.info("worker %s paused", self.identity)
+
+    def resume(self) -> None:
+        """Thaw a paused container; a no-op if it is not paused."""
+        if self.status == "paused":
+            self._container.unpause()
+            log.info("worker %s resumed", self.identity)
+
+    def disconnect_network(self) -> None:
+        """Partition: take the container off ``network`` (its only network), so it reaches nothing."""
+        if self.network is None:
+            raise ValueError(f"worker {self.identity} has no network to partition; pass network=<a user-created network>")
+        if self._container is None or self._partitioned:
+            return
+        self._client().networks.get(self.network).disconnect(self._container, force=True)
+        self._partitioned = True
+        log.info("worker %s disconnected from network %s", self.identity, self.network)
+
+    def connect_network(self) -> None:
+        """Heal a partition made by ``disconnect_network``; a no-op if the worker is not partitioned."""
+        if self.network is None:
+            raise ValueError(f"worker {self.identity} has no network to heal; pass network=<a user-created network>")
+        if self._container is None or not self._partitioned:
+            return
+        self._client().networks.get(self.network).connect(self._container)
+        self._partitioned = False
+        log.info("worker %s reconnected to network %s", self.identity, self.network)
+
+    def stop(self) -> None:
+        """Graceful: SIGTERM, up to 15 s for the worker to shut down (then SIGKILL), then remove. Idempotent."""
+        if self._container is None:
+            return
+        from docker.errors import NotFound
+
+        self.resume()  # a frozen container cannot handle SIGTERM
+        if self.alive:
+            try:
+                self._container.stop(timeout=int(STOP_GRACE_S))
+            except NotFound:
+                pass
+        self._remove()
+
+    def _remove(self) -> None:
+        """Force-remove the current container, keeping its logs for ``output``."""
+        if self._container is None:
+            return
+        from docker.errors import NotFound
+
+        self._final_output = self.output()
+        try:
+            self._container.remove(force=True)
+            log.info("worker %s: container %s removed", self.identity, self._container.id[:12])
+        except NotFound:
+            pass
+        self._container = None
+        self._partitioned = False
+
+    def forget_container(self) -> None:
+        """Drop the handle on a container someone else removed (``DockerBackend.cleanup``)."""
+        self._container = None
+        self._partitioned = False
+
+    def __enter__(self) -> DockerWorker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class DockerBackend:
+    """Creates DockerWorkers; one place to check the engine and to clean up everything labelled as ours.
+
+    ``cleanup`` force-removes only containers that workers of this backend
+    started (tracked by id) and that carry our label; containers of other
+    runs, or of other backends in the same run, are left alone.
+    """
+
+    def __init__(self, client: Any = None) -> None:
+        self._client = client
+        self._owns_client = client is None
+        self._workers: list[DockerWorker] = []
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = connect()
+        return self._client
+
+    def worker(self, **kwargs: Any) -> DockerWorker:
+        """A DockerWorker (not started) using this backend's engine; kwargs are DockerWorker's fields."""
+        w = DockerWorker(client=self.client, **kwargs)
+        self._workers.append(w)
+        return w
+
+    def tracked_container_ids(self) -> list[str]:
+        return [cid for w in self._workers for cid in w.container_ids]
+
+    def cleanup(self) -> int:
+        """Force-remove every container our workers started that still exists; returns how many were removed."""
+        ids = self.tracked_container_ids()
+        if not ids:
+            return 0
+        from docker.errors import NotFound
+
+        removed = 0
+        for cid in ids:
+            try:
+                container = self.client.containers.get(cid)
+            except NotFound:
+                continue
+            if LABEL not in (container.labels or {}):
+                log.warning("container %s lost our label %r; leaving it alone", cid[:12], LABEL)
+                continue
+            try:
+                container.remove(force=True)
+            except NotFound:
+                continue
+            removed += 1
+            log.info("cleanup: removed container %s", cid[:12])
+        for w in self._workers:
+            w.forget_container()
+        return removed
+
+    def close(self) -> None:
+        if self._owns_client and self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def __enter__(self) -> DockerBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.cleanup()
+        finally:
+            self.close()

@@ -1,0 +1,186 @@
+"""CalcAgent: a small calculator agent, written the way a third party might.
+
+It shares nothing with this project's agent: questions arrive as Signals
+(``ask``), answers are read with a Query (``answers``), a ``close`` Signal
+ends it. The run loop takes one question at a time from its inbox and lets
+the model decide: ``call_model`` (a plain httpx POST to an OpenAI-style
+``/chat/completions``), then ``calculate`` for each ``calculator`` tool call,
+then ``call_model`` again with the results, until the model answers in text.
+
+Layout: inputs, activities, workflow. The workflow does no I/O; the
+activities are plain functions of their inputs (plus the model URL).
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import json
+import operator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from temporalio import activity, workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    import httpx
+
+WORKFLOW_NAME = "CalcAgent"
+CALCULATOR_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "calculator",
+        "description": "Evaluate an arithmetic expression (+ - * / // % and parentheses).",
+        "parameters": {
+            "type": "object",
+            "properties": {"expression": {"type": "string", "description": "e.g. 12 * 7"}},
+            "required": ["expression"],
+        },
+    },
+}
+SYSTEM_PROMPT = "You are a calculator assistant. Use the calculator tool for any arithmetic."
+
+
+# -- inputs ----------------------------------------------------------------------
+
+
+@dataclass
+class CalcAgentParams:
+    model: str = "auto"
+    max_model_calls: int = 4  # per question; past it the question is answered with an apology
+
+
+@dataclass
+class ModelRequest:
+    model: str
+    messages: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Calculation:
+    expression: str
+
+
+# -- activities ------------------------------------------------------------------
+
+
+class ModelGateway:
+    """The model API, reached over HTTP; the worker builds one per model URL."""
+
+    def __init__(self, model_url: str, request_timeout_s: float = 8.0) -> None:
+        self.model_url = model_url.rstrip("/")
+        self.request_timeout_s = request_timeout_s  # under the activity's 10 s start-to-close
+
+    @activity.defn(name="call_model")
+    async def call_model(self, request: ModelRequest) -> dict[str, Any]:
+        """One chat completion; returns the assistant message. Any HTTP or parse error is retried by Temporal."""
+        body = {"model": request.model, "messages": request.messages, "tools": [CALCULATOR_TOOL]}
+        headers = {"X-DAH-Run": activity.info().workflow_id}
+        beat = asyncio.create_task(_heartbeat_every(1.0))
+        try:
+            # trust_env=False: the model URL is explicit; an HTTP(S)_PROXY in the environment must not reroute it.
+            async with httpx.AsyncClient(timeout=self.request_timeout_s, trust_env=False) as http:
+                response = await http.post(f"{self.model_url}/chat/completions", json=body, headers=headers)
+            response.raise_for_status()
+            return response.json()["choices"][0]["message"]
+        finally:
+            beat.cancel()
+
+
+async def _heartbeat_every(period_s: float) -> None:
+    while True:
+        activity.heartbeat()
+        await asyncio.sleep(period_s)
+
+
+_OPERATORS = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.USub: operator.neg, ast.UAdd: operator.pos,
+}
+
+
+def _evaluate(node: ast.AST) -> int | float:
+    if isinstance(node, ast.Expression):
+        return _evaluate(node.body)
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return node.value
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+        return _OPERATORS[type(node.op)](_evaluate(node.left), _evaluate(node.right))
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _OPERATORS:
+        return _OPERATORS[type(node.op)](_evaluate(node.operand))
+    raise ValueError(f"not plain arithmetic: {ast.dump(node)[:80]}")
+
+
+@activity.defn(name="calculate")
+async def calculate(calc: Calculation) -> str:
+    """Literal arithmetic only (no names, calls or attributes). A bad expression is an answer, not a retry."""
+    try:
+        return str(_evaluate(ast.parse(calc.expression, mode="eval")))
+    except (SyntaxError, ValueError, ZeroDivisionError) as exc:
+        return f"ERROR: {type(exc).__name__}: {exc}"
+
+
+# -- workflow --------------------------------------------------------------------
+
+RETRY_FOREVER = RetryPolicy(initial_interval=timedelta(seconds=0.5), backoff_coefficient=2.0,
+                            maximum_interval=timedelta(seconds=4), maximum_attempts=0)
+
+
+@workflow.defn(name=WORKFLOW_NAME)
+class CalcAgent:
+    def __init__(self) -> None:
+        self._inbox: list[str] = []
+        self._answers: list[dict[str, Any]] = []
+        self._closing = False
+
+    @workflow.signal
+    def ask(self, question: str) -> None:
+        self._inbox.append(question)
+
+    @workflow.signal
+    def close(self) -> None:
+        self._closing = True  # questions already in the inbox are still answered
+
+    @workflow.query
+    def answers(self) -> list[dict[str, Any]]:
+        return list(self._answers)
+
+    @workflow.run
+    async def run(self, params: CalcAgentParams) -> list[dict[str, Any]]:
+        while True:
+            await workflow.wait_condition(lambda: bool(self._inbox) or self._closing)
+            if not self._inbox:
+                return list(self._answers)
+            question = self._inbox.pop(0)
+            answer, calls = await self._solve(params, question)
+            self._answers.append({"question": question, "answer": answer, "model_calls": calls})
+
+    async def _solve(self, params: CalcAgentParams, question: str) -> tuple[str, int]:
+        messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT},
+                                          {"role": "user", "content": question}]
+        for call in range(1, params.max_model_calls + 1):
+            reply = await workflow.execute_activity(
+                "call_model", ModelRequest(params.model, messages), result_type=dict,
+                start_to_close_timeout=timedelta(seconds=10), heartbeat_timeout=timedelta(seconds=3),
+                retry_policy=RETRY_FOREVER)
+            tool_calls = reply.get("tool_calls") or []
+            if not tool_calls:
+                return str(reply.get("content") or ""), call
+            messages.append({"role": "assistant", "content": reply.get("content"), "tool_calls": tool_calls})
+            for tc in tool_calls:
+                messages.append({"role": "tool", "tool_call_id": tc["id"], "content": await self._run_tool(tc)})
+        return f"Sorry, I could not answer within {params.max_model_calls} model calls.", params.max_model_calls
+
+    async def _run_tool(self, tool_call: dict[str, Any]) -> str:
+        fn = tool_call.get("function") or {}
+        if fn.get("name") != "calculator":
+            return f"ERROR: unknown tool {fn.get('name')!r}; only 'calculator' exists"
+        try:
+            expression = str(json.loads(fn.get("arguments") or "{}")["expression"])
+        except (ValueError, KeyError, TypeError) as exc:
+            return f"ERROR: bad calculator arguments ({type(exc).__name__}); send {{\"expression\": \"...\"}}"
+        return await workflow.execute_activity(
+            calculate, Calculation(expression),
+            start_to_close_timeout=timedelta(seconds=10), retry_policy=RETRY_FOREVER)

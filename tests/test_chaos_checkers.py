@@ -1,0 +1,93 @@
+"""Mutation checks of the chaos checkers: deliberately broken agents and a
+useless fault must each yield ``fail`` or ``unknown`` from the right checker,
+never ``pass``. Plus the checkers' own contract (offline re-runs, a crashing
+checker is unknown, fail > unknown > pass)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from chaos.checker import FAIL, PASS, UNKNOWN, CheckResult, compose, run_checkers
+from chaos.client import Workload
+from chaos.cluster import ClusterSpec
+from chaos.generator import NemesisEvent
+from chaos.runner import RunResult, run
+from chaos.scenarios import SCENARIOS, ChaosScenario
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def verdicts(result: RunResult) -> dict[str, str]:
+    return {c.name: c.verdict for c in result.checks}
+
+
+async def test_a_tool_that_appends_without_its_idempotency_key_fails_the_effects_checker(tmp_path: Path) -> None:
+    scenario = replace(SCENARIOS["crash_after_effect"], name="mutant_unkeyed_append",
+                       cluster=ClusterSpec(crash_at=("after_effect",), mutations=("unkeyed_append",)),
+                       workload=Workload(conversations=2, messages=3, append_ratio=1.0), fault_s=2.0)
+    result = await run(scenario, seed=3, out_root=tmp_path)
+    v = verdicts(result)
+    assert v["effects"] == FAIL, result.checks
+    assert result.verdict == FAIL
+    effects = next(c for c in result.checks if c.name == "effects")
+    assert effects.details["duplicated_effects"] >= 1
+
+
+async def test_a_workflow_reading_the_wall_clock_fails_the_replay_checker(tmp_path: Path) -> None:
+    scenario = ChaosScenario("mutant_wall_clock", "no faults; a non-deterministic workflow",
+                             cluster=ClusterSpec(workers=1, workflow="tests.mutants:WallClockAgentWorkflow"),
+                             workload=Workload(conversations=1, messages=2, append_ratio=0.0), fault_s=0.5)
+    result = await run(scenario, seed=4, out_root=tmp_path)
+    v = verdicts(result)
+    assert v["replay"] == FAIL, result.checks
+    assert v["lost"] == PASS  # the run itself went fine: only replay exposes the bug
+    replay = next(c for c in result.checks if c.name == "replay")
+    assert "nondeterminism" in replay.summary.lower() or "nondeterministic" in replay.summary.lower()
+
+
+async def test_an_agent_that_gives_up_on_the_model_after_one_attempt_fails_the_lost_checker(tmp_path: Path) -> None:
+    scenario = replace(SCENARIOS["model_outage"], name="mutant_max_attempts_1", planning_max_attempts=1,
+                       workload=Workload(conversations=2, messages=4, append_ratio=0.0))
+    result = await run(scenario, seed=5, out_root=tmp_path)
+    assert verdicts(result)["lost"] == FAIL, result.checks
+    assert result.verdict == FAIL
+
+
+async def test_a_kill_that_lands_after_all_work_finished_is_unknown_not_pass(tmp_path: Path) -> None:
+    scenario = ChaosScenario(
+        "mutant_idle_kill", "the only fault lands after the load is done",
+        (NemesisEvent(6.0, "kill_worker", {"when": "busy", "activity": None, "down_s": 0.5, "wait_s": 1.0}),),
+        workload=Workload(conversations=1, messages=1, append_ratio=0.0), warmup_s=0.5, fault_s=7.0)
+    result = await run(scenario, seed=6, out_root=tmp_path)
+    v = verdicts(result)
+    assert v["injection_evidence"] == UNKNOWN, result.checks
+    assert result.verdict == UNKNOWN
+    # Everything else was fine: the verdict is unknown only because the fault proved nothing.
+    assert all(verdict == PASS for name, verdict in v.items() if name != "injection_evidence")
+    # Offline re-check gives the same answer, and the CLI exits non-zero on unknown.
+    out = subprocess.run([sys.executable, "-m", "chaos", "check", str(result.run_dir), "--json"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 1
+    assert json.loads(out.stdout)["verdict"] == UNKNOWN
+
+
+def test_a_crashing_checker_is_unknown(tmp_path: Path) -> None:
+    (tmp_path / "history.jsonl").write_text('{"index": 0, "process": "client-0", "type": "invoke", "f": "x"}\n'
+                                            "{not json\n")
+    results = run_checkers(tmp_path)
+    assert results and all(r.verdict != PASS for r in results if r.name in ("lost", "injection_evidence", "stats"))
+    assert compose(results) != PASS
+
+
+def test_compose_orders_fail_over_unknown_over_pass() -> None:
+    r = lambda v: CheckResult("x", v, "")  # noqa: E731
+    assert compose([r(PASS), r(UNKNOWN)]) == UNKNOWN
+    assert compose([r(UNKNOWN), r(FAIL), r(PASS)]) == FAIL
+    assert compose([r(PASS), r(PASS)]) == PASS
+    assert compose([]) == UNKNOWN

@@ -1,0 +1,255 @@
+"""DockerWorker / DockerBackend: the worker fault surface, applied to containers.
+
+Tests marked ``needs_engine`` run real containers and skip (with the reason
+from ``docker_engine_available``) where no Docker engine is reachable; the
+rest need neither the engine nor, for the availability checks, the SDK.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+
+import pytest
+
+from agent.worker_process import WorkerStartError
+from chaos.docker_backend import (
+    IDENTITY_LABEL,
+    LABEL,
+    DockerBackend,
+    DockerEngineUnavailable,
+    DockerWorker,
+    docker_engine_available,
+)
+
+AVAILABLE, REASON = docker_engine_available()
+needs_engine = pytest.mark.skipif(not AVAILABLE, reason=f"no Docker engine reachable: {REASON}")
+
+IMAGE = "python:3.11-slim"
+# PID 1 ignores SIGTERM unless it installs a handler; the dict literal checks braces survive formatting.
+READY_SCRIPT = (
+    "import os, signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+    "print('READY', {'identity': sys.argv[1], 'task_queue': sys.argv[2],"
+    " 'env': os.environ['DAH_WORKER_IDENTITY']}, flush=True)\n"
+    "time.sleep(600)\n"
+)
+READY_COMMAND = ["python", "-u", "-c", READY_SCRIPT, "{identity}", "{task_queue}"]
+
+
+# --- without an engine -------------------------------------------------------
+
+
+def test_engine_check_here_returns_a_reason_and_never_raises() -> None:
+    available, reason = docker_engine_available()
+    assert isinstance(available, bool) and reason
+    if not available:
+        assert "docker" in reason.lower() or "engine" in reason
+
+
+def test_engine_check_names_the_unreachable_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/dah-test-docker.sock")
+    available, reason = docker_engine_available()
+    assert not available
+    assert "unix:///nonexistent/dah-test-docker.sock" in reason or "docker SDK not installed" in reason
+
+
+def test_engine_check_names_the_missing_sdk(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "docker", None)  # makes `import docker` raise ImportError
+    available, reason = docker_engine_available()
+    assert not available
+    assert "docker SDK not installed" in reason and "pip install 'docker>=7'" in reason
+
+
+def test_container_spec_formats_identity_task_queue_env_and_labels() -> None:
+    w = DockerWorker(
+        image="agent:dev",
+        command=["python", "-c", "print({'a': 1})", "--identity", "{identity}", "--task-queue", "{task_queue}"],
+        task_queue="q-7",
+        network="dah-net",
+        identity_prefix="dw",
+        environment={"MODEL_URL": "http://model:8000", "DAH_WORKER_IDENTITY": "overridden"},
+        labels={"team": "chaos"},
+    )
+    assert w.generation == 0 and w.identity == "dw-0"
+    w.generation = 3
+    spec = w.container_spec()
+    assert spec["image"] == "agent:dev"
+    assert spec["command"] == ["python", "-c", "print({'a': 1})", "--identity", "dw-3", "--task-queue", "q-7"]
+    assert spec["detach"] is True
+    assert spec["network"] == "dah-net"
+    assert spec["environment"] == {"MODEL_URL": "http://model:8000", "DAH_WORKER_IDENTITY": "dw-3", "DAH_TASK_QUEUE": "q-7"}
+    assert spec["labels"] == {LABEL: "worker", "team": "chaos", IDENTITY_LABEL: "dw-3"}
+    assert spec["name"].startswith("dah-dw-3-") and len(spec["name"]) == len("dah-dw-3-") + 6
+    assert w.container_spec()["name"] != spec["name"]  # two runs never collide on a name
+
+
+def test_container_spec_without_placeholder_or_network_adds_nothing() -> None:
+    w = DockerWorker(image="agent:dev", command=["run-worker"], task_queue="q")
+    spec = w.container_spec()
+    assert spec["command"] == ["run-worker"]  # the identity travels in the environment only
+    assert spec["environment"]["DAH_WORKER_IDENTITY"] == "worker-0"
+    assert "network" not in spec
+    assert spec["labels"][LABEL] == "worker"
+
+
+def test_invalid_identity_prefix_is_named() -> None:
+    w = DockerWorker(image="agent:dev", command=["x"], task_queue="q", identity_prefix="bad prefix/")
+    with pytest.raises(ValueError, match="bad prefix/"):
+        w.container_spec()
+
+
+def test_unstarted_worker_faults_are_noops_without_an_engine() -> None:
+    w = DockerWorker(image="agent:dev", command=["x"], task_queue="q")
+    assert not w.alive and w.container_id is None and w.status is None and w.output() == ""
+    w.kill()
+    w.pause()
+    w.resume()
+    w.stop()
+    w.stop()
+    with pytest.raises(ValueError, match="no network"):
+        w.disconnect_network()
+
+
+def test_backend_is_lazy_and_names_the_engine_it_cannot_reach(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/dah-test-docker.sock")
+    with DockerBackend() as backend:  # constructing and cleaning up an unused backend touch no engine
+        assert backend.cleanup() == 0
+        with pytest.raises(DockerEngineUnavailable, match="dah-test-docker.sock|docker SDK not installed"):
+            backend.worker(image=IMAGE, command=READY_COMMAND, task_queue="q")
+
+
+# --- with an engine ------------------------------------------------------------
+
+
+@pytest.fixture
+def backend():
+    with DockerBackend() as b:
+        yield b
+
+
+@pytest.fixture
+def network(backend: DockerBackend):
+    net = backend.client.networks.create(f"dah-test-{uuid.uuid4().hex[:8]}", labels={LABEL: "test"})
+    yield net.name
+    backend.cleanup()  # a network with containers attached cannot be removed
+    net.remove()
+
+
+def _exists(backend: DockerBackend, container_id: str) -> bool:
+    from docker.errors import NotFound
+
+    try:
+        backend.client.containers.get(container_id)
+        return True
+    except NotFound:
+        return False
+
+
+@needs_engine
+@pytest.mark.slow
+def test_start_passes_identity_and_restart_is_a_new_generation(backend: DockerBackend) -> None:
+    w = backend.worker(image=IMAGE, command=READY_COMMAND, task_queue="q-start")
+    with w:
+        assert w.alive and w.status == "running"
+        assert "'identity': 'worker-1', 'task_queue': 'q-start', 'env': 'worker-1'" in w.output()
+        first = w.container_id
+        w.kill()
+        w.start()
+        assert w.identity == "worker-2" and "'identity': 'worker-2'" in w.output()
+        assert not _exists(backend, first)  # the killed generation's container was removed on restart
+    assert w.container_ids[0] == first and len(w.container_ids) == 2
+
+
+@needs_engine
+@pytest.mark.slow
+def test_kill_leaves_a_dead_container(backend: DockerBackend) -> None:
+    with backend.worker(image=IMAGE, command=READY_COMMAND, task_queue="q") as w:
+        w.kill()
+        assert not w.alive and w.status == "exited"
+        assert "READY" in w.output()  # a killed worker's logs stay readable
+        w.kill()  # killing the dead is a no-op
+
+
+@needs_engine
+@pytest.mark.slow
+def test_pause_and_resume(backend: DockerBackend) -> None:
+    with backend.worker(image=IMAGE, command=READY_COMMAND, task_queue="q") as w:
+        w.pause()
+        assert w.status == "paused" and w.alive
+        w.resume()
+        assert w.status == "running"
+        w.resume()  # not paused: a no-op
+        w.pause()
+        w.kill()  # a paused worker can be killed
+        assert not w.alive
+
+
+@needs_engine
+@pytest.mark.slow
+def test_network_partition_and_heal(backend: DockerBackend, network: str) -> None:
+    def interfaces(w: DockerWorker) -> set[str]:
+        code, out = backend.client.containers.get(w.container_id).exec_run(["ls", "/sys/class/net"])
+        assert code == 0
+        return set(out.decode().split())
+
+    def networks(w: DockerWorker) -> set[str]:
+        return set(backend.client.containers.get(w.container_id).attrs["NetworkSettings"]["Networks"])
+
+    with backend.worker(image=IMAGE, command=READY_COMMAND, task_queue="q", network=network) as w:
+        assert networks(w) == {network} and interfaces(w) - {"lo"}
+        w.disconnect_network()
+        assert w.partitioned and networks(w) == set() and interfaces(w) == {"lo"}
+        w.disconnect_network()  # already partitioned: a no-op
+        w.connect_network()
+        assert not w.partitioned and networks(w) == {network} and interfaces(w) - {"lo"}
+
+
+@needs_engine
+@pytest.mark.slow
+def test_stop_removes_the_container_and_is_idempotent(backend: DockerBackend) -> None:
+    w = backend.worker(image=IMAGE, command=READY_COMMAND, task_queue="q").start()
+    cid = w.container_id
+    w.pause()  # stop must thaw it to deliver SIGTERM
+    w.stop()
+    assert not _exists(backend, cid) and not w.alive and w.container_id is None
+    assert "READY" in w.output()  # kept from before removal
+    w.stop()
+
+
+@needs_engine
+@pytest.mark.slow
+def test_cleanup_removes_only_what_this_backend_started(backend: DockerBackend) -> None:
+    a = backend.worker(image=IMAGE, command=READY_COMMAND, task_queue="q", identity_prefix="a").start()
+    b = backend.worker(image=IMAGE, command=READY_COMMAND, task_queue="q", identity_prefix="b").start()
+    b.kill()
+    ours = [a.container_id, b.container_id]
+    foreign = backend.client.containers.run(IMAGE, ["sleep", "600"], detach=True, labels={LABEL: "worker"})
+    try:
+        assert backend.cleanup() == 2
+        assert not any(_exists(backend, cid) for cid in ours)
+        assert _exists(backend, foreign.id)  # same label, not ours: left alone
+        assert backend.cleanup() == 0
+        assert not a.alive and a.container_id is None
+    finally:
+        foreign.remove(force=True)
+
+
+@needs_engine
+@pytest.mark.slow
+def test_user_errors_name_the_image_and_the_network(backend: DockerBackend) -> None:
+    missing_net = f"dah-no-such-network-{uuid.uuid4().hex[:6]}"
+    with pytest.raises(WorkerStartError, match=f"{missing_net}.*docker network create"):
+        backend.worker(image=IMAGE, command=READY_COMMAND, task_queue="q", network=missing_net).start()
+    missing_image = f"dah-no-such-image-{uuid.uuid4().hex[:6]}:never"
+    with pytest.raises(WorkerStartError, match=f"{missing_image}.*docker build"):
+        backend.worker(image=missing_image, command=READY_COMMAND, task_queue="q").start()
+
+
+@needs_engine
+@pytest.mark.slow
+def test_a_worker_that_exits_before_ready_raises_with_its_log_tail(backend: DockerBackend) -> None:
+    w = backend.worker(image=IMAGE, command=["python", "-c", "print('boom'); raise SystemExit(3)"], task_queue="q")
+    with pytest.raises(WorkerStartError, match=r"exited with 3: boom"):
+        w.start()
+    assert not _exists(backend, w.container_ids[-1])  # a failed start leaves nothing behind
