@@ -27,7 +27,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from agent.contracts import DEFAULT_TASK_QUEUE, DEFAULT_TOOLS, AgentConfig
+from agent.contracts import DEFAULT_TASK_QUEUE, AgentConfig
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1

@@ -66,8 +66,7 @@ async def _run_many(names: list[str], seed: int, out: Path, parallel: int = 1, t
     print(f"\n{len(names)} scenario(s) in {time.monotonic() - start:.0f}s (seed {seed}); "
           f"{len(names) - len(failed)} passed, {len(failed)} not passed")
     for name, result in failed:
-        print(f"  {name}: {result.verdict}; reproduce with: python -m chaos run {name} --seed {seed}; "
-              f"artefacts in {result.run_dir}")
+        print(f"  {name}: {result.verdict}; reproduce with: {result.reproduce}; artefacts in {result.run_dir}")
     return 1 if failed else 0
 
 

@@ -28,7 +28,7 @@ from chaos.history import FAIL, INFO, OK, History
 @dataclass
 class Workload:
     conversations: int = 3
-    messages: int = 5  # per conversation
+    messages: int = 4  # per conversation
     think_s: float = 0.4  # mean pause between a reply and the next message (seeded)
     op_timeout_s: float = 60.0  # past this a send is recorded as info
     append_ratio: float = 0.4

@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 class ClusterSpec:
     workers: int = 2
     task_queue: str = "chaos"
-    model_latency: str = "fixed:200"
+    model_latency: str = "fixed:100"
     bugs: tuple[str, ...] = ()  # tools with a logic bug in the first worker build (the hot-fix scenario)
     crash_at: tuple[str, ...] = ()  # worker self-SIGKILL points
     mutations: tuple[str, ...] = ()  # deliberate agent bugs, to check the checkers
@@ -166,9 +166,14 @@ class Cluster:
         self._stop.set()
         if self._supervisor is not None:
             self._supervisor.join(timeout=5)
-        for w in self.workers:
+        def stop_worker(w: SupervisedWorker) -> None:
+            # Everything the checkers need is saved by now: no graceful drain, just make sure it is gone.
             with w.lock:
-                w.process.stop()
+                w.process.kill()
+
+        if self.workers:
+            with ThreadPoolExecutor(len(self.workers)) as pool:
+                list(pool.map(stop_worker, self.workers))
         for closer in (self.temporal_proxy, self.model_proxy):
             if closer is not None:
                 closer.stop()

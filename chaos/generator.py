@@ -27,7 +27,7 @@ class NemesisEvent:
 # The menu random (mixed) schedules draw from: (op, args) with seeded parameters.
 def _menu(rng: random.Random) -> list[tuple[str, dict[str, Any]]]:
     return [
-        ("kill_worker", {"when": "busy", "activity": rng.choice(["plan_next_action", None]), "down_s": rng.uniform(0.5, 3)}),
+        ("kill_worker", {"when": "busy", "activity": rng.choice(["model", None]), "down_s": rng.uniform(0.5, 3)}),
         ("pause_worker", {"pause_s": rng.uniform(4, 7)}),
         ("partition", {"link": "temporal", "mode": rng.choice(["blackhole", "reset", "down"]),
                        "duration_s": rng.uniform(3, 8)}),

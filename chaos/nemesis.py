@@ -32,6 +32,7 @@ class NemesisContext:
     history: History
     workflow_ids: list[str]
     rng: random.Random
+    model_activity: str = "plan_next_action"  # what "model" means in a nemesis argument, for this target
 
 
 async def in_flight(ctx: NemesisContext) -> list[dict[str, Any]]:
@@ -69,23 +70,28 @@ async def cached_on(ctx: NemesisContext, identity: str) -> list[str]:
 
 
 def _worker_of(ctx: NemesisContext, identity: str) -> str | None:
+    """The live worker with this identity now (a killed generation's activities still look running for a while)."""
     for w in ctx.cluster.workers:
-        if w.process.identity == identity:
+        if w.process.identity == identity and w.process.alive:
             return w.name
     return None
 
 
 async def _wait_for_in_flight(ctx: NemesisContext, activity: str | None, timeout_s: float) -> list[dict[str, Any]]:
+    """Activities running on live workers (``activity`` "model": the target's model activity)."""
+    if activity == "model":
+        activity = ctx.model_activity
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        running = [a for a in await in_flight(ctx) if activity is None or a["activity"] == activity]
+        running = [a for a in await in_flight(ctx)
+                   if (activity is None or a["activity"] == activity) and _worker_of(ctx, a["worker"])]
         if running:
             return running
         await asyncio.sleep(0.05)
     return []
 
 
-async def kill_worker(ctx: NemesisContext, when: str = "busy", activity: str | None = "plan_next_action",
+async def kill_worker(ctx: NemesisContext, when: str = "busy", activity: str | None = "model",
                       down_s: float = 2.0, wait_s: float = 15.0) -> dict[str, Any]:
     """SIGKILL a worker: one running ``activity`` ("busy"), or one idle but holding conversations ("idle")."""
     op = ctx.history.invoke("nemesis", "kill_worker", {"when": when, "activity": activity, "down_s": down_s})
@@ -184,12 +190,15 @@ async def model_outage(ctx: NemesisContext, status: int = 503, duration_s: float
                        mode: str = "status") -> dict[str, Any]:
     """The model API refuses (503/429), hangs or answers garbage for a while."""
     op = ctx.history.invoke("nemesis", "model_outage", {"mode": mode, "status": status, "duration_s": duration_s})
-    before = ctx.cluster.model.stats()["faults_applied"].get(mode, 0)
-    rule = FaultRule(mode=mode, status=status) if mode == "status" else FaultRule(mode=mode)
-    ctx.cluster.set_model_faults([rule])
+    model = ctx.cluster.model
+    before = (await asyncio.to_thread(model.stats))["faults_applied"].get(mode, 0)
+    # A hung request is dropped when the outage ends (as a dead API's connections eventually are).
+    rule = FaultRule(mode=mode, status=status) if mode == "status" else \
+        FaultRule(mode=mode, hang_s=duration_s) if mode == "hang" else FaultRule(mode=mode)
+    await asyncio.to_thread(ctx.cluster.set_model_faults, [rule])
     await asyncio.sleep(duration_s)
-    ctx.cluster.set_model_faults([])
-    hits = ctx.cluster.model.stats()["faults_applied"].get(mode, 0) - before
+    await asyncio.to_thread(ctx.cluster.set_model_faults, [])
+    hits = (await asyncio.to_thread(model.stats))["faults_applied"].get(mode, 0) - before
     value = {"mode": mode, "requests_refused": hits, "evidence": [{"model_requests_faulted": hits}] if hits else []}
     ctx.history.complete(op, OK, value)
     return value

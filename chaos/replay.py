@@ -1,6 +1,6 @@
 """Replay saved histories on a cold worker: ``python -m chaos.replay DIR --workflow MODULE:CLASS``.
 
-Prints one JSON object: ``{"replayed": n, "failures": [{workflow_id, run_id, error}]}`` and
+Prints one line ``REPLAY-RESULT {"replayed": n, "failures": [{workflow_id, run_id, error}]}`` and
 exits 0 whenever it could judge (failures are in the JSON); any other exit means it could not.
 """
 
@@ -15,6 +15,9 @@ from pathlib import Path
 
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
+
+
+RESULT_PREFIX = "REPLAY-RESULT "
 
 
 def load_class(spec: str) -> type:
@@ -44,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workflow", default="agent.workflow:AgentWorkflow", help="MODULE:CLASS of the workflow")
     args = parser.parse_args(argv)
     result = asyncio.run(replay(args.histories, load_class(args.workflow)))
-    print(json.dumps(result))
+    print(RESULT_PREFIX + json.dumps(result), flush=True)  # tagged: the SDK's core may log to stdout too
     return 0
 
 

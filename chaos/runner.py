@@ -51,6 +51,28 @@ class RunResult:
     seed: int
     wall_s: float
     row: dict[str, Any] = field(default_factory=dict)
+    reproduce: str = ""
+
+
+_runtime = None
+
+
+def quiet_runtime():
+    """The driver's Temporal runtime: its core logs only errors (retries during a fault are expected, not news)."""
+    global _runtime
+    if _runtime is None:
+        from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
+
+        _runtime = Runtime(telemetry=TelemetryConfig(
+            logging=LoggingConfig(filter=TelemetryFilter(core_level="ERROR", other_level="ERROR"))))
+    return _runtime
+
+
+def reproduce_command(scenario: str, seed: int, target: Target) -> str:
+    cmd = f"python -m chaos run {scenario} --seed {seed}"
+    if target.source:
+        cmd += f" --target {target.source}"
+    return cmd
 
 
 def machine_info() -> dict[str, Any]:
@@ -147,9 +169,9 @@ async def run(scenario: ChaosScenario, *, seed: int, out_root: Path, progress: P
     journal: dict[str, Any] = {
         "scenario": {**asdict(scenario), "cluster": asdict(spec)},
         "seed": seed,
-        "reproduce": f"python -m chaos run {scenario.name} --seed {seed}",
+        "reproduce": reproduce_command(scenario.name, seed, target),
         "schedule": [e.as_dict() for e in events],
-        "machine": machine_info(),
+        "machine": await asyncio.to_thread(machine_info),
         "target": {**target.as_dict(), "workflow": spec.workflow, "cwd": target.cwd or os.getcwd()},
         "phases": {},
     }
@@ -162,15 +184,18 @@ async def run(scenario: ChaosScenario, *, seed: int, out_root: Path, progress: P
         progress(f"{scenario.name}: {name} (t={history.now():.1f}s)")
 
     phase("setup")
-    with Cluster(run_dir, spec, history, target) as cluster:
-        client = await Client.connect(cluster.server.address)
+    cluster = Cluster(run_dir, spec, history, target)
+    # Start and stop off the event loop: they block for seconds, and other runs may share this loop.
+    try:
+        await asyncio.to_thread(cluster.start)
+        client = await Client.connect(cluster.server.address, runtime=quiet_runtime())
         if cluster.server.ui_url:
             progress(f"{scenario.name}: Temporal Web UI at {cluster.server.ui_url}/namespaces/default/workflows")
         driver = make_driver(client=client, history=history, task_queue=spec.task_queue, workload=scenario.workload,
                              seed=seed)
         if scenario.planning_max_attempts and hasattr(driver, "config"):
             driver.config.planning.maximum_attempts = scenario.planning_max_attempts
-        ctx = NemesisContext(cluster, client, history, driver.workflow_ids, random.Random(seed))
+        ctx = NemesisContext(cluster, client, history, driver.workflow_ids, random.Random(seed), target.model_activity)
         phase("warm-up")
         load = asyncio.create_task(driver.run())
         try:
@@ -186,12 +211,14 @@ async def run(scenario: ChaosScenario, *, seed: int, out_root: Path, progress: P
         await _save_histories(client, run_dir, driver.workflow_ids)
         journal["model_server"] = cluster.model.stats()
         journal["supervisor_restarts"] = {w.name: w.restarts for w in cluster.workers}
+    finally:
+        await asyncio.to_thread(cluster.stop)
     phase("stopped")
     history.close()
     progress(f"{scenario.name}: checking")
     journal["phases"] = phases
     (run_dir / "journal.json").write_text(json.dumps(journal, indent=2, default=str))
-    checks = run_checkers(run_dir, only=list(target.checkers))
+    checks = await asyncio.to_thread(run_checkers, run_dir, list(target.checkers))
     journal["checkers_not_run"] = [c for c in ALL_CHECKERS if c not in target.checkers]
     verdict = compose(checks)
     journal["checks"] = [c.as_dict() for c in checks]
@@ -201,7 +228,7 @@ async def run(scenario: ChaosScenario, *, seed: int, out_root: Path, progress: P
     journal["summary"] = row
     (run_dir / "journal.json").write_text(json.dumps(journal, indent=2, default=str))
     _link_latest(run_dir)
-    return RunResult(scenario.name, run_dir, verdict, checks, seed, journal["wall_s"], row)
+    return RunResult(scenario.name, run_dir, verdict, checks, seed, journal["wall_s"], row, journal["reproduce"])
 
 
 async def _warm_up_faults_heal_settle(scenario: ChaosScenario, events: list, ctx: NemesisContext, cluster: Cluster,

@@ -39,8 +39,8 @@ SCENARIOS: dict[str, ChaosScenario] = {
     for s in [
         ChaosScenario(
             "kill_mid_turn", "SIGKILL the worker running a model call, twice; restart after a delay.",
-            (E(0.5, "kill_worker", {"when": "busy", "activity": "plan_next_action", "down_s": 1.0}),
-             E(4.0, "kill_worker", {"when": "busy", "activity": "plan_next_action", "down_s": 1.0})),
+            (E(0.5, "kill_worker", {"when": "busy", "activity": "model", "down_s": 1.0}),
+             E(4.0, "kill_worker", {"when": "busy", "activity": "model", "down_s": 1.0})),
         ),
         ChaosScenario(
             "crash_after_effect", "Workers SIGKILL themselves right after a side effect, before the activity completes.",

@@ -8,6 +8,7 @@
     task_queue = "my-agent"
     driver = "my_agent.chaos_driver:make_driver"   # see Driver below
     workflow = "my_agent.workflows:AgentWorkflow"  # what the replay checker replays histories with
+    model_activity = "call_llm"          # the activity that calls the model (kills aimed "mid model call" wait for it)
     ledger = "sandbox/ledger.sqlite3"    # optional, relative to the state dir; this project's ledger schema
     checkers = ["lost", "temporal_history", "replay", "injection_evidence", "stats"]  # default: all
     cwd = "."                            # relative to this file; workers and the replayer run there
@@ -47,10 +48,12 @@ class Target:
     task_queue: str | None = None  # None: one per scenario
     driver: str = "chaos.client:Driver"
     workflow: str = "agent.workflow:AgentWorkflow"
+    model_activity: str = "plan_next_action"
     ledger: str | None = "sandbox/ledger.sqlite3"
     checkers: tuple[str, ...] = tuple(ALL_CHECKERS)
     cwd: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+    source: str | None = None  # the file it was read from (None: the built-in reference target)
 
     @property
     def is_reference(self) -> bool:
@@ -63,8 +66,9 @@ class Target:
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "worker": list(self.worker) if self.worker else None, "ready_line": self.ready_line,
-                "task_queue": self.task_queue, "driver": self.driver, "workflow": self.workflow, "ledger": self.ledger,
-                "checkers": list(self.checkers), "cwd": self.cwd, "env": dict(self.env)}
+                "task_queue": self.task_queue, "driver": self.driver, "workflow": self.workflow,
+                "model_activity": self.model_activity, "ledger": self.ledger,
+                "checkers": list(self.checkers), "cwd": self.cwd, "env": dict(self.env), "source": self.source}
 
 
 def _fill(part: str, values: dict[str, str]) -> str:
@@ -84,7 +88,8 @@ def load_target(path: Path) -> Target:
         raise ValueError(f"target file {path} does not exist") from None
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"target file {path}: not valid TOML ({exc})") from None
-    allowed = {"name", "worker", "ready_line", "task_queue", "driver", "workflow", "ledger", "checkers", "cwd", "env"}
+    allowed = {"name", "worker", "ready_line", "task_queue", "driver", "workflow", "model_activity", "ledger",
+               "checkers", "cwd", "env"}
     unknown = sorted(set(raw) - allowed)
     if unknown:
         raise ValueError(f"target file {path}: unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
@@ -108,8 +113,9 @@ def load_target(path: Path) -> Target:
     cwd = str((path.parent / raw["cwd"]).resolve()) if "cwd" in raw else str(path.parent.resolve())
     return Target(name=str(raw["name"]), worker=tuple(worker), ready_line=str(raw.get("ready_line", "READY")),
                   task_queue=raw.get("task_queue"), driver=str(raw["driver"]), workflow=str(raw["workflow"]),
+                  model_activity=str(raw.get("model_activity", "plan_next_action")),
                   ledger=raw.get("ledger") or None, checkers=tuple(checkers), cwd=cwd,
-                  env={str(k): str(v) for k, v in raw.get("env", {}).items()})
+                  env={str(k): str(v) for k, v in raw.get("env", {}).items()}, source=str(path))
 
 
 def load_callable(spec: str) -> Any:

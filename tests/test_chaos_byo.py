@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from chaos.client import Workload
-from chaos.generator import NemesisEvent
 from chaos.runner import run
 from chaos.scenarios import SCENARIOS
 from chaos.target import load_target
@@ -59,10 +58,8 @@ def test_good_target_file_loads(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 async def test_kill_mid_turn_against_third_party_agent(tmp_path: Path) -> None:
-    # The stock scenario waits for the reference agent's model activity; CalcAgent's is "call_model".
-    kill = {"when": "busy", "activity": "call_model", "down_s": 1.0}
-    scenario = replace(SCENARIOS["kill_mid_turn"], workload=Workload(conversations=2, messages=3),
-                       events=(NemesisEvent(0.5, "kill_worker", kill), NemesisEvent(4.0, "kill_worker", kill)))
+    # The stock scenario aims its kills at "the model activity": the target file says CalcAgent's is call_model.
+    scenario = replace(SCENARIOS["kill_mid_turn"], workload=Workload(conversations=2, messages=3))
     result = await run(scenario, seed=2, out_root=tmp_path, target=load_target(EXAMPLE))
     by = {c.name: c for c in result.checks}
     report = json.dumps([c.as_dict() for c in result.checks], indent=1, default=str)[:4000]
@@ -75,5 +72,8 @@ async def test_kill_mid_turn_against_third_party_agent(tmp_path: Path) -> None:
     assert by["replay"].verdict == "pass" and by["replay"].details["replayed"] >= 2
     # The worker the harness ran was ours (its ready line, its activity), not the reference agent's.
     assert "AGENT-WORKER-UP" in (result.run_dir / "logs" / "w1-1.log").read_text()
-    kills = [f for f in by["injection_evidence"].details["faults"] if f["f"] == "kill_worker" and f["landed"]]
-    assert all(e["activity"] == "call_model" for f in kills for e in f["evidence"])
+    # At least one kill took down the very process running a model call (not a restarted successor).
+    kills = [json.loads(line) for line in (result.run_dir / "history.jsonl").read_text().splitlines()]
+    kills = [op["value"] for op in kills if op["f"] == "kill_worker" and op["type"] == "ok"]
+    assert all(e["activity"] == "call_model" for k in kills for e in k["evidence"])
+    assert any(k["identity"] in {e["worker"] for e in k["evidence"]} for k in kills), kills

@@ -25,7 +25,12 @@ def check(data: RunData) -> CheckResult:
     if proc.returncode != 0:
         return CheckResult("replay", UNKNOWN, f"the replayer could not run (exit {proc.returncode}): "
                                               f"{proc.stderr.strip()[-500:]}")
-    result = json.loads(proc.stdout)
+    from chaos.replay import RESULT_PREFIX
+
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
+    if not lines:
+        return CheckResult("replay", UNKNOWN, f"the replayer printed no result: {proc.stdout[-300:]} {proc.stderr[-300:]}")
+    result = json.loads(lines[-1][len(RESULT_PREFIX):])
     details = {"workflow": workflow, **result}
     if result["replayed"] == 0:
         return CheckResult("replay", UNKNOWN, "no histories to replay", details)
