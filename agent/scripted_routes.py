@@ -65,6 +65,8 @@ _NUMBER_REQUEST = re.compile(r"reply with the number\s+(-?\d+)", re.I)
 _WEATHER = re.compile(r"weather\s+(?:in|for|at)\s+([A-Za-z][A-Za-z .'-]*)", re.I)
 _WRITE = re.compile(r"(?:write|save)\s+['\"]?(.+?)['\"]?\s+(?:to|into|in)\s+(?:the\s+)?(?:file\s+)?([\w./-]+)", re.I)
 _APPEND = re.compile(r"append\s+['\"]?(.+?)['\"]?\s+(?:to|onto)\s+(?:the\s+)?(?:file\s+)?([\w./-]+)", re.I)
+_FLAKY = re.compile(r"check the flaky service (?:for|about)\s+([\w-]+)", re.I)
+_EXACT = re.compile(r"compute\s+(.+?)\s+exactly", re.I)
 _READ = re.compile(r"read\s+(?:the\s+)?(?:file\s+)?([\w./-]+)", re.I)
 
 
@@ -82,6 +84,10 @@ def _plan_from_text(messages: list[Message], text: str) -> Message:
         return _final(f"Your first message was: {users[0]!r}")
     if m := _WEATHER.search(text):
         return _calls(messages, ("weather", {"city": m.group(1).strip().rstrip("?.!")}))
+    if m := _FLAKY.search(text):
+        return _calls(messages, ("flaky_service", {"request": m.group(1), "fail_attempts": 2}))
+    if m := _EXACT.search(text):  # the expression as written, even if the calculator will refuse it
+        return _calls(messages, ("calculator", {"expression": m.group(1)}))
     if m := _APPEND.search(text):
         return _calls(messages, ("append_file", {"path": m.group(2), "content": m.group(1)}))
     if m := _WRITE.search(text):
@@ -118,7 +124,22 @@ def route_auto(messages: list[Message]) -> Message:
     text, step, tools = _turn(messages)
     if step == 0:
         return _plan_from_text(messages, text)
+    if (repair := _repair(messages, tools)) is not None:
+        return repair
     return _summarise(messages, tools[-_last_batch_size(messages):])
+
+
+def _repair(messages: list[Message], tools: list[Message]) -> Message | None:
+    """After a calculator validation error on 'a x b', call again with 'a * b' (the model repairs its call)."""
+    last = tools[-1] if tools else None
+    if last is None or not str(last.get("content", "")).startswith("ERROR (validation_error): calculator"):
+        return None
+    call = next((c for m in reversed(messages) if m["role"] == "assistant" for c in m.get("tool_calls") or []
+                 if c["id"] == last.get("tool_call_id")), None)
+    expression = json.loads(call["function"]["arguments"]).get("expression", "") if call else ""
+    if "x" not in expression:
+        return None
+    return _calls(messages, ("calculator", {"expression": expression.replace("x", "*")}))
 
 
 def _last_batch_size(messages: list[Message]) -> int:

@@ -38,7 +38,7 @@ def _progress(start: float):
 
 
 async def _run_many(names: list[str], seed: int, out: Path, parallel: int = 1, target: Any = None,
-                    ui: bool = False) -> int:
+                    ui: bool = False, backend: str = "process", image: str | None = None) -> int:
     from chaos.runner import run
     from chaos.target import REFERENCE
 
@@ -51,7 +51,8 @@ async def _run_many(names: list[str], seed: int, out: Path, parallel: int = 1, t
     async def one(i: int, name: str) -> None:
         async with slots:
             say(f"scenario {i}/{len(names)}: {name} (seed {seed})")
-            result = await run(SCENARIOS[name], seed=seed, out_root=out, progress=say, target=target, ui=ui)
+            result = await run(SCENARIOS[name], seed=seed, out_root=out, progress=say, target=target, ui=ui,
+                               backend=backend, image=image)
             results[name] = result
             say(f"{name}: {result.verdict.upper()} in {result.wall_s:.0f}s -> {result.run_dir}")
             for c in result.checks:
@@ -83,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parallel", type=int, default=1, help="scenarios run at once, each its own cluster (default 1)")
     p.add_argument("--ui", action="store_true", help="start the Temporal Web UI and print its address, to watch")
     p.add_argument("--target", type=Path, help="a target TOML file: your own agent (default: the reference agent)")
+    p.add_argument("--backend", choices=["process", "docker"], default="process",
+                   help="where workers run: local processes (default) or Docker containers (needs an engine)")
+    p.add_argument("--image", help="docker backend: an image with the worker installed")
     p = sub.add_parser("suite", help="the CI suite: every named scenario; exit 1 on any fail or unknown")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", type=Path, default=Path("runs"))
@@ -119,7 +123,21 @@ def main(argv: list[str] | None = None) -> int:
                 except ValueError as exc:
                     print(f"python -m chaos {args.command}: --target: {exc}", file=sys.stderr)
                     return 2
-            return asyncio.run(_run_many(names, args.seed, args.out, args.parallel, target, getattr(args, "ui", False)))
+            backend, image = getattr(args, "backend", "process"), getattr(args, "image", None)
+            if backend == "docker":
+                from chaos.docker_backend import docker_engine_available
+
+                ok, reason = docker_engine_available()
+                if not ok:
+                    print(f"python -m chaos {args.command}: --backend docker: {reason}; "
+                          "the process backend (the default) needs no engine", file=sys.stderr)
+                    return 2
+                if not image:
+                    print(f"python -m chaos {args.command}: --backend docker needs --image NAME (an image with the "
+                          "worker installed)", file=sys.stderr)
+                    return 2
+            return asyncio.run(_run_many(names, args.seed, args.out, args.parallel, target, getattr(args, "ui", False),
+                                         backend, image))
         except KeyboardInterrupt:
             print("\ninterrupted; the cluster was stopped; partial runs are in " + str(args.out), file=sys.stderr)
             return 130

@@ -21,6 +21,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
 from agent.contracts import AgentConfig, AgentInput, ChatMessage
+from agent.tools import TOOL_SETS
 from agent.workflow import AgentWorkflow
 from chaos.history import FAIL, INFO, OK, History
 
@@ -28,10 +29,12 @@ from chaos.history import FAIL, INFO, OK, History
 @dataclass
 class Workload:
     conversations: int = 3
-    messages: int = 4  # per conversation
+    messages: int = 4  # per conversation, at least: each keeps sending until the load is stopped (at heal)
     think_s: float = 0.4  # mean pause between a reply and the next message (seeded)
     op_timeout_s: float = 60.0  # past this a send is recorded as info
     append_ratio: float = 0.4
+    flaky_ratio: float = 0.0  # messages whose tool fails transiently twice (Temporal retries it)
+    repair_ratio: float = 0.0  # messages whose first tool call is refused as invalid (the model repairs it)
 
 
 @dataclass
@@ -41,27 +44,36 @@ class PlannedMessage:
     kind: str  # "calc" | "append"
     path: str | None = None
     content: str | None = None
+    match: str = "exact"  # "prefix": the reply starts with ``expect`` (the rest may vary, e.g. an attempt number)
 
 
-def plan_messages(conversation: str, n: int, rng: random.Random, append_ratio: float) -> list[PlannedMessage]:
-    out = []
+def plan_message(conversation: str, i: int, rng: random.Random, append_ratio: float, flaky_ratio: float = 0.0,
+                 repair_ratio: float = 0.0) -> PlannedMessage:
+    """Message ``i`` of a conversation: arithmetic, an append to the conversation's own file, a call to a
+    flaky service (retryable tool errors), or arithmetic written so the first tool call is invalid."""
     path = f"log-{conversation.rsplit('-', 1)[-1]}.txt"
-    for i in range(n):
-        if rng.random() < append_ratio:
-            token = f"line-{i}-{rng.randrange(10**6):06d};"
-            out.append(PlannedMessage(f"append {token} to {path}", f"appended {len(token)} bytes to {path}",
-                                      "append", path, token))
-        else:
-            a, b = rng.randrange(2, 999), rng.randrange(2, 99)
-            out.append(PlannedMessage(f"What is {a} * {b}?", f"{a} * {b} = {a * b}", "calc"))
-    return out
+    draw = rng.random()
+    if draw < flaky_ratio:
+        key = f"k{i}-{rng.randrange(10**4):04d}"
+        # Usually "on attempt 3"; a slow or broken link can make it later, which is still correct.
+        return PlannedMessage(f"check the flaky service for {key}", f"flaky_service answered '{key}' on attempt ",
+                              "flaky", match="prefix")
+    if draw < flaky_ratio + repair_ratio:
+        a, b = rng.randrange(2, 999), rng.randrange(2, 99)
+        return PlannedMessage(f"compute {a} x {b} exactly", f"{a} * {b} = {a * b}", "repair")
+    if rng.random() < append_ratio:
+        token = f"line-{i}-{rng.randrange(10**6):06d};"
+        return PlannedMessage(f"append {token} to {path}", f"appended {len(token)} bytes to {path}", "append", path,
+                              token)
+    a, b = rng.randrange(2, 999), rng.randrange(2, 99)
+    return PlannedMessage(f"What is {a} * {b}?", f"{a} * {b} = {a * b}", "calc")
 
 
 def chaos_agent_config() -> AgentConfig:
     """Timeouts sized for fault injection: a dead worker's work moves on within seconds."""
-    cfg = AgentConfig(model="scripted")
+    cfg = AgentConfig(model="scripted", tools=list(TOOL_SETS["faults"]))
     for policy in (cfg.planning, cfg.tool):
-        policy.start_to_close_s = 20.0
+        policy.start_to_close_s = 10.0
         policy.heartbeat_s = 3.0
         policy.initial_interval_s = 0.5
         policy.maximum_interval_s = 4.0
@@ -90,11 +102,25 @@ class Driver:
     conversations: list[Conversation] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        rng = random.Random(self.seed)
+        self._stop = asyncio.Event()
+        self._rngs: dict[str, random.Random] = {}
         for i in range(self.workload.conversations):
             wid = f"chaos-{self.run_tag}-{i}"
-            self.conversations.append(
-                Conversation(wid, plan_messages(wid, self.workload.messages, rng, self.workload.append_ratio)))
+            self._rngs[wid] = random.Random(f"{self.seed}-messages-{i}")
+            self.conversations.append(Conversation(wid, []))
+
+    def stop(self) -> None:
+        """No new messages after the ones in flight (the generator calls this at heal)."""
+        self._stop.set()
+
+    def _next_message(self, conv: Conversation) -> PlannedMessage | None:
+        n = len(conv.planned)
+        if n >= self.workload.messages and self._stop.is_set():
+            return None
+        msg = plan_message(conv.workflow_id, n, self._rngs[conv.workflow_id], self.workload.append_ratio,
+                           self.workload.flaky_ratio, self.workload.repair_ratio)
+        conv.planned.append(msg)
+        return msg
 
     @property
     def workflow_ids(self) -> list[str]:
@@ -117,10 +143,14 @@ class Driver:
             self.history.complete(op, INFO, error=f"{type(exc).__name__}: {exc}")
             return
         handle = self.client.get_workflow_handle(conv.workflow_id)
-        for n, msg in enumerate(conv.planned):
+        while True:
             await asyncio.sleep(rng.expovariate(1.0 / self.workload.think_s) if self.workload.think_s else 0)
-            op = self.history.invoke(process, "send_message",
-                                     {"conversation": conv.workflow_id, "n": n, "text": msg.text, "expect": msg.expect})
+            msg = self._next_message(conv)
+            if msg is None:
+                return
+            n = len(conv.planned) - 1
+            op = self.history.invoke(process, "send_message", {"conversation": conv.workflow_id, "n": n,
+                                                               "text": msg.text, "expect": msg.expect, "match": msg.match})
             try:
                 reply = await asyncio.wait_for(
                     handle.execute_update(AgentWorkflow.send_message, ChatMessage(msg.text), id=f"msg-{n}"),

@@ -45,6 +45,8 @@ class ClusterSpec:
     restart_delay_s: float = 1.0
     seed: int = 0
     ui: bool = False  # start the Temporal Web UI, to watch the run
+    backend: str = "process"  # "process" (default) or "docker": workers in containers (needs an engine)
+    image: str | None = None  # for the docker backend: an image with the worker installed
 
 
 @dataclass
@@ -104,7 +106,9 @@ class Cluster:
             for mutation in self.spec.mutations:
                 extra += ["--mutation", mutation]
             extra += ["--workflow", self.spec.workflow]
-        for i in range(1, self.spec.workers + 1):
+        if self.spec.backend == "docker":
+            self._add_container_workers(extra)
+        for i in range(1, self.spec.workers + 1 if self.spec.backend == "process" else 1):
             self.workers.append(SupervisedWorker(WorkerProcess(
                 self.temporal_proxy.address, self.spec.task_queue, f"http://{self.model_proxy.address}/v1",
                 state_dir=self.state_dir, identity_prefix=f"w{i}", bugs=self.spec.bugs, extra_args=tuple(extra),
@@ -120,6 +124,33 @@ class Cluster:
         self._supervisor = threading.Thread(target=self._supervise, name="supervisor", daemon=True)
         self._supervisor.start()
         return self
+
+    def _add_container_workers(self, extra: list[str]) -> None:
+        from chaos.docker_backend import ContainerWorker, DockerBackend, docker_engine_available
+
+        ok, reason = docker_engine_available()
+        if not ok:
+            raise RuntimeError(f"backend docker: {reason}; the process backend (the default) needs no engine")
+        if not self.spec.image:
+            raise RuntimeError("backend docker needs an image with the worker installed (--image NAME)")
+        assert self.temporal_proxy is not None and self.model_proxy is not None
+        backend = DockerBackend()
+        for i in range(1, self.spec.workers + 1):
+            template = list(self.target.worker or [
+                "python", "-m", "agent", "worker", "--address", "{address}", "--task-queue", "{task_queue}",
+                "--identity", "{identity}", "--model-base-url", "{model_url}", "--state-dir", "/tmp/dah-state", *extra])
+            values = {"{python}": "python", "{address}": self.temporal_proxy.address, "{namespace}": "default",
+                      "{model_url}": f"http://{self.model_proxy.address}/v1", "{state_dir}": "/tmp/dah-state"}
+            command = []
+            for part in template:
+                for key, value in values.items():
+                    part = part.replace(key, value)
+                command.append(part)
+            for bug in self.spec.bugs:
+                command += ["--bug", bug]
+            worker = backend.worker(image=self.spec.image, command=command, task_queue=self.spec.task_queue,
+                                    network="host", identity_prefix=f"w{i}", ready_line=self.target.ready_line)
+            self.workers.append(SupervisedWorker(ContainerWorker(worker, self.spec.bugs)))  # type: ignore[arg-type]
 
     def _supervise(self) -> None:
         while not self._stop.wait(0.2):

@@ -406,3 +406,74 @@ class DockerBackend:
             self.cleanup()
         finally:
             self.close()
+
+
+@dataclass
+class ContainerWorker:
+    """A ``DockerWorker`` with the surface the cluster's supervisor and nemeses use on a ``WorkerProcess``.
+
+    Containers run on the host network so they reach the fault proxies on 127.0.0.1; the image must contain
+    this project (``pip install .``) or the target's own worker. The reference agent's effect ledger lives
+    inside the container, so the effects checker reports unknown for container runs unless the target
+    mounts it where the orchestrator can read it.
+    """
+
+    worker: DockerWorker
+    bugs: tuple[str, ...] = ()
+
+    @property
+    def identity_prefix(self) -> str:
+        return self.worker.identity_prefix
+
+    @property
+    def identity(self) -> str:
+        return self.worker.identity
+
+    @property
+    def alive(self) -> bool:
+        return self.worker.alive
+
+    @property
+    def returncode(self) -> int | None:
+        if self.worker.alive or self.worker._container is None:
+            return None
+        try:
+            self.worker._container.reload()
+            return self.worker._container.attrs.get("State", {}).get("ExitCode")
+        except Exception:  # the container is gone: its code is unknown
+            return None
+
+    def start(self, *, bugs: tuple[str, ...] | None = None) -> ContainerWorker:
+        if bugs is not None:
+            self.bugs = bugs
+            self.worker.command = [p for i, p in enumerate(self.worker.command)
+                                   if p != "--bug" and (i == 0 or self.worker.command[i - 1] != "--bug")]
+            for bug in bugs:
+                self.worker.command += ["--bug", bug]
+        self.worker.start()
+        return self
+
+    def wait_for(self, text: str, timeout_s: float = 60.0) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if text in self.worker.output():
+                return True
+            if not self.worker.alive:
+                return False
+            time.sleep(0.1)
+        return False
+
+    def output(self) -> str:
+        return self.worker.output()
+
+    def kill(self) -> None:
+        self.worker.kill()
+
+    def pause(self) -> None:
+        self.worker.pause()
+
+    def resume(self) -> None:
+        self.worker.resume()
+
+    def stop(self) -> None:
+        self.worker.stop()

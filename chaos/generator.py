@@ -33,6 +33,9 @@ def _menu(rng: random.Random) -> list[tuple[str, dict[str, Any]]]:
                        "duration_s": rng.uniform(3, 8)}),
         ("partition", {"link": "model", "mode": rng.choice(["blackhole", "reset", "down"]),
                        "duration_s": rng.uniform(3, 6)}),
+        ("degrade_link", {"link": rng.choice(["temporal", "model"]), "latency_ms": rng.uniform(100, 400),
+                          "jitter_ms": rng.uniform(0, 100), "rate_kbps": rng.choice([0.0, 50.0]),
+                          "stream": rng.choice(["upstream", "downstream", "both"]), "duration_s": rng.uniform(3, 6)}),
         ("restart_server", {"down_s": rng.uniform(1, 3)}),
         ("model_outage", {"status": rng.choice([429, 503]), "duration_s": rng.uniform(2, 6)}),
     ]

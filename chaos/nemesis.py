@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +34,7 @@ class NemesisContext:
     workflow_ids: list[str]
     rng: random.Random
     model_activity: str = "plan_next_action"  # what "model" means in a nemesis argument, for this target
+    driver_stop: Callable[[], None] | None = None  # stops the client load (called at heal)
 
 
 async def in_flight(ctx: NemesisContext) -> list[dict[str, Any]]:
@@ -170,6 +172,34 @@ async def partition(ctx: NemesisContext, link: str = "temporal", mode: str = "bl
     return value
 
 
+async def degrade_link(ctx: NemesisContext, link: str = "temporal", latency_ms: float = 300.0, jitter_ms: float = 100.0,
+                       rate_kbps: float = 0.0, stream: str = "both", duration_s: float = 6.0,
+                       toxicity: float = 1.0) -> dict[str, Any]:
+    """A slow link, not a broken one: latency with jitter per direction, optionally a bandwidth cap."""
+    proxy = ctx.cluster.temporal_proxy if link == "temporal" else ctx.cluster.model_proxy
+    assert proxy is not None
+    op = ctx.history.invoke("nemesis", "degrade_link", {"link": link, "latency_ms": latency_ms, "jitter_ms": jitter_ms,
+                                                        "rate_kbps": rate_kbps, "stream": stream})
+    running = await _wait_for_in_flight(ctx, None, 10.0)
+    before = proxy.stats()
+    names = [f"degrade_latency_{stream}"]
+    await asyncio.to_thread(proxy.add_toxic, Toxic(kind="latency", stream=stream, latency_ms=latency_ms,
+                                                   jitter_ms=jitter_ms, toxicity=toxicity, name=names[0]))
+    if rate_kbps > 0:
+        names.append(f"degrade_bandwidth_{stream}")
+        await asyncio.to_thread(proxy.add_toxic, Toxic(kind="bandwidth", stream=stream, rate_kbps=rate_kbps,
+                                                       toxicity=toxicity, name=names[1]))
+    await asyncio.sleep(duration_s)
+    for name in names:
+        await asyncio.to_thread(proxy.remove_toxic, name)
+    after = proxy.stats()
+    moved = sum(after.get(k, 0) - before.get(k, 0) for k in ("bytes_upstream", "bytes_downstream"))
+    evidence = [{"in_flight": a} for a in running] + ([{"bytes_delayed": moved}] if moved else [])
+    value = {"link": link, "evidence": evidence if running or moved else [], "bytes_through": moved}
+    ctx.history.complete(op, OK, value)
+    return value
+
+
 async def restart_server(ctx: NemesisContext, down_s: float = 3.0) -> dict[str, Any]:
     """SIGKILL the Temporal server and start it again from its database file."""
     op = ctx.history.invoke("nemesis", "restart_server", {"down_s": down_s})
@@ -234,6 +264,7 @@ NEMESES = {
     "kill_worker": kill_worker,
     "pause_worker": pause_worker,
     "partition": partition,
+    "degrade_link": degrade_link,
     "restart_server": restart_server,
     "model_outage": model_outage,
     "deploy_fix": deploy_fix,

@@ -152,7 +152,8 @@ def summarise(scenario: str, ops: list, checks: list[CheckResult]) -> dict[str, 
 
 
 async def run(scenario: ChaosScenario, *, seed: int, out_root: Path, progress: Progress = lambda s: None,
-              target: Target = REFERENCE, ui: bool = False) -> RunResult:
+              target: Target = REFERENCE, ui: bool = False, backend: str = "process",
+              image: str | None = None) -> RunResult:
     started = time.monotonic()
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
     run_dir = (out_root / scenario.name / stamp).resolve()
@@ -163,8 +164,8 @@ async def run(scenario: ChaosScenario, *, seed: int, out_root: Path, progress: P
     spec = type(spec)(**{**asdict(spec), "seed": seed, "task_queue": target.task_queue or f"chaos-{scenario.name}"})
     if not target.is_reference:
         spec = type(spec)(**{**asdict(spec), "workflow": target.workflow})
-    if ui:
-        spec = type(spec)(**{**asdict(spec), "ui": True})
+    if ui or backend != "process":
+        spec = type(spec)(**{**asdict(spec), "ui": ui, "backend": backend, "image": image})
     make_driver = load_callable(target.driver)
     journal: dict[str, Any] = {
         "scenario": {**asdict(scenario), "cluster": asdict(spec)},
@@ -196,6 +197,7 @@ async def run(scenario: ChaosScenario, *, seed: int, out_root: Path, progress: P
         if scenario.planning_max_attempts and hasattr(driver, "config"):
             driver.config.planning.maximum_attempts = scenario.planning_max_attempts
         ctx = NemesisContext(cluster, client, history, driver.workflow_ids, random.Random(seed), target.model_activity)
+        ctx.driver_stop = getattr(driver, "stop", None)
         phase("warm-up")
         load = asyncio.create_task(driver.run())
         try:
@@ -250,6 +252,8 @@ async def _warm_up_faults_heal_settle(scenario: ChaosScenario, events: list, ctx
     if remaining > 0:
         await asyncio.sleep(remaining)
     phase("heal")
+    if ctx.driver_stop is not None:
+        ctx.driver_stop()  # no new messages: settle waits only for those in flight
     await asyncio.to_thread(cluster.heal)  # it may wait for the supervisor, which may be mid-restart
     phase("settle")
     try:

@@ -88,6 +88,13 @@ SCENARIOS: dict[str, ChaosScenario] = {
             (E(1.0, "restart_server", {"down_s": 2.0}),),
         ),
         ChaosScenario(
+            "tool_faults", "Retryable tool errors (2 failed attempts each) and invalid tool calls the model repairs, "
+                           "while the workers' link to Temporal is slow (300 ms ± 100 ms, 50 kB/s).",
+            (E(0.5, "degrade_link", {"link": "temporal", "latency_ms": 300.0, "jitter_ms": 100.0, "rate_kbps": 50.0,
+                                     "duration_s": 5.0}),),
+            workload=Workload(flaky_ratio=0.35, repair_ratio=0.35, append_ratio=0.3), fault_s=6.0,
+        ),
+        ChaosScenario(
             "mixed", "A seeded random mix of three faults from every nemesis.",
             random_events=3, fault_s=10.0,
         ),

@@ -18,7 +18,8 @@
 The driver factory is called as ``make_driver(client=, history=, task_queue=,
 workload=, seed=)`` and returns an object with ``workflow_ids`` (list),
 ``async run()`` (drive the load, recording each operation in ``history`` as
-invoke then ok/fail/info), ``async finish()`` (end the conversations and read
+invoke then ok/fail/info), optionally ``stop()`` (stop sending new messages: the
+runner calls it when the faults are healed, so the load spans the fault phase), ``async finish()`` (end the conversations and read
 their final state) and ``to_json()``, whose ``conversations`` list the lost
 checker reads: ``workflow_id``, ``started``, ``planned`` (``text``,
 ``expect``, ``kind``), ``final_history`` (chat messages: ``role``,

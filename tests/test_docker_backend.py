@@ -253,3 +253,14 @@ def test_a_worker_that_exits_before_ready_raises_with_its_log_tail(backend: Dock
     with pytest.raises(WorkerStartError, match=r"exited with 3: boom"):
         w.start()
     assert not _exists(backend, w.container_ids[-1])  # a failed start leaves nothing behind
+
+
+@pytest.mark.skipif(docker_engine_available()[0], reason="an engine is reachable: the refusal path does not apply")
+def test_chaos_refuses_the_docker_backend_clearly_without_an_engine() -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "chaos", "run", "kill_mid_turn", "--backend", "docker", "--image", "x"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert "--backend docker:" in out.stderr and "the process backend (the default) needs no engine" in out.stderr

@@ -13,7 +13,7 @@ from __future__ import annotations
 from chaos.checker import PASS, UNKNOWN, CheckResult, RunData
 from chaos.history import pairs
 
-FAULT_OPS = {"kill_worker", "pause_worker", "partition", "restart_server", "model_outage", "deploy_fix"}
+FAULT_OPS = {"kill_worker", "pause_worker", "partition", "degrade_link", "restart_server", "model_outage", "deploy_fix"}
 
 
 def check(data: RunData) -> CheckResult:

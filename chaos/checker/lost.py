@@ -35,6 +35,10 @@ def _answered(messages: list[dict[str, Any]], text: str) -> list[str]:
     return replies
 
 
+def _matches(reply: str | None, expect: str, how: str = "exact") -> bool:
+    return reply is not None and (reply.startswith(expect) if how == "prefix" else reply == expect)
+
+
 def check(data: RunData) -> CheckResult:
     problems: list[str] = []
     unknowns: list[str] = []
@@ -54,17 +58,18 @@ def check(data: RunData) -> CheckResult:
         processed_appends = []
         for planned in conv["planned"]:
             replies = _answered(messages, planned["text"])
-            if len(replies) == 1 and replies[0] == planned["expect"] and planned["kind"] == "append":
+            if len(replies) == 1 and _matches(replies[0], planned["expect"], planned.get("match", "exact")) \
+                    and planned["kind"] == "append":
                 processed_appends.append(planned["content"])
         for inv, done in sends:
             if inv.value["conversation"] != wid:
                 continue
-            text, expect = inv.value["text"], inv.value["expect"]
+            text, expect, how = inv.value["text"], inv.value["expect"], inv.value.get("match", "exact")
             replies = _answered(messages, text)
             kind = done.type if done else INFO
             if kind == OK:
                 acked += 1
-                if done.value["reply"] != expect:
+                if not _matches(done.value["reply"], expect, how):
                     problems.append(f"{wid} #{inv.value['n']}: acknowledged reply {done.value['reply']!r} != {expect!r}")
                 if len(replies) != 1:
                     lost += len(replies) == 0
@@ -80,7 +85,7 @@ def check(data: RunData) -> CheckResult:
                                     "and the message is not in the conversation")
                 if len(replies) > 1:
                     problems.append(f"{wid} #{inv.value['n']}: message with outcome {kind} is there {len(replies)} times")
-                elif replies and replies[0] != expect:
+                elif replies and not _matches(replies[0], expect, how):
                     problems.append(f"{wid} #{inv.value['n']}: processed with reply {replies[0]!r} != {expect!r}")
         paths = {p["path"] for p in conv["planned"] if p["kind"] == "append"}
         for path in paths:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from chaos.checker import FAIL, PASS, UNKNOWN, CheckResult, RunData
+from chaos.history import pairs
 
 TOLERANCE_S = 0.05
 
@@ -83,10 +84,30 @@ def check(data: RunData) -> CheckResult:
                             if gap + TOLERANCE_S < backoff(initial, coef, maximum, k):
                                 problems.append(f"{wid} {a.activity_type} #{a.activity_id}: attempts {k} and {k + 1} "
                                                 f"{gap:.2f}s apart; backoff is {backoff(initial, coef, maximum, k):.2f}s")
+    # The reference's claim, per kill: model calls completed before the worker died are not made again.
+    model_activity = data.journal.get("target", {}).get("model_activity", "plan_next_action")
+    kills = [(inv.wall, (done.value or {}).get("identity")) for inv, done in pairs(data.ops)
+             if inv.f == "kill_worker" and done is not None]
+    before_kill = again_after_kill = 0
+    for kill_wall, _victim in kills:
+        for wid, chain in data.runs.items():
+            for run in chain:
+                for a in run.activities:
+                    if a.activity_type == model_activity and a.outcome == "completed" and a.closed_at \
+                            and a.closed_at.timestamp() < kill_wall:
+                        before_kill += 1
+                        execs = executions.get((run.run_id, a.activity_id), [])
+                        again_after_kill += sum(1 for e in execs if e["started_at"] > kill_wall)
+    if again_after_kill:
+        problems.append(f"{again_after_kill} model call(s) completed before a kill were executed again after it")
     details = {"activities": activities, "retried_activities": retried,
-               "completed_activities_with_executions": reused_checked, "problems": problems[:50]}
+               "completed_activities_with_executions": reused_checked, "kills": len(kills),
+               "model_calls_completed_before_kills": before_kill,
+               "model_calls_re_executed_after_kills": again_after_kill, "problems": problems[:50]}
     if problems:
         return CheckResult("temporal_history", FAIL, f"{len(problems)} problem(s); first: {problems[0]}", details)
+    kill_note = (f"; {before_kill} model call(s) completed before {len(kills)} kill(s), none executed again"
+                 if kills else "")
     return CheckResult("temporal_history", PASS,
-                       f"{activities} activities: none executed after completing; {retried} retried activities "
-                       "all spaced by their backoff", details)
+                       f"{activities} activities: none executed after completing; {retried} retried "
+                       f"activit{'y' if retried == 1 else 'ies'} spaced by the backoff policy{kill_note}", details)
