@@ -30,6 +30,7 @@ from chaos.history import FAIL, INFO, OK, History
 class Workload:
     conversations: int = 3
     messages: int = 4  # per conversation, at least: each keeps sending until the load is stopped (at heal)
+    until_heal: bool = True  # False: exactly `messages` each, then stop (the load may end before the faults)
     think_s: float = 0.4  # mean pause between a reply and the next message (seeded)
     op_timeout_s: float = 60.0  # past this a send is recorded as info
     append_ratio: float = 0.4
@@ -115,7 +116,7 @@ class Driver:
 
     def _next_message(self, conv: Conversation) -> PlannedMessage | None:
         n = len(conv.planned)
-        if n >= self.workload.messages and self._stop.is_set():
+        if n >= self.workload.messages and (self._stop.is_set() or not self.workload.until_heal):
             return None
         msg = plan_message(conv.workflow_id, n, self._rngs[conv.workflow_id], self.workload.append_ratio,
                            self.workload.flaky_ratio, self.workload.repair_ratio)

@@ -65,7 +65,7 @@ async def test_a_kill_that_lands_after_all_work_finished_is_unknown_not_pass(tmp
     scenario = ChaosScenario(
         "mutant_idle_kill", "the only fault lands after the load is done",
         (NemesisEvent(6.0, "kill_worker", {"when": "busy", "activity": None, "down_s": 0.5, "wait_s": 1.0}),),
-        workload=Workload(conversations=1, messages=1, append_ratio=0.0), warmup_s=0.5, fault_s=7.0)
+        workload=Workload(conversations=1, messages=1, append_ratio=0.0, until_heal=False), warmup_s=0.5, fault_s=7.0)
     result = await run(scenario, seed=6, out_root=tmp_path)
     v = verdicts(result)
     assert v["injection_evidence"] == UNKNOWN, result.checks
