@@ -33,7 +33,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 clean:
-	rm -rf $(VENV) .dah *.egg-info
+	rm -rf $(VENV) .dah runs *.egg-info
 
 .PHONY: chaos
 chaos: $(STAMP)

@@ -159,14 +159,19 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def write_file(args: dict[str, Any], ctx: ToolContext) -> str:
+def _file_write_target(tool: str, args: dict[str, Any], ctx: ToolContext) -> tuple[Path, bytes, str]:
+    """(real path, bytes to write, workspace-relative path) for a writing tool, or a validation error."""
     target = resolve_in_workspace(ctx.workspace, args["path"])
     data = args["content"].encode()
     if len(data) > MAX_FILE_BYTES:
-        raise ToolValidationError(f"write_file: content is {len(data)} bytes; the limit is {MAX_FILE_BYTES}")
+        raise ToolValidationError(f"{tool}: content is {len(data)} bytes; the limit is {MAX_FILE_BYTES}")
     if target.is_dir():
-        raise ToolValidationError(f"write_file: {args['path']!r} is a directory")
-    rel = _relative(ctx, target)
+        raise ToolValidationError(f"{tool}: {args['path']!r} is a directory")
+    return target, data, _relative(ctx, target)
+
+
+def write_file(args: dict[str, Any], ctx: ToolContext) -> str:
+    target, data, rel = _file_write_target("write_file", args, ctx)
     digest = _digest(data)
 
     def apply() -> dict[str, Any]:
@@ -189,13 +194,7 @@ def write_file(args: dict[str, Any], ctx: ToolContext) -> str:
 
 def append_file(args: dict[str, Any], ctx: ToolContext) -> str:
     """Append text: not idempotent by nature, so only the idempotency key keeps a retry from appending twice."""
-    target = resolve_in_workspace(ctx.workspace, args["path"])
-    data = args["content"].encode()
-    if len(data) > MAX_FILE_BYTES:
-        raise ToolValidationError(f"append_file: content is {len(data)} bytes; the limit is {MAX_FILE_BYTES}")
-    if target.is_dir():
-        raise ToolValidationError(f"append_file: {args['path']!r} is a directory")
-    rel = _relative(ctx, target)
+    target, data, rel = _file_write_target("append_file", args, ctx)
 
     def apply() -> dict[str, Any]:
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -108,13 +108,14 @@ class Cluster:
             extra += ["--workflow", self.spec.workflow]
         if self.spec.backend == "docker":
             self._add_container_workers(extra)
-        for i in range(1, self.spec.workers + 1 if self.spec.backend == "process" else 1):
-            self.workers.append(SupervisedWorker(WorkerProcess(
-                self.temporal_proxy.address, self.spec.task_queue, f"http://{self.model_proxy.address}/v1",
-                state_dir=self.state_dir, identity_prefix=f"w{i}", bugs=self.spec.bugs, extra_args=tuple(extra),
-                log_dir=self.run_dir / "logs", command_template=self.target.worker, ready_line=self.target.ready_line,
-                cwd=self.target.cwd, env=self.target.env,
-            )))
+        else:
+            for i in range(1, self.spec.workers + 1):
+                self.workers.append(SupervisedWorker(WorkerProcess(
+                    self.temporal_proxy.address, self.spec.task_queue, f"http://{self.model_proxy.address}/v1",
+                    state_dir=self.state_dir, identity_prefix=f"w{i}", bugs=self.spec.bugs, extra_args=tuple(extra),
+                    log_dir=self.run_dir / "logs", command_template=self.target.worker,
+                    ready_line=self.target.ready_line, cwd=self.target.cwd, env=self.target.env,
+                )))
         # Workers take seconds each to import LiteLLM: start them side by side.
         with ThreadPoolExecutor(len(self.workers)) as pool:
             list(pool.map(lambda w: w.process.start(), self.workers))
