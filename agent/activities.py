@@ -147,7 +147,7 @@ class AgentActivities:
         ident = self._identity()
         ctx = ToolContext(workspace=workspace_for(self.sandbox_root, ident.workflow_id), ledger=self.ledger,
                           ident=ident, mutations=self.mutations)
-        execution = self.ledger.begin_execution(ident, name) if tool.side_effects else None
+        execution = self.ledger.begin_execution(ident, name)  # every physical run, side effect or not
         outcome = "error"
         try:
             if name in self.inject_bugs:
@@ -173,5 +173,4 @@ class AgentActivities:
             outcome = "retryable_error"
             raise ApplicationError(str(exc), type=exc.error_type, category=ApplicationErrorCategory.BENIGN) from None
         finally:
-            if execution is not None:
-                self.ledger.end_execution(execution, outcome)
+            self.ledger.end_execution(execution, outcome)

@@ -3,7 +3,7 @@
 Two things are counted separately, because durable execution promises only
 one of them:
 
-- *executions*: every physical run of a side-effecting tool activity, with
+- *executions*: every physical run of a tool or model-call activity, with
   its workflow id, run id, activity id, attempt and worker. A retried or
   re-dispatched activity legitimately executes more than once.
 - *effects*: every effect the tool applied, keyed by an idempotency key

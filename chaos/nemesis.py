@@ -121,8 +121,9 @@ async def kill_worker(ctx: NemesisContext, when: str = "busy", activity: str | N
     async with w.held() as proc:
         identity = proc.identity
         w.down_until = time.monotonic() + down_s
+        killed_at = time.time()
         proc.kill()
-    value = {"worker": victim, "identity": identity, "evidence": evidence, "down_s": down_s}
+    value = {"worker": victim, "identity": identity, "evidence": evidence, "down_s": down_s, "killed_at": killed_at}
     ctx.history.complete(op, OK, value)
     return value
 

@@ -41,6 +41,7 @@ SCENARIOS: dict[str, ChaosScenario] = {
             "kill_mid_turn", "SIGKILL the worker running a model call, twice; restart after a delay.",
             (E(0.5, "kill_worker", {"when": "busy", "activity": "model", "down_s": 1.0}),
              E(4.0, "kill_worker", {"when": "busy", "activity": "model", "down_s": 1.0})),
+            cluster=ClusterSpec(model_latency="fixed:500"),  # a wide window: the kill lands mid-call
         ),
         ChaosScenario(
             "crash_after_effect", "Workers SIGKILL themselves right after a side effect, before the activity completes.",

@@ -3,7 +3,9 @@
 Each nemesis operation records what it hit (activities running on the
 victim, conversations in its cache, bytes a proxy dropped, model requests
 refused); a supervisor restart after a crash point is evidence by
-construction (the worker killed itself mid-activity). A run with faults
+construction (the worker killed itself mid-activity). For a kill of a busy
+worker, where the effect ledger exists, the proof is stronger than what the
+nemesis saw a moment before: an execution by the victim that never finished. A run with faults
 scheduled and none of them landing on work is ``unknown``, never ``pass``:
 it proved nothing.
 """
@@ -16,11 +18,26 @@ from chaos.history import pairs
 FAULT_OPS = {"kill_worker", "pause_worker", "partition", "degrade_link", "restart_server", "model_outage", "deploy_fix"}
 
 
+def _unfinished_executions(data: RunData) -> dict[str, list[dict]]:
+    """Ledger executions that never finished, by worker identity: that worker died (or froze) mid-activity."""
+    out: dict[str, list[dict]] = {}
+    for e in data.ledger_rows("executions") if data.ledger_path.exists() else []:
+        if e["finished_at"] is None:
+            out.setdefault(e["worker"], []).append({"workflow_id": e["workflow_id"], "activity": e["tool"],
+                                                    "attempt": e["attempt"]})
+    return out
+
+
 def check(data: RunData) -> CheckResult:
     faults = []
+    unfinished = _unfinished_executions(data)
     for inv, done in pairs(data.ops):
         if inv.process == "nemesis" and inv.f in FAULT_OPS:
-            evidence = (done.value or {}).get("evidence") if done and isinstance(done.value, dict) else None
+            value = done.value if done and isinstance(done.value, dict) else {}
+            evidence = value.get("evidence")
+            if inv.f == "kill_worker" and data.ledger_path.exists() and inv.value.get("when") != "idle":
+                # What the nemesis saw was milliseconds old; the ledger says what the victim really left unfinished.
+                evidence = [{"unfinished_execution": e} for e in unfinished.get(value.get("identity"), [])]
             faults.append({"f": inv.f, "at": round(inv.time, 2), "landed": bool(evidence), "evidence": evidence})
         elif inv.process == "supervisor" and inv.f == "restart_worker" and inv.value.get("reason") == "crash point":
             faults.append({"f": "crash_point", "at": round(inv.time, 2), "landed": True,

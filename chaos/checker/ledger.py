@@ -24,7 +24,7 @@ def check(data: RunData) -> CheckResult:
     duplicated = {k: n for k, n in applied_per_key.items() if n > 1}
     pending = [e["idempotency_key"] for e in effects if e["state"] == "pending"]
     details = {
-        "side_effect_executions": len(executions),
+        "tool_executions": len(executions),
         "logical_effects_executed_more_than_once": sum(1 for n in exec_per_key.values() if n > 1),
         "logical_effects_applied": len(applied_per_key),
         "duplicated_effects": len(duplicated),

@@ -86,8 +86,8 @@ def check(data: RunData) -> CheckResult:
                                                 f"{gap:.2f}s apart; backoff is {backoff(initial, coef, maximum, k):.2f}s")
     # The reference's claim, per kill: model calls completed before the worker died are not made again.
     model_activity = data.journal.get("target", {}).get("model_activity", "plan_next_action")
-    kills = [(inv.wall, (done.value or {}).get("identity")) for inv, done in pairs(data.ops)
-             if inv.f == "kill_worker" and done is not None]
+    kills = [((done.value or {}).get("killed_at", done.wall), (done.value or {}).get("identity"))
+             for inv, done in pairs(data.ops) if inv.f == "kill_worker" and done is not None]
     before_kill = again_after_kill = 0
     for kill_wall, _victim in kills:
         for wid, chain in data.runs.items():
