@@ -1,5 +1,4 @@
-import sys
-
 from agent.cli import main
+from agent.exit import exit_now
 
-sys.exit(main())
+exit_now(main())

@@ -638,5 +638,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def entry() -> None:
+    """The ``dah`` console script: exit without finalization races (see agent.exit)."""
+    from agent.exit import exit_now
+
+    exit_now(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

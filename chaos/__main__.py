@@ -1,5 +1,4 @@
-import sys
-
+from agent.exit import exit_now
 from chaos.cli import main
 
-sys.exit(main())
+exit_now(main())
