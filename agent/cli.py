@@ -184,11 +184,22 @@ async def _await_with_progress(handle: Any, every_s: float = 3.0) -> Any:
             continue
         for p in desc.raw_description.pending_activities:
             key = (p.activity_id, p.attempt)
-            if key in seen:
-                continue
+            if key in seen or (p.attempt <= 1 and not p.HasField("last_failure")):
+                continue  # only retries are news
             seen.add(key)
             why = f"; last failure: {p.last_failure.message[:160]}" if p.HasField("last_failure") else ""
             print(f"  ... waiting on {p.activity_type.name} (attempt {p.attempt}){why}", file=sys.stderr, flush=True)
+
+
+async def _model_client_ready(args: argparse.Namespace, *, say: bool = False) -> None:
+    """Wait for the in-process worker's LiteLLM import (~5 s), so it is not counted as the first model call."""
+    if args.no_worker:
+        return
+    from agent import llm
+
+    if say:
+        print("loading the model client (LiteLLM) ...", flush=True)
+    await llm.wait_loaded()
 
 
 async def _print_graph(stack: Any, workflow_id: str, first_run_id: str) -> None:
@@ -209,6 +220,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
     if not args.prompt:
         raise UsageError("run needs a prompt, e.g. dah run \"What is 25 * 4?\" (or --scenario NAME)")
     async with _stack(args, ui=False) as stack:
+        await _model_client_ready(args)
         workflow_id = args.workflow_id or f"run-{uuid.uuid4().hex[:12]}"
         handle = await stack.start_prompt(cfg, args.prompt, workflow_id)
         if not args.json:
@@ -299,6 +311,7 @@ async def cmd_demo(args: argparse.Namespace) -> int:
     async with _stack(args, ui=not args.no_ui) as stack:
         print("durable-agent-harness demo: a durable agent loop on a real Temporal server")
         _print_stack(stack, cfg)
+        await _model_client_ready(args, say=True)
         if args.prompt:
             await _demo_prompt(stack, cfg, args.prompt)
             return 0

@@ -136,7 +136,7 @@ def summarise(scenario: str, ops: list, checks: list[CheckResult]) -> dict[str, 
     oks = sorted(d.time for _, d in client_ops if d and d.type == "ok")
     recovery = []
     for inv, done in pairs(ops):
-        if inv.process == "nemesis" and done is not None and inv.f != "heal":
+        if inv.process == "nemesis" and done is not None and not inv.f.startswith("phase:"):
             nxt = next((t for t in oks if t >= done.time), None)
             if nxt is not None:
                 recovery.append(nxt - done.time)
