@@ -10,7 +10,6 @@ import argparse
 import asyncio
 import importlib
 import json
-import sys
 from pathlib import Path
 
 from temporalio.client import WorkflowHistory
