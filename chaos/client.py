@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.service import RPCError
 
 from agent.contracts import AgentConfig, AgentInput, ChatMessage
@@ -159,7 +159,9 @@ class Driver:
                 self.history.complete(op, OK, {"reply": reply.text, "turn": reply.turn})
             except WorkflowUpdateFailedError as exc:
                 self.history.complete(op, FAIL, error=f"update failed: {exc.cause}")
-            except (asyncio.TimeoutError, RPCError) as exc:
+            except (asyncio.TimeoutError, RPCError, WorkflowUpdateRPCTimeoutOrCancelledError) as exc:
+                self.history.complete(op, INFO, error=f"{type(exc).__name__}: {exc}")
+            except Exception as exc:  # anything else: the message may or may not have been processed
                 self.history.complete(op, INFO, error=f"{type(exc).__name__}: {exc}")
 
     async def finish(self, timeout_s: float = 60.0) -> None:

@@ -260,6 +260,9 @@ async def _warm_up_faults_heal_settle(scenario: ChaosScenario, events: list, ctx
         await asyncio.wait_for(asyncio.shield(load), timeout=scenario.settle_s)
     except asyncio.TimeoutError:
         progress(f"{scenario.name}: load still running after {scenario.settle_s}s settle; abandoning it")
+    except Exception as exc:  # a crashed driver: recorded; its unfinished operations stay unknown (info)
+        history.event("generator", "driver_error", {"error": f"{type(exc).__name__}: {exc}"})
+        progress(f"{scenario.name}: the driver crashed ({type(exc).__name__}: {exc}); checking what was recorded")
 
 
 def recheck(run_dir: Path) -> tuple[str, list[CheckResult], dict[str, Any]]:
