@@ -44,6 +44,8 @@ class ActivityRecord:
     scheduled_at: datetime | None = None
     started_at: datetime | None = None
     closed_at: datetime | None = None
+    # The retry policy it was scheduled with: (initial interval s, backoff coefficient, maximum interval s).
+    retry_policy: tuple[float, float, float] | None = None
 
     @property
     def duration_ms(self) -> float | None:
@@ -89,7 +91,11 @@ def parse_events(workflow_id: str, run_id: str, events: list[HistoryEvent]) -> R
             run.started_at = at
         elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             a = ev.activity_task_scheduled_event_attributes
-            rec = ActivityRecord(a.activity_id, a.activity_type.name, ev.event_id, _summary(ev), scheduled_at=at)
+            rp = a.retry_policy
+            rec = ActivityRecord(a.activity_id, a.activity_type.name, ev.event_id, _summary(ev), scheduled_at=at,
+                                 retry_policy=(rp.initial_interval.ToTimedelta().total_seconds(),
+                                               rp.backoff_coefficient or 2.0,
+                                               rp.maximum_interval.ToTimedelta().total_seconds()))
             by_scheduled[ev.event_id] = rec
             run.activities.append(rec)
         elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:

@@ -52,9 +52,9 @@ async def in_flight(ctx: NemesisContext) -> list[dict[str, Any]]:
     return found
 
 
-async def cached_on(ctx: NemesisContext, identity: str) -> list[str]:
-    """Open conversations whose last workflow task ran on this worker (it holds them in its cache)."""
-    held = []
+async def last_task_workers(ctx: NemesisContext) -> dict[str, str]:
+    """Open conversation -> the worker that ran its last workflow task (it holds the conversation in its cache)."""
+    held: dict[str, str] = {}
     for wid in ctx.workflow_ids:
         try:
             handle = ctx.client.get_workflow_handle(wid)
@@ -64,9 +64,9 @@ async def cached_on(ctx: NemesisContext, identity: str) -> list[str]:
             async for ev in handle.fetch_history_events():
                 if ev.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
                     last = ev.workflow_task_completed_event_attributes.identity
-            if last == identity:
-                held.append(wid)
-        except Exception:
+            if last:
+                held[wid] = last
+        except Exception:  # not started yet, or the server is down: nothing observable
             continue
     return held
 
@@ -109,8 +109,9 @@ async def kill_worker(ctx: NemesisContext, when: str = "busy", activity: str | N
         deadline = time.monotonic() + wait_s
         while victim is None and time.monotonic() < deadline:
             busy = {a["workflow_id"] for a in await in_flight(ctx)}
+            held = await last_task_workers(ctx)
             for w in ctx.cluster.workers:
-                waiting = [wid for wid in await cached_on(ctx, w.process.identity) if wid not in busy]
+                waiting = [wid for wid, identity in held.items() if identity == w.process.identity and wid not in busy]
                 if waiting:
                     victim, evidence = w.name, [{"cached_idle_conversation": wid} for wid in waiting]
                     break

@@ -26,29 +26,10 @@ def backoff(initial_s: float, coefficient: float, maximum_s: float, k: int) -> f
     return min(initial_s * coefficient ** (k - 1), maximum_s) if maximum_s > 0 else initial_s * coefficient ** (k - 1)
 
 
-def _policies(data: RunData) -> dict[tuple[str, str], tuple[float, float, float]]:
-    from temporalio.api.enums.v1 import EventType
-    from temporalio.client import WorkflowHistory
-
-    out = {}
-    for wf_dir in sorted(p for p in data.histories_dir.iterdir() if p.is_dir()):
-        for f in sorted(wf_dir.glob("*.json")):
-            run_id = f.stem.split("-", 1)[1]
-            for ev in WorkflowHistory.from_json(wf_dir.name, f.read_text()).events:
-                if ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-                    a = ev.activity_task_scheduled_event_attributes
-                    rp = a.retry_policy
-                    out[(run_id, a.activity_id)] = (rp.initial_interval.ToTimedelta().total_seconds(),
-                                                    rp.backoff_coefficient or 2.0,
-                                                    rp.maximum_interval.ToTimedelta().total_seconds())
-    return out
-
-
 def check(data: RunData) -> CheckResult:
     if not data.runs:
         return CheckResult("temporal_history", UNKNOWN, "no Temporal histories were saved")
     problems: list[str] = []
-    policies = _policies(data)
     executions: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for e in data.ledger_rows("executions"):
         executions.setdefault((e["run_id"], e["activity_id"]), []).append(e)
@@ -69,9 +50,9 @@ def check(data: RunData) -> CheckResult:
                 if execs and max(e["attempt"] for e in execs) > max(a.attempts, 1):
                     problems.append(f"{wid} {a.activity_type} #{a.activity_id}: an execution with attempt "
                                     f"{max(e['attempt'] for e in execs)} but the history records {a.attempts}")
-                if a.attempts >= 2 and key in policies and a.scheduled_at and a.started_at:
+                if a.attempts >= 2 and a.retry_policy and a.scheduled_at and a.started_at:
                     retried += 1
-                    initial, coef, maximum = policies[key]
+                    initial, coef, maximum = a.retry_policy
                     floor = sum(backoff(initial, coef, maximum, k) for k in range(1, a.attempts))
                     waited = (a.started_at - a.scheduled_at).total_seconds()
                     if waited + TOLERANCE_S < floor:
