@@ -32,7 +32,7 @@ from agent.contracts import PlanInput, PlanOutput, ToolInput, ToolOutput
 from agent.errors import ModelConfigurationError, ToolExecutionError, ToolRetryableError, ToolValidationError
 from agent.ledger import EffectLedger, ExecutionIdentity
 from agent.loop import VALIDATION_ERROR
-from agent.tools import TOOLS, ToolContext, tool_specs, validate_arguments, workspace_for
+from agent.tools import TOOLS, ToolContext, run_tool, tool_specs, validate_arguments, workspace_for
 
 log = logging.getLogger(__name__)
 
@@ -125,11 +125,18 @@ class AgentActivities:
                 )
             outcome = "ok"
         except ModelConfigurationError as exc:
-            raise ApplicationError(str(exc), type=ModelConfigurationError.error_type, non_retryable=True) from None
+            # One line for the operator (a bad key or model name needs fixing); BENIGN keeps the SDK from
+            # adding a traceback. The run's caller gets the same message as the turn's failure.
+            log.warning("model call refused, not retried: %s", exc)
+            raise ApplicationError(str(exc), type=ModelConfigurationError.error_type, non_retryable=True,
+                                   category=ApplicationErrorCategory.BENIGN) from None
         except llm.ModelUnavailableError as exc:
             # Expected during an outage: recorded in history, retried by policy, logged without a traceback.
             outcome = exc.kind
             raise ApplicationError(str(exc), type=exc.kind, category=ApplicationErrorCategory.BENIGN) from None
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
         finally:
             self.ledger.end_execution(execution, outcome)
         self._maybe_crash("after_model_call")
@@ -145,7 +152,9 @@ class AgentActivities:
     async def _run_tool(self, name: str, inp: ToolInput) -> ToolOutput:
         tool = TOOLS[name]
         ident = self._identity()
-        ctx = ToolContext(workspace=workspace_for(self.sandbox_root, ident.workflow_id), ledger=self.ledger,
+        # A subagent works in its root agent's workspace (inp.workspace); everyone else in their own.
+        ctx = ToolContext(workspace=workspace_for(self.sandbox_root, inp.workspace or ident.workflow_id),
+                          ledger=self.ledger,
                           ident=ident, mutations=self.mutations)
         execution = self.ledger.begin_execution(ident, name)  # every physical run, side effect or not
         outcome = "error"
@@ -156,7 +165,7 @@ class AgentActivities:
             validate_arguments(tool, inp.arguments)
             ctx.workspace.mkdir(parents=True, exist_ok=True)
             async with heartbeating():
-                content = tool.run(inp.arguments, ctx)
+                content = await run_tool(tool, inp.arguments, ctx)
             outcome = "ok"
             if tool.side_effects:
                 self._maybe_crash("after_effect")  # the effect is applied; the activity has not completed
@@ -172,5 +181,8 @@ class AgentActivities:
         except ToolRetryableError as exc:
             outcome = "retryable_error"
             raise ApplicationError(str(exc), type=exc.error_type, category=ApplicationErrorCategory.BENIGN) from None
+        except asyncio.CancelledError:
+            outcome = "cancelled"  # the workflow asked (seen through a heartbeat); the tool stopped
+            raise
         finally:
             self.ledger.end_execution(execution, outcome)

@@ -48,7 +48,8 @@ def _add_agent_options(p: argparse.ArgumentParser) -> None:
                    help="'scripted' (default, no key needed), 'scripted:<scenario>', or a LiteLLM model such as "
                         "openai/gpt-4o-mini or anthropic/claude-3-5-haiku-latest (key from the environment or .env)")
     g.add_argument("--tools", default="default",
-                   help="tool set: 'default', 'faults' (adds flaky_service, broken_service) or a comma list")
+                   help="tool set: 'default', 'faults' (adds flaky_service, broken_service), 'orchestration' "
+                        "(adds spawn, wait, run_ptc) or a comma list")
     g.add_argument("--max-steps", type=int, default=10, help="model calls allowed per turn (default 10)")
     g.add_argument("--planning-timeout", type=float, default=60.0, help="planning start-to-close seconds (default 60)")
     g.add_argument("--tool-timeout", type=float, default=30.0, help="tool start-to-close seconds (default 30)")
@@ -61,16 +62,17 @@ def _add_agent_options(p: argparse.ArgumentParser) -> None:
 
 
 def _agent_config(args: argparse.Namespace) -> AgentConfig:
-    from agent.tools import TOOL_SETS, TOOLS
+    from agent.tools import TOOL_SETS, known_tools
 
     if args.tools in TOOL_SETS:
         tools = list(TOOL_SETS[args.tools])
     else:
         tools = [t.strip() for t in args.tools.split(",") if t.strip()]
-        unknown = [t for t in tools if t not in TOOLS]
+        unknown = [t for t in tools if t not in known_tools()]
         if unknown or not tools:
             raise UsageError(f"--tools {args.tools!r}: unknown tool(s) {', '.join(unknown) or '(none given)'}; "
-                             f"use 'default', 'faults' or a comma list of: {', '.join(TOOLS)}")
+                             f"use {', '.join(repr(k) for k in TOOL_SETS)} or a comma list of: "
+                             f"{', '.join(known_tools())}")
     for flag, value in (("--max-steps", args.max_steps), ("--planning-timeout", args.planning_timeout),
                         ("--tool-timeout", args.tool_timeout), ("--retry-max-interval", args.retry_max_interval)):
         if value <= 0:
@@ -203,9 +205,13 @@ async def _model_client_ready(args: argparse.Namespace, *, say: bool = False) ->
 
 
 async def _print_graph(stack: Any, workflow_id: str, first_run_id: str) -> None:
-    from agent.history import fetch_chain, render
+    from agent.history import fetch_tree, render
 
-    print(render(await fetch_chain(stack.client, workflow_id, first_run_id)))
+    # The workflow and, below it, every subagent it started (each a child workflow with its own history).
+    tree = await fetch_tree(stack.client, workflow_id, first_run_id or None)
+    for wid, runs in tree.items():
+        text = render(runs)
+        print(text if wid == workflow_id else "\n".join("    " + line for line in text.splitlines()))
     if url := stack.workflow_url(workflow_id):
         print(f"  web ui: {url}")
 
@@ -266,7 +272,7 @@ async def _show_scenario(stack: Any, scenario: Any, run_scenario: Any) -> bool:
     if outcome.files:
         print("  workspace: " + ", ".join(f"{k} ({len(v)} bytes)" for k, v in outcome.files.items()))
     if outcome.passed:
-        print("  checks: reply, history shape, workspace files, effect ledger: all as expected ✓")
+        print("  checks: reply, history shape, subagents, workspace files, effect ledger: all as expected ✓")
     for problem in outcome.problems:
         print(f"  ✗ {problem}")
     return outcome.passed

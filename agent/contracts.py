@@ -12,6 +12,47 @@ from typing import Any
 
 DEFAULT_TASK_QUEUE = "durable-agent"
 DEFAULT_TOOLS = ["calculator", "weather", "write_file", "append_file", "read_file", "list_files"]
+#: Tools the workflow runs itself (no activity of their own): subagents and programmatic tool calling.
+WORKFLOW_NATIVE_TOOLS = ("spawn", "wait", "run_ptc")
+SUBAGENT_PROMPT_PREFIX = "You are a subagent"
+
+
+@dataclass
+class SubagentProfile:
+    """A named kind of subagent the model may ``spawn``: its instructions and the tools it gets."""
+
+    instructions: str
+    tools: list[str] = field(default_factory=lambda: list(DEFAULT_TOOLS))
+    model: str | None = None  # None: the parent's model
+    max_steps_per_turn: int = 10
+
+
+def default_subagents() -> dict[str, SubagentProfile]:
+    return {
+        "generic": SubagentProfile(
+            f"{SUBAGENT_PROMPT_PREFIX} started by another agent. Do exactly the task you are given with your "
+            "tools, in the shared workspace, and answer with the result only."
+        ),
+        "researcher": SubagentProfile(
+            f"{SUBAGENT_PROMPT_PREFIX} that looks things up. Use the tools; answer in one sentence.",
+            tools=["calculator", "weather", "read_file", "list_files"],
+        ),
+        "planner": SubagentProfile(
+            f"{SUBAGENT_PROMPT_PREFIX} that may delegate: split the task, spawn helpers, combine their answers.",
+            tools=[*DEFAULT_TOOLS, "spawn", "wait"],
+        ),
+    }
+
+
+@dataclass(frozen=True)
+class PtcSettings:
+    """Limits of one ``run_ptc`` program (see ``agent.ptc.PtcLimits``)."""
+
+    max_operations: int = 10_000
+    max_loop_iterations: int = 1_000
+    max_output_chars: int = 20_000
+    max_collection_size: int = 10_000
+    max_string_chars: int = 1_000_000
 
 
 @dataclass
@@ -53,6 +94,13 @@ class AgentConfig:
     # Continue-as-new past these (0 = only when the server suggests it).
     max_history_events: int = 0
     max_history_bytes: int = 0
+    # Subagents: the profiles ``spawn`` accepts, how deep spawns may nest (the root is depth 0; an agent
+    # at depth max_depth may not spawn), and how many children one run (its whole continue-as-new
+    # chain) may start in total. Both limits are enforced with model-visible errors.
+    subagents: dict[str, SubagentProfile] = field(default_factory=default_subagents)
+    max_depth: int = 2
+    max_children: int = 8
+    ptc: PtcSettings = field(default_factory=PtcSettings)
 
 
 @dataclass
@@ -64,6 +112,14 @@ class AgentInput:
     messages: list[dict[str, Any]] | None = None
     turns: int = 0
     run_index: int = 0
+    # Subagents: how deep this agent is, whose workspace it shares (None: its own workflow id's),
+    # and how many children the chain has started so far (carried by continue-as-new).
+    depth: int = 0
+    workspace: str | None = None
+    children_started: int = 0
+    # Answers of detached subagents (spawn wait=false) that finished before continue-as-new:
+    # handle -> [status, content], so wait(handle) still works in the next run.
+    detached_results: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -104,6 +160,9 @@ class AgentStatus:
     run_index: int
     history_events: int
     last_error: str | None = None
+    depth: int = 0
+    children_started: int = 0
+    children_running: int = 0  # detached (spawn wait=false) children not finished yet
 
 
 @dataclass
@@ -125,6 +184,7 @@ class PlanOutput:
 class ToolInput:
     call_id: str
     arguments: dict[str, Any]
+    workspace: str | None = None  # the workspace key (a subagent shares its root agent's); None: own workflow id
 
 
 @dataclass

@@ -54,6 +54,29 @@ class ActivityRecord:
         return None
 
 
+_CHILD_CLOSE = {
+    EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED: "completed",
+    EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_FAILED: "failed",
+    EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_CANCELED: "canceled",
+    EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_TIMED_OUT: "timed_out",
+    EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_TERMINATED: "terminated",
+}
+
+
+@dataclass
+class ChildRecord:
+    """A child workflow (a subagent) this run started."""
+
+    workflow_id: str
+    workflow_type: str
+    initiated_event_id: int
+    summary: str = ""
+    run_id: str = ""
+    outcome: str = "initiated"  # -> "running" once started, then how it closed
+    #: the worker identity of the workflow task that started it (the parent's placement at that moment)
+    initiated_by: str = ""
+
+
 @dataclass
 class RunRecord:
     workflow_id: str
@@ -68,6 +91,10 @@ class RunRecord:
     next_run_id: str | None = None
     started_at: datetime | None = None
     closed_at: datetime | None = None
+    children: list[ChildRecord] = field(default_factory=list)
+    #: identity of the worker that completed each workflow task, in order
+    workflow_task_workers: list[str] = field(default_factory=list)
+    cancel_requested: bool = False
 
 
 def _summary(event: HistoryEvent) -> str:
@@ -82,6 +109,7 @@ def _summary(event: HistoryEvent) -> str:
 def parse_events(workflow_id: str, run_id: str, events: list[HistoryEvent]) -> RunRecord:
     run = RunRecord(workflow_id=workflow_id, run_id=run_id, events=len(events))
     by_scheduled: dict[int, ActivityRecord] = {}
+    by_initiated: dict[int, ChildRecord] = {}
     for ev in events:
         run.history_bytes += ev.ByteSize()
         at = ev.event_time.ToDatetime()
@@ -115,6 +143,36 @@ def parse_events(workflow_id: str, run_id: str, events: list[HistoryEvent]) -> R
             rec.outcome, rec.closed_at = _CLOSE[t], at
             if hasattr(attrs, "failure") and attrs.HasField("failure"):
                 rec.failure = attrs.failure.message
+        elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            run.workflow_task_workers.append(ev.workflow_task_completed_event_attributes.identity)
+        elif t == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED:
+            a = ev.start_child_workflow_execution_initiated_event_attributes
+            child = ChildRecord(a.workflow_id, a.workflow_type.name, ev.event_id, _summary(ev),
+                                initiated_by=run.workflow_task_workers[-1] if run.workflow_task_workers else "")
+            by_initiated[ev.event_id] = child
+            run.children.append(child)
+        elif t == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_FAILED:
+            a = ev.start_child_workflow_execution_failed_event_attributes
+            by_initiated[a.initiated_event_id].outcome = "start_failed"
+        elif t == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED:
+            a = ev.child_workflow_execution_started_event_attributes
+            child = by_initiated[a.initiated_event_id]
+            child.run_id, child.outcome = a.workflow_execution.run_id, "running"
+        elif t in _CHILD_CLOSE:
+            attrs = {
+                EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED:
+                    ev.child_workflow_execution_completed_event_attributes,
+                EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_FAILED: ev.child_workflow_execution_failed_event_attributes,
+                EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_CANCELED:
+                    ev.child_workflow_execution_canceled_event_attributes,
+                EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_TIMED_OUT:
+                    ev.child_workflow_execution_timed_out_event_attributes,
+                EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_TERMINATED:
+                    ev.child_workflow_execution_terminated_event_attributes,
+            }[t]
+            by_initiated[attrs.initiated_event_id].outcome = _CHILD_CLOSE[t]
+        elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED:
+            run.cancel_requested = True
         elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
             run.updates += 1
         elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
@@ -143,6 +201,21 @@ async def fetch_chain(client: Client, workflow_id: str, first_run_id: str) -> li
     return runs
 
 
+async def fetch_tree(client: Client, workflow_id: str, first_run_id: str | None = None
+                     ) -> dict[str, list[RunRecord]]:
+    """A workflow's chain and, recursively, every child's chain: workflow id -> runs, parents first."""
+    if first_run_id is None:
+        first_run_id = (await client.get_workflow_handle(workflow_id).describe()).run_id
+    tree: dict[str, list[RunRecord]] = {}
+    todo = [(workflow_id, first_run_id)]
+    while todo:
+        wid, rid = todo.pop(0)
+        runs = await fetch_chain(client, wid, rid)
+        tree[wid] = runs
+        todo.extend((c.workflow_id, c.run_id) for r in runs for c in r.children if c.run_id)
+    return tree
+
+
 def activity_shape(runs: list[RunRecord]) -> list[tuple[str, int, str]]:
     """``(activity type, attempts, outcome)`` in scheduling order, across the chain."""
     return [(a.activity_type, a.attempts, a.outcome) for r in runs for a in r.activities]
@@ -167,6 +240,8 @@ def render(runs: list[RunRecord]) -> str:
             label = a.summary if a.summary and a.activity_type != "plan_next_action" else a.activity_type
             fail = f"  [{a.failure[:80]}]" if a.failure else ""
             lines.append(f"  {branch} #{a.scheduled_event_id:<4} {label[:60]:<60} {a.outcome:<10}{dur}{retry}{fail}")
+        for c in run.children:
+            lines.append(f"  ⤷ child #{c.initiated_event_id:<4} {c.workflow_id[-60:]:<60} {c.outcome}")
         if run.next_run_id:
             lines.append("  ⤷ continued as new")
     return "\n".join(lines)

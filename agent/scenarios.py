@@ -15,7 +15,11 @@ from dataclasses import dataclass, field
 from agent.contracts import DEFAULT_TOOLS, AgentConfig
 
 FAULT_TOOLS = [*DEFAULT_TOOLS, "flaky_service", "broken_service"]
+ORCH_TOOLS = [*DEFAULT_TOOLS, "spawn", "wait", "run_ptc"]
+ORCH_FAULT_TOOLS = [*ORCH_TOOLS, "flaky_service", "broken_service", "slow_task"]
 PLAN = "plan_next_action"
+
+Shape = tuple[tuple[str, int, str], ...]
 
 
 @dataclass(frozen=True)
@@ -31,16 +35,25 @@ class Scenario:
     conversation: bool = False  # send the prompts as Updates to one conversation workflow
     max_history_events: int = 0
     expect_min_runs: int = 1  # continue-as-new: at least this many runs in the chain
+    # Subagents, in the order they were started (depth first): (id below the root's, e.g. "generic-1" or
+    # "planner-1/generic-1", how the child workflow ended, its activity shape or None). None: not checked.
+    expect_children: tuple[tuple[str, str, Shape | None], ...] | None = ()
+    max_depth: int = 2
+    max_children: int = 8
+    tool_heartbeat_s: float | None = None  # shorter heartbeats: a cancellation reaches the activity sooner
 
     @property
     def model(self) -> str:
         return f"scripted:{self.name}"
 
     def config(self) -> AgentConfig:
-        cfg = AgentConfig(model=self.model, tools=list(self.tools), max_history_events=self.max_history_events)
+        cfg = AgentConfig(model=self.model, tools=list(self.tools), max_history_events=self.max_history_events,
+                          max_depth=self.max_depth, max_children=self.max_children)
         # Short backoff so walkthroughs take seconds; the defaults stay close to the reference.
         cfg.tool.initial_interval_s = 0.5
         cfg.planning.initial_interval_s = 0.5
+        if self.tool_heartbeat_s is not None:
+            cfg.tool.heartbeat_s = self.tool_heartbeat_s
         return cfg
 
 
@@ -106,6 +119,90 @@ SCENARIOS: dict[str, Scenario] = {
             conversation=True,
             max_history_events=40,
             expect_min_runs=2,
+        ),
+        # -- subagents (child workflows) and programmatic tool calling (workflow-native) -----------
+        Scenario(
+            "ptc", "One run_ptc program gathers two file writes and a subagent: the writes are the same "
+            "write_file activities as direct calls, the spawn the same child workflow; run_ptc itself is no activity.",
+            ("Write two notes and ask a helper for 6 * 7, in one program.",), "'subagent': '6 * 7 = 42'",
+            (_ok(PLAN), _ok("write_file"), _ok("write_file"), _ok(PLAN)),
+            expect_files={"notes/a.txt": "alpha", "notes/b.txt": "beta"},
+            tools=tuple(ORCH_TOOLS),
+            expect_children=(("generic-1", "completed", (_ok(PLAN), _ok("calculator"), _ok(PLAN))),),
+        ),
+        Scenario(
+            "spawn", "spawn starts a child agent workflow (profile 'researcher') and returns its answer; "
+            "spawn itself is no activity.",
+            ("Ask a researcher about the weather in Lisbon.",), "My researcher reports: Lisbon:",
+            (_ok(PLAN), _ok(PLAN)),
+            tools=tuple(ORCH_TOOLS),
+            expect_children=(("researcher-1", "completed", (_ok(PLAN), _ok("weather"), _ok(PLAN))),),
+        ),
+        Scenario(
+            "spawn_failure", "A child workflow that fails comes back to the parent model as a spawn failure; "
+            "the parent completes.",
+            ("Have a helper do the impossible.",), "The subagent could not do it: ERROR (execution_error): subagent",
+            (_ok(PLAN), _ok(PLAN)),
+            tools=tuple(ORCH_TOOLS),
+            expect_children=(("generic-1", "failed", (_ok(PLAN, outcome="failed"),)),),
+        ),
+        Scenario(
+            "spawn_detached", "spawn(wait=false) returns handles at once; the parent works meanwhile, then "
+            "wait(handle) collects each answer.",
+            ("Start two helpers, keep working, then collect their answers.",),
+            "Both helpers answered: 6 * 7 = 42 / wrote 5 bytes to notes/c.txt",
+            (_ok(PLAN), _ok(PLAN), _ok("write_file"), _ok(PLAN), _ok(PLAN)),
+            expect_files={"notes/c.txt": "gamma", "notes/parent.txt": "started two helpers"},
+            tools=tuple(ORCH_TOOLS),
+            expect_children=(("generic-1", "completed", (_ok(PLAN), _ok("calculator"), _ok(PLAN))),
+                             ("generic-2", "completed", (_ok(PLAN), _ok("write_file"), _ok(PLAN)))),
+        ),
+        Scenario(
+            "spawn_across_runs", "A detached subagent started in one turn is collected by its handle in a later "
+            "turn, after the conversation continued-as-new (its answer is carried to the new run).",
+            ("Start a helper on 6 * 7 and carry on.", "Now collect the helper's answer."),
+            "The helper answered: 6 * 7 = 42",
+            None,
+            tools=tuple(ORCH_TOOLS), conversation=True, max_history_events=10, expect_min_runs=2,
+            expect_children=(("generic-1", "completed", (_ok(PLAN), _ok("calculator"), _ok(PLAN))),),
+        ),
+        Scenario(
+            "spawn_limits", "The per-run child budget (2) refuses a third spawn, and the depth limit (1) refuses "
+            "a subagent's own spawn; both refusals are model-visible.",
+            ("Fan out three helpers.",), "this run has used its budget of 2 subagents",
+            (_ok(PLAN), _ok(PLAN)),
+            tools=tuple(ORCH_TOOLS), max_depth=1, max_children=2,
+            expect_children=(("planner-1", "completed", (_ok(PLAN), _ok(PLAN))),
+                             ("generic-2", "completed", (_ok(PLAN), _ok("calculator"), _ok(PLAN)))),
+        ),
+        Scenario(
+            "ptc_retry", "A retryable failure of a PTC-inner call is retried by Temporal's policy (3 attempts) "
+            "like a direct call; the program never sees it.",
+            ("Check the inventory through a program.",), "answered 'inventory' on attempt 3",
+            (_ok(PLAN), _ok("flaky_service", attempts=3), _ok(PLAN)),
+            tools=tuple(ORCH_FAULT_TOOLS),
+        ),
+        Scenario(
+            "ptc_validation", "A validation error inside a program is model-visible with its line, not retried "
+            "by Temporal; the model repairs the program.",
+            ("Add up two calculations in a program.",), "After repairing the program the total is 102",
+            (_ok(PLAN), _ok("calculator"), _ok("calculator"), _ok(PLAN), _ok("calculator"), _ok("calculator"),
+             _ok(PLAN)),
+            tools=tuple(ORCH_TOOLS),
+        ),
+        Scenario(
+            "ptc_parallel_fail", "In a PTC gather, the first failure cancels the in-flight sibling activity "
+            "(canceled in the history) and the error reaches the model.",
+            ("Run the long job and the refund together.",), "account is closed",
+            (_ok(PLAN), _ok("slow_task", outcome="canceled"), _ok("broken_service", outcome="failed"), _ok(PLAN)),
+            tools=tuple(ORCH_FAULT_TOOLS), tool_heartbeat_s=2.0,
+        ),
+        Scenario(
+            "ptc_hostile", "Hostile programs (import, a __class__ walk, an endless loop, huge allocations, open()) "
+            "are refused by the interpreter's rules and limits; no activity runs.",
+            ("Try to break out of the sandbox.",), "Refused: ERROR (validation_error): run_ptc: line 1: imports",
+            (_ok(PLAN),) * 7,
+            tools=tuple(ORCH_TOOLS),
         ),
     ]
 }

@@ -227,6 +227,222 @@ def route_parallel(messages: list[Message]) -> Message:
     )(messages)
 
 
+# -- subagents and programmatic tool calling ------------------------------------
+
+SUBAGENT_PREFIX = "You are a subagent"  # agent.contracts.SUBAGENT_PROMPT_PREFIX (kept import-free here)
+_SLOW = re.compile(r"\bslow (\d+(?:\.\d+)?)\b", re.I)
+
+
+def _is_subagent(messages: list[Message]) -> bool:
+    first = messages[0] if messages else {}
+    return first.get("role") == "system" and str(first.get("content") or "").startswith(SUBAGENT_PREFIX)
+
+
+def route_subagent(messages: list[Message]) -> Message:
+    """Every scenario's children: do the task like ``auto`` does, with a few scripted twists."""
+    text, step, tools = _turn(messages)
+    if "impossible" in text.lower():
+        # HTTP 400 from the model server: a non-retryable model error, so the child workflow fails.
+        raise ValueError(f"the scripted subagent cannot do {text!r}")
+    delegates = "may delegate" in str(messages[0].get("content"))
+    if step == 0 and (m := _SLOW.search(text)):
+        return _calls(messages, ("slow_task", {"seconds": float(m.group(1)), "label": text[:40]}))
+    if step == 0 and delegates:
+        return _calls(messages, ("spawn", {"agent_name": "generic", "task": text}))
+    if delegates:
+        return _final(f"Delegation result: {tools[-1]['content']}")
+    return route_auto(messages)
+
+
+def _subagents(parent: Route) -> Route:
+    def route(messages: list[Message]) -> Message:
+        return route_subagent(messages) if _is_subagent(messages) else parent(messages)
+
+    return route
+
+
+PTC_FANOUT = """
+results = await asyncio.gather(
+    write_file(path="notes/a.txt", content="alpha"),
+    write_file(path="notes/b.txt", content="beta"),
+    spawn(agent_name="generic", task="What is 6 * 7?"),
+)
+print(f"wrote {len(results) - 1} files")
+{"files": results[:2], "subagent": results[2]}
+""".strip()
+
+
+def route_ptc(messages: list[Message]) -> Message:
+    return _script(
+        lambda m, t: _calls(m, ("run_ptc", {"code": PTC_FANOUT})),
+        lambda m, t: _final(f"The program finished: {t[-1]['content']}"),
+    )(messages)
+
+
+def route_spawn(messages: list[Message]) -> Message:
+    return _script(
+        lambda m, t: _calls(m, ("spawn", {"agent_name": "researcher", "task": "What is the weather in Lisbon?"})),
+        lambda m, t: _final(f"My researcher reports: {t[-1]['content']}"),
+    )(messages)
+
+
+def route_spawn_failure(messages: list[Message]) -> Message:
+    return _script(
+        lambda m, t: _calls(m, ("spawn", {"agent_name": "generic", "task": "Do the impossible: divide by zero."})),
+        lambda m, t: _final(f"The subagent could not do it: {t[-1]['content']}"),
+    )(messages)
+
+
+def route_spawn_detached(messages: list[Message]) -> Message:
+    return _script(
+        lambda m, t: _calls(m, ("spawn", {"agent_name": "generic", "task": "What is 6 * 7?", "wait": False}),
+                            ("spawn", {"agent_name": "generic", "task": "write gamma to notes/c.txt",
+                                       "wait": False})),
+        # Meanwhile the parent does its own work, then comes back for both answers.
+        lambda m, t: _calls(m, ("write_file", {"path": "notes/parent.txt", "content": "started two helpers"})),
+        lambda m, t: _calls(m, ("wait", {"handle": t[0]["content"]}), ("wait", {"handle": t[1]["content"]})),
+        lambda m, t: _final(f"Both helpers answered: {t[-2]['content']} / {t[-1]['content']}"),
+    )(messages)
+
+
+def route_spawn_across_runs(messages: list[Message]) -> Message:
+    """Turn 1 starts a detached helper; after continue-as-new, turn 2 collects it by its handle."""
+    text, step, tools = _turn(messages)
+    if "collect" not in text:
+        return _script(
+            lambda m, t: _calls(m, ("spawn", {"agent_name": "generic", "task": "What is 6 * 7?", "wait": False})),
+            lambda m, t: _final(f"Started helper {t[-1]['content']}"),
+        )(messages)
+    started = next(str(m["content"]) for m in messages if m["role"] == "assistant"
+                   and str(m.get("content") or "").startswith("Started helper "))
+    return _script(
+        lambda m, t: _calls(m, ("wait", {"handle": started.removeprefix("Started helper ")})),
+        lambda m, t: _final(f"The helper answered: {t[-1]['content']}"),
+    )(messages)
+
+
+def route_spawn_limits(messages: list[Message]) -> Message:
+    return _script(
+        lambda m, t: _calls(m, ("spawn", {"agent_name": "planner", "task": "What is 2 + 2?"}),
+                            ("spawn", {"agent_name": "generic", "task": "What is 3 + 3?"}),
+                            ("spawn", {"agent_name": "generic", "task": "What is 4 + 4?"})),
+        lambda m, t: _final(" | ".join(x["content"] for x in t)),
+    )(messages)
+
+
+PTC_RETRY = 'answer = await flaky_service(request="inventory", fail_attempts=2)\nanswer'
+
+PTC_BAD_CALCULATION = """
+total = 0
+for expression in ["1 + 1", "25 x 4"]:
+    total += int(await calculator(expression=expression))
+total
+""".strip()
+
+
+def route_ptc_retry(messages: list[Message]) -> Message:
+    return _script(
+        lambda m, t: _calls(m, ("run_ptc", {"code": PTC_RETRY})),
+        lambda m, t: _final(f"Through the program: {t[-1]['content']}"),
+    )(messages)
+
+
+def route_ptc_validation(messages: list[Message]) -> Message:
+    return _script(
+        lambda m, t: _calls(m, ("run_ptc", {"code": PTC_BAD_CALCULATION})),
+        # The error names the line and the tool; the model repairs the program.
+        lambda m, t: _calls(m, ("run_ptc", {"code": PTC_BAD_CALCULATION.replace("25 x 4", "25 * 4")}))
+        if _is_error(t[-1]) else _final(t[-1]["content"]),
+        lambda m, t: _final(f"After repairing the program the total is {t[-1]['content']}"),
+    )(messages)
+
+
+PTC_PARALLEL_FAIL = """
+results = await asyncio.gather(
+    slow_task(seconds=60, label="long sibling"),
+    broken_service(request="refund order 42"),
+)
+results
+""".strip()
+
+
+def route_ptc_parallel_fail(messages: list[Message]) -> Message:
+    return _script(
+        lambda m, t: _calls(m, ("run_ptc", {"code": PTC_PARALLEL_FAIL})),
+        lambda m, t: _final(f"The fan-out failed: {t[-1]['content']}"),
+    )(messages)
+
+
+HOSTILE_PROGRAMS = {
+    "import": "import os\nos.listdir('/')",
+    "dunder_walk": "().__class__.__bases__[0].__subclasses__()",
+    "infinite_loop": "n = 0\nwhile True:\n    n += 1\nn",
+    "huge_allocation": "x = [0] * 10 ** 9\nlen(x)",
+    "huge_string": "s = 'a' * (10 ** 10)\nlen(s)",
+    "open_file": "open('/etc/passwd').read()",
+}
+
+
+def route_ptc_hostile(messages: list[Message]) -> Message:
+    programs = list(HOSTILE_PROGRAMS.values())
+    return _script(
+        *[(lambda code: lambda m, t: _calls(m, ("run_ptc", {"code": code})))(code) for code in programs],
+        lambda m, t: _final("Refused: " + " | ".join(x["content"][:80] for x in t)),
+    )(messages)
+
+
+def route_cancel(messages: list[Message]) -> Message:
+    """One long step, for cancelling the run while it is in flight: a direct tool, a child, or PTC-inner."""
+    text, step, tools = _turn(messages)
+    if step > 0:
+        return _final("(this answer must never be asked for: the run was cancelled)")
+    if "child" in text:
+        return _calls(messages, ("spawn", {"agent_name": "generic", "task": "slow 120"}))
+    if "ptc" in text:
+        return _calls(messages, ("run_ptc", {"code": "await asyncio.gather(slow_task(seconds=120, label='x'), "
+                                                     "slow_task(seconds=120, label='y'))"}))
+    return _calls(messages, ("slow_task", {"seconds": 120, "label": "direct"}))
+
+
+_FUZZ = re.compile(r"FUZZ kind=(\S+) n=(\d+) writes=(\d+) tag=(\S+)")
+FUZZ_KINDS = ("direct-spawns", "ptc-spawns", "ptc-mixed")
+
+
+def fuzz_prompt(kind: str, n: int, writes: int, tag: str) -> str:
+    """The parent prompt of a ``migration_fuzz`` shape; ``route_migration`` plays it."""
+    return f"FUZZ kind={kind} n={n} writes={writes} tag={tag}"
+
+
+def fuzz_child_task(k: int) -> str:
+    return f"What is {k} + {k}?"
+
+
+def fuzz_file(tag: str, j: int) -> tuple[str, str]:
+    return f"fuzz/{tag}/file-{j}.txt", f"{tag} file {j}"
+
+
+def route_migration(messages: list[Message]) -> Message:
+    """Fan-out shapes for cross-worker migration fuzzing (``python -m migration_fuzz``)."""
+    text, step, tools = _turn(messages)
+    m = _FUZZ.search(text)
+    if m is None:
+        raise ValueError(f"the migration route expects {fuzz_prompt('KIND', 1, 0, 'TAG')!r}, got {text!r}")
+    kind, n, writes, tag = m.group(1), int(m.group(2)), int(m.group(3)), m.group(4)
+    if kind not in FUZZ_KINDS:
+        raise ValueError(f"unknown fuzz kind {kind!r}; kinds: {', '.join(FUZZ_KINDS)}")
+    if step > 0:
+        return _final("\n".join(t["content"] for t in tools))
+    spawns = [("spawn", {"agent_name": "generic", "task": fuzz_child_task(k)}) for k in range(1, n + 1)]
+    if kind == "direct-spawns":
+        return _calls(messages, *spawns)
+    calls = [f"spawn(agent_name='generic', task={fuzz_child_task(k)!r})" for k in range(1, n + 1)]
+    if kind == "ptc-mixed":
+        calls = [f"write_file(path={p!r}, content={c!r})" for p, c in (fuzz_file(tag, j) for j in
+                                                                        range(1, writes + 1))] + calls
+    code = "results = await asyncio.gather(\n" + "".join(f"    {c},\n" for c in calls) + ")\n'\\n'.join(results)"
+    return _calls(messages, ("run_ptc", {"code": code}))
+
+
 ROUTES: dict[str, Route] = {
     "auto": route_auto,
     "direct": route_auto,
@@ -238,6 +454,18 @@ ROUTES: dict[str, Route] = {
     "malformed": route_malformed,
     "parallel": route_parallel,
     "conversation": route_auto,
+    "ptc": _subagents(route_ptc),
+    "spawn": _subagents(route_spawn),
+    "spawn_failure": _subagents(route_spawn_failure),
+    "spawn_detached": _subagents(route_spawn_detached),
+    "spawn_limits": _subagents(route_spawn_limits),
+    "spawn_across_runs": _subagents(route_spawn_across_runs),
+    "ptc_retry": _subagents(route_ptc_retry),
+    "ptc_validation": _subagents(route_ptc_validation),
+    "ptc_parallel_fail": _subagents(route_ptc_parallel_fail),
+    "ptc_hostile": _subagents(route_ptc_hostile),
+    "cancel": _subagents(route_cancel),
+    "migration": _subagents(route_migration),
 }
 
 

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from temporalio.client import Client, WorkflowHandle
 from agent.connection import TemporalConnection, temporal_target
 from agent.contracts import AgentConfig, AgentInput, AgentReply, AgentResult, ChatMessage
 from agent.devserver import EmbeddedTemporal
-from agent.history import RunRecord, activity_shape, fetch_chain
+from agent.history import RunRecord, activity_shape, fetch_chain, fetch_tree
 from agent.ledger import EffectLedger
 from agent.model_server import FaultRule, LatencyModel, ScriptedModelServer
 from agent.scenarios import Scenario
@@ -105,6 +105,8 @@ class ScenarioOutcome:
     runs: list[RunRecord]
     files: dict[str, str]
     problems: list[str]
+    #: every subagent's chain, keyed by its id below the root's (e.g. "generic-1"), in start order
+    children: dict[str, list[RunRecord]] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -139,15 +141,31 @@ async def run_scenario(stack: AgentStack, scenario: Scenario, workflow_id: str |
         replies.append(result.reply or "")
         first_run_id = handle.result_run_id
     assert first_run_id is not None
-    runs = await fetch_chain(stack.client, workflow_id, first_run_id)
+    tree = await fetch_tree(stack.client, workflow_id, first_run_id)
+    runs = tree.pop(workflow_id)
+    children = {wid[len(workflow_id) + 1:]: chain for wid, chain in tree.items()}
     files = workspace_files(stack.workspace(workflow_id))
-    problems = check_scenario(scenario, replies, runs, files, stack.ledger.summary(workflow_id).as_dict())
-    return ScenarioOutcome(scenario, workflow_id, replies, runs, files, problems)
+    ledger: dict[str, int] = {}
+    for wid in [workflow_id, *tree]:  # subagents work in the root's workspace; their effects count too
+        for key, value in stack.ledger.summary(wid).as_dict().items():
+            ledger[key] = ledger.get(key, 0) + value
+    problems = check_scenario(scenario, replies, runs, files, ledger, children)
+    return ScenarioOutcome(scenario, workflow_id, replies, runs, files, problems, children)
 
 
 def check_scenario(scenario: Scenario, replies: list[str], runs: list[RunRecord], files: dict[str, str],
-                   ledger: dict[str, int]) -> list[str]:
+                   ledger: dict[str, int], children: dict[str, list[RunRecord]] | None = None) -> list[str]:
     problems: list[str] = []
+    if scenario.expect_children is not None:
+        children = children or {}
+        got = [(cid, chain[-1].status) for cid, chain in children.items()]
+        want = [(cid, status) for cid, status, _ in scenario.expect_children]
+        if sorted(got) != sorted(want):
+            problems.append(f"subagents {got} != expected {want}")
+        for cid, _, shape in scenario.expect_children:
+            if shape is not None and cid in children and tuple(activity_shape(children[cid])) != shape:
+                problems.append(f"subagent {cid} history shape {activity_shape(children[cid])} != expected "
+                                f"{list(shape)}")
     if scenario.expect_reply not in (replies[-1] if replies else ""):
         problems.append(f"reply {replies[-1:]!r} does not contain {scenario.expect_reply!r}")
     shape = activity_shape(runs)

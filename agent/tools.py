@@ -14,7 +14,9 @@ classified way, for scenarios and chaos runs.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import inspect
 import os
 import re
 from collections.abc import Callable
@@ -46,7 +48,7 @@ class Tool:
     name: str
     description: str
     parameters: dict[str, Any]
-    run: Callable[[dict[str, Any], ToolContext], str]
+    run: Callable[[dict[str, Any], ToolContext], Any]  # returns str, or an awaitable of str
     side_effects: bool = False
     # The longest this tool may legitimately take; the backend's timeouts derive from it.
     expected_seconds: float = 5.0
@@ -257,6 +259,29 @@ def broken_service(args: dict[str, Any], ctx: ToolContext) -> str:
     raise ToolExecutionError(f"broken_service rejected {args['request']!r}: account is closed")
 
 
+MAX_SLOW_SECONDS = 600.0
+
+
+async def slow_task(args: dict[str, Any], ctx: ToolContext) -> str:
+    """Work that takes a while (and can be cancelled): for cancellation and fan-out scenarios."""
+    seconds = args["seconds"]
+    if not 0 <= seconds <= MAX_SLOW_SECONDS:
+        raise ToolValidationError(f"slow_task: seconds must be between 0 and {MAX_SLOW_SECONDS:g}, got {seconds}")
+    if args.get("fail"):
+        await asyncio.sleep(seconds)
+        raise ToolExecutionError(f"slow_task {args.get('label', '')!r} failed after {seconds:g} s (asked to fail)")
+    await asyncio.sleep(seconds)
+    return f"slow_task {args.get('label', '')!r} finished after {seconds:g} s"
+
+
+async def run_tool(tool: Tool, args: dict[str, Any], ctx: ToolContext) -> str:
+    """Run a tool, awaiting it if it is asynchronous."""
+    out = tool.run(args, ctx)
+    if inspect.isawaitable(out):
+        out = await out
+    return out
+
+
 TOOLS: dict[str, Tool] = {
     t.name: t
     for t in [
@@ -280,21 +305,69 @@ TOOLS: dict[str, Tool] = {
              flaky_service),
         Tool("broken_service", "Call a service that always rejects the request.",
              _schema({"request": {"type": "string"}}, ["request"]), broken_service),
+        Tool("slow_task", "Do work that takes the given number of seconds; with fail=true, fail at the end.",
+             _schema({"seconds": {"type": "number"}, "label": {"type": "string"}, "fail": {"type": "boolean"}},
+                     ["seconds"]), slow_task, expected_seconds=MAX_SLOW_SECONDS),
     ]
+}
+
+# Tools the workflow runs itself: no activity, so only their model-facing specs live here.
+NATIVE_TOOL_SPECS: dict[str, dict[str, Any]] = {
+    "spawn": {
+        "description": (
+            "Start a subagent (a child agent run) on a task and, by default, wait for its final answer. "
+            "agent_name picks a configured profile. With wait=false it returns a handle at once; "
+            "pass the handle to wait() later to collect the answer (a run that ends terminates subagents it never "
+            "waited for)."
+        ),
+        "parameters": _schema({
+            "agent_name": {"type": "string", "description": "a configured subagent profile, e.g. 'generic'"},
+            "task": {"type": "string", "description": "what the subagent must do, self-contained"},
+            "wait": {"type": "boolean", "description": "wait for the answer (default true)"},
+        }, ["agent_name", "task"]),
+    },
+    "wait": {
+        "description": "Wait for a subagent started with spawn(..., wait=false) and return its final answer.",
+        "parameters": _schema({"handle": {"type": "string", "description": "the handle spawn returned"}}, ["handle"]),
+    },
+    "run_ptc": {
+        "description": (
+            "Run a short Python program that orchestrates your other tools: each tool is an async function "
+            "taking keyword arguments (await write_file(path=..., content=...)); fan out with "
+            "await asyncio.gather(...). Allowed: assignments, arithmetic, comparisons, if/for/while, "
+            "list/dict literals and comprehensions, f-strings, len/range/sorted/sum/min/max/str/int and similar "
+            "builtins, print. No imports, no attribute access beyond a few str/list/dict methods, no files or "
+            "network except through tools. The value of the last expression is the result. Tool results are strings."
+        ),
+        "parameters": _schema({"code": {"type": "string", "description": "the program"}}, ["code"]),
+    },
 }
 
 TOOL_SETS: dict[str, list[str]] = {
     "default": ["calculator", "weather", "write_file", "append_file", "read_file", "list_files"],
     "faults": ["calculator", "weather", "write_file", "append_file", "read_file", "list_files", "flaky_service",
                "broken_service"],
+    "orchestration": ["calculator", "weather", "write_file", "append_file", "read_file", "list_files", "spawn",
+                      "wait", "run_ptc"],
 }
 
 
-def tool_specs(names: list[str]) -> list[dict[str, Any]]:
-    unknown = [n for n in names if n not in TOOLS]
+def known_tools() -> list[str]:
+    return [*TOOLS, *NATIVE_TOOL_SPECS]
+
+
+def check_tool_names(names: list[str]) -> None:
+    unknown = [n for n in names if n not in TOOLS and n not in NATIVE_TOOL_SPECS]
     if unknown:
-        raise ValueError(f"unknown tool(s) {', '.join(unknown)}; known tools: {', '.join(TOOLS)}")
-    return [TOOLS[n].spec() for n in names]
+        raise ValueError(f"unknown tool(s) {', '.join(unknown)}; known tools: {', '.join(known_tools())}")
+
+
+def tool_specs(names: list[str]) -> list[dict[str, Any]]:
+    check_tool_names(names)
+    return [
+        TOOLS[n].spec() if n in TOOLS else {"type": "function", "function": {"name": n, **NATIVE_TOOL_SPECS[n]}}
+        for n in names
+    ]
 
 
 def workspace_for(sandbox_root: Path, workflow_id: str) -> Path:

@@ -16,16 +16,18 @@ size), carrying the conversation forward.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, is_cancelled_exception
+from temporalio.workflow import ActivityCancellationType, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from agent import loop
+    from agent import loop, ptc
     from agent.contracts import (
         ActivityPolicy,
         AgentInput,
@@ -38,8 +40,10 @@ with workflow.unsafe.imports_passed_through():
         ToolCallRecord,
         ToolInput,
         ToolOutput,
+        WORKFLOW_NATIVE_TOOLS,
     )
     from agent.errors import NON_RETRYABLE_ERROR_TYPES, ToolExecutionError
+    from agent.tools import NATIVE_TOOL_SPECS, TOOLS
 
 
 def _activity_options(policy: ActivityPolicy) -> dict[str, Any]:
@@ -53,16 +57,31 @@ def _activity_options(policy: ActivityPolicy) -> dict[str, Any]:
             maximum_attempts=policy.maximum_attempts,
             non_retryable_error_types=NON_RETRYABLE_ERROR_TYPES,
         ),
+        # Cancelling a turn waits until the activity has stopped (it learns of it through a heartbeat),
+        # so a cancelled run's history ends with ActivityTaskCanceled, not with work still running.
+        "cancellation_type": ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
     }
 
 
+def _cancelling() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+class _InnerToolFailure(Exception):
+    """A tool called from a ``run_ptc`` program did not succeed; the interpreter reports it with the line."""
+
+
 def _failure_text(err: BaseException) -> str:
-    cause = err.cause if isinstance(err, ActivityError) and err.cause is not None else err
-    return getattr(cause, "message", None) or str(cause)
+    """The message that explains a failure: the innermost cause below activity/child wrappers."""
+    while isinstance(err, (ActivityError, ChildWorkflowError)) and err.cause is not None:
+        err = err.cause
+    return getattr(err, "message", None) or str(err)
 
 
 class _ActivityEffects:
-    """``loop.AgentEffects`` on Temporal: every effect is an activity."""
+    """``loop.AgentEffects`` on Temporal: the model and every tool are activities, except the
+    workflow-native tools (``spawn``, ``wait``, ``run_ptc``), which the workflow runs itself."""
 
     def __init__(self, wf: AgentWorkflow) -> None:
         self._wf = wf
@@ -70,29 +89,39 @@ class _ActivityEffects:
     async def plan(self, messages: list[dict[str, Any]], tools: list[str]) -> dict[str, Any]:
         cfg = self._wf.config
         self._wf.state = "planning"
-        out = await workflow.execute_activity(
-            "plan_next_action",
-            PlanInput(model=cfg.model, messages=list(messages), tools=tools),
-            result_type=PlanOutput,
-            summary=f"model {cfg.model}",
-            **_activity_options(cfg.planning),
-        )
+        try:
+            out = await workflow.execute_activity(
+                "plan_next_action",
+                PlanInput(model=cfg.model, messages=list(messages), tools=tools),
+                result_type=PlanOutput,
+                summary=f"model {cfg.model}",
+                **_activity_options(cfg.planning),
+            )
+        except ActivityError as err:
+            if is_cancelled_exception(err):
+                raise asyncio.CancelledError("model call cancelled") from err  # no further model turn
+            raise
         return out.message
 
     async def call_tool(self, call: loop.ToolCall) -> loop.ToolResult:
+        if call.name in WORKFLOW_NATIVE_TOOLS:
+            return await self._wf.native_tool(call)
+        return await self.activity_tool(call)
+
+    async def activity_tool(self, call: loop.ToolCall) -> loop.ToolResult:
         self._wf.state = "running_tools"
         args = json.dumps(call.arguments, sort_keys=True)
         try:
             out = await workflow.execute_activity(
                 call.name,
-                ToolInput(call_id=call.id, arguments=call.arguments),
+                ToolInput(call_id=call.id, arguments=call.arguments, workspace=self._wf.workspace),
                 result_type=ToolOutput,
                 summary=f"{call.name}({args[:120]})",
                 **_activity_options(self._wf.config.tool),
             )
         except ActivityError as err:
-            if isinstance(err.cause, CancelledError):
-                raise
+            if is_cancelled_exception(err):
+                raise asyncio.CancelledError(f"{call.name} cancelled") from err
             if isinstance(err.cause, ApplicationError) and err.cause.type == ToolExecutionError.error_type:
                 return loop.ToolResult(call.id, call.name, loop.EXECUTION_ERROR, err.cause.message)
             # Retries exhausted or timed out: the infrastructure gave up; the model decides what next.
@@ -108,32 +137,57 @@ class AgentWorkflow:
         self.messages: list[dict[str, Any]] = inp.messages or loop.initial_messages(inp.config.system_prompt)
         self.turns = inp.turns
         self.run_index = inp.run_index
+        self.depth = inp.depth
+        self.workspace = inp.workspace  # None: this run's own workspace (its workflow id)
+        self.children_started = inp.children_started
         self.state = "idle"
         self.last_error: str | None = None
         self._ended = False
         self._continue_due = False
         self._turn_lock = asyncio.Lock()  # turns run one at a time, in the order their updates were accepted
+        self._turn_tasks: list[asyncio.Task] = []  # running send_message handlers (cancelled with the run)
+        self._detached: dict[str, asyncio.Task] = {}  # spawn(wait=False) handle -> the task awaiting that child
+        self._carried: dict[str, list[str]] = dict(inp.detached_results)  # finished before continue-as-new
+        self._inner_calls = 0
 
     @workflow.run
     async def run(self, inp: AgentInput) -> AgentResult:
-        if inp.prompt is not None:
-            reply = await self._turn(inp.prompt)
-            self.state = "ended"
-            return AgentResult(reply.text, self.turns, len(self.messages), self.run_index, "one_shot")
-        await workflow.wait_condition(
-            lambda: (self._ended or self._continue_due) and workflow.all_handlers_finished()
-        )
+        try:
+            if inp.prompt is not None:
+                reply = await self._turn(inp.prompt)
+                self.state = "ended"
+                return AgentResult(reply.text, self.turns, len(self.messages), self.run_index, "one_shot")
+            await workflow.wait_condition(
+                lambda: (self._ended or (self._continue_due and not self._children_running()))
+                and workflow.all_handlers_finished()
+            )
+        except asyncio.CancelledError:
+            # The run was cancelled: stop every turn and subagent it has in flight (each waits for its own
+            # activities and children to stop), and end as cancelled, without asking the model again.
+            self.state = "cancelled"
+            await self._cancel_in_flight()
+            raise
         if self._ended:
             self.state = "ended"
             return AgentResult(None, self.turns, len(self.messages), self.run_index, "end_chat")
         workflow.continue_as_new(
-            AgentInput(config=self.config, messages=self.messages, turns=self.turns, run_index=self.run_index + 1)
+            AgentInput(config=self.config, messages=self.messages, turns=self.turns, run_index=self.run_index + 1,
+                       depth=self.depth, workspace=self.workspace, children_started=self.children_started,
+                       detached_results={**self._carried, **{h: [t.result().status, t.result().content]
+                                                             for h, t in self._detached.items()}})
         )
 
     @workflow.update
     async def send_message(self, message: ChatMessage) -> AgentReply:
-        async with self._turn_lock:
-            return await self._turn(message.text)
+        task = asyncio.current_task()
+        if task is not None:
+            self._turn_tasks.append(task)
+        try:
+            async with self._turn_lock:
+                return await self._turn(message.text)
+        finally:
+            if task is not None:
+                self._turn_tasks.remove(task)
 
     @send_message.validator
     def _validate_message(self, message: ChatMessage) -> None:
@@ -159,6 +213,9 @@ class AgentWorkflow:
             run_index=self.run_index,
             history_events=workflow.info().get_current_history_length(),
             last_error=self.last_error,
+            depth=self.depth,
+            children_started=self.children_started,
+            children_running=sum(1 for t in self._detached.values() if not t.done()),
         )
 
     async def _turn(self, text: str) -> AgentReply:
@@ -193,3 +250,165 @@ class AgentWorkflow:
             or (cfg.max_history_events > 0 and info.get_current_history_length() >= cfg.max_history_events)
             or (cfg.max_history_bytes > 0 and info.get_current_history_size() >= cfg.max_history_bytes)
         )
+
+    def _children_running(self) -> bool:
+        # A detached child must not be cut off by continue-as-new (the parent-close policy terminates it).
+        return any(not t.done() for t in self._detached.values())
+
+    async def _cancel_in_flight(self) -> None:
+        tasks = [t for t in [*self._turn_tasks, *self._detached.values()] if not t.done()]
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await workflow.wait_condition(lambda: all(t.done() for t in tasks))
+
+    # -- workflow-native tools --------------------------------------------------------------------
+
+    async def native_tool(self, call: loop.ToolCall) -> loop.ToolResult:
+        """``spawn``, ``wait`` and ``run_ptc``: orchestration the workflow does itself, no activity."""
+        problem = _check_native_arguments(call)
+        if problem is not None:
+            return loop.ToolResult(call.id, call.name, loop.VALIDATION_ERROR, problem)
+        if call.name == "spawn":
+            args = call.arguments
+            return await self._spawn(call, args["agent_name"], args["task"], args.get("wait", True))
+        if call.name == "wait":
+            return await self._wait(call, call.arguments["handle"])
+        return await self._run_ptc(call, call.arguments["code"])
+
+    async def _spawn(self, call: loop.ToolCall, agent_name: str, task: str, wait: bool) -> loop.ToolResult:
+        cfg = self.config
+
+        def refuse(status: str, text: str) -> loop.ToolResult:
+            return loop.ToolResult(call.id, "spawn", status, text)
+
+        profile = cfg.subagents.get(agent_name)
+        if profile is None:
+            known = ", ".join(cfg.subagents) or "none are configured"
+            return refuse(loop.VALIDATION_ERROR, f"spawn: unknown agent_name {agent_name!r}; profiles: {known}")
+        if not task.strip():
+            return refuse(loop.VALIDATION_ERROR, "spawn: task is empty; describe what the subagent must do")
+        if self.depth >= cfg.max_depth:
+            return refuse(loop.EXECUTION_ERROR,
+                          f"spawn refused: the subagent depth limit is {cfg.max_depth} and this agent is at depth "
+                          f"{self.depth}; do this task yourself with your own tools")
+        if self.children_started >= cfg.max_children:
+            return refuse(loop.EXECUTION_ERROR,
+                          f"spawn refused: this run has used its budget of {cfg.max_children} subagents; "
+                          "finish with what you have or do the rest yourself")
+        self.children_started += 1
+        info = workflow.info()
+        child_id = f"{info.workflow_id}/{agent_name}-{self.children_started}"
+        child_input = AgentInput(
+            config=dataclasses.replace(
+                cfg, model=profile.model or cfg.model, tools=list(profile.tools), system_prompt=profile.instructions,
+                max_steps_per_turn=profile.max_steps_per_turn, max_history_events=0, max_history_bytes=0,
+            ),
+            prompt=task,
+            depth=self.depth + 1,
+            workspace=self.workspace or info.workflow_id,  # subagents share the root agent's workspace
+        )
+        if wait:
+            return await self._run_child(call.id, agent_name, child_id, child_input)
+        handle = child_id.rsplit("/", 1)[1]
+        self._detached[handle] = asyncio.create_task(self._run_child(call.id, agent_name, child_id, child_input))
+        return loop.ToolResult(call.id, "spawn", loop.OK, handle)
+
+    async def _run_child(self, call_id: str, agent_name: str, child_id: str, child_input: AgentInput
+                         ) -> loop.ToolResult:
+        self.state = "running_tools"
+        try:
+            result = await workflow.execute_child_workflow(
+                workflow.info().workflow_type,  # this class, or the subclass a worker registered
+                child_input,
+                id=child_id,
+                task_queue=workflow.info().task_queue,
+                result_type=AgentResult,
+                parent_close_policy=ParentClosePolicy.TERMINATE,
+                static_summary=f"subagent {agent_name}: {child_input.prompt or ''}"[:200],
+            )
+        except ChildWorkflowError as err:
+            if is_cancelled_exception(err) and _cancelling():
+                raise asyncio.CancelledError(f"subagent {child_id} cancelled") from err
+            return loop.ToolResult(call_id, "spawn", loop.EXECUTION_ERROR,
+                                   f"subagent {agent_name} ({child_id}) failed: {_failure_text(err)}")
+        return loop.ToolResult(call_id, "spawn", loop.OK, result.reply or "")
+
+    async def _wait(self, call: loop.ToolCall, handle: str) -> loop.ToolResult:
+        if handle in self._carried:
+            status, content = self._carried[handle]
+            return loop.ToolResult(call.id, "wait", status, content)
+        task = self._detached.get(handle)
+        if task is None:
+            known = ", ".join([*self._carried, *self._detached]) or "none; start one with spawn(..., wait=false)"
+            return loop.ToolResult(call.id, "wait", loop.VALIDATION_ERROR,
+                                   f"wait: unknown handle {handle!r}; open handles: {known}")
+        # Shielded: if this wait is cancelled (a failed sibling in a run_ptc gather), the child keeps running.
+        done = await asyncio.shield(task)
+        return loop.ToolResult(call.id, "wait", done.status, done.content)
+
+    async def _run_ptc(self, call: loop.ToolCall, code: str) -> loop.ToolResult:
+        cfg = self.config
+        tools = {name: self._ptc_tool(call, name) for name in cfg.tools if name != "run_ptc"}
+        limits = ptc.PtcLimits(**dataclasses.asdict(cfg.ptc))
+        try:
+            result = await ptc.run_ptc(code, tools, limits=limits)
+        except ptc.PtcToolError as err:
+            return loop.ToolResult(call.id, "run_ptc", loop.EXECUTION_ERROR,
+                                   f"run_ptc: {err}; fix the program or its tool call and run it again")
+        except ptc.PtcError as err:
+            return loop.ToolResult(call.id, "run_ptc", loop.VALIDATION_ERROR,
+                                   f"run_ptc: {err} (the program did not finish; nothing after that line ran)")
+        value = result.value if isinstance(result.value, str) else repr(result.value)
+        text = f"printed:\n{result.output.rstrip()}\nresult: {value}" if result.output else value
+        return loop.ToolResult(call.id, "run_ptc", loop.OK, text)
+
+    def _ptc_tool(self, parent: loop.ToolCall, name: str) -> ptc.ToolFn:
+        """A tool as a ``run_ptc`` program sees it: the same transport as a direct call of that tool."""
+        params = list(_tool_parameters(name))
+        effects = _ActivityEffects(self)
+
+        async def call_tool(*args: Any, **kwargs: Any) -> str:
+            if len(args) > len(params):
+                raise _InnerToolFailure(f"takes at most {len(params)} positional argument(s) ({', '.join(params)})")
+            arguments = dict(zip(params, args))
+            for key, value in kwargs.items():
+                if key in arguments:
+                    raise _InnerToolFailure(f"got two values for argument {key!r}")
+                arguments[key] = value
+            self._inner_calls += 1
+            inner = loop.ToolCall(id=f"{parent.id}.ptc{self._inner_calls}", name=name, arguments=arguments)
+            result = await effects.call_tool(inner)
+            if result.status != loop.OK:
+                raise _InnerToolFailure(f"{result.status}: {result.content}")
+            return result.content
+
+        return call_tool
+
+
+def _tool_parameters(name: str) -> list[str]:
+    spec = TOOLS[name].parameters if name in TOOLS else NATIVE_TOOL_SPECS[name]["parameters"]
+    return list(spec.get("properties", {}))
+
+
+_NATIVE_ARGUMENT_TYPES: dict[str, dict[str, tuple[type, bool]]] = {
+    # name -> argument -> (type, required)
+    "spawn": {"agent_name": (str, True), "task": (str, True), "wait": (bool, False)},
+    "wait": {"handle": (str, True)},
+    "run_ptc": {"code": (str, True)},
+}
+
+
+def _check_native_arguments(call: loop.ToolCall) -> str | None:
+    expected = _NATIVE_ARGUMENT_TYPES[call.name]
+    for key in call.arguments:
+        if key not in expected:
+            return f"{call.name}: unknown argument {key!r}; allowed: {', '.join(expected)}"
+    for key, (kind, required) in expected.items():
+        if key not in call.arguments:
+            if required:
+                return f"{call.name}: missing required argument {key!r}"
+            continue
+        if not isinstance(call.arguments[key], kind):
+            return f"{call.name}: argument {key!r} must be {kind.__name__}, got {type(call.arguments[key]).__name__}"
+    return None

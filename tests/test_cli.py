@@ -13,7 +13,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+from agent.scenarios import SCENARIOS
+
 from agent.connection import TemporalConnection
+from agent.scenarios import SCENARIOS
 from agent.stack import AgentStack
 from agent.worker_process import WorkerProcess
 from tests.conftest import temporal_server_pids
@@ -62,7 +65,7 @@ def test_demo_answers_and_exits_cleanly_on_quit(tmp_path: Path) -> None:
     assert "agent> 25 * 4 = 100" in out
     assert re.search(r"Web UI: +http://127\.0\.0\.1:\d+", out)
     assert "calculator({\"expression\": \"25 * 4\"})" in out
-    assert "checks: reply, history shape, workspace files, effect ledger: all as expected" in out
+    assert "checks: reply, history shape, subagents, workspace files, effect ledger: all as expected" in out
     assert "stopped." in out
     assert not [p for p in children if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     _descendants_gone(before)
@@ -71,7 +74,7 @@ def test_demo_answers_and_exits_cleanly_on_quit(tmp_path: Path) -> None:
 def test_run_all_scenarios_from_the_command_line(tmp_path: Path) -> None:
     out = dah("run", "--scenario", "all", "--state-dir", str(tmp_path), timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert out.stdout.count("all as expected ✓") == 9
+    assert out.stdout.count("all as expected ✓") == len(SCENARIOS)
     assert "✗" not in out.stdout
 
 

@@ -1,0 +1,369 @@
+"""Cross-worker migration fuzzing: fan-out agent runs on W worker processes, placement read from histories.
+
+W worker processes (each its own interpreter, SDK client and identity) poll one task queue. Each
+iteration runs one parent agent workflow whose scripted model fans out in a shape drawn from the seed:
+
+- ``direct-spawns``: the model emits N parallel ``spawn`` calls (N child workflows);
+- ``ptc-spawns``: one ``run_ptc`` program gathers N spawns;
+- ``ptc-mixed``: one ``run_ptc`` program gathers ``writes`` file writes and N spawns.
+
+Afterwards the event histories say which worker identity completed each workflow task and ran each
+activity, so a child that landed on another worker than the parent task that started it is visible,
+as is a workflow whose tasks moved between workers. The invariants: the parent completes with every
+child's answer; every child was started once and completed once; every file was written exactly once
+according to the effect ledger (and holds the right bytes). With ``chaos`` a random worker is
+SIGKILLed mid-iteration (the supervisor restarts it) and the same invariants must hold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.contracts import DEFAULT_TOOLS, AgentConfig, AgentInput, AgentResult
+from agent.history import RunRecord, fetch_tree
+from agent.ledger import EffectLedger
+from agent.scripted_routes import FUZZ_KINDS, fuzz_child_task, fuzz_file, fuzz_prompt
+from agent.tools import workspace_for
+
+KINDS = FUZZ_KINDS
+
+
+@dataclass(frozen=True)
+class Shape:
+    kind: str
+    n: int  # children
+    writes: int  # file writes (ptc-mixed only)
+
+    def describe(self) -> str:
+        return f"{self.kind} n={self.n}" + (f" writes={self.writes}" if self.kind == "ptc-mixed" else "")
+
+
+def shape_for(seed: int, kind: str, max_n: int) -> Shape:
+    """The shape of one iteration: a pure function of its seed (so a failure can be replayed alone)."""
+    rng = random.Random(seed)
+    chosen = rng.choice(KINDS) if kind == "all" else kind
+    n = rng.randint(1, max_n)
+    writes = rng.randint(1, max_n) if chosen == "ptc-mixed" else 0
+    return Shape(chosen, n, writes)
+
+
+def fuzz_config(max_n: int) -> AgentConfig:
+    """The chaos suite's timeouts (a killed worker's work moves on within seconds), with fan-out tools."""
+    from chaos.client import chaos_agent_config
+
+    cfg = chaos_agent_config()
+    cfg.model = "scripted:migration"
+    cfg.tools = [*DEFAULT_TOOLS, "spawn", "wait", "run_ptc"]
+    cfg.max_children, cfg.max_depth = max(8, max_n), 1
+    return cfg
+
+
+@dataclass
+class Placement:
+    """Where one workflow's work ran, by worker identity (``w2-1``: worker slot 2, first process)."""
+
+    workflow_id: str
+    workflow_tasks: list[str]
+    activities: list[tuple[str, str]]  # (activity type, identity that ran its last attempt)
+    started_by: str = ""  # for a child: the parent workflow task that started it
+
+    @property
+    def moved(self) -> bool:
+        return len(set(self.workflow_tasks)) > 1
+
+    @property
+    def first_worker(self) -> str:
+        return self.workflow_tasks[0] if self.workflow_tasks else ""
+
+
+@dataclass
+class IterationResult:
+    index: int
+    seed: int
+    shape: Shape
+    workflow_id: str
+    seconds: float
+    ok: bool
+    violations: list[str]
+    parent: Placement | None = None
+    children: list[Placement] = field(default_factory=list)
+    kills: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def cross_children(self) -> int:
+        return sum(1 for c in self.children if c.first_worker and c.first_worker != c.started_by)
+
+    @property
+    def moved_workflows(self) -> int:
+        return sum(1 for p in [self.parent, *self.children] if p is not None and p.moved)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["shape"] = asdict(self.shape)
+        d["cross_children"] = self.cross_children
+        d["moved_workflows"] = self.moved_workflows
+        return d
+
+
+def _placement(runs: list[RunRecord], started_by: str = "") -> Placement:
+    return Placement(
+        workflow_id=runs[0].workflow_id,
+        workflow_tasks=[w for r in runs for w in r.workflow_task_workers],
+        activities=[(a.activity_type, a.worker) for r in runs for a in r.activities],
+        started_by=started_by,
+    )
+
+
+def check_iteration(shape: Shape, workflow_id: str, tag: str, result: AgentResult | None, error: str | None,
+                    tree: dict[str, list[RunRecord]], ledger: EffectLedger, workspace: Path) -> list[str]:
+    """Every invariant an iteration must keep; an empty list means it held."""
+    problems: list[str] = []
+    if error is not None:
+        problems.append(f"parent did not complete: {error}")
+    root = tree.get(workflow_id, [])
+    if not root or root[-1].status != "completed":
+        problems.append(f"parent ended {root[-1].status if root else 'unknown'}")
+    children = [c for r in root for c in r.children]
+    ids = [c.workflow_id for c in children]
+    if len(children) != shape.n:
+        problems.append(f"{len(children)} children started; the shape has {shape.n}")
+    if len(set(ids)) != len(ids):
+        problems.append(f"a child was started twice: {ids}")
+    for c in children:
+        chain = tree.get(c.workflow_id)
+        if c.outcome != "completed" or not chain or chain[-1].status != "completed":
+            problems.append(f"child {c.workflow_id} ended {c.outcome} (its own history: "
+                            f"{chain[-1].status if chain else 'missing'})")
+        elif sum(1 for r in chain if r.status == "completed") != 1:
+            problems.append(f"child {c.workflow_id} completed {sum(1 for r in chain if r.status == 'completed')} times")
+    reply = (result.reply or "") if result else ""
+    for k in range(1, shape.n + 1):
+        expected = f"{k} + {k} = {2 * k}"
+        if result is not None and expected not in reply:
+            problems.append(f"the parent's answer lacks the child answer {expected!r}")
+    # Effects: every file written exactly once (ledger), with the right bytes (disk).
+    applications = [a for wid in [workflow_id, *ids] for a in ledger.applications(wid)]
+    for j in range(1, shape.writes + 1):
+        path, content = fuzz_file(tag, j)
+        applied = [a for a in applications if a["tool"] == "write_file" and a["target"] == path]
+        if len(applied) != 1:
+            problems.append(f"{path} was applied {len(applied)} times according to the ledger (expected 1)")
+        target = workspace / path
+        if not target.is_file() or target.read_text() != content:
+            problems.append(f"{path} is missing or holds the wrong content")
+    for wid in [workflow_id, *ids]:
+        summary = ledger.summary(wid)
+        if summary.duplicated_effects or summary.pending_effects:
+            problems.append(f"effect ledger of {wid}: {summary.as_dict()}")
+    return problems
+
+
+@dataclass
+class FuzzOptions:
+    iterations: int = 10
+    workers: int = 3
+    max_n: int = 5
+    kind: str = "all"
+    seed: int = 0
+    chaos: bool = False
+    out: Path = Path("runs/migration_fuzz")
+    iteration_timeout_s: float = 120.0
+    model_latency: str = "fixed:20"
+
+    def validate(self) -> None:
+        if self.iterations < 1:
+            raise ValueError(f"--iterations {self.iterations}: must be at least 1")
+        if not 1 <= self.workers <= 16:
+            raise ValueError(f"--workers {self.workers}: must be between 1 and 16")
+        if not 1 <= self.max_n <= 20:
+            raise ValueError(f"--max-n {self.max_n}: must be between 1 and 20")
+        if self.kind != "all" and self.kind not in KINDS:
+            raise ValueError(f"--kind {self.kind!r}: must be 'all' or one of {', '.join(KINDS)}")
+        if self.chaos and self.workers < 2:
+            raise ValueError("--chaos needs at least 2 workers (one is killed at a time)")
+
+
+def reproduce_command(opts: FuzzOptions, seed: int, shape: Shape) -> str:
+    return (f"python -m migration_fuzz --seed {seed} --iterations 1 --kind {shape.kind} --max-n {opts.max_n} "
+            f"--workers {opts.workers}" + (" --chaos" if opts.chaos else ""))
+
+
+async def _kill_during(cluster: Any, rng: random.Random, history: Any, kills: list[dict[str, Any]],
+                       done: asyncio.Event) -> None:
+    """Chaos: after a random delay, SIGKILL one random live worker (the supervisor restarts it)."""
+    await asyncio.sleep(rng.uniform(0.05, 0.8))
+    if done.is_set():
+        return
+    worker = rng.choice(cluster.workers)
+    async with worker.held() as process:
+        if not process.alive:
+            return
+        identity = process.identity
+        op = history.invoke("nemesis", "kill_worker", {"worker": worker.name, "identity": identity})
+        process.kill()
+        history.complete(op, "ok", {"worker": worker.name, "identity": identity})
+        kills.append({"worker": worker.name, "identity": identity, "at": round(history.now(), 3)})
+
+
+async def run_fuzz(opts: FuzzOptions, say: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
+    """Start the cluster, run every iteration, check it, and write ``results.json`` and ``table.txt``."""
+    from temporalio.client import Client
+
+    from agent.workflow import AgentWorkflow
+    from chaos.cluster import Cluster, ClusterSpec
+    from chaos.history import History
+    from chaos.runner import quiet_runtime
+
+    opts.validate()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    run_dir = opts.out / f"{stamp}-{uuid.uuid4().hex[:4]}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    history = History(run_dir / "history.jsonl")
+    spec = ClusterSpec(workers=opts.workers, task_queue="migration-fuzz", model_latency=opts.model_latency,
+                       seed=opts.seed)
+    cluster = Cluster(run_dir, spec, history)
+    started = time.monotonic()
+    say(f"starting Temporal, the scripted model and {opts.workers} worker processes in {run_dir}")
+    await asyncio.to_thread(cluster.start)
+    results: list[IterationResult] = []
+    try:
+        client = await Client.connect(cluster.server.address, runtime=quiet_runtime())
+        ledger = EffectLedger(cluster.ledger_path)
+        sandbox = cluster.state_dir / "sandbox"
+        config = fuzz_config(opts.max_n)
+        say(f"workers ready after {time.monotonic() - started:.1f} s; running {opts.iterations} iteration(s)")
+        for i in range(opts.iterations):
+            seed = opts.seed + i
+            shape = shape_for(seed, opts.kind, opts.max_n)
+            tag = f"i{i}s{seed}"
+            workflow_id = f"fuzz-{stamp}-{tag}"
+            t0 = time.monotonic()
+            kills: list[dict[str, Any]] = []
+            done = asyncio.Event()
+            chaos_task = None
+            if opts.chaos:
+                chaos_task = asyncio.create_task(_kill_during(cluster, random.Random(seed * 7919), history, kills,
+                                                              done))
+            op = history.invoke("client", "fuzz_iteration", {"index": i, "seed": seed, **asdict(shape)})
+            result: AgentResult | None = None
+            error: str | None = None
+            try:
+                handle = await client.start_workflow(
+                    AgentWorkflow.run, AgentInput(config=config, prompt=fuzz_prompt(shape.kind, shape.n,
+                                                                                     shape.writes, tag)),
+                    id=workflow_id, task_queue=spec.task_queue)
+                result = await asyncio.wait_for(handle.result(), opts.iteration_timeout_s)
+            except Exception as exc:  # recorded as a violation; the next iteration still runs
+                error = f"{type(exc).__name__}: {exc}"
+            finally:
+                done.set()
+                if chaos_task is not None:
+                    await chaos_task
+            seconds = time.monotonic() - t0
+            try:
+                tree = await fetch_tree(client, workflow_id)
+            except Exception as exc:
+                tree = {}
+                error = error or f"history unavailable: {exc}"
+            violations = check_iteration(shape, workflow_id, tag, result, error, tree, ledger,
+                                         workspace_for(sandbox, workflow_id))
+            root = tree.get(workflow_id)
+            res = IterationResult(i, seed, shape, workflow_id, round(seconds, 3), not violations, violations,
+                                  parent=_placement(root) if root else None, kills=kills)
+            for c in (c for r in (root or []) for c in r.children):
+                if c.workflow_id in tree:
+                    res.children.append(_placement(tree[c.workflow_id], c.initiated_by))
+            results.append(res)
+            history.complete(op, "ok" if res.ok else "fail", {"cross_children": res.cross_children,
+                                                               "moved": res.moved_workflows},
+                             error="; ".join(violations) or None)
+            kill_note = f"  killed {kills[0]['identity']}" if kills else ""
+            say(f"[{i + 1}/{opts.iterations}] {shape.describe():<28} children on another worker "
+                f"{res.cross_children}/{shape.n}, moved {res.moved_workflows}{kill_note}  "
+                f"{'ok' if res.ok else 'VIOLATED'}  {seconds:.1f} s")
+            if not res.ok:
+                for v in violations:
+                    say(f"    violation: {v}")
+                say(f"    reproduce: {reproduce_command(opts, seed, shape)}")
+        ledger.close()
+    finally:
+        await asyncio.to_thread(cluster.stop)
+        history.close()
+    wall = time.monotonic() - started
+    summary = summarise(results)
+    report = {
+        "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(opts).items()},
+        "run_dir": str(run_dir),
+        "wall_seconds": round(wall, 1),
+        "families": summary,
+        "iterations": [r.as_dict() for r in results],
+        "invariants_held": all(r.ok for r in results),
+    }
+    (run_dir / "results.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    (run_dir / "table.txt").write_text(table(summary) + "\n")
+    latest = opts.out / "latest"
+    if latest.is_symlink() or not latest.exists():
+        latest.unlink(missing_ok=True)
+        latest.symlink_to(run_dir.name)
+    return report
+
+
+def summarise(results: list[IterationResult]) -> dict[str, dict[str, Any]]:
+    families: dict[str, dict[str, Any]] = {}
+    for kind in [*KINDS, "all"]:
+        rows = [r for r in results if kind == "all" or r.shape.kind == kind]
+        if not rows:
+            continue
+        children = sum(r.shape.n for r in rows)
+        workflows = sum(1 + len(r.children) for r in rows)
+        activities = [(a, r.parent.first_worker if r.parent else "") for r in rows for p in [r.parent, *r.children]
+                      if p is not None for a in p.activities]
+        families[kind] = {
+            "iterations": len(rows),
+            "completed": sum(1 for r in rows if r.parent and not any("parent" in v for v in r.violations)),
+            "children": children,
+            "cross_worker_children": sum(r.cross_children for r in rows),
+            "cross_worker_children_pct": round(100.0 * sum(r.cross_children for r in rows) / children, 1)
+            if children else 0.0,
+            "moved_workflows": sum(r.moved_workflows for r in rows),
+            "moved_workflows_pct": round(100.0 * sum(r.moved_workflows for r in rows) / workflows, 1)
+            if workflows else 0.0,
+            "activities_off_parent_worker_pct": round(
+                100.0 * sum(1 for (_, w), pw in activities if w and w != pw) / len(activities), 1)
+            if activities else 0.0,
+            "worker_kills": sum(len(r.kills) for r in rows),
+            "violations": sum(len(r.violations) for r in rows),
+            "mean_seconds": round(sum(r.seconds for r in rows) / len(rows), 2),
+        }
+    return families
+
+
+TABLE_COLUMNS = [("family", 14), ("iters", 6), ("completed", 10), ("children", 9), ("cross-worker", 13),
+                 ("moved wf", 10), ("acts off parent", 16), ("kills", 6), ("violations", 11), ("mean s", 7)]
+
+
+def table(summary: dict[str, dict[str, Any]]) -> str:
+    header = " ".join(f"{name:<{w}}" for name, w in TABLE_COLUMNS)
+    lines = [header, "-" * len(header)]
+    for kind, s in summary.items():
+        cells = [kind, s["iterations"], f"{s['completed']}/{s['iterations']}", s["children"],
+                 f"{s['cross_worker_children']} ({s['cross_worker_children_pct']}%)",
+                 f"{s['moved_workflows']} ({s['moved_workflows_pct']}%)", f"{s['activities_off_parent_worker_pct']}%",
+                 s["worker_kills"], s["violations"], s["mean_seconds"]]
+        lines.append(" ".join(f"{c!s:<{w}}" for c, (_, w) in zip(cells, TABLE_COLUMNS)))
+    return "\n".join(lines)
+
+
+def progress(start: float) -> Callable[[str], None]:
+    def say(message: str) -> None:
+        print(f"[{time.monotonic() - start:6.1f}s] {message}", file=sys.stderr, flush=True)
+    return say
