@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import signal
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -632,6 +634,37 @@ def _load_dotenv() -> None:
         load_dotenv(env_file, override=False)  # the environment wins over the file
 
 
+INTERRUPT_GRACE_S = 30.0
+
+
+async def _with_interrupt_watchdog(coro: Any) -> Any:
+    """Ctrl-C cancels the command and its clean-up stops what it started; if that clean-up hangs, a
+    watchdog dumps every thread's stack (to find out why), kills this process's children and exits 130."""
+    previous = signal.getsignal(signal.SIGINT)  # asyncio.run's handler: cancel the main task
+    if callable(previous):
+        def on_sigint(signum: int, frame: Any) -> None:
+            threading.Thread(target=_interrupt_watchdog, name="interrupt-watchdog", daemon=True).start()
+            previous(signum, frame)
+
+        signal.signal(signal.SIGINT, on_sigint)
+    return await coro
+
+
+def _interrupt_watchdog() -> None:
+    import faulthandler
+
+    import psutil
+
+    time.sleep(INTERRUPT_GRACE_S)
+    print(f"\nshutdown took longer than {INTERRUPT_GRACE_S:.0f} s; thread stacks follow", file=sys.stderr, flush=True)
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    for child in psutil.Process().children(recursive=True):  # only what this process started
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+    print("interrupted; everything this command started has been stopped", file=sys.stderr, flush=True)
+    os._exit(130)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["model-server"]:
@@ -647,7 +680,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _load_dotenv()
     try:
         if asyncio.iscoroutinefunction(args.func):
-            return asyncio.run(args.func(args))
+            return asyncio.run(_with_interrupt_watchdog(args.func(args)))
         return args.func(args)
     except UsageError as exc:
         print(f"dah {args.command}: error: {exc}", file=sys.stderr)

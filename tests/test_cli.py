@@ -150,3 +150,37 @@ def test_ctrl_c_in_the_demo_stops_everything_it_started(tmp_path: Path) -> None:
             proc.kill()
     assert "everything this command started has been stopped" in out_path.read_text()
     assert not [p for p in children if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def test_a_hung_clean_up_after_ctrl_c_is_cut_short_by_the_watchdog(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    script = tmp_path / "hang.py"
+    script.write_text(
+        "import asyncio, subprocess, time\n"
+        "import agent.cli as cli\n"
+        "cli.INTERRUPT_GRACE_S = 1.0\n"
+        "async def stubborn():\n"
+        "    child = subprocess.Popen(['sleep', '300'])\n"
+        "    print('child', child.pid, flush=True)\n"
+        "    try:\n"
+        "        await asyncio.sleep(100)\n"
+        "    except asyncio.CancelledError:\n"
+        "        time.sleep(100)  # a clean-up that never finishes\n"
+        "asyncio.run(cli._with_interrupt_watchdog(stubborn()))\n"
+    )
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        child = int(proc.stdout.readline().split()[1])
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out = proc.stdout.read()
+        assert proc.wait(timeout=30) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "thread stacks follow" in out and "everything this command started has been stopped" in out
+    assert not (psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE)
