@@ -134,8 +134,10 @@ def test_ctrl_c_in_the_demo_stops_everything_it_started(tmp_path: Path) -> None:
 
     out_path = tmp_path / "demo.out"
     with open(out_path, "w") as out:
+        # SIG_DFL: a test run started as a background job inherits SIGINT ignored, as would the demo.
         proc = subprocess.Popen([sys.executable, "-m", "agent", "demo", "--state-dir", str(tmp_path)], cwd=ROOT,
-                                stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, text=True)
+                                stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 90
         while "you>" not in out_path.read_text() and time.monotonic() < deadline:
