@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.ptc import PtcLimits
+
 DEFAULT_TASK_QUEUE = "durable-agent"
 DEFAULT_TOOLS = ["calculator", "weather", "write_file", "append_file", "read_file", "list_files"]
 #: Tools the workflow runs itself (no activity of their own): subagents and programmatic tool calling.
@@ -42,17 +44,6 @@ def default_subagents() -> dict[str, SubagentProfile]:
             tools=[*DEFAULT_TOOLS, "spawn", "wait"],
         ),
     }
-
-
-@dataclass(frozen=True)
-class PtcSettings:
-    """Limits of one ``run_ptc`` program (see ``agent.ptc.PtcLimits``)."""
-
-    max_operations: int = 10_000
-    max_loop_iterations: int = 1_000
-    max_output_chars: int = 20_000
-    max_collection_size: int = 10_000
-    max_string_chars: int = 1_000_000
 
 
 @dataclass
@@ -100,7 +91,7 @@ class AgentConfig:
     subagents: dict[str, SubagentProfile] = field(default_factory=default_subagents)
     max_depth: int = 2
     max_children: int = 8
-    ptc: PtcSettings = field(default_factory=PtcSettings)
+    ptc: PtcLimits = field(default_factory=PtcLimits)  # limits of one run_ptc program
 
 
 @dataclass

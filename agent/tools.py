@@ -311,8 +311,12 @@ TOOLS: dict[str, Tool] = {
     ]
 }
 
-# Tools the workflow runs itself: no activity, so only their model-facing specs live here.
-NATIVE_TOOL_SPECS: dict[str, dict[str, Any]] = {
+def _workflow_native(args: dict[str, Any], ctx: ToolContext) -> str:
+    raise RuntimeError("a workflow-native tool runs in the workflow, never as an activity")
+
+
+# Tools the workflow runs itself (agent.workflow): no activity; their specs and schemas live here.
+_NATIVE_SPECS: dict[str, dict[str, Any]] = {
     "spawn": {
         "description": (
             "Start a subagent (a child agent run) on a task and, by default, wait for its final answer. "
@@ -350,24 +354,24 @@ TOOL_SETS: dict[str, list[str]] = {
     "orchestration": ["calculator", "weather", "write_file", "append_file", "read_file", "list_files", "spawn",
                       "wait", "run_ptc"],
 }
+NATIVE_TOOLS: dict[str, Tool] = {
+    name: Tool(name, spec["description"], spec["parameters"], _workflow_native) for name, spec in _NATIVE_SPECS.items()
+}
 
 
 def known_tools() -> list[str]:
-    return [*TOOLS, *NATIVE_TOOL_SPECS]
+    return [*TOOLS, *NATIVE_TOOLS]
 
 
 def check_tool_names(names: list[str]) -> None:
-    unknown = [n for n in names if n not in TOOLS and n not in NATIVE_TOOL_SPECS]
+    unknown = [n for n in names if n not in TOOLS and n not in NATIVE_TOOLS]
     if unknown:
         raise ValueError(f"unknown tool(s) {', '.join(unknown)}; known tools: {', '.join(known_tools())}")
 
 
 def tool_specs(names: list[str]) -> list[dict[str, Any]]:
     check_tool_names(names)
-    return [
-        TOOLS[n].spec() if n in TOOLS else {"type": "function", "function": {"name": n, **NATIVE_TOOL_SPECS[n]}}
-        for n in names
-    ]
+    return [(TOOLS.get(n) or NATIVE_TOOLS[n]).spec() for n in names]
 
 
 def workspace_for(sandbox_root: Path, workflow_id: str) -> Path:

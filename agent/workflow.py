@@ -42,8 +42,8 @@ with workflow.unsafe.imports_passed_through():
         ToolOutput,
         WORKFLOW_NATIVE_TOOLS,
     )
-    from agent.errors import NON_RETRYABLE_ERROR_TYPES, ToolExecutionError
-    from agent.tools import NATIVE_TOOL_SPECS, TOOLS
+    from agent.errors import NON_RETRYABLE_ERROR_TYPES, ToolExecutionError, ToolValidationError
+    from agent.tools import NATIVE_TOOLS, TOOLS, validate_arguments
 
 
 def _activity_options(policy: ActivityPolicy) -> dict[str, Any]:
@@ -266,9 +266,10 @@ class AgentWorkflow:
 
     async def native_tool(self, call: loop.ToolCall) -> loop.ToolResult:
         """``spawn``, ``wait`` and ``run_ptc``: orchestration the workflow does itself, no activity."""
-        problem = _check_native_arguments(call)
-        if problem is not None:
-            return loop.ToolResult(call.id, call.name, loop.VALIDATION_ERROR, problem)
+        try:
+            validate_arguments(NATIVE_TOOLS[call.name], call.arguments)  # the same check an activity makes
+        except ToolValidationError as err:
+            return loop.ToolResult(call.id, call.name, loop.VALIDATION_ERROR, str(err))
         if call.name == "spawn":
             args = call.arguments
             return await self._spawn(call, args["agent_name"], args["task"], args.get("wait", True))
@@ -350,9 +351,8 @@ class AgentWorkflow:
     async def _run_ptc(self, call: loop.ToolCall, code: str) -> loop.ToolResult:
         cfg = self.config
         tools = {name: self._ptc_tool(call, name) for name in cfg.tools if name != "run_ptc"}
-        limits = ptc.PtcLimits(**dataclasses.asdict(cfg.ptc))
         try:
-            result = await ptc.run_ptc(code, tools, limits=limits)
+            result = await ptc.run_ptc(code, tools, limits=cfg.ptc)
         except ptc.PtcToolError as err:
             return loop.ToolResult(call.id, "run_ptc", loop.EXECUTION_ERROR,
                                    f"run_ptc: {err}; fix the program or its tool call and run it again")
@@ -365,7 +365,7 @@ class AgentWorkflow:
 
     def _ptc_tool(self, parent: loop.ToolCall, name: str) -> ptc.ToolFn:
         """A tool as a ``run_ptc`` program sees it: the same transport as a direct call of that tool."""
-        params = list(_tool_parameters(name))
+        params = list((TOOLS.get(name) or NATIVE_TOOLS[name]).parameters.get("properties", {}))
         effects = _ActivityEffects(self)
 
         async def call_tool(*args: Any, **kwargs: Any) -> str:
@@ -384,31 +384,3 @@ class AgentWorkflow:
             return result.content
 
         return call_tool
-
-
-def _tool_parameters(name: str) -> list[str]:
-    spec = TOOLS[name].parameters if name in TOOLS else NATIVE_TOOL_SPECS[name]["parameters"]
-    return list(spec.get("properties", {}))
-
-
-_NATIVE_ARGUMENT_TYPES: dict[str, dict[str, tuple[type, bool]]] = {
-    # name -> argument -> (type, required)
-    "spawn": {"agent_name": (str, True), "task": (str, True), "wait": (bool, False)},
-    "wait": {"handle": (str, True)},
-    "run_ptc": {"code": (str, True)},
-}
-
-
-def _check_native_arguments(call: loop.ToolCall) -> str | None:
-    expected = _NATIVE_ARGUMENT_TYPES[call.name]
-    for key in call.arguments:
-        if key not in expected:
-            return f"{call.name}: unknown argument {key!r}; allowed: {', '.join(expected)}"
-    for key, (kind, required) in expected.items():
-        if key not in call.arguments:
-            if required:
-                return f"{call.name}: missing required argument {key!r}"
-            continue
-        if not isinstance(call.arguments[key], kind):
-            return f"{call.name}: argument {key!r} must be {kind.__name__}, got {type(call.arguments[key]).__name__}"
-    return None
