@@ -68,6 +68,7 @@ _APPEND = re.compile(r"append\s+['\"]?(.+?)['\"]?\s+(?:to|onto)\s+(?:the\s+)?(?:
 _FLAKY = re.compile(r"check the flaky service (?:for|about)\s+([\w-]+)", re.I)
 _EXACT = re.compile(r"compute\s+(.+?)\s+exactly", re.I)
 _READ = re.compile(r"read\s+(?:the\s+)?(?:file\s+)?([\w./-]+)", re.I)
+_WORK_FOR = re.compile(r"work for\s+(\d+(?:\.\d+)?)\s+seconds?", re.I)
 
 
 def _arithmetic(text: str) -> str | None:
@@ -84,6 +85,8 @@ def _plan_from_text(messages: list[Message], text: str) -> Message:
         return _final(f"Your first message was: {users[0]!r}")
     if m := _WEATHER.search(text):
         return _calls(messages, ("weather", {"city": m.group(1).strip().rstrip("?.!")}))
+    if m := _WORK_FOR.search(text):
+        return _calls(messages, ("slow_task", {"seconds": float(m.group(1)), "label": "work"}))
     if m := _FLAKY.search(text):
         return _calls(messages, ("flaky_service", {"request": m.group(1), "fail_attempts": 2}))
     if m := _EXACT.search(text):  # the expression as written, even if the calculator will refuse it

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from agent import llm
 from agent.activities import AgentActivities
@@ -41,6 +41,10 @@ class WorkerSettings:
     crash_at: frozenset[str] = frozenset()  # self-SIGKILL points, once each (see AgentActivities._maybe_crash)
     mutations: frozenset[str] = frozenset()  # deliberate bugs for checking the checkers
     max_concurrent_activities: int = 100
+    eager_activities: bool = True  # eager activity execution (the SDK's default); benchmarks compare both
+    # The SDK's workflow sandbox re-checks every import and global access in workflow code; off, workflow
+    # tasks run faster but nothing catches a non-deterministic call (benchmarks measure the difference).
+    workflow_sandbox: bool = True
     workflow: str = "agent.workflow:AgentWorkflow"  # MODULE:CLASS registered as the agent workflow
 
     def __post_init__(self) -> None:
@@ -93,4 +97,6 @@ def build_worker(client: Client, settings: WorkerSettings, ledger: EffectLedger)
         activities=activities.all(),
         identity=settings.identity,
         max_concurrent_activities=settings.max_concurrent_activities,
+        disable_eager_activity_execution=not settings.eager_activities,
+        **({} if settings.workflow_sandbox else {"workflow_runner": UnsandboxedWorkflowRunner()}),
     )

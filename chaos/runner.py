@@ -115,7 +115,7 @@ async def _save_histories(client: Client, run_dir: Path, workflow_ids: list[str]
     await asyncio.gather(*(save(wid) for wid in workflow_ids))
 
 
-def _link_latest(run_dir: Path) -> None:
+def link_latest(run_dir: Path) -> None:
     latest = run_dir.parent / "latest"
     tmp = run_dir.parent / ".latest.tmp"
     if tmp.is_symlink() or tmp.exists():
@@ -229,7 +229,7 @@ async def run(scenario: ChaosScenario, *, seed: int, out_root: Path, progress: P
     row = summarise(scenario.name, history.ops(), checks)
     journal["summary"] = row
     (run_dir / "journal.json").write_text(json.dumps(journal, indent=2, default=str))
-    _link_latest(run_dir)
+    link_latest(run_dir)
     return RunResult(scenario.name, run_dir, verdict, checks, seed, journal["wall_s"], row, journal["reproduce"])
 
 

@@ -1,0 +1,122 @@
+"""``python -m benchmarks``: what durability costs, measured (see benchmarks/README.md)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from agent.llm import is_scripted
+from agent.model_server import LatencyModel
+from benchmarks.conversations import WORKLOADS, BenchError
+from benchmarks.runner import SECTIONS, Options, run
+
+EPILOG = """\
+sections:
+  table2      the paper's Table 2: durable vs plain loop, mock vs model, per workload; and the overhead breakdown
+  tuning      per-step overhead before/after tuning: stock vs tuned dev server, eager activities on/off
+  length      per-turn latency and history bytes against conversation length, continue-as-new off/on
+  throughput  turns/s against concurrent conversations and worker processes
+  recovery    what a worker SIGKILL adds to a turn, against the activity heartbeat timeout
+  micro       pytest-benchmark micro-benchmarks (payload conversion, PTC interpreter, checkers)
+
+profiles: the default takes under 10 minutes on 2 cores; --quick (for CI) under 1 minute, skips recovery,
+and proves the pipeline works, not the numbers.
+
+examples:
+  python -m benchmarks                              # everything; then `make report`
+  python -m benchmarks --quick
+  python -m benchmarks --only table2 --turns 100 --model-latency normal:800,200
+  OPENAI_API_KEY=... python -m benchmarks --only table2 --model openai/gpt-4o-mini
+"""
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _latency(text: str) -> str:
+    try:
+        LatencyModel.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _sections(text: str) -> tuple[str, ...]:
+    names = tuple(s.strip() for s in text.split(",") if s.strip())
+    bad = [s for s in names if s not in SECTIONS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"unknown section(s) {', '.join(bad) or '(none given)'}; "
+                                         f"sections are {', '.join(SECTIONS)}")
+    return names
+
+
+def _workloads(text: str) -> tuple[str, ...]:
+    names = tuple(s.strip() for s in text.split(",") if s.strip())
+    bad = [s for s in names if s not in WORKLOADS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"unknown workload(s) {', '.join(bad) or '(none given)'}; "
+                                         f"workloads are {', '.join(WORKLOADS)}")
+    return names
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0].strip("`"),
+                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="the CI profile: a few turns of everything but recovery")
+    p.add_argument("--only", type=_sections, default=(), metavar="SECTIONS",
+                   help=f"comma-separated sections to run ({','.join(SECTIONS)})")
+    p.add_argument("--turns", type=_positive, help="measured turns per Table 2 series (default 50; quick 6)")
+    p.add_argument("--workloads", type=_workloads, help="Table 2 workloads (default reply,tool)")
+    p.add_argument("--model", default="scripted",
+                   help="model for the 'model' mode: 'scripted' (default: the scripted server with --model-latency) "
+                        "or a LiteLLM model such as openai/gpt-4o-mini (needs its API key in the environment)")
+    p.add_argument("--model-latency", type=_latency,
+                   help="the scripted model's latency in model mode (default lognormal:300,0.25; quick fixed:20)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the emulated model latencies (default 0)")
+    p.add_argument("--out", type=Path, default=Path("runs/bench"), help="where runs are written (default runs/bench)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    overrides = {k: v for k, v in {"turns": args.turns, "workloads": args.workloads, "model": args.model,
+                                   "model_latency": args.model_latency, "seed": args.seed, "out": args.out,
+                                   "only": args.only}.items() if v is not None}
+    options = Options.quick_profile(**overrides) if args.quick else Options(**overrides)
+    if not is_scripted(options.model) and not any(k.endswith("_API_KEY") and os.environ.get(k) for k in os.environ):
+        print(f"--model {options.model}: no *_API_KEY variable is set; set the provider's key (e.g. OPENAI_API_KEY) "
+              "or leave --model at 'scripted'", file=sys.stderr)
+        return 2
+    start = time.monotonic()
+
+    def say(message: str) -> None:
+        print(f"[{time.monotonic() - start:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+    command = "python -m benchmarks " + shlex.join(argv if argv is not None else sys.argv[1:])
+    try:
+        run_dir = asyncio.run(run(options, say, command.strip()))
+    except KeyboardInterrupt:
+        print("\ninterrupted: every process was stopped; finished sections are saved in "
+              f"{options.out}/latest (journal status 'interrupted')", file=sys.stderr)
+        return 130
+    except BenchError as exc:
+        print(f"benchmark failed: {exc}\nfinished sections are saved in {options.out}/latest", file=sys.stderr)
+        return 1
+    print(f"results: {run_dir}\nreport:  make report   (or: python -m reports --bench {run_dir})")
+    return 0

@@ -1,0 +1,147 @@
+"""Timed conversations: the durable agent (a Workflow Update per turn) and the plain loop.
+
+A *series* is one conversation of ``warmup + turns`` messages of one workload,
+each timed from the client. Durable and plain series take the same inputs;
+with the same latency seed, the scripted model sleeps the same sequence of
+latencies in both, so turn ``i`` of one is comparable with turn ``i`` of the other.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client, WorkflowHistory
+
+from agent.contracts import AgentConfig, AgentInput, AgentReply, ChatMessage
+from agent.ledger import EffectLedger
+from agent.llm import is_scripted
+from agent.workflow import AgentWorkflow
+from benchmarks.breakdown import breakdown_by_update, with_client
+from benchmarks.plain import PlainConversation, PlainEffects
+
+log = logging.getLogger(__name__)
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    description: str
+    prompt: Callable[[int], str]
+    expect: Callable[[int], str]  # the scripted model's reply contains this
+
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w for w in [
+        Workload("reply", "'Reply with the number i': one model call per turn (the reference's benchmark)",
+                 lambda i: f"Reply with the number {i}", lambda i: str(i)),
+        Workload("tool", "'What is i * 7?': model call, calculator activity, model call",
+                 lambda i: f"What is {i} * 7?", lambda i: f"= {i * 7}"),
+    ]
+}
+
+
+class BenchError(RuntimeError):
+    """A benchmark could not produce a trustworthy figure (a wrong reply, a failed turn)."""
+
+
+def _check(series: str, model: str, workload: Workload, i: int, reply: str) -> None:
+    # A live model answers in its own words: only the scripted model's replies are checked exactly.
+    if is_scripted(model) and workload.expect(i) not in reply:
+        raise BenchError(f"{series}: turn {i} answered {reply[:120]!r}, expected it to contain {workload.expect(i)!r}")
+
+
+async def fetch_chain(client: Client, workflow_id: str) -> list[WorkflowHistory]:
+    """Every run of a workflow id, first to last, walking continue-as-new back from the latest run."""
+    run_id = (await client.get_workflow_handle(workflow_id).describe()).run_id
+    chain: list[WorkflowHistory] = []
+    while run_id:
+        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        chain.append(history)
+        run_id = history.events[0].workflow_execution_started_event_attributes.continued_execution_run_id
+    return list(reversed(chain))
+
+
+def save_chain(chain: list[WorkflowHistory], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for n, history in enumerate(chain):
+        run_id = history.events[0].workflow_execution_started_event_attributes.original_execution_run_id or str(n)
+        (out / f"{n:02d}-{run_id}.json").write_text(history.to_json())
+
+
+def series_record(name: str, section: str, loop: str, model_mode: str, workload: Workload, model_latency: str,
+                  server: str | None, eager: bool | None, turns: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"name": name, "section": section, "loop": loop, "model_mode": model_mode, "workload": workload.name,
+            "model_latency": model_latency, "server": server, "eager": eager, "turns": turns}
+
+
+async def durable_series(client: Client, task_queue: str, config: AgentConfig, workload: Workload, *, name: str,
+                         turns: int, warmup: int, histories_dir: Path | None,
+                         after_turn: Callable[[int], Any] | None = None) -> tuple[list[dict], list[dict]]:
+    """Run one conversation workflow; (per-turn latency rows, per-turn breakdown rows).
+
+    ``after_turn(i)`` (awaited if it returns an awaitable) runs between turns, outside the timing.
+    """
+    wid = f"bench-{name.replace('/', '-')}-{uuid.uuid4().hex[:8]}"
+    await client.start_workflow(AgentWorkflow.run, AgentInput(config=config), id=wid, task_queue=task_queue)
+    chat = client.get_workflow_handle_for(AgentWorkflow.run, wid)  # follows continue-as-new
+    timed: list[tuple[int, str, float, int]] = []
+    try:
+        for n in range(1, warmup + turns + 1):
+            i = n - warmup
+            uid = f"turn-{i}" if i > 0 else f"warmup-{n}"
+            started = time.perf_counter()
+            reply: AgentReply = await chat.execute_update(AgentWorkflow.send_message,
+                                                          ChatMessage(workload.prompt(n)), id=uid)
+            ms = (time.perf_counter() - started) * 1000.0
+            _check(name, config.model, workload, n, reply.text)
+            if i > 0:
+                timed.append((i, uid, ms, reply.steps))
+            if after_turn is not None:
+                maybe = after_turn(i)
+                if hasattr(maybe, "__await__"):
+                    await maybe
+    finally:
+        try:
+            await chat.signal(AgentWorkflow.end_chat)
+            await chat.result()
+        except Exception as exc:  # the figures are what matter; a conversation that will not end is logged
+            log.warning("%s: conversation %s did not end cleanly: %s", name, wid, exc)
+    chain = await fetch_chain(client, wid)
+    if histories_dir is not None:
+        save_chain(chain, histories_dir / name.replace("/", "__") / wid)
+    parts = breakdown_by_update(chain)
+    rows, breakdown = [], []
+    for i, uid, ms, steps in timed:
+        b = parts.get(uid)
+        rows.append({"i": i, "client_ms": round(ms, 3), "model_ms": round(b["model_ms"], 3) if b else None,
+                     "steps": steps, "activities": b["act_count"] if b else None})
+        if b is not None:
+            breakdown.append({"i": i, **with_client(b, ms)})
+    return rows, breakdown
+
+
+async def plain_series(model: str, scripted_base_url: str | None, ledger: EffectLedger, sandbox_root: Path,
+                       tools: list[str], workload: Workload, *, name: str, turns: int, warmup: int
+                       ) -> list[dict[str, Any]]:
+    effects = PlainEffects(model=model, scripted_base_url=scripted_base_url, ledger=ledger, sandbox_root=sandbox_root,
+                           run_key=f"bench-{name.replace('/', '-')}-{uuid.uuid4().hex[:8]}")
+    conversation = PlainConversation(effects, tools)
+    rows = []
+    for n in range(1, warmup + turns + 1):
+        i = n - warmup
+        effects.model_ms, calls_before = 0.0, effects.model_calls + effects.tool_calls
+        started = time.perf_counter()
+        reply, steps = await conversation.send(workload.prompt(n))
+        ms = (time.perf_counter() - started) * 1000.0
+        _check(name, model, workload, n, reply)
+        if i > 0:
+            rows.append({"i": i, "client_ms": round(ms, 3), "model_ms": round(effects.model_ms, 3), "steps": steps,
+                         "activities": effects.model_calls + effects.tool_calls - calls_before})
+    return rows

@@ -1,0 +1,383 @@
+"""The benchmark sections. Each is ``async def section(bench) -> dict`` whose result is saved as ``<file>.json``.
+
+* ``table2``: the paper's Table 2: durable vs plain loop, mock vs model, per workload, on the tuned server.
+* ``tuning``: the per-step overhead before/after tuning: stock vs tuned server, eager activities on/off.
+* ``length``: per-turn latency and history size against conversation length, continue-as-new off/on.
+* ``throughput``: turns/s against concurrent conversations and worker processes.
+* ``recovery``: the time a worker SIGKILL adds to a turn, against the activity heartbeat timeout.
+* ``micro``: pytest-benchmark micro-benchmarks (``benchmarks/micro``), in a subprocess.
+
+All comparisons inside a section run in the same process on the same
+machine, one after another, so their ratios hold on a shared machine even
+when the absolute figures drift.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from temporalio.client import Client
+
+from agent.contracts import DEFAULT_TOOLS, ActivityPolicy, AgentConfig, AgentInput, ChatMessage
+from agent.devserver import EmbeddedTemporal
+from agent.model_server import LatencyModel
+from agent.worker import WorkerSettings, build_worker
+from agent.workflow import AgentWorkflow
+from benchmarks.breakdown import breakdown_by_update, with_client
+from benchmarks.conversations import WORKLOADS, BenchError, durable_series, fetch_chain, plain_series, series_record
+from benchmarks.stats import percentile, summarise
+
+if TYPE_CHECKING:
+    from benchmarks.runner import Bench
+
+MOCK_LATENCY = "fixed:0"
+
+
+#: worker variants every local server runs, each on its own task queue: name -> WorkerSettings overrides
+VARIANTS: dict[str, dict[str, bool]] = {
+    "eager": {},  # the SDK's defaults: eager activity execution, sandboxed workflows
+    "no-eager": {"eager_activities": False},
+    "no-sandbox": {"workflow_sandbox": False},
+}
+
+
+@dataclass
+class LocalServer:
+    """An embedded server with one in-process worker per variant (see ``VARIANTS``)."""
+
+    server: EmbeddedTemporal
+    client: Client
+    profile: str  # "tuned" | "stock"
+
+    def task_queue(self, variant: str = "eager") -> str:
+        return f"bench-{self.profile}-{variant}"
+
+
+@contextlib.asynccontextmanager
+async def local_server(bench: Bench, tuned: bool) -> AsyncIterator[LocalServer]:
+    from chaos.runner import quiet_runtime
+
+    profile = "tuned" if tuned else "stock"
+    logs = bench.run_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    async with EmbeddedTemporal(tuned=tuned, log_level="warn", log_file=logs / f"temporal-{profile}.log") as server:
+        client = await Client.connect(server.address, runtime=quiet_runtime())
+        local = LocalServer(server, client, profile)
+        async with contextlib.AsyncExitStack() as stack:
+            for variant, overrides in VARIANTS.items():
+                settings = WorkerSettings(task_queue=local.task_queue(variant), sandbox_root=bench.sandbox_root,
+                                          model_base_url=bench.model.url, identity=f"bench-{profile}-{variant}",
+                                          **overrides)
+                await stack.enter_async_context(build_worker(client, settings, bench.ledger))
+            yield local
+
+
+def _processes(bench: Bench, *servers: LocalServer):
+    return lambda: {**{f"temporal-server ({s.profile})": s.server.pid for s in servers},
+                    "bench (client + worker + model)": os.getpid()}
+
+
+def _model_for(bench: Bench, mode: str) -> tuple[str, str]:
+    """(model name, latency label) of a model mode."""
+    if mode == "model" and bench.options.model != "scripted":
+        return bench.options.model, f"live:{bench.options.model}"
+    return "scripted", MOCK_LATENCY if mode == "mock" else bench.options.model_latency
+
+
+def _say_series(bench: Bench, name: str, rows: list[dict[str, Any]]) -> None:
+    s = summarise([r["client_ms"] for r in rows])
+    over = summarise([r["client_ms"] - (r["model_ms"] or 0.0) for r in rows])
+    bench.say(f"  {name:<28} n={s['n']:<4} mean {s['mean']:8.1f} ms  p50 {s['p50']:8.1f}  p95 {s['p95']:8.1f}  "
+              f"overhead (minus model) p50 {over['p50']:7.1f} ms")
+
+
+async def _latency_series(bench: Bench, local: LocalServer | None, section: str, loop: str, mode: str,
+                          workload_name: str, turns: int, variant: str = "eager"
+                          ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    workload = WORKLOADS[workload_name]
+    model, latency = _model_for(bench, mode)
+    server = local.profile if local else None
+    name = f"{loop}/{mode}/{workload_name}" if section == "table2" else f"{server}/{variant}/{workload_name}"
+    if model == "scripted":  # the same latency sequence for every series: turn i is comparable across them
+        bench.model.set_latency(LatencyModel.parse(latency), seed=bench.options.seed)
+    config = AgentConfig(model=model)
+    if loop == "durable":
+        assert local is not None
+        # Tuning runs several conversations at once, as a server hosting many agents does: per-shard rate
+        # limits only show once the server's dispatch rate passes them.
+        concurrent = bench.options.tuning_concurrency if section == "tuning" else 1
+        results = await asyncio.gather(*(
+            durable_series(local.client, local.task_queue(variant), config, workload, name=name, turns=turns,
+                           warmup=bench.options.warmup, histories_dir=bench.run_dir / "histories")
+            for _ in range(concurrent)))
+        rows = [{**r, "conversation": c} for c, (rs, _) in enumerate(results) for r in rs]
+        parts = [{**p, "conversation": c} for c, (_, ps) in enumerate(results) for p in ps]
+        breakdown = {"name": name, "turns": parts}
+    else:
+        rows = await plain_series(model, bench.model.url, bench.ledger, bench.sandbox_root, config.tools, workload,
+                                  name=name, turns=turns, warmup=bench.options.warmup)
+        breakdown = None
+    _say_series(bench, name, rows)
+    record = series_record(name, section, loop, mode, workload, latency, server,
+                           VARIANTS[variant].get("eager_activities", True) if loop == "durable" else None, rows)
+    if loop == "durable":
+        record["variant"] = variant
+        record["sandbox"] = VARIANTS[variant].get("workflow_sandbox", True)
+    return record, breakdown
+
+
+async def table2(bench: Bench) -> dict[str, Any]:
+    series, breakdowns = [], []
+    local = bench.tuned
+    with bench.sampler.section("table2", _processes(bench, local)):
+        for workload in bench.options.workloads:
+            for mode in ("mock", "model"):
+                for loop in ("durable", "plain"):
+                    record, parts = await _latency_series(bench, local, "table2", loop, mode, workload,
+                                                          bench.options.turns)
+                    series.append(record)
+                    if parts:
+                        breakdowns.append(parts)
+    bench.extend("latency", series)
+    bench.extend("breakdown", breakdowns)
+    return {"series": [s["name"] for s in series]}
+
+
+async def tuning(bench: Bench) -> dict[str, Any]:
+    """Stock vs tuned dev server, and worker variants (eager activities off, sandbox off), side by side.
+
+    The tool workload with the mock model (four workflow tasks and three activities per turn, so the
+    per-step costs dominate), ``tuning_concurrency`` conversations at once. Series alternate between
+    the servers so that drift on a shared machine hits both.
+    """
+    series, breakdowns = [], []
+    async with local_server(bench, tuned=False) as stock:
+        with bench.sampler.section("tuning", _processes(bench, stock, bench.tuned)):
+            for variant in VARIANTS:
+                for local in (stock, bench.tuned):
+                    record, parts = await _latency_series(bench, local, "tuning", "durable", "mock", "tool",
+                                                          bench.options.tuning_turns, variant)
+                    series.append(record)
+                    breakdowns.append(parts)
+    bench.extend("latency", series)
+    bench.extend("breakdown", breakdowns)
+    return {"series": [s["name"] for s in series]}
+
+
+async def length(bench: Bench) -> dict[str, Any]:
+    """One long conversation without and with continue-as-new; history size read after every turn."""
+    out = []
+    local = bench.tuned
+    bench.model.set_latency(LatencyModel.parse(MOCK_LATENCY), seed=bench.options.seed)
+    with bench.sampler.section("length", _processes(bench, local)):
+        for name, every in (("can_off", 0), ("can_on", bench.options.can_every_events)):
+            sizes: dict[int, tuple[int, int, str]] = {}
+            handle_box: dict[str, Any] = {}
+
+            async def after_turn(i: int) -> None:
+                desc = await handle_box["chat"].describe()
+                sizes[i] = (desc.raw_description.workflow_execution_info.history_size_bytes,
+                            desc.history_length, desc.run_id)
+
+            config = AgentConfig(max_history_events=every)
+            rows = await _durable_with_handle(bench, local, config, name, bench.options.length_turns, after_turn,
+                                              handle_box)
+            run_ids: list[str] = []
+            for r in rows:
+                size, events, run_id = sizes[r["i"]]
+                if run_id not in run_ids:
+                    run_ids.append(run_id)
+                r.update(history_bytes=size, history_events=events, run_index=run_ids.index(run_id))
+            _say_series(bench, f"length/{name}", rows)
+            bench.say(f"    history at the last turn: {rows[-1]['history_bytes'] / 1024:.0f} KiB, "
+                      f"{rows[-1]['history_events']} events, {len(run_ids)} run(s)")
+            out.append({"name": name, "continue_as_new": f"every {every} events" if every else "server-suggested",
+                        "turns": rows})
+    return {"series": out}
+
+
+async def _durable_with_handle(bench: Bench, local: LocalServer, config: AgentConfig, name: str, turns: int,
+                               after_turn, handle_box: dict[str, Any]) -> list[dict[str, Any]]:
+    """A durable series whose ``after_turn`` can describe the conversation (warm-up turns are not measured)."""
+    workload = WORKLOADS["reply"]
+    wid = f"bench-length-{name}-{uuid.uuid4().hex[:8]}"
+    await local.client.start_workflow(AgentWorkflow.run, AgentInput(config=config), id=wid,
+                                      task_queue=local.task_queue())
+    chat = handle_box["chat"] = local.client.get_workflow_handle_for(AgentWorkflow.run, wid)
+    rows = []
+    try:
+        for i in range(1, turns + 1):
+            started = time.perf_counter()
+            reply = await chat.execute_update(AgentWorkflow.send_message, ChatMessage(workload.prompt(i)),
+                                              id=f"turn-{i}")
+            ms = (time.perf_counter() - started) * 1000.0
+            if workload.expect(i) not in reply.text:
+                raise BenchError(f"length/{name}: turn {i} answered {reply.text[:120]!r}")
+            rows.append({"i": i, "client_ms": round(ms, 3), "model_ms": None})
+            await after_turn(i)
+            if i % 50 == 0:
+                bench.say(f"    length/{name}: {i}/{turns} turns")
+    finally:
+        with contextlib.suppress(Exception):
+            await chat.signal(AgentWorkflow.end_chat)
+            await chat.result()
+    parts = breakdown_by_update(await fetch_chain(local.client, wid))
+    for r in rows:
+        b = parts.get(f"turn-{r['i']}")
+        r["model_ms"] = round(b["model_ms"], 3) if b else None
+    return rows
+
+
+# -- cluster sections: worker processes behind the chaos harness's proxies ---------------------------------
+
+
+@contextlib.asynccontextmanager
+async def cluster(bench: Bench, name: str, workers: int) -> AsyncIterator[tuple[Any, Client]]:
+    from chaos.cluster import Cluster, ClusterSpec
+    from chaos.history import History
+    from chaos.runner import quiet_runtime
+
+    run_dir = bench.run_dir / "clusters" / name
+    history = History(run_dir / "history.jsonl")
+    spec = ClusterSpec(workers=workers, task_queue=f"bench-{name}", model_latency=MOCK_LATENCY,
+                       seed=bench.options.seed, restart_delay_s=0.5)
+    c = Cluster(run_dir, spec, history)
+    bench.say(f"  starting {workers} worker process(es) ({name})")
+    try:
+        await asyncio.to_thread(c.start)
+        client = await Client.connect(c.server.address, runtime=quiet_runtime())
+        yield c, client
+    finally:
+        await asyncio.to_thread(c.stop)
+        history.close()
+
+
+def _cluster_processes(c: Any):
+    return lambda: {"temporal-server": c.server.pid, **{f"worker {w.name}": w.process.pid for w in c.workers},
+                    "bench (client + model)": os.getpid()}
+
+
+async def _conversation(client: Client, task_queue: str, turns: int, latencies: list[float]) -> int:
+    workload = WORKLOADS["reply"]
+    wid = f"bench-tput-{uuid.uuid4().hex[:10]}"
+    await client.start_workflow(AgentWorkflow.run, AgentInput(config=AgentConfig()), id=wid, task_queue=task_queue)
+    chat = client.get_workflow_handle_for(AgentWorkflow.run, wid)
+    errors = 0
+    for i in range(1, turns + 1):
+        started = time.perf_counter()
+        try:
+            reply = await chat.execute_update(AgentWorkflow.send_message, ChatMessage(workload.prompt(i)))
+            errors += workload.expect(i) not in reply.text
+        except Exception:  # counted: a throughput figure with failed turns must say so
+            errors += 1
+        latencies.append((time.perf_counter() - started) * 1000.0)
+    await chat.signal(AgentWorkflow.end_chat)
+    await chat.result()
+    return errors
+
+
+async def throughput(bench: Bench) -> dict[str, Any]:
+    points = []
+    for workers in bench.options.worker_counts:
+        async with cluster(bench, f"throughput-w{workers}", workers) as (c, client):
+            with bench.sampler.section(f"throughput-w{workers}", _cluster_processes(c)):
+                await _conversation(client, c.spec.task_queue, 2, [])  # warm every worker's cache path
+                for conversations in bench.options.concurrency:
+                    latencies: list[float] = []
+                    started = time.perf_counter()
+                    errors = await asyncio.gather(*(
+                        _conversation(client, c.spec.task_queue, bench.options.throughput_turns, latencies)
+                        for _ in range(conversations)))
+                    wall = time.perf_counter() - started
+                    turns = conversations * bench.options.throughput_turns
+                    point = {"workers": workers, "conversations": conversations,
+                             "turns_per_conversation": bench.options.throughput_turns, "turns": turns,
+                             "wall_s": round(wall, 3), "turns_per_s": round(turns / wall, 2),
+                             "p50_ms": round(percentile(latencies, 50), 2),
+                             "p95_ms": round(percentile(latencies, 95), 2), "errors": sum(errors)}
+                    points.append(point)
+                    bench.say(f"  workers={workers} conversations={conversations:<3} {point['turns_per_s']:7.1f} "
+                              f"turns/s  p50 {point['p50_ms']:7.1f} ms  p95 {point['p95_ms']:7.1f} ms"
+                              f"{'  ERRORS ' + str(point['errors']) if point['errors'] else ''}")
+    return {"points": points}
+
+
+async def recovery(bench: Bench) -> dict[str, Any]:
+    """A turn whose tool runs ``tool_s`` seconds, with and without SIGKILLing the worker running it."""
+    from chaos.nemesis import NemesisContext, kill_worker
+
+    import random
+
+    points = []
+    tool_s = bench.options.recovery_tool_s
+    workload_prompt = f"Work for {tool_s:g} seconds"
+    async with cluster(bench, "recovery", 2) as (c, client):
+        ctx = NemesisContext(c, client, c.history, [], random.Random(bench.options.seed))
+        with bench.sampler.section("recovery", _cluster_processes(c)):
+            for hb in bench.options.heartbeats:
+                policy = ActivityPolicy(start_to_close_s=120.0, heartbeat_s=hb, initial_interval_s=1.0,
+                                        maximum_interval_s=10.0)
+                config = AgentConfig(tools=[*DEFAULT_TOOLS, "slow_task"], tool=policy)
+                wid = f"bench-recovery-hb{hb:g}-{uuid.uuid4().hex[:8]}"
+                ctx.workflow_ids[:] = [wid]
+                await client.start_workflow(AgentWorkflow.run, AgentInput(config=config), id=wid,
+                                            task_queue=c.spec.task_queue)
+                chat = client.get_workflow_handle_for(AgentWorkflow.run, wid)
+
+                async def turn(uid: str) -> float:
+                    started = time.perf_counter()
+                    reply = await chat.execute_update(AgentWorkflow.send_message, ChatMessage(workload_prompt), id=uid)
+                    if "finished after" not in reply.text:
+                        raise BenchError(f"recovery hb={hb}: the turn answered {reply.text[:120]!r}")
+                    return (time.perf_counter() - started) * 1000.0
+
+                baseline = await turn("baseline")
+                killed_turn = asyncio.create_task(turn("killed"))
+                await asyncio.sleep(bench.options.kill_after_s)
+                kill = await kill_worker(ctx, when="busy", activity="slow_task", down_s=0.5, wait_s=10.0)
+                killed = await killed_turn
+                await chat.signal(AgentWorkflow.end_chat)
+                await chat.result()
+                parts = breakdown_by_update(await fetch_chain(client, wid))
+                point = {"heartbeat_s": hb, "tool_s": tool_s, "kill_after_s": bench.options.kill_after_s,
+                         "retry_initial_interval_s": policy.initial_interval_s,
+                         "baseline_ms": round(baseline, 1), "killed_ms": round(killed, 1),
+                         "recovery_s": round((killed - baseline) / 1000.0, 2), "killed_worker": kill["worker"],
+                         "kill_evidence": kill["evidence"],
+                         "killed_turn": with_client(parts["killed"], killed) if "killed" in parts else None,
+                         "baseline_turn": with_client(parts["baseline"], baseline) if "baseline" in parts else None}
+                if not kill["evidence"]:
+                    point["note"] = "the kill found no slow_task running; this point does not measure recovery"
+                points.append(point)
+                bench.say(f"  heartbeat {hb:>5.1f} s: baseline {baseline / 1000:5.1f} s, with a kill "
+                          f"{killed / 1000:5.1f} s -> recovery {point['recovery_s']:5.1f} s"
+                          f"{'  (' + point['note'] + ')' if 'note' in point else ''}")
+                # The victim restarts after down_s; wait until it is warm before the next point.
+                await asyncio.to_thread(lambda: [w.process.wait_for("WARM", 90.0) for w in c.workers])
+    return {"points": points}
+
+
+def micro(bench: Bench) -> dict[str, Any]:
+    out = bench.run_dir / "micro.json"
+    cmd = [sys.executable, "-m", "pytest", str(Path(__file__).parent / "micro"), "-q", "-p", "no:cacheprovider",
+           "-o", "addopts=", f"--benchmark-json={out}", "--benchmark-sort=name"]
+    if bench.options.quick:
+        cmd += ["--benchmark-max-time=0.05", "--benchmark-min-rounds=3", "--benchmark-warmup=off"]
+    bench.say("  " + " ".join(cmd[2:]))
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
+    (bench.run_dir / "logs").mkdir(exist_ok=True)
+    (bench.run_dir / "logs" / "micro.txt").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise BenchError(f"micro-benchmarks failed (exit {proc.returncode}); see {bench.run_dir / 'logs/micro.txt'}:\n"
+                         + (proc.stdout + proc.stderr)[-1500:])
+    return {}

@@ -1,0 +1,104 @@
+"""The benchmark pipeline end to end: real embedded server, real worker, real model HTTP, then the report.
+
+These check that the pipeline measures what it says (turn shapes in the
+breakdown, continue-as-new in the length series, a complete journal) and that
+an interrupted run keeps what it finished. They assert no timing figures:
+benchmarks report numbers, tests check behaviour.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import temporal_server_pids
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def bench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "benchmarks", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+
+
+def test_quick_benchmark_then_report_from_the_saved_run(tmp_path: Path) -> None:
+    before = temporal_server_pids()
+    runs = tmp_path / "runs"
+    out = bench("--quick", "--only", "table2,tuning,length", "--turns", "3", "--out", str(runs / "bench"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert temporal_server_pids() <= before, "a temporal server was left running"
+    run_dir = (runs / "bench" / "latest").resolve()
+    journal = json.loads((run_dir / "journal.json").read_text())
+    assert journal["status"] == "complete" and journal["sections"] == ["table2", "tuning", "length"]
+    assert journal["machine"]["cores"] and journal["machine"]["temporalio"]
+
+    series = {s["name"]: s for s in json.loads((run_dir / "latency.json").read_text())["series"]}
+    table2 = [s for s in series.values() if s["section"] == "table2"]
+    assert {(s["loop"], s["model_mode"], s["workload"]) for s in table2} == {
+        (loop, mode, w) for loop in ("durable", "plain") for mode in ("mock", "model") for w in ("reply", "tool")}
+    assert all(len(s["turns"]) == 3 for s in table2)
+    # The model's own latency is measured in both loops; the emulated 20 ms shows in model mode.
+    assert all(t["model_ms"] >= 20 for s in table2 if s["model_mode"] == "model" for t in s["turns"])
+    assert len([s for s in series.values() if s["section"] == "tuning"]) == 6
+
+    breakdown = {s["name"]: s["turns"] for s in json.loads((run_dir / "breakdown.json").read_text())["series"]}
+    for turn in breakdown["durable/mock/reply"]:  # one model call: Update task, plan, reply task
+        assert (turn["wft_count"], turn["act_count"]) == (2, 1), turn
+    for turn in breakdown["durable/mock/tool"]:  # plan, calculator, plan
+        assert (turn["wft_count"], turn["act_count"]) == (4, 3), turn
+        assert 0 < turn["model_ms"] < turn["act_exec_ms"] <= turn["server_ms"] <= turn["client_ms"] + 5
+    assert len(list((run_dir / "histories").rglob("*.json"))) >= 10  # the breakdown can be recomputed
+
+    length = {s["name"]: s["turns"] for s in json.loads((run_dir / "length.json").read_text())["series"]}
+    assert {t["run_index"] for t in length["can_off"]} == {0}
+    sizes = [t["history_bytes"] for t in length["can_off"]]
+    assert sizes == sorted(sizes) and sizes[-1] > sizes[0]
+    assert max(t["run_index"] for t in length["can_on"]) >= 1  # continue-as-new happened
+
+    report = subprocess.run([sys.executable, "-m", "reports", "--runs", str(runs), "--out", str(tmp_path / "out")],
+                            capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert report.returncode == 0, report.stderr[-3000:]
+    for name in ("report.md", "table2.csv", "table2.tex", "breakdown.csv", "length.csv"):
+        assert (tmp_path / "out" / name).exists(), name
+    assert "\\toprule" in (tmp_path / "out" / "table2.tex").read_text()
+
+
+def test_unknown_section_is_refused_with_the_list() -> None:
+    out = bench("--only", "table2,tables")
+    assert out.returncode == 2
+    assert "tables" in out.stderr and "throughput" in out.stderr
+
+
+def test_interrupted_run_keeps_finished_sections_and_stops_everything(tmp_path: Path) -> None:
+    before = temporal_server_pids()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks", "--quick", "--only", "table2,length", "--turns", "2", "--out",
+         str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # a background test run ignores SIGINT
+    try:
+        journal_path = None
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            latest = tmp_path / "latest"
+            if latest.exists() and "table2" in json.loads((latest / "journal.json").read_text())["sections"]:
+                journal_path = latest.resolve() / "journal.json"
+                break
+            time.sleep(0.2)
+        assert journal_path is not None, "table2 never finished"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    journal = json.loads(journal_path.read_text())
+    assert journal["status"] == "interrupted" and journal["sections"] == ["table2"]
+    assert len(json.loads((journal_path.parent / "latency.json").read_text())["series"]) == 8
+    assert temporal_server_pids() <= before, "a temporal server was left running"
