@@ -36,7 +36,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 clean:
-	rm -rf $(VENV) .dah runs *.egg-info
+	rm -rf $(VENV) .dah runs reports/out *.egg-info
 
 .PHONY: chaos
 chaos: $(STAMP)

@@ -1,0 +1,449 @@
+"""Assembling the report: sources in, ``report.md``, ``report.html``, CSV, LaTeX and figures out.
+
+Contract: ``build(runs_dir, out_dir, bench_dir)`` reads only saved files
+(``reports.sources``), never Temporal or the network. Every section is built
+on its own: a section whose data is absent says "no data (run ...)", and one
+that fails while being built adds a warning line to the report instead of
+stopping the build. Everything is written to a staging directory inside
+``out_dir`` and moved into place only when the whole report is built (the
+report files last), so a failed build leaves the previous report intact.
+Files a previous build wrote that this build did not (listed in
+``out_dir/.reports-manifest.json``) are removed; nothing else in ``out_dir``
+is touched. Progress is logged (logger ``reports``) at INFO, problems at WARNING.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from reports import figures as figs
+from reports import tables as tab
+from reports.document import Doc
+from reports.sources import BENCH_FILES, Sources, load, safe_name, stamp_time
+
+log = logging.getLogger(__name__)
+
+MANIFEST = ".reports-manifest.json"
+LATEX_TABLES = {"table1": r"\small", "table2": r"\small", "table2_overhead": r"\small", "breakdown": r"\small"}
+BENCH_SECTIONS = ["table2", "tuning", "breakdown", "length", "throughput", "recovery", "resources", "micro"]
+TITLE = "Durable agents on Temporal: benchmark and fault-injection report"
+
+
+@dataclass
+class BuildResult:
+    out_dir: Path
+    files: list[Path]  # every file written, under out_dir
+    warnings: list[str]
+    empty: bool  # no runs of any kind were found
+
+
+class Staging:
+    """A temporary directory inside ``out``; ``commit`` moves its files into ``out`` (report files last)."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+
+    def __enter__(self) -> Staging:
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.dir = Path(tempfile.mkdtemp(prefix=".building-", dir=self.out))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def path(self, rel: str) -> Path:
+        p = self.dir / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        return p
+
+    def write_text(self, rel: str, text: str) -> None:
+        self.path(rel).write_text(text, encoding="utf-8")
+
+    def commit(self) -> list[Path]:
+        rels = sorted(p.relative_to(self.dir) for p in self.dir.rglob("*") if p.is_file())
+        last = [Path("report.html"), Path("report.md")]
+        # The report files go last: a reader never sees a new report.md whose figures have not arrived yet.
+        for rel in [r for r in rels if r not in last] + [r for r in last if r in rels]:
+            dest = self.out / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(self.dir / rel, dest)
+        self._remove_stale({str(r) for r in rels})
+        manifest = self.out / MANIFEST
+        tmp = manifest.with_suffix(".tmp")
+        tmp.write_text(json.dumps(sorted(str(r) for r in rels), indent=1))
+        os.replace(tmp, manifest)
+        return [self.out / r for r in rels]
+
+    def _remove_stale(self, current: set[str]) -> None:
+        try:
+            previous = json.loads((self.out / MANIFEST).read_text())
+        except (OSError, ValueError):
+            return
+        for rel in previous if isinstance(previous, list) else []:
+            # Only plain relative paths a previous build wrote: never anything outside out_dir.
+            if not isinstance(rel, str) or rel in current or Path(rel).is_absolute() or ".." in Path(rel).parts:
+                continue
+            try:
+                (self.out / rel).unlink()
+                log.debug("removed stale %s", rel)
+            except OSError:
+                pass
+
+
+def _machine(m: Any) -> str:
+    if not isinstance(m, dict) or not m:
+        return "unknown"
+    parts = [f"{m['cores']} cores" if m.get("cores") else None,
+             f"{m['memory_gb']} GB RAM" if m.get("memory_gb") else None, m.get("cpu"), m.get("platform")]
+    return ", ".join(str(p) for p in parts if p) or "unknown"
+
+
+def _versions(m: Any) -> str:
+    if not isinstance(m, dict):
+        return "unknown"
+    parts = [f"Python {m['python']}" if m.get("python") else None,
+             f"temporalio {m['temporalio']}" if m.get("temporalio") else None,
+             str(m["temporal_cli"]) if m.get("temporal_cli") else None]
+    return ", ".join(p for p in parts if p) or "unknown"
+
+
+class Builder:
+    def __init__(self, sources: Sources, staging: Staging) -> None:
+        self.src = sources
+        self.st = staging
+        self.fig_dir = staging.path("figures/.keep").parent
+
+    def warn(self, message: str) -> None:
+        self.src.warn(message)
+
+    # ------------------------------------------------------------ output helpers
+
+    def emit_table(self, doc: Doc, t: tab.Table | None) -> None:
+        if t is None:
+            return
+        doc.table(t)
+        if t.saved:
+            t.df.to_csv(self.st.path(f"{t.name}.csv"), index=False)
+        if t.name in LATEX_TABLES:
+            self.st.write_text(f"{t.name}.tex", tab.latex(t, LATEX_TABLES[t.name]))
+
+    def emit_figure(self, doc: Doc, f: figs.Figure | None) -> None:
+        if f is not None:
+            doc.figure(f.name, f.title, f.caption)
+
+    def section(self, doc: Doc, title: str, fill: Callable[[Doc], None], level: int = 2) -> None:
+        """A heading and its content; a section that fails becomes a warning, not a failed build."""
+        sub = Doc()
+        sub.heading(level, title)
+        try:
+            fill(sub)
+        except Exception as exc:  # one bad section must not cost the others
+            log.debug("section %s failed", title, exc_info=True)
+            self.warn(f"section '{title}' not rendered: {type(exc).__name__}: {exc}")
+            sub = Doc()
+            sub.heading(level, title)
+            sub.para(f"not rendered: {type(exc).__name__}: {exc}")
+        doc.extend(sub)
+
+    def bench_data(self, doc: Doc, stem: str, section: str) -> Any:
+        """The bench run's data for ``stem``, or None after saying in ``doc`` why there is none."""
+        b = self.src.bench
+        if b is None:
+            doc.para("no data (run `make bench`)")
+            return None
+        if stem not in b.data:
+            doc.para(f"no data: `{b.path}` has no usable {stem}.json (run `make bench`, or "
+                     f"`python -m benchmarks --only {section}`)")
+            return None
+        return b.data[stem]
+
+    # ------------------------------------------------------------ sections
+
+    def table2(self, doc: Doc) -> None:
+        series = self.bench_data(doc, "latency", "table2")
+        if series is None:
+            return
+        t = tab.table2(series)
+        if t is None:
+            doc.para(f"no data: `{self.src.bench.path}/latency.json` has no table2 series (run `make bench`, or "
+                     f"`python -m benchmarks --only table2`)")
+            return
+        log.info("table 2: %d series", len(t.df))
+        cfg = self.src.bench.journal.get("config") or {}
+        if isinstance(cfg, dict) and cfg.get("warmup_turns") is not None:
+            doc.para(f"The first {cfg['warmup_turns']} turn(s) of each series were warm-up and are excluded.")
+        self.emit_table(doc, t)
+        over, problems = tab.table2_overhead(series)
+        for p in problems:
+            self.warn(p)
+        if over is not None:
+            doc.heading(3, "Durable against plain")
+            doc.bullets([f"**{r['Workload']}, {r['Model']}**: durable {r['durable mean']:.1f} ms against plain "
+                         f"{r['plain mean']:.1f} ms mean: {r['ratio of means']:.2f}x (median per-turn ratio "
+                         f"{r['median turn ratio']:.2f}x), +{r['difference']:.1f} ms; loop overhead "
+                         f"(client - model) {r['durable overhead']:.1f} ms durable against "
+                         f"{r['plain overhead']:.1f} ms plain (+{r['overhead difference']:.1f} ms)"
+                         for _, r in over.df.iterrows()])
+            self.emit_table(doc, over)
+        self.emit_figure(doc, figs.plot_latency_cdf(series, self.fig_dir))
+
+    def breakdown(self, doc: Doc) -> None:
+        series = self.bench_data(doc, "breakdown", "breakdown")
+        if series is None:
+            return
+        t = tab.breakdown(series)
+        if t is None:
+            doc.para(f"no data: `{self.src.bench.path}/breakdown.json` has no series (run `make bench`)")
+            return
+        log.info("breakdown: %d series", len(t.df))
+        self.emit_table(doc, t)
+        self.emit_figure(doc, figs.plot_breakdown(series, self.fig_dir))
+
+    def tuning(self, doc: Doc) -> None:
+        series = self.bench_data(doc, "latency", "tuning")
+        if series is None:
+            return
+        bd = self.src.bench.data.get("breakdown")
+        t = tab.tuning(series, bd)
+        if t is None:
+            doc.para(f"no data: `{self.src.bench.path}/latency.json` has no tuning series (run `make bench`, or "
+                     f"`python -m benchmarks --only tuning`)")
+            return
+        log.info("tuning: %d series", len(t.df))
+        self.emit_table(doc, t)
+        self.emit_figure(doc, figs.plot_tuning(series, bd, self.fig_dir))
+
+    def length(self, doc: Doc) -> None:
+        series = self.bench_data(doc, "length", "length")
+        if series is None:
+            return
+        t = tab.length(series)
+        if t is None:
+            doc.para(f"no data: `{self.src.bench.path}/length.json` has no turns (run `make bench`)")
+            return
+        self.emit_table(doc, t)
+        tab.length_turns(series).to_csv(self.st.path("length_turns.csv"), index=False)
+        doc.para("Per-turn values: `length_turns.csv`.")
+        for f in figs.plot_length(series, self.fig_dir):
+            self.emit_figure(doc, f)
+
+    def points(self, doc: Doc, stem: str, table: Callable, plot: Callable) -> None:
+        pts = self.bench_data(doc, stem, stem)
+        if pts is None:
+            return
+        t = table(pts)
+        if t is None:
+            doc.para(f"no data: `{self.src.bench.path}/{stem}.json` has no points (run `make bench`)")
+            return
+        self.emit_table(doc, t)
+        self.emit_figure(doc, plot(pts, self.fig_dir))
+
+    def resources(self, doc: Doc) -> None:
+        res = self.bench_data(doc, "resources", "resources")
+        if res is None:
+            return
+        t = tab.resources(res)
+        if t is None:
+            doc.para(f"no data: `{self.src.bench.path}/resources.json` has no samples (run `make bench`)")
+            return
+        self.emit_table(doc, t)
+        self.emit_figure(doc, figs.plot_resources(res, self.fig_dir))
+
+    def micro(self, doc: Doc) -> None:
+        m = self.bench_data(doc, "micro", "micro")
+        if m is None:
+            return
+        t = tab.micro(m)
+        if t is None:
+            doc.para(f"no data: `{self.src.bench.path}/micro.json` has no benchmarks (run `make bench`)")
+            return
+        mi = m.get("machine_info") or {}
+        cpu = mi.get("cpu") if isinstance(mi.get("cpu"), dict) else {}
+        facts = [f"pytest-benchmark {m['version']}" if m.get("version") else None,
+                 f"Python {mi['python_version']}" if mi.get("python_version") else None,
+                 cpu.get("brand_raw"), str(m["datetime"]) if m.get("datetime") else None]
+        if any(facts):
+            doc.para("Measured with " + ", ".join(f for f in facts if f) + ".")
+        self.emit_table(doc, t)
+
+    def table1(self, doc: Doc) -> None:
+        if not self.src.chaos:
+            doc.para("no data (run `make chaos`)")
+            return
+        t = tab.table1(self.src.chaos)
+        log.info("table 1: %d scenario(s)", len(t.df))
+        unknown = [r.scenario for r in self.src.chaos if r.verdict == "unknown"]
+        failed = [r.scenario for r in self.src.chaos if r.verdict == "fail"]
+        passed = len(self.src.chaos) - len(unknown) - len(failed)
+        doc.para(f"{len(self.src.chaos)} scenario(s): {passed} pass, {len(failed)} fail"
+                 + (f" ({', '.join(failed)})" if failed else "") + f", {len(unknown)} unknown"
+                 + (f" ({', '.join(unknown)})" if unknown else "") + ".")
+        self.emit_table(doc, t)
+
+    def chaos_runs(self, doc: Doc) -> None:
+        if not self.src.chaos:
+            doc.para("no data (run `make chaos`)")
+            return
+        for run in self.src.chaos:
+            self.section(doc, run.scenario, lambda d, run=run: self.chaos_run(d, run), level=3)
+
+    def chaos_run(self, doc: Doc, run: Any) -> None:
+        log.info("chaos run %s: %s", run.scenario, run.path)
+        j = run.journal
+        s = run.summary
+        verdict = tab.outcome(run)
+        doc.bullets([f"run: `{run.path}` ({stamp_time(run.path.name)}), verdict **{verdict}**",
+                     f"reproduce: `{j.get('reproduce', '?')}` (seed {j.get('seed', '?')})",
+                     f"faults landed/injected {s.get('faults', '?')}; client operations ok {s.get('ok', '?')}, "
+                     f"fail {s.get('fail', '?')}, info {s.get('info', '?')}; lost {s.get('lost', '?')}; "
+                     f"duplicated effects {s.get('dup_effects', '?')}; recovery "
+                     f"{s['recovery_s'] if s.get('recovery_s') is not None else '—'} s"
+                     + (" (counted from history.jsonl: the journal has no summary)" if run.summary_from_history
+                        else "")])
+        ct = tab.checks_table(run)
+        if ct is not None:
+            self.emit_table(doc, ct)
+        made = figs.plot_chaos(run, self.fig_dir, f"chaos-{safe_name(run.path.parent.name)}")
+        if not made:
+            doc.para("no client operations in history.jsonl: nothing to plot")
+        for f in made:
+            self.emit_figure(doc, f)
+
+    def fuzz(self, doc: Doc) -> None:
+        run = self.src.fuzz
+        if run is None:
+            doc.para("no data (run `python -m migration_fuzz`)")
+            return
+        r = run.results
+        held = r.get("invariants_held")
+        opts = r.get("options") if isinstance(r.get("options"), dict) else {}
+        doc.para(f"Run `{run.path}` ({stamp_time(run.path.name)}), {r.get('wall_seconds', '?')} s, "
+                 f"{len(r.get('iterations') or [])} iteration(s); options: "
+                 + ", ".join(f"{k}={v}" for k, v in opts.items() if k != "out")
+                 + ". Invariants: " + {True: "**all held**", False: "**VIOLATED**"}.get(held, "**unknown**") + ".")
+        t = tab.migration_fuzz(run)
+        if t is None:
+            doc.para("no data: results.json has no families")
+            return
+        self.emit_table(doc, t)
+
+    # ------------------------------------------------------------ provenance
+
+    def provenance(self, doc: Doc) -> None:
+        src = self.src
+        doc.heading(2, "Provenance")
+        doc.para(f"Generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S UTC} by `python -m reports` from the "
+                 f"saved run directories under `{src.runs_dir}` (no Temporal server involved).")
+        if src.empty:
+            doc.para(f"**No runs found under `{src.runs_dir}`**: nothing to report yet. Run `make bench`, "
+                     "`make chaos` or `python -m migration_fuzz`, then `python -m reports` again.")
+        b = src.bench
+        if b is not None:
+            j = b.journal
+            present = self.bench_present()
+            absent = [s for s in BENCH_SECTIONS if s not in present]
+            items = [f"run: `{b.path}`, started {j.get('started') or stamp_time(b.path.name)}, "
+                     f"status **{j.get('status', 'unknown')}**, profile {j.get('profile', '?')}, seed "
+                     f"{j.get('seed', '?')}, {j.get('wall_s', '?')} s",
+                     f"command: `{j.get('command', '?')}`",
+                     f"machine: {_machine(j.get('machine'))}",
+                     f"versions: {_versions(j.get('machine'))}",
+                     "sections in this run: " + (", ".join(present) or "none")
+                     + ("; **absent: " + ", ".join(absent) + "**" if absent else "")]
+            if j.get("error"):
+                items.append(f"error: `{j['error']}`")
+            cfg = j.get("config")
+            if isinstance(cfg, dict) and cfg:
+                items.append("config: " + ", ".join(f"{k}={v}" for k, v in cfg.items()))
+            sp = j.get("server_profiles")
+            if isinstance(sp, dict) and sp:
+                items.append("server profiles: " + "; ".join(
+                    f"{name}: " + (", ".join(f"{k}={v}" for k, v in (p or {}).items()) or "stock dynamic config")
+                    for name, p in sp.items()))
+            doc.heading(3, "Benchmark run")
+            doc.bullets(items)
+        if src.chaos:
+            doc.heading(3, "Chaos runs")
+            rows = [{"Scenario": r.scenario, "Run": str(r.path), "When": stamp_time(r.path.name),
+                     "Seed": r.journal.get("seed"), "Wall (s)": r.journal.get("wall_s"),
+                     "Machine": _machine(r.journal.get("machine")), "Versions": _versions(r.journal.get("machine"))}
+                    for r in src.chaos]
+            doc.table(tab.Table("provenance-chaos", "The chaos run used for each scenario.", pd.DataFrame(rows),
+                                {"Seed": "d", "Wall (s)": ".1f"}, saved=False))
+        if src.fuzz is not None:
+            doc.heading(3, "Migration fuzz run")
+            doc.bullets([f"run: `{src.fuzz.path}` ({stamp_time(src.fuzz.path.name)})"])
+
+    def bench_present(self) -> list[str]:
+        b = self.src.bench
+        if b is None:
+            return []
+        out = []
+        lat = b.data.get("latency") or []
+        for sec in BENCH_SECTIONS:
+            if sec in ("table2", "tuning"):
+                if any(s["section"] == sec for s in lat):
+                    out.append(sec)
+            elif sec in b.data:
+                out.append(sec)
+        return out
+
+    # ------------------------------------------------------------ the whole report
+
+    def build(self) -> None:
+        body = Doc()
+        steps = [
+            ("Table 2: per-turn latency, durable against plain", self.table2),
+            ("Overhead breakdown", self.breakdown),
+            ("Tuning: before and after", self.tuning),
+            ("Scaling with conversation length", self.length),
+            ("Throughput", lambda d: self.points(d, "throughput", tab.throughput, figs.plot_throughput)),
+            ("Recovery after a worker kill", lambda d: self.points(d, "recovery", tab.recovery, figs.plot_recovery)),
+            ("Resources", self.resources),
+            ("Micro-benchmarks", self.micro),
+            ("Table 1: fault scenarios", self.table1),
+            ("Chaos runs", self.chaos_runs),
+            ("Migration fuzz", self.fuzz),
+        ]
+        for title, fill in steps:
+            self.section(body, title, fill)
+        head = Doc()
+        head.heading(1, TITLE)
+        self.provenance(head)
+        # Warnings last of the header but built after the body: sections add their own.
+        if self.src.warnings:
+            head.heading(2, "Warnings")
+            head.bullets([f"`{w}`" if "`" not in w else w for w in self.src.warnings])
+        if self.src.notes:
+            head.heading(2, "Notes")
+            head.bullets(self.src.notes)
+        head.extend(body)
+        self.st.write_text("report.html", head.html(TITLE))
+        self.st.write_text("report.md", head.markdown())
+
+
+def build(runs_dir: Path, out_dir: Path, bench_dir: Path | None = None) -> BuildResult:
+    log.info("reading runs from %s", runs_dir)
+    sources = load(runs_dir, bench_dir)
+    if sources.bench is not None:
+        log.info("bench run: %s (%d of %d data files)", sources.bench.path, len(sources.bench.data), len(BENCH_FILES))
+    log.info("chaos runs: %d%s", len(sources.chaos),
+             f" ({', '.join(r.scenario for r in sources.chaos)})" if sources.chaos else "")
+    if sources.fuzz is not None:
+        log.info("migration fuzz run: %s", sources.fuzz.path)
+    with Staging(out_dir) as staging:
+        Builder(sources, staging).build()
+        log.info("moving the report into %s", out_dir)
+        files = staging.commit()
+    return BuildResult(out_dir, files, list(sources.warnings), sources.empty)

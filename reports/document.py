@@ -1,0 +1,113 @@
+"""The report as a list of blocks, rendered to Markdown and to self-contained HTML.
+
+Contract: one ``Doc`` gives both ``report.md`` and ``report.html`` with the
+same content. Paragraph text is a small Markdown subset (`code`, **bold**),
+which the HTML renderer converts; everything else is escaped. Figures are
+referenced relative to the report: PNG in Markdown, SVG in HTML.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from reports.tables import Table, html_table, markdown
+
+
+@dataclass
+class Doc:
+    blocks: list[tuple[str, Any]] = field(default_factory=list)
+
+    def heading(self, level: int, text: str) -> None:
+        self.blocks.append(("h", (level, text)))
+
+    def para(self, text: str) -> None:
+        self.blocks.append(("p", text))
+
+    def bullets(self, items: list[str]) -> None:
+        if items:
+            self.blocks.append(("ul", list(items)))
+
+    def table(self, t: Table) -> None:
+        self.blocks.append(("table", t))
+
+    def figure(self, name: str, title: str, caption: str) -> None:
+        self.blocks.append(("figure", (name, title, caption)))
+
+    def code(self, text: str) -> None:
+        self.blocks.append(("code", text))
+
+    def extend(self, other: Doc) -> None:
+        self.blocks.extend(other.blocks)
+
+    def markdown(self) -> str:
+        out = []
+        for kind, v in self.blocks:
+            if kind == "h":
+                out.append(f"{'#' * v[0]} {v[1]}")
+            elif kind == "p":
+                out.append(v)
+            elif kind == "ul":
+                out.append("\n".join(f"- {item}" for item in v))
+            elif kind == "table":
+                out.append(markdown(v) + f"\n\n*{v.caption}*" + (f" (`{v.name}.csv`)" if v.saved else ""))
+            elif kind == "figure":
+                name, title, caption = v
+                out.append(f"![{title}](figures/{name}.png)\n\n*Figure: {caption}*")
+            elif kind == "code":
+                out.append(f"```\n{v}\n```")
+        return "\n\n".join(out) + "\n"
+
+    def html(self, title: str) -> str:
+        body = []
+        for kind, v in self.blocks:
+            if kind == "h":
+                body.append(f"<h{v[0]}>{inline(v[1])}</h{v[0]}>")
+            elif kind == "p":
+                body.append(f"<p>{inline(v)}</p>")
+            elif kind == "ul":
+                body.append("<ul>\n" + "\n".join(f"<li>{inline(i)}</li>" for i in v) + "\n</ul>")
+            elif kind == "table":
+                csv = f" (<code>{html.escape(v.name)}.csv</code>)" if v.saved else ""
+                body.append(f"{html_table(v)}\n<p class=\"caption\">{html.escape(v.caption)}{csv}</p>")
+            elif kind == "figure":
+                name, title_, caption = v
+                body.append(f'<figure><img src="figures/{html.escape(name)}.svg" alt="{html.escape(title_)}">'
+                            f"<figcaption>{inline(caption)}</figcaption></figure>")
+            elif kind == "code":
+                body.append(f"<pre>{html.escape(v)}</pre>")
+        return _PAGE.format(title=html.escape(title), body="\n".join(body))
+
+
+def inline(text: str) -> str:
+    """Escape, then the Markdown subset: `code` and **bold**."""
+    s = html.escape(text, quote=False)
+    s = re.sub(r"`([^`]+)`", r"<code>\1</code>", s)
+    return re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", s)
+
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>{title}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; max-width: 70em; margin: 2em auto; padding: 0 1em; line-height: 1.45; }}
+table {{ border-collapse: collapse; margin: 1em 0 0.3em; font-size: 0.9em; }}
+th, td {{ padding: 0.25em 0.6em; border-bottom: 1px solid #ddd; vertical-align: top; }}
+thead th {{ border-bottom: 2px solid #333; }}
+.num {{ text-align: right; font-variant-numeric: tabular-nums; }}
+.txt {{ text-align: left; }}
+.caption, figcaption {{ color: #444; font-style: italic; font-size: 0.9em; }}
+figure {{ margin: 1.5em 0; }}
+figure img {{ max-width: 100%; }}
+code, pre {{ background: #f4f4f4; padding: 0.1em 0.3em; }}
+</style>
+</head>
+<body>
+{body}
+</body>
+</html>
+"""

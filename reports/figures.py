@@ -1,0 +1,400 @@
+"""The report's figures (matplotlib, Agg backend: no display needed).
+
+Contract: each ``plot_*`` function takes normalised data from
+``reports.sources`` / ``reports.tables`` and a directory, saves
+``<dir>/<name>.png`` (150 dpi) and ``<dir>/<name>.svg``, and returns a
+``Figure`` record (name, title, caption) for the report, or None when there
+is nothing to plot. Every axis is labelled with its unit. Chaos figures follow
+Jepsen's conventions: ok blue, fail red, info orange; each nemesis fault window
+shaded in a colour per fault kind, a solid line where it was injected, dashed
+lines at the faults and heal phases.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: the report is built on CI machines and servers
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
+
+from reports import ops as opsmod  # noqa: E402
+from reports.sources import ChaosRun  # noqa: E402
+from reports.tables import COMPONENTS, column, component_medians  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+plt.rcParams["svg.hashsalt"] = "reports"  # stable SVG ids: rebuilding the same data gives the same files
+SIZE = (8, 4.5)
+TYPE_COLOURS = {"ok": "#1f77b4", "fail": "#d62728", "info": "#ff9f1c"}
+FAULT_COLOURS = {"kill_worker": "#9467bd", "model_outage": "#8c564b", "partition": "#e377c2",
+                 "pause_worker": "#7f7f7f", "restart_server": "#bcbd22", "degrade_link": "#17becf",
+                 "deploy_fix": "#2ca02c"}
+_SPARE = ["#aec7e8", "#98df8a", "#c5b0d5", "#c49c94", "#f7b6d2", "#dbdb8d", "#9edae5"]
+COMPONENT_COLOURS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3"]
+
+
+@dataclass
+class Figure:
+    name: str  # file stem under figures/
+    title: str
+    caption: str
+
+
+def _save(fig: plt.Figure, out: Path, name: str) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out / f"{name}.png", dpi=150)
+    fig.savefig(out / f"{name}.svg", metadata={"Date": None})
+    plt.close(fig)
+    log.debug("figure %s", name)
+
+
+def _log(axis: Any) -> None:
+    """A log axis labelled 0.1, 0.2, 0.5, 1, ...: readable over a narrow range, and no slow mathtext labels."""
+    axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def fault_colour(f: str, seen: dict[str, str]) -> str:
+    if f not in seen:
+        seen[f] = FAULT_COLOURS.get(f) or _SPARE[len([k for k in seen if k not in FAULT_COLOURS]) % len(_SPARE)]
+    return seen[f]
+
+
+def _shade(ax: plt.Axes, run: ChaosRun, colours: dict[str, str]) -> list[Any]:
+    """Fault windows, injections, phases and supervisor restarts on ``ax``; returns their legend handles."""
+    handles: dict[str, Any] = {}
+    for w in opsmod.fault_windows(run.ops, run.end_s):
+        c = fault_colour(w.f, colours)
+        ax.axvspan(w.start_s, max(w.end_s, w.start_s + 1e-3), color=c, alpha=0.18, lw=0)
+        ax.axvline(w.start_s, color=c, lw=1.2)
+        handles.setdefault(w.f, Patch(facecolor=c, alpha=0.35, edgecolor=c,
+                                      label=w.f + ("" if w.ended else " (not ended)")))
+    phases = opsmod.phase_times(run.ops, run.journal.get("phases") if isinstance(run.journal.get("phases"), dict)
+                                else None)
+    for name in ("faults", "heal"):
+        if name in phases:
+            ax.axvline(phases[name], color="0.25", ls="--", lw=1)
+            ax.annotate(name, (phases[name], 1.0), xycoords=("data", "axes fraction"), xytext=(2, -10),
+                        textcoords="offset points", fontsize=8, color="0.25")
+    if any(k in phases for k in ("faults", "heal")):
+        handles["_phase"] = Line2D([], [], color="0.25", ls="--", lw=1, label="phase (faults, heal)")
+    restarts = opsmod.supervisor_restarts(run.ops)
+    for t in restarts:
+        ax.axvline(t, color="black", ls=":", lw=0.8)
+    if restarts:
+        handles["_sup"] = Line2D([], [], color="black", ls=":", lw=0.8, label="supervisor restart")
+    return list(handles.values())
+
+
+def _legend(ax: plt.Axes, extra: list[Any]) -> None:
+    h, _ = ax.get_legend_handles_labels()
+    ax.legend(handles=h + extra, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+
+
+def _stack_legend(ax: plt.Axes, extra: Any) -> None:
+    """Stacked components listed top to bottom, as they are drawn, then ``extra``."""
+    h, labels = ax.get_legend_handles_labels()
+    comps = [x for x, lab in zip(h, labels) if lab in {c for c, _ in COMPONENTS}][::-1]
+    rest = [x for x, lab in zip(h, labels) if lab not in {c for c, _ in COMPONENTS}]
+    ax.legend(handles=comps + rest + ([extra] if extra is not None else []), loc="upper left",
+              bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+
+
+def _buckets(end_s: float) -> float:
+    """Window width: 1 s, wider for long runs so a plot has at most ~300 windows."""
+    return float(max(1.0, math.ceil(end_s / 300.0)))
+
+
+def plot_chaos(run: ChaosRun, out: Path, stem: str) -> list[Figure]:
+    clients = opsmod.client_ops(run.ops, run.end_s)
+    if clients.empty:
+        return []
+    colours: dict[str, str] = {}
+    title = f"{run.scenario}"
+    figs = []
+    floor = 1e-3  # log axes: a 0 s latency is drawn at 1 ms
+
+    # (a) every operation
+    fig, ax = plt.subplots(figsize=SIZE)
+    for kind in ("ok", "fail", "info"):
+        sel = clients[(clients["type"] == kind) & clients["completed"]]
+        if len(sel):
+            ax.scatter(sel["invoke_s"], sel["latency_s"].clip(lower=floor), s=12, color=TYPE_COLOURS[kind],
+                       alpha=0.75, lw=0, label=f"{kind} ({len(sel)})")
+    never = clients[~clients["completed"]]
+    if len(never):
+        ax.scatter(never["invoke_s"], never["latency_s"].clip(lower=floor), s=30, marker="^",
+                   facecolor="none", edgecolor=TYPE_COLOURS["info"], lw=1.2,
+                   label=f"info, never completed ({len(never)})")
+    ax.set_yscale("log")
+    _log(ax.yaxis)
+    ax.set_xlim(0, max(run.end_s, 1e-3) * 1.01)
+    ax.set_xlabel("time since run start (s)")
+    ax.set_ylabel("latency (s, log scale)")
+    ax.set_title(f"{title}: latency of every send_message")
+    ax.grid(alpha=0.3, which="both")
+    _legend(ax, _shade(ax, run, colours))
+    _save(fig, out, f"{stem}-latency-raw")
+    n_never = len(never)
+    figs.append(Figure(f"{stem}-latency-raw", f"{run.scenario}: raw latency",
+                       f"Every client send_message of `{run.scenario}`, at its invoke time, by outcome (ok blue, fail "
+                       f"red, info orange); shaded spans are nemesis fault windows (solid line: injection), dashed "
+                       f"lines the faults and heal phases."
+                       + (f" {n_never} operation(s) never completed: drawn as triangles with their latency taken to "
+                          f"the end of the run ({run.end_s:.1f} s)." if n_never else "")))
+
+    # (b) quantiles per window, by invoke time
+    width = _buckets(run.end_s)
+    done = clients[clients["completed"]].copy()
+    fig, ax = plt.subplots(figsize=SIZE)
+    if len(done):
+        done["bucket"] = (done["invoke_s"] // width) * width
+        g = done.groupby("bucket")["latency_s"]
+        q = pd.DataFrame({"p50": g.quantile(0.5), "p95": g.quantile(0.95), "p99": g.quantile(0.99), "max": g.max()})
+        for col, colour in zip(q.columns, ("#1f77b4", "#2ca02c", "#ff7f0e", "#444444")):
+            ax.plot(q.index + width / 2, q[col].clip(lower=floor), marker="o", ms=3, lw=1.2, color=colour,
+                    label=col)
+    ax.set_yscale("log")
+    _log(ax.yaxis)
+    ax.set_xlim(0, max(run.end_s, 1e-3) * 1.01)
+    ax.set_xlabel("time since run start (s)")
+    ax.set_ylabel("latency (s, log scale)")
+    ax.set_title(f"{title}: latency quantiles per {width:g} s window")
+    ax.grid(alpha=0.3, which="both")
+    _legend(ax, _shade(ax, run, colours))
+    _save(fig, out, f"{stem}-latency-quantiles")
+    figs.append(Figure(f"{stem}-latency-quantiles", f"{run.scenario}: latency quantiles",
+                       f"Latency quantiles (p50, p95, p99, max) of the completed send_message operations of "
+                       f"`{run.scenario}` invoked in each {width:g} s window, with the same fault shading."))
+
+    # (c) completions per second, by completion time
+    fig, ax = plt.subplots(figsize=SIZE)
+    edges = np.arange(0.0, run.end_s + width, width)
+    if len(edges) < 2:
+        edges = np.array([0.0, width])
+    for kind in ("ok", "fail", "info"):
+        t = done.loc[done["type"] == kind, "complete_s"].to_numpy()
+        if len(t) == 0:
+            continue
+        hist, _ = np.histogram(t, bins=edges)
+        ax.step(edges, np.append(hist, hist[-1]) / width, where="post", color=TYPE_COLOURS[kind], lw=1.4,
+                label=kind)
+    ax.set_xlim(0, max(run.end_s, 1e-3) * 1.01)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("time since run start (s)")
+    ax.set_ylabel("completions per second (ops/s)")
+    ax.set_title(f"{title}: throughput by outcome")
+    ax.grid(alpha=0.3)
+    _legend(ax, _shade(ax, run, colours))
+    _save(fig, out, f"{stem}-rate")
+    figs.append(Figure(f"{stem}-rate", f"{run.scenario}: throughput",
+                       f"Completed send_message operations per second of `{run.scenario}` ({width:g} s windows, by "
+                       f"completion time and outcome), with the same fault shading."))
+    return figs
+
+
+def plot_breakdown(series: list[dict[str, Any]], out: Path) -> Figure | None:
+    if not series:
+        return None
+    fig, ax = plt.subplots(figsize=SIZE)
+    x = np.arange(len(series))
+    bottom = np.zeros(len(series))
+    meds = [component_medians(s["turns"]) for s in series]
+    for (label, _), colour in zip(COMPONENTS, COMPONENT_COLOURS):
+        vals = np.nan_to_num(np.array([m[label] for m in meds]))
+        ax.bar(x, vals, 0.6, bottom=bottom, color=colour, label=label)
+        bottom += vals
+    client = [float(np.nanmedian(column(s["turns"], "client_ms"))) for s in series]
+    ax.scatter(x, client, marker="_", s=900, color="black", lw=2, zorder=3)
+    ax.set_xticks(x, [s["name"] for s in series], rotation=15 if len(series) > 3 else 0, ha="right"
+                  if len(series) > 3 else "center", fontsize=8)
+    ax.set_ylabel("median time per turn (ms)")
+    ax.set_xlabel("durable series")
+    ax.set_title("Where a durable turn's time goes")
+    ax.grid(alpha=0.3, axis="y")
+    _stack_legend(ax, Line2D([], [], color="black", lw=2, label="median client_ms"))
+    _save(fig, out, "breakdown")
+    return Figure("breakdown", "Latency breakdown", "Median per turn of each component of a durable turn (ms), "
+                  "stacked, per series; the black bar is the median client latency (medians of parts need not add "
+                  "up to it exactly).")
+
+
+def _tuning_label(s: dict[str, Any]) -> str:
+    eager = {True: "eager on", False: "eager off"}.get(s.get("eager"), "eager ?")
+    sandbox = {True: "sandbox on", False: "sandbox off"}.get(s.get("sandbox"), "")
+    return f"{s.get('server') or '?'} server\n{eager}\n{sandbox}".rstrip()
+
+
+def plot_tuning(series: list[dict[str, Any]], breakdown_series: list[dict[str, Any]] | None, out: Path
+                ) -> Figure | None:
+    tuned = [s for s in series if s["section"] == "tuning"]
+    if not tuned:
+        return None
+    by_name = {b["name"]: b for b in breakdown_series or []}
+    fig, ax = plt.subplots(figsize=SIZE)
+    x = np.arange(len(tuned))
+    medians = [float(np.nanmedian(column(s["turns"], "client_ms"))) if s["turns"] else 0.0 for s in tuned]
+    stacked = False
+    for j, s in enumerate(tuned):
+        if s["name"] in by_name:
+            m = component_medians(by_name[s["name"]]["turns"])
+            bottom = 0.0
+            for (label, _), colour in zip(COMPONENTS, COMPONENT_COLOURS):
+                v = 0.0 if math.isnan(m[label]) else m[label]
+                ax.bar(j, v, 0.6, bottom=bottom, color=colour, label=label if not stacked else None)
+                bottom += v
+            stacked = True
+    ax.bar(x, medians, 0.6, facecolor="none" if stacked else "#4c72b0", edgecolor="black", lw=1.2,
+           label="median client_ms")
+    for j, m in enumerate(medians):
+        ax.annotate(f"{m:.1f}", (j, m), xytext=(0, 3), textcoords="offset points", ha="center", fontsize=8)
+    ax.set_xticks(x, [_tuning_label(s) for s in tuned], fontsize=8)
+    ax.set_ylabel("median client latency per turn (ms)")
+    ax.set_xlabel("tuning series (server profile, worker options; tool workload, mock model)")
+    ax.set_title("Tuning: server profile and worker options")
+    ax.grid(alpha=0.3, axis="y")
+    _stack_legend(ax, None)
+    _save(fig, out, "tuning")
+    return Figure("tuning", "Tuning", "Median client latency per turn (ms) for each tuning series (server "
+                  "dynamic-config profile, eager activity execution, workflow sandbox)"
+                  + ("; where the run has its breakdown, the components' medians are stacked inside the outlined "
+                     "total." if stacked else "."))
+
+
+def plot_latency_cdf(series: list[dict[str, Any]], out: Path) -> Figure | None:
+    t2 = [s for s in series if s["section"] == "table2" and s["turns"]]
+    if not t2:
+        return None
+    fig, ax = plt.subplots(figsize=SIZE)
+    lo, hi = math.inf, 0.0
+    for s in t2:
+        x = np.sort(column(s["turns"], "client_ms"))
+        ax.ecdf(x, lw=1.5, ls="-" if s["loop"] == "durable" else "--", label=s["name"])
+        lo, hi = min(lo, x[0]), max(hi, x[-1])
+    wide = lo > 0 and hi / lo > 20
+    if wide:
+        ax.set_xscale("log")
+        _log(ax.xaxis)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("client latency per turn (ms" + (", log scale)" if wide else ")"))
+    ax.set_ylabel("fraction of turns")
+    ax.set_title("Table 2 series: latency distribution (ECDF)")
+    ax.grid(alpha=0.3, which="both")
+    _legend(ax, [])
+    _save(fig, out, "latency-cdf")
+    return Figure("latency-cdf", "Latency CDF", "Empirical CDF of per-turn client latency for each Table 2 series "
+                  "(solid: durable, dashed: plain)" + (", log x axis." if wide else "."))
+
+
+def plot_length(series: list[dict[str, Any]], out: Path) -> list[Figure]:
+    if not any(s["turns"] for s in series):
+        return []
+    figs = []
+    for key, stem, ylabel, title, caption in (
+            ("client_ms", "scaling-length", "client latency (ms)", "Latency against conversation length",
+             "Client latency of each turn (ms) against the turn number, without and with continue-as-new."),
+            ("history_bytes", "scaling-history-bytes", "history size (KiB)", "History size against conversation "
+             "length", "Event history size (KiB) of the run that answered each turn, at the end of the turn; "
+             "continue-as-new starts a new, small history.")):
+        fig, ax = plt.subplots(figsize=SIZE)
+        for s in series:
+            t = sorted(s["turns"], key=lambda t: t["i"])
+            y = column(t, key) / (1024 if key == "history_bytes" else 1)
+            ax.plot(column(t, "i"), y, lw=1.2, marker="." if len(t) < 80 else None,
+                    label=f"{s['name']} ({s.get('continue_as_new') or '?'})")
+        ax.set_xlabel("turn number i")
+        ax.set_ylabel(ylabel)
+        ax.set_ylim(bottom=0)
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        _legend(ax, [])
+        _save(fig, out, stem)
+        figs.append(Figure(stem, title, caption))
+    return figs
+
+
+def plot_throughput(points: list[dict[str, Any]], out: Path) -> Figure | None:
+    pts = [p for p in points if not math.isnan(p["conversations"]) and not math.isnan(p["turns_per_s"])]
+    if not pts:
+        return None
+    fig, ax = plt.subplots(figsize=SIZE)
+    for w in sorted({p["workers"] for p in pts}, key=lambda v: (math.isnan(v), v)):
+        sel = sorted((p for p in pts if p["workers"] == w or (math.isnan(w) and math.isnan(p["workers"]))),
+                     key=lambda p: p["conversations"])
+        label = "? workers" if math.isnan(w) else f"{w:g} worker{'s' if w != 1 else ''}"
+        ax.plot([p["conversations"] for p in sel], [p["turns_per_s"] for p in sel], marker="o", label=label)
+    convs = [p["conversations"] for p in pts]
+    if min(convs) > 0 and max(convs) / min(convs) >= 8:
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xticks(sorted(set(convs)), [f"{c:g}" for c in sorted(set(convs))])
+    ax.set_xlabel("concurrent conversations")
+    ax.set_ylabel("throughput (turns/s)")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Throughput against concurrency and worker processes")
+    ax.grid(alpha=0.3)
+    _legend(ax, [])
+    _save(fig, out, "throughput")
+    return Figure("throughput", "Throughput", "Turns per second against the number of concurrent conversations, "
+                  "one line per number of worker processes.")
+
+
+def plot_recovery(points: list[dict[str, Any]], out: Path) -> Figure | None:
+    pts = sorted((p for p in points if not math.isnan(p["heartbeat_s"]) and not math.isnan(p["recovery_s"])),
+                 key=lambda p: p["heartbeat_s"])
+    if not pts:
+        return None
+    fig, ax = plt.subplots(figsize=SIZE)
+    hb = [p["heartbeat_s"] for p in pts]
+    ax.plot(hb, [p["recovery_s"] for p in pts], marker="o", color="#1f77b4", label="measured recovery")
+    top = max(max(hb), max(p["recovery_s"] for p in pts)) * 1.1
+    ax.plot([0, top], [0, top], ls="--", color="0.4", label="heartbeat timeout (y = x)")
+    ax.set_xlim(0, max(hb) * 1.1)
+    ax.set_ylim(0, top)
+    ax.set_xlabel("activity heartbeat timeout (s)")
+    ax.set_ylabel("time added by the worker kill (s)")
+    ax.set_title("Recovery after a worker SIGKILL")
+    ax.grid(alpha=0.3)
+    _legend(ax, [])
+    _save(fig, out, "recovery")
+    return Figure("recovery", "Recovery", "Time a worker SIGKILL added to a turn whose tool activity was running on "
+                  "it (s), against the activity heartbeat timeout (s); the dashed line is y = x.")
+
+
+def plot_resources(doc: dict[str, Any], out: Path) -> Figure | None:
+    sections = [s for s, procs in doc["sections"].items() if procs]
+    if not sections:
+        return None
+    procs = sorted({p for s in sections for p in doc["sections"][s]})
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    width = 0.8 / len(procs)
+    x = np.arange(len(sections))
+    for ax, key, ylabel in ((axes[0], "cpu_mean_pct", "mean CPU (% of one core)"),
+                            (axes[1], "rss_max_mb", "peak resident memory (MB)")):
+        for j, p in enumerate(procs):
+            vals = [doc["sections"][s].get(p, {}).get(key, math.nan) for s in sections]
+            ax.bar(x + (j - (len(procs) - 1) / 2) * width, np.nan_to_num(vals), width, label=p,
+                   color=COMPONENT_COLOURS[j % len(COMPONENT_COLOURS)])
+        ax.set_xticks(x, sections, rotation=20 if len(sections) > 3 else 0, fontsize=8)
+        ax.set_xlabel("benchmark section")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3, axis="y")
+    axes[0].set_title("CPU per process")
+    axes[1].set_title("Memory per process")
+    axes[1].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    _save(fig, out, "resources")
+    return Figure("resources", "Resources", "Mean CPU (% of one core; 200 % = two cores) and peak resident memory "
+                  "(MB) of each process during each benchmark section (psutil samples).")

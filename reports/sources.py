@@ -1,0 +1,370 @@
+"""Finding and loading saved run directories: the report's only input.
+
+Layout (see ``benchmarks/README.md``, ``chaos/runner.py``, ``migration_fuzz/fuzz.py``)::
+
+    <runs>/bench/<stamp>/journal.json + latency.json, breakdown.json, ... (any may be missing)
+    <runs>/<scenario>/<stamp>/journal.json + history.jsonl               (chaos runs)
+    <runs>/migration_fuzz/<stamp>/results.json
+
+Which run of each kind is used: an explicit ``bench_dir``; else the
+``latest`` symlink of the kind (or scenario); else the newest stamp directory
+by name that has the kind's marker file. A chaos scenario whose chosen run is
+unusable falls back to the next newest usable one, and says so.
+
+Contract: ``load(runs_dir, bench_dir)`` never raises on damaged data. Each run
+directory or file it could not use, or used only in part, adds one line to
+``Sources.warnings`` ("skipped <path>: <reason>" / "partly used <path>:
+<reason>"), which the report prints verbatim. What it returns is normalised
+for ``tables`` and ``figures``: series are dicts with string ``name`` and a
+``turns`` list of dicts whose numeric fields are floats (NaN when missing);
+``points`` are lists of dicts; a chaos run's ``verdict`` is pass only when its
+journal has both checks and a summary and every check passed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from chaos import history as hist
+from reports import ops as opsmod
+
+log = logging.getLogger(__name__)
+
+# bench file stem -> the benchmark sections (`python -m benchmarks --only ...`) whose data it holds
+BENCH_FILES: dict[str, tuple[str, ...]] = {
+    "latency": ("table2", "tuning"),
+    "breakdown": ("breakdown",),
+    "length": ("length",),
+    "throughput": ("throughput",),
+    "recovery": ("recovery",),
+    "resources": ("resources",),
+    "micro": ("micro",),
+}
+NOT_CHAOS = {"bench", "migration_fuzz"}
+VERDICTS = ("pass", "fail", "unknown")
+_RANK = {"pass": 0, "unknown": 1, "fail": 2}
+
+
+class Unusable(Exception):
+    """A run directory or file that cannot be used; the message is the reason."""
+
+
+@dataclass
+class BenchRun:
+    path: Path
+    journal: dict[str, Any]
+    data: dict[str, Any] = field(default_factory=dict)  # file stem -> normalised content
+    missing: list[str] = field(default_factory=list)  # file stems absent or unusable
+
+
+@dataclass
+class ChaosRun:
+    scenario: str
+    path: Path
+    journal: dict[str, Any]
+    ops: list[hist.Op]
+    verdict: str  # pass | fail | unknown
+    verdict_note: str  # why, when not read straight from the checks
+    summary: dict[str, Any]
+    summary_from_history: bool  # True: the journal had no summary; counts recomputed from history.jsonl
+    checks: list[dict[str, Any]]
+    end_s: float
+
+
+@dataclass
+class FuzzRun:
+    path: Path
+    results: dict[str, Any]
+    families: dict[str, dict[str, Any]]
+
+
+@dataclass
+class Sources:
+    runs_dir: Path
+    bench: BenchRun | None = None
+    chaos: list[ChaosRun] = field(default_factory=list)
+    fuzz: FuzzRun | None = None
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return self.bench is None and not self.chaos and self.fuzz is None
+
+    def warn(self, message: str) -> None:
+        log.warning(message)
+        self.warnings.append(message)
+
+
+def stamp_time(name: str) -> str:
+    """A run directory's UTC timestamp name as ISO 8601, or the name itself if it is not one."""
+    for fmt in ("%Y%m%dT%H%M%S%fZ", "%Y%m%dT%H%M%SZ", "%Y%m%d-%H%M%S", "%Y%m%dT%H%M%S"):
+        try:
+            return datetime.strptime(name, fmt).replace(tzinfo=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        except ValueError:
+            continue
+    return name
+
+
+def read_json(path: Path) -> Any:
+    if not path.is_file():
+        raise Unusable(f"no {path.name}")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise Unusable(f"{path.name} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise Unusable(f"{path.name} cannot be read ({exc})") from None
+
+
+def _candidates(parent: Path, marker: str) -> list[Path]:
+    """The kind's run directories, best first: the `latest` symlink's target, then the others newest first."""
+    out: list[Path] = []
+    latest = parent / "latest"
+    if latest.is_symlink() or latest.is_dir():
+        target = latest.resolve()
+        if target.is_dir():
+            # Shown under the name the user knows it by (runs/x/<stamp>, not runs/x/latest).
+            out.append(parent / target.name if target.parent == parent.resolve() else target)
+    stamps = sorted((p for p in parent.iterdir() if p.is_dir() and not p.is_symlink() and not p.name.startswith(".")
+                     and (p / marker).exists()), key=lambda p: p.name, reverse=True)
+    out += [p for p in stamps if not out or p.resolve() != out[0].resolve()]
+    return out
+
+
+def _num(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return math.nan
+    return float(value)
+
+
+def _series(doc: Any, required: tuple[str, ...], numeric: tuple[str, ...], where: str,
+            sources: Sources) -> list[dict[str, Any]]:
+    """Validated ``{"series": [...]}``: bad series are dropped, turns lacking a required number are dropped."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("series"), list):
+        raise Unusable("no 'series' list")
+    out = []
+    for n, s in enumerate(doc["series"]):
+        if not isinstance(s, dict) or not isinstance(s.get("name"), str) or not isinstance(s.get("turns"), list):
+            sources.warn(f"partly used {where}: series #{n} has no name or no turns; skipped it")
+            continue
+        turns, dropped = [], 0
+        for t in s["turns"]:
+            if not isinstance(t, dict) or any(math.isnan(_num(t.get(k))) for k in required):
+                dropped += 1
+                continue
+            turns.append({**t, **{k: _num(t.get(k)) for k in numeric}})
+        if dropped:
+            sources.warn(f"partly used {where}: series {s['name']}: {dropped} turn(s) without "
+                         f"{'/'.join(required)} skipped")
+        out.append({**s, "turns": turns})
+    return out
+
+
+def _points(doc: Any, numeric: tuple[str, ...]) -> list[dict[str, Any]]:
+    if not isinstance(doc, dict) or not isinstance(doc.get("points"), list):
+        raise Unusable("no 'points' list")
+    return [{**p, **{k: _num(p.get(k)) for k in numeric}} for p in doc["points"] if isinstance(p, dict)]
+
+
+def _normalise_bench(stem: str, doc: Any, where: str, sources: Sources) -> Any:
+    if stem == "latency":
+        series = _series(doc, ("i", "client_ms"), ("i", "client_ms", "model_ms"), where, sources)
+        for s in series:
+            s.setdefault("section", "table2")
+            for key in ("loop", "model_mode", "workload", "model_latency"):
+                s[key] = str(s.get(key) or "?")
+        return series
+    if stem == "breakdown":
+        num = ("i", "client_ms", "server_ms", "client_rtt_ms", "wft_sched_to_start_ms", "wft_exec_ms",
+               "act_sched_to_start_ms", "act_exec_ms", "model_ms", "other_ms", "wft_count", "act_count")
+        return _series(doc, ("client_ms",), num, where, sources)
+    if stem == "length":
+        return _series(doc, ("i",), ("i", "client_ms", "history_bytes", "history_events", "run_index"), where,
+                       sources)
+    if stem == "throughput":
+        return _points(doc, ("workers", "conversations", "turns_per_conversation", "turns", "wall_s", "turns_per_s",
+                             "p50_ms", "p95_ms", "errors"))
+    if stem == "recovery":
+        return _points(doc, ("heartbeat_s", "tool_s", "baseline_ms", "killed_ms", "recovery_s", "kill_after_s"))
+    if stem == "resources":
+        if not isinstance(doc, dict) or not isinstance(doc.get("sections"), dict):
+            raise Unusable("no 'sections' object")
+        keys = ("cpu_mean_pct", "cpu_max_pct", "rss_mean_mb", "rss_max_mb", "samples")
+        sections = {str(sec): {str(proc): {k: _num(v.get(k)) for k in keys}
+                               for proc, v in procs.items() if isinstance(v, dict)}
+                    for sec, procs in doc["sections"].items() if isinstance(procs, dict)}
+        return {"interval_s": doc.get("interval_s"), "sections": sections}
+    if stem == "micro":
+        if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), list):
+            raise Unusable("no 'benchmarks' list (not pytest-benchmark --benchmark-json output?)")
+        out = [b for b in doc["benchmarks"] if isinstance(b, dict) and isinstance(b.get("stats"), dict)]
+        return {"benchmarks": out, "machine_info": doc.get("machine_info") or {}, "datetime": doc.get("datetime"),
+                "version": doc.get("version")}
+    raise AssertionError(stem)
+
+
+def _load_bench(path: Path, sources: Sources) -> BenchRun:
+    try:
+        journal = read_json(path / "journal.json")
+        if not isinstance(journal, dict):
+            raise Unusable("journal.json is not an object")
+        if journal.get("kind", "bench") != "bench":
+            sources.warn(f"partly used {path}: journal.json kind is {journal.get('kind')!r}, not 'bench'")
+    except Unusable as exc:
+        sources.warn(f"partly used {path}: {exc}; no provenance for this bench run")
+        journal = {}
+    run = BenchRun(path, journal)
+    for stem in BENCH_FILES:
+        file = path / f"{stem}.json"
+        if not file.exists():
+            run.missing.append(stem)
+            continue
+        try:
+            run.data[stem] = _normalise_bench(stem, read_json(file), str(file), sources)
+        except Unusable as exc:
+            sources.warn(f"skipped {file}: {exc}")
+            run.missing.append(stem)
+    return run
+
+
+def _find_bench(runs_dir: Path, bench_dir: Path | None, sources: Sources) -> None:
+    if bench_dir is not None:
+        sources.bench = _load_bench(bench_dir, sources)
+        return
+    parent = runs_dir / "bench"
+    if not parent.is_dir():
+        return
+    latest = parent / "latest"
+    if latest.is_symlink() and not latest.resolve().is_dir():
+        sources.warn(f"skipped {latest}: dangling symlink; using the newest run instead")
+    found = _candidates(parent, "journal.json")
+    if found:
+        sources.bench = _load_bench(found[0], sources)
+
+
+def _load_history(path: Path, where: Path, sources: Sources) -> list[hist.Op]:
+    try:
+        ops = hist.load(path)
+        bad = 0
+    except (ValueError, TypeError):
+        # A crash can leave a half-written last line: use every line that parses.
+        ops, bad = [], 0
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            if not line.strip():
+                continue
+            try:
+                ops.append(hist.Op(**json.loads(line)))
+            except (ValueError, TypeError):
+                bad += 1
+    good = [op for op in ops if isinstance(op.time, (int, float)) and math.isfinite(op.time)]
+    bad += len(ops) - len(good)
+    if bad:
+        sources.warn(f"partly used {where}: history.jsonl has {bad} damaged line(s), skipped")
+    return good
+
+
+def _verdict(journal: dict[str, Any]) -> tuple[str, str, list[dict[str, Any]]]:
+    checks = journal.get("checks")
+    if not isinstance(checks, list) or not checks:
+        return "unknown", "interrupted: no checks in the journal", []
+    checks = [c for c in checks if isinstance(c, dict)]
+    if not isinstance(journal.get("summary"), dict):
+        return "unknown", "interrupted: no summary in the journal", checks
+    verdicts = [c.get("verdict") if c.get("verdict") in VERDICTS else "unknown" for c in checks]
+    if isinstance(journal.get("verdict"), str):
+        verdicts.append(journal["verdict"] if journal["verdict"] in VERDICTS else "unknown")
+    # The worst of the checks and the recorded verdict: a hand-edited or stale journal never reads better than it is.
+    return max(verdicts or ["unknown"], key=lambda v: _RANK[v]), "", checks
+
+
+def _load_chaos(path: Path, scenario_dir: str, sources: Sources) -> ChaosRun:
+    journal = read_json(path / "journal.json")
+    if not isinstance(journal, dict):
+        raise Unusable("journal.json is not an object")
+    if not (path / "history.jsonl").is_file():
+        raise Unusable("no history.jsonl")
+    ops = _load_history(path / "history.jsonl", path, sources)
+    scen = journal.get("scenario") if isinstance(journal.get("scenario"), dict) else {}
+    name = str(scen.get("name") or scenario_dir)
+    phases = journal.get("phases") if isinstance(journal.get("phases"), dict) else {}
+    end_s = opsmod.end_of_run(ops, phases)
+    verdict, note, checks = _verdict(journal)
+    summary = journal.get("summary") if isinstance(journal.get("summary"), dict) else None
+    from_history = summary is None
+    if summary is None:
+        clients = opsmod.client_ops(ops, end_s)
+        nemesis = len(opsmod.fault_windows(ops, end_s))
+        summary = {"scenario": name, "faults": f"?/{nemesis}", **opsmod.counts(clients), "lost": "?",
+                   "dup_effects": "?", "recovery_s": opsmod.recovery_s(ops, clients), "verdict": verdict}
+    return ChaosRun(name, path, journal, ops, verdict, note, summary, from_history, checks, end_s)
+
+
+def _find_chaos(runs_dir: Path, sources: Sources) -> None:
+    for scen_dir in sorted(p for p in runs_dir.iterdir() if p.is_dir() and p.name not in NOT_CHAOS
+                           and not p.name.startswith(".")):
+        stamps = [p for p in scen_dir.iterdir() if p.is_dir() and not p.is_symlink()
+                  and ((p / "journal.json").exists() or (p / "history.jsonl").exists())]
+        if not stamps:
+            continue  # not a chaos scenario directory
+        candidates = _candidates(scen_dir, "journal.json")
+        candidates += sorted((p for p in stamps if p not in candidates), key=lambda p: p.name, reverse=True)
+        skipped: list[Path] = []
+        for path in candidates:
+            try:
+                run = _load_chaos(path, scen_dir.name, sources)
+            except Unusable as exc:
+                sources.warn(f"skipped {path}: {exc}")
+                skipped.append(path)
+                continue
+            if skipped:
+                sources.notes.append(f"{scen_dir.name}: using {path} because a newer run was unusable")
+            newer = [p.name for p in stamps if p.name > path.name and p not in skipped]
+            if newer and not skipped:
+                sources.notes.append(f"{scen_dir.name}: {len(newer)} newer run(s) than `latest` not shown "
+                                     f"({', '.join(sorted(newer))}; probably interrupted)")
+            sources.chaos.append(run)
+            break
+
+
+def _find_fuzz(runs_dir: Path, sources: Sources) -> None:
+    parent = runs_dir / "migration_fuzz"
+    if not parent.is_dir():
+        return
+    for path in _candidates(parent, "results.json"):
+        try:
+            results = read_json(path / "results.json")
+            if not isinstance(results, dict) or not isinstance(results.get("families"), dict):
+                raise Unusable("results.json has no 'families' object")
+        except Unusable as exc:
+            sources.warn(f"skipped {path}: {exc}")
+            continue
+        families = {str(k): v for k, v in results["families"].items() if isinstance(v, dict)}
+        sources.fuzz = FuzzRun(path, results, families)
+        return
+
+
+def load(runs_dir: Path, bench_dir: Path | None = None) -> Sources:
+    """Every usable run under ``runs_dir`` (which must exist); problems become warnings, never exceptions."""
+    sources = Sources(runs_dir)
+    for what, find in (("bench", lambda: _find_bench(runs_dir, bench_dir, sources)),
+                       ("chaos", lambda: _find_chaos(runs_dir, sources)),
+                       ("migration_fuzz", lambda: _find_fuzz(runs_dir, sources))):
+        try:
+            find()
+        except OSError as exc:
+            sources.warn(f"skipped the {what} runs under {runs_dir}: {exc}")
+    sources.chaos.sort(key=lambda r: r.scenario)
+    return sources
+
+
+def safe_name(text: str) -> str:
+    """A file-name-safe form of a scenario or series name."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "unnamed"

@@ -1,0 +1,416 @@
+"""The report's tables: pandas DataFrames, and their CSV, LaTeX, Markdown and HTML forms.
+
+Contract: each builder takes normalised data from ``reports.sources`` and
+returns a ``Table`` (or None when there is nothing to tabulate). ``Table.df``
+holds full-precision values and is what goes into ``<name>.csv``; the text
+forms round numbers with ``Table.formats`` (column -> format spec), right-align
+them, and show a missing value as an em dash ("---" in LaTeX). Columns in
+``Table.hide`` are in the CSV only.
+
+Statistics: latencies are milliseconds; ``sd`` is the sample standard
+deviation (n - 1); percentiles use linear interpolation (numpy's default), so
+p50 is the median. Micro-benchmark times are converted from seconds to µs.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from reports.sources import ChaosRun, FuzzRun
+
+DASH = "—"
+
+
+@dataclass
+class Table:
+    name: str  # file stem: <name>.csv, <name>.tex
+    caption: str
+    df: pd.DataFrame
+    formats: dict[str, str] = field(default_factory=dict)  # column -> format spec; these columns are right-aligned
+    hide: tuple[str, ...] = ()  # CSV-only columns
+    colspec: dict[str, str] = field(default_factory=dict)  # LaTeX column type overrides, e.g. p{4cm}
+    saved: bool = True  # False: shown in the report only, no CSV
+
+    @property
+    def label(self) -> str:
+        return f"tab:{self.name.replace('_', '-')}"
+
+    @property
+    def shown(self) -> list[str]:
+        return [c for c in self.df.columns if c not in self.hide]
+
+
+# ---------------------------------------------------------------- formatting
+
+_LATEX = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
+          "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}",
+          "—": "---", "–": "--", "µ": r"\textmu{}", "×": r"$\times$", "−": "-", "≥": r"$\geq$", "≤": r"$\leq$"}
+
+
+def latex_escape(text: Any) -> str:
+    return "".join(_LATEX.get(c, c) for c in str(text))
+
+
+def _missing(value: Any) -> bool:
+    if value is None:
+        return True
+    try:
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):  # lists and other containers are not "missing"
+        return False
+
+
+def cell(value: Any, fmt: str | None) -> str:
+    """One value as text: the column's format for numbers, str() otherwise, DASH when missing."""
+    if _missing(value):
+        return DASH
+    if fmt and isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        if fmt == "d":
+            return f"{int(round(float(value))):d}"
+        return format(value, fmt)
+    return str(value)
+
+
+def _rows(t: Table) -> list[list[str]]:
+    return [[cell(row[c], t.formats.get(c)) for c in t.shown] for _, row in t.df.iterrows()]
+
+
+def markdown(t: Table) -> str:
+    cols = t.shown
+
+    def esc(s: str) -> str:
+        return s.replace("|", r"\|").replace("\n", " ")
+    lines = ["| " + " | ".join(esc(str(c)) for c in cols) + " |",
+             "|" + "|".join("---:" if c in t.formats else ":---" for c in cols) + "|"]
+    lines += ["| " + " | ".join(esc(v) for v in r) + " |" for r in _rows(t)]
+    return "\n".join(lines)
+
+
+def latex(t: Table, size: str = "") -> str:
+    cols = t.shown
+    spec = " ".join(t.colspec.get(c, "r" if c in t.formats else "l") for c in cols)
+    out = [r"\begin{table}[t]", r"\centering"]
+    if size:
+        out.append(size)
+    out += [rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
+            " & ".join(latex_escape(c) for c in cols) + r" \\", r"\midrule"]
+    out += [" & ".join(latex_escape("---" if v == DASH else v) for v in r) + r" \\" for r in _rows(t)]
+    out += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{latex_escape(t.caption)}}}", rf"\label{{{t.label}}}",
+            r"\end{table}", ""]
+    return "\n".join(out)
+
+
+def html_table(t: Table) -> str:
+    cols = t.shown
+    head = "".join(f'<th class="{"num" if c in t.formats else "txt"}">{html.escape(str(c))}</th>' for c in cols)
+    body = "".join("<tr>" + "".join(f'<td class="{"num" if c in t.formats else "txt"}">{html.escape(v)}</td>'
+                                    for c, v in zip(cols, r)) + "</tr>\n" for r in _rows(t))
+    return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody>\n</table>"
+
+
+# ---------------------------------------------------------------- statistics
+
+def stats(values: list[float] | np.ndarray) -> dict[str, float]:
+    x = np.asarray([v for v in values if not math.isnan(v)], dtype=float)
+    if x.size == 0:
+        return {k: math.nan for k in ("n", "mean", "sd", "min", "max", "p50", "p95", "p99")} | {"n": 0}
+    return {"n": int(x.size), "mean": float(x.mean()), "sd": float(x.std(ddof=1)) if x.size > 1 else math.nan,
+            "min": float(x.min()), "max": float(x.max()), "p50": float(np.percentile(x, 50)),
+            "p95": float(np.percentile(x, 95)), "p99": float(np.percentile(x, 99))}
+
+
+def column(turns: list[dict[str, Any]], key: str) -> np.ndarray:
+    return np.asarray([t.get(key, math.nan) for t in turns], dtype=float)
+
+
+def _median(x: np.ndarray) -> float:
+    x = x[~np.isnan(x)]
+    return float(np.median(x)) if x.size else math.nan
+
+
+def model_label(s: dict[str, Any]) -> str:
+    return f"{s['model_mode']} ({s['model_latency']})"
+
+
+MS = ".1f"
+STAT_COLS = ["mean", "sd", "min", "max", "p50", "p95", "p99"]
+
+
+# ---------------------------------------------------------------- Table 2 and overhead
+
+def table2(series: list[dict[str, Any]]) -> Table | None:
+    rows = []
+    for s in (s for s in series if s["section"] == "table2"):
+        st = stats(column(s["turns"], "client_ms"))
+        rows.append({"Series": s["name"], "Loop": s["loop"].capitalize(), "Model": model_label(s),
+                     "Workload": s["workload"], **st})
+    if not rows:
+        return None
+    df = pd.DataFrame(rows).sort_values(["Workload", "Model", "Loop"], kind="stable").reset_index(drop=True)
+    return Table("table2", "Per-turn client latency (ms), durable (Temporal workflow) and plain (asyncio) agent "
+                 "loops; warm-up turns excluded.", df, {"n": "d", **{c: MS for c in STAT_COLS}}, hide=("Series",))
+
+
+def table2_overhead(series: list[dict[str, Any]]) -> tuple[Table | None, list[str]]:
+    """Durable against plain per (workload, model mode, model latency); also the problems found pairing them."""
+    problems: list[str] = []
+    groups: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
+    for s in (s for s in series if s["section"] == "table2"):
+        key = (s["workload"], s["model_mode"], s["model_latency"])
+        if s["loop"] in groups.setdefault(key, {}):
+            problems.append(f"table2: two {s['loop']} series for {key}; using {groups[key][s['loop']]['name']}")
+            continue
+        groups[key][s["loop"]] = s
+    rows = []
+    for (workload, mode, lat), by in sorted(groups.items()):
+        d, p = by.get("durable"), by.get("plain")
+        if d is None or p is None:
+            problems.append(f"table2: no {'plain' if d else 'durable'} series to compare with for "
+                            f"{workload}/{mode} ({lat})")
+            continue
+        dc, pc = column(d["turns"], "client_ms"), column(p["turns"], "client_ms")
+        plain_by_i = {t["i"]: t["client_ms"] for t in p["turns"]}
+        # Pair turns by their index i; a turn missing from either series is left out of the per-turn ratio.
+        ratios = [t["client_ms"] / plain_by_i[t["i"]] for t in d["turns"]
+                  if t["i"] in plain_by_i and plain_by_i[t["i"]] > 0]
+        d_over = dc - column(d["turns"], "model_ms")
+        p_over = pc - column(p["turns"], "model_ms")
+        dm, pm = float(np.mean(dc)), float(np.mean(pc))
+        do = float(np.nanmean(d_over)) if not np.isnan(d_over).all() else math.nan
+        po = float(np.nanmean(p_over)) if not np.isnan(p_over).all() else math.nan
+        rows.append({"Workload": workload, "Model": f"{mode} ({lat})", "Durable": d["name"], "Plain": p["name"],
+                     "paired turns": len(ratios), "durable mean": dm, "plain mean": pm,
+                     "ratio of means": dm / pm if pm > 0 else math.nan,
+                     "median turn ratio": float(np.median(ratios)) if ratios else math.nan,
+                     "difference": dm - pm, "durable overhead": do, "plain overhead": po,
+                     "overhead difference": do - po})
+    if not rows:
+        return None, problems
+    fm = {"paired turns": "d", "ratio of means": ".2f", "median turn ratio": ".2f"}
+    fm |= {c: MS for c in ("durable mean", "plain mean", "difference", "durable overhead", "plain overhead",
+                           "overhead difference")}
+    return Table("table2_overhead", "Durable against plain: means (ms), ratio of means, median of per-turn ratios "
+                 "(turns paired by index), difference of means (ms), and loop overhead = mean(client_ms - model_ms) "
+                 "(ms).", pd.DataFrame(rows), fm, hide=("Durable", "Plain")), problems
+
+
+# ---------------------------------------------------------------- breakdown and tuning
+
+# (label, how to get it from a breakdown turn)
+COMPONENTS: list[tuple[str, Any]] = [
+    ("client_rtt", lambda t: column(t, "client_rtt_ms")),
+    ("wft_sched_to_start", lambda t: column(t, "wft_sched_to_start_ms")),
+    ("wft_exec", lambda t: column(t, "wft_exec_ms")),
+    ("act_sched_to_start", lambda t: column(t, "act_sched_to_start_ms")),
+    ("act_exec - model", lambda t: column(t, "act_exec_ms") - np.nan_to_num(column(t, "model_ms"))),
+    ("model", lambda t: column(t, "model_ms")),
+    ("other", lambda t: column(t, "other_ms")),
+]
+
+
+def component_medians(turns: list[dict[str, Any]]) -> dict[str, float]:
+    return {label: _median(get(turns)) for label, get in COMPONENTS}
+
+
+def breakdown(series: list[dict[str, Any]]) -> Table | None:
+    rows = []
+    for s in series:
+        t = s["turns"]
+        comps = component_medians(t)
+        rows.append({"Series": s["name"], "n": len(t), "client": _median(column(t, "client_ms")),
+                     "server": _median(column(t, "server_ms")), **comps,
+                     "sum of components": float(np.nansum(list(comps.values())))})
+    if not rows:
+        return None
+    cols = ["n", "client", "server", *(c for c, _ in COMPONENTS), "sum of components"]
+    return Table("breakdown", "Where a durable turn's time goes: median per turn of each component (ms), from the "
+                 "Temporal event histories. Medians do not add up exactly to the median client latency.",
+                 pd.DataFrame(rows), {c: ("d" if c == "n" else MS) for c in cols})
+
+
+def tuning(series: list[dict[str, Any]], breakdown_series: list[dict[str, Any]] | None) -> Table | None:
+    tuned = [s for s in series if s["section"] == "tuning"]
+    if not tuned:
+        return None
+    by_name = {b["name"]: b for b in breakdown_series or []}
+    # The baseline is the untuned setup: the stock server with the SDK's default worker options.
+    base = next((s for s in tuned if s.get("server") == "stock" and s.get("variant", "eager") == "eager"
+                 and s.get("eager", True)), tuned[0])
+    base_median = _median(column(base["turns"], "client_ms"))
+    rows = []
+    for s in tuned:
+        st = stats(column(s["turns"], "client_ms"))
+        comps = component_medians(by_name[s["name"]]["turns"]) if s["name"] in by_name else {}
+        rows.append({"Series": s["name"], "Server": s.get("server") or DASH,
+                     "Worker": s.get("variant") or DASH,
+                     "Eager": {True: "on", False: "off"}.get(s.get("eager"), DASH),
+                     "Sandbox": {True: "on", False: "off"}.get(s.get("sandbox"), DASH), "Workload": s["workload"],
+                     "n": st["n"], "median": st["p50"], "mean": st["mean"], "p95": st["p95"],
+                     "vs baseline": st["p50"] / base_median if base_median > 0 else math.nan,
+                     **{f"median {k}": v for k, v in comps.items()}})
+    df = pd.DataFrame(rows)
+    hide = tuple(c for c in df.columns if c.startswith("median ") and c != "median")
+    return Table("tuning", f"Tuning: client latency (ms) per server profile and worker options (eager activities, workflow "
+                 f"sandbox); "
+                 f"'vs baseline' is the median relative to {base['name']}.", df,
+                 {"n": "d", "median": MS, "mean": MS, "p95": MS, "vs baseline": ".2f", **{c: MS for c in hide}},
+                 hide=hide)
+
+
+# ---------------------------------------------------------------- scaling, throughput, recovery, resources, micro
+
+def length_turns(series: list[dict[str, Any]]) -> pd.DataFrame:
+    rows = [{"series": s["name"], "continue_as_new": s.get("continue_as_new"), **{k: t.get(k) for k in
+            ("i", "client_ms", "history_bytes", "history_events", "run_index")}} for s in series for t in s["turns"]]
+    return pd.DataFrame(rows, columns=["series", "continue_as_new", "i", "client_ms", "history_bytes",
+                                       "history_events", "run_index"])
+
+
+def length(series: list[dict[str, Any]]) -> Table | None:
+    rows = []
+    for s in series:
+        t = sorted(s["turns"], key=lambda t: t["i"])
+        if not t:
+            continue
+        k = max(1, len(t) // 10)
+        runs = {x.get("run_index") for x in t if not math.isnan(x.get("run_index", math.nan))}
+        rows.append({"Series": s["name"], "Continue-as-new": s.get("continue_as_new") or DASH, "turns": len(t),
+                     "runs": len(runs) or math.nan, "median first 10% (ms)": _median(column(t[:k], "client_ms")),
+                     "median last 10% (ms)": _median(column(t[-k:], "client_ms")),
+                     "max history (KiB)": np.nanmax(column(t, "history_bytes")) / 1024
+                     if not np.isnan(column(t, "history_bytes")).all() else math.nan,
+                     "max events": np.nanmax(column(t, "history_events"))
+                     if not np.isnan(column(t, "history_events")).all() else math.nan})
+    if not rows:
+        return None
+    return Table("length", "Latency and history size against conversation length: median client latency over the "
+                 "first and last tenth of the turns, and the largest history of a single run.", pd.DataFrame(rows),
+                 {"turns": "d", "runs": "d", "median first 10% (ms)": MS, "median last 10% (ms)": MS,
+                  "max history (KiB)": ".1f", "max events": "d"})
+
+
+def throughput(points: list[dict[str, Any]]) -> Table | None:
+    cols = ["workers", "conversations", "turns_per_conversation", "turns", "wall_s", "turns_per_s", "p50_ms",
+            "p95_ms", "errors"]
+    if not points:
+        return None
+    df = pd.DataFrame([{c: p.get(c) for c in cols} for p in points], columns=cols)
+    df = df.sort_values(["workers", "conversations"], kind="stable").reset_index(drop=True)
+    return Table("throughput", "Throughput: turns per second against concurrent conversations and worker processes.",
+                 df, {"workers": "d", "conversations": "d", "turns_per_conversation": "d", "turns": "d",
+                      "wall_s": ".1f", "turns_per_s": ".1f", "p50_ms": MS, "p95_ms": MS, "errors": "d"})
+
+
+def recovery(points: list[dict[str, Any]]) -> Table | None:
+    cols = ["heartbeat_s", "tool_s", "kill_after_s", "baseline_ms", "killed_ms", "recovery_s", "killed_worker"]
+    if not points:
+        return None
+    df = pd.DataFrame([{c: p.get(c) for c in cols} for p in points], columns=cols)
+    df = df.sort_values("heartbeat_s", kind="stable").reset_index(drop=True)
+    df["recovery - heartbeat_s"] = df["recovery_s"] - df["heartbeat_s"]
+    return Table("recovery", "Recovery after a worker SIGKILL: time the kill added to a turn whose tool activity "
+                 "ran on the killed worker, against the activity heartbeat timeout.", df,
+                 {"heartbeat_s": ".1f", "tool_s": ".1f", "kill_after_s": ".1f", "baseline_ms": MS, "killed_ms": MS,
+                  "recovery_s": ".2f", "recovery - heartbeat_s": ".2f"})
+
+
+RESOURCE_COLS = ["cpu_mean_pct", "cpu_max_pct", "rss_mean_mb", "rss_max_mb", "samples"]
+
+
+def resources(doc: dict[str, Any]) -> Table | None:
+    rows = [{"section": sec, "process": proc, **vals} for sec, procs in doc["sections"].items()
+            for proc, vals in procs.items()]
+    if not rows:
+        return None
+    return Table("resources", "CPU (% of one core) and resident memory (MB) of each process during each benchmark "
+                 f"section, sampled every {doc.get('interval_s') or '?'} s.",
+                 pd.DataFrame(rows, columns=["section", "process", *RESOURCE_COLS]),
+                 {"cpu_mean_pct": ".1f", "cpu_max_pct": ".1f", "rss_mean_mb": ".1f", "rss_max_mb": ".1f",
+                  "samples": "d"})
+
+
+def micro(doc: dict[str, Any]) -> Table | None:
+    rows = []
+    for b in doc["benchmarks"]:
+        st = b["stats"]
+        us = {k: _num_or_nan(st.get(k)) * 1e6 for k in ("min", "median", "mean", "stddev", "max")}
+        rows.append({"name": str(b.get("name", "?")), "fullname": str(b.get("fullname", "")),
+                     "rounds": _num_or_nan(st.get("rounds")), **{f"{k} (µs)": v for k, v in us.items()},
+                     "ops/s": _num_or_nan(st.get("ops"))})
+    if not rows:
+        return None
+    df = pd.DataFrame(rows)
+    return Table("micro", "Micro-benchmarks (pytest-benchmark): time per call in µs.", df,
+                 {"rounds": "d", **{c: ".2f" for c in df.columns if c.endswith("(µs)")}, "ops/s": ",.0f"},
+                 hide=("fullname",))
+
+
+def _num_or_nan(v: Any) -> float:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
+
+
+# ---------------------------------------------------------------- Table 1 and migration fuzz
+
+def checked(run: ChaosRun) -> str:
+    """The checker names, each non-pass one marked with its verdict."""
+    parts = []
+    for c in run.checks:
+        v = c.get("verdict")
+        name = str(c.get("name", "?"))
+        parts.append(name if v == "pass" else f"{name} ({'FAIL' if v == 'fail' else 'unknown'})")
+    return ", ".join(parts) if parts else "not checked"
+
+
+def outcome(run: ChaosRun) -> str:
+    label = {"pass": "pass", "fail": "FAIL"}.get(run.verdict, "unknown")
+    return f"{label} ({run.verdict_note})" if run.verdict_note else label
+
+
+def table1(runs: list[ChaosRun]) -> Table | None:
+    if not runs:
+        return None
+    rows = []
+    for r in runs:
+        s = r.summary
+        scen = r.journal.get("scenario") if isinstance(r.journal.get("scenario"), dict) else {}
+        rec = s.get("recovery_s")
+        rows.append({"Scenario": r.scenario, "Fault": str(scen.get("description") or DASH), "Checked": checked(r),
+                     "Outcome": outcome(r), "Faults landed": str(s.get("faults", "?")),
+                     "Recovery (s)": float(rec) if isinstance(rec, (int, float)) else math.nan,
+                     "Duplicated effects": str(s.get("dup_effects", "?")), "ok": s.get("ok"),
+                     "fail": s.get("fail"), "info": s.get("info"), "Run": str(r.path)})
+    return Table("table1", "Fault scenarios: the fault injected, the checks run on the saved run (non-pass marked), "
+                 "the verdict, recovery (longest time from the end of a fault to the next acknowledged message), "
+                 "duplicated side effects, and client operation outcomes.", pd.DataFrame(rows),
+                 {"Recovery (s)": ".1f", "Duplicated effects": "", "Faults landed": "", "ok": "d", "fail": "d",
+                  "info": "d"}, hide=("Run",), colspec={"Fault": "p{4.2cm}", "Checked": "p{3.6cm}",
+                                                        "Outcome": "p{2cm}"})
+
+
+FUZZ_COLS = ["iterations", "completed", "children", "cross_worker_children", "cross_worker_children_pct",
+             "moved_workflows", "moved_workflows_pct", "activities_off_parent_worker_pct", "worker_kills",
+             "violations", "mean_seconds"]
+
+
+def migration_fuzz(run: FuzzRun) -> Table | None:
+    rows = [{"family": k, **{c: v.get(c) for c in FUZZ_COLS}} for k, v in run.families.items()]
+    if not rows:
+        return None
+    fm = {c: "d" for c in FUZZ_COLS} | {c: ".1f" for c in FUZZ_COLS if c.endswith("_pct")} | {"mean_seconds": ".2f"}
+    return Table("migration_fuzz", "Cross-worker migration fuzzing: per shape family, how often children and "
+                 "activities ran on another worker than their parent, and invariant violations.",
+                 pd.DataFrame(rows, columns=["family", *FUZZ_COLS]), fm)
+
+
+def checks_table(run: ChaosRun) -> Table | None:
+    if not run.checks:
+        return None
+    rows = [{"check": str(c.get("name", "?")), "verdict": str(c.get("verdict", "?")),
+             "summary": str(c.get("summary", ""))} for c in run.checks]
+    return Table(f"checks-{run.scenario}", f"Checks of {run.scenario}.", pd.DataFrame(rows), saved=False)

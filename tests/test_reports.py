@@ -1,0 +1,412 @@
+"""reports/: the report is built from saved run directories alone (synthetic ones here; no Temporal)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from reports import cli
+from reports.build import build
+
+STAMP = "20261122T100000000000Z"
+
+# ---------------------------------------------------------------- synthetic runs
+
+
+def _series(name, section, loop, mode, workload, latency, client, model, server=None, eager=None):
+    return {"name": name, "section": section, "loop": loop, "model_mode": mode, "workload": workload,
+            "model_latency": latency, "server": server, "eager": eager,
+            "turns": [{"i": i + 1, "client_ms": c, "model_ms": m, "steps": 1, "activities": 1}
+                      for i, (c, m) in enumerate(zip(client, model))]}
+
+
+def _bd_turn(i, client, rtt, wss, wex, ass, aex, model, other):
+    return {"i": i, "client_ms": client, "server_ms": client - rtt, "client_rtt_ms": rtt,
+            "wft_sched_to_start_ms": wss, "wft_exec_ms": wex, "act_sched_to_start_ms": ass, "act_exec_ms": aex,
+            "model_ms": model, "other_ms": other, "wft_count": 3, "act_count": 3}
+
+
+def write_bench(run: Path, *, status="complete", files=None) -> None:
+    run.mkdir(parents=True)
+    journal = {"kind": "bench", "profile": "quick", "seed": 0, "command": "python -m benchmarks --quick",
+               "status": status, "started": "2026-11-22T10:00:00Z", "wall_s": 42.0,
+               "sections": ["table2", "tuning", "breakdown", "length", "throughput", "recovery", "micro"],
+               "machine": {"cores": 2, "memory_gb": 7.8, "cpu": "Test CPU", "platform": "Linux-test",
+                           "python": "3.11.9", "temporalio": "1.35.0",
+                           "temporal_cli": "temporal version 1.9.1 (Server 1.32.0)"},
+               "config": {"turns": 5, "warmup_turns": 2, "model_latency": "fixed:0"},
+               "server_profiles": {"tuned": {"history.transferProcessorMaxPollRPS": "1000"}, "stock": {}}}
+    data = {
+        "latency": {"series": [
+            # Hand-checkable: durable mean 13, plain mean 3.5, per-turn ratios 5, 4, 3.5, 3.2 (median 3.75).
+            _series("durable/mock/reply", "table2", "durable", "mock", "reply", "fixed:0", [10, 12, 14, 16],
+                    [1, 1, 1, 1], "tuned", True),
+            _series("plain/mock/reply", "table2", "plain", "mock", "reply", "fixed:0", [2, 3, 4, 5], [1, 1, 1, 1]),
+            _series("durable/model/tool", "table2", "durable", "model", "tool", "lognormal:300,0.3",
+                    [320, 340, 360, 380, 400], [300] * 5, "tuned", True),
+            _series("plain/model/tool", "table2", "plain", "model", "tool", "lognormal:300,0.3",
+                    [305, 310, 315, 320, 325], [300] * 5),
+            _series("tuning/stock/no-eager", "tuning", "durable", "mock", "tool", "fixed:0", [30, 32, 34],
+                    [2, 2, 2], "stock", False),
+            _series("tuning/tuned/eager", "tuning", "durable", "mock", "tool", "fixed:0", [15, 16, 17],
+                    [2, 2, 2], "tuned", True),
+        ]},
+        "breakdown": {"series": [
+            {"name": "durable/mock/reply", "turns": [_bd_turn(i, 10 + 2 * i, 2, 3, 2, 1, 2, 1, 1 + i)
+                                                    for i in range(1, 5)]},
+            {"name": "tuning/stock/no-eager", "turns": [_bd_turn(i, 30 + i, 3, 8, 4, 5, 6, 2, 3)
+                                                       for i in range(1, 4)]},
+            {"name": "tuning/tuned/eager", "turns": [_bd_turn(i, 15 + i, 2, 2, 3, 0.5, 4, 2, 2)
+                                                    for i in range(1, 4)]},
+        ]},
+        "length": {"series": [
+            {"name": "can_off", "continue_as_new": "server-suggested",
+             "turns": [{"i": i, "client_ms": 10 + 0.05 * i, "history_bytes": 5000 + 800 * i,
+                        "history_events": 14 + 11 * i, "run_index": 0} for i in range(1, 101)]},
+            {"name": "can_on", "continue_as_new": "every 200 events",
+             "turns": [{"i": i, "client_ms": 10.0, "history_bytes": 5000 + 800 * (i % 18),
+                        "history_events": 14 + 11 * (i % 18), "run_index": i // 18} for i in range(1, 101)]},
+        ]},
+        "throughput": {"points": [
+            {"workers": w, "conversations": c, "turns_per_conversation": 10, "turns": 10 * c, "wall_s": 10 * c / tp,
+             "turns_per_s": tp, "p50_ms": 60.0, "p95_ms": 90.0, "errors": 0}
+            for w, c, tp in [(1, 1, 8.0), (1, 4, 20.0), (1, 16, 30.0), (2, 1, 8.5), (2, 4, 28.0), (2, 16, 55.0)]]},
+        "recovery": {"points": [
+            {"heartbeat_s": hb, "tool_s": 4.0, "baseline_ms": 4100.0, "killed_ms": 4100.0 + 1000 * (hb + 0.9),
+             "recovery_s": hb + 0.9, "killed_worker": "w1", "kill_after_s": 1.0} for hb in (1.0, 2.0, 5.0, 10.0)]},
+        "resources": {"interval_s": 0.5, "sections": {
+            "table2": {"temporal-server": {"cpu_mean_pct": 12.0, "cpu_max_pct": 80.0, "rss_mean_mb": 120.0,
+                                           "rss_max_mb": 130.0, "samples": 190},
+                       "bench (client + worker + model)": {"cpu_mean_pct": 45.0, "cpu_max_pct": 99.0,
+                                                           "rss_mean_mb": 210.0, "rss_max_mb": 230.0,
+                                                           "samples": 190}},
+            "throughput": {"temporal-server": {"cpu_mean_pct": 60.0, "cpu_max_pct": 150.0, "rss_mean_mb": 140.0,
+                                               "rss_max_mb": 160.0, "samples": 40}}}},
+        "micro": {"machine_info": {"python_version": "3.11.9", "cpu": {"brand_raw": "Test CPU"}},
+                  "datetime": "2026-11-22T10:05:00", "version": "5.3.1",
+                  "benchmarks": [{"name": "test_encode_payload", "fullname": "benchmarks/micro/test_x.py::test_encode",
+                                  "stats": {"min": 1e-6, "max": 9e-6, "mean": 2.5e-6, "stddev": 0.5e-6,
+                                            "median": 2.25e-6, "ops": 400000.0, "rounds": 1000}}]},
+    }
+    (run / "journal.json").write_text(json.dumps(journal))
+    for stem, doc in data.items():
+        if files is None or stem in files:
+            (run / f"{stem}.json").write_text(json.dumps(doc))
+
+
+class Hist:
+    """Writes history.jsonl lines the way chaos.history.History does."""
+
+    def __init__(self) -> None:
+        self.ops: list[dict] = []
+
+    def invoke(self, process, f, t, value=None) -> int:
+        self.ops.append({"index": len(self.ops), "process": process, "type": "invoke", "f": f, "value": value,
+                         "time": t, "wall": 1.7e9 + t})
+        return len(self.ops) - 1
+
+    def complete(self, idx, type_, t, error=None) -> None:
+        inv = self.ops[idx]
+        op = {"index": len(self.ops), "process": inv["process"], "type": type_, "f": inv["f"], "time": t,
+              "wall": 1.7e9 + t, "invoke_index": idx}
+        if error:
+            op["error"] = error
+        self.ops.append(op)
+
+    def event(self, process, f, t) -> None:
+        self.complete(self.invoke(process, f, t), "ok", t)
+
+    def write(self, path: Path) -> None:
+        lines = [json.dumps({k: v for k, v in op.items() if v is not None}) for op in sorted(
+            self.ops, key=lambda o: (o["time"], o["index"]))]
+        path.write_text("\n".join(lines) + "\n")
+
+
+PHASES = {"setup": 0.0, "warm-up": 0.5, "faults": 2.0, "heal": 10.0, "settle": 10.1, "final": 15.0, "stopped": 16.0}
+
+
+def chaos_history(fault="kill_worker", clients=(1, 2)) -> tuple[Hist, dict[str, int]]:
+    """Two clients sending every 0.25 s from 0.5 s to 14 s; a fault window [5, 7]; one info, one never completed,
+    one fail."""
+    h = Hist()
+    for name, t in PHASES.items():
+        h.event("nemesis" if name == "heal" else "generator", f"phase:{name}", t)
+    nem = h.invoke("nemesis", fault, 5.0, {"when": "busy", "down_s": 1.0})
+    h.complete(nem, "ok", 7.0)
+    sup = h.invoke("supervisor", "restart_worker", 6.0, {"worker": "w1"})
+    h.complete(sup, "ok", 6.4)
+    counts = {"ok": 0, "fail": 0, "info": 0}
+    for c in clients:
+        t = 0.5 + 0.1 * c
+        while t < 14.0:
+            idx = h.invoke(f"client-{c}", "send_message", round(t, 3), {"n": len(h.ops)})
+            if c == 1 and 5.5 <= t < 5.75:
+                h.complete(idx, "info", 9.5, error="TimeoutError")
+                counts["info"] += 1
+            elif c == 2 and 8.0 <= t < 8.25:
+                h.complete(idx, "fail", t + 0.05, error="update failed")
+                counts["fail"] += 1
+            elif 5.0 <= t < 7.0:
+                h.complete(idx, "ok", 7.3 + 0.01 * (t - 5))  # held until the worker is back
+                counts["ok"] += 1
+            else:
+                h.complete(idx, "ok", t + 0.12 + 0.03 * c)
+                counts["ok"] += 1
+            t += 0.25
+    if clients:
+        h.invoke("client-1", "send_message", 14.5, {"n": 999})  # never completes: info
+        counts["info"] += 1
+    return h, counts
+
+
+CHECKS = ["lost", "effects", "temporal", "replay", "injection_evidence"]
+
+
+def write_chaos(runs: Path, scenario: str, *, complete=True, failing=(), fault="kill_worker", link=True,
+                clients=(1, 2)) -> dict:
+    run = runs / scenario / STAMP
+    run.mkdir(parents=True)
+    h, counts = chaos_history(fault, clients)
+    h.write(run / "history.jsonl")
+    journal = {"scenario": {"name": scenario, "description": f"{fault} 100% of the time & then heal_{scenario}",
+                            "events": [], "cluster": {}, "workload": {}},
+               "seed": 7, "reproduce": f"python -m chaos run {scenario} --seed 7",
+               "machine": {"cores": 2, "memory_gb": 7.8, "cpu": "Test CPU", "python": "3.11.9",
+                           "temporalio": "1.35.0"}}
+    if complete:
+        checks = [{"name": n, "verdict": "fail" if n in failing else "pass", "summary": f"{n} ok", "details": {}}
+                  for n in CHECKS]
+        journal |= {"phases": PHASES, "checks": checks, "verdict": "fail" if failing else "pass", "wall_s": 17.0,
+                    "summary": {"scenario": scenario, "faults": "1/1", **counts, "lost": 0, "dup_effects": 0,
+                                "recovery_s": 0.3, "verdict": "fail" if failing else "pass"}}
+    (run / "journal.json").write_text(json.dumps(journal))
+    if link:
+        (runs / scenario / "latest").symlink_to(STAMP)
+    return counts
+
+
+FUZZ = {"options": {"iterations": 4, "workers": 3, "out": "runs/migration_fuzz"}, "wall_seconds": 30.5,
+        "families": {"direct-spawns": {"iterations": 2, "completed": 2, "children": 6, "cross_worker_children": 4,
+                                       "cross_worker_children_pct": 66.7, "moved_workflows": 1,
+                                       "moved_workflows_pct": 12.5, "activities_off_parent_worker_pct": 40.0,
+                                       "worker_kills": 0, "violations": 0, "mean_seconds": 3.25},
+                     "all": {"iterations": 4, "completed": 4, "children": 10, "cross_worker_children": 7,
+                             "cross_worker_children_pct": 70.0, "moved_workflows": 2, "moved_workflows_pct": 11.1,
+                             "activities_off_parent_worker_pct": 35.5, "worker_kills": 1, "violations": 0,
+                             "mean_seconds": 3.5}},
+        "iterations": [{}, {}, {}, {}], "invariants_held": True}
+
+
+def make_runs(root: Path) -> dict:
+    runs = root / "runs"
+    write_bench(runs / "bench" / STAMP)
+    (runs / "bench" / "latest").symlink_to(STAMP)
+    write_bench(runs / "bench" / "20250101T000000000000Z", files=["latency"])  # older: must not be used
+    counts = write_chaos(runs, "kill_mid_turn")
+    # No client operations (nothing to plot: keeps the test fast), and a failed check.
+    write_chaos(runs, "model_outage", failing=("effects",), fault="model_outage", clients=())
+    unknown_counts = write_chaos(runs, "kill_idle", complete=False, link=False)  # interrupted: no checks, no summary
+    damaged = runs / "crash_after_effect" / STAMP
+    damaged.mkdir(parents=True)
+    (damaged / "journal.json").write_text('{"scenario": {"name": "crash_after_effect"', encoding="utf-8")
+    (damaged / "history.jsonl").write_text("")
+    fuzz = runs / "migration_fuzz" / STAMP
+    fuzz.mkdir(parents=True)
+    (fuzz / "results.json").write_text(json.dumps(FUZZ))
+    (runs / "migration_fuzz" / "latest").symlink_to(STAMP)
+    return {"runs": runs, "counts": counts, "unknown_counts": unknown_counts, "damaged": damaged}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("reports")
+    info = make_runs(root)
+    out = root / "out"
+    assert cli.main(["--runs", str(info["runs"]), "--out", str(out)]) == 0
+    return {**info, "out": out, "md": (out / "report.md").read_text()}
+
+
+# ---------------------------------------------------------------- tests
+
+FIGURES = ["breakdown", "tuning", "latency-cdf", "scaling-length", "scaling-history-bytes", "throughput", "recovery",
+           "resources", *(f"chaos-{s}-{k}" for s in ("kill_mid_turn", "kill_idle")
+                          for k in ("latency-raw", "latency-quantiles", "rate"))]
+
+
+def test_every_output_file_exists(built):
+    out = built["out"]
+    for name in ["report.md", "report.html", "table1.csv", "table2.csv", "table2_overhead.csv", "breakdown.csv",
+                 "tuning.csv", "length.csv", "throughput.csv", "recovery.csv", "resources.csv", "micro.csv",
+                 "migration_fuzz.csv", "table1.tex", "table2.tex", "breakdown.tex"]:
+        assert (out / name).is_file(), name
+    for name in FIGURES:
+        png, svg = out / "figures" / f"{name}.png", out / "figures" / f"{name}.svg"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+        assert b"<svg" in svg.read_bytes()[:2000], name
+        assert f"figures/{name}.png" in built["md"]
+        assert f'src="figures/{name}.svg"' in (out / "report.html").read_text()
+    assert not list(out.glob(".building-*")), "the staging directory is removed"
+
+
+def test_latex_tables_are_booktabs_and_escaped(built):
+    for name in ("table1", "table2", "breakdown"):
+        tex = (built["out"] / f"{name}.tex").read_text()
+        for rule in (r"\toprule", r"\midrule", r"\bottomrule", r"\begin{tabular}", r"\caption{", r"\label{tab:"):
+            assert rule in tex, (name, rule)
+    t1 = (built["out"] / "table1.tex").read_text()
+    assert r"kill\_mid\_turn" in t1 and "kill_mid_turn" not in t1.replace(r"\_", "")
+    assert r"100\% of the time \& then heal\_kill\_mid\_turn" in t1
+    assert r"effects (FAIL)" in t1
+    t2 = (built["out"] / "table2.tex").read_text()
+    assert "Durable & mock (fixed:0) & reply & 4 & 13.0 & 2.6 & 10.0 & 16.0 & 13.0 & 15.7 & 15.9" in t2
+    assert "lognormal:300,0.3" in t2
+
+
+def test_table2_numbers(built):
+    t2 = pd.read_csv(built["out"] / "table2.csv").set_index("Series")
+    d = t2.loc["durable/mock/reply"]
+    assert d["Loop"] == "Durable" and d["n"] == 4
+    assert d["mean"] == pytest.approx(13.0)
+    assert d["sd"] == pytest.approx(math.sqrt(20 / 3))  # sample sd of 10, 12, 14, 16
+    assert d["p50"] == pytest.approx(13.0)
+    assert d["p95"] == pytest.approx(15.7)  # linear interpolation: 14 + 0.85 * 2
+    assert d["min"] == 10 and d["max"] == 16
+    assert t2.loc["plain/model/tool", "p50"] == pytest.approx(315.0)
+    assert "tuning/stock/no-eager" not in t2.index
+
+    over = pd.read_csv(built["out"] / "table2_overhead.csv").set_index("Workload")
+    reply, tool = over.loc["reply"], over.loc["tool"]
+    assert reply["ratio of means"] == pytest.approx(13 / 3.5)
+    assert reply["median turn ratio"] == pytest.approx(3.75)  # median of 5, 4, 3.5, 3.2
+    assert reply["difference"] == pytest.approx(9.5)
+    assert reply["durable overhead"] == pytest.approx(12.0) and reply["plain overhead"] == pytest.approx(2.5)
+    assert reply["overhead difference"] == pytest.approx(9.5)
+    assert tool["ratio of means"] == pytest.approx(360 / 315)
+    assert tool["median turn ratio"] == pytest.approx(360 / 315)
+    assert tool["overhead difference"] == pytest.approx(45.0)
+    assert "3.71x" in built["md"] and "median per-turn ratio 3.75x" in built["md"]
+
+
+def test_breakdown_tuning_micro_numbers(built):
+    bd = pd.read_csv(built["out"] / "breakdown.csv").set_index("Series")
+    row = bd.loc["durable/mock/reply"]
+    assert row["client"] == pytest.approx(15.0)  # median of 12, 14, 16, 18
+    assert row["act_exec - model"] == pytest.approx(1.0)
+    assert row["other"] == pytest.approx(3.5)  # median of 2, 3, 4, 5
+    tuning = pd.read_csv(built["out"] / "tuning.csv").set_index("Series")
+    assert tuning.loc["tuning/tuned/eager", "vs baseline"] == pytest.approx(16 / 32)
+    assert tuning.loc["tuning/stock/no-eager", "median wft_sched_to_start"] == pytest.approx(8.0)
+    micro = pd.read_csv(built["out"] / "micro.csv")
+    assert micro.loc[0, "mean (µs)"] == pytest.approx(2.5)
+
+
+def test_table1_verdicts(built):
+    t1 = pd.read_csv(built["out"] / "table1.csv").set_index("Scenario")
+    assert t1.loc["kill_mid_turn", "Outcome"] == "pass"
+    assert t1.loc["kill_mid_turn", "Checked"] == "lost, effects, temporal, replay, injection_evidence"
+    assert t1.loc["kill_mid_turn", "Recovery (s)"] == pytest.approx(0.3)
+    c = built["counts"]
+    assert (t1.loc["kill_mid_turn", ["ok", "fail", "info"]].tolist() == [c["ok"], c["fail"], c["info"]])
+    assert t1.loc["model_outage", "Outcome"] == "FAIL"
+    assert t1.loc["model_outage", ["ok", "fail", "info"]].tolist() == [0, 0, 0]
+    assert "effects (FAIL)" in t1.loc["model_outage", "Checked"]
+    # Interrupted: no checks, no summary. Never pass; counts recomputed from the history.
+    idle = t1.loc["kill_idle"]
+    assert idle["Outcome"].startswith("unknown") and "pass" not in idle["Outcome"]
+    u = built["unknown_counts"]
+    assert [idle["ok"], idle["fail"], idle["info"]] == [u["ok"], u["fail"], u["info"]]
+    assert u["info"] == 2 and u["fail"] == 1
+    assert "crash_after_effect" not in t1.index
+    assert "verdict **unknown (interrupted: no checks in the journal)**" in built["md"]
+
+
+def test_damaged_and_unused_runs_are_reported(built):
+    md = built["md"]
+    assert f"skipped {built['damaged']}: journal.json is not valid JSON" in md
+    assert "20250101T000000000000Z" not in md  # the older bench run is not the one reported
+    assert f"run: `{built['runs'] / 'bench' / STAMP}`" in md
+    assert "absent" not in md.split("## Warnings")[0]  # every bench section is present
+
+
+def test_never_completed_op_is_info_with_latency_to_the_end(built):
+    from reports.sources import load
+    from reports import ops
+
+    run = next(r for r in load(built["runs"]).chaos if r.scenario == "kill_mid_turn")
+    assert run.end_s == pytest.approx(16.0)
+    clients = ops.client_ops(run.ops, run.end_s)
+    never = clients[~clients["completed"]]
+    assert len(never) == 1 and never.iloc[0]["type"] == "info"
+    assert never.iloc[0]["latency_s"] == pytest.approx(16.0 - 14.5)
+    windows = ops.fault_windows(run.ops, run.end_s)
+    assert [(w.f, w.start_s, w.end_s) for w in windows] == [("kill_worker", 5.0, 7.0)]
+
+
+def test_interrupted_bench_renders_what_exists(tmp_path):
+    runs = tmp_path / "runs"
+    bench = runs / "bench" / STAMP
+    write_bench(bench, status="interrupted", files=["latency"])
+    (bench / "breakdown.json").write_text('{"series": [')
+    out = tmp_path / "out"
+    assert cli.main(["--runs", str(runs), "--out", str(out), "--bench", str(bench)]) == 0
+    md = (out / "report.md").read_text()
+    assert (out / "table2.csv").is_file() and not (out / "breakdown.csv").exists()
+    assert f"skipped {bench / 'breakdown.json'}: breakdown.json is not valid JSON" in md
+    assert "status **interrupted**" in md
+    assert "absent: breakdown, length, throughput, recovery, resources, micro" in md
+    assert "no data: " in md.split("## Overhead breakdown")[1].split("##")[0]
+    assert "no data (run `make chaos`)" in md
+
+
+def test_empty_runs_dir_still_writes_a_report(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    out = tmp_path / "out"
+    assert cli.main(["--runs", str(runs), "--out", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert "No runs found" in md
+    for hint in ("no data (run `make bench`)", "no data (run `make chaos`)",
+                 "no data (run `python -m migration_fuzz`)"):
+        assert hint in md
+    assert "no runs found" in capsys.readouterr().out
+
+
+def test_missing_runs_dir_exits_2(tmp_path, capsys):
+    missing = tmp_path / "nope"
+    assert cli.main(["--runs", str(missing), "--out", str(tmp_path / "out")]) == 2
+    assert str(missing) in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_rebuild_replaces_only_its_own_files_and_a_failed_build_keeps_the_old_report(tmp_path, monkeypatch):
+    runs = tmp_path / "runs"
+    write_bench(runs / "bench" / STAMP, files=["recovery"])  # one figure: a fast build
+    out = tmp_path / "out"
+    assert cli.main(["--runs", str(runs), "--out", str(out)]) == 0
+    assert (out / "figures" / "recovery.png").is_file()
+    (out / "mine.txt").write_text("not the report's")
+    before = (out / "report.md").read_text()
+
+    from reports.document import Doc
+
+    def boom(self):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(Doc, "markdown", boom)
+    with pytest.raises(RuntimeError):
+        build(runs, out)
+    assert (out / "report.md").read_text() == before
+    assert not list(out.glob(".building-*"))
+    monkeypatch.undo()
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert cli.main(["--runs", str(empty), "--out", str(out)]) == 0
+    assert not (out / "figures" / "recovery.png").exists() and not (out / "recovery.csv").exists()
+    assert (out / "mine.txt").read_text() == "not the report's"
+    assert os.path.getsize(out / "report.md") > 0
