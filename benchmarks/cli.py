@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="the CI profile: a few turns of everything but recovery")
     p.add_argument("--only", type=_sections, default=(), metavar="SECTIONS",
                    help=f"comma-separated sections to run ({','.join(SECTIONS)})")
-    p.add_argument("--turns", type=_positive, help="measured turns per Table 2 series (default 50; quick 6)")
+    p.add_argument("--turns", type=_positive, help="measured turns per Table 2 series (default 50; quick 5)")
     p.add_argument("--workloads", type=_workloads, help="Table 2 workloads (default reply,tool)")
     p.add_argument("--model", default="scripted",
                    help="model for the 'model' mode: 'scripted' (default: the scripted server with --model-latency) "

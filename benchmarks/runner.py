@@ -70,8 +70,8 @@ class Options:
 
     @classmethod
     def quick_profile(cls, **overrides: Any) -> Options:
-        base = dict(quick=True, turns=6, warmup=2, model_latency="fixed:20", tuning_turns=5, tuning_concurrency=2, length_turns=30,
-                    can_every_events=60, worker_counts=(1,), concurrency=(1, 4), throughput_turns=3,
+        base = dict(quick=True, turns=5, warmup=2, model_latency="fixed:20", tuning_turns=3, tuning_concurrency=2,
+                    length_turns=20, can_every_events=40, worker_counts=(1,), concurrency=(1, 4), throughput_turns=3,
                     heartbeats=(1.0,), recovery_tool_s=1.0, kill_after_s=0.3)
         return cls(**{**base, **overrides})
 

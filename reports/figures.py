@@ -30,7 +30,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: 
 
 from reports import ops as opsmod  # noqa: E402
 from reports.sources import ChaosRun  # noqa: E402
-from reports.tables import COMPONENTS, column, component_medians  # noqa: E402
+from reports.tables import COMPONENTS, column, component_medians, recovery_waits  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -360,6 +360,12 @@ def plot_recovery(points: list[dict[str, Any]], out: Path) -> Figure | None:
     fig, ax = plt.subplots(figsize=SIZE)
     hb = [p["heartbeat_s"] for p in pts]
     ax.plot(hb, [p["recovery_s"] for p in pts], marker="o", color="#1f77b4", label="measured recovery")
+    waits = [recovery_waits(p) for p in pts]
+    if any(not math.isnan(w["activity wait_s"]) for w in waits):
+        ax.plot(hb, [w["activity wait_s"] for w in waits], marker="s", ls=":", color="#2ca02c",
+                label="activity wait (dead attempt + heartbeat timeout + backoff)")
+        ax.plot(hb, [w["workflow task wait_s"] for w in waits], marker="^", ls=":", color="#d62728",
+                label="workflow task wait (sticky queue timeout)")
     top = max(max(hb), max(p["recovery_s"] for p in pts)) * 1.1
     ax.plot([0, top], [0, top], ls="--", color="0.4", label="heartbeat timeout (y = x)")
     ax.set_xlim(0, max(hb) * 1.1)
@@ -371,7 +377,10 @@ def plot_recovery(points: list[dict[str, Any]], out: Path) -> Figure | None:
     _legend(ax, [])
     _save(fig, out, "recovery")
     return Figure("recovery", "Recovery", "Time a worker SIGKILL added to a turn whose tool activity was running on "
-                  "it (s), against the activity heartbeat timeout (s); the dashed line is y = x.")
+                  "it (s), against the activity heartbeat timeout (s); the dashed line is y = x. Dotted: the killed turn's "
+                  "activity wait and workflow-task wait from its history; a workflow task sent to the killed "
+                  "worker's sticky queue waits out the sticky schedule-to-start timeout (10 s) when that worker "
+                  "also held the workflow.")
 
 
 def plot_resources(doc: dict[str, Any], out: Path) -> Figure | None:

@@ -311,13 +311,25 @@ def recovery(points: list[dict[str, Any]]) -> Table | None:
     cols = ["heartbeat_s", "tool_s", "kill_after_s", "baseline_ms", "killed_ms", "recovery_s", "killed_worker"]
     if not points:
         return None
-    df = pd.DataFrame([{c: p.get(c) for c in cols} for p in points], columns=cols)
+    df = pd.DataFrame([{**{c: p.get(c) for c in cols}, **recovery_waits(p)} for p in points],
+                      columns=[*cols, "activity wait_s", "workflow task wait_s"])
     df = df.sort_values("heartbeat_s", kind="stable").reset_index(drop=True)
     df["recovery - heartbeat_s"] = df["recovery_s"] - df["heartbeat_s"]
     return Table("recovery", "Recovery after a worker SIGKILL: time the kill added to a turn whose tool activity "
-                 "ran on the killed worker, against the activity heartbeat timeout.", df,
+                 "ran on the killed worker, against the activity heartbeat timeout. From the killed turn's history: "
+                 "activity wait = scheduled to (last attempt) started (the dead attempt, the heartbeat timeout and "
+                 "the retry backoff); workflow task wait = time workflow tasks waited for a worker (a task sent to "
+                 "the dead worker's sticky queue waits for its schedule-to-start timeout).", df,
                  {"heartbeat_s": ".1f", "tool_s": ".1f", "kill_after_s": ".1f", "baseline_ms": MS, "killed_ms": MS,
-                  "recovery_s": ".2f", "recovery - heartbeat_s": ".2f"})
+                  "recovery_s": ".2f", "recovery - heartbeat_s": ".2f", "activity wait_s": ".2f",
+                  "workflow task wait_s": ".2f"})
+
+
+def recovery_waits(point: dict[str, Any]) -> dict[str, float]:
+    """The killed turn's activity and workflow-task waits (s), from its breakdown; NaN when not recorded."""
+    turn = point.get("killed_turn") or {}
+    return {"activity wait_s": turn.get("act_sched_to_start_ms", math.nan) / 1000.0,
+            "workflow task wait_s": turn.get("wft_sched_to_start_ms", math.nan) / 1000.0}
 
 
 RESOURCE_COLS = ["cpu_mean_pct", "cpu_max_pct", "rss_mean_mb", "rss_max_mb", "samples"]
