@@ -11,12 +11,12 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 
 from agent.contracts import AgentConfig, AgentInput, AgentReply, ChatMessage
 from agent.ledger import EffectLedger
@@ -83,10 +83,11 @@ def series_record(name: str, section: str, loop: str, model_mode: str, workload:
 
 async def durable_series(client: Client, task_queue: str, config: AgentConfig, workload: Workload, *, name: str,
                          turns: int, warmup: int, histories_dir: Path | None,
-                         after_turn: Callable[[int], Any] | None = None) -> tuple[list[dict], list[dict]]:
+                         after_turn: Callable[[int, WorkflowHandle], Awaitable[None]] | None = None
+                         ) -> tuple[list[dict], list[dict]]:
     """Run one conversation workflow; (per-turn latency rows, per-turn breakdown rows).
 
-    ``after_turn(i)`` (awaited if it returns an awaitable) runs between turns, outside the timing.
+    ``await after_turn(i, conversation handle)`` runs after each measured turn, outside the timing.
     """
     wid = f"bench-{name.replace('/', '-')}-{uuid.uuid4().hex[:8]}"
     await client.start_workflow(AgentWorkflow.run, AgentInput(config=config), id=wid, task_queue=task_queue)
@@ -103,10 +104,8 @@ async def durable_series(client: Client, task_queue: str, config: AgentConfig, w
             _check(name, config.model, workload, n, reply.text)
             if i > 0:
                 timed.append((i, uid, ms, reply.steps))
-            if after_turn is not None:
-                maybe = after_turn(i)
-                if hasattr(maybe, "__await__"):
-                    await maybe
+                if after_turn is not None:
+                    await after_turn(i, chat)
     finally:
         try:
             await chat.signal(AgentWorkflow.end_chat)

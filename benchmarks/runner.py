@@ -15,7 +15,6 @@ import inspect
 import json
 import logging
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field

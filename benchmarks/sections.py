@@ -182,16 +182,18 @@ async def length(bench: Bench) -> dict[str, Any]:
     with bench.sampler.section("length", _processes(bench, local)):
         for name, every in (("can_off", 0), ("can_on", bench.options.can_every_events)):
             sizes: dict[int, tuple[int, int, str]] = {}
-            handle_box: dict[str, Any] = {}
 
-            async def after_turn(i: int) -> None:
-                desc = await handle_box["chat"].describe()
+            async def after_turn(i: int, chat: Any) -> None:
+                desc = await chat.describe()
                 sizes[i] = (desc.raw_description.workflow_execution_info.history_size_bytes,
                             desc.history_length, desc.run_id)
+                if i % 50 == 0:
+                    bench.say(f"    length/{name}: {i}/{bench.options.length_turns} turns")
 
-            config = AgentConfig(max_history_events=every)
-            rows = await _durable_with_handle(bench, local, config, name, bench.options.length_turns, after_turn,
-                                              handle_box)
+            rows, _ = await durable_series(local.client, local.task_queue(), AgentConfig(max_history_events=every),
+                                           WORKLOADS["reply"], name=f"length/{name}",
+                                           turns=bench.options.length_turns, warmup=0, histories_dir=None,
+                                           after_turn=after_turn)
             run_ids: list[str] = []
             for r in rows:
                 size, events, run_id = sizes[r["i"]]
@@ -204,38 +206,6 @@ async def length(bench: Bench) -> dict[str, Any]:
             out.append({"name": name, "continue_as_new": f"every {every} events" if every else "server-suggested",
                         "turns": rows})
     return {"series": out}
-
-
-async def _durable_with_handle(bench: Bench, local: LocalServer, config: AgentConfig, name: str, turns: int,
-                               after_turn, handle_box: dict[str, Any]) -> list[dict[str, Any]]:
-    """A durable series whose ``after_turn`` can describe the conversation (warm-up turns are not measured)."""
-    workload = WORKLOADS["reply"]
-    wid = f"bench-length-{name}-{uuid.uuid4().hex[:8]}"
-    await local.client.start_workflow(AgentWorkflow.run, AgentInput(config=config), id=wid,
-                                      task_queue=local.task_queue())
-    chat = handle_box["chat"] = local.client.get_workflow_handle_for(AgentWorkflow.run, wid)
-    rows = []
-    try:
-        for i in range(1, turns + 1):
-            started = time.perf_counter()
-            reply = await chat.execute_update(AgentWorkflow.send_message, ChatMessage(workload.prompt(i)),
-                                              id=f"turn-{i}")
-            ms = (time.perf_counter() - started) * 1000.0
-            if workload.expect(i) not in reply.text:
-                raise BenchError(f"length/{name}: turn {i} answered {reply.text[:120]!r}")
-            rows.append({"i": i, "client_ms": round(ms, 3), "model_ms": None})
-            await after_turn(i)
-            if i % 50 == 0:
-                bench.say(f"    length/{name}: {i}/{turns} turns")
-    finally:
-        with contextlib.suppress(Exception):
-            await chat.signal(AgentWorkflow.end_chat)
-            await chat.result()
-    parts = breakdown_by_update(await fetch_chain(local.client, wid))
-    for r in rows:
-        b = parts.get(f"turn-{r['i']}")
-        r["model_ms"] = round(b["model_ms"], 3) if b else None
-    return rows
 
 
 # -- cluster sections: worker processes behind the chaos harness's proxies ---------------------------------
