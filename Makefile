@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: help venv demo test run clean chaos bench bench-quick report
+.PHONY: help venv demo test run clean chaos bench bench-quick report system-deps
 
 help:
 	@echo "make demo   start the embedded Temporal server, a worker, the scripted model and a REPL"
@@ -15,6 +15,7 @@ help:
 	@echo "make bench-quick   the same pipeline in under a minute (proves it works, not the numbers)"
 	@echo "make report reports/out/: Markdown, HTML, CSV, LaTeX tables and figures from every saved run"
 	@echo "make run PROMPT='What is 25 * 4?'   one-shot run"
+	@echo "make system-deps   Debian packages of the environments: bubblewrap (shell_local), chromium (browser_local)"
 	@echo "make clean  remove the virtual environment and run artefacts"
 
 venv: $(STAMP)
@@ -34,6 +35,19 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# The environments' system packages (root, Debian/Ubuntu). Without them the shell and browser tests skip
+# with the reason, and shell_local refuses to run unisolated unless the config says isolation: none.
+system-deps:
+	@if command -v bwrap >/dev/null && command -v chromium >/dev/null; then \
+		echo "bubblewrap and chromium are installed"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing bubblewrap and chromium (apt-get) ..."; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			bubblewrap chromium >/dev/null && echo "installed: $$(bwrap --version), $$(chromium --version 2>/dev/null)"; \
+	else \
+		echo "cannot install bubblewrap/chromium here (needs root and apt-get); install them yourself"; exit 1; \
+	fi
 
 clean:
 	rm -rf $(VENV) .dah runs reports/out *.egg-info

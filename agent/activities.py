@@ -28,11 +28,28 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from agent import llm
-from agent.contracts import PlanInput, PlanOutput, ToolInput, ToolOutput
-from agent.errors import ModelConfigurationError, ToolExecutionError, ToolRetryableError, ToolValidationError
+from agent.contracts import (
+    EnvBuildInput,
+    EnvRecord,
+    EnvRef,
+    EnvToolInput,
+    EnvToolOutput,
+    PlanInput,
+    PlanOutput,
+    ToolInput,
+    ToolOutput,
+)
+from agent.envs.base import Env, EnvConfigError, EnvContext, EnvUnavailableError, get_env
+from agent.errors import (
+    ENV_UNAVAILABLE,
+    ModelConfigurationError,
+    ToolExecutionError,
+    ToolRetryableError,
+    ToolValidationError,
+)
 from agent.ledger import EffectLedger, ExecutionIdentity
 from agent.loop import VALIDATION_ERROR
-from agent.tools import TOOLS, ToolContext, run_tool, tool_specs, validate_arguments, workspace_for
+from agent.tools import TOOLS, Tool, ToolContext, run_tool, tool_specs, validate_arguments, workspace_for
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +85,11 @@ class AgentActivities:
         inject_bugs: frozenset[str] = frozenset(),
         crash_at: frozenset[str] = frozenset(),
         mutations: frozenset[str] = frozenset(),
+        envs_root: Path | None = None,
     ) -> None:
         self.sandbox_root = sandbox_root
+        # Environments (agent.envs) keep their workspaces, tokens and logs here, one directory each.
+        self.env_ctx = EnvContext(root=envs_root or sandbox_root.parent / "envs", ledger=ledger)
         self.ledger = ledger
         self.worker_identity = worker_identity
         self.model_base_url = model_base_url
@@ -104,21 +124,84 @@ class AgentActivities:
         )
 
     def all(self) -> list[Callable[..., Any]]:
-        return [self.plan_next_action, *(self._tool_activity(name) for name in TOOLS)]
+        return [self.plan_next_action, self.env_build, self.env_tool, self.env_cleanup,
+                *(self._tool_activity(name) for name in TOOLS)]
+
+    # -- environments -------------------------------------------------------------------------------
+
+    async def _open_env(self, ref: EnvRef) -> tuple[Env, str]:
+        """Attach to the environment the record describes (or rebuild it); the note says which."""
+        env = get_env(ref.config, self.env_ctx, ref.record.env_id)
+        try:
+            note = await env.attach(ref.record)
+        except (EnvUnavailableError, EnvConfigError) as exc:
+            raise _env_unavailable(exc) from None
+        if note.startswith("rebuilt"):
+            log.warning("environment %s of %s: %s", ref.config.name, ref.record.env_id, note)
+        else:
+            log.debug("environment %s of %s: %s", ref.config.name, ref.record.env_id, note)
+        return env, note
+
+    @activity.defn(name="env_build")
+    async def env_build(self, inp: EnvBuildInput) -> EnvRecord:
+        try:
+            env = get_env(inp.config, self.env_ctx, inp.env_id)
+            async with heartbeating():
+                record = await env.build()
+        except (EnvUnavailableError, EnvConfigError) as exc:
+            log.warning("environment %s for %s cannot be built: %s", inp.config.name, inp.env_id, exc)
+            raise _env_unavailable(exc) from None
+        log.info("environment %s for %s: %s", inp.config.name, inp.env_id, record.note)
+        return record
+
+    @activity.defn(name="env_cleanup")
+    async def env_cleanup(self, ref: EnvRef) -> str:
+        env = get_env(ref.config, self.env_ctx, ref.record.env_id)
+        env.record = ref.record
+        async with heartbeating():
+            done = await env.cleanup()
+        log.info("environment %s of %s cleaned up: %s", ref.config.name, ref.record.env_id, done)
+        return done
+
+    @activity.defn(name="env_tool")
+    async def env_tool(self, inp: EnvToolInput) -> EnvToolOutput:
+        ident = self._identity()
+        before = repr(inp.env.record)
+        env, note = await self._open_env(inp.env)
+        tool = next((t for t in env.get_tools() if t.name == inp.name), None)
+        if tool is None:
+            names = ", ".join(t.name for t in env.get_tools()) or "none"
+            return EnvToolOutput(VALIDATION_ERROR, f"{inp.name}: not a tool of this environment; its tools: {names}")
+        ctx = ToolContext(workspace=env.directory, ledger=self.ledger, ident=ident, mutations=self.mutations)
+        out = await self._execute(inp.name, tool, inp.arguments, ctx)
+        changed = env.record is not None and repr(env.record) != before
+        return EnvToolOutput(out.status, out.content, env_record=env.record if changed else None, env_note=note)
 
     @activity.defn(name="plan_next_action")
     async def plan_next_action(self, inp: PlanInput) -> PlanOutput:
         info = activity.info()
         timeout = info.start_to_close_timeout.total_seconds() if info.start_to_close_timeout else 60.0
         # Model calls are recorded like side effects: they cost money, and a checker counts them.
+        messages, specs = inp.messages, tool_specs(inp.tools)
+        env_state = env_record = env_note = None
+        if inp.env is not None:
+            # The environment's state is read here, in the activity, and shown to the model as the last message.
+            before = repr(inp.env.record)
+            env, env_note = await self._open_env(inp.env)
+            async with heartbeating():
+                env_state = await env.get_state()
+            env_record = env.record if repr(env.record) != before else None
+            specs = specs + [t.spec() for t in env.get_tools()]
+            messages = [*messages, {"role": "system",
+                                    "content": f"Environment state ({inp.env.config.name}):\n{env_state}"}]
         execution = self.ledger.begin_execution(self._identity(), "plan_next_action")
         outcome = "error"
         try:
             async with heartbeating():
                 message, usage, latency_ms = await llm.complete(
                     inp.model,
-                    inp.messages,
-                    tool_specs(inp.tools),
+                    messages,
+                    specs,
                     scripted_base_url=self.model_base_url,
                     run_key=info.workflow_id,
                     timeout_s=max(1.0, timeout - 1.0),  # fail inside the activity, before Temporal's timeout
@@ -140,7 +223,8 @@ class AgentActivities:
         finally:
             self.ledger.end_execution(execution, outcome)
         self._maybe_crash("after_model_call")
-        return PlanOutput(message=message, model=inp.model, latency_ms=latency_ms, usage=usage)
+        return PlanOutput(message=message, model=inp.model, latency_ms=latency_ms, usage=usage, env_state=env_state,
+                          env_record=env_record, env_note=env_note)
 
     def _tool_activity(self, name: str) -> Callable[[ToolInput], Any]:
         async def run_tool(inp: ToolInput) -> ToolOutput:
@@ -150,22 +234,24 @@ class AgentActivities:
         return activity.defn(name=name)(run_tool)
 
     async def _run_tool(self, name: str, inp: ToolInput) -> ToolOutput:
-        tool = TOOLS[name]
         ident = self._identity()
         # A subagent works in its root agent's workspace (inp.workspace); everyone else in their own.
         ctx = ToolContext(workspace=workspace_for(self.sandbox_root, inp.workspace or ident.workflow_id),
-                          ledger=self.ledger,
-                          ident=ident, mutations=self.mutations)
-        execution = self.ledger.begin_execution(ident, name)  # every physical run, side effect or not
+                          ledger=self.ledger, ident=ident, mutations=self.mutations)
+        ctx.workspace.mkdir(parents=True, exist_ok=True)
+        return await self._execute(name, TOOLS[name], inp.arguments, ctx)
+
+    async def _execute(self, name: str, tool: Tool, arguments: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        """Run one tool call in this activity, recorded in the ledger, its errors classified."""
+        execution = self.ledger.begin_execution(ctx.ident, name)  # every physical run, side effect or not
         outcome = "error"
         try:
             if name in self.inject_bugs:
                 # The hot-fix scenario: this worker build has a bug in this tool; the next build does not.
                 raise RuntimeError(f"injected logic bug in {name} (this worker was started with --bug {name})")
-            validate_arguments(tool, inp.arguments)
-            ctx.workspace.mkdir(parents=True, exist_ok=True)
+            validate_arguments(tool, arguments)
             async with heartbeating():
-                content = await run_tool(tool, inp.arguments, ctx)
+                content = await run_tool(tool, arguments, ctx)
             outcome = "ok"
             if tool.side_effects:
                 self._maybe_crash("after_effect")  # the effect is applied; the activity has not completed
@@ -186,3 +272,9 @@ class AgentActivities:
             raise
         finally:
             self.ledger.end_execution(execution, outcome)
+
+
+def _env_unavailable(exc: Exception) -> ApplicationError:
+    # Not retried: installing bubblewrap or fixing the config is the operator's job, not the retry policy's.
+    return ApplicationError(str(exc), type=ENV_UNAVAILABLE, non_retryable=True,
+                            category=ApplicationErrorCategory.BENIGN)

@@ -45,44 +45,57 @@ class UsageError(Exception):
 
 
 def _add_agent_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("agent")
-    g.add_argument("--model", default="scripted",
+    g = p.add_argument_group("agent (explicit options override --config)")
+    g.add_argument("--config", type=Path, metavar="FILE",
+                   help="agent config file, YAML or JSON: model, tools, system_prompt, max_steps_per_turn, "
+                        "max_history_events and env (e.g. examples/shell.yaml)")
+    g.add_argument("--env", metavar="NAME",
+                   help="environment: base (default), shell_local, browser_local or browser_docker "
+                        "(its options come from --config's env section)")
+    g.add_argument("--model", default=None,
                    help="'scripted' (default, no key needed), 'scripted:<scenario>', or a LiteLLM model such as "
                         "openai/gpt-4o-mini or anthropic/claude-3-5-haiku-latest (key from the environment or .env)")
-    g.add_argument("--tools", default="default",
+    g.add_argument("--tools", default=None,
                    help="tool set: 'default', 'faults' (adds flaky_service, broken_service), 'orchestration' "
                         "(adds spawn, wait, run_ptc) or a comma list")
-    g.add_argument("--max-steps", type=int, default=10, help="model calls allowed per turn (default 10)")
+    g.add_argument("--max-steps", type=int, default=None, help="model calls allowed per turn (default 10)")
     g.add_argument("--planning-timeout", type=float, default=60.0, help="planning start-to-close seconds (default 60)")
     g.add_argument("--tool-timeout", type=float, default=30.0, help="tool start-to-close seconds (default 30)")
     g.add_argument("--retry-initial", type=float, default=None,
                    help="first retry backoff in seconds for planning and tools (default: planning 5, tools 2)")
     g.add_argument("--retry-max-interval", type=float, default=60.0, help="backoff cap in seconds (default 60)")
     g.add_argument("--max-attempts", type=int, default=0, help="attempts per activity; 0 = unlimited (default)")
-    g.add_argument("--max-history-events", type=int, default=0,
+    g.add_argument("--max-history-events", type=int, default=None,
                    help="continue-as-new past this many history events (default 0: when Temporal suggests it)")
 
 
 def _agent_config(args: argparse.Namespace) -> AgentConfig:
-    from agent.tools import TOOL_SETS, known_tools
+    from agent.config_file import ConfigFileError, load_agent_config, resolve_tools
+    from agent.envs.base import EnvConfigError, parse_env_config
 
-    if args.tools in TOOL_SETS:
-        tools = list(TOOL_SETS[args.tools])
-    else:
-        tools = [t.strip() for t in args.tools.split(",") if t.strip()]
-        unknown = [t for t in tools if t not in known_tools()]
-        if unknown or not tools:
-            raise UsageError(f"--tools {args.tools!r}: unknown tool(s) {', '.join(unknown) or '(none given)'}; "
-                             f"use {', '.join(repr(k) for k in TOOL_SETS)} or a comma list of: "
-                             f"{', '.join(known_tools())}")
-    for flag, value in (("--max-steps", args.max_steps), ("--planning-timeout", args.planning_timeout),
+    try:
+        cfg = load_agent_config(args.config) if args.config else AgentConfig()
+        if args.tools is not None:
+            cfg.tools = resolve_tools(args.tools, f"--tools {args.tools!r}")
+            if not cfg.tools:
+                raise ConfigFileError(f"--tools {args.tools!r}: no tools given")
+        if args.env is not None:
+            options = dict(cfg.env.options) if cfg.env.name == args.env else {}
+            cfg.env = parse_env_config({"name": args.env, **options})
+    except (ConfigFileError, EnvConfigError) as exc:
+        raise UsageError(str(exc)) from None
+    if args.model is not None:
+        cfg.model = args.model
+    if args.max_steps is not None:
+        cfg.max_steps_per_turn = args.max_steps
+    if args.max_history_events is not None:
+        cfg.max_history_events = args.max_history_events
+    for flag, value in (("--max-steps", cfg.max_steps_per_turn), ("--planning-timeout", args.planning_timeout),
                         ("--tool-timeout", args.tool_timeout), ("--retry-max-interval", args.retry_max_interval)):
         if value <= 0:
             raise UsageError(f"{flag} {value}: must be greater than 0")
     if args.max_attempts < 0:
         raise UsageError(f"--max-attempts {args.max_attempts}: must be 0 (unlimited) or more")
-    cfg = AgentConfig(model=args.model, tools=tools, max_steps_per_turn=args.max_steps,
-                      max_history_events=args.max_history_events)
     for policy, timeout in ((cfg.planning, args.planning_timeout), (cfg.tool, args.tool_timeout)):
         policy.start_to_close_s = timeout
         policy.heartbeat_s = min(policy.heartbeat_s or timeout, timeout)
@@ -240,6 +253,11 @@ async def cmd_run(args: argparse.Namespace) -> int:
         print(f"answer:      {result.reply}")
         print(f"workflow id: {workflow_id}")
         await _print_graph(stack, workflow_id, handle.result_run_id or "")
+        if args.transcript:
+            from agent.transcript import transcript
+
+            print("\ntranscript (with the environment state the model saw before each answer):")
+            print(await transcript(stack.client, workflow_id))
     return 0
 
 
@@ -398,7 +416,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
             task_queue=args.task_queue, sandbox_root=args.state_dir / "sandbox", ledger_path=args.ledger,
             model_base_url=args.model_base_url, identity=args.identity or default_identity(),
             inject_bugs=frozenset(args.bug), crash_at=frozenset(args.crash_at), mutations=frozenset(args.mutation),
-            workflow=args.workflow,
+            workflow=args.workflow, max_cached_workflows=args.max_cached_workflows,
         )
         from agent.worker import load_workflow
 
@@ -572,6 +590,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scenario", help="run this scripted walkthrough (or 'all') instead of a prompt")
     p.add_argument("--workflow-id", help="workflow id to use (default: run-<random>)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    p.add_argument("--transcript", action="store_true",
+                   help="also print the conversation with the environment state the model saw at each step")
     _add_agent_options(p)
     _add_stack_options(p)
     add_connection_arguments(p, embedded_default=True)
@@ -593,6 +613,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="SIGKILL this worker at POINT (after_model_call, after_effect), once per state dir")
     p.add_argument("--mutation", action="append", default=[], metavar="NAME",
                    help="a deliberate bug for checking the checkers: unkeyed_append")
+    p.add_argument("--max-cached-workflows", type=int, default=1000, metavar="N",
+                   help="workflows cached between tasks (default 1000); 0 disables the cache and the sticky queue, "
+                        "so a task never waits the 10 s sticky timeout after this worker dies")
     p.add_argument("--latency", default="0", help="latency of the worker's own scripted model server")
     p.add_argument("--fault", action="append", default=[], help="fault of the worker's own scripted model server")
     p.add_argument("--seed", type=int, default=0)

@@ -73,6 +73,37 @@ def default_tool_policy() -> ActivityPolicy:
 
 
 @dataclass
+class EnvConfig:
+    """Which environment the agent works in (``agent.envs``) and its options.
+
+    ``name`` is one of ``agent.envs.ENV_NAMES``; ``options`` are that
+    environment's settings, checked by ``agent.envs.parse_env_config``.
+    """
+
+    name: str = "base"
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class EnvRecord:
+    """What a built environment left behind, so any worker can re-attach to it (or rebuild it).
+
+    Recorded in the workflow (an activity result), carried across
+    continue-as-new and shared with subagents. Holds no secrets: a browser
+    service's access token stays in a file under the environment's directory.
+    """
+
+    name: str
+    env_id: str
+    data: dict[str, Any] = field(default_factory=dict)
+    tools: list[dict[str, Any]] = field(default_factory=list)  # OpenAI specs of the tools it discovered
+    note: str = ""  # how it was built or re-attached, for the operator
+
+    def tool_names(self) -> list[str]:
+        return [t["function"]["name"] for t in self.tools]
+
+
+@dataclass
 class AgentConfig:
     """How one agent run behaves; carried across continue-as-new."""
 
@@ -92,6 +123,7 @@ class AgentConfig:
     max_depth: int = 2
     max_children: int = 8
     ptc: PtcLimits = field(default_factory=PtcLimits)  # limits of one run_ptc program
+    env: EnvConfig = field(default_factory=EnvConfig)  # the world the agent works in (default: none)
 
 
 @dataclass
@@ -111,6 +143,10 @@ class AgentInput:
     # Answers of detached subagents (spawn wait=false) that finished before continue-as-new:
     # handle -> [status, content], so wait(handle) still works in the next run.
     detached_results: dict[str, list[str]] = field(default_factory=dict)
+    # The environment this run works in: built by the root run, carried by continue-as-new, shared with
+    # subagents (which neither build nor clean it up: owns_env False).
+    env_record: EnvRecord | None = None
+    owns_env: bool = True
 
 
 @dataclass
@@ -145,7 +181,7 @@ class AgentReply:
 
 @dataclass
 class AgentStatus:
-    state: str  # "idle" | "planning" | "running_tools" | "ended"
+    state: str  # "building_env" | "idle" | "planning" | "running_tools" | "ended" | "cancelled"
     turns: int
     messages: int
     run_index: int
@@ -154,6 +190,15 @@ class AgentStatus:
     depth: int = 0
     children_started: int = 0
     children_running: int = 0  # detached (spawn wait=false) children not finished yet
+    env: str | None = None  # the environment and its latest note (built, re-attached, rebuilt)
+
+
+@dataclass
+class EnvRef:
+    """An environment to act on: its configuration and what was recorded when it was built."""
+
+    config: EnvConfig
+    record: EnvRecord
 
 
 @dataclass
@@ -161,6 +206,9 @@ class PlanInput:
     model: str
     messages: list[dict[str, Any]]
     tools: list[str]
+    # The environment: its state is read (in the activity) and shown to the model on every call,
+    # and its discovered tools are offered next to ``tools``.
+    env: EnvRef | None = None
 
 
 @dataclass
@@ -169,6 +217,31 @@ class PlanOutput:
     model: str
     latency_ms: float
     usage: dict[str, int] = field(default_factory=dict)
+    env_state: str | None = None  # the environment state the model was shown (recorded in the history)
+    env_record: EnvRecord | None = None  # set when the environment's record changed (rebuilt, a new page)
+    env_note: str | None = None  # whether this worker re-attached to the environment or rebuilt it
+
+
+@dataclass
+class EnvBuildInput:
+    config: EnvConfig
+    env_id: str
+
+
+@dataclass
+class EnvToolInput:
+    env: EnvRef
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass
+class EnvToolOutput:
+    status: str  # "ok" | "validation_error"
+    content: str
+    env_record: EnvRecord | None = None  # updated record (a rebuilt environment, a browser's new page)
+    env_note: str = ""  # whether this worker re-attached to the environment or rebuilt it
 
 
 @dataclass

@@ -48,9 +48,13 @@ class ModelConfigurationError(Exception):
     error_type = "ModelConfigurationError"
 
 
+#: an environment that cannot be built here (no isolation, no browser, no Docker engine) or is misconfigured
+ENV_UNAVAILABLE = "EnvUnavailable"
+
 #: error types the retry policies never retry
 NON_RETRYABLE_ERROR_TYPES = [
     ToolValidationError.error_type,
     ToolExecutionError.error_type,
     ModelConfigurationError.error_type,
+    ENV_UNAVAILABLE,
 ]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -169,10 +169,35 @@ class EffectLedger:
         an interrupted earlier attempt already made the effect visible (only
         asked when a pending record exists), so recovery does not re-apply it.
         """
+        result, step = self._claim(ident, tool, target, digest, already_present)
+        if step == "apply":
+            result = apply()
+        return result if step == "done" else self._settle(ident, tool, target, result, step == "apply")
+
+    async def apply_once_async(
+        self,
+        ident: ExecutionIdentity,
+        tool: str,
+        target: str,
+        digest: str,
+        apply: Callable[[], Awaitable[Any]],
+        already_present: Callable[[], bool],
+    ) -> tuple[Any, bool]:
+        """``apply_once`` for an effect that is awaited (a shell command)."""
+        result, step = self._claim(ident, tool, target, digest, already_present)
+        if step == "apply":
+            result = await apply()
+        return result if step == "done" else self._settle(ident, tool, target, result, step == "apply")
+
+    def _claim(self, ident: ExecutionIdentity, tool: str, target: str, digest: str,
+               already_present: Callable[[], bool]) -> tuple[Any, str]:
+        """Where this attempt stands: ((result, False), "done") if the effect is recorded as applied;
+        (recovery result, "recovered") if an interrupted earlier attempt already made it visible;
+        (None, "apply") if this attempt must apply it."""
         key = ident.idempotency_key
         row = self._conn.execute("SELECT * FROM effects WHERE idempotency_key = ?", (key,)).fetchone()
         if row is not None and row["state"] == "applied":
-            return json.loads(row["result"]), False
+            return (json.loads(row["result"]), False), "done"
         if row is None:
             # The insert is the claim: of two concurrent first attempts only one creates the row.
             cur = self._conn.execute(
@@ -186,13 +211,15 @@ class EffectLedger:
         if recovering:
             row = self._conn.execute("SELECT * FROM effects WHERE idempotency_key = ?", (key,)).fetchone()
             if row["state"] == "applied":
-                return json.loads(row["result"]), False
-        if recovering and already_present():
-            result: Any = {"recovered": True, "target": target}
-            applied_now = False
-        else:
-            result = apply()
-            applied_now = True
+                return (json.loads(row["result"]), False), "done"
+            if already_present():
+                return {"recovered": True, "target": target}, "recovered"
+        return None, "apply"
+
+    def _settle(self, ident: ExecutionIdentity, tool: str, target: str, result: Any, applied_now: bool
+                ) -> tuple[Any, bool]:
+        key = ident.idempotency_key
+        if applied_now:
             self.record_application(ident, tool, target)
             self._conn.execute(
                 "UPDATE effects SET apply_count = apply_count + 1, updated_at = ? WHERE idempotency_key = ?",

@@ -69,6 +69,8 @@ _FLAKY = re.compile(r"check the flaky service (?:for|about)\s+([\w-]+)", re.I)
 _EXACT = re.compile(r"compute\s+(.+?)\s+exactly", re.I)
 _READ = re.compile(r"read\s+(?:the\s+)?(?:file\s+)?([\w./-]+)", re.I)
 _WORK_FOR = re.compile(r"work for\s+(\d+(?:\.\d+)?)\s+seconds?", re.I)
+_SHELL = re.compile(r"(?:run|execute)\s+(?:the\s+command\s+)?`([^`]+)`", re.I)
+_OPEN_URL = re.compile(r"\b(?:open|visit|go to|browse)\s+(https?://\S+?)[.,)]?(?:\s|$)", re.I)
 
 
 def _arithmetic(text: str) -> str | None:
@@ -85,6 +87,10 @@ def _plan_from_text(messages: list[Message], text: str) -> Message:
         return _final(f"Your first message was: {users[0]!r}")
     if m := _WEATHER.search(text):
         return _calls(messages, ("weather", {"city": m.group(1).strip().rstrip("?.!")}))
+    if m := _SHELL.search(text):  # the shell_local environment's tool
+        return _calls(messages, ("bash", {"command": m.group(1)}))
+    if m := _OPEN_URL.search(text):  # a browser environment's tool
+        return _calls(messages, ("go_to_url", {"url": m.group(1)}))
     if m := _WORK_FOR.search(text):
         return _calls(messages, ("slow_task", {"seconds": float(m.group(1)), "label": "work"}))
     if m := _FLAKY.search(text):
@@ -227,6 +233,85 @@ def route_parallel(messages: list[Message]) -> Message:
         lambda m, t: _calls(m, ("calculator", {"expression": "6 * 7"}), ("weather", {"city": "Lisbon"}),
                             ("calculator", {"expression": "100 / 8"})),
         lambda m, t: _summarise(m, t),
+    )(messages)
+
+
+# -- environments (agent.envs) ---------------------------------------------------
+
+
+def env_state(messages: list[Message]) -> str:
+    """The environment state the planning activity appended (the last system message), or ''."""
+    for m in reversed(messages):
+        if m["role"] == "system" and str(m.get("content", "")).startswith("Environment state"):
+            return str(m["content"])
+    return ""
+
+
+SHELL_CREATE = ("mkdir -p notes && echo 'first note' > notes/one.txt && echo 'second note' > notes/two.txt"
+                " && printf 'created by the agent\\n' > README.txt")
+SHELL_LIST = "find . -type f | sort && wc -l < README.txt"
+
+
+def route_shell(messages: list[Message]) -> Message:
+    def answer(m: list[Message], t: list[Message]) -> Message:
+        where = re.search(r"Your workspace: (\S+)", env_state(m))
+        return _final(f"I created three files in my workspace ({where.group(1) if where else '?'}); "
+                      f"listing them:\n{t[-1]['content']}")
+
+    return _script(
+        lambda m, t: _calls(m, ("bash", {"command": SHELL_CREATE})),
+        lambda m, t: _calls(m, ("bash", {"command": SHELL_LIST})),
+        answer,
+    )(messages)
+
+
+SHELL_SLOW = "echo start >> log.txt; sleep {seconds}; echo done >> log.txt; cat log.txt"
+_SLOW_SHELL = re.compile(r"slow command (\d+(?:\.\d+)?)", re.I)
+
+
+def route_shell_slow(messages: list[Message]) -> Message:
+    """One command that appends, sleeps, appends: a worker killed during the sleep must not double the first line."""
+    seconds = (_SLOW_SHELL.search(_turn(messages)[0]) or [None, "3"])[1]
+    return _script(
+        lambda m, t: _calls(m, ("bash", {"command": SHELL_SLOW.format(seconds=seconds)})),
+        lambda m, t: _final(f"The command finished:\n{t[-1]['content']}"),
+    )(messages)
+
+
+_URL = re.compile(r"https?://\S+")
+_TYPE = re.compile(r"type\s+['\"]([^'\"]+)['\"]", re.I)
+
+
+def _element(state: str, tag: str) -> int | None:
+    m = re.search(rf"^\[(\d+)\] <{tag}\b", state, re.M)
+    return int(m.group(1)) if m else None
+
+
+def route_browser(messages: list[Message]) -> Message:
+    """Open the page named in the prompt, type into its first input, click its first button, report the page."""
+    text = _turn(messages)[0]
+
+    def fill(m: list[Message], t: list[Message]) -> Message:
+        index = _element(env_state(m), "input")
+        if index is None:
+            return _final(f"The page has no input field. Page state:\n{env_state(m)}")
+        typed = (_TYPE.search(text) or [None, "Ada Lovelace"])[1]
+        return _calls(m, ("input_text", {"index": index, "text": typed}))
+
+    def click(m: list[Message], t: list[Message]) -> Message:
+        index = _element(env_state(m), "button")
+        if index is None:
+            return _final(f"The page has no button. Page state:\n{env_state(m)}")
+        return _calls(m, ("click_element", {"index": index}))
+
+    def report(m: list[Message], t: list[Message]) -> Message:
+        state = env_state(m)
+        page = state.split("Page text:\n", 1)[-1].split("\n\nInteractive elements:", 1)[0]
+        return _final(f"I submitted the form. The page now says: {page.splitlines()[0] if page else '(nothing)'}")
+
+    return _script(
+        lambda m, t: _calls(m, ("go_to_url", {"url": (_URL.search(text) or [""])[0].rstrip(".,)")})),
+        fill, click, report,
     )(messages)
 
 
@@ -469,6 +554,9 @@ ROUTES: dict[str, Route] = {
     "ptc_hostile": _subagents(route_ptc_hostile),
     "cancel": _subagents(route_cancel),
     "migration": _subagents(route_migration),
+    "shell": route_shell,
+    "shell_slow": route_shell_slow,
+    "browser": route_browser,
 }
 
 

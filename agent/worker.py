@@ -46,6 +46,9 @@ class WorkerSettings:
     # tasks run faster but nothing catches a non-deterministic call (benchmarks measure the difference).
     workflow_sandbox: bool = True
     workflow: str = "agent.workflow:AgentWorkflow"  # MODULE:CLASS registered as the agent workflow
+    # Workflows kept in memory between tasks (the SDK's default 1000). 0: no cache and no sticky queue, so
+    # after this worker dies no task waits out the sticky-queue timeout (10 s) meant for it.
+    max_cached_workflows: int = 1000
 
     def __post_init__(self) -> None:
         self.sandbox_root = Path(self.sandbox_root)
@@ -55,6 +58,8 @@ class WorkerSettings:
         bad = sorted(set(self.crash_at) - set(CRASH_POINTS))
         if bad:
             raise ValueError(f"--crash-at {', '.join(bad)}: unknown point; points are {', '.join(CRASH_POINTS)}")
+        if self.max_cached_workflows < 0:
+            raise ValueError(f"--max-cached-workflows {self.max_cached_workflows}: must be 0 or more")
         bad = sorted(set(self.mutations) - set(MUTATIONS))
         if bad:
             raise ValueError(f"--mutation {', '.join(bad)}: unknown; mutations are {', '.join(MUTATIONS)}")
@@ -98,5 +103,6 @@ def build_worker(client: Client, settings: WorkerSettings, ledger: EffectLedger)
         identity=settings.identity,
         max_concurrent_activities=settings.max_concurrent_activities,
         disable_eager_activity_execution=not settings.eager_activities,
+        max_cached_workflows=settings.max_cached_workflows,
         **({} if settings.workflow_sandbox else {"workflow_runner": UnsandboxedWorkflowRunner()}),
     )

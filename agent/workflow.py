@@ -23,7 +23,13 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, is_cancelled_exception
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    ChildWorkflowError,
+    FailureError,
+    is_cancelled_exception,
+)
 from temporalio.workflow import ActivityCancellationType, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
@@ -35,6 +41,11 @@ with workflow.unsafe.imports_passed_through():
         AgentResult,
         AgentStatus,
         ChatMessage,
+        EnvBuildInput,
+        EnvRecord,
+        EnvRef,
+        EnvToolInput,
+        EnvToolOutput,
         PlanInput,
         PlanOutput,
         ToolCallRecord,
@@ -89,10 +100,12 @@ class _ActivityEffects:
     async def plan(self, messages: list[dict[str, Any]], tools: list[str]) -> dict[str, Any]:
         cfg = self._wf.config
         self._wf.state = "planning"
+        env = self._wf.env_ref()
+        builtin = [t for t in tools if t not in self._wf.env_tool_names()]
         try:
             out = await workflow.execute_activity(
                 "plan_next_action",
-                PlanInput(model=cfg.model, messages=list(messages), tools=tools),
+                PlanInput(model=cfg.model, messages=list(messages), tools=builtin, env=env),
                 result_type=PlanOutput,
                 summary=f"model {cfg.model}",
                 **_activity_options(cfg.planning),
@@ -101,24 +114,46 @@ class _ActivityEffects:
             if is_cancelled_exception(err):
                 raise asyncio.CancelledError("model call cancelled") from err  # no further model turn
             raise
+        self._wf.env_updated(out.env_record)
         return out.message
 
     async def call_tool(self, call: loop.ToolCall) -> loop.ToolResult:
         if call.name in WORKFLOW_NATIVE_TOOLS:
             return await self._wf.native_tool(call)
+        if call.name in self._wf.env_tool_names():
+            return await self.env_tool(call)
         return await self.activity_tool(call)
 
+    async def env_tool(self, call: loop.ToolCall) -> loop.ToolResult:
+        """A tool of the environment (``bash``, ``click_element``...): the ``env_tool`` activity runs it."""
+        env = self._wf.env_ref()
+        assert env is not None
+        options = _activity_options(self._wf.config.tool)
+        # The environment's own time limit plus a margin: a command may use all of it.
+        limit = float(env.record.data.get("tool_timeout_s", 0)) + 30.0
+        options["start_to_close_timeout"] = max(options["start_to_close_timeout"], timedelta(seconds=limit))
+        out = await self._tool_activity(
+            call, "env_tool", EnvToolInput(env=env, call_id=call.id, name=call.name, arguments=call.arguments),
+            EnvToolOutput, options)
+        if isinstance(out, EnvToolOutput):
+            self._wf.env_updated(out.env_record)
+            return loop.ToolResult(call.id, call.name, out.status, out.content)
+        return out
+
     async def activity_tool(self, call: loop.ToolCall) -> loop.ToolResult:
+        out = await self._tool_activity(
+            call, call.name, ToolInput(call_id=call.id, arguments=call.arguments, workspace=self._wf.workspace),
+            ToolOutput, _activity_options(self._wf.config.tool))
+        return loop.ToolResult(call.id, call.name, out.status, out.content) if isinstance(out, ToolOutput) else out
+
+    async def _tool_activity(self, call: loop.ToolCall, activity: str, arg: Any, result_type: type,
+                             options: dict[str, Any]) -> Any:
+        """Run a tool call's activity: its output, or the model-visible result of its failure."""
         self._wf.state = "running_tools"
         args = json.dumps(call.arguments, sort_keys=True)
         try:
-            out = await workflow.execute_activity(
-                call.name,
-                ToolInput(call_id=call.id, arguments=call.arguments, workspace=self._wf.workspace),
-                result_type=ToolOutput,
-                summary=f"{call.name}({args[:120]})",
-                **_activity_options(self._wf.config.tool),
-            )
+            return await workflow.execute_activity(
+                activity, arg, result_type=result_type, summary=f"{call.name}({args[:120]})", **options)
         except ActivityError as err:
             if is_cancelled_exception(err):
                 raise asyncio.CancelledError(f"{call.name} cancelled") from err
@@ -126,7 +161,6 @@ class _ActivityEffects:
                 return loop.ToolResult(call.id, call.name, loop.EXECUTION_ERROR, err.cause.message)
             # Retries exhausted or timed out: the infrastructure gave up; the model decides what next.
             return loop.ToolResult(call.id, call.name, loop.FAILED, f"{call.name} failed: {_failure_text(err)}")
-        return loop.ToolResult(call.id, call.name, out.status, out.content)
 
 
 @workflow.defn
@@ -149,9 +183,35 @@ class AgentWorkflow:
         self._detached: dict[str, asyncio.Task] = {}  # spawn(wait=False) handle -> the task awaiting that child
         self._carried: dict[str, list[str]] = dict(inp.detached_results)  # finished before continue-as-new
         self._inner_calls = 0
+        self.env_record: EnvRecord | None = inp.env_record  # None until env_build has run (or no environment)
+        self.owns_env = inp.owns_env
 
     @workflow.run
     async def run(self, inp: AgentInput) -> AgentResult:
+        """Build the environment (if any), run the conversation, and clean the environment up at the end,
+        whether the run completed, failed or was cancelled (not at continue-as-new: the next run keeps it)."""
+        try:
+            await self._build_env()
+            result = await self._run(inp)
+        except asyncio.CancelledError:
+            await self._cleanup_env("cancelled")
+            raise
+        except FailureError:
+            await self._cleanup_env("failed")
+            raise
+        if result is not None:
+            await self._cleanup_env("ended")
+            return result
+        workflow.continue_as_new(
+            AgentInput(config=self.config, messages=self.messages, turns=self.turns, run_index=self.run_index + 1,
+                       depth=self.depth, workspace=self.workspace, children_started=self.children_started,
+                       detached_results={**self._carried, **{h: [t.result().status, t.result().content]
+                                                             for h, t in self._detached.items()}},
+                       env_record=self.env_record, owns_env=self.owns_env)
+        )
+
+    async def _run(self, inp: AgentInput) -> AgentResult | None:
+        """The conversation; None when it is time to continue as new."""
         try:
             if inp.prompt is not None:
                 reply = await self._turn(inp.prompt)
@@ -170,12 +230,59 @@ class AgentWorkflow:
         if self._ended:
             self.state = "ended"
             return AgentResult(None, self.turns, len(self.messages), self.run_index, "end_chat")
-        workflow.continue_as_new(
-            AgentInput(config=self.config, messages=self.messages, turns=self.turns, run_index=self.run_index + 1,
-                       depth=self.depth, workspace=self.workspace, children_started=self.children_started,
-                       detached_results={**self._carried, **{h: [t.result().status, t.result().content]
-                                                             for h, t in self._detached.items()}})
+        return None
+
+    # -- the environment ----------------------------------------------------------------------------
+
+    def env_ref(self) -> EnvRef | None:
+        if self.env_record is None or self.config.env.name == "base":
+            return None
+        return EnvRef(config=self.config.env, record=self.env_record)
+
+    def env_tool_names(self) -> list[str]:
+        return self.env_record.tool_names() if self.env_ref() is not None else []  # type: ignore[union-attr]
+
+    def tools(self) -> list[str]:
+        """What the model is offered: the configured tools, then the environment's."""
+        return [*self.config.tools, *[t for t in self.env_tool_names() if t not in self.config.tools]]
+
+    def env_updated(self, record: EnvRecord | None) -> None:
+        if record is not None:
+            self.env_record = record
+
+    def _env_options(self, minimum_s: float, attempts: int) -> dict[str, Any]:
+        options = _activity_options(self.config.tool)
+        options["start_to_close_timeout"] = max(options["start_to_close_timeout"], timedelta(seconds=minimum_s))
+        options["retry_policy"].maximum_attempts = attempts
+        return options
+
+    async def _build_env(self) -> None:
+        if self.config.env.name == "base" or self.env_record is not None:
+            return  # no environment, or built by an earlier run of the chain (or the parent agent)
+        info = workflow.info()
+        self.state = "building_env"
+        self.env_record = await workflow.execute_activity(
+            "env_build",
+            EnvBuildInput(config=self.config.env, env_id=f"{info.workflow_id}-{info.first_execution_run_id[:8]}"),
+            result_type=EnvRecord,
+            summary=f"build environment {self.config.env.name}",
+            **self._env_options(180.0, 0),
         )
+        self.state = "idle"
+
+    async def _cleanup_env(self, why: str) -> None:
+        ref = self.env_ref()
+        if ref is None or not self.owns_env:
+            return
+        try:
+            await workflow.execute_activity(
+                "env_cleanup", ref, result_type=str, summary=f"clean up environment {ref.config.name} ({why})",
+                **self._env_options(120.0, 5),
+            )
+        except ActivityError as err:
+            # The run ends anyway; the operator learns what was left behind from the history and this error.
+            self.last_error = f"environment cleanup failed: {_failure_text(err)}"
+            workflow.logger.warning(self.last_error)
 
     @workflow.update
     async def send_message(self, message: ChatMessage) -> AgentReply:
@@ -216,13 +323,14 @@ class AgentWorkflow:
             depth=self.depth,
             children_started=self.children_started,
             children_running=sum(1 for t in self._detached.values() if not t.done()),
+            env=f"{self.env_record.name}: {self.env_record.note}" if self.env_record else None,
         )
 
     async def _turn(self, text: str) -> AgentReply:
         checkpoint = len(self.messages)
         try:
             result = await loop.run_turn(
-                self.messages, text, _ActivityEffects(self), self.config.tools, self.config.max_steps_per_turn
+                self.messages, text, _ActivityEffects(self), self.tools(), self.config.max_steps_per_turn
             )
         except ActivityError as err:
             # Planning gave up (bad model configuration, or retries exhausted): this turn fails,
@@ -308,6 +416,8 @@ class AgentWorkflow:
             prompt=task,
             depth=self.depth + 1,
             workspace=self.workspace or info.workflow_id,  # subagents share the root agent's workspace
+            env_record=self.env_record,  # ... and its environment, which they neither build nor clean up
+            owns_env=False,
         )
         if wait:
             return await self._run_child(call.id, agent_name, child_id, child_input)
@@ -350,7 +460,7 @@ class AgentWorkflow:
 
     async def _run_ptc(self, call: loop.ToolCall, code: str) -> loop.ToolResult:
         cfg = self.config
-        tools = {name: self._ptc_tool(call, name) for name in cfg.tools if name != "run_ptc"}
+        tools = {name: self._ptc_tool(call, name) for name in self.tools() if name != "run_ptc"}
         try:
             result = await ptc.run_ptc(code, tools, limits=cfg.ptc)
         except ptc.PtcToolError as err:
@@ -365,7 +475,11 @@ class AgentWorkflow:
 
     def _ptc_tool(self, parent: loop.ToolCall, name: str) -> ptc.ToolFn:
         """A tool as a ``run_ptc`` program sees it: the same transport as a direct call of that tool."""
-        params = list((TOOLS.get(name) or NATIVE_TOOLS[name]).parameters.get("properties", {}))
+        env_specs = {t["function"]["name"]: t["function"] for t in (self.env_record.tools if self.env_ref() else [])}
+        if name in env_specs:
+            params = list(env_specs[name].get("parameters", {}).get("properties", {}))
+        else:
+            params = list((TOOLS.get(name) or NATIVE_TOOLS[name]).parameters.get("properties", {}))
         effects = _ActivityEffects(self)
 
         async def call_tool(*args: Any, **kwargs: Any) -> str:
