@@ -136,6 +136,9 @@ def _check_model(model: str) -> None:
 
 def _add_stack_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("local stack")
+    g.add_argument("--backend", choices=("temporal", "journal"), default="temporal",
+                   help="durability backend: temporal (default: the workflow on a Temporal server) or journal "
+                        "(the same agent loop, each step checkpointed in STATE_DIR/journal.sqlite3)")
     g.add_argument("--state-dir", type=Path, default=Path(".dah"),
                    help="where workspaces and the effect ledger live (default .dah)")
     g.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE, help=f"(default {DEFAULT_TASK_QUEUE})")
@@ -236,6 +239,8 @@ async def _print_graph(stack: Any, workflow_id: str, first_run_id: str) -> None:
 
 async def cmd_run(args: argparse.Namespace) -> int:
     cfg = _agent_config(args)
+    if args.backend == "journal":
+        return await _journal_run(args, cfg)
     if args.scenario:
         return await _run_scenarios(args, [args.scenario], ui=False)
     if not args.prompt:
@@ -332,6 +337,8 @@ async def cmd_demo(args: argparse.Namespace) -> int:
     from agent.stack import run_scenario
 
     cfg = _agent_config(args)
+    if args.backend == "journal":
+        return await _journal_demo(args, cfg)
     if args.scenario:
         return await _run_scenarios(args, [args.scenario], ui=not args.no_ui)
     async with _stack(args, ui=not args.no_ui) as stack:
@@ -386,6 +393,99 @@ async def _demo_prompt(stack: Any, cfg: AgentConfig, prompt: str) -> None:
         return
     print(f"agent> {result.reply}")
     await _print_graph(stack, workflow_id, handle.result_run_id or "")
+
+
+# -- the journal backend ----------------------------------------------------------------
+
+
+def _journal_checks(args: argparse.Namespace, cfg: AgentConfig) -> None:
+    if args.scenario:
+        raise UsageError("--scenario runs on the Temporal backend only; on --backend journal give a prompt with "
+                         "--model scripted:<scenario>")
+    if cfg.env.name != "base":
+        raise UsageError(f"env {cfg.env.name}: environments run on the Temporal backend only (not --backend journal)")
+
+
+def _journal_stack(args: argparse.Namespace) -> Any:
+    from agent.journal.stack import journal_stack
+
+    if args.no_worker:
+        return journal_stack(args.state_dir, worker=False)
+    from agent.model_server import ScriptedModelServer
+    from agent.scripted_routes import respond
+
+    latency, faults = _model_knobs(args)
+
+    @contextlib.asynccontextmanager
+    async def stack() -> Any:
+        with ScriptedModelServer(respond, latency=latency, faults=faults, seed=args.seed) as model:
+            async with journal_stack(args.state_dir, model_server=model) as js:
+                yield js
+
+    return stack()
+
+
+async def _journal_answer(js: Any, cfg: AgentConfig, prompt: str, run_id: str, *, quiet: bool = False) -> dict:
+    _, result = await js.run_prompt(cfg, prompt, run_id)
+    if not quiet:
+        print(f"answer:      {result['reply']}")
+        print(f"run id:      {run_id} (journal {js.db})")
+        for step in await js.steps(run_id):
+            took = ""
+            if step.started_at and step.completed_at:
+                from agent.journal.stores import epoch
+
+                took = f"{(epoch(step.completed_at) - epoch(step.started_at)) * 1000:8.0f} ms"
+            print(f"  ├─ step {step.step_index:<3} {step.intent:<28} {step.kind:<6} {step.status:<10} "
+                  f"attempts {step.attempts} {took}")
+    return result
+
+
+async def _journal_run(args: argparse.Namespace, cfg: AgentConfig) -> int:
+    _journal_checks(args, cfg)
+    if not args.prompt:
+        raise UsageError("run needs a prompt, e.g. dah run --backend journal \"What is 25 * 4?\"")
+    run_id = args.workflow_id or f"journal-{uuid.uuid4().hex[:12]}"
+    async with _journal_stack(args) as js:
+        await _model_client_ready(args)
+        try:
+            if args.json:
+                _, result = await js.run_prompt(cfg, args.prompt, run_id)
+                print(json.dumps({"run_id": run_id, "backend": "journal", **result}))
+            else:
+                await _journal_answer(js, cfg, args.prompt, run_id)
+        except RuntimeError as exc:
+            print(f"the run failed: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+    return 0
+
+
+async def _journal_demo(args: argparse.Namespace, cfg: AgentConfig) -> int:
+    _journal_checks(args, cfg)
+    async with _journal_stack(args) as js:
+        print("durable-agent-harness demo: the agent loop on the journal backend (steps checkpointed in SQLite)")
+        print(f"Journal:   {js.db}   Model: {cfg.model}   ledger: {js.ledger.path}")
+        prompts = [args.prompt] if args.prompt else None
+        reader = None if prompts else _LineReader(asyncio.get_running_loop())
+        while True:
+            if prompts is not None:
+                if not prompts:
+                    break
+                line = prompts.pop()
+            else:
+                line = await reader.readline("\nyou> ")
+                if line is None or line.strip().lower() in QUIT_WORDS:
+                    break
+                line = line.strip()
+                if not line:
+                    continue
+            try:
+                result = await _journal_answer(js, cfg, line, f"demo-{uuid.uuid4().hex[:10]}", quiet=True)
+                print(f"agent> {result['reply']}")
+            except RuntimeError as exc:
+                print(f"agent> (the run failed: {exc})")
+    print("stopped.")
+    return 0
 
 
 # -- worker ---------------------------------------------------------------------------

@@ -95,11 +95,17 @@ def build_worker(client: Client, settings: WorkerSettings, ledger: EffectLedger)
         crash_at=settings.crash_at,
         mutations=settings.mutations,
     )
+    # The substrate's Temporal adapter (agent/journal): the same task functions as the journal backend.
+    from agent.journal.steps import configure_worker
+    from agent.journal.temporal_adapter import DurableTaskWorkflow, durable_step
+
+    configure_worker(ledger=ledger, sandbox_root=settings.sandbox_root, model_base_url=settings.model_base_url,
+                     identity=settings.identity)
     return Worker(
         client,
         task_queue=settings.task_queue,
-        workflows=[load_workflow(settings.workflow)],
-        activities=activities.all(),
+        workflows=[load_workflow(settings.workflow), DurableTaskWorkflow],
+        activities=[*activities.all(), durable_step],
         identity=settings.identity,
         max_concurrent_activities=settings.max_concurrent_activities,
         disable_eager_activity_execution=not settings.eager_activities,

@@ -27,7 +27,7 @@ from agent.devserver import TUNED_DYNAMIC_CONFIG
 from agent.ledger import EffectLedger
 from agent.model_server import ScriptedModelServer
 from agent.scripted_routes import respond
-from benchmarks import sections
+from benchmarks import journal_bench, sections
 from benchmarks.resources import ResourceSampler
 
 log = logging.getLogger(__name__)
@@ -40,8 +40,10 @@ SECTIONS: dict[str, Callable[..., Any]] = {
     "throughput": sections.throughput,
     "recovery": sections.recovery,
     "micro": sections.micro,
+    "journal": journal_bench.journal,
 }
-SECTION_FILES = {"length": "length.json", "throughput": "throughput.json", "recovery": "recovery.json"}
+SECTION_FILES = {"length": "length.json", "throughput": "throughput.json", "recovery": "recovery.json",
+                 "journal": "journal.json"}
 QUICK_SKIPS = ("recovery",)  # a worker kill costs the heartbeat and sticky timeouts: not within a minute
 
 
@@ -146,7 +148,7 @@ async def run(options: Options, say: Callable[[str], None], command: str) -> Pat
             bench = Bench(options, run_dir, say, model, ledger)
             await llm.wait_loaded()  # LiteLLM takes seconds to import: not inside any timing
             async with contextlib.AsyncExitStack() as stack:
-                if {"table2", "tuning", "length"} & set(wanted):
+                if {"table2", "tuning", "length", "journal"} & set(wanted):
                     say("starting the embedded Temporal server (tuned profile) and in-process workers")
                     bench.tuned = await stack.enter_async_context(sections.local_server(bench, tuned=True))
                 for name in wanted:

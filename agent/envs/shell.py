@@ -43,6 +43,7 @@ from typing import Any, Literal
 import psutil
 
 from agent.contracts import EnvRecord
+from agent.durable_files import write_atomic
 from agent.envs.base import Env, EnvConfigError, EnvUnavailableError
 from agent.envs.sandbox import SANDBOX_PATH, CommandResult, Limits, bwrap_available, run_command, running_as_root
 from agent.errors import ToolValidationError
@@ -76,24 +77,6 @@ class ShellSettings:
         return Limits(timeout_s=self.timeout_s, cpu_s=self.cpu_s, max_processes=self.max_processes,
                       memory_mb=self.memory_mb, max_file_mb=self.max_file_mb,
                       max_output_bytes=self.max_output_bytes)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
 
 
 def _copy_entry(src: str, dst: str) -> None:
@@ -174,7 +157,7 @@ class ShellLocalEnv(Env):
         self._generation(first).mkdir(exist_ok=True)
         if self.sandbox_uid is not None:
             os.chown(self._generation(first), self.sandbox_uid, self.sandbox_uid)
-        _write_atomic(self.directory / "HEAD.json", json.dumps({"gen": first, "applied": []}).encode())
+        write_atomic(self.directory / "HEAD.json", json.dumps({"gen": first, "applied": []}).encode())
         self._relink(first)
         self.record = self._make_record(f"built a fresh workspace {self.workspace}")
         return self.record
@@ -276,9 +259,9 @@ class ShellLocalEnv(Env):
             result: CommandResult = await run_command(command, self._generation(new), self.settings.limits(),
                                                       isolate=isolate, sandbox_uid=self.sandbox_uid)
             record = {**dataclasses.asdict(result), "generation": new}
-            _write_atomic(self._result_path(key), json.dumps(record).encode())
+            write_atomic(self._result_path(key), json.dumps(record).encode())
             applied = [*head["applied"], key][-10_000:]
-            _write_atomic(self.directory / "HEAD.json", json.dumps({"gen": new, "applied": applied}).encode())
+            write_atomic(self.directory / "HEAD.json", json.dumps({"gen": new, "applied": applied}).encode())
             self._relink(new)
             shutil.rmtree(self._generation(head["gen"]), ignore_errors=True)
             return record

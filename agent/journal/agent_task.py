@@ -1,0 +1,149 @@
+"""The reference agent's loop as a substrate task: the same ``loop.run_turn`` the Temporal workflow runs.
+
+Each model call is an ``llm`` step and each tool call a ``tool`` step, both
+``step_call``s of module-level functions, so the task runs unchanged on the
+journal runner (``run_durable``) and on Temporal (``DurableTaskWorkflow``).
+Retry policies come from the agent config's planning and tool policies, as
+on the Temporal backend. A tool's side effect goes through the effect ledger
+with the step's identity (``<run id>/journal/<step index>``), stable across
+retries and across a takeover by another worker.
+
+The workflow-native tools (``spawn``, ``wait``, ``run_ptc``) and environments
+are Temporal-only for now; on this backend the model is told so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from agent import loop
+from agent.contracts import WORKFLOW_NATIVE_TOOLS, ActivityPolicy, AgentConfig
+from agent.errors import ModelConfigurationError, ToolExecutionError, ToolRetryableError, ToolValidationError
+from agent.journal.records import DurableRunManifest
+from agent.journal.runner import StepRetry
+from agent.journal.steps import current_step, step_call, worker_resources
+
+PROJECT_ID = "durable-agent"
+TASK = "agent.journal.agent_task:agent_task"
+
+
+def manifest_for(config: AgentConfig, prompt: str) -> DurableRunManifest:
+    return DurableRunManifest(project_id=PROJECT_ID, task={"id": "agent-turn", "intent": "answer the prompt"},
+                              input={"config": dataclasses.asdict(config), "prompt": prompt})
+
+
+def config_from(data: dict[str, Any]) -> AgentConfig:
+    cfg = AgentConfig()
+    for name in ("model", "tools", "system_prompt", "max_steps_per_turn"):
+        setattr(cfg, name, data[name])
+    cfg.planning = ActivityPolicy(**data["planning"])
+    cfg.tool = ActivityPolicy(**data["tool"])
+    return cfg
+
+
+def _retry(policy: ActivityPolicy, non_retryable: tuple[str, ...] = ()) -> StepRetry:
+    return StepRetry(initial_interval_s=policy.initial_interval_s, backoff_coefficient=policy.backoff_coefficient,
+                     maximum_interval_s=policy.maximum_interval_s, maximum_attempts=policy.maximum_attempts,
+                     non_retryable=non_retryable)
+
+
+def _identity(name: str) -> Any:
+    from agent.ledger import ExecutionIdentity
+
+    info = current_step()
+    return ExecutionIdentity(workflow_id=info.run_id, run_id="journal", activity_id=str(info.step_index),
+                             attempt=info.attempt, worker=info.worker_id)
+
+
+async def plan_step(model: str, messages: list[dict[str, Any]], tools: list[str], timeout_s: float) -> dict[str, Any]:
+    """One model call (a step of kind ``llm``), recorded in the ledger like the plan_next_action activity."""
+    from agent import llm
+    from agent.tools import tool_specs
+
+    resources = worker_resources()
+    ledger = resources.get("ledger")
+    execution = ledger.begin_execution(_identity("plan_next_action"), "plan_next_action") if ledger else None
+    outcome = "error"
+    try:
+        message, _, _ = await llm.complete(model, messages, tool_specs(tools),
+                                           scripted_base_url=resources.get("model_base_url"),
+                                           run_key=current_step().run_id, timeout_s=timeout_s)
+        outcome = "ok"
+        return message
+    except llm.ModelUnavailableError as exc:  # retried by the step's policy
+        outcome = exc.kind
+        raise
+    finally:
+        if execution is not None:
+            ledger.end_execution(execution, outcome)
+
+
+async def tool_step(name: str, arguments: dict[str, Any], max_attempts: int) -> dict[str, str]:
+    """One tool call (a step of kind ``tool``): ``{"status", "content"}`` as the model will see it."""
+    from agent.tools import TOOLS, ToolContext, run_tool, validate_arguments, workspace_for
+
+    resources = worker_resources()
+    ledger = resources["ledger"]
+    ident = _identity(name)
+    tool = TOOLS[name]
+    ctx = ToolContext(workspace=workspace_for(resources["sandbox_root"], ident.workflow_id), ledger=ledger,
+                      ident=ident)
+    execution = ledger.begin_execution(ident, name)
+    outcome = "error"
+    try:
+        validate_arguments(tool, arguments)
+        ctx.workspace.mkdir(parents=True, exist_ok=True)
+        content = await run_tool(tool, arguments, ctx)
+        outcome = "ok"
+        return {"status": loop.OK, "content": content}
+    except ToolValidationError as exc:
+        outcome = loop.VALIDATION_ERROR
+        return {"status": loop.VALIDATION_ERROR, "content": str(exc)}
+    except ToolExecutionError as exc:
+        outcome = "execution_error"
+        return {"status": loop.EXECUTION_ERROR, "content": str(exc)}
+    except ToolRetryableError as exc:
+        outcome = "retryable_error"
+        if max_attempts and ident.attempt >= max_attempts:  # the last attempt: give up, the model decides
+            return {"status": loop.FAILED, "content": f"{name} failed after {ident.attempt} attempts: {exc}"}
+        raise
+    finally:
+        ledger.end_execution(execution, outcome)
+
+
+class StepEffects:
+    """``loop.AgentEffects`` on the substrate: the model and each tool call are checkpointed steps."""
+
+    def __init__(self, ctx: Any, config: AgentConfig) -> None:
+        self.ctx = ctx
+        self.config = config
+
+    async def plan(self, messages: list[dict[str, Any]], tools: list[str]) -> dict[str, Any]:
+        cfg = self.config
+        return await self.ctx.step(
+            "llm:plan", step_call(plan_step, model=cfg.model, messages=list(messages), tools=tools,
+                                  timeout_s=max(1.0, cfg.planning.start_to_close_s - 1.0)),
+            kind="llm", input_fingerprint=messages,
+            retry=_retry(cfg.planning, (ModelConfigurationError.error_type, "ModelConfigurationError")))
+
+    async def call_tool(self, call: loop.ToolCall) -> loop.ToolResult:
+        if call.name in WORKFLOW_NATIVE_TOOLS:
+            return loop.ToolResult(call.id, call.name, loop.BAD_CALL,
+                                   f"{call.name} is not available on the journal backend (Temporal only)")
+        out = await self.ctx.step(
+            f"tool:{call.name}", step_call(tool_step, name=call.name, arguments=call.arguments,
+                                           max_attempts=self.config.tool.maximum_attempts),
+            kind="tool", input_fingerprint={"name": call.name, "arguments": call.arguments},
+            retry=_retry(self.config.tool))
+        return loop.ToolResult(call.id, call.name, out["status"], out["content"])
+
+
+async def agent_task(ctx: Any) -> dict[str, Any]:
+    """One prompt to a final answer (a one-shot run), on whichever backend ``ctx`` belongs to."""
+    cfg = config_from(ctx.input["config"])
+    messages = loop.initial_messages(cfg.system_prompt)
+    result = await loop.run_turn(messages, ctx.input["prompt"], StepEffects(ctx, cfg), cfg.tools,
+                                 cfg.max_steps_per_turn)
+    return {"reply": result.reply, "steps": result.steps, "stopped_early": result.stopped_early,
+            "tool_calls": [[r.name, r.status, r.content] for r in result.tool_results]}

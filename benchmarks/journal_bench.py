@@ -1,0 +1,183 @@
+"""The ``journal`` section: what a checkpointed step costs on each backend, against the physical floor.
+
+All in one run, side by side:
+
+- **floor**: one fsync'd SQLite commit on this disk (WAL, ``synchronous=FULL``, a one-row insert), and a
+  raw ``write`` + ``fsync``: no durable step can cost less than one of these;
+- **per-step overhead** of a no-op step: a plain ``await`` (the plain loop), the journal runner on the
+  in-memory, file-system and SQLite stores, and the same task on Temporal (``DurableTaskWorkflow``: each
+  step an activity, timed from the history as the span between consecutive steps);
+- **per-turn latency** of the reference agent on one prompt (model, calculator, model; the scripted model
+  with no added latency): the plain loop, the journal backend (SQLite), the Temporal agent workflow,
+  and the substrate task on Temporal.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+
+from agent import loop
+from agent.contracts import AgentConfig, AgentInput
+from agent.journal.agent_task import TASK, agent_task, manifest_for
+from agent.journal.records import DurableRunManifest
+from agent.journal.runner import run_durable
+from agent.journal.steps import step_call
+from agent.journal.stores import FileSystemStore, InMemoryStore, SqliteStore
+from agent.journal.temporal_adapter import DurableTaskInput, DurableTaskWorkflow
+from agent.workflow import AgentWorkflow
+from benchmarks.plain import PlainEffects
+from benchmarks.stats import summarise
+
+PROMPT = "What is 25 * 4?"
+
+
+async def noop_step(i: int) -> int:
+    return i
+
+
+def _floor(directory: Path, n: int) -> dict[str, Any]:
+    db = sqlite3.connect(directory / "floor.sqlite3", isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    db.execute("CREATE TABLE IF NOT EXISTS t (i INTEGER, v TEXT)")
+    commits = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("INSERT INTO t VALUES (?, ?)", (i, "x" * 64))
+        db.execute("COMMIT")
+        commits.append((time.perf_counter() - t0) * 1000)
+    db.close()
+    raw = []
+    with open(directory / "floor.bin", "ab") as f:
+        for _ in range(n):
+            t0 = time.perf_counter()
+            f.write(b"x" * 64)
+            f.flush()
+            os.fsync(f.fileno())
+            raw.append((time.perf_counter() - t0) * 1000)
+    return {"sqlite_commit_fsync_ms": summarise(commits), "write_fsync_ms": summarise(raw)}
+
+
+async def _journal_steps(store: Any, n: int) -> list[float]:
+    timings: list[float] = []
+
+    async def task(ctx: Any) -> int:
+        for i in range(n):
+            t0 = time.perf_counter()
+            await ctx.step(f"noop:{i}", step_call(noop_step, i=i), kind="logic")
+            timings.append((time.perf_counter() - t0) * 1000)
+        return n
+
+    manifest = DurableRunManifest(project_id="bench", task={"id": "noop-steps"}, input={"n": n})
+    await run_durable(f"noop-{uuid.uuid4().hex[:8]}", manifest, store, task, worker_id="bench")
+    return timings
+
+
+async def noop_task(ctx: Any) -> int:
+    for i in range(ctx.input["n"]):
+        await ctx.step(f"noop:{i}", step_call(noop_step, i=i), kind="logic")
+    return ctx.input["n"]
+
+
+async def _temporal_steps(client: Any, task_queue: str, n: int) -> tuple[list[float], float]:
+    wid = f"bench-noop-steps-{uuid.uuid4().hex[:8]}"
+    manifest = {"project_id": "bench", "task": {"id": "noop-steps"}, "input": {"n": n}}
+    t0 = time.perf_counter()
+    await client.execute_workflow(DurableTaskWorkflow.run, DurableTaskInput(
+        task="benchmarks.journal_bench:noop_task", run_id=wid, manifest=manifest), id=wid, task_queue=task_queue)
+    wall_ms = (time.perf_counter() - t0) * 1000
+    scheduled = []
+    async for event in client.get_workflow_handle(wid).fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            scheduled.append(event.event_time.ToDatetime().timestamp())
+    return [(b - a) * 1000 for a, b in zip(scheduled, scheduled[1:])], wall_ms
+
+
+async def _plain_steps(n: int) -> list[float]:
+    timings = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        await noop_step(i)
+        timings.append((time.perf_counter() - t0) * 1000)
+    return timings
+
+
+async def _turns(bench: Any, n: int) -> dict[str, list[float]]:
+    cfg = AgentConfig(model="scripted")
+    out: dict[str, list[float]] = {"plain": [], "journal (sqlite)": [], "temporal (agent workflow)": [],
+                                   "temporal (substrate task)": []}
+    store = SqliteStore(bench.run_dir / "state" / "journal-agent.sqlite3")
+    client, queue = bench.tuned.client, bench.tuned.task_queue()
+    for i in range(n + 2):  # two warm-up rounds
+        effects = PlainEffects(model="scripted", scripted_base_url=bench.model.url, ledger=bench.ledger,
+                               sandbox_root=bench.sandbox_root, run_key=f"bench-plain-{uuid.uuid4().hex[:8]}")
+        t0 = time.perf_counter()
+        await loop.run_turn(loop.initial_messages(), PROMPT, effects, cfg.tools)
+        plain = (time.perf_counter() - t0) * 1000
+
+        t0 = time.perf_counter()
+        await run_durable(f"bench-journal-{uuid.uuid4().hex[:8]}", manifest_for(cfg, PROMPT), store, agent_task,
+                          worker_id="bench")
+        journal = (time.perf_counter() - t0) * 1000
+
+        t0 = time.perf_counter()
+        await client.execute_workflow(AgentWorkflow.run, AgentInput(config=cfg, prompt=PROMPT),
+                                      id=f"bench-oneshot-{uuid.uuid4().hex[:8]}", task_queue=queue)
+        workflow = (time.perf_counter() - t0) * 1000
+
+        wid = f"bench-substrate-{uuid.uuid4().hex[:8]}"
+        t0 = time.perf_counter()
+        await client.execute_workflow(DurableTaskWorkflow.run, DurableTaskInput(
+            task=TASK, run_id=wid, manifest=manifest_for(cfg, PROMPT).__dict__), id=wid, task_queue=queue)
+        substrate = (time.perf_counter() - t0) * 1000
+        if i >= 2:
+            for key, value in zip(out, (plain, journal, workflow, substrate)):
+                out[key].append(round(value, 3))
+    await store.close()
+    return out
+
+
+async def journal(bench: Any) -> dict[str, Any]:
+    quick = bench.options.quick
+    n_steps = 50 if quick else 300
+    n_turns = 5 if quick else 30
+    work = bench.run_dir / "state" / "journal-bench"
+    work.mkdir(parents=True, exist_ok=True)
+    with bench.sampler.section("journal", lambda: {"temporal-server (tuned)": bench.tuned.server.pid,
+                                                    "bench (client + worker + model)": os.getpid()}):
+        floor = _floor(work, n_steps)
+        bench.say(f"  floor: fsync'd SQLite commit p50 {floor['sqlite_commit_fsync_ms']['p50']:.3f} ms, "
+                  f"write+fsync p50 {floor['write_fsync_ms']['p50']:.3f} ms")
+        steps: dict[str, list[float]] = {"plain": await _plain_steps(n_steps)}
+        steps["journal (memory)"] = await _journal_steps(InMemoryStore(), n_steps)
+        steps["journal (files)"] = await _journal_steps(FileSystemStore(work / "fs"), n_steps)
+        sqlite_store = SqliteStore(work / "steps.sqlite3")
+        steps["journal (sqlite)"] = await _journal_steps(sqlite_store, n_steps)
+        await sqlite_store.close()
+        temporal_steps, temporal_wall = await _temporal_steps(bench.tuned.client, bench.tuned.task_queue(), n_steps)
+        steps["temporal (activity per step)"] = temporal_steps
+        per_step = {name: summarise(values) for name, values in steps.items()}
+        floor_p50 = floor["sqlite_commit_fsync_ms"]["p50"]
+        for name, s in per_step.items():
+            bench.say(f"  step {name:<30} p50 {s['p50']:9.3f} ms  mean {s['mean']:9.3f}  "
+                      f"= {s['p50'] / floor_p50:7.2f}x the floor")
+        turns = await _turns(bench, n_turns)
+        per_turn = {name: summarise(values) for name, values in turns.items()}
+        for name, s in per_turn.items():
+            bench.say(f"  turn {name:<30} p50 {s['p50']:8.1f} ms  mean {s['mean']:8.1f}")
+    result = {
+        "floor": floor, "n_steps": n_steps, "n_turns": n_turns, "prompt": PROMPT,
+        "per_step_ms": per_step, "per_step_raw_ms": {k: [round(v, 4) for v in vs] for k, vs in steps.items()},
+        "temporal_noop_workflow_wall_ms": round(temporal_wall, 1),
+        "journal_sqlite_vs_floor": round(per_step["journal (sqlite)"]["p50"] / floor_p50, 2),
+        "per_turn_ms": per_turn, "per_turn_raw_ms": turns,
+    }
+    return result
