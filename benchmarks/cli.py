@@ -85,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "or a LiteLLM model such as openai/gpt-4o-mini (needs its API key in the environment)")
     p.add_argument("--model-latency", type=_latency,
                    help="the scripted model's latency in model mode (default lognormal:300,0.25; quick fixed:20)")
+    p.add_argument("--backend", choices=("temporal", "journal"), default="temporal",
+                   help="the durable loop of Table 2: temporal (default) or journal (the SQLite step journal); "
+                        "with journal the default sections are table2, journal and micro")
     p.add_argument("--seed", type=int, default=0, help="seed of the emulated model latencies (default 0)")
     p.add_argument("--out", type=Path, default=Path("runs/bench"), help="where runs are written (default runs/bench)")
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
@@ -97,7 +100,15 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     overrides = {k: v for k, v in {"turns": args.turns, "workloads": args.workloads, "model": args.model,
                                    "model_latency": args.model_latency, "seed": args.seed, "out": args.out,
-                                   "only": args.only}.items() if v is not None}
+                                   "only": args.only, "backend": args.backend}.items() if v is not None}
+    if args.backend == "journal":
+        from benchmarks.runner import JOURNAL_SECTIONS
+
+        bad = [s for s in args.only if s not in JOURNAL_SECTIONS]
+        if bad:
+            print(f"python -m benchmarks: --backend journal: section(s) {', '.join(bad)} measure Temporal itself; "
+                  f"with journal use {', '.join(JOURNAL_SECTIONS)}", file=sys.stderr)
+            return 2
     options = Options.quick_profile(**overrides) if args.quick else Options(**overrides)
     if not is_scripted(options.model) and not any(k.endswith("_API_KEY") and os.environ.get(k) for k in os.environ):
         print(f"--model {options.model}: no *_API_KEY variable is set; set the provider's key (e.g. OPENAI_API_KEY) "

@@ -144,3 +144,26 @@ async def plain_series(model: str, scripted_base_url: str | None, ledger: Effect
             rows.append({"i": i, "client_ms": round(ms, 3), "model_ms": round(effects.model_ms, 3), "steps": steps,
                          "activities": effects.model_calls + effects.tool_calls - calls_before})
     return rows
+
+
+async def journal_series(store: Any, config: AgentConfig, workload: Workload, *, name: str, turns: int,
+                         warmup: int) -> list[dict[str, Any]]:
+    """Table 2's durable series on the journal backend: each turn one run of the agent task (in process,
+    ``run_durable`` on the SQLite store); the model's own latency summed from the run's ``llm`` steps."""
+    from agent.journal.agent_task import agent_task, manifest_for
+    from agent.journal.runner import run_durable
+
+    rows = []
+    for n in range(1, warmup + turns + 1):
+        i = n - warmup
+        run_id = f"bench-{name.replace('/', '-')}-{uuid.uuid4().hex[:8]}"
+        started = time.perf_counter()
+        out = await run_durable(run_id, manifest_for(config, workload.prompt(n)), store, agent_task,
+                                worker_id="bench")
+        ms = (time.perf_counter() - started) * 1000.0
+        _check(name, config.model, workload, n, out.result["reply"])
+        if i > 0:
+            model_ms = sum(s.result["latency_ms"] for s in out.steps if s.kind == "llm")
+            rows.append({"i": i, "client_ms": round(ms, 3), "model_ms": round(model_ms, 3),
+                         "steps": out.result["steps"], "activities": len(out.steps)})
+    return rows

@@ -111,6 +111,9 @@ async def _plain_steps(n: int) -> list[float]:
 
 
 async def _turns(bench: Any, n: int) -> dict[str, list[float]]:
+    from agent.model_server import LatencyModel
+
+    bench.model.set_latency(LatencyModel.parse("0"), seed=bench.options.seed)  # whatever an earlier section set
     cfg = AgentConfig(model="scripted")
     out: dict[str, list[float]] = {"plain": [], "journal (sqlite)": [], "temporal (agent workflow)": [],
                                    "temporal (substrate task)": []}
@@ -173,7 +176,16 @@ async def journal(bench: Any) -> dict[str, Any]:
         per_turn = {name: summarise(values) for name, values in turns.items()}
         for name, s in per_turn.items():
             bench.say(f"  turn {name:<30} p50 {s['p50']:8.1f} ms  mean {s['mean']:8.1f}")
+    points = [{"measure": "floor", "backend": name, "n": stats["n"], "p50_ms": stats["p50"], "mean_ms": stats["mean"],
+               "p95_ms": stats["p95"], "vs_floor": stats["p50"] / floor_p50}
+              for name, stats in (("fsync'd SQLite commit", floor["sqlite_commit_fsync_ms"]),
+                                  ("write + fsync", floor["write_fsync_ms"]))]
+    points += [{"measure": "step", "backend": name, "n": st["n"], "p50_ms": st["p50"], "mean_ms": st["mean"],
+                "p95_ms": st["p95"], "vs_floor": st["p50"] / floor_p50} for name, st in per_step.items()]
+    points += [{"measure": "turn", "backend": name, "n": st["n"], "p50_ms": st["p50"], "mean_ms": st["mean"],
+                "p95_ms": st["p95"], "vs_floor": None} for name, st in per_turn.items()]
     result = {
+        "points": points,
         "floor": floor, "n_steps": n_steps, "n_turns": n_turns, "prompt": PROMPT,
         "per_step_ms": per_step, "per_step_raw_ms": {k: [round(v, 4) for v in vs] for k, vs in steps.items()},
         "temporal_noop_workflow_wall_ms": round(temporal_wall, 1),

@@ -43,8 +43,10 @@ SECTIONS: dict[str, Callable[..., Any]] = {
     "journal": journal_bench.journal,
 }
 SECTION_FILES = {"length": "length.json", "throughput": "throughput.json", "recovery": "recovery.json",
-                 "journal": "journal.json"}
-QUICK_SKIPS = ("recovery",)  # a worker kill costs the heartbeat and sticky timeouts: not within a minute
+                 "journal": "journal_backend.json"}  # not journal.json: that is the run's own journal
+QUICK_SKIPS = ("recovery",)
+#: what runs with --backend journal (the others measure Temporal itself: its server, workers and histories)
+JOURNAL_SECTIONS = ("table2", "journal", "micro")  # a worker kill costs the heartbeat and sticky timeouts: not within a minute
 
 
 @dataclass
@@ -68,6 +70,7 @@ class Options:
     kill_after_s: float = 1.0
     seed: int = 0
     out: Path = Path("runs/bench")
+    backend: str = "temporal"  # the durable loop of Table 2: "temporal" or "journal" (agent/journal)
 
     @classmethod
     def quick_profile(cls, **overrides: Any) -> Options:
@@ -79,6 +82,8 @@ class Options:
     def sections(self) -> list[str]:
         if self.only:
             return [s for s in SECTIONS if s in self.only]
+        if self.backend == "journal":
+            return [s for s in SECTIONS if s in JOURNAL_SECTIONS]
         return [s for s in SECTIONS if not (self.quick and s in QUICK_SKIPS)]
 
     def as_dict(self) -> dict[str, Any]:
@@ -148,7 +153,8 @@ async def run(options: Options, say: Callable[[str], None], command: str) -> Pat
             bench = Bench(options, run_dir, say, model, ledger)
             await llm.wait_loaded()  # LiteLLM takes seconds to import: not inside any timing
             async with contextlib.AsyncExitStack() as stack:
-                if {"table2", "tuning", "length", "journal"} & set(wanted):
+                temporal_table2 = options.backend == "temporal" and "table2" in wanted
+                if temporal_table2 or {"tuning", "length", "journal"} & set(wanted):
                     say("starting the embedded Temporal server (tuned profile) and in-process workers")
                     bench.tuned = await stack.enter_async_context(sections.local_server(bench, tuned=True))
                 for name in wanted:

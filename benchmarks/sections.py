@@ -111,7 +111,17 @@ async def _latency_series(bench: Bench, local: LocalServer | None, section: str,
     if model == "scripted":  # the same latency sequence for every series: turn i is comparable across them
         bench.model.set_latency(LatencyModel.parse(latency), seed=bench.options.seed)
     config = AgentConfig(model=model)
-    if loop == "durable":
+    if loop == "durable" and bench.options.backend == "journal":
+        from agent.journal.stores import SqliteStore
+        from benchmarks.conversations import journal_series
+
+        store = SqliteStore(bench.run_dir / "state" / "journal.sqlite3")
+        try:
+            rows = await journal_series(store, config, workload, name=name, turns=turns, warmup=bench.options.warmup)
+        finally:
+            await store.close()
+        breakdown = None
+    elif loop == "durable":
         assert local is not None
         # Tuning runs several conversations at once, as a server hosting many agents does: per-shard rate
         # limits only show once the server's dispatch rate passes them.
@@ -130,6 +140,7 @@ async def _latency_series(bench: Bench, local: LocalServer | None, section: str,
     _say_series(bench, name, rows)
     record = series_record(name, section, loop, mode, workload, latency, server,
                            VARIANTS[variant].get("eager_activities", True) if loop == "durable" else None, rows)
+    record["backend"] = bench.options.backend if loop == "durable" else None
     if loop == "durable":
         record["variant"] = variant
         record["sandbox"] = VARIANTS[variant].get("workflow_sandbox", True)

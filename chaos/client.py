@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -127,6 +128,15 @@ class Driver:
     def workflow_ids(self) -> list[str]:
         return [c.workflow_id for c in self.conversations]
 
+    async def _messages(self, conv: Conversation, rng: random.Random) -> AsyncIterator[tuple[int, PlannedMessage]]:
+        """The conversation's next messages, each after a seeded think time, until the load stops."""
+        while True:
+            await asyncio.sleep(rng.expovariate(1.0 / self.workload.think_s) if self.workload.think_s else 0)
+            msg = self._next_message(conv)
+            if msg is None:
+                return
+            yield len(conv.planned) - 1, msg
+
     async def run(self) -> None:
         """Drive every conversation through its messages, concurrently."""
         await asyncio.gather(*(self._drive(i, c) for i, c in enumerate(self.conversations)))
@@ -144,12 +154,7 @@ class Driver:
             self.history.complete(op, INFO, error=f"{type(exc).__name__}: {exc}")
             return
         handle = self.client.get_workflow_handle(conv.workflow_id)
-        while True:
-            await asyncio.sleep(rng.expovariate(1.0 / self.workload.think_s) if self.workload.think_s else 0)
-            msg = self._next_message(conv)
-            if msg is None:
-                return
-            n = len(conv.planned) - 1
+        async for n, msg in self._messages(conv, rng):
             op = self.history.invoke(process, "send_message", {"conversation": conv.workflow_id, "n": n,
                                                                "text": msg.text, "expect": msg.expect, "match": msg.match})
             try:

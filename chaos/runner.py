@@ -198,17 +198,7 @@ async def run(scenario: ChaosScenario, *, seed: int, out_root: Path, progress: P
             driver.config.planning.maximum_attempts = scenario.planning_max_attempts
         ctx = NemesisContext(cluster, client, history, driver.workflow_ids, random.Random(seed), target.model_activity)
         ctx.driver_stop = getattr(driver, "stop", None)
-        phase("warm-up")
-        load = asyncio.create_task(driver.run())
-        try:
-            await _warm_up_faults_heal_settle(scenario, events, ctx, cluster, load, phase, progress, history)
-        finally:
-            # Nothing outlives the run: on an error or Ctrl-C the load stops before the cluster does.
-            if not load.done():
-                load.cancel()
-            await asyncio.gather(load, return_exceptions=True)
-        phase("final")
-        await driver.finish()
+        await drive_load(scenario, events, ctx, cluster, driver, phase, progress, history)
         (run_dir / "conversations.json").write_text(json.dumps(driver.to_json(), indent=2, default=str))
         await _save_histories(client, run_dir, driver.workflow_ids)
         journal["model_server"] = cluster.model.stats()
@@ -233,9 +223,27 @@ async def run(scenario: ChaosScenario, *, seed: int, out_root: Path, progress: P
     return RunResult(scenario.name, run_dir, verdict, checks, seed, journal["wall_s"], row, journal["reproduce"])
 
 
-async def _warm_up_faults_heal_settle(scenario: ChaosScenario, events: list, ctx: NemesisContext, cluster: Cluster,
+async def drive_load(scenario: ChaosScenario, events: list, ctx: Any, cluster: Any, driver: Any,
+                     phase: Callable[[str], None], progress: Progress, history: History,
+                     nemeses: dict[str, Callable[..., Any]] | None = None) -> None:
+    """Warm-up, faults, heal, settle under the driver's load; then the final phase (the driver's final read)."""
+    phase("warm-up")
+    load = asyncio.create_task(driver.run())
+    try:
+        await _warm_up_faults_heal_settle(scenario, events, ctx, cluster, load, phase, progress, history, nemeses)
+    finally:
+        # Nothing outlives the run: on an error or Ctrl-C the load stops before the cluster does.
+        if not load.done():
+            load.cancel()
+        await asyncio.gather(load, return_exceptions=True)
+    phase("final")
+    await driver.finish()
+
+
+async def _warm_up_faults_heal_settle(scenario: ChaosScenario, events: list, ctx: Any, cluster: Any,
                                       load: asyncio.Task, phase: Callable[[str], None], progress: Progress,
-                                      history: History) -> None:
+                                      history: History, nemeses: dict[str, Callable[..., Any]] | None = None) -> None:
+    nemeses = nemeses or NEMESES
     await asyncio.sleep(scenario.warmup_s)
     phase("faults")
     fault_start = time.monotonic()
@@ -245,7 +253,7 @@ async def _warm_up_faults_heal_settle(scenario: ChaosScenario, events: list, ctx
             await asyncio.sleep(wait)
         progress(f"{scenario.name}: nemesis {event.op} {event.args}")
         try:
-            await NEMESES[event.op](ctx, **event.args)
+            await nemeses[event.op](ctx, **event.args)
         except Exception as exc:  # recorded; the run goes on to heal and check
             history.event("nemesis", "nemesis_error", {"op": event.op, "error": f"{type(exc).__name__}: {exc}"})
     remaining = fault_start + scenario.fault_s - time.monotonic()
@@ -272,6 +280,10 @@ def recheck(run_dir: Path) -> tuple[str, list[CheckResult], dict[str, Any]]:
     journal_path = run_dir / "journal.json"
     journal = json.loads(journal_path.read_text()) if journal_path.exists() else {}
     checks = run_checkers(run_dir, only=journal.get("target", {}).get("checkers"))
+    if journal.get("backend") == "journal":
+        from chaos.journal import not_applicable
+
+        checks += not_applicable()
     journal["checks"] = [c.as_dict() for c in checks]
     journal["verdict"] = compose(checks)
     row = summarise(journal.get("scenario", {}).get("name", run_dir.parent.name), load(run_dir / "history.jsonl"),

@@ -36,7 +36,8 @@ log = logging.getLogger(__name__)
 
 MANIFEST = ".reports-manifest.json"
 LATEX_TABLES = {"table1": r"\small", "table2": r"\small", "table2_overhead": r"\small", "breakdown": r"\small"}
-BENCH_SECTIONS = ["table2", "tuning", "breakdown", "length", "throughput", "recovery", "resources", "micro"]
+BENCH_SECTIONS = ["table2", "tuning", "breakdown", "length", "throughput", "recovery", "resources", "micro",
+                  "journal"]
 TITLE = "Durable agents on Temporal: benchmark and fault-injection report"
 
 
@@ -238,8 +239,8 @@ class Builder:
         for f in figs.plot_length(series, self.fig_dir):
             self.emit_figure(doc, f)
 
-    def points(self, doc: Doc, stem: str, table: Callable, plot: Callable) -> None:
-        pts = self.bench_data(doc, stem, stem)
+    def points(self, doc: Doc, stem: str, table: Callable, plot: Callable, section: str | None = None) -> None:
+        pts = self.bench_data(doc, stem, section or stem)
         if pts is None:
             return
         t = table(pts)
@@ -395,7 +396,7 @@ class Builder:
             if sec in ("table2", "tuning"):
                 if any(s["section"] == sec for s in lat):
                     out.append(sec)
-            elif sec in b.data:
+            elif {"journal": "journal_backend"}.get(sec, sec) in b.data:
                 out.append(sec)
         return out
 
@@ -412,6 +413,8 @@ class Builder:
             ("Recovery after a worker kill", lambda d: self.points(d, "recovery", tab.recovery, figs.plot_recovery)),
             ("Resources", self.resources),
             ("Micro-benchmarks", self.micro),
+            ("Journal backend against Temporal", lambda d: self.points(d, "journal_backend", tab.journal,
+                                                                        figs.plot_journal, "journal")),
             ("Table 1: fault scenarios", self.table1),
             ("Chaos runs", self.chaos_runs),
             ("Migration fuzz", self.fuzz),

@@ -407,3 +407,23 @@ def plot_resources(doc: dict[str, Any], out: Path) -> Figure | None:
     _save(fig, out, "resources")
     return Figure("resources", "Resources", "Mean CPU (% of one core; 200 % = two cores) and peak resident memory "
                   "(MB) of each process during each benchmark section (psutil samples).")
+
+
+def plot_journal(points: list[dict[str, Any]], out: Path) -> Figure | None:
+    rows = [p for p in points if p.get("measure") in ("floor", "step") and not math.isnan(p["p50_ms"])
+            and p["p50_ms"] > 0]
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=SIZE)
+    labels = [f"{p['measure']}: {p['backend']}" for p in rows]
+    colours = ["0.6" if p["measure"] == "floor" else "#1f77b4" for p in rows]
+    ax.barh(labels, [p["p50_ms"] for p in rows], color=colours)
+    ax.set_xscale("log")
+    ax.invert_yaxis()
+    ax.set_xlabel("median per step (ms, log scale)")
+    ax.set_title("What a checkpointed step costs, against the fsync floor")
+    ax.grid(alpha=0.3, axis="x")
+    _save(fig, out, "journal")
+    return Figure("journal", "Journal backend", "Median cost of one no-op checkpointed step on each backend (blue) "
+                  "and the physical floor of one durable write on this disk (grey), log scale. The plain loop's "
+                  "step is a bare await.")

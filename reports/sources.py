@@ -46,9 +46,11 @@ BENCH_FILES: dict[str, tuple[str, ...]] = {
     "recovery": ("recovery",),
     "resources": ("resources",),
     "micro": ("micro",),
+    "journal_backend": ("journal",),
 }
 NOT_CHAOS = {"bench", "migration_fuzz"}
 VERDICTS = ("pass", "fail", "unknown")
+NOT_APPLICABLE = "not_applicable"  # chaos.checker.NOT_APPLICABLE
 _RANK = {"pass": 0, "unknown": 1, "fail": 2}
 
 
@@ -194,6 +196,8 @@ def _normalise_bench(stem: str, doc: Any, where: str, sources: Sources) -> Any:
                              "p50_ms", "p95_ms", "errors"))
     if stem == "recovery":
         return _points(doc, ("heartbeat_s", "tool_s", "baseline_ms", "killed_ms", "recovery_s", "kill_after_s"))
+    if stem == "journal_backend":
+        return _points(doc, ("n", "p50_ms", "mean_ms", "p95_ms", "vs_floor"))
     if stem == "resources":
         if not isinstance(doc, dict) or not isinstance(doc.get("sections"), dict):
             raise Unusable("no 'sections' object")
@@ -278,7 +282,10 @@ def _verdict(journal: dict[str, Any]) -> tuple[str, str, list[dict[str, Any]]]:
     checks = [c for c in checks if isinstance(c, dict)]
     if not isinstance(journal.get("summary"), dict):
         return "unknown", "interrupted: no summary in the journal", checks
-    verdicts = [c.get("verdict") if c.get("verdict") in VERDICTS else "unknown" for c in checks]
+    # A checker that does not apply to the run's backend (Temporal histories on the journal backend) says so
+    # and counts neither way; anything else that is not a known verdict counts as unknown.
+    verdicts = [c.get("verdict") if c.get("verdict") in VERDICTS else "unknown" for c in checks
+                if c.get("verdict") != NOT_APPLICABLE]
     if isinstance(journal.get("verdict"), str):
         verdicts.append(journal["verdict"] if journal["verdict"] in VERDICTS else "unknown")
     # The worst of the checks and the recorded verdict: a hand-edited or stale journal never reads better than it is.

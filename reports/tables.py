@@ -325,6 +325,18 @@ def recovery(points: list[dict[str, Any]]) -> Table | None:
                   "workflow task wait_s": ".2f"})
 
 
+def journal(points: list[dict[str, Any]]) -> Table | None:
+    cols = ["measure", "backend", "n", "p50_ms", "mean_ms", "p95_ms", "vs_floor"]
+    if not points:
+        return None
+    df = pd.DataFrame([{c: p.get(c) for c in cols} for p in points], columns=cols)
+    return Table("journal", "The journal backend against the plain loop and Temporal, in one run. floor: one "
+                 "fsync'd SQLite commit (WAL, synchronous=FULL, one-row insert) and a raw write + fsync; step: a "
+                 "no-op checkpointed step (vs_floor = p50 / the SQLite floor); turn: one prompt answered by the "
+                 "reference agent (model, calculator, model; scripted model, no added latency).", df,
+                 {"n": "d", "p50_ms": ".3f", "mean_ms": ".3f", "p95_ms": ".3f", "vs_floor": ".2f"})
+
+
 def recovery_waits(point: dict[str, Any]) -> dict[str, float]:
     """The killed turn's activity and workflow-task waits (s), from its breakdown; NaN when not recorded."""
     turn = point.get("killed_turn") or {}
@@ -375,7 +387,8 @@ def checked(run: ChaosRun) -> str:
     for c in run.checks:
         v = c.get("verdict")
         name = str(c.get("name", "?"))
-        parts.append(name if v == "pass" else f"{name} ({'FAIL' if v == 'fail' else 'unknown'})")
+        label = {"fail": "FAIL", "not_applicable": "not applicable"}.get(v, "unknown")
+        parts.append(name if v == "pass" else f"{name} ({label})")
     return ", ".join(parts) if parts else "not checked"
 
 

@@ -85,9 +85,21 @@ async def _worker(args: argparse.Namespace) -> int:
         ledger = stack.enter_context(EffectLedger(sandbox / "ledger.sqlite3"))
         configure_worker(ledger=ledger, sandbox_root=sandbox, model_base_url=url, identity=identity)
         worker = JournalWorker(args.db, identity, lease_ms=args.lease_ms, concurrency=args.concurrency)
+        from agent import llm
+
+        llm.preload_in_background()  # LiteLLM's import takes seconds: not inside the first model step
+
+        async def announce_warm() -> None:
+            await llm.wait_loaded()
+            print("WARM model client loaded", flush=True)  # supervisors may wait for this before sending load
+
+        warm = asyncio.create_task(announce_warm())
         print(f"READY journal worker identity={identity} db={args.db} model={url} lease_ms={args.lease_ms}",
               flush=True)
-        await worker.run(stop)
+        try:
+            await worker.run(stop)
+        finally:
+            warm.cancel()
     return 0
 
 

@@ -28,9 +28,13 @@ PROJECT_ID = "durable-agent"
 TASK = "agent.journal.agent_task:agent_task"
 
 
-def manifest_for(config: AgentConfig, prompt: str) -> DurableRunManifest:
+def manifest_for(config: AgentConfig, prompt: str, workspace: str | None = None) -> DurableRunManifest:
+    """``workspace``: the workspace key the run's tools share (default: the run's own, by run id)."""
+    data: dict[str, Any] = {"config": dataclasses.asdict(config), "prompt": prompt}
+    if workspace is not None:
+        data["workspace"] = workspace
     return DurableRunManifest(project_id=PROJECT_ID, task={"id": "agent-turn", "intent": "answer the prompt"},
-                              input={"config": dataclasses.asdict(config), "prompt": prompt})
+                              input=data)
 
 
 def config_from(data: dict[str, Any]) -> AgentConfig:
@@ -57,7 +61,8 @@ def _identity(name: str) -> Any:
 
 
 async def plan_step(model: str, messages: list[dict[str, Any]], tools: list[str], timeout_s: float) -> dict[str, Any]:
-    """One model call (a step of kind ``llm``), recorded in the ledger like the plan_next_action activity."""
+    """One model call (a step of kind ``llm``), recorded in the ledger like the plan_next_action activity:
+    ``{"message": <assistant message>, "latency_ms": <the call's own latency>}``."""
     from agent import llm
     from agent.tools import tool_specs
 
@@ -66,11 +71,11 @@ async def plan_step(model: str, messages: list[dict[str, Any]], tools: list[str]
     execution = ledger.begin_execution(_identity("plan_next_action"), "plan_next_action") if ledger else None
     outcome = "error"
     try:
-        message, _, _ = await llm.complete(model, messages, tool_specs(tools),
-                                           scripted_base_url=resources.get("model_base_url"),
-                                           run_key=current_step().run_id, timeout_s=timeout_s)
+        message, _, latency_ms = await llm.complete(model, messages, tool_specs(tools),
+                                                    scripted_base_url=resources.get("model_base_url"),
+                                                    run_key=current_step().run_id, timeout_s=timeout_s)
         outcome = "ok"
-        return message
+        return {"message": message, "latency_ms": round(latency_ms, 3)}
     except llm.ModelUnavailableError as exc:  # retried by the step's policy
         outcome = exc.kind
         raise
@@ -79,7 +84,8 @@ async def plan_step(model: str, messages: list[dict[str, Any]], tools: list[str]
             ledger.end_execution(execution, outcome)
 
 
-async def tool_step(name: str, arguments: dict[str, Any], max_attempts: int) -> dict[str, str]:
+async def tool_step(name: str, arguments: dict[str, Any], max_attempts: int, workspace: str | None = None
+                    ) -> dict[str, str]:
     """One tool call (a step of kind ``tool``): ``{"status", "content"}`` as the model will see it."""
     from agent.tools import TOOLS, ToolContext, run_tool, validate_arguments, workspace_for
 
@@ -87,8 +93,8 @@ async def tool_step(name: str, arguments: dict[str, Any], max_attempts: int) -> 
     ledger = resources["ledger"]
     ident = _identity(name)
     tool = TOOLS[name]
-    ctx = ToolContext(workspace=workspace_for(resources["sandbox_root"], ident.workflow_id), ledger=ledger,
-                      ident=ident)
+    ctx = ToolContext(workspace=workspace_for(resources["sandbox_root"], workspace or ident.workflow_id),
+                      ledger=ledger, ident=ident)
     execution = ledger.begin_execution(ident, name)
     outcome = "error"
     try:
@@ -115,17 +121,19 @@ async def tool_step(name: str, arguments: dict[str, Any], max_attempts: int) -> 
 class StepEffects:
     """``loop.AgentEffects`` on the substrate: the model and each tool call are checkpointed steps."""
 
-    def __init__(self, ctx: Any, config: AgentConfig) -> None:
+    def __init__(self, ctx: Any, config: AgentConfig, workspace: str | None = None) -> None:
         self.ctx = ctx
         self.config = config
+        self.workspace = workspace
 
     async def plan(self, messages: list[dict[str, Any]], tools: list[str]) -> dict[str, Any]:
         cfg = self.config
-        return await self.ctx.step(
+        out = await self.ctx.step(
             "llm:plan", step_call(plan_step, model=cfg.model, messages=list(messages), tools=tools,
                                   timeout_s=max(1.0, cfg.planning.start_to_close_s - 1.0)),
             kind="llm", input_fingerprint=messages,
             retry=_retry(cfg.planning, (ModelConfigurationError.error_type, "ModelConfigurationError")))
+        return out["message"]
 
     async def call_tool(self, call: loop.ToolCall) -> loop.ToolResult:
         if call.name in WORKFLOW_NATIVE_TOOLS:
@@ -133,7 +141,8 @@ class StepEffects:
                                    f"{call.name} is not available on the journal backend (Temporal only)")
         out = await self.ctx.step(
             f"tool:{call.name}", step_call(tool_step, name=call.name, arguments=call.arguments,
-                                           max_attempts=self.config.tool.maximum_attempts),
+                                           max_attempts=self.config.tool.maximum_attempts,
+                                           workspace=self.workspace),
             kind="tool", input_fingerprint={"name": call.name, "arguments": call.arguments},
             retry=_retry(self.config.tool))
         return loop.ToolResult(call.id, call.name, out["status"], out["content"])
@@ -143,7 +152,8 @@ async def agent_task(ctx: Any) -> dict[str, Any]:
     """One prompt to a final answer (a one-shot run), on whichever backend ``ctx`` belongs to."""
     cfg = config_from(ctx.input["config"])
     messages = loop.initial_messages(cfg.system_prompt)
-    result = await loop.run_turn(messages, ctx.input["prompt"], StepEffects(ctx, cfg), cfg.tools,
-                                 cfg.max_steps_per_turn)
+    result = await loop.run_turn(messages, ctx.input["prompt"], StepEffects(ctx, cfg, ctx.input.get("workspace")),
+                                 cfg.tools, cfg.max_steps_per_turn)
     return {"reply": result.reply, "steps": result.steps, "stopped_early": result.stopped_early,
-            "tool_calls": [[r.name, r.status, r.content] for r in result.tool_results]}
+            "tool_calls": [[r.name, r.status, r.content] for r in result.tool_results],
+            "messages": messages[1:]}  # the turn, without the system prompt

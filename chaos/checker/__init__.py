@@ -22,6 +22,9 @@ from typing import Any
 from chaos import history as hist
 
 PASS, FAIL, UNKNOWN = "pass", "fail", "unknown"
+#: the checker reads something this backend does not have (Temporal histories on the journal backend): said so,
+#: neither a pass nor counted in the verdict
+NOT_APPLICABLE = "not_applicable"
 _RANK = {PASS: 0, UNKNOWN: 1, FAIL: 2}
 
 
@@ -37,10 +40,11 @@ class CheckResult:
 
 
 def compose(results: list[CheckResult]) -> str:
-    """fail > unknown > pass; no results at all is unknown."""
-    if not results:
+    """fail > unknown > pass, over the checkers that apply; none that apply is unknown."""
+    applicable = [r for r in results if r.verdict != NOT_APPLICABLE]
+    if not applicable:
         return UNKNOWN
-    return max((r.verdict for r in results), key=lambda v: _RANK.get(v, 1))
+    return max((r.verdict for r in applicable), key=lambda v: _RANK.get(v, 1))
 
 
 @dataclass
