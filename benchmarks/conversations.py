@@ -127,14 +127,17 @@ async def durable_series(client: Client, task_queue: str, config: AgentConfig, w
 
 
 async def plain_series(model: str, scripted_base_url: str | None, ledger: EffectLedger, sandbox_root: Path,
-                       tools: list[str], workload: Workload, *, name: str, turns: int, warmup: int
-                       ) -> list[dict[str, Any]]:
+                       tools: list[str], workload: Workload, *, name: str, turns: int, warmup: int,
+                       one_shot: bool = False) -> list[dict[str, Any]]:
+    """``one_shot``: every turn a fresh conversation (as the journal backend's runs are), not one growing one."""
     effects = PlainEffects(model=model, scripted_base_url=scripted_base_url, ledger=ledger, sandbox_root=sandbox_root,
                            run_key=f"bench-{name.replace('/', '-')}-{uuid.uuid4().hex[:8]}")
     conversation = PlainConversation(effects, tools)
     rows = []
     for n in range(1, warmup + turns + 1):
         i = n - warmup
+        if one_shot:
+            conversation = PlainConversation(effects, tools)
         effects.model_ms, calls_before = 0.0, effects.model_calls + effects.tool_calls
         started = time.perf_counter()
         reply, steps = await conversation.send(workload.prompt(n))

@@ -27,6 +27,7 @@ from agent.devserver import TUNED_DYNAMIC_CONFIG
 from agent.ledger import EffectLedger
 from agent.model_server import ScriptedModelServer
 from agent.scripted_routes import respond
+from agent.journal.steps import configure_worker
 from benchmarks import journal_bench, sections
 from benchmarks.resources import ResourceSampler
 
@@ -151,6 +152,9 @@ async def run(options: Options, say: Callable[[str], None], command: str) -> Pat
         with ScriptedModelServer(respond, seed=options.seed) as model, \
                 EffectLedger(run_dir / "state" / "sandbox" / "ledger.sqlite3") as ledger:
             bench = Bench(options, run_dir, say, model, ledger)
+            # What journal steps run in this process use (a Temporal worker, when one starts, sets the same).
+            configure_worker(ledger=ledger, sandbox_root=bench.sandbox_root, model_base_url=model.url,
+                             identity="bench")
             await llm.wait_loaded()  # LiteLLM takes seconds to import: not inside any timing
             async with contextlib.AsyncExitStack() as stack:
                 temporal_table2 = options.backend == "temporal" and "table2" in wanted

@@ -134,8 +134,10 @@ async def _latency_series(bench: Bench, local: LocalServer | None, section: str,
         parts = [{**p, "conversation": c} for c, (_, ps) in enumerate(results) for p in ps]
         breakdown = {"name": name, "turns": parts}
     else:
+        # Against the journal backend (one run per turn) the plain loop also starts afresh every turn.
         rows = await plain_series(model, bench.model.url, bench.ledger, bench.sandbox_root, config.tools, workload,
-                                  name=name, turns=turns, warmup=bench.options.warmup)
+                                  name=name, turns=turns, warmup=bench.options.warmup,
+                                  one_shot=bench.options.backend == "journal")
         breakdown = None
     _say_series(bench, name, rows)
     record = series_record(name, section, loop, mode, workload, latency, server,
@@ -150,7 +152,7 @@ async def _latency_series(bench: Bench, local: LocalServer | None, section: str,
 async def table2(bench: Bench) -> dict[str, Any]:
     series, breakdowns = [], []
     local = bench.tuned
-    with bench.sampler.section("table2", _processes(bench, local)):
+    with bench.sampler.section("table2", _processes(bench, *([local] if local else []))):
         for workload in bench.options.workloads:
             for mode in ("mock", "model"):
                 for loop in ("durable", "plain"):
