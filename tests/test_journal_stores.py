@@ -239,3 +239,18 @@ async def test_losing_the_lease_aborts_the_running_step_and_keeps_the_committed_
     assert (await store.load_step("r12", 1)).status == "running"  # begun, never completed: the new holder redoes it
     with pytest.raises(LeaseHeldError, match="leased by another-worker"):  # and this worker cannot commit it
         await store.complete_step("r12", 1, None, worker_id="w1")
+
+
+async def test_file_store_survives_a_torn_line_and_reads_appends_from_other_processes(tmp_path: Path) -> None:
+    first, second = FileSystemStore(tmp_path), FileSystemStore(tmp_path)  # two "processes" on one root
+    await first.start_or_resume("r13", MANIFEST, "w1")
+    await first.begin_step("r13", 0, "a", "logic", "")
+    await first.complete_step("r13", 0, 1)
+    steps_file = next(tmp_path.glob("r13-*")) / "steps.jsonl"
+    with open(steps_file, "a") as f:
+        f.write('{"run_id": "r13", "step_index": 1, "intent": "b", "ki')  # a crash mid-append
+    assert (await second.load_step("r13", 1)) is None  # the torn record was never acknowledged
+    await second.begin_step("r13", 1, "b", "logic", "")
+    await second.complete_step("r13", 1, 2)
+    assert (await first.load_step("r13", 1)).result == 2  # read from what the other one appended
+    assert [s.result for s in (await first.start_or_resume("r13", MANIFEST, "w1")).completed_steps] == [1, 2]

@@ -306,6 +306,9 @@ class FileSystemStore(_RecordStore):
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.fsync = fsync
+        # run id -> (bytes of steps.jsonl already parsed, the steps so far): each operation reads only what
+        # was appended since (by this process or another), not the whole file again.
+        self._steps_seen: dict[str, tuple[int, dict[int, StepRecord]]] = {}
 
     def _dir(self, run_id: str) -> Path:
         safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in run_id)[:150]
@@ -326,8 +329,12 @@ class FileSystemStore(_RecordStore):
         write_atomic(path, json.dumps(data).encode(), fsync=self.fsync)
 
     def _append(self, path: Path, data: dict[str, Any], durable: bool = True) -> None:
-        with open(path, "a") as f:
-            f.write(json.dumps(data) + "\n")
+        with open(path, "a+b") as f:
+            if f.seek(0, os.SEEK_END) > 0:
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":
+                    f.write(b"\n")  # a torn line from a crash mid-append stays on its own (and is skipped)
+            f.write(json.dumps(data).encode() + b"\n")
             f.flush()
             if self.fsync and durable:
                 os.fsync(f.fileno())
@@ -360,7 +367,22 @@ class FileSystemStore(_RecordStore):
         self._replace(self._dir(run.run_id) / "run.json", data)
 
     def _read_steps(self, run_id: str) -> dict[int, StepRecord]:
-        return {d["step_index"]: StepRecord.from_json(d) for d in self._lines(self._dir(run_id) / "steps.jsonl")}
+        path = self._dir(run_id) / "steps.jsonl"
+        offset, steps = self._steps_seen.get(run_id, (0, {}))
+        if not path.exists():
+            return steps
+        with open(path, "rb") as f:
+            f.seek(offset)
+            tail = f.read()
+        complete = tail[:tail.rfind(b"\n") + 1]  # a line still being written is read next time
+        for line in complete.splitlines():
+            try:
+                d = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a torn line from a crash mid-append: it was never acknowledged
+            steps[d["step_index"]] = StepRecord.from_json(d)  # the last line for a step wins
+        self._steps_seen[run_id] = (offset + len(complete), steps)
+        return steps
 
     def _write_step(self, step: StepRecord, durable: bool = True) -> None:
         self._append(self._dir(step.run_id) / "steps.jsonl", step.to_json(), durable=durable)
