@@ -93,3 +93,15 @@ def test_compose_orders_fail_over_unknown_over_pass() -> None:
     assert compose([r(UNKNOWN), r(FAIL), r(PASS)]) == FAIL
     assert compose([r(PASS), r(PASS)]) == PASS
     assert compose([]) == UNKNOWN
+
+
+def test_a_message_whose_send_never_completed_is_unknown_not_a_crash(tmp_path: Path) -> None:
+    ops = [{"index": 0, "process": "client-0", "type": "invoke", "f": "send_message", "time": 1.0, "wall": 1.0,
+            "value": {"conversation": "c0", "n": 0, "text": "What is 2 * 3?", "expect": "2 * 3 = 6"}}]
+    (tmp_path / "history.jsonl").write_text("".join(json.dumps(o) + "\n" for o in ops))
+    (tmp_path / "conversations.json").write_text(json.dumps({"conversations": [
+        {"workflow_id": "c0", "started": True, "final_history": [], "final_status": "COMPLETED",
+         "planned": [{"text": "What is 2 * 3?", "expect": "2 * 3 = 6", "kind": "calc", "path": None,
+                      "content": None, "match": "exact"}]}]}))
+    [lost] = run_checkers(tmp_path, only=["lost"])
+    assert lost.verdict == UNKNOWN and "never completed" in lost.summary

@@ -81,7 +81,8 @@ def check(data: RunData) -> CheckResult:
                                 f"{(done.error or '')[:160]}")
             else:
                 if not replies:
-                    unknowns.append(f"{wid} #{inv.value['n']}: outcome unknown ({(done.error or 'no reply')[:80]}) "
+                    why = (done.error or "no reply") if done else "never completed: the load was abandoned at settle"
+                    unknowns.append(f"{wid} #{inv.value['n']}: outcome unknown ({why[:80]}) "
                                     "and the message is not in the conversation")
                 if len(replies) > 1:
                     problems.append(f"{wid} #{inv.value['n']}: message with outcome {kind} is there {len(replies)} times")
