@@ -89,7 +89,8 @@ class AgentActivities:
     ) -> None:
         self.sandbox_root = sandbox_root
         # Environments (agent.envs) keep their workspaces, tokens and logs here, one directory each.
-        self.env_ctx = EnvContext(root=envs_root or sandbox_root.parent / "envs", ledger=ledger)
+        # Absolute: the shell environment tells the model (and the operator) where its workspace is on the host.
+        self.env_ctx = EnvContext(root=(envs_root or sandbox_root.parent / "envs").resolve(), ledger=ledger)
         self.ledger = ledger
         self.worker_identity = worker_identity
         self.model_base_url = model_base_url
