@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from agent.contracts import EnvConfig, EnvRecord
 from agent.ledger import EffectLedger
-from agent.tools import Tool
+from agent.tools import Tool, workspace_for
 
 ENV_NAMES = ("base", "shell_local", "browser_local", "browser_docker")
 
@@ -55,7 +55,7 @@ class Env(ABC):
     @property
     def directory(self) -> Path:
         """This environment's own directory (workspace, tokens, logs)."""
-        return self.ctx.root / _safe(self.env_id)
+        return workspace_for(self.ctx.root, self.env_id)  # the same safe naming as the tools' workspaces
 
     @abstractmethod
     async def build(self) -> EnvRecord:
@@ -105,12 +105,6 @@ class BaseEnv(Env):
 
     async def cleanup(self) -> str:
         return "nothing to clean up"
-
-
-def _safe(env_id: str) -> str:
-    import re
-
-    return re.sub(r"[^A-Za-z0-9._-]", "_", env_id)[:200] or "_"
 
 
 def _describe(tp: Any) -> str:

@@ -30,7 +30,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 import psutil
@@ -357,7 +356,3 @@ class BrowserDockerEnv(_BrowserEnv):
             return f"container {container_id[:12]} removed"
         except Exception as exc:
             return f"container {container_id[:12]}: {exc}"
-
-
-def dockerfile() -> Path:
-    return Path(__file__).with_name("browser.Dockerfile")

@@ -180,9 +180,3 @@ class StepInputMismatchError(DurableRunError):
 
 class AwaitEventTimeoutError(DurableRunError):
     code = "await_event_timeout"
-
-
-class StepFailedError(DurableRunError):
-    """A step's function raised; its error is recorded in the step."""
-
-    code = "step_failed"

@@ -41,7 +41,6 @@ from agent.journal.records import (
     RunOutcome,
     RunRecord,
     StepError,
-    StepFailedError,
     StepInputMismatchError,
     StepRecord,
     canonical_hash,
@@ -261,4 +260,4 @@ async def run_durable(run_id: str, manifest: DurableRunManifest, store: DurableR
     return RunDurableResult(result, record, ctx.steps, ctx.replayed, ctx.executed)
 
 
-__all__ = ["DurableContext", "RunDurableResult", "StepFailedError", "StepRetry", "run_durable"]
+__all__ = ["DurableContext", "RunDurableResult", "StepRetry", "run_durable"]

@@ -520,12 +520,9 @@ class SqliteStore(DurableRunStore):
         return max(run.step_count, int(row[0]))
 
     def _fence(self, db: sqlite3.Connection, run_id: str, worker_id: str | None) -> None:
-        row = db.execute("SELECT lease_holder_id, lease_expires_at FROM durable_runs WHERE run_id = ?",
-                         (run_id,)).fetchone()
-        if row is None:
-            raise KeyError(f"no run {run_id!r} in this store; start it with start_or_resume")
-        if worker_id is not None and row[0] != worker_id:
-            raise _lease_error(run_id, row[0], row[1] or 0.0, self.now())
+        holds = db.execute(f"SELECT {self._HOLDS}", (run_id, worker_id, worker_id)).fetchone()[0]
+        if not holds:
+            raise self._refused(run_id, worker_id, f"no run {run_id!r} in this store; start it with start_or_resume")
 
     async def start_or_resume(self, run_id: str, manifest: DurableRunManifest, worker_id: str,
                               lease_ms: int = DEFAULT_LEASE_MS) -> StartResult:
