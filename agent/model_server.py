@@ -707,10 +707,6 @@ class ScriptedModelServer:
         with self._lock:
             return copy.deepcopy(self._stats)
 
-    def reset_stats(self) -> None:
-        with self._lock:
-            self._reset_stats()
-
     def model_names(self) -> list[str]:
         with self._lock:
             names = dict(self._seen)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import concurrent.futures
 import ctypes
 import logging
-import os
 import queue
 import signal
 import socket
@@ -107,6 +106,3 @@ def python_module_command(module: str, *args: str) -> list[str]:
     """Run a module of this project with the current interpreter."""
     return [sys.executable, "-m", module, *args]
 
-
-def env_without(*names: str) -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in names}

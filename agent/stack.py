@@ -20,7 +20,7 @@ from temporalio.client import Client, WorkflowHandle
 from agent.connection import TemporalConnection, temporal_target
 from agent.contracts import AgentConfig, AgentInput, AgentReply, AgentResult, ChatMessage
 from agent.devserver import EmbeddedTemporal
-from agent.history import RunRecord, activity_shape, fetch_chain, fetch_tree
+from agent.history import RunRecord, activity_shape, fetch_tree
 from agent.ledger import EffectLedger
 from agent.model_server import FaultRule, LatencyModel, ScriptedModelServer
 from agent.scenarios import Scenario

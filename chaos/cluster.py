@@ -212,12 +212,3 @@ class Cluster:
         self.model.stop()
         self.server.stop()
 
-    def __enter__(self) -> Cluster:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -11,7 +11,7 @@ runs in CI.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from chaos.client import Workload
 from chaos.cluster import ClusterSpec
@@ -104,6 +104,3 @@ SCENARIOS: dict[str, ChaosScenario] = {
 
 SUITE = list(SCENARIOS)
 
-
-def with_overrides(scenario: ChaosScenario, **changes: object) -> ChaosScenario:
-    return replace(scenario, **changes)

@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any
 
 ALL_CHECKERS = ["lost", "temporal_history", "effects", "replay", "injection_evidence", "stats"]
-PLACEHOLDERS = ("python", "address", "namespace", "task_queue", "identity", "model_url", "state_dir")
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from typing import Any
 from agent.contracts import DEFAULT_TOOLS, AgentConfig, AgentInput, AgentResult
 from agent.history import RunRecord, fetch_tree
 from agent.ledger import EffectLedger
-from agent.scripted_routes import FUZZ_KINDS, fuzz_child_task, fuzz_file, fuzz_prompt
+from agent.scripted_routes import FUZZ_KINDS, fuzz_file, fuzz_prompt
 from agent.tools import workspace_for
 
 KINDS = FUZZ_KINDS

@@ -24,12 +24,9 @@ import os
 import secrets
 import socket
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-StepKind = Literal["logic", "llm", "tool", "readiness", "deterministic", "event"]
 STEP_KINDS: tuple[str, ...] = ("logic", "llm", "tool", "readiness", "deterministic", "event")
-StepStatus = Literal["pending", "running", "completed", "failed"]
-RunStatus = Literal["pending", "running", "completed", "failed", "suspended"]
 DEFAULT_LEASE_MS = 30_000
 
 
@@ -132,10 +129,6 @@ def manifest_hash(manifest: DurableRunManifest) -> str:
     return canonical_hash({"project_id": manifest.project_id, "scenario_id": manifest.scenario_id,
                            "task": {"id": task.get("id"), "intent": task.get("intent"), "domain": task.get("domain")},
                            "input": manifest.input})
-
-
-def step_id(run_id: str, step_index: int, intent: str) -> str:
-    return canonical_hash([run_id, step_index, intent])[:32]
 
 
 def derive_worker_id() -> str:

@@ -399,13 +399,6 @@ class FileSystemStore(_RecordStore):
     async def close(self) -> None:
         pass
 
-    def list_run_ids(self) -> list[str]:
-        ids = []
-        for d in sorted(self.root.iterdir()):
-            if (d / "run.json").exists():
-                ids.append(json.loads((d / "run.json").read_text())["run_id"])
-        return ids
-
 
 def _short_hash(text: str) -> str:
     import hashlib
