@@ -1,4 +1,6 @@
-from agent.cli import main
-from agent.exit import exit_now
+"""``python -m agent``: the same command line as ``dah`` (testbed/cli.py), kept for those who typed it."""
+
+from harness.exit import exit_now
+from testbed.cli import main
 
 exit_now(main())

@@ -47,7 +47,7 @@ from agent.errors import (
     ToolRetryableError,
     ToolValidationError,
 )
-from agent.ledger import EffectLedger, ExecutionIdentity
+from harness.recording import EffectLedger, ExecutionIdentity
 from agent.loop import VALIDATION_ERROR
 from agent.tools import TOOLS, Tool, ToolContext, run_tool, tool_specs, validate_arguments, workspace_for
 

@@ -27,7 +27,7 @@ from typing import Any
 from simpleeval import SimpleEval
 
 from agent.errors import ToolExecutionError, ToolRetryableError, ToolValidationError
-from agent.ledger import EffectLedger, ExecutionIdentity
+from harness.recording import EffectLedger, ExecutionIdentity
 
 MAX_FILE_BYTES = 256 * 1024
 MAX_LISTED_FILES = 200

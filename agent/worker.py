@@ -17,7 +17,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from agent import llm
 from agent.activities import AgentActivities
 from agent.contracts import DEFAULT_TASK_QUEUE
-from agent.ledger import EffectLedger
+from harness.recording import EffectLedger
 from agent.tools import TOOLS
 from agent.workflow import AgentWorkflow
 

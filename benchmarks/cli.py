@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from agent.llm import is_scripted
-from agent.model_server import LatencyModel
+from testbed.model_server import LatencyModel
 from benchmarks.conversations import WORKLOADS, BenchError
 from benchmarks.runner import SECTIONS, Options, run
 

@@ -19,7 +19,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 
 from agent.contracts import AgentConfig, AgentInput, AgentReply, ChatMessage
-from agent.ledger import EffectLedger
+from harness.recording import EffectLedger
 from agent.llm import is_scripted
 from agent.workflow import AgentWorkflow
 from benchmarks.breakdown import breakdown_by_update, with_client

@@ -111,7 +111,7 @@ async def _plain_steps(n: int) -> list[float]:
 
 
 async def _turns(bench: Any, n: int) -> dict[str, list[float]]:
-    from agent.model_server import LatencyModel
+    from testbed.model_server import LatencyModel
 
     bench.model.set_latency(LatencyModel.parse("0"), seed=bench.options.seed)  # whatever an earlier section set
     cfg = AgentConfig(model="scripted")

@@ -17,7 +17,7 @@ from typing import Any
 
 from agent import llm
 from agent.errors import ToolExecutionError, ToolRetryableError, ToolValidationError
-from agent.ledger import EffectLedger, ExecutionIdentity
+from harness.recording import EffectLedger, ExecutionIdentity
 from agent.loop import EXECUTION_ERROR, FAILED, OK, VALIDATION_ERROR, ToolCall, ToolResult, initial_messages, run_turn
 from agent.tools import TOOLS, ToolContext, run_tool, tool_specs, validate_arguments, workspace_for
 

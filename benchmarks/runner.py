@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from agent import llm
-from agent.devserver import TUNED_DYNAMIC_CONFIG
-from agent.ledger import EffectLedger
-from agent.model_server import ScriptedModelServer
-from agent.scripted_routes import respond
+from testbed.temporal_server import TUNED_DYNAMIC_CONFIG
+from harness.recording import EffectLedger
+from testbed.model_server import ScriptedModelServer
+from testbed.scripted_routes import respond
 from agent.journal.steps import configure_worker
 from benchmarks import journal_bench, sections
 from benchmarks.resources import ResourceSampler

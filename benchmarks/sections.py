@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 from temporalio.client import Client
 
 from agent.contracts import DEFAULT_TOOLS, ActivityPolicy, AgentConfig, AgentInput, ChatMessage
-from agent.devserver import EmbeddedTemporal
-from agent.model_server import LatencyModel
+from testbed.temporal_server import EmbeddedTemporal
+from testbed.model_server import LatencyModel
 from agent.worker import WorkerSettings, build_worker
 from agent.workflow import AgentWorkflow
 from benchmarks.breakdown import breakdown_by_update, with_client
@@ -227,7 +227,7 @@ async def length(bench: Bench) -> dict[str, Any]:
 @contextlib.asynccontextmanager
 async def cluster(bench: Bench, name: str, workers: int) -> AsyncIterator[tuple[Any, Client]]:
     from chaos.cluster import Cluster, ClusterSpec
-    from chaos.history import History
+    from harness.operations import History
     from chaos.runner import quiet_runtime
 
     run_dir = bench.run_dir / "clusters" / name

@@ -1,4 +1,4 @@
-from agent.exit import exit_now
+from harness.exit import exit_now
 from chaos.cli import main
 
 exit_now(main())

@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
                     return 2
             backend, image = getattr(args, "backend", "process"), getattr(args, "image", None)
             if backend == "docker":
-                from chaos.docker_backend import docker_engine_available
+                from agent.envs.docker_engine import docker_engine_available
 
                 ok, reason = docker_engine_available()
                 if not ok:

@@ -24,7 +24,7 @@ from temporalio.service import RPCError
 from agent.contracts import AgentConfig, AgentInput, ChatMessage
 from agent.tools import TOOL_SETS
 from agent.workflow import AgentWorkflow
-from chaos.history import FAIL, INFO, OK, History
+from harness.operations import FAIL, INFO, OK, History
 
 
 @dataclass

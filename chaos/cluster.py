@@ -22,11 +22,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.devserver import EmbeddedTemporal
-from agent.model_server import FaultRule, LatencyModel, ScriptedModelServer
-from agent.scripted_routes import respond
-from agent.worker_process import WorkerProcess
-from chaos.history import History
+from testbed.temporal_server import EmbeddedTemporal
+from testbed.model_server import FaultRule, LatencyModel, ScriptedModelServer
+from testbed.scripted_routes import respond
+from testbed.worker_process import WorkerProcess
+from harness.operations import History
 from chaos.net import FaultProxy
 from chaos.target import REFERENCE, Target
 
@@ -127,7 +127,8 @@ class Cluster:
         return self
 
     def _add_container_workers(self, extra: list[str]) -> None:
-        from chaos.docker_backend import ContainerWorker, DockerBackend, docker_engine_available
+        from agent.envs.docker_engine import docker_engine_available
+        from chaos.docker_backend import ContainerWorker, DockerBackend
 
         ok, reason = docker_engine_available()
         if not ok:

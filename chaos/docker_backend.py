@@ -11,74 +11,30 @@
             w.connect_network()       # heal
 
 Everything goes through the docker SDK (``pip install 'docker>=7'``), imported
-lazily so the rest of the harness works without it. ``docker_engine_available``
-says, without raising, whether an engine can be reached and if not why; tests
-skip on its reason. ``DockerBackend.cleanup`` removes only containers this
+lazily so the rest of the harness works without it; the engine connection is
+``agent.envs.docker_engine`` (shared with the ``browser_docker`` environment). ``DockerBackend.cleanup`` removes only containers this
 backend object started (tracked by id), never anything matched by name.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import re
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.worker_process import WorkerStartError
+from agent.envs.docker_engine import connect
+from testbed.worker_process import WorkerStartError
 
 log = logging.getLogger(__name__)
 
 LABEL = "durable-agent-harness"  # every container we start carries this label key
 IDENTITY_LABEL = f"{LABEL}.identity"
-DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 STOP_GRACE_S = 15.0
 # Docker's own rule for container names; the identity is part of the name.
 _CONTAINER_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
-
-
-class DockerEngineUnavailable(RuntimeError):
-    pass
-
-
-def docker_host() -> str:
-    """The engine address the docker SDK will use (``DOCKER_HOST`` or the default socket)."""
-    return os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST
-
-
-def connect(timeout_s: float = 60.0) -> Any:
-    """A ``docker.DockerClient`` that has answered a ping; raises DockerEngineUnavailable saying why not."""
-    try:
-        import docker
-    except ImportError as e:
-        raise DockerEngineUnavailable(f"docker SDK not installed ({e}); install it with: pip install 'docker>=7'") from e
-    try:
-        client = docker.from_env(timeout=int(timeout_s))
-        client.ping()
-    except Exception as e:  # the SDK raises DockerException, requests errors or OSError depending on the transport
-        raise DockerEngineUnavailable(
-            f"no engine reachable at {docker_host()} ({e}); start Docker or point DOCKER_HOST at a running engine"
-        ) from e
-    return client
-
-
-def docker_engine_available() -> tuple[bool, str]:
-    """(True, "docker engine <version> at <url>") or (False, why not). Never raises."""
-    try:
-        client = connect(timeout_s=5.0)
-    except DockerEngineUnavailable as e:
-        return False, str(e)
-    except Exception as e:  # never raise: this decides whether tests skip
-        return False, f"docker engine check failed at {docker_host()}: {e!r}"
-    try:
-        version = client.version().get("Version", "unknown")
-        return True, f"docker engine {version} at {client.api.base_url}"
-    except Exception as e:
-        return False, f"docker engine at {docker_host()} answered ping but not version ({e!r})"
-    finally:
-        client.close()
 
 
 @dataclass

@@ -39,13 +39,13 @@ from typing import Any
 from agent.journal.agent_task import TASK, manifest_for
 from agent.journal.service import JournalQueue
 from agent.journal.stores import SqliteStore
-from agent.model_server import FaultRule, LatencyModel, ScriptedModelServer
-from agent.processes import python_module_command, spawn, stop
-from agent.scripted_routes import respond
+from testbed.model_server import FaultRule, LatencyModel, ScriptedModelServer
+from testbed.processes import python_module_command, spawn, stop
+from testbed.scripted_routes import respond
 from chaos.checker import NOT_APPLICABLE, CheckResult
 from chaos.client import Conversation, Driver
 from chaos.cluster import ClusterSpec
-from chaos.history import FAIL, INFO, OK, History
+from harness.operations import FAIL, INFO, OK, History
 
 #: scenarios that have a journal twin (the others fault Temporal itself or its links)
 from chaos.cli import JOURNAL_SCENARIOS  # noqa: E402  (one list, kept where the CLI can read it cheaply)

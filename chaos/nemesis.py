@@ -20,9 +20,9 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client
 
-from agent.model_server import FaultRule
+from testbed.model_server import FaultRule
 from chaos.cluster import Cluster
-from chaos.history import INFO, OK, History
+from harness.operations import INFO, OK, History
 from chaos.net import Toxic
 
 

@@ -33,7 +33,7 @@ from temporalio.client import Client
 from chaos.checker import CheckResult, compose, run_checkers
 from chaos.cluster import Cluster
 from chaos.generator import schedule
-from chaos.history import History, pairs
+from harness.operations import History, pairs
 from chaos.nemesis import NEMESES, NemesisContext
 from chaos.scenarios import ChaosScenario
 from chaos.target import ALL_CHECKERS, REFERENCE, Target, load_callable
@@ -78,7 +78,7 @@ def reproduce_command(scenario: str, seed: int, target: Target) -> str:
 def machine_info() -> dict[str, Any]:
     import temporalio
 
-    from agent.devserver import find_temporal_binary
+    from testbed.temporal_server import find_temporal_binary
 
     try:
         server = subprocess.run([find_temporal_binary(), "--version"], capture_output=True, text=True,
@@ -275,7 +275,7 @@ async def _warm_up_faults_heal_settle(scenario: ChaosScenario, events: list, ctx
 
 def recheck(run_dir: Path) -> tuple[str, list[CheckResult], dict[str, Any]]:
     """Re-run every checker offline on a saved run; the journal is updated with the new results."""
-    from chaos.history import load
+    from harness.operations import load
 
     journal_path = run_dir / "journal.json"
     journal = json.loads(journal_path.read_text()) if journal_path.exists() else {}

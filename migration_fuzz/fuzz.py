@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from agent.contracts import DEFAULT_TOOLS, AgentConfig, AgentInput, AgentResult
-from agent.history import RunRecord, fetch_tree
-from agent.ledger import EffectLedger
-from agent.scripted_routes import FUZZ_KINDS, fuzz_file, fuzz_prompt
+from harness.event_history import RunRecord, fetch_tree
+from harness.recording import EffectLedger
+from testbed.scripted_routes import FUZZ_KINDS, fuzz_file, fuzz_prompt
 from agent.tools import workspace_for
 
 KINDS = FUZZ_KINDS
@@ -220,7 +220,7 @@ async def run_fuzz(opts: FuzzOptions, say: Callable[[str], None] = lambda m: Non
 
     from agent.workflow import AgentWorkflow
     from chaos.cluster import Cluster, ClusterSpec
-    from chaos.history import History
+    from harness.operations import History
     from chaos.runner import quiet_runtime
 
     opts.validate()

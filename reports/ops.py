@@ -25,7 +25,7 @@ from typing import Any
 
 import pandas as pd
 
-from chaos.history import INVOKE, Op, pairs
+from harness.operations import INVOKE, Op, pairs
 
 CLIENT_F = "send_message"
 TYPES = ("ok", "fail", "info")

@@ -32,7 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from chaos import history as hist
+from harness import operations as hist
 from reports import ops as opsmod
 
 log = logging.getLogger(__name__)

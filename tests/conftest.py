@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent.stack import AgentStack, agent_stack
+from testbed.stack import AgentStack, agent_stack
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 

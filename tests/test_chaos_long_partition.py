@@ -14,7 +14,7 @@ from pathlib import Path
 from chaos.checker import PASS
 from chaos.client import Workload
 from chaos.generator import NemesisEvent
-from chaos.history import load, pairs
+from harness.operations import load, pairs
 from chaos.runner import run
 from chaos.scenarios import ChaosScenario
 

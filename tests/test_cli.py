@@ -13,12 +13,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent.scenarios import SCENARIOS
+from testbed.walkthroughs import SCENARIOS
 
-from agent.connection import TemporalConnection
-from agent.scenarios import SCENARIOS
-from agent.stack import AgentStack
-from agent.worker_process import WorkerProcess
+from testbed.connection import TemporalConnection
+from testbed.walkthroughs import SCENARIOS
+from testbed.stack import AgentStack
+from testbed.worker_process import WorkerProcess
 from tests.conftest import temporal_server_pids
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -161,7 +161,7 @@ def test_a_hung_clean_up_after_ctrl_c_is_cut_short_by_the_watchdog(tmp_path: Pat
     script = tmp_path / "hang.py"
     script.write_text(
         "import asyncio, subprocess, time\n"
-        "import agent.cli as cli\n"
+        "import testbed.cli as cli\n"
         "cli.INTERRUPT_GRACE_S = 1.0\n"
         "async def stubborn():\n"
         "    child = subprocess.Popen(['sleep', '300'])\n"

@@ -12,15 +12,9 @@ import uuid
 
 import pytest
 
-from agent.worker_process import WorkerStartError
-from chaos.docker_backend import (
-    IDENTITY_LABEL,
-    LABEL,
-    DockerBackend,
-    DockerEngineUnavailable,
-    DockerWorker,
-    docker_engine_available,
-)
+from testbed.worker_process import WorkerStartError
+from agent.envs.docker_engine import DockerEngineUnavailable, docker_engine_available
+from chaos.docker_backend import IDENTITY_LABEL, LABEL, DockerBackend, DockerWorker
 
 AVAILABLE, REASON = docker_engine_available()
 needs_engine = pytest.mark.skipif(not AVAILABLE, reason=f"no Docker engine reachable: {REASON}")

@@ -19,17 +19,17 @@ from urllib.parse import parse_qs, urlparse
 import psutil
 import pytest
 
-from agent.cli import main as cli_main
+from testbed.cli import main as cli_main
 from agent.config_file import ConfigFileError, load_agent_config
 from agent.contracts import AgentConfig, AgentInput, EnvConfig
 from agent.envs.base import EnvConfigError, EnvContext, EnvUnavailableError, get_env, parse_env_config
 from agent.envs.sandbox import bwrap_available
-from agent.history import fetch_chain
-from agent.ledger import EffectLedger, ExecutionIdentity
-from agent.stack import AgentStack
+from harness.event_history import fetch_chain
+from harness.recording import EffectLedger, ExecutionIdentity
+from testbed.stack import AgentStack
 from agent.tools import ToolContext, run_tool
 from agent.transcript import transcript
-from agent.worker_process import WorkerProcess
+from testbed.worker_process import WorkerProcess
 from agent.workflow import AgentWorkflow
 
 HAVE_BWRAP, WHY_NO_BWRAP = bwrap_available()
@@ -322,7 +322,7 @@ async def test_browser_lifecycle_reattach_rebuild_and_cleanup(tmp_path: Path, si
 
 
 async def test_browser_docker_without_an_engine_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from chaos.docker_backend import docker_engine_available
+    from agent.envs.docker_engine import docker_engine_available
 
     available, reason = docker_engine_available()
     if available:
@@ -334,7 +334,7 @@ async def test_browser_docker_without_an_engine_says_so(tmp_path: Path, monkeypa
 
 
 def _engine() -> tuple[bool, str]:
-    from chaos.docker_backend import docker_engine_available
+    from agent.envs.docker_engine import docker_engine_available
 
     return docker_engine_available()
 

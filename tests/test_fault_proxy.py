@@ -18,8 +18,8 @@ import temporalio.api.workflowservice.v1 as wsv1
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from agent.devserver import EmbeddedTemporal
-from agent.processes import free_port
+from testbed.temporal_server import EmbeddedTemporal
+from testbed.processes import free_port
 from chaos.net import FaultProxy, Toxic
 
 LOCAL = "127.0.0.1"

@@ -16,11 +16,11 @@ import time
 import uuid
 
 from agent.contracts import AgentConfig, AgentInput, ChatMessage
-from agent.history import fetch_run
-from agent.model_server import FaultRule, LatencyModel, ScriptedModelServer
-from agent.scripted_routes import respond
-from agent.stack import AgentStack
-from agent.worker_process import WorkerProcess
+from harness.event_history import fetch_run
+from testbed.model_server import FaultRule, LatencyModel, ScriptedModelServer
+from testbed.scripted_routes import respond
+from testbed.stack import AgentStack
+from testbed.worker_process import WorkerProcess
 from agent.workflow import AgentWorkflow
 
 

@@ -16,8 +16,8 @@ from agent.journal.runner import run_durable
 from agent.journal.service import JournalQueue
 from agent.journal.stores import SqliteStore
 from agent.journal.temporal_adapter import DurableTaskInput, DurableTaskWorkflow
-from agent.processes import python_module_command, spawn, stop
-from agent.stack import AgentStack, workspace_files
+from testbed.processes import python_module_command, spawn, stop
+from testbed.stack import AgentStack, workspace_files
 from tests.journal_tasks import manifest
 
 ROOT = Path(__file__).resolve().parent.parent

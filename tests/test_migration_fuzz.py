@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.history import ChildRecord, RunRecord
-from agent.ledger import EffectLedger, ExecutionIdentity
+from harness.event_history import ChildRecord, RunRecord
+from harness.recording import EffectLedger, ExecutionIdentity
 from agent.contracts import AgentResult
 from migration_fuzz.fuzz import KINDS, FuzzOptions, Shape, check_iteration, run_fuzz, shape_for
 

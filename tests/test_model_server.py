@@ -1,4 +1,4 @@
-"""Tests for agent.model_server: real sockets, real LiteLLM/httpx clients, no mocks.
+"""Tests for testbed.model_server: real sockets, real LiteLLM/httpx clients, no mocks.
 
 Every server started here is stopped by a context manager; the one subprocess is
 terminated by its own pid.
@@ -24,7 +24,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # before any lite
 import httpx
 import pytest
 
-from agent.model_server import FaultRule, LatencyModel, ScriptedModelServer
+from testbed.model_server import FaultRule, LatencyModel, ScriptedModelServer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -411,7 +411,7 @@ def _env() -> dict[str, str]:
 
 
 def test_subprocess_ready_serves_and_exits_on_sigterm() -> None:
-    cmd = [sys.executable, "-m", "agent.model_server", "--responder", "tests.test_model_server:echo_responder",
+    cmd = [sys.executable, "-m", "testbed.model_server", "--responder", "tests.test_model_server:echo_responder",
            "--fault", "status:503,first_n=1", "--latency", "fixed:0"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -441,14 +441,14 @@ def test_subprocess_ready_serves_and_exits_on_sigterm() -> None:
     (["--responder", "no_such_module_xyz:respond"], "no_such_module_xyz"),
 ])
 def test_subprocess_bad_args_exit_2(args: list[str], needle: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "agent.model_server", *args], cwd=ROOT, env=_env(),
+    done = subprocess.run([sys.executable, "-m", "testbed.model_server", *args], cwd=ROOT, env=_env(),
                           capture_output=True, text=True, timeout=20)
     assert done.returncode == 2
     assert needle in done.stderr and done.stdout == ""
 
 
 def test_subprocess_help() -> None:
-    done = subprocess.run([sys.executable, "-m", "agent.model_server", "--help"], cwd=ROOT, env=_env(),
+    done = subprocess.run([sys.executable, "-m", "testbed.model_server", "--help"], cwd=ROOT, env=_env(),
                           capture_output=True, text=True, timeout=20)
     assert done.returncode == 0
     for flag in ("--host", "--port", "--latency", "--fault", "--seed", "--responder"):

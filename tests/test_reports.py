@@ -105,7 +105,7 @@ def write_bench(run: Path, *, status="complete", files=None) -> None:
 
 
 class Hist:
-    """Writes history.jsonl lines the way chaos.history.History does."""
+    """Writes history.jsonl lines the way harness.operations.History does."""
 
     def __init__(self) -> None:
         self.ops: list[dict] = []

@@ -12,9 +12,9 @@ import os
 import pytest
 
 from agent.contracts import ChatMessage
-from agent.history import activity_shape
-from agent.scenarios import SCENARIOS
-from agent.stack import AgentStack, run_scenario
+from harness.event_history import activity_shape
+from testbed.walkthroughs import SCENARIOS
+from testbed.stack import AgentStack, run_scenario
 from agent.workflow import AgentWorkflow
 
 

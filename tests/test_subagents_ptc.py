@@ -1,6 +1,6 @@
 """Subagents (child workflows) and programmatic tool calling (workflow-native), on the real dev server.
 
-The scenario matrix itself (``agent.scenarios``: ptc, spawn, spawn_failure, spawn_detached,
+The scenario matrix itself (``testbed.walkthroughs``: ptc, spawn, spawn_failure, spawn_detached,
 spawn_limits, ptc_retry, ptc_validation, ptc_parallel_fail, ptc_hostile) runs in
 ``test_scenarios.py``; this file checks what a shape cannot show: that the orchestration tools never
 become activities, the model-visible texts, cancellation of a run in flight (direct, child and
@@ -19,10 +19,10 @@ from temporalio.exceptions import CancelledError
 from temporalio.worker import Replayer
 
 from agent.contracts import AgentConfig, ChatMessage
-from agent.history import activity_shape, fetch_tree
-from agent.scenarios import ORCH_FAULT_TOOLS, SCENARIOS
-from agent.scripted_routes import HOSTILE_PROGRAMS
-from agent.stack import AgentStack, run_scenario
+from harness.event_history import activity_shape, fetch_tree
+from testbed.walkthroughs import ORCH_FAULT_TOOLS, SCENARIOS
+from testbed.scripted_routes import HOSTILE_PROGRAMS
+from testbed.stack import AgentStack, run_scenario
 from agent.workflow import AgentWorkflow
 
 ORCHESTRATION = ["ptc", "spawn", "spawn_failure", "spawn_detached", "spawn_limits", "ptc_retry",

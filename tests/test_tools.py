@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from agent.errors import ToolExecutionError, ToolRetryableError, ToolValidationError
-from agent.ledger import EffectLedger, ExecutionIdentity
+from harness.recording import EffectLedger, ExecutionIdentity
 from agent.tools import TOOLS, ToolContext, resolve_in_workspace, validate_arguments
 
 

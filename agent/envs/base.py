@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from agent.contracts import EnvConfig, EnvRecord
-from agent.ledger import EffectLedger
+from harness.recording import EffectLedger
 from agent.tools import Tool, workspace_for
 
 ENV_NAMES = ("base", "shell_local", "browser_local", "browser_docker")

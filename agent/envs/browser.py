@@ -308,7 +308,7 @@ class BrowserDockerEnv(_BrowserEnv):
     settings: BrowserDockerSettings
 
     def _client(self) -> Any:
-        from chaos.docker_backend import DockerEngineUnavailable, connect
+        from agent.envs.docker_engine import DockerEngineUnavailable, connect
 
         try:
             return connect(timeout_s=10.0)

@@ -35,7 +35,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
-# Debian's Chromium in a closed network: no sandbox as root, no GPU, no background traffic (shared/FINDINGS.md).
+# Debian's Chromium in a closed network: no sandbox as root, no GPU, no background traffic
+# (without these flags it floods a closed network with refused connections).
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run",
                  "--disable-default-apps", "--disable-extensions"]

@@ -43,7 +43,7 @@ from typing import Any, Literal
 import psutil
 
 from agent.contracts import EnvRecord
-from agent.durable_files import write_atomic
+from harness.durable_files import write_atomic
 from agent.envs.base import Env, EnvConfigError, EnvUnavailableError
 from agent.envs.sandbox import SANDBOX_PATH, CommandResult, Limits, bwrap_available, run_command, running_as_root
 from agent.errors import ToolValidationError

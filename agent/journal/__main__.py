@@ -64,7 +64,7 @@ async def _worker(args: argparse.Namespace) -> int:
     from agent.journal.records import derive_worker_id
     from agent.journal.service import JournalWorker
     from agent.journal.steps import configure_worker
-    from agent.ledger import EffectLedger
+    from harness.recording import EffectLedger
 
     if args.lease_ms < 100 or args.concurrency < 1:
         print("error: --lease-ms must be at least 100 and --concurrency at least 1", file=sys.stderr)
@@ -77,8 +77,8 @@ async def _worker(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         url = args.model_base_url
         if url is None:
-            from agent.model_server import ScriptedModelServer
-            from agent.scripted_routes import respond
+            from testbed.model_server import ScriptedModelServer
+            from testbed.scripted_routes import respond
 
             url = stack.enter_context(ScriptedModelServer(respond)).url
         sandbox = args.state_dir / "sandbox"

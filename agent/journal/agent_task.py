@@ -53,7 +53,7 @@ def _retry(policy: ActivityPolicy, non_retryable: tuple[str, ...] = ()) -> StepR
 
 
 def _identity(name: str) -> Any:
-    from agent.ledger import ExecutionIdentity
+    from harness.recording import ExecutionIdentity
 
     info = current_step()
     return ExecutionIdentity(workflow_id=info.run_id, run_id="journal", activity_id=str(info.step_index),

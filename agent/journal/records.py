@@ -1,7 +1,6 @@
 """The durable-run substrate's records, canonical JSON and its hash, and errors.
 
-After the seed's contract (``shared/seeds/durable-run-substrate.d.ts``), in
-Python: a run is split into ordered, idempotent *steps*; each step's result
+A run is split into ordered, idempotent *steps*; each step's result
 is persisted before the next step runs; on resume the runner returns the
 recorded results of completed steps without running them again, up to the
 first unfinished step.

@@ -21,7 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from agent.durable_files import connect_wal
+from harness.durable_files import connect_wal
 from agent.journal.records import DurableRunError, DurableRunManifest, LeaseHeldError, canonical_json
 from agent.journal.runner import run_durable
 from agent.journal.steps import resolve

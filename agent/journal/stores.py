@@ -27,7 +27,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from agent.durable_files import connect_wal, write_atomic
+from harness.durable_files import connect_wal, write_atomic
 from agent.journal.records import (
     DEFAULT_LEASE_MS,
     STEP_KINDS,

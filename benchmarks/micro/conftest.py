@@ -3,7 +3,7 @@ directory (built once per session) and an event loop for the async PTC
 interpreter.
 
 The run directory has the layout ``chaos.runner`` saves and the checkers read:
-``history.jsonl`` (one ``chaos.history.Op`` per line), ``conversations.json``
+``history.jsonl`` (one ``harness.operations.Op`` per line), ``conversations.json``
 (the final reads), ``journal.json``, the per-conversation workspaces under
 ``state/sandbox/``, the effect ledger ``state/sandbox/ledger.sqlite3`` and
 worker logs. It is built from the project's own pieces (``plan_message``,
@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
-from agent.ledger import EffectLedger
+from harness.recording import EffectLedger
 from agent.tools import workspace_for
 from chaos.client import Workload, chaos_agent_config, plan_message
-from chaos.history import INFO, INVOKE, OK, Op
+from harness.operations import INFO, INVOKE, OK, Op
 
 CONVERSATIONS = 50
 MESSAGES_PER_CONVERSATION = 97  # 50 x (start + 97 sends + end_chat + read) x (invoke + completion) = 10,000 client ops
@@ -57,7 +57,7 @@ def turn_messages(planned: Any, call_id: str) -> list[dict[str, Any]]:
 
 
 class _Writer:
-    """Appends ``Op`` lines exactly as ``chaos.history.History`` does, with a deterministic clock."""
+    """Appends ``Op`` lines exactly as ``harness.operations.History`` does, with a deterministic clock."""
 
     def __init__(self, path: Path, t0_wall: float = 1_795_000_000.0) -> None:
         self.lines: list[str] = []

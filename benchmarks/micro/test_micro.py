@@ -27,7 +27,7 @@ What is measured, and why each piece is hot:
   and 10,000 client operations (history lines; ``conftest.build_run_dir``),
   each asserted to say ``pass``. ``temporal_history`` and ``replay`` need
   saved Temporal histories and a replayer, and are not measured here.
-- ``history``: ``chaos.history.load`` + ``pairs`` on that 10,000-operation
+- ``history``: ``harness.operations.load`` + ``pairs`` on that 10,000-operation
   ``history.jsonl``: the first thing every checker does.
 
 Every benchmark asserts its result, so a broken converter, interpreter,
@@ -47,7 +47,7 @@ from temporalio.converter import DataConverter
 
 from agent.contracts import AgentConfig, AgentInput, PlanInput
 from agent.ptc import PtcLimits, PtcResult, run_ptc
-from chaos import history as hist
+from harness import operations as hist
 from chaos.checker import PASS, compose, run_checkers
 
 CONVERTER = DataConverter.default.payload_converter

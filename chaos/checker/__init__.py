@@ -19,7 +19,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from chaos import history as hist
+from harness import operations as hist
 
 PASS, FAIL, UNKNOWN = "pass", "fail", "unknown"
 #: the checker reads something this backend does not have (Temporal histories on the journal backend): said so,
@@ -72,10 +72,10 @@ class RunData:
 
     @cached_property
     def runs(self) -> dict[str, list[Any]]:
-        """workflow id -> its chain of parsed runs (agent.history.RunRecord), in order."""
+        """workflow id -> its chain of parsed runs (harness.event_history.RunRecord), in order."""
         from temporalio.client import WorkflowHistory
 
-        from agent.history import parse_events
+        from harness.event_history import parse_events
 
         out: dict[str, list[Any]] = {}
         for wf_dir in sorted(p for p in self.histories_dir.iterdir() if p.is_dir()):

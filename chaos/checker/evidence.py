@@ -13,7 +13,7 @@ it proved nothing.
 from __future__ import annotations
 
 from chaos.checker import PASS, UNKNOWN, CheckResult, RunData
-from chaos.history import pairs
+from harness.operations import pairs
 
 FAULT_OPS = {"kill_worker", "pause_worker", "partition", "degrade_link", "restart_server", "model_outage", "deploy_fix"}
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from chaos.checker import FAIL, PASS, UNKNOWN, CheckResult, RunData
-from chaos.history import FAIL as OP_FAIL
-from chaos.history import INFO, OK, pairs
+from harness.operations import FAIL as OP_FAIL
+from harness.operations import INFO, OK, pairs
 
 
 def _answered(messages: list[dict[str, Any]], text: str) -> list[str]:

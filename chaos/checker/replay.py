@@ -20,12 +20,12 @@ def check(data: RunData) -> CheckResult:
     target = data.journal.get("target", {})
     workflow = target.get("workflow", DEFAULT_WORKFLOW)
     env = {**os.environ, **target.get("env", {})}
-    proc = subprocess.run([sys.executable, "-m", "chaos.replay", str(data.histories_dir), "--workflow", workflow],
+    proc = subprocess.run([sys.executable, "-m", "harness.replayer", str(data.histories_dir), "--workflow", workflow],
                           capture_output=True, text=True, timeout=300, env=env, cwd=target.get("cwd") or None)
     if proc.returncode != 0:
         return CheckResult("replay", UNKNOWN, f"the replayer could not run (exit {proc.returncode}): "
                                               f"{proc.stderr.strip()[-500:]}")
-    from chaos.replay import RESULT_PREFIX
+    from harness.replayer import RESULT_PREFIX
 
     lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
     if not lines:

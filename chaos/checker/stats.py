@@ -8,7 +8,7 @@ import re
 from collections import Counter, defaultdict
 
 from chaos.checker import PASS, CheckResult, RunData
-from chaos.history import INFO, pairs
+from harness.operations import INFO, pairs
 
 _EXC = re.compile(r"^(?:[\w.]+\.)?([A-Z]\w*(?:Error|Exception|Exit|Interrupt))(?::\s*(.*))?$")
 

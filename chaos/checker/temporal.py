@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from chaos.checker import FAIL, PASS, UNKNOWN, CheckResult, RunData
-from chaos.history import pairs
+from harness.operations import pairs
 
 TOLERANCE_S = 0.05
 

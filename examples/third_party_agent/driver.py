@@ -21,7 +21,7 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 
-from chaos.history import INFO, OK, History
+from harness.operations import INFO, OK, History
 from examples.third_party_agent.app import CalcAgent, CalcAgentParams
 
 POLL_S = 0.1

@@ -1,4 +1,4 @@
-"""Replay saved histories on a cold worker: ``python -m chaos.replay DIR --workflow MODULE:CLASS``.
+"""Replay saved histories on a cold worker: ``python -m harness.replayer DIR --workflow MODULE:CLASS``.
 
 Prints one line ``REPLAY-RESULT {"replayed": n, "failures": [{workflow_id, run_id, error}]}`` and
 exits 0 whenever it could judge (failures are in the JSON); any other exit means it could not.
@@ -41,7 +41,7 @@ async def replay(histories_dir: Path, workflow: type) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m chaos.replay", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m harness.replayer", description=__doc__)
     parser.add_argument("histories", type=Path, help="directory of <workflow id>/<n>-<run id>.json histories")
     parser.add_argument("--workflow", default="agent.workflow:AgentWorkflow", help="MODULE:CLASS of the workflow")
     args = parser.parse_args(argv)
@@ -51,6 +51,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from agent.exit import exit_now
+    from harness.exit import exit_now
 
     exit_now(main())

@@ -17,7 +17,7 @@ from agent.journal.records import StepRecord
 from agent.journal.service import DEFAULT_LEASE_MS, JournalQueue, JournalWorker
 from agent.journal.steps import configure_worker
 from agent.journal.stores import SqliteStore
-from agent.ledger import EffectLedger
+from harness.recording import EffectLedger
 
 
 @dataclass
@@ -50,8 +50,8 @@ async def journal_stack(state_dir: Path, *, worker: bool = True, model_server: A
     sandbox = state_dir / "sandbox"
     async with contextlib.AsyncExitStack() as stack:
         if model_server is None and worker:
-            from agent.model_server import ScriptedModelServer
-            from agent.scripted_routes import respond
+            from testbed.model_server import ScriptedModelServer
+            from testbed.scripted_routes import respond
 
             model_server = stack.enter_context(ScriptedModelServer(respond))
         ledger = stack.enter_context(EffectLedger(sandbox / "ledger.sqlite3"))

@@ -21,7 +21,7 @@ Contract
 * Other routes: ``GET /v1/models``, ``GET /healthz``, and loopback-only admin routes
   ``GET /admin/stats``, ``POST|DELETE /admin/faults``, ``POST /admin/latency``.
 * ``stop()`` is idempotent and returns promptly (< 1 s) even while connections hang.
-* ``python -m agent.model_server`` runs it as a subprocess: prints exactly one line
+* ``python -m testbed.model_server`` runs it as a subprocess: prints exactly one line
   ``READY <url>`` to stdout, serves until SIGTERM/SIGINT, exits 0; bad specs exit 2.
 
 Library code logs through ``logging`` (DEBUG per request) and never logs request headers,
@@ -61,7 +61,7 @@ logger = logging.getLogger(__name__)
 
 Responder = Callable[[dict], dict]
 
-DEFAULT_RESPONDER = "agent.scripted_routes:respond"
+DEFAULT_RESPONDER = "testbed.scripted_routes:respond"
 RUN_HEADER = "X-DAH-Run"
 GLOBAL_RUN = "global"
 DEFAULT_MODEL_NAME = "scripted"
@@ -798,7 +798,7 @@ def _arg_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
 
 def build_arg_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m agent.model_server",
+        prog="python -m testbed.model_server",
         description=(
             "Scripted OpenAI-compatible model server with fault injection. Serves POST /v1/chat/completions "
             "(answers come from a responder function), GET /v1/models, GET /healthz and loopback-only admin "

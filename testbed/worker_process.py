@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.processes import python_module_command, spawn, stop
+from testbed.processes import python_module_command, spawn, stop
 
 log = logging.getLogger(__name__)
 

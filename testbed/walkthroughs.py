@@ -1,6 +1,6 @@
 """The scenario matrix: scripted walkthroughs with their expected outcomes.
 
-Each scenario names a scripted model route (``agent.scripted_routes``), the
+Each scenario names a scripted model route (``testbed.scripted_routes``), the
 prompts to send, and what must come out: the reply, the files left in the
 run's workspace, and the shape of the Temporal history (which activities ran,
 with how many attempts and what outcome). The tests run every scenario on the

@@ -18,7 +18,7 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.service import TLSConfig
 
-from agent.devserver import EmbeddedTemporal
+from testbed.temporal_server import EmbeddedTemporal
 
 REDACTED = "<redacted>"
 

