@@ -7,7 +7,7 @@ where the outside world is touched. On Temporal those are activities and the
 loop runs inside the workflow, so everything here must be deterministic: no
 clock, no randomness, no iteration over unordered sets.
 
-A second backend (the journal substrate) reuses ``run_turn`` unchanged.
+A second backend (the checkpoint substrate) reuses ``run_turn`` unchanged.
 """
 
 from __future__ import annotations

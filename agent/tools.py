@@ -2,7 +2,7 @@
 
 Implementations are plain functions of ``(arguments, ToolContext)``. They
 raise the classified errors of ``agent.errors``; the backend (a Temporal
-activity, or the journal runner) turns those into model-visible results or
+activity, or the checkpoint runner) turns those into model-visible results or
 retries. Side-effecting tools apply their effect through the effect ledger
 with the activity's idempotency key, so a retried attempt does not apply it
 twice.

@@ -95,9 +95,9 @@ def build_worker(client: Client, settings: WorkerSettings, ledger: EffectLedger)
         crash_at=settings.crash_at,
         mutations=settings.mutations,
     )
-    # The substrate's Temporal adapter (agent/journal): the same task functions as the journal backend.
-    from agent.journal.steps import configure_worker
-    from agent.journal.temporal_adapter import DurableTaskWorkflow, durable_step
+    # The substrate's Temporal adapter (agent/checkpoint): the same task functions as the checkpoint backend.
+    from agent.checkpoint.steps import configure_worker
+    from agent.checkpoint.temporal_adapter import DurableTaskWorkflow, durable_step
 
     configure_worker(ledger=ledger, sandbox_root=settings.sandbox_root, model_base_url=settings.model_base_url,
                      identity=settings.identity)

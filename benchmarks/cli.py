@@ -55,7 +55,8 @@ def _latency(text: str) -> str:
 
 
 def _sections(text: str) -> tuple[str, ...]:
-    names = tuple(s.strip() for s in text.split(",") if s.strip())
+    # "journal" is the checkpoint section's old name
+    names = tuple("checkpoint" if s.strip() == "journal" else s.strip() for s in text.split(",") if s.strip())
     bad = [s for s in names if s not in SECTIONS]
     if bad or not names:
         raise argparse.ArgumentTypeError(f"unknown section(s) {', '.join(bad) or '(none given)'}; "
@@ -85,9 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "or a LiteLLM model such as openai/gpt-4o-mini (needs its API key in the environment)")
     p.add_argument("--model-latency", type=_latency,
                    help="the scripted model's latency in model mode (default lognormal:300,0.25; quick fixed:20)")
-    p.add_argument("--backend", choices=("temporal", "journal"), default="temporal",
-                   help="the durable loop of Table 2: temporal (default) or journal (the SQLite step journal); "
-                        "with journal the default sections are table2, journal and micro")
+    p.add_argument("--durability", "--backend", dest="durability", choices=("temporal", "checkpoint", "journal"),
+                   default="temporal",
+                   help="the durable loop of Table 2: temporal (default) or checkpoint (each step checkpointed in "
+                        "SQLite); with checkpoint the default sections are table2, checkpoint and micro ('journal' "
+                        "and --backend are the old names)")
     p.add_argument("--seed", type=int, default=0, help="seed of the emulated model latencies (default 0)")
     p.add_argument("--out", type=Path, default=Path("runs/bench"), help="where runs are written (default runs/bench)")
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
@@ -100,14 +103,16 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     overrides = {k: v for k, v in {"turns": args.turns, "workloads": args.workloads, "model": args.model,
                                    "model_latency": args.model_latency, "seed": args.seed, "out": args.out,
-                                   "only": args.only, "backend": args.backend}.items() if v is not None}
-    if args.backend == "journal":
-        from benchmarks.runner import JOURNAL_SECTIONS
+                                   "only": args.only, "durability": args.durability}.items() if v is not None}
+    if overrides["durability"] == "journal":
+        overrides["durability"] = "checkpoint"
+    if overrides["durability"] == "checkpoint":
+        from benchmarks.runner import CHECKPOINT_SECTIONS
 
-        bad = [s for s in args.only if s not in JOURNAL_SECTIONS]
+        bad = [s for s in args.only if s not in CHECKPOINT_SECTIONS]
         if bad:
-            print(f"python -m benchmarks: --backend journal: section(s) {', '.join(bad)} measure Temporal itself; "
-                  f"with journal use {', '.join(JOURNAL_SECTIONS)}", file=sys.stderr)
+            print(f"python -m benchmarks: --durability checkpoint: section(s) {', '.join(bad)} measure Temporal "
+                  f"itself; with checkpoint use {', '.join(CHECKPOINT_SECTIONS)}", file=sys.stderr)
             return 2
     options = Options.quick_profile(**overrides) if args.quick else Options(**overrides)
     if not is_scripted(options.model) and not any(k.endswith("_API_KEY") and os.environ.get(k) for k in os.environ):

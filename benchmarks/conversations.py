@@ -149,12 +149,12 @@ async def plain_series(model: str, scripted_base_url: str | None, ledger: Effect
     return rows
 
 
-async def journal_series(store: Any, config: AgentConfig, workload: Workload, *, name: str, turns: int,
+async def checkpoint_series(store: Any, config: AgentConfig, workload: Workload, *, name: str, turns: int,
                          warmup: int) -> list[dict[str, Any]]:
     """Table 2's durable series on the journal backend: each turn one run of the agent task (in process,
     ``run_durable`` on the SQLite store); the model's own latency summed from the run's ``llm`` steps."""
-    from agent.journal.agent_task import agent_task, manifest_for
-    from agent.journal.runner import run_durable
+    from agent.checkpoint.agent_task import agent_task, manifest_for
+    from agent.checkpoint.durable_run import run_durable
 
     rows = []
     for n in range(1, warmup + turns + 1):

@@ -27,8 +27,8 @@ from testbed.temporal_server import TUNED_DYNAMIC_CONFIG
 from harness.recording import EffectLedger
 from testbed.model_server import ScriptedModelServer
 from testbed.scripted_routes import respond
-from agent.journal.steps import configure_worker
-from benchmarks import journal_bench, sections
+from agent.checkpoint.steps import configure_worker
+from benchmarks import checkpoint_bench, sections
 from benchmarks.resources import ResourceSampler
 
 log = logging.getLogger(__name__)
@@ -41,13 +41,13 @@ SECTIONS: dict[str, Callable[..., Any]] = {
     "throughput": sections.throughput,
     "recovery": sections.recovery,
     "micro": sections.micro,
-    "journal": journal_bench.journal,
+    "checkpoint": checkpoint_bench.checkpoint,
 }
 SECTION_FILES = {"length": "length.json", "throughput": "throughput.json", "recovery": "recovery.json",
-                 "journal": "journal_backend.json"}  # not journal.json: that is the run's own journal
+                 "checkpoint": "checkpoint_backend.json"}
 QUICK_SKIPS = ("recovery",)
-#: what runs with --backend journal (the others measure Temporal itself: its server, workers and histories)
-JOURNAL_SECTIONS = ("table2", "journal", "micro")  # a worker kill costs the heartbeat and sticky timeouts: not within a minute
+#: what runs with --durability checkpoint (the others measure Temporal itself: its server, workers and histories)
+CHECKPOINT_SECTIONS = ("table2", "checkpoint", "micro")  # a worker kill costs the heartbeat and sticky timeouts: not within a minute
 
 
 @dataclass
@@ -71,7 +71,7 @@ class Options:
     kill_after_s: float = 1.0
     seed: int = 0
     out: Path = Path("runs/bench")
-    backend: str = "temporal"  # the durable loop of Table 2: "temporal" or "journal" (agent/journal)
+    durability: str = "temporal"  # the durable loop of Table 2: "temporal" or "checkpoint" (agent/checkpoint)
 
     @classmethod
     def quick_profile(cls, **overrides: Any) -> Options:
@@ -83,8 +83,8 @@ class Options:
     def sections(self) -> list[str]:
         if self.only:
             return [s for s in SECTIONS if s in self.only]
-        if self.backend == "journal":
-            return [s for s in SECTIONS if s in JOURNAL_SECTIONS]
+        if self.durability == "checkpoint":
+            return [s for s in SECTIONS if s in CHECKPOINT_SECTIONS]
         return [s for s in SECTIONS if not (self.quick and s in QUICK_SKIPS)]
 
     def as_dict(self) -> dict[str, Any]:
@@ -157,8 +157,8 @@ async def run(options: Options, say: Callable[[str], None], command: str) -> Pat
                              identity="bench")
             await llm.wait_loaded()  # LiteLLM takes seconds to import: not inside any timing
             async with contextlib.AsyncExitStack() as stack:
-                temporal_table2 = options.backend == "temporal" and "table2" in wanted
-                if temporal_table2 or {"tuning", "length", "journal"} & set(wanted):
+                temporal_table2 = options.durability == "temporal" and "table2" in wanted
+                if temporal_table2 or {"tuning", "length", "checkpoint"} & set(wanted):
                     say("starting the embedded Temporal server (tuned profile) and in-process workers")
                     bench.tuned = await stack.enter_async_context(sections.local_server(bench, tuned=True))
                 for name in wanted:

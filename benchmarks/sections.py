@@ -111,13 +111,13 @@ async def _latency_series(bench: Bench, local: LocalServer | None, section: str,
     if model == "scripted":  # the same latency sequence for every series: turn i is comparable across them
         bench.model.set_latency(LatencyModel.parse(latency), seed=bench.options.seed)
     config = AgentConfig(model=model)
-    if loop == "durable" and bench.options.backend == "journal":
-        from agent.journal.stores import SqliteStore
-        from benchmarks.conversations import journal_series
+    if loop == "durable" and bench.options.durability == "checkpoint":
+        from agent.checkpoint.stores import SqliteStore
+        from benchmarks.conversations import checkpoint_series
 
-        store = SqliteStore(bench.run_dir / "state" / "journal.sqlite3")
+        store = SqliteStore(bench.run_dir / "state" / "checkpoint.sqlite3")
         try:
-            rows = await journal_series(store, config, workload, name=name, turns=turns, warmup=bench.options.warmup)
+            rows = await checkpoint_series(store, config, workload, name=name, turns=turns, warmup=bench.options.warmup)
         finally:
             await store.close()
         breakdown = None
@@ -134,15 +134,15 @@ async def _latency_series(bench: Bench, local: LocalServer | None, section: str,
         parts = [{**p, "conversation": c} for c, (_, ps) in enumerate(results) for p in ps]
         breakdown = {"name": name, "turns": parts}
     else:
-        # Against the journal backend (one run per turn) the plain loop also starts afresh every turn.
+        # Against the checkpoint backend (one run per turn) the plain loop also starts afresh every turn.
         rows = await plain_series(model, bench.model.url, bench.ledger, bench.sandbox_root, config.tools, workload,
                                   name=name, turns=turns, warmup=bench.options.warmup,
-                                  one_shot=bench.options.backend == "journal")
+                                  one_shot=bench.options.durability == "checkpoint")
         breakdown = None
     _say_series(bench, name, rows)
     record = series_record(name, section, loop, mode, workload, latency, server,
                            VARIANTS[variant].get("eager_activities", True) if loop == "durable" else None, rows)
-    record["backend"] = bench.options.backend if loop == "durable" else None
+    record["backend"] = bench.options.durability if loop == "durable" else None
     if loop == "durable":
         record["variant"] = variant
         record["sandbox"] = VARIANTS[variant].get("workflow_sandbox", True)

@@ -19,13 +19,14 @@ from typing import Any
 
 from chaos.scenarios import SCENARIOS, SUITE
 
-JOURNAL_SCENARIOS = ("kill_mid_turn", "model_outage")  # chaos.journal.JOURNAL_SCENARIOS (imported lazily there)
+CHECKPOINT_SCENARIOS = ("kill_mid_turn", "model_outage")  # chaos.checkpoint.CHECKPOINT_SCENARIOS (imported lazily there)
 
 COLUMNS = [("scenario", 28), ("faults", 7), ("ok", 4), ("fail", 5), ("info", 5), ("lost", 5), ("dup_effects", 12),
            ("recovery_s", 11), ("verdict", 8)]
 
 
-JOURNAL_SUFFIX = "@journal"  # a scenario's twin on the journal backend (chaos/journal.py)
+CHECKPOINT_SUFFIX = "@checkpoint"  # a scenario's twin on the checkpoint backend (chaos/checkpoint.py)
+OLD_SUFFIX = "@journal"  # its name before the backend was called checkpoint
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -56,10 +57,10 @@ async def _run_many(names: list[str], seed: int, out: Path, parallel: int = 1, t
     async def one(i: int, name: str) -> None:
         async with slots:
             say(f"scenario {i}/{len(names)}: {name} (seed {seed})")
-            if name.endswith(JOURNAL_SUFFIX):
-                from chaos.journal import run_journal
+            if name.endswith(CHECKPOINT_SUFFIX):
+                from chaos.checkpoint import run_checkpoint
 
-                result = await run_journal(SCENARIOS[name.removesuffix(JOURNAL_SUFFIX)], seed=seed, out_root=out,
+                result = await run_checkpoint(SCENARIOS[name.removesuffix(CHECKPOINT_SUFFIX)], seed=seed, out_root=out,
                                            progress=say)
             else:
                 result = await run(SCENARIOS[name], seed=seed, out_root=out, progress=say, target=target, ui=ui,
@@ -98,9 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backend", choices=["process", "docker"], default="process",
                    help="where workers run: local processes (default) or Docker containers (needs an engine)")
     p.add_argument("--image", help="docker backend: an image with the worker installed")
-    p.add_argument("--durability", choices=["temporal", "journal"], default="temporal",
-                   help="the agent's durability backend: temporal (default) or journal (the step-checkpointed "
-                        f"SQLite substrate; scenarios {', '.join(JOURNAL_SCENARIOS)})")
+    p.add_argument("--durability", choices=["temporal", "checkpoint", "journal"], default="temporal",
+                   help="the agent's durability backend: temporal (default) or checkpoint (the step-checkpointed "
+                        f"SQLite substrate; scenarios {', '.join(CHECKPOINT_SCENARIOS)}; journal is its old name)")
     p = sub.add_parser("suite", help="the CI suite: every named scenario; exit 1 on any fail or unknown")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", type=Path, default=Path("runs"))
@@ -116,18 +117,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "list":
         for s in SCENARIOS.values():
             print(f"{s.name:<30} {s.description}")
-        for name in JOURNAL_SCENARIOS:
-            print(f"{name + JOURNAL_SUFFIX:<30} {SCENARIOS[name].description} (on the journal backend)")
+        for name in CHECKPOINT_SCENARIOS:
+            print(f"{name + CHECKPOINT_SUFFIX:<30} {SCENARIOS[name].description} (on the checkpoint backend)")
         return 0
     if args.command in ("run", "suite"):
-        journal = getattr(args, "durability", "temporal") == "journal"
+        checkpoint = getattr(args, "durability", "temporal") in ("checkpoint", "journal")
         if args.command == "suite":
-            names = [*SUITE, *(n + JOURNAL_SUFFIX for n in JOURNAL_SCENARIOS)]
+            names = [*SUITE, *(n + CHECKPOINT_SUFFIX for n in CHECKPOINT_SCENARIOS)]
         elif args.scenarios == ["all"]:
-            names = [n + JOURNAL_SUFFIX for n in JOURNAL_SCENARIOS] if journal else list(SUITE)
+            names = [n + CHECKPOINT_SUFFIX for n in CHECKPOINT_SCENARIOS] if checkpoint else list(SUITE)
         else:
-            names = [n + JOURNAL_SUFFIX if journal and not n.endswith(JOURNAL_SUFFIX) else n for n in args.scenarios]
-        known = [*SCENARIOS, *(n + JOURNAL_SUFFIX for n in JOURNAL_SCENARIOS)]
+            names = [n.removesuffix(OLD_SUFFIX) + CHECKPOINT_SUFFIX if n.endswith(OLD_SUFFIX) else n for n in args.scenarios]
+            names = [n + CHECKPOINT_SUFFIX if checkpoint and not n.endswith(CHECKPOINT_SUFFIX) else n for n in names]
+        known = [*SCENARIOS, *(n + CHECKPOINT_SUFFIX for n in CHECKPOINT_SCENARIOS)]
         unknown = [n for n in names if n not in known]
         if unknown:
             print(f"python -m chaos run: unknown scenario(s) {', '.join(unknown)}; known: {', '.join(known)}",

@@ -280,8 +280,8 @@ def recheck(run_dir: Path) -> tuple[str, list[CheckResult], dict[str, Any]]:
     journal_path = run_dir / "journal.json"
     journal = json.loads(journal_path.read_text()) if journal_path.exists() else {}
     checks = run_checkers(run_dir, only=journal.get("target", {}).get("checkers"))
-    if journal.get("backend") == "journal":
-        from chaos.journal import not_applicable
+    if journal.get("backend") in ("checkpoint", "journal"):
+        from chaos.checkpoint import not_applicable
 
         checks += not_applicable()
     journal["checks"] = [c.as_dict() for c in checks]

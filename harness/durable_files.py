@@ -1,4 +1,4 @@
-"""Small durable-file and SQLite helpers shared by the environments, the stores and the journal queue."""
+"""Small durable-file and SQLite helpers shared by the environments, the stores and the checkpoint queue."""
 
 from __future__ import annotations
 

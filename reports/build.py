@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 MANIFEST = ".reports-manifest.json"
 LATEX_TABLES = {"table1": r"\small", "table2": r"\small", "table2_overhead": r"\small", "breakdown": r"\small"}
 BENCH_SECTIONS = ["table2", "tuning", "breakdown", "length", "throughput", "recovery", "resources", "micro",
-                  "journal"]
+                  "checkpoint"]
 TITLE = "Durable agents on Temporal: benchmark and fault-injection report"
 
 
@@ -396,7 +396,7 @@ class Builder:
             if sec in ("table2", "tuning"):
                 if any(s["section"] == sec for s in lat):
                     out.append(sec)
-            elif {"journal": "journal_backend"}.get(sec, sec) in b.data:
+            elif {"checkpoint": "checkpoint_backend"}.get(sec, sec) in b.data:
                 out.append(sec)
         return out
 
@@ -413,8 +413,8 @@ class Builder:
             ("Recovery after a worker kill", lambda d: self.points(d, "recovery", tab.recovery, figs.plot_recovery)),
             ("Resources", self.resources),
             ("Micro-benchmarks", self.micro),
-            ("Journal backend against Temporal", lambda d: self.points(d, "journal_backend", tab.journal,
-                                                                        figs.plot_journal, "journal")),
+            ("Checkpoint backend against Temporal", lambda d: self.points(d, "checkpoint_backend", tab.checkpoint,
+                                                                           figs.plot_checkpoint, "checkpoint")),
             ("Table 1: fault scenarios", self.table1),
             ("Chaos runs", self.chaos_runs),
             ("Migration fuzz", self.fuzz),

@@ -409,7 +409,7 @@ def plot_resources(doc: dict[str, Any], out: Path) -> Figure | None:
                   "(MB) of each process during each benchmark section (psutil samples).")
 
 
-def plot_journal(points: list[dict[str, Any]], out: Path) -> Figure | None:
+def plot_checkpoint(points: list[dict[str, Any]], out: Path) -> Figure | None:
     rows = [p for p in points if p.get("measure") in ("floor", "step") and not math.isnan(p["p50_ms"])
             and p["p50_ms"] > 0]
     if not rows:
@@ -423,7 +423,7 @@ def plot_journal(points: list[dict[str, Any]], out: Path) -> Figure | None:
     ax.set_xlabel("median per step (ms, log scale)")
     ax.set_title("What a checkpointed step costs, against the fsync floor")
     ax.grid(alpha=0.3, axis="x")
-    _save(fig, out, "journal")
-    return Figure("journal", "Journal backend", "Median cost of one no-op checkpointed step on each backend (blue) "
+    _save(fig, out, "checkpoint")
+    return Figure("checkpoint", "Checkpoint backend", "Median cost of one no-op checkpointed step on each backend (blue) "
                   "and the physical floor of one durable write on this disk (grey), log scale. The plain loop's "
                   "step is a bare await.")

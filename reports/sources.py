@@ -46,7 +46,7 @@ BENCH_FILES: dict[str, tuple[str, ...]] = {
     "recovery": ("recovery",),
     "resources": ("resources",),
     "micro": ("micro",),
-    "journal_backend": ("journal",),
+    "checkpoint_backend": ("checkpoint",),
 }
 NOT_CHAOS = {"bench", "migration_fuzz"}
 VERDICTS = ("pass", "fail", "unknown")
@@ -196,7 +196,7 @@ def _normalise_bench(stem: str, doc: Any, where: str, sources: Sources) -> Any:
                              "p50_ms", "p95_ms", "errors"))
     if stem == "recovery":
         return _points(doc, ("heartbeat_s", "tool_s", "baseline_ms", "killed_ms", "recovery_s", "kill_after_s"))
-    if stem == "journal_backend":
+    if stem == "checkpoint_backend":
         return _points(doc, ("n", "p50_ms", "mean_ms", "p95_ms", "vs_floor"))
     if stem == "resources":
         if not isinstance(doc, dict) or not isinstance(doc.get("sections"), dict):

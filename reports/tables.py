@@ -325,12 +325,12 @@ def recovery(points: list[dict[str, Any]]) -> Table | None:
                   "workflow task wait_s": ".2f"})
 
 
-def journal(points: list[dict[str, Any]]) -> Table | None:
+def checkpoint(points: list[dict[str, Any]]) -> Table | None:
     cols = ["measure", "backend", "n", "p50_ms", "mean_ms", "p95_ms", "vs_floor"]
     if not points:
         return None
     df = pd.DataFrame([{c: p.get(c) for c in cols} for p in points], columns=cols)
-    return Table("journal", "The journal backend against the plain loop and Temporal, in one run. floor: one "
+    return Table("checkpoint", "The checkpoint backend against the plain loop and Temporal, in one run. floor: one "
                  "fsync'd SQLite commit (WAL, synchronous=FULL, one-row insert) and a raw write + fsync; step: a "
                  "no-op checkpointed step (vs_floor = p50 / the SQLite floor); turn: one prompt answered by the "
                  "reference agent (model, calculator, model; scripted model, no added latency).", df,

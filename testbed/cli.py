@@ -1,4 +1,4 @@
-"""The ``dah`` command line (also ``python -m agent``).
+"""The ``dah`` command line (also ``python -m testbed``, and ``python -m agent`` as before).
 
     dah demo                 embedded Temporal + worker + scripted model + a REPL
     dah run "What is 25 * 4?"  one prompt, one workflow, the answer and its history
@@ -7,6 +7,7 @@
     dah server               an embedded Temporal dev server in the foreground
     dah model-server         the scripted OpenAI-compatible model server
     dah scenarios            the scripted walkthroughs
+    dah checkpoint ...       the checkpoint backend: worker, run, emit, steps
 
 Library code logs; only this module prints.
 """
@@ -136,9 +137,11 @@ def _check_model(model: str) -> None:
 
 def _add_stack_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("local stack")
-    g.add_argument("--backend", choices=("temporal", "journal"), default="temporal",
-                   help="durability backend: temporal (default: the workflow on a Temporal server) or journal "
-                        "(the same agent loop, each step checkpointed in STATE_DIR/journal.sqlite3)")
+    g.add_argument("--durability", "--backend", dest="durability", choices=("temporal", "checkpoint", "journal"),
+                   default="temporal",
+                   help="durability backend: temporal (default: the workflow on a Temporal server) or checkpoint "
+                        "(the same agent loop, each step checkpointed in STATE_DIR/checkpoint.sqlite3; 'journal' "
+                        "and --backend are its old names)")
     g.add_argument("--state-dir", type=Path, default=Path(".dah"),
                    help="where workspaces and the effect ledger live (default .dah)")
     g.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE, help=f"(default {DEFAULT_TASK_QUEUE})")
@@ -239,8 +242,8 @@ async def _print_graph(stack: Any, workflow_id: str, first_run_id: str) -> None:
 
 async def cmd_run(args: argparse.Namespace) -> int:
     cfg = _agent_config(args)
-    if args.backend == "journal":
-        return await _journal_run(args, cfg)
+    if args.durability != "temporal":
+        return await _checkpoint_run(args, cfg)
     if args.scenario:
         return await _run_scenarios(args, [args.scenario], ui=False)
     if not args.prompt:
@@ -337,8 +340,8 @@ async def cmd_demo(args: argparse.Namespace) -> int:
     from testbed.stack import run_scenario
 
     cfg = _agent_config(args)
-    if args.backend == "journal":
-        return await _journal_demo(args, cfg)
+    if args.durability != "temporal":
+        return await _checkpoint_demo(args, cfg)
     if args.scenario:
         return await _run_scenarios(args, [args.scenario], ui=not args.no_ui)
     async with _stack(args, ui=not args.no_ui) as stack:
@@ -395,22 +398,22 @@ async def _demo_prompt(stack: Any, cfg: AgentConfig, prompt: str) -> None:
     await _print_graph(stack, workflow_id, handle.result_run_id or "")
 
 
-# -- the journal backend ----------------------------------------------------------------
+# -- the checkpoint backend ----------------------------------------------------------------
 
 
-def _journal_checks(args: argparse.Namespace, cfg: AgentConfig) -> None:
+def _checkpoint_checks(args: argparse.Namespace, cfg: AgentConfig) -> None:
     if args.scenario:
-        raise UsageError("--scenario runs on the Temporal backend only; on --backend journal give a prompt with "
+        raise UsageError("--scenario runs on the Temporal backend only; on --durability checkpoint give a prompt with "
                          "--model scripted:<scenario>")
     if cfg.env.name != "base":
-        raise UsageError(f"env {cfg.env.name}: environments run on the Temporal backend only (not --backend journal)")
+        raise UsageError(f"env {cfg.env.name}: environments run on the Temporal backend only (not --durability checkpoint)")
 
 
-def _journal_stack(args: argparse.Namespace) -> Any:
-    from testbed.journal_stack import journal_stack
+def _checkpoint_stack(args: argparse.Namespace) -> Any:
+    from testbed.checkpoint_stack import checkpoint_stack
 
     if args.no_worker:
-        return journal_stack(args.state_dir, worker=False)
+        return checkpoint_stack(args.state_dir, worker=False)
     from testbed.model_server import ScriptedModelServer
     from testbed.scripted_routes import respond
 
@@ -419,21 +422,21 @@ def _journal_stack(args: argparse.Namespace) -> Any:
     @contextlib.asynccontextmanager
     async def stack() -> Any:
         with ScriptedModelServer(respond, latency=latency, faults=faults, seed=args.seed) as model:
-            async with journal_stack(args.state_dir, model_server=model) as js:
+            async with checkpoint_stack(args.state_dir, model_server=model) as js:
                 yield js
 
     return stack()
 
 
-async def _journal_answer(js: Any, cfg: AgentConfig, prompt: str, run_id: str, *, quiet: bool = False) -> dict:
+async def _checkpoint_answer(js: Any, cfg: AgentConfig, prompt: str, run_id: str, *, quiet: bool = False) -> dict:
     _, result = await js.run_prompt(cfg, prompt, run_id)
     if not quiet:
         print(f"answer:      {result['reply']}")
-        print(f"run id:      {run_id} (journal {js.db})")
+        print(f"run id:      {run_id} (checkpoints in {js.db})")
         for step in await js.steps(run_id):
             took = ""
             if step.started_at and step.completed_at:
-                from agent.journal.stores import epoch
+                from agent.checkpoint.stores import epoch
 
                 took = f"{(epoch(step.completed_at) - epoch(step.started_at)) * 1000:8.0f} ms"
             print(f"  ├─ step {step.step_index:<3} {step.intent:<28} {step.kind:<6} {step.status:<10} "
@@ -441,30 +444,30 @@ async def _journal_answer(js: Any, cfg: AgentConfig, prompt: str, run_id: str, *
     return result
 
 
-async def _journal_run(args: argparse.Namespace, cfg: AgentConfig) -> int:
-    _journal_checks(args, cfg)
+async def _checkpoint_run(args: argparse.Namespace, cfg: AgentConfig) -> int:
+    _checkpoint_checks(args, cfg)
     if not args.prompt:
-        raise UsageError("run needs a prompt, e.g. dah run --backend journal \"What is 25 * 4?\"")
-    run_id = args.workflow_id or f"journal-{uuid.uuid4().hex[:12]}"
-    async with _journal_stack(args) as js:
+        raise UsageError("run needs a prompt, e.g. dah run --durability checkpoint \"What is 25 * 4?\"")
+    run_id = args.workflow_id or f"checkpoint-{uuid.uuid4().hex[:12]}"
+    async with _checkpoint_stack(args) as js:
         await _model_client_ready(args)
         try:
             if args.json:
                 _, result = await js.run_prompt(cfg, args.prompt, run_id)
-                print(json.dumps({"run_id": run_id, "backend": "journal", **result}))
+                print(json.dumps({"run_id": run_id, "durability": "checkpoint", **result}))
             else:
-                await _journal_answer(js, cfg, args.prompt, run_id)
+                await _checkpoint_answer(js, cfg, args.prompt, run_id)
         except RuntimeError as exc:
             print(f"the run failed: {exc}", file=sys.stderr)
             return EXIT_FAILED
     return 0
 
 
-async def _journal_demo(args: argparse.Namespace, cfg: AgentConfig) -> int:
-    _journal_checks(args, cfg)
-    async with _journal_stack(args) as js:
-        print("durable-agent-harness demo: the agent loop on the journal backend (steps checkpointed in SQLite)")
-        print(f"Journal:   {js.db}   Model: {cfg.model}   ledger: {js.ledger.path}")
+async def _checkpoint_demo(args: argparse.Namespace, cfg: AgentConfig) -> int:
+    _checkpoint_checks(args, cfg)
+    async with _checkpoint_stack(args) as js:
+        print("durable-agent-harness demo: the agent loop on the checkpoint backend (steps checkpointed in SQLite)")
+        print(f"Checkpoints: {js.db}   Model: {cfg.model}   ledger: {js.ledger.path}")
         prompts = [args.prompt] if args.prompt else None
         reader = None if prompts else _LineReader(asyncio.get_running_loop())
         while True:
@@ -480,7 +483,7 @@ async def _journal_demo(args: argparse.Namespace, cfg: AgentConfig) -> int:
                 if not line:
                     continue
             try:
-                result = await _journal_answer(js, cfg, line, f"demo-{uuid.uuid4().hex[:10]}", quiet=True)
+                result = await _checkpoint_answer(js, cfg, line, f"demo-{uuid.uuid4().hex[:10]}", quiet=True)
                 print(f"agent> {result['reply']}")
             except RuntimeError as exc:
                 print(f"agent> (the run failed: {exc})")
@@ -744,6 +747,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("model-server", help="the scripted OpenAI-compatible model server", add_help=False)
     p.set_defaults(func=None)
 
+    p = sub.add_parser("checkpoint", help="the checkpoint backend: worker, run, emit, steps (dah checkpoint --help)",
+                       add_help=False)
+    p.set_defaults(func=None)
+
     p = sub.add_parser("scenarios", help="list the scripted walkthroughs")
     p.set_defaults(func=cmd_scenarios)
     return parser
@@ -794,6 +801,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from testbed.model_server import main as model_server_main
 
         return model_server_main(argv[1:])
+    if argv[:1] == ["checkpoint"]:
+        from testbed.checkpoint_cli import main as checkpoint_main
+
+        return checkpoint_main(argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -87,11 +87,11 @@ def write_bench(run: Path, *, status="complete", files=None) -> None:
                                                            "samples": 190}},
             "throughput": {"temporal-server": {"cpu_mean_pct": 60.0, "cpu_max_pct": 150.0, "rss_mean_mb": 140.0,
                                                "rss_max_mb": 160.0, "samples": 40}}}},
-        "journal_backend": {"points": [
+        "checkpoint_backend": {"points": [
             {"measure": m, "backend": b, "n": 300, "p50_ms": p50, "mean_ms": p50 * 1.1, "p95_ms": p50 * 2,
              "vs_floor": None if m == "turn" else p50 / 0.3}
-            for m, b, p50 in [("floor", "fsync'd SQLite commit", 0.3), ("step", "journal (sqlite)", 0.55),
-                              ("step", "temporal (activity per step)", 19.0), ("turn", "journal (sqlite)", 25.0)]]},
+            for m, b, p50 in [("floor", "fsync'd SQLite commit", 0.3), ("step", "checkpoint (sqlite)", 0.55),
+                              ("step", "temporal (activity per step)", 19.0), ("turn", "checkpoint (sqlite)", 25.0)]]},
         "micro": {"machine_info": {"python_version": "3.11.9", "cpu": {"brand_raw": "Test CPU"}},
                   "datetime": "2026-11-22T10:05:00", "version": "5.3.1",
                   "benchmarks": [{"name": "test_encode_payload", "fullname": "benchmarks/micro/test_x.py::test_encode",
@@ -239,7 +239,7 @@ def built(tmp_path_factory):
 # ---------------------------------------------------------------- tests
 
 FIGURES = ["breakdown", "tuning", "latency-cdf", "scaling-length", "scaling-history-bytes", "throughput", "recovery",
-           "resources", "journal", *(f"chaos-{s}-{k}" for s in ("kill_mid_turn", "kill_idle")
+           "resources", "checkpoint", *(f"chaos-{s}-{k}" for s in ("kill_mid_turn", "kill_idle")
                           for k in ("latency-raw", "latency-quantiles", "rate"))]
 
 
@@ -247,7 +247,7 @@ def test_every_output_file_exists(built):
     out = built["out"]
     for name in ["report.md", "report.html", "table1.csv", "table2.csv", "table2_overhead.csv", "breakdown.csv",
                  "tuning.csv", "length.csv", "throughput.csv", "recovery.csv", "resources.csv", "micro.csv",
-                 "journal.csv", "migration_fuzz.csv", "table1.tex", "table2.tex", "breakdown.tex"]:
+                 "checkpoint.csv", "migration_fuzz.csv", "table1.tex", "table2.tex", "breakdown.tex"]:
         assert (out / name).is_file(), name
     for name in FIGURES:
         png, svg = out / "figures" / f"{name}.png", out / "figures" / f"{name}.svg"
@@ -363,7 +363,7 @@ def test_interrupted_bench_renders_what_exists(tmp_path):
     assert (out / "table2.csv").is_file() and not (out / "breakdown.csv").exists()
     assert f"skipped {bench / 'breakdown.json'}: breakdown.json is not valid JSON" in md
     assert "status **interrupted**" in md
-    assert "absent: breakdown, length, throughput, recovery, resources, micro, journal" in md
+    assert "absent: breakdown, length, throughput, recovery, resources, micro, checkpoint" in md
     assert "no data: " in md.split("## Overhead breakdown")[1].split("##")[0]
     assert "no data (run `make chaos`)" in md
 

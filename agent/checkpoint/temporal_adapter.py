@@ -31,9 +31,9 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from agent.journal.records import DurableRunManifest
-    from agent.journal.runner import StepRetry
-    from agent.journal.steps import (
+    from agent.checkpoint.records import DurableRunManifest
+    from agent.checkpoint.durable_run import StepRetry
+    from agent.checkpoint.steps import (
         StepCall,
         StepInfo,
         reset_current_step,

@@ -1,7 +1,7 @@
 """Durable-run stores: in memory, on the file system, and in SQLite (the embedded default).
 
 Every store implements ``DurableRunStore`` and passes the same conformance
-suite (``tests/test_journal_stores.py``). Concurrency model: at most one
+suite (``tests/test_checkpoint_stores.py``). Concurrency model: at most one
 worker holds a run's lease at a time; another worker may take the run over
 once the lease has expired, and the steps committed before stay.
 
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.durable_files import connect_wal, write_atomic
-from agent.journal.records import (
+from agent.checkpoint.records import (
     DEFAULT_LEASE_MS,
     STEP_KINDS,
     DurableRunManifest,

@@ -1,12 +1,12 @@
-"""The chaos scenarios against the journal backend: the same load, faults and checkers, no Temporal.
+"""The chaos scenarios against the checkpoint backend: the same load, faults and checkers, no Temporal.
 
-    python -m chaos run kill_mid_turn --durability journal
-    python -m chaos run model_outage --durability journal
+    python -m chaos run kill_mid_turn --durability checkpoint
+    python -m chaos run model_outage --durability checkpoint
 
-The cluster is the scripted model server and N journal worker processes
-(``python -m agent.journal worker``) sharing one SQLite file; the client is
+The cluster is the scripted model server and N checkpoint worker processes
+(``dah checkpoint worker``) sharing one SQLite file; the client is
 the same seeded workload (arithmetic and non-idempotent appends), each
-message a one-shot run submitted to the journal queue, the messages of a
+message a one-shot run submitted to the checkpoint queue, the messages of a
 conversation sharing its workspace. The faults are the same nemeses: a
 SIGKILL of the worker holding a run whose model call is in flight (its runs
 are resumed by another worker once its lease expires), and the model API
@@ -36,9 +36,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.journal.agent_task import TASK, manifest_for
-from agent.journal.service import JournalQueue
-from agent.journal.stores import SqliteStore
+from agent.checkpoint.agent_task import TASK, manifest_for
+from agent.checkpoint.service import CheckpointQueue
+from agent.checkpoint.stores import SqliteStore
 from testbed.model_server import FaultRule, LatencyModel, ScriptedModelServer
 from testbed.processes import python_module_command, spawn, stop
 from testbed.scripted_routes import respond
@@ -47,22 +47,22 @@ from chaos.client import Conversation, Driver
 from chaos.cluster import ClusterSpec
 from harness.operations import FAIL, INFO, OK, History
 
-#: scenarios that have a journal twin (the others fault Temporal itself or its links)
-from chaos.cli import JOURNAL_SCENARIOS  # noqa: E402  (one list, kept where the CLI can read it cheaply)
+#: scenarios that have a checkpoint twin (the others fault Temporal itself or its links)
+from chaos.cli import CHECKPOINT_SCENARIOS  # noqa: E402  (one list, kept where the CLI can read it cheaply)
 CHECKERS = ["lost", "effects", "injection_evidence", "stats"]
 LEASE_MS = 2000
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def not_applicable() -> list[CheckResult]:
-    why = ("reads Temporal event histories; the journal backend has none (its runs are checked by lost, effects "
+    why = ("reads Temporal event histories; the checkpoint backend has none (its runs are checked by lost, effects "
            "and injection_evidence)")
     return [CheckResult("temporal_history", NOT_APPLICABLE, f"not applicable: {why}"),
             CheckResult("replay", NOT_APPLICABLE, f"not applicable: {why}")]
 
 
 @dataclass
-class JournalWorkerProcess:
+class CheckpointWorkerProcess:
     name: str
     db: Path
     state_dir: Path
@@ -81,13 +81,13 @@ class JournalWorkerProcess:
         log = self.log_dir / f"{self.identity}.log"
         with open(log, "wb") as out:
             self.proc = spawn(python_module_command(
-                "agent.journal", "worker", "--db", str(self.db), "--state-dir", str(self.state_dir),
+                "testbed", "checkpoint", "worker", "--db", str(self.db), "--state-dir", str(self.state_dir),
                 "--identity", self.identity, "--lease-ms", str(LEASE_MS), "--model-base-url", self.model_url),
                 stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
         deadline = time.monotonic() + 60
         while ready not in log.read_text(errors="replace"):
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"journal worker {self.identity} did not start:\n{log.read_text()[-2000:]}")
+                raise RuntimeError(f"checkpoint worker {self.identity} did not start:\n{log.read_text()[-2000:]}")
             time.sleep(0.05)
 
     def kill(self) -> None:
@@ -100,30 +100,30 @@ class JournalWorkerProcess:
             stop(self.proc, grace_s=5)
 
 
-class JournalCluster:
-    """The scripted model server and journal workers on one SQLite file (no Temporal, no proxies)."""
+class CheckpointCluster:
+    """The scripted model server and checkpoint workers on one SQLite file (no Temporal, no proxies)."""
 
     def __init__(self, run_dir: Path, spec: ClusterSpec, history: History) -> None:
         self.run_dir = run_dir
         self.spec = spec
         self.history = history
         self.model = ScriptedModelServer(respond, latency=LatencyModel.parse(spec.model_latency), seed=spec.seed)
-        self.workers: list[JournalWorkerProcess] = []
+        self.workers: list[CheckpointWorkerProcess] = []
 
     @property
     def db(self) -> Path:
-        return self.run_dir / "state" / "journal.sqlite3"
+        return self.run_dir / "state" / "checkpoint.sqlite3"
 
     @property
     def ledger_path(self) -> Path:
         return self.run_dir / "state" / "sandbox" / "ledger.sqlite3"
 
-    def start(self) -> JournalCluster:
+    def start(self) -> CheckpointCluster:
         (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
         self.db.parent.mkdir(parents=True, exist_ok=True)
         asyncio.run(SqliteStore(self.db).close())  # tables exist before workers and client open the file
         self.model.start()
-        self.workers = [JournalWorkerProcess(f"w{i}", self.db, self.run_dir / "state", self.model.url,
+        self.workers = [CheckpointWorkerProcess(f"w{i}", self.db, self.run_dir / "state", self.model.url,
                                              self.run_dir / "logs") for i in range(1, self.spec.workers + 1)]
         # Side by side, and the load starts once every model client is loaded (as for the Temporal workers).
         with ThreadPoolExecutor(len(self.workers)) as pool:
@@ -145,7 +145,7 @@ class JournalCluster:
         self.model.stop()
 
 
-def _busy_workers(cluster: JournalCluster, activity: str | None) -> dict[str, list[dict[str, Any]]]:
+def _busy_workers(cluster: CheckpointCluster, activity: str | None) -> dict[str, list[dict[str, Any]]]:
     """Worker identity -> its unfinished executions in the ledger (model calls or tools in flight)."""
     if not cluster.ledger_path.exists():
         return {}
@@ -164,8 +164,8 @@ def _busy_workers(cluster: JournalCluster, activity: str | None) -> dict[str, li
 
 async def kill_worker(ctx: Any, when: str = "busy", activity: str | None = "model", down_s: float = 1.0,
                       wait_s: float = 10.0) -> dict[str, Any]:
-    """SIGKILL the journal worker with a model call (or any work) in flight; restart it after ``down_s``."""
-    cluster: JournalCluster = ctx.cluster
+    """SIGKILL the checkpoint worker with a model call (or any work) in flight; restart it after ``down_s``."""
+    cluster: CheckpointCluster = ctx.cluster
     wanted = "plan_next_action" if activity == "model" else activity
     op = ctx.history.invoke("nemesis", "kill_worker", {"when": when, "activity": activity, "down_s": down_s})
     deadline = time.monotonic() + wait_s
@@ -192,9 +192,9 @@ async def kill_worker(ctx: Any, when: str = "busy", activity: str | None = "mode
 
 
 @dataclass
-class JournalDriver(Driver):
-    """The chaos client on the journal backend: the same seeded messages, each a one-shot run submitted to the
-    journal queue (``client`` and ``task_queue`` are unused)."""
+class CheckpointDriver(Driver):
+    """The chaos client on the checkpoint backend: the same seeded messages, each a one-shot run submitted to the
+    checkpoint queue (``client`` and ``task_queue`` are unused)."""
 
     db: Path | None = None
 
@@ -202,8 +202,8 @@ class JournalDriver(Driver):
         super().__post_init__()
         self.config.tools = [t for t in self.config.tools if t not in ("spawn", "wait", "run_ptc")]
         self._runs: dict[str, list[str]] = {c.workflow_id: [] for c in self.conversations}
-        assert self.db is not None, "JournalDriver needs db (the journal's SQLite file)"
-        self.queue = JournalQueue(self.db)
+        assert self.db is not None, "CheckpointDriver needs db (the checkpoint backend's SQLite file)"
+        self.queue = CheckpointQueue(self.db)
 
     async def _drive(self, i: int, conv: Conversation) -> None:
         process = f"client-{i}"
@@ -225,7 +225,7 @@ class JournalDriver(Driver):
                 self.history.complete(op, INFO, error=f"{type(exc).__name__}: {exc}")
 
     async def finish(self, timeout_s: float = 60.0) -> None:
-        """Wait for every submitted run, then read each conversation back from the journal (the final read)."""
+        """Wait for every submitted run, then read each conversation back from the queue (the final read)."""
         for i, conv in enumerate(self.conversations):
             op = self.history.invoke(f"client-{i}", "read_conversation", {"conversation": conv.workflow_id})
             deadline = time.monotonic() + timeout_s
@@ -249,12 +249,12 @@ class JournalDriver(Driver):
         self.queue.close()
 
     def to_json(self) -> dict[str, Any]:
-        return {**super().to_json(), "backend": "journal", "runs": self._runs}
+        return {**super().to_json(), "backend": "checkpoint", "runs": self._runs}
 
 
 @dataclass
 class _Ctx:
-    cluster: JournalCluster
+    cluster: CheckpointCluster
     history: History
     workflow_ids: list[str]
     rng: random.Random
@@ -263,8 +263,8 @@ class _Ctx:
     driver_stop: Any = None
 
 
-async def run_journal(scenario: Any, *, seed: int, out_root: Path, progress: Any = lambda s: None) -> Any:
-    """One chaos scenario on the journal backend; the same run-directory format and checkers."""
+async def run_checkpoint(scenario: Any, *, seed: int, out_root: Path, progress: Any = lambda s: None) -> Any:
+    """One chaos scenario on the checkpoint backend; the same run-directory format and checkers."""
     from datetime import datetime, timezone
 
     from chaos.checker import compose, run_checkers
@@ -272,22 +272,22 @@ async def run_journal(scenario: Any, *, seed: int, out_root: Path, progress: Any
     from chaos.nemesis import NEMESES
     from chaos.runner import RunResult, drive_load, link_latest, machine_info, summarise
 
-    if scenario.name not in JOURNAL_SCENARIOS:
-        raise ValueError(f"scenario {scenario.name!r} has no journal twin; journal scenarios: "
-                         f"{', '.join(JOURNAL_SCENARIOS)}")
+    if scenario.name not in CHECKPOINT_SCENARIOS:
+        raise ValueError(f"scenario {scenario.name!r} has no checkpoint twin; checkpoint scenarios: "
+                         f"{', '.join(CHECKPOINT_SCENARIOS)}")
     started = time.monotonic()
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-    name = f"{scenario.name}@journal"
+    name = f"{scenario.name}@checkpoint"
     run_dir = (out_root / name / stamp).resolve()
     run_dir.mkdir(parents=True)
     history = History(run_dir / "history.jsonl")
     events = schedule(scenario.events, scenario.random_events, scenario.fault_s, seed)
     spec = type(scenario.cluster)(**{**asdict(scenario.cluster), "seed": seed})
     journal: dict[str, Any] = {
-        "scenario": {**asdict(scenario), "name": name, "cluster": asdict(spec)}, "backend": "journal", "seed": seed,
-        "reproduce": f"python -m chaos run {scenario.name} --durability journal --seed {seed}",
+        "scenario": {**asdict(scenario), "name": name, "cluster": asdict(spec)}, "backend": "checkpoint", "seed": seed,
+        "reproduce": f"python -m chaos run {scenario.name} --durability checkpoint --seed {seed}",
         "schedule": [e.as_dict() for e in events], "machine": await asyncio.to_thread(machine_info),
-        "target": {"name": "reference agent on the journal backend", "checkers": CHECKERS,
+        "target": {"name": "reference agent on the checkpoint backend", "checkers": CHECKERS,
                    "ledger": "sandbox/ledger.sqlite3"},
         "lease_ms": LEASE_MS, "phases": {},
     }
@@ -300,11 +300,11 @@ async def run_journal(scenario: Any, *, seed: int, out_root: Path, progress: Any
         progress(f"{name}: {p} (t={history.now():.1f}s)")
 
     phase("setup")
-    cluster = JournalCluster(run_dir, spec, history)
+    cluster = CheckpointCluster(run_dir, spec, history)
     nemeses = {**NEMESES, "kill_worker": kill_worker}
     try:
         await asyncio.to_thread(cluster.start)
-        driver = JournalDriver(client=None, history=history, task_queue="", workload=scenario.workload, seed=seed,
+        driver = CheckpointDriver(client=None, history=history, task_queue="", workload=scenario.workload, seed=seed,
                                db=cluster.db)
         if scenario.planning_max_attempts:
             driver.config.planning.maximum_attempts = scenario.planning_max_attempts

@@ -1,4 +1,4 @@
-"""The journal backend as a service: a queue of runs in the SQLite file, and workers that run them.
+"""The checkpoint backend as a service: a queue of runs in the SQLite file, and workers that run them.
 
 A client submits a run (task name + manifest) and waits for its result; any
 number of worker processes poll the same database file, take a run whose
@@ -7,7 +7,7 @@ another worker refuses), and execute it with ``run_durable``. A worker that
 dies mid-run stops renewing its lease; once the lease expires another worker
 resumes the run from its committed steps. Recovery time is about one lease.
 
-    python -m agent.journal worker --db .dah/journal.sqlite3 --model-base-url http://127.0.0.1:PORT/v1
+    dah checkpoint worker --db .dah/checkpoint.sqlite3 --model-base-url http://127.0.0.1:PORT/v1
 """
 
 from __future__ import annotations
@@ -22,16 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from harness.durable_files import connect_wal
-from agent.journal.records import DurableRunError, DurableRunManifest, LeaseHeldError, canonical_json
-from agent.journal.runner import run_durable
-from agent.journal.steps import resolve
-from agent.journal.stores import SqliteStore
+from agent.checkpoint.records import DurableRunError, DurableRunManifest, LeaseHeldError, canonical_json
+from agent.checkpoint.durable_run import run_durable
+from agent.checkpoint.steps import resolve
+from agent.checkpoint.stores import SqliteStore
 
 log = logging.getLogger(__name__)
 DEFAULT_LEASE_MS = 5_000
 
 _QUEUE_SCHEMA = """
-CREATE TABLE IF NOT EXISTS journal_queue (
+CREATE TABLE IF NOT EXISTS checkpoint_queue (
     run_id TEXT PRIMARY KEY,
     task TEXT NOT NULL,
     manifest TEXT NOT NULL,
@@ -45,7 +45,7 @@ CREATE TABLE IF NOT EXISTS journal_queue (
 """
 
 
-class JournalQueue:
+class CheckpointQueue:
     """Runs waiting for a worker, and their results (same SQLite file as the store)."""
 
     def __init__(self, path: str | Path) -> None:
@@ -60,27 +60,27 @@ class JournalQueue:
         """Queue a run; False if that run id was already submitted (a resubmission is idempotent)."""
         data = canonical_json(asdict(manifest))
         return self._db.execute(
-            "INSERT OR IGNORE INTO journal_queue (run_id, task, manifest, submitted_at, status)"
+            "INSERT OR IGNORE INTO checkpoint_queue (run_id, task, manifest, submitted_at, status)"
             " VALUES (?, ?, ?, ?, 'queued')", (run_id, task, data, time.time())).rowcount == 1
 
     def queued(self) -> list[tuple[str, str, DurableRunManifest]]:
         """Queued runs whose lease is free or expired (the store's lease decides who finally gets one)."""
         now = time.time()
         rows = self._db.execute(
-            "SELECT q.run_id, q.task, q.manifest FROM journal_queue q LEFT JOIN durable_runs r ON r.run_id = q.run_id"
+            "SELECT q.run_id, q.task, q.manifest FROM checkpoint_queue q LEFT JOIN durable_runs r ON r.run_id = q.run_id"
             " WHERE q.status = 'queued' AND (r.run_id IS NULL OR r.lease_holder_id IS NULL OR r.lease_expires_at <= ?)"
             " ORDER BY q.submitted_at", (now,)).fetchall()
         return [(r["run_id"], r["task"], DurableRunManifest(**json.loads(r["manifest"]))) for r in rows]
 
     def finish(self, run_id: str, worker: str, result: Any = None, error: str | None = None) -> None:
         self._db.execute(
-            "UPDATE journal_queue SET status = ?, result = ?, error = ?, finished_at = ?, finished_by = ?"
+            "UPDATE checkpoint_queue SET status = ?, result = ?, error = ?, finished_at = ?, finished_by = ?"
             " WHERE run_id = ? AND status = 'queued'",
             ("failed" if error else "done", None if error else json.dumps(result), error, time.time(), worker,
              run_id))
 
     def outcome(self, run_id: str) -> tuple[str, Any, str | None] | None:
-        row = self._db.execute("SELECT status, result, error FROM journal_queue WHERE run_id = ?",
+        row = self._db.execute("SELECT status, result, error FROM checkpoint_queue WHERE run_id = ?",
                                (run_id,)).fetchone()
         if row is None:
             return None
@@ -103,13 +103,13 @@ class JournalQueue:
             await asyncio.sleep(poll_s)
 
 
-class JournalWorker:
+class CheckpointWorker:
     """Polls the queue and runs what it can take, ``concurrency`` runs at a time."""
 
     def __init__(self, db: str | Path, worker_id: str, *, lease_ms: int = DEFAULT_LEASE_MS, concurrency: int = 8,
                  poll_s: float = 0.01) -> None:
         self.store = SqliteStore(db)  # creates the store's tables before the queue joins them
-        self.queue = JournalQueue(db)
+        self.queue = CheckpointQueue(db)
         self.worker_id = worker_id
         self.lease_ms = lease_ms
         self.concurrency = concurrency

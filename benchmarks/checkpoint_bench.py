@@ -1,14 +1,14 @@
-"""The ``journal`` section: what a checkpointed step costs on each backend, against the physical floor.
+"""The ``checkpoint`` section: what a checkpointed step costs on each backend, against the physical floor.
 
 All in one run, side by side:
 
 - **floor**: one fsync'd SQLite commit on this disk (WAL, ``synchronous=FULL``, a one-row insert), and a
   raw ``write`` + ``fsync``: no durable step can cost less than one of these;
-- **per-step overhead** of a no-op step: a plain ``await`` (the plain loop), the journal runner on the
+- **per-step overhead** of a no-op step: a plain ``await`` (the plain loop), the checkpoint runner on the
   in-memory, file-system and SQLite stores, and the same task on Temporal (``DurableTaskWorkflow``: each
   step an activity, timed from the history as the span between consecutive steps);
 - **per-turn latency** of the reference agent on one prompt (model, calculator, model; the scripted model
-  with no added latency): the plain loop, the journal backend (SQLite), the Temporal agent workflow,
+  with no added latency): the plain loop, the checkpoint backend (SQLite), the Temporal agent workflow,
   and the substrate task on Temporal.
 """
 
@@ -25,12 +25,12 @@ from temporalio.api.enums.v1 import EventType
 
 from agent import loop
 from agent.contracts import AgentConfig, AgentInput
-from agent.journal.agent_task import TASK, agent_task, manifest_for
-from agent.journal.records import DurableRunManifest
-from agent.journal.runner import run_durable
-from agent.journal.steps import step_call
-from agent.journal.stores import FileSystemStore, InMemoryStore, SqliteStore
-from agent.journal.temporal_adapter import DurableTaskInput, DurableTaskWorkflow
+from agent.checkpoint.agent_task import TASK, agent_task, manifest_for
+from agent.checkpoint.records import DurableRunManifest
+from agent.checkpoint.durable_run import run_durable
+from agent.checkpoint.steps import step_call
+from agent.checkpoint.stores import FileSystemStore, InMemoryStore, SqliteStore
+from agent.checkpoint.temporal_adapter import DurableTaskInput, DurableTaskWorkflow
 from agent.workflow import AgentWorkflow
 from benchmarks.plain import PlainEffects
 from benchmarks.stats import summarise
@@ -66,7 +66,7 @@ def _floor(directory: Path, n: int) -> dict[str, Any]:
     return {"sqlite_commit_fsync_ms": summarise(commits), "write_fsync_ms": summarise(raw)}
 
 
-async def _journal_steps(store: Any, n: int) -> list[float]:
+async def _checkpoint_steps(store: Any, n: int) -> list[float]:
     timings: list[float] = []
 
     async def task(ctx: Any) -> int:
@@ -92,7 +92,7 @@ async def _temporal_steps(client: Any, task_queue: str, n: int) -> tuple[list[fl
     manifest = {"project_id": "bench", "task": {"id": "noop-steps"}, "input": {"n": n}}
     t0 = time.perf_counter()
     await client.execute_workflow(DurableTaskWorkflow.run, DurableTaskInput(
-        task="benchmarks.journal_bench:noop_task", run_id=wid, manifest=manifest), id=wid, task_queue=task_queue)
+        task="benchmarks.checkpoint_bench:noop_task", run_id=wid, manifest=manifest), id=wid, task_queue=task_queue)
     wall_ms = (time.perf_counter() - t0) * 1000
     scheduled = []
     async for event in client.get_workflow_handle(wid).fetch_history_events():
@@ -115,9 +115,9 @@ async def _turns(bench: Any, n: int) -> dict[str, list[float]]:
 
     bench.model.set_latency(LatencyModel.parse("0"), seed=bench.options.seed)  # whatever an earlier section set
     cfg = AgentConfig(model="scripted")
-    out: dict[str, list[float]] = {"plain": [], "journal (sqlite)": [], "temporal (agent workflow)": [],
+    out: dict[str, list[float]] = {"plain": [], "checkpoint (sqlite)": [], "temporal (agent workflow)": [],
                                    "temporal (substrate task)": []}
-    store = SqliteStore(bench.run_dir / "state" / "journal-agent.sqlite3")
+    store = SqliteStore(bench.run_dir / "state" / "checkpoint-agent.sqlite3")
     client, queue = bench.tuned.client, bench.tuned.task_queue()
     for i in range(n + 2):  # two warm-up rounds
         effects = PlainEffects(model="scripted", scripted_base_url=bench.model.url, ledger=bench.ledger,
@@ -127,9 +127,9 @@ async def _turns(bench: Any, n: int) -> dict[str, list[float]]:
         plain = (time.perf_counter() - t0) * 1000
 
         t0 = time.perf_counter()
-        await run_durable(f"bench-journal-{uuid.uuid4().hex[:8]}", manifest_for(cfg, PROMPT), store, agent_task,
+        await run_durable(f"bench-checkpoint-{uuid.uuid4().hex[:8]}", manifest_for(cfg, PROMPT), store, agent_task,
                           worker_id="bench")
-        journal = (time.perf_counter() - t0) * 1000
+        checkpointed = (time.perf_counter() - t0) * 1000
 
         t0 = time.perf_counter()
         await client.execute_workflow(AgentWorkflow.run, AgentInput(config=cfg, prompt=PROMPT),
@@ -142,28 +142,28 @@ async def _turns(bench: Any, n: int) -> dict[str, list[float]]:
             task=TASK, run_id=wid, manifest=manifest_for(cfg, PROMPT).__dict__), id=wid, task_queue=queue)
         substrate = (time.perf_counter() - t0) * 1000
         if i >= 2:
-            for key, value in zip(out, (plain, journal, workflow, substrate)):
+            for key, value in zip(out, (plain, checkpointed, workflow, substrate)):
                 out[key].append(round(value, 3))
     await store.close()
     return out
 
 
-async def journal(bench: Any) -> dict[str, Any]:
+async def checkpoint(bench: Any) -> dict[str, Any]:
     quick = bench.options.quick
     n_steps = 50 if quick else 300
     n_turns = 5 if quick else 30
-    work = bench.run_dir / "state" / "journal-bench"
+    work = bench.run_dir / "state" / "checkpoint-bench"
     work.mkdir(parents=True, exist_ok=True)
-    with bench.sampler.section("journal", lambda: {"temporal-server (tuned)": bench.tuned.server.pid,
+    with bench.sampler.section("checkpoint", lambda: {"temporal-server (tuned)": bench.tuned.server.pid,
                                                     "bench (client + worker + model)": os.getpid()}):
         floor = _floor(work, n_steps)
         bench.say(f"  floor: fsync'd SQLite commit p50 {floor['sqlite_commit_fsync_ms']['p50']:.3f} ms, "
                   f"write+fsync p50 {floor['write_fsync_ms']['p50']:.3f} ms")
         steps: dict[str, list[float]] = {"plain": await _plain_steps(n_steps)}
-        steps["journal (memory)"] = await _journal_steps(InMemoryStore(), n_steps)
-        steps["journal (files)"] = await _journal_steps(FileSystemStore(work / "fs"), n_steps)
+        steps["checkpoint (memory)"] = await _checkpoint_steps(InMemoryStore(), n_steps)
+        steps["checkpoint (files)"] = await _checkpoint_steps(FileSystemStore(work / "fs"), n_steps)
         sqlite_store = SqliteStore(work / "steps.sqlite3")
-        steps["journal (sqlite)"] = await _journal_steps(sqlite_store, n_steps)
+        steps["checkpoint (sqlite)"] = await _checkpoint_steps(sqlite_store, n_steps)
         await sqlite_store.close()
         temporal_steps, temporal_wall = await _temporal_steps(bench.tuned.client, bench.tuned.task_queue(), n_steps)
         steps["temporal (activity per step)"] = temporal_steps
@@ -189,7 +189,7 @@ async def journal(bench: Any) -> dict[str, Any]:
         "floor": floor, "n_steps": n_steps, "n_turns": n_turns, "prompt": PROMPT,
         "per_step_ms": per_step, "per_step_raw_ms": {k: [round(v, 4) for v in vs] for k, vs in steps.items()},
         "temporal_noop_workflow_wall_ms": round(temporal_wall, 1),
-        "journal_sqlite_vs_floor": round(per_step["journal (sqlite)"]["p50"] / floor_p50, 2),
+        "checkpoint_sqlite_vs_floor": round(per_step["checkpoint (sqlite)"]["p50"] / floor_p50, 2),
         "per_turn_ms": per_turn, "per_turn_raw_ms": turns,
     }
     return result

@@ -2,10 +2,10 @@
 
 Each model call is an ``llm`` step and each tool call a ``tool`` step, both
 ``step_call``s of module-level functions, so the task runs unchanged on the
-journal runner (``run_durable``) and on Temporal (``DurableTaskWorkflow``).
+checkpoint runner (``run_durable``) and on Temporal (``DurableTaskWorkflow``).
 Retry policies come from the agent config's planning and tool policies, as
 on the Temporal backend. A tool's side effect goes through the effect ledger
-with the step's identity (``<run id>/journal/<step index>``), stable across
+with the step's identity (``<run id>/checkpoint/<step index>``), stable across
 retries and across a takeover by another worker.
 
 The workflow-native tools (``spawn``, ``wait``, ``run_ptc``) and environments
@@ -20,12 +20,12 @@ from typing import Any
 from agent import loop
 from agent.contracts import WORKFLOW_NATIVE_TOOLS, ActivityPolicy, AgentConfig
 from agent.errors import ModelConfigurationError, ToolExecutionError, ToolRetryableError, ToolValidationError
-from agent.journal.records import DurableRunManifest
-from agent.journal.runner import StepRetry
-from agent.journal.steps import current_step, step_call, worker_resources
+from agent.checkpoint.records import DurableRunManifest
+from agent.checkpoint.durable_run import StepRetry
+from agent.checkpoint.steps import current_step, step_call, worker_resources
 
 PROJECT_ID = "durable-agent"
-TASK = "agent.journal.agent_task:agent_task"
+TASK = "agent.checkpoint.agent_task:agent_task"
 
 
 def manifest_for(config: AgentConfig, prompt: str, workspace: str | None = None) -> DurableRunManifest:
@@ -56,7 +56,7 @@ def _identity(name: str) -> Any:
     from harness.recording import ExecutionIdentity
 
     info = current_step()
-    return ExecutionIdentity(workflow_id=info.run_id, run_id="journal", activity_id=str(info.step_index),
+    return ExecutionIdentity(workflow_id=info.run_id, run_id="checkpoint", activity_id=str(info.step_index),
                              attempt=info.attempt, worker=info.worker_id)
 
 
@@ -138,7 +138,7 @@ class StepEffects:
     async def call_tool(self, call: loop.ToolCall) -> loop.ToolResult:
         if call.name in WORKFLOW_NATIVE_TOOLS:
             return loop.ToolResult(call.id, call.name, loop.BAD_CALL,
-                                   f"{call.name} is not available on the journal backend (Temporal only)")
+                                   f"{call.name} is not available on the checkpoint backend (Temporal only)")
         out = await self.ctx.step(
             f"tool:{call.name}", step_call(tool_step, name=call.name, arguments=call.arguments,
                                            max_attempts=self.config.tool.maximum_attempts,

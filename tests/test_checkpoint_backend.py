@@ -1,4 +1,4 @@
-"""The journal backend across processes (real SIGKILL), and the same agent task on both backends."""
+"""The checkpoint backend across processes (real SIGKILL), and the same agent task on both backends."""
 
 from __future__ import annotations
 
@@ -11,26 +11,26 @@ import uuid
 from pathlib import Path
 
 from agent.contracts import AgentConfig
-from agent.journal.agent_task import TASK, agent_task, manifest_for
-from agent.journal.runner import run_durable
-from agent.journal.service import JournalQueue
-from agent.journal.stores import SqliteStore
-from agent.journal.temporal_adapter import DurableTaskInput, DurableTaskWorkflow
+from agent.checkpoint.agent_task import TASK, agent_task, manifest_for
+from agent.checkpoint.durable_run import run_durable
+from agent.checkpoint.service import CheckpointQueue
+from agent.checkpoint.stores import SqliteStore
+from agent.checkpoint.temporal_adapter import DurableTaskInput, DurableTaskWorkflow
 from testbed.processes import python_module_command, spawn, stop
 from testbed.stack import AgentStack, workspace_files
-from tests.journal_tasks import manifest
+from tests.checkpoint_tasks import manifest
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 class Worker:
-    """``python -m agent.journal worker`` as a process we can SIGKILL."""
+    """``dah checkpoint worker`` as a process we can SIGKILL."""
 
     def __init__(self, db: Path, tmp: Path, name: str, lease_ms: int = 1000) -> None:
         self.log = tmp / f"{name}.log"
         with open(self.log, "wb") as out:
             self.proc = spawn(python_module_command(
-                "agent.journal", "worker", "--db", str(db), "--state-dir", str(tmp / "state"), "--identity", name,
+                "testbed", "checkpoint", "worker", "--db", str(db), "--state-dir", str(tmp / "state"), "--identity", name,
                 "--lease-ms", str(lease_ms), "--model-base-url", "http://127.0.0.1:9/v1"),
                 stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
         deadline = time.monotonic() + 30
@@ -53,13 +53,13 @@ def _marks(path: Path) -> list[tuple[str, int]]:
 
 
 async def test_a_worker_killed_mid_run_is_taken_over_without_rerunning_completed_steps(tmp_path: Path) -> None:
-    db, marks = tmp_path / "journal.sqlite3", tmp_path / "marks.txt"
+    db, marks = tmp_path / "checkpoint.sqlite3", tmp_path / "marks.txt"
     store = SqliteStore(db)
-    queue = JournalQueue(db)
+    queue = CheckpointQueue(db)
     first = Worker(db, tmp_path, "first", lease_ms=1000)
     second = None
     try:
-        queue.submit("run-kill", "tests.journal_tasks:counting_task", manifest(marks, steps=6, sleep_s=0.3))
+        queue.submit("run-kill", "tests.checkpoint_tasks:counting_task", manifest(marks, steps=6, sleep_s=0.3))
         deadline = time.monotonic() + 30
         while len(_marks(marks)) < 3 and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
@@ -86,10 +86,10 @@ async def test_a_worker_killed_mid_run_is_taken_over_without_rerunning_completed
 
 
 async def test_two_workers_racing_for_one_run_exactly_one_wins(tmp_path: Path) -> None:
-    db, marks = tmp_path / "journal.sqlite3", tmp_path / "marks.txt"
+    db, marks = tmp_path / "checkpoint.sqlite3", tmp_path / "marks.txt"
     await SqliteStore(db).close()
     at = time.time() + 2.0  # every racer starts its attempt at the same moment
-    racers = [subprocess.Popen([sys.executable, "-m", "tests.journal_tasks", "--db", str(db), "--run-id", "race",
+    racers = [subprocess.Popen([sys.executable, "-m", "tests.checkpoint_tasks", "--db", str(db), "--run-id", "race",
                                 "--worker", f"racer-{n}", "--path", str(marks), "--at", str(at)],
                                stdout=subprocess.PIPE, text=True, cwd=ROOT) for n in range(4)]
     outcomes = [json.loads(p.communicate(timeout=60)[0]) for p in racers]
@@ -100,8 +100,8 @@ async def test_two_workers_racing_for_one_run_exactly_one_wins(tmp_path: Path) -
 
 
 def test_concurrent_emitters_in_separate_processes_first_emit_wins(tmp_path: Path) -> None:
-    db = tmp_path / "journal.sqlite3"
-    emitters = [subprocess.Popen(python_module_command("agent.journal", "emit", "--db", str(db), "--run-id", "r",
+    db = tmp_path / "checkpoint.sqlite3"
+    emitters = [subprocess.Popen(python_module_command("testbed", "checkpoint", "emit", "--db", str(db), "--run-id", "r",
                                                        "--key", "approved", "--payload", json.dumps({"by": n})),
                                  stdout=subprocess.PIPE, text=True, cwd=ROOT) for n in range(6)]
     answers = [json.loads(p.communicate(timeout=60)[0]) for p in emitters]
@@ -118,24 +118,24 @@ def _config() -> AgentConfig:
     return cfg
 
 
-async def test_the_agent_loop_runs_on_the_journal_runner_and_on_temporal_with_the_same_result(
+async def test_the_agent_loop_runs_on_the_checkpoint_runner_and_on_temporal_with_the_same_result(
         stack: AgentStack) -> None:
     prompt = "Draft a plan in notes/plan.txt and mark it done."
-    store = SqliteStore(stack.settings.sandbox_root.parent / "journal.sqlite3")
-    run_id = f"journal-{uuid.uuid4().hex[:8]}"
-    journal = await run_durable(run_id, manifest_for(_config(), prompt), store, agent_task, worker_id="in-process")
+    store = SqliteStore(stack.settings.sandbox_root.parent / "checkpoint.sqlite3")
+    run_id = f"checkpoint-{uuid.uuid4().hex[:8]}"
+    checkpoint = await run_durable(run_id, manifest_for(_config(), prompt), store, agent_task, worker_id="in-process")
     again = await run_durable(run_id, manifest_for(_config(), prompt), store, agent_task, worker_id="in-process")
     await store.close()
-    assert (again.executed, again.replayed, again.result) == (0, journal.executed, journal.result)
-    assert [s.intent for s in journal.steps] == ["llm:plan", "tool:write_file", "llm:plan", "tool:read_file",
+    assert (again.executed, again.replayed, again.result) == (0, checkpoint.executed, checkpoint.result)
+    assert [s.intent for s in checkpoint.steps] == ["llm:plan", "tool:write_file", "llm:plan", "tool:read_file",
                                                  "llm:plan", "tool:write_file", "tool:list_files", "llm:plan"]
     wid = f"durable-task-{uuid.uuid4().hex[:8]}"
     on_temporal = await stack.client.execute_workflow(
         DurableTaskWorkflow.run, DurableTaskInput(task=TASK, run_id=wid, manifest=manifest_for(_config(),
                                                                                               prompt).__dict__),
         id=wid, task_queue=stack.task_queue)
-    assert on_temporal == journal.result
-    assert "notes/done.txt" in journal.result["reply"]
+    assert on_temporal == checkpoint.result
+    assert "notes/done.txt" in checkpoint.result["reply"]
     for rid in (run_id, wid):
         assert workspace_files(stack.workspace(rid)) == {"notes/plan.txt": "step one: gather data",
                                                          "notes/done.txt": "done"}
@@ -143,7 +143,7 @@ async def test_the_agent_loop_runs_on_the_journal_runner_and_on_temporal_with_th
         assert (summary.effects_applied, summary.duplicated_effects) == (2, 0)
 
 
-def test_journal_cli_refuses_bad_options(tmp_path: Path) -> None:
-    out = subprocess.run(python_module_command("agent.journal", "worker", "--db", str(tmp_path / "j.db"),
+def test_checkpoint_cli_refuses_bad_options(tmp_path: Path) -> None:
+    out = subprocess.run(python_module_command("testbed", "checkpoint", "worker", "--db", str(tmp_path / "j.db"),
                                                "--lease-ms", "5"), capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 2 and "--lease-ms must be at least 100" in out.stderr

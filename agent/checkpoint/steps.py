@@ -1,10 +1,10 @@
 """Step functions that run on either backend: ``step_call(fn, **kwargs)``.
 
 A task function written for the substrate passes its step work to
-``ctx.step(intent, fn)``. On the journal runner ``fn`` is simply called. On
+``ctx.step(intent, fn)``. On the checkpoint runner ``fn`` is simply called. On
 Temporal a step is an activity, and an activity cannot carry a closure, so a
 portable task passes a ``StepCall``: a module-level async function plus JSON
-keyword arguments. The journal runner calls it like any function; the
+keyword arguments. The checkpoint runner calls it like any function; the
 Temporal adapter ships ``(function name, kwargs)`` to the generic
 ``durable_step`` activity, which imports the function and calls it.
 
@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agent.journal.records import canonical_json
+from agent.checkpoint.records import canonical_json
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def resolve(name: str) -> Callable[..., Awaitable[Any]]:
 
 
 # What step functions of this process may use (the effect ledger, the model server, the worker's identity):
-# set once by whoever runs steps here, the journal worker or a Temporal worker (build_worker).
+# set once by whoever runs steps here, the checkpoint worker or a Temporal worker (build_worker).
 _RESOURCES: dict[str, Any] = {}
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.journal.records import (
+from agent.checkpoint.records import (
     AwaitEventTimeoutError,
     DivergenceError,
     DurableRunManifest,
@@ -22,8 +22,8 @@ from agent.journal.records import (
     canonical_json,
     manifest_hash,
 )
-from agent.journal.runner import DurableContext, run_durable
-from agent.journal.stores import DurableRunStore, FileSystemStore, InMemoryStore, SqliteStore
+from agent.checkpoint.durable_run import DurableContext, run_durable
+from agent.checkpoint.stores import DurableRunStore, FileSystemStore, InMemoryStore, SqliteStore
 
 MANIFEST = DurableRunManifest(project_id="durable-agent", task={"id": "t1", "intent": "answer"}, input={"q": 1})
 OTHER = DurableRunManifest(project_id="durable-agent", task={"id": "t1", "intent": "answer"}, input={"q": 2})

@@ -1,4 +1,4 @@
-"""Task functions for the journal backend's multi-process tests (importable by worker processes)."""
+"""Task functions for the checkpoint backend's multi-process tests (importable by worker processes)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.journal.records import DurableRunManifest
-from agent.journal.steps import current_step, step_call
+from agent.checkpoint.records import DurableRunManifest
+from agent.checkpoint.steps import current_step, step_call
 
 
 async def mark(path: str, i: int, sleep_s: float) -> int:
@@ -39,10 +39,10 @@ def manifest(path: Path, steps: int, sleep_s: float) -> DurableRunManifest:
 
 
 def main() -> int:
-    """``python -m tests.journal_tasks race``: wait for a shared start time, then try to run one run."""
-    from agent.journal.records import LeaseHeldError
-    from agent.journal.runner import run_durable
-    from agent.journal.stores import SqliteStore
+    """``python -m tests.checkpoint_tasks race``: wait for a shared start time, then try to run one run."""
+    from agent.checkpoint.records import LeaseHeldError
+    from agent.checkpoint.durable_run import run_durable
+    from agent.checkpoint.stores import SqliteStore
 
     p = argparse.ArgumentParser()
     p.add_argument("--db", required=True)

@@ -1,5 +1,5 @@
-"""The journal backend's local stack: a scripted model server, the effect ledger and an in-process
-journal worker, all on one SQLite file (what ``dah run --backend journal`` and the benchmarks use)."""
+"""The checkpoint backend's local stack: a scripted model server, the effect ledger and an in-process
+checkpoint worker, all on one SQLite file (what ``dah run --durability checkpoint`` and the benchmarks use)."""
 
 from __future__ import annotations
 
@@ -12,18 +12,18 @@ from pathlib import Path
 from typing import Any
 
 from agent.contracts import AgentConfig
-from agent.journal.agent_task import TASK, manifest_for
-from agent.journal.records import StepRecord
-from agent.journal.service import DEFAULT_LEASE_MS, JournalQueue, JournalWorker
-from agent.journal.steps import configure_worker
-from agent.journal.stores import SqliteStore
+from agent.checkpoint.agent_task import TASK, manifest_for
+from agent.checkpoint.records import StepRecord
+from agent.checkpoint.service import DEFAULT_LEASE_MS, CheckpointQueue, CheckpointWorker
+from agent.checkpoint.steps import configure_worker
+from agent.checkpoint.stores import SqliteStore
 from harness.recording import EffectLedger
 
 
 @dataclass
-class JournalStack:
+class CheckpointStack:
     db: Path
-    queue: JournalQueue
+    queue: CheckpointQueue
     store: SqliteStore
     ledger: EffectLedger
     sandbox_root: Path
@@ -31,7 +31,7 @@ class JournalStack:
 
     async def run_prompt(self, config: AgentConfig, prompt: str, run_id: str | None = None,
                          timeout_s: float = 300.0) -> tuple[str, dict[str, Any]]:
-        run_id = run_id or f"journal-{uuid.uuid4().hex[:12]}"
+        run_id = run_id or f"checkpoint-{uuid.uuid4().hex[:12]}"
         self.queue.submit(run_id, TASK, manifest_for(config, prompt))
         return run_id, await self.queue.wait(run_id, timeout_s=timeout_s)
 
@@ -43,10 +43,10 @@ class JournalStack:
 
 
 @contextlib.asynccontextmanager
-async def journal_stack(state_dir: Path, *, worker: bool = True, model_server: Any = None,
-                        lease_ms: int = DEFAULT_LEASE_MS, identity: str = "in-process") -> AsyncIterator[JournalStack]:
-    """``worker=False``: only the client side (workers run elsewhere on the same ``STATE_DIR/journal.sqlite3``)."""
-    db = state_dir / "journal.sqlite3"
+async def checkpoint_stack(state_dir: Path, *, worker: bool = True, model_server: Any = None,
+                        lease_ms: int = DEFAULT_LEASE_MS, identity: str = "in-process") -> AsyncIterator[CheckpointStack]:
+    """``worker=False``: only the client side (workers run elsewhere on the same ``STATE_DIR/checkpoint.sqlite3``)."""
+    db = state_dir / "checkpoint.sqlite3"
     sandbox = state_dir / "sandbox"
     async with contextlib.AsyncExitStack() as stack:
         if model_server is None and worker:
@@ -57,7 +57,7 @@ async def journal_stack(state_dir: Path, *, worker: bool = True, model_server: A
         ledger = stack.enter_context(EffectLedger(sandbox / "ledger.sqlite3"))
         store = SqliteStore(db)
         stack.push_async_callback(store.close)
-        queue = JournalQueue(db)
+        queue = CheckpointQueue(db)
         stack.callback(queue.close)
         if worker:
             from agent import llm
@@ -65,11 +65,11 @@ async def journal_stack(state_dir: Path, *, worker: bool = True, model_server: A
             llm.preload_in_background()  # LiteLLM's ~5 s import, off the first model step
             configure_worker(ledger=ledger, sandbox_root=sandbox, model_base_url=model_server.url, identity=identity)
             stop = asyncio.Event()
-            running = asyncio.create_task(JournalWorker(db, identity, lease_ms=lease_ms).run(stop))
+            running = asyncio.create_task(CheckpointWorker(db, identity, lease_ms=lease_ms).run(stop))
 
             async def halt() -> None:
                 stop.set()
                 await running
 
             stack.push_async_callback(halt)
-        yield JournalStack(db, queue, store, ledger, sandbox, model_server)
+        yield CheckpointStack(db, queue, store, ledger, sandbox, model_server)

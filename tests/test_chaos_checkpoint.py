@@ -1,4 +1,4 @@
-"""The chaos harness on the journal backend: the same load, faults and checkers, with Temporal-only
+"""The chaos harness on the checkpoint backend: the same load, faults and checkers, with Temporal-only
 checkers reported as not applicable (never as a pass)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 from chaos.checker import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult, compose
 from chaos.client import Workload
 from chaos.generator import NemesisEvent
-from chaos.journal import run_journal
+from chaos.checkpoint import run_checkpoint
 from chaos.runner import recheck
 from chaos.scenarios import SCENARIOS
 
@@ -22,17 +22,17 @@ def test_not_applicable_checks_count_neither_way() -> None:
     assert compose([na]) == UNKNOWN  # nothing that applies was checked: never a pass
 
 
-async def test_a_worker_kill_on_the_journal_backend_loses_nothing(tmp_path: Path) -> None:
+async def test_a_worker_kill_on_the_checkpoint_backend_loses_nothing(tmp_path: Path) -> None:
     scenario = replace(SCENARIOS["kill_mid_turn"],
                        events=(NemesisEvent(0.5, "kill_worker", {"when": "busy", "activity": "model", "down_s": 0.5}),),
                        workload=Workload(conversations=2, messages=3), fault_s=2.5)
-    result = await run_journal(scenario, seed=3, out_root=tmp_path)
+    result = await run_checkpoint(scenario, seed=3, out_root=tmp_path)
     verdicts = {c.name: c.verdict for c in result.checks}
     assert verdicts == {"lost": PASS, "effects": PASS, "injection_evidence": PASS, "stats": PASS,
                         "temporal_history": NOT_APPLICABLE, "replay": NOT_APPLICABLE}, result.checks
     assert result.verdict == PASS and result.row["faults"] == "1/1" and result.row["lost"] == 0
     # The killed worker's run was resumed elsewhere: its model step began twice, nothing else re-ran.
-    db = sqlite3.connect(result.run_dir / "state" / "journal.sqlite3")
+    db = sqlite3.connect(result.run_dir / "state" / "checkpoint.sqlite3")
     retried = db.execute("SELECT intent, attempts FROM durable_steps WHERE attempts > 1").fetchall()
     db.close()
     assert retried and all(intent == "llm:plan" for intent, _ in retried)
