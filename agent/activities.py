@@ -17,9 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import signal
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -82,9 +79,6 @@ class AgentActivities:
         ledger: EffectLedger,
         worker_identity: str,
         model_base_url: str | None,
-        inject_bugs: frozenset[str] = frozenset(),
-        crash_at: frozenset[str] = frozenset(),
-        mutations: frozenset[str] = frozenset(),
         envs_root: Path | None = None,
     ) -> None:
         self.sandbox_root = sandbox_root
@@ -94,25 +88,6 @@ class AgentActivities:
         self.ledger = ledger
         self.worker_identity = worker_identity
         self.model_base_url = model_base_url
-        self.inject_bugs = inject_bugs
-        self.crash_at = crash_at
-        self.mutations = mutations
-
-    def _maybe_crash(self, point: str) -> None:
-        """Fault injection at an exact point: SIGKILL this worker process, once per point per state dir."""
-        if point not in self.crash_at:
-            return
-        marker = self.sandbox_root.parent / "crash-markers" / point
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            return  # already crashed here once: the restarted worker must be able to finish
-        os.write(fd, f"{self.worker_identity} {time.time()}\n".encode())
-        os.fsync(fd)
-        os.close(fd)
-        log.warning("crash point %s reached: SIGKILLing worker %s", point, self.worker_identity)
-        os.kill(os.getpid(), signal.SIGKILL)
 
     def _identity(self) -> ExecutionIdentity:
         info = activity.info()
@@ -173,7 +148,7 @@ class AgentActivities:
         if tool is None:
             names = ", ".join(t.name for t in env.get_tools()) or "none"
             return EnvToolOutput(VALIDATION_ERROR, f"{inp.name}: not a tool of this environment; its tools: {names}")
-        ctx = ToolContext(workspace=env.directory, ledger=self.ledger, ident=ident, mutations=self.mutations)
+        ctx = ToolContext(workspace=env.directory, ledger=self.ledger, ident=ident)
         out = await self._execute(inp.name, tool, inp.arguments, ctx)
         changed = env.record is not None and repr(env.record) != before
         return EnvToolOutput(out.status, out.content, env_record=env.record if changed else None, env_note=note)
@@ -182,7 +157,8 @@ class AgentActivities:
     async def plan_next_action(self, inp: PlanInput) -> PlanOutput:
         info = activity.info()
         timeout = info.start_to_close_timeout.total_seconds() if info.start_to_close_timeout else 60.0
-        # Model calls are recorded like side effects: they cost money, and a checker counts them.
+        # Model calls are recorded like side effects: they cost money, and a checker counts them. (The ledger is
+        # also where harness.faults acts: a worker built to crash after a model call dies in end_execution.)
         messages, specs = inp.messages, tool_specs(inp.tools)
         env_state = env_record = env_note = None
         if inp.env is not None:
@@ -195,7 +171,7 @@ class AgentActivities:
             specs = specs + [t.spec() for t in env.get_tools()]
             messages = [*messages, {"role": "system",
                                     "content": f"Environment state ({inp.env.config.name}):\n{env_state}"}]
-        execution = self.ledger.begin_execution(self._identity(), "plan_next_action")
+        execution = self.ledger.begin_execution(self._identity(), "plan_next_action", model_call=True)
         outcome = "error"
         try:
             async with heartbeating():
@@ -223,7 +199,6 @@ class AgentActivities:
             raise
         finally:
             self.ledger.end_execution(execution, outcome)
-        self._maybe_crash("after_model_call")
         return PlanOutput(message=message, model=inp.model, latency_ms=latency_ms, usage=usage, env_state=env_state,
                           env_record=env_record, env_note=env_note)
 
@@ -238,24 +213,20 @@ class AgentActivities:
         ident = self._identity()
         # A subagent works in its root agent's workspace (inp.workspace); everyone else in their own.
         ctx = ToolContext(workspace=workspace_for(self.sandbox_root, inp.workspace or ident.workflow_id),
-                          ledger=self.ledger, ident=ident, mutations=self.mutations)
+                          ledger=self.ledger, ident=ident)
         ctx.workspace.mkdir(parents=True, exist_ok=True)
         return await self._execute(name, TOOLS[name], inp.arguments, ctx)
 
     async def _execute(self, name: str, tool: Tool, arguments: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         """Run one tool call in this activity, recorded in the ledger, its errors classified."""
-        execution = self.ledger.begin_execution(ctx.ident, name)  # every physical run, side effect or not
+        # Every physical run, side effect or not (a worker built with a logic bug in this tool raises here).
+        execution = self.ledger.begin_execution(ctx.ident, name)
         outcome = "error"
         try:
-            if name in self.inject_bugs:
-                # The hot-fix scenario: this worker build has a bug in this tool; the next build does not.
-                raise RuntimeError(f"injected logic bug in {name} (this worker was started with --bug {name})")
             validate_arguments(tool, arguments)
             async with heartbeating():
                 content = await run_tool(tool, arguments, ctx)
             outcome = "ok"
-            if tool.side_effects:
-                self._maybe_crash("after_effect")  # the effect is applied; the activity has not completed
             return ToolOutput(status="ok", content=content)
         except ToolValidationError as exc:
             outcome = VALIDATION_ERROR

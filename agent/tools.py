@@ -40,7 +40,6 @@ class ToolContext:
     workspace: Path
     ledger: EffectLedger
     ident: ExecutionIdentity
-    mutations: frozenset[str] = frozenset()  # deliberate bugs, only for checking the checkers
 
 
 @dataclass(frozen=True)
@@ -210,11 +209,6 @@ def append_file(args: dict[str, Any], ctx: ToolContext) -> str:
         # An interrupted attempt appended iff the file now ends with the text (good enough for distinct lines).
         return target.is_file() and target.read_bytes().endswith(data)
 
-    if "unkeyed_append" in ctx.mutations:
-        # Deliberately broken build (for checking the checkers): appends on every attempt.
-        apply()
-        ctx.ledger.record_application(ctx.ident, "append_file", rel)
-        return f"appended {len(data)} bytes to {rel}"
     ctx.ledger.apply_once(ctx.ident, "append_file", rel, _digest(data), apply, already_present)
     return f"appended {len(data)} bytes to {rel}"
 

@@ -18,12 +18,9 @@ from agent import llm
 from agent.activities import AgentActivities
 from agent.contracts import DEFAULT_TASK_QUEUE
 from harness.recording import EffectLedger
-from agent.tools import TOOLS
 from agent.workflow import AgentWorkflow
 
 DEFAULT_STATE_DIR = Path(".dah")
-CRASH_POINTS = ("after_model_call", "after_effect")
-MUTATIONS = ("unkeyed_append",)
 
 
 def default_identity() -> str:
@@ -37,9 +34,6 @@ class WorkerSettings:
     ledger_path: Path | None = None  # default: <sandbox_root>/ledger.sqlite3
     model_base_url: str | None = None  # the scripted model server (ignored by live models)
     identity: str = field(default_factory=default_identity)
-    inject_bugs: frozenset[str] = frozenset()
-    crash_at: frozenset[str] = frozenset()  # self-SIGKILL points, once each (see AgentActivities._maybe_crash)
-    mutations: frozenset[str] = frozenset()  # deliberate bugs for checking the checkers
     max_concurrent_activities: int = 100
     eager_activities: bool = True  # eager activity execution (the SDK's default); benchmarks compare both
     # The SDK's workflow sandbox re-checks every import and global access in workflow code; off, workflow
@@ -52,17 +46,8 @@ class WorkerSettings:
 
     def __post_init__(self) -> None:
         self.sandbox_root = Path(self.sandbox_root)
-        unknown = sorted(set(self.inject_bugs) - set(TOOLS))
-        if unknown:
-            raise ValueError(f"--bug {', '.join(unknown)}: not a tool; tools are {', '.join(TOOLS)}")
-        bad = sorted(set(self.crash_at) - set(CRASH_POINTS))
-        if bad:
-            raise ValueError(f"--crash-at {', '.join(bad)}: unknown point; points are {', '.join(CRASH_POINTS)}")
         if self.max_cached_workflows < 0:
             raise ValueError(f"--max-cached-workflows {self.max_cached_workflows}: must be 0 or more")
-        bad = sorted(set(self.mutations) - set(MUTATIONS))
-        if bad:
-            raise ValueError(f"--mutation {', '.join(bad)}: unknown; mutations are {', '.join(MUTATIONS)}")
 
     @property
     def resolved_ledger_path(self) -> Path:
@@ -91,9 +76,6 @@ def build_worker(client: Client, settings: WorkerSettings, ledger: EffectLedger)
         ledger=ledger,
         worker_identity=settings.identity,
         model_base_url=settings.model_base_url,
-        inject_bugs=settings.inject_bugs,
-        crash_at=settings.crash_at,
-        mutations=settings.mutations,
     )
     # The substrate's Temporal adapter (agent/checkpoint): the same task functions as the checkpoint backend.
     from agent.checkpoint.steps import configure_worker

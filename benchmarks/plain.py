@@ -43,7 +43,7 @@ class PlainEffects:
                                  attempt=1, worker="plain")
 
     async def plan(self, messages: list[dict[str, Any]], tools: list[str]) -> dict[str, Any]:
-        execution = self.ledger.begin_execution(self._identity(), "plan_next_action")
+        execution = self.ledger.begin_execution(self._identity(), "plan_next_action", model_call=True)
         outcome = "error"
         try:
             message, _usage, latency_ms = await llm.complete(

@@ -39,7 +39,8 @@ from typing import Any
 from agent.checkpoint.agent_task import TASK, manifest_for
 from agent.checkpoint.service import CheckpointQueue
 from agent.checkpoint.stores import SqliteStore
-from testbed.model_server import FaultRule, LatencyModel, ScriptedModelServer
+from harness.faults import FaultRule
+from testbed.model_server import LatencyModel, ScriptedModelServer
 from testbed.processes import python_module_command, spawn, stop
 from testbed.scripted_routes import respond
 from chaos.checker import NOT_APPLICABLE, CheckResult

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.temporal_server import EmbeddedTemporal
-from testbed.model_server import FaultRule, LatencyModel, ScriptedModelServer
+from harness.faults import AgentFaults, FaultRule
+from testbed.model_server import LatencyModel, ScriptedModelServer
 from testbed.scripted_routes import respond
 from testbed.worker_process import WorkerProcess
 from harness.operations import History
@@ -47,6 +48,11 @@ class ClusterSpec:
     ui: bool = False  # start the Temporal Web UI, to watch the run
     backend: str = "process"  # "process" (default) or "docker": workers in containers (needs an engine)
     image: str | None = None  # for the docker backend: an image with the worker installed
+
+    @property
+    def faults(self) -> AgentFaults:
+        """What the workers carry (harness.faults): they reach any agent that records through harness.recording."""
+        return AgentFaults(frozenset(self.crash_at), frozenset(self.bugs), frozenset(self.mutations))
 
 
 @dataclass
@@ -100,11 +106,7 @@ class Cluster:
         self.temporal_proxy = FaultProxy("temporal", ("127.0.0.1", self.server.port), seed=self.spec.seed).start()
         self.model_proxy = FaultProxy("model", ("127.0.0.1", self.model.port), seed=self.spec.seed + 1).start()
         extra: list[str] = []
-        if self.target.is_reference:  # these are the reference agent's own fault hooks
-            for point in self.spec.crash_at:
-                extra += ["--crash-at", point]
-            for mutation in self.spec.mutations:
-                extra += ["--mutation", mutation]
+        if self.target.is_reference:
             extra += ["--workflow", self.spec.workflow]
         if self.spec.backend == "docker":
             self._add_container_workers(extra)
@@ -112,7 +114,7 @@ class Cluster:
             for i in range(1, self.spec.workers + 1):
                 self.workers.append(SupervisedWorker(WorkerProcess(
                     self.temporal_proxy.address, self.spec.task_queue, f"http://{self.model_proxy.address}/v1",
-                    state_dir=self.state_dir, identity_prefix=f"w{i}", bugs=self.spec.bugs, extra_args=tuple(extra),
+                    state_dir=self.state_dir, identity_prefix=f"w{i}", faults=self.spec.faults, extra_args=tuple(extra),
                     log_dir=self.run_dir / "logs", command_template=self.target.worker,
                     ready_line=self.target.ready_line, cwd=self.target.cwd, env=self.target.env,
                 )))
@@ -148,11 +150,9 @@ class Cluster:
                 for key, value in values.items():
                     part = part.replace(key, value)
                 command.append(part)
-            for bug in self.spec.bugs:
-                command += ["--bug", bug]
             worker = backend.worker(image=self.spec.image, command=command, task_queue=self.spec.task_queue,
                                     network="host", identity_prefix=f"w{i}", ready_line=self.target.ready_line)
-            self.workers.append(SupervisedWorker(ContainerWorker(worker, self.spec.bugs)))  # type: ignore[arg-type]
+            self.workers.append(SupervisedWorker(ContainerWorker(worker, self.spec.faults)))  # type: ignore[arg-type]
 
     def _supervise(self) -> None:
         while not self._stop.wait(0.2):

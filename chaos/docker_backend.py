@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.envs.docker_engine import connect
+from harness.faults import ENV_BUGS, ENV_CRASH_AT, ENV_MUTATIONS, NO_FAULTS, AgentFaults
 from testbed.worker_process import WorkerStartError
 
 log = logging.getLogger(__name__)
@@ -375,7 +376,7 @@ class ContainerWorker:
     """
 
     worker: DockerWorker
-    bugs: tuple[str, ...] = ()
+    faults: AgentFaults = NO_FAULTS  # handed to the container through its environment (harness.faults)
 
     @property
     def identity_prefix(self) -> str:
@@ -399,13 +400,12 @@ class ContainerWorker:
         except Exception:  # the container is gone: its code is unknown
             return None
 
-    def start(self, *, bugs: tuple[str, ...] | None = None) -> ContainerWorker:
-        if bugs is not None:
-            self.bugs = bugs
-            self.worker.command = [p for i, p in enumerate(self.worker.command)
-                                   if p != "--bug" and (i == 0 or self.worker.command[i - 1] != "--bug")]
-            for bug in bugs:
-                self.worker.command += ["--bug", bug]
+    def start(self, *, faults: AgentFaults | None = None) -> ContainerWorker:
+        if faults is not None:
+            self.faults = faults
+        for name in (ENV_CRASH_AT, ENV_BUGS, ENV_MUTATIONS):
+            self.worker.environment.pop(name, None)
+        self.worker.environment.update(self.faults.environment())
         self.worker.start()
         return self
 

@@ -20,7 +20,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client
 
-from testbed.model_server import FaultRule
+from harness.faults import FaultRule
 from chaos.cluster import Cluster
 from harness.operations import INFO, OK, History
 from chaos.net import Toxic
@@ -256,7 +256,7 @@ async def deploy_fix(ctx: NemesisContext, activity: str = "calculator", min_atte
     for w in ctx.cluster.workers:
         async with w.held() as proc:
             await asyncio.to_thread(proc.stop)
-            await asyncio.to_thread(proc.start, bugs=())
+            await asyncio.to_thread(proc.start, faults=proc.faults.without_bugs())
     value = {"evidence": stuck, "workers": [w.process.identity for w in ctx.cluster.workers]}
     ctx.history.complete(op, OK, value)
     return value

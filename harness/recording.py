@@ -1,28 +1,53 @@
-"""The effect ledger: what side-effecting tools physically did, and how often.
+"""Recording what an agent physically did: the effect ledger the checkers read.
 
-Two things are counted separately, because durable execution promises only
-one of them:
+The public recording API for any agent under test, ours or yours. Two
+things are counted separately, because durable execution promises only one
+of them:
 
 - *executions*: every physical run of a tool or model-call activity, with
   its workflow id, run id, activity id, attempt and worker. A retried or
   re-dispatched activity legitimately executes more than once.
-- *effects*: every effect the tool applied, keyed by an idempotency key
+- *effects*: every effect a tool applied, keyed by an idempotency key
   (stable across retries of one activity: one logical effect). A
   side-effecting tool calls ``apply_once`` so that a retry finds the effect
   recorded and does not apply it again. Every physical application is also
   logged (``applications``); a logical effect applied more than once is a
   duplicated effect: the thing a durable agent must never do.
 
+Use from an activity (any Temporal SDK worker; ``ExecutionIdentity.current``
+reads the running activity's identity)::
+
+    ledger = EffectLedger.from_environment()      # the file the harness named in $DAH_LEDGER
+    ident = ExecutionIdentity.current(worker="my-worker-1")
+    execution = ledger.begin_execution(ident, "call_model", model_call=True)
+    try:
+        reply = call_the_model(...)
+    finally:
+        ledger.end_execution(execution, "ok")      # or the failure's class
+    result, applied_now = ledger.apply_once(ident, "append_note", "notes.txt", digest,
+                                            apply=lambda: write_it(), already_present=lambda: check_it())
+
 The ledger is one SQLite file in WAL mode shared by all worker processes
 (so chaos runs can kill workers and still read one ledger). Crash windows are
 recorded honestly: an effect whose apply was interrupted stays ``pending``;
 the next attempt checks whether the effect is already present before applying
 it again.
+
+These calls are also where the harness's in-agent faults act
+(``harness.faults``: a crash right after a model call or an effect, a tool
+with a logic bug, a build that ignores idempotency keys), so an agent that
+records through this module can be attacked at those points without any
+code of ours inside it. With no fault asked for, they do nothing.
+
+Standard library only: this module is imported in a target agent's own Python.
+The schema (version ``SCHEMA_VERSION``) is part of the run directory's
+contract (``RUN_DIRECTORY.md``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable
@@ -30,7 +55,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 2
+from harness.faults import AgentFaults
+
+SCHEMA_VERSION = 3
+ENV_LEDGER = "DAH_LEDGER"  # the harness names the ledger file of a target's workers here
+MODEL_CALL, TOOL_CALL = "model", "tool"  # the kinds of execution
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -42,6 +71,7 @@ CREATE TABLE IF NOT EXISTS executions (
     activity_id TEXT NOT NULL,
     attempt INTEGER NOT NULL,
     tool TEXT NOT NULL,
+    kind TEXT NOT NULL DEFAULT 'tool' CHECK (kind IN ('model', 'tool')),
     worker TEXT NOT NULL,
     started_at REAL NOT NULL,
     finished_at REAL,
@@ -73,6 +103,13 @@ CREATE TABLE IF NOT EXISTS applications (
     at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS applications_by_key ON applications (idempotency_key);
+CREATE TABLE IF NOT EXISTS crash_points (
+    point TEXT PRIMARY KEY,
+    worker TEXT NOT NULL,
+    workflow_id TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    at REAL NOT NULL
+);
 """
 
 
@@ -91,6 +128,14 @@ class ExecutionIdentity:
         # Stable across retries and re-dispatches of one activity, unique per activity.
         return f"{self.workflow_id}/{self.run_id}/{self.activity_id}"
 
+    @classmethod
+    def current(cls, worker: str) -> ExecutionIdentity:
+        """The Temporal activity running now (call it inside an activity)."""
+        from temporalio import activity
+
+        info = activity.info()
+        return cls(info.workflow_id, info.workflow_run_id, info.activity_id, info.attempt, worker)
+
 
 @dataclass(frozen=True)
 class LedgerSummary:
@@ -107,8 +152,10 @@ class LedgerSummary:
 class EffectLedger:
     """Append-mostly record of side-effecting executions and applied effects."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, faults: AgentFaults | None = None) -> None:
+        """``faults``: what this worker carries (default: what the environment asks for, usually nothing)."""
         self.path = Path(path)
+        self.faults = AgentFaults.from_environment() if faults is None else faults
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
         self._conn.row_factory = sqlite3.Row
@@ -126,6 +173,15 @@ class EffectLedger:
                 "use a new ledger file"
             )
 
+    @classmethod
+    def from_environment(cls, default: str | Path | None = None) -> EffectLedger:
+        """The ledger file the harness named in ``$DAH_LEDGER`` (else ``default``)."""
+        path = os.environ.get(ENV_LEDGER) or default
+        if not path:
+            raise RuntimeError(f"no effect ledger: set ${ENV_LEDGER} to its file (the harness does, for the "
+                               "workers of a target that declares a ledger)")
+        return cls(path)
+
     def close(self) -> None:
         self._conn.close()
 
@@ -137,19 +193,41 @@ class EffectLedger:
 
     # -- executions ---------------------------------------------------------
 
-    def begin_execution(self, ident: ExecutionIdentity, tool: str) -> int:
+    def begin_execution(self, ident: ExecutionIdentity, tool: str, *, model_call: bool = False) -> int:
+        """Record that an attempt of ``tool`` (a model call when ``model_call``) starts now; its id for
+        ``end_execution``. A worker built with a logic bug in ``tool`` raises ``InjectedBug`` here."""
         cur = self._conn.execute(
-            "INSERT INTO executions (idempotency_key, workflow_id, run_id, activity_id, attempt, tool, worker, started_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO executions (idempotency_key, workflow_id, run_id, activity_id, attempt, tool, kind, worker,"
+            " started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (ident.idempotency_key, ident.workflow_id, ident.run_id, ident.activity_id, ident.attempt, tool,
-             ident.worker, time.time()),
+             MODEL_CALL if model_call else TOOL_CALL, ident.worker, time.time()),
         )
-        return int(cur.lastrowid)
+        execution_id = int(cur.lastrowid)
+        if self.faults.bugs:
+            try:
+                self.faults.raise_if_buggy(tool)
+            except Exception:
+                self.end_execution(execution_id, "error")
+                raise
+        return execution_id
 
     def end_execution(self, execution_id: int, outcome: str) -> None:
+        """Record how the attempt ended (``ok`` or the failure's class)."""
         self._conn.execute(
             "UPDATE executions SET finished_at = ?, outcome = ? WHERE id = ?", (time.time(), outcome, execution_id)
         )
+        if outcome == "ok" and self.faults.wants_crash("after_model_call"):
+            row = self._conn.execute("SELECT * FROM executions WHERE id = ?", (execution_id,)).fetchone()
+            if row is not None and row["kind"] == MODEL_CALL:
+                self._crash_point("after_model_call", row["worker"], row["workflow_id"], row["tool"])
+
+    def _crash_point(self, point: str, worker: str, workflow_id: str, tool: str) -> None:
+        """SIGKILL this worker at ``point`` unless some worker already crashed there (once per ledger)."""
+        first = self._conn.execute(
+            "INSERT OR IGNORE INTO crash_points (point, worker, workflow_id, tool, at) VALUES (?, ?, ?, ?, ?)",
+            (point, worker, workflow_id, tool, time.time())).rowcount == 1
+        if first:
+            self.faults.crash(point, worker)
 
     # -- effects ------------------------------------------------------------
 
@@ -169,10 +247,15 @@ class EffectLedger:
         an interrupted earlier attempt already made the effect visible (only
         asked when a pending record exists), so recovery does not re-apply it.
         """
+        if self.faults.mutated("unkeyed_effects"):
+            result = apply()
+            self.record_application(ident, tool, target)
+            return self._after_effect(ident, tool, (result, True))
         result, step = self._claim(ident, tool, target, digest, already_present)
         if step == "apply":
             result = apply()
-        return result if step == "done" else self._settle(ident, tool, target, result, step == "apply")
+        return self._after_effect(ident, tool, result if step == "done" else
+                                  self._settle(ident, tool, target, result, step == "apply"))
 
     async def apply_once_async(
         self,
@@ -184,10 +267,20 @@ class EffectLedger:
         already_present: Callable[[], bool],
     ) -> tuple[Any, bool]:
         """``apply_once`` for an effect that is awaited (a shell command)."""
+        if self.faults.mutated("unkeyed_effects"):
+            result = await apply()
+            self.record_application(ident, tool, target)
+            return self._after_effect(ident, tool, (result, True))
         result, step = self._claim(ident, tool, target, digest, already_present)
         if step == "apply":
             result = await apply()
-        return result if step == "done" else self._settle(ident, tool, target, result, step == "apply")
+        return self._after_effect(ident, tool, result if step == "done" else
+                                  self._settle(ident, tool, target, result, step == "apply"))
+
+    def _after_effect(self, ident: ExecutionIdentity, tool: str, outcome: tuple[Any, bool]) -> tuple[Any, bool]:
+        if self.faults.wants_crash("after_effect"):
+            self._crash_point("after_effect", ident.worker, ident.workflow_id, tool)
+        return outcome
 
     def _claim(self, ident: ExecutionIdentity, tool: str, target: str, digest: str,
                already_present: Callable[[], bool]) -> tuple[Any, str]:
@@ -259,6 +352,10 @@ class EffectLedger:
         if workflow_id is not None:
             sql, args = sql + " WHERE workflow_id = ?", (workflow_id,)
         return [dict(r) for r in self._conn.execute(sql + " ORDER BY updated_at", args)]
+
+    def crash_points(self) -> list[dict[str, Any]]:
+        """The crash points that fired (each at most once per ledger)."""
+        return [dict(r) for r in self._conn.execute("SELECT * FROM crash_points ORDER BY at")]
 
     def summary(self, workflow_id: str | None = None) -> LedgerSummary:
         execs = self.executions(workflow_id)

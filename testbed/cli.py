@@ -157,7 +157,8 @@ def _add_stack_options(p: argparse.ArgumentParser) -> None:
 
 
 def _model_knobs(args: argparse.Namespace) -> tuple[Any, list[Any]]:
-    from testbed.model_server import FaultRule, LatencyModel
+    from harness.faults import FaultRule
+    from testbed.model_server import LatencyModel
 
     try:
         latency = LatencyModel.parse(args.latency)
@@ -506,19 +507,27 @@ def _stop_event() -> asyncio.Event:
 async def cmd_worker(args: argparse.Namespace) -> int:
     import contextlib
 
-    from testbed.connection import connection_from_args
+    from agent.tools import TOOLS
+    from agent.worker import WorkerSettings, build_worker, default_identity
+    from harness.faults import AgentFaults
     from harness.recording import EffectLedger
+    from testbed.connection import connection_from_args
     from testbed.model_server import ScriptedModelServer
     from testbed.scripted_routes import respond
-    from agent.worker import WorkerSettings, build_worker, default_identity
 
     latency, faults = _model_knobs(args)
     conn = connection_from_args(args)
     try:
+        # The flags, and whatever the environment asks for (how the chaos harness hands faults to any worker).
+        env_faults = AgentFaults.from_environment()
+        agent_faults = AgentFaults(env_faults.crash_at | set(args.crash_at), env_faults.bugs | set(args.bug),
+                                   env_faults.mutations | set(args.mutation))
+        unknown = sorted(agent_faults.bugs - set(TOOLS))
+        if unknown:
+            raise ValueError(f"--bug {', '.join(unknown)}: not a tool; tools are {', '.join(TOOLS)}")
         settings = WorkerSettings(
             task_queue=args.task_queue, sandbox_root=args.state_dir / "sandbox", ledger_path=args.ledger,
             model_base_url=args.model_base_url, identity=args.identity or default_identity(),
-            inject_bugs=frozenset(args.bug), crash_at=frozenset(args.crash_at), mutations=frozenset(args.mutation),
             workflow=args.workflow, max_cached_workflows=args.max_cached_workflows,
         )
         from agent.worker import load_workflow
@@ -536,14 +545,12 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         if settings.model_base_url is None:
             ms = stack.enter_context(ScriptedModelServer(respond, latency=latency, faults=faults, seed=args.seed))
             settings.model_base_url = ms.url
-        ledger = stack.enter_context(EffectLedger(settings.resolved_ledger_path))
+        ledger = stack.enter_context(EffectLedger(settings.resolved_ledger_path, faults=agent_faults))
         worker = build_worker(client, settings, ledger)
         running = asyncio.create_task(worker.run())
         print(f"READY worker identity={settings.identity} task_queue={settings.task_queue} "
               f"address={conn.address} model={settings.model_base_url}"
-              + (f" bugs={','.join(sorted(settings.inject_bugs))}" if settings.inject_bugs else "")
-              + (f" crash_at={','.join(sorted(settings.crash_at))}" if settings.crash_at else "")
-              + (f" mutations={','.join(sorted(settings.mutations))}" if settings.mutations else ""), flush=True)
+              + (f" {agent_faults.describe()}" if agent_faults else ""), flush=True)
         stopping = asyncio.create_task(stop.wait())
 
         async def announce_warm() -> None:
@@ -709,13 +716,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ledger", type=Path, help="effect ledger file (default STATE_DIR/sandbox/ledger.sqlite3)")
     p.add_argument("--model-base-url", help="scripted model server URL (http://host:port/v1), e.g. via a fault proxy")
     p.add_argument("--bug", action="append", default=[], metavar="TOOL",
-                   help="inject a logic bug: TOOL raises on every attempt (the hot-fix scenario); repeatable")
+                   help="inject a logic bug: TOOL raises on every attempt (the hot-fix scenario); repeatable "
+                        "(also $DAH_BUGS; see harness/faults.py)")
     p.add_argument("--workflow", default="agent.workflow:AgentWorkflow", metavar="MODULE:CLASS",
                    help="the agent workflow class to register (default agent.workflow:AgentWorkflow)")
     p.add_argument("--crash-at", action="append", default=[], metavar="POINT",
-                   help="SIGKILL this worker at POINT (after_model_call, after_effect), once per state dir")
+                   help="SIGKILL this worker at POINT (after_model_call, after_effect), once per effect ledger "
+                        "(also $DAH_CRASH_AT)")
     p.add_argument("--mutation", action="append", default=[], metavar="NAME",
-                   help="a deliberate bug for checking the checkers: unkeyed_append")
+                   help="a deliberately broken build, for checking the checkers: unkeyed_effects (every effect "
+                        "applied on every attempt; unkeyed_append is its old name; also $DAH_MUTATIONS)")
     p.add_argument("--max-cached-workflows", type=int, default=1000, metavar="N",
                    help="workflows cached between tasks (default 1000); 0 disables the cache and the sticky queue, "
                         "so a task never waits the 10 s sticky timeout after this worker dies")

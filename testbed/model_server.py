@@ -43,16 +43,16 @@ import struct
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
+
+from harness.faults import FAULT_FORMS, FaultRule, strip_provider
 
 __all__ = [
     "Responder",
     "LatencyModel",
-    "FaultRule",
     "ScriptedModelServer",
-    "FAULT_MODES",
     "LATENCY_KINDS",
     "main",
 ]
@@ -66,8 +66,6 @@ RUN_HEADER = "X-DAH-Run"
 GLOBAL_RUN = "global"
 DEFAULT_MODEL_NAME = "scripted"
 
-FAULT_MODES: tuple[str, ...] = ("status", "hang", "reset", "malformed_json", "malformed_output")
-FAULT_KEYS: tuple[str, ...] = ("status", "first_n", "duration_s", "scenario", "hang_s")
 
 # kind -> number of parameters it takes
 LATENCY_KINDS: dict[str, int] = {"fixed": 1, "uniform": 2, "normal": 2, "lognormal": 2, "exponential": 1}
@@ -75,16 +73,6 @@ _LATENCY_FORMS = (
     "'<ms>' or 'fixed:<ms>', 'uniform:<lo_ms>,<hi_ms>', 'normal:<mean_ms>,<sd_ms>', "
     "'lognormal:<median_ms>,<sigma>', 'exponential:<mean_ms>'"
 )
-_FAULT_FORMS = (
-    f"'<mode>[,key=value...]' with mode in {{{', '.join(FAULT_MODES)}}} "
-    f"(status may be written 'status:<code>') and keys in {{{', '.join(FAULT_KEYS)}}}, "
-    "e.g. 'status:503,first_n=3', 'hang,hang_s=5', 'malformed_json,first_n=1,scenario=direct'"
-)
-
-
-def _strip_provider(model: str) -> str:
-    """Scenario name of a model string: LiteLLM strips "openai/" but raw clients may not."""
-    return model[len("openai/"):] if model.startswith("openai/") else model
 
 
 # --------------------------------------------------------------------------- latency
@@ -174,112 +162,7 @@ class LatencyModel:
         return f"{self.kind}:" + ",".join(f"{x:g}" for x in self.params)
 
 
-# --------------------------------------------------------------------------- faults
-
-
-@dataclass
-class FaultRule:
-    """One fault mode applied to matching chat-completion requests."""
-
-    mode: str  # "status" | "hang" | "reset" | "malformed_json" | "malformed_output"
-    status: int = 503  # for mode=status; 429 also sends Retry-After
-    first_n: int | None = None  # apply to the first N matching requests per run key; None = unlimited
-    duration_s: float | None = None  # apply only this long after installation; None = no time limit
-    scenario: str | None = None  # only this scenario ("openai/" prefix stripped); None = all
-    hang_s: float | None = None  # for mode=hang: hold this long then close; None = until server stops
-
-    def __post_init__(self) -> None:
-        # Validate here so from_dict() and the admin endpoint get the same checks as parse().
-        if self.mode not in FAULT_MODES:
-            raise ValueError(f"unknown fault mode {self.mode!r}; allowed modes: {', '.join(FAULT_MODES)}")
-        if isinstance(self.status, bool) or not isinstance(self.status, int) or not 400 <= self.status <= 599:
-            raise ValueError(f"fault status must be an HTTP 4xx/5xx code, got {self.status!r}")
-        if self.first_n is not None and (
-            isinstance(self.first_n, bool) or not isinstance(self.first_n, int) or self.first_n < 0
-        ):
-            raise ValueError(f"fault first_n must be an integer >= 0, got {self.first_n!r}")
-        for key in ("duration_s", "hang_s"):
-            val = getattr(self, key)
-            if val is not None:
-                if isinstance(val, bool) or not isinstance(val, (int, float)) or not math.isfinite(val) or val < 0:
-                    raise ValueError(f"fault {key} must be a number >= 0, got {val!r}")
-                setattr(self, key, float(val))
-        if self.hang_s is not None and self.mode != "hang":
-            raise ValueError(f"fault key hang_s only applies to mode 'hang', not {self.mode!r}")
-        if self.scenario is not None:
-            if not isinstance(self.scenario, str) or not self.scenario:
-                raise ValueError(f"fault scenario must be a non-empty string, got {self.scenario!r}")
-            self.scenario = _strip_provider(self.scenario)
-
-    @classmethod
-    def parse(cls, spec: str) -> "FaultRule":
-        """Parse the CLI form, e.g. "status:503,first_n=3", "hang,hang_s=5", "reset,first_n=2"."""
-        parts = [p.strip() for p in spec.split(",")]
-        head, rest = parts[0], parts[1:]
-        mode, sep, arg = head.partition(":")
-        mode = mode.strip().lower()
-        if mode not in FAULT_MODES:
-            raise ValueError(
-                f"bad fault spec {spec!r}: unknown mode {mode!r}; allowed modes: {', '.join(FAULT_MODES)}; "
-                f"form: {_FAULT_FORMS}"
-            )
-        kwargs: dict[str, Any] = {}
-        if sep:
-            if mode != "status":
-                raise ValueError(f"bad fault spec {spec!r}: only 'status' takes ':<code>', got {head!r}")
-            kwargs["status"] = arg
-        for part in rest:
-            key, eq, value = part.partition("=")
-            key = key.strip()
-            if not eq or key not in FAULT_KEYS:
-                raise ValueError(
-                    f"bad fault spec {spec!r}: bad part {part!r}; allowed keys: {', '.join(FAULT_KEYS)}; "
-                    f"form: {_FAULT_FORMS}"
-                )
-            if key in kwargs:
-                raise ValueError(f"bad fault spec {spec!r}: key {key!r} given twice")
-            kwargs[key] = value.strip()
-        try:
-            if "status" in kwargs:
-                kwargs["status"] = int(kwargs["status"])
-            if "first_n" in kwargs:
-                kwargs["first_n"] = int(kwargs["first_n"])
-            for key in ("duration_s", "hang_s"):
-                if key in kwargs:
-                    kwargs[key] = float(kwargs[key])
-        except ValueError:
-            raise ValueError(
-                f"bad fault spec {spec!r}: status/first_n must be integers and duration_s/hang_s numbers"
-            ) from None
-        try:
-            return cls(mode=mode, **kwargs)
-        except ValueError as exc:
-            raise ValueError(f"bad fault spec {spec!r}: {exc}") from None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "FaultRule":
-        if not isinstance(d, dict):
-            raise ValueError(f"fault rule must be a JSON object, got {type(d).__name__}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown fault rule key(s) {unknown}; allowed: {sorted(known)}")
-        if "mode" not in d:
-            raise ValueError("fault rule needs a 'mode'")
-        return cls(**d)
-
-    def describe(self) -> str:
-        """Spec-like string for logs, e.g. "status:503,first_n=3"."""
-        out = f"status:{self.status}" if self.mode == "status" else self.mode
-        for key in ("first_n", "duration_s", "scenario", "hang_s"):
-            val = getattr(self, key)
-            if val is not None:
-                out += f",{key}={val:g}" if isinstance(val, float) else f",{key}={val}"
-        return out
-
+# --------------------------------------------------------------------------- faults (harness.faults.FaultRule)
 
 _STATUS_ERRORS: dict[int, tuple[str, str, str]] = {
     # status -> (message, type, code), shaped like the real OpenAI error bodies
@@ -498,7 +381,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(400, f"invalid JSON body: {exc}")
             return
         model = body.get("model")
-        scenario = _strip_provider(model) if isinstance(model, str) and model else DEFAULT_MODEL_NAME
+        scenario = strip_provider(model) if isinstance(model, str) and model else DEFAULT_MODEL_NAME
         owner._count_request(scenario, run_key)
 
         rule = owner._match_fault(scenario, run_key)
@@ -808,7 +691,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
         epilog=(
             "latency specs: 0 | 120 | fixed:120 | uniform:50,150 | normal:100,20 (mean, sd; clamped at 0) | "
             "lognormal:100,0.5 (median ms, sigma) | exponential:100 (mean ms).  "
-            f"fault specs: {_FAULT_FORMS}.  "
+            f"fault specs: {FAULT_FORMS}.  "
             "Requests are grouped per run key from the X-DAH-Run header (default 'global'); first_n counts "
             "per run key."
         ),

@@ -22,7 +22,8 @@ from agent.contracts import AgentConfig, AgentInput, AgentReply, AgentResult, Ch
 from testbed.temporal_server import EmbeddedTemporal
 from harness.event_history import RunRecord, activity_shape, fetch_tree
 from harness.recording import EffectLedger
-from testbed.model_server import FaultRule, LatencyModel, ScriptedModelServer
+from harness.faults import FaultRule
+from testbed.model_server import LatencyModel, ScriptedModelServer
 from testbed.walkthroughs import Scenario
 from testbed.scripted_routes import respond
 from agent.tools import workspace_for

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.faults import NO_FAULTS, AgentFaults
 from testbed.processes import python_module_command, spawn, stop
 
 log = logging.getLogger(__name__)
@@ -37,8 +38,8 @@ class WorkerProcess:
     state_dir: Path = Path(".dah")
     identity_prefix: str = "worker"
     namespace: str = "default"
-    bugs: tuple[str, ...] = ()
-    extra_args: tuple[str, ...] = ()  # e.g. ("--crash-at", "after_effect")
+    faults: AgentFaults = NO_FAULTS  # handed to the process through its environment (harness.faults)
+    extra_args: tuple[str, ...] = ()  # e.g. ("--workflow", "tests.mutants:WallClockAgentWorkflow")
     # Another agent's worker: a command with {address} {task_queue} {identity} ... placeholders (chaos targets).
     command_template: tuple[str, ...] | None = None
     ready_line: str = "READY"
@@ -79,23 +80,22 @@ class WorkerProcess:
         )
         if self.model_base_url:
             cmd += ["--model-base-url", self.model_base_url]
-        for bug in self.bugs:
-            cmd += ["--bug", bug]
         return cmd + list(self.extra_args)
 
-    def start(self, *, bugs: tuple[str, ...] | None = None) -> WorkerProcess:
-        """Start a new process (a new generation and identity); wait until it polls."""
+    def start(self, *, faults: AgentFaults | None = None) -> WorkerProcess:
+        """Start a new process (a new generation and identity); wait until it polls. ``faults``: from now on
+        (the hot-fix starts the next build without its bugs)."""
         if self.alive:
             raise WorkerStartError(f"worker {self.identity} (pid {self.pid}) is still running")
-        if bugs is not None:
-            self.bugs = bugs
+        if faults is not None:
+            self.faults = faults
         self.generation += 1
         log_dir = self.log_dir or self.state_dir / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
         self._log_path = log_dir / f"{self.identity}.log"
         with open(self._log_path, "wb") as out:
             self._proc = spawn(self.command(), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                               cwd=self.cwd, env={**os.environ, **(self.env or {})})
+                               cwd=self.cwd, env={**os.environ, **(self.env or {}), **self.faults.environment()})
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             text = self.output()

@@ -27,8 +27,8 @@ def verdicts(result: RunResult) -> dict[str, str]:
 
 
 async def test_a_tool_that_appends_without_its_idempotency_key_fails_the_effects_checker(tmp_path: Path) -> None:
-    scenario = replace(SCENARIOS["crash_after_effect"], name="mutant_unkeyed_append",
-                       cluster=ClusterSpec(crash_at=("after_effect",), mutations=("unkeyed_append",)),
+    scenario = replace(SCENARIOS["crash_after_effect"], name="mutant_unkeyed_effects",
+                       cluster=ClusterSpec(crash_at=("after_effect",), mutations=("unkeyed_effects",)),
                        workload=Workload(conversations=2, messages=3, append_ratio=1.0), fault_s=2.0)
     result = await run(scenario, seed=3, out_root=tmp_path)
     v = verdicts(result)

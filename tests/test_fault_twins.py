@@ -17,7 +17,8 @@ import uuid
 
 from agent.contracts import AgentConfig, AgentInput, ChatMessage
 from harness.event_history import fetch_run
-from testbed.model_server import FaultRule, LatencyModel, ScriptedModelServer
+from harness.faults import NO_FAULTS, AgentFaults, FaultRule
+from testbed.model_server import LatencyModel, ScriptedModelServer
 from testbed.scripted_routes import respond
 from testbed.stack import AgentStack
 from testbed.worker_process import WorkerProcess
@@ -108,7 +109,8 @@ async def test_model_configuration_error_fails_the_turn_not_the_conversation(sta
 async def test_logic_bug_hot_fix_reuses_the_stored_plan(stack: AgentStack, tmp_path) -> None:
     task_queue = f"hotfix-{uuid.uuid4().hex[:8]}"
     with ScriptedModelServer(respond) as model:
-        worker = WorkerProcess(stack.server.address, task_queue, model.url, state_dir=tmp_path, bugs=("calculator",))
+        worker = WorkerProcess(stack.server.address, task_queue, model.url, state_dir=tmp_path,
+                               faults=AgentFaults(bugs=frozenset({"calculator"})))
         with worker:
             cfg = AgentConfig(model="scripted")
             cfg.tool.initial_interval_s = 0.2
@@ -127,7 +129,7 @@ async def test_logic_bug_hot_fix_reuses_the_stored_plan(stack: AgentStack, tmp_p
             (pending,) = await _pending(stack, workflow_id)
             assert "injected logic bug in calculator" in pending.last_failure.message
             worker.stop()
-            worker.start(bugs=())  # the fixed build
+            worker.start(faults=NO_FAULTS)  # the fixed build
             result = await asyncio.wait_for(handle.result(), timeout=60)
         assert result.reply == "25 * 4 = 100"
         run = await fetch_run(stack.client, workflow_id)

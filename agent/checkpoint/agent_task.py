@@ -68,7 +68,8 @@ async def plan_step(model: str, messages: list[dict[str, Any]], tools: list[str]
 
     resources = worker_resources()
     ledger = resources.get("ledger")
-    execution = ledger.begin_execution(_identity("plan_next_action"), "plan_next_action") if ledger else None
+    execution = (ledger.begin_execution(_identity("plan_next_action"), "plan_next_action", model_call=True)
+                 if ledger else None)
     outcome = "error"
     try:
         message, _, latency_ms = await llm.complete(model, messages, tool_specs(tools),
