@@ -36,7 +36,8 @@ from agent.contracts import (
     ToolInput,
     ToolOutput,
 )
-from agent.envs.base import Env, EnvConfigError, EnvContext, EnvUnavailableError, get_env
+from agent.envs.base import Env, EnvConfigError, EnvContext, EnvUnavailableError
+from agent.envs.registry import get_env
 from agent.errors import (
     ENV_UNAVAILABLE,
     ModelConfigurationError,

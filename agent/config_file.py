@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from agent.contracts import AgentConfig
-from agent.envs.base import EnvConfigError, parse_env_config
+from agent.envs.base import EnvConfigError
+from agent.envs.registry import parse_env_config
 
 KEYS: dict[str, str] = {
     "model": "a string",

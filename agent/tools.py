@@ -18,7 +18,6 @@ import asyncio
 import hashlib
 import inspect
 import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any
 from simpleeval import SimpleEval
 
 from agent.errors import ToolExecutionError, ToolRetryableError, ToolValidationError
-from harness.recording import EffectLedger, ExecutionIdentity
+from harness.recording import EffectLedger, ExecutionIdentity, workspace_name
 
 MAX_FILE_BYTES = 256 * 1024
 MAX_LISTED_FILES = 200
@@ -369,6 +368,6 @@ def tool_specs(names: list[str]) -> list[dict[str, Any]]:
 
 
 def workspace_for(sandbox_root: Path, workflow_id: str) -> Path:
-    """The per-run workspace directory: one per workflow id (it survives continue-as-new)."""
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", workflow_id)[:200] or "_"
-    return sandbox_root / safe
+    """The per-run workspace directory: one per workflow id (it survives continue-as-new). Named by
+    ``harness.recording.workspace_name``, so the checkers find it from the target's ``workspace`` template."""
+    return sandbox_root / workspace_name(workflow_id)

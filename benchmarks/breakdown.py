@@ -15,7 +15,7 @@ latency, read from the ``plan_next_action`` result, is ``model_ms``), and
 beyond the server span: delivering the Update and its result.
 
 The input is Temporal's own history objects (``WorkflowHistory``), so the
-same function runs on live histories and on saved ``histories/*.json``.
+same function runs on live histories and on saved ones (``harness.event_history``).
 """
 
 from __future__ import annotations
@@ -28,15 +28,11 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHistory
 
+from harness.event_history import ACTIVITY_CLOSE
+
 COMPONENTS = ("client_rtt_ms", "wft_sched_to_start_ms", "wft_exec_ms", "act_sched_to_start_ms", "act_exec_ms",
               "other_ms")
 
-_ACT_CLOSED = {
-    EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED: "activity_task_completed_event_attributes",
-    EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED: "activity_task_failed_event_attributes",
-    EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT: "activity_task_timed_out_event_attributes",
-    EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED: "activity_task_canceled_event_attributes",
-}
 _WFT_CLOSED = {
     EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED: "workflow_task_completed_event_attributes",
     EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED: "workflow_task_failed_event_attributes",
@@ -95,8 +91,8 @@ def turn_breakdown(events: list[HistoryEvent], start: int, end: int) -> dict[str
             elif (sched := by_id.get(attrs.scheduled_event_id)) is not None:
                 # Timed out before any worker took it (a dead worker's sticky queue): all of it was waiting.
                 out["wft_sched_to_start_ms"] += _ms(ev) - _ms(sched)
-        elif t in _ACT_CLOSED:
-            attrs = getattr(ev, _ACT_CLOSED[t])
+        elif t in ACTIVITY_CLOSE:
+            attrs = getattr(ev, ev.WhichOneof("attributes"))
             sched, started = by_id.get(attrs.scheduled_event_id), by_id.get(attrs.started_event_id)
             if sched is None:
                 continue

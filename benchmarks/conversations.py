@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+from temporalio.client import Client, WorkflowHandle
 
 from agent.contracts import AgentConfig, AgentInput, AgentReply, ChatMessage
 from harness.recording import EffectLedger
@@ -24,6 +24,7 @@ from agent.llm import is_scripted
 from agent.workflow import AgentWorkflow
 from benchmarks.breakdown import breakdown_by_update, with_client
 from benchmarks.plain import PlainConversation, PlainEffects
+from harness.event_history import fetch_histories, save_chain
 
 log = logging.getLogger(__name__)
 Progress = Callable[[str], None]
@@ -55,24 +56,6 @@ def _check(series: str, model: str, workload: Workload, i: int, reply: str) -> N
     # A live model answers in its own words: only the scripted model's replies are checked exactly.
     if is_scripted(model) and workload.expect(i) not in reply:
         raise BenchError(f"{series}: turn {i} answered {reply[:120]!r}, expected it to contain {workload.expect(i)!r}")
-
-
-async def fetch_chain(client: Client, workflow_id: str) -> list[WorkflowHistory]:
-    """Every run of a workflow id, first to last, walking continue-as-new back from the latest run."""
-    run_id = (await client.get_workflow_handle(workflow_id).describe()).run_id
-    chain: list[WorkflowHistory] = []
-    while run_id:
-        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
-        chain.append(history)
-        run_id = history.events[0].workflow_execution_started_event_attributes.continued_execution_run_id
-    return list(reversed(chain))
-
-
-def save_chain(chain: list[WorkflowHistory], out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    for n, history in enumerate(chain):
-        run_id = history.events[0].workflow_execution_started_event_attributes.original_execution_run_id or str(n)
-        (out / f"{n:02d}-{run_id}.json").write_text(history.to_json())
 
 
 def series_record(name: str, section: str, loop: str, model_mode: str, workload: Workload, model_latency: str,
@@ -112,10 +95,10 @@ async def durable_series(client: Client, task_queue: str, config: AgentConfig, w
             await chat.result()
         except Exception as exc:  # the figures are what matter; a conversation that will not end is logged
             log.warning("%s: conversation %s did not end cleanly: %s", name, wid, exc)
-    chain = await fetch_chain(client, wid)
+    chain = await fetch_histories(client, wid)
     if histories_dir is not None:
         save_chain(chain, histories_dir / name.replace("/", "__") / wid)
-    parts = breakdown_by_update(chain)
+    parts = breakdown_by_update(h for _, h in chain)
     rows, breakdown = [], []
     for i, uid, ms, steps in timed:
         b = parts.get(uid)

@@ -34,7 +34,8 @@ from testbed.model_server import LatencyModel
 from agent.worker import WorkerSettings, build_worker
 from agent.workflow import AgentWorkflow
 from benchmarks.breakdown import breakdown_by_update, with_client
-from benchmarks.conversations import WORKLOADS, BenchError, durable_series, fetch_chain, plain_series, series_record
+from benchmarks.conversations import WORKLOADS, BenchError, durable_series, plain_series, series_record
+from harness.event_history import fetch_histories
 from benchmarks.stats import percentile, summarise
 
 if TYPE_CHECKING:
@@ -331,7 +332,7 @@ async def recovery(bench: Bench) -> dict[str, Any]:
                 killed = await killed_turn
                 await chat.signal(AgentWorkflow.end_chat)
                 await chat.result()
-                parts = breakdown_by_update(await fetch_chain(client, wid))
+                parts = breakdown_by_update(h for _, h in await fetch_histories(client, wid))
                 point = {"heartbeat_s": hb, "tool_s": tool_s, "kill_after_s": bench.options.kill_after_s,
                          "retry_initial_interval_s": policy.initial_interval_s,
                          "baseline_ms": round(baseline, 1), "killed_ms": round(killed, 1),

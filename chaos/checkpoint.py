@@ -43,7 +43,7 @@ from harness.faults import FaultRule
 from testbed.model_server import LatencyModel, ScriptedModelServer
 from testbed.processes import python_module_command, spawn, stop
 from testbed.scripted_routes import respond
-from chaos.checker import NOT_APPLICABLE, CheckResult
+from harness.verdict import NOT_APPLICABLE, CheckResult
 from chaos.client import Conversation, Driver
 from chaos.cluster import ClusterSpec
 from harness.operations import FAIL, INFO, OK, History
@@ -268,10 +268,12 @@ async def run_checkpoint(scenario: Any, *, seed: int, out_root: Path, progress: 
     """One chaos scenario on the checkpoint backend; the same run-directory format and checkers."""
     from datetime import datetime, timezone
 
-    from chaos.checker import compose, run_checkers
+    from chaos.checker import run_checkers
+    from harness.verdict import compose
     from chaos.generator import schedule
     from chaos.nemesis import NEMESES
-    from chaos.runner import RunResult, drive_load, link_latest, machine_info, summarise
+    from chaos.runner import RunResult, drive_load, link_latest, machine_info
+    from harness.verdict import summarise
 
     if scenario.name not in CHECKPOINT_SCENARIOS:
         raise ValueError(f"scenario {scenario.name!r} has no checkpoint twin; checkpoint scenarios: "
@@ -289,7 +291,8 @@ async def run_checkpoint(scenario: Any, *, seed: int, out_root: Path, progress: 
         "reproduce": f"python -m chaos run {scenario.name} --durability checkpoint --seed {seed}",
         "schedule": [e.as_dict() for e in events], "machine": await asyncio.to_thread(machine_info),
         "target": {"name": "reference agent on the checkpoint backend", "checkers": CHECKERS,
-                   "ledger": "sandbox/ledger.sqlite3"},
+                   "ledger": "sandbox/ledger.sqlite3", "workspace": "sandbox/{workflow_id}",
+                   "model_activity": "plan_next_action"},
         "lease_ms": LEASE_MS, "phases": {},
     }
     (run_dir / "journal.json").write_text(json.dumps(journal, indent=2, default=str))

@@ -30,10 +30,12 @@ from typing import Any
 import psutil
 from temporalio.client import Client
 
-from chaos.checker import CheckResult, compose, run_checkers
+from chaos.checker import run_checkers
+from harness.verdict import CheckResult, compose, summarise
+from harness.event_history import save_histories
 from chaos.cluster import Cluster
 from chaos.generator import schedule
-from harness.operations import History, pairs
+from harness.operations import History
 from chaos.nemesis import NEMESES, NemesisContext
 from chaos.scenarios import ChaosScenario
 from chaos.target import ALL_CHECKERS, REFERENCE, Target, load_callable
@@ -94,27 +96,6 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-async def _save_histories(client: Client, run_dir: Path, workflow_ids: list[str]) -> None:
-    """Every run of every conversation, walking continue-as-new back from the latest run."""
-
-    async def save(wid: str) -> None:
-        try:
-            run_id = (await client.get_workflow_handle(wid).describe()).run_id
-        except Exception:  # never started: nothing to save
-            return
-        chain = []
-        while run_id:
-            history = await client.get_workflow_handle(wid, run_id=run_id).fetch_history()
-            chain.append((run_id, history))
-            run_id = history.events[0].workflow_execution_started_event_attributes.continued_execution_run_id
-        out = run_dir / "histories" / wid
-        out.mkdir(parents=True, exist_ok=True)
-        for n, (rid, history) in enumerate(reversed(chain)):
-            (out / f"{n:02d}-{rid}.json").write_text(history.to_json())
-
-    await asyncio.gather(*(save(wid) for wid in workflow_ids))
-
-
 def link_latest(run_dir: Path) -> None:
     latest = run_dir.parent / "latest"
     tmp = run_dir.parent / ".latest.tmp"
@@ -122,33 +103,6 @@ def link_latest(run_dir: Path) -> None:
         tmp.unlink()
     tmp.symlink_to(run_dir.name)
     os.replace(tmp, latest)
-
-
-def summarise(scenario: str, ops: list, checks: list[CheckResult]) -> dict[str, Any]:
-    by = {c.name: c for c in checks}
-    client_ops = [(i, d) for i, d in pairs(ops) if i.process.startswith("client") and i.f == "send_message"]
-    counts = {"ok": 0, "fail": 0, "info": 0}
-    for _, d in client_ops:
-        counts[d.type if d else "info"] += 1
-    ev = by.get("injection_evidence")
-    faults = ev.details if ev else {}
-    # Recovery: from the end of each fault to the next acknowledged message.
-    oks = sorted(d.time for _, d in client_ops if d and d.type == "ok")
-    recovery = []
-    for inv, done in pairs(ops):
-        if inv.process == "nemesis" and done is not None and not inv.f.startswith("phase:"):
-            nxt = next((t for t in oks if t >= done.time), None)
-            if nxt is not None:
-                recovery.append(nxt - done.time)
-    return {
-        "scenario": scenario,
-        "faults": f"{faults.get('landed', 0)}/{faults.get('injected', 0)}",
-        "ok": counts["ok"], "fail": counts["fail"], "info": counts["info"],
-        "lost": by["lost"].details.get("lost", "?") if "lost" in by else "?",
-        "dup_effects": by["effects"].details.get("duplicated_effects", "?") if "effects" in by else "?",
-        "recovery_s": round(max(recovery), 1) if recovery else None,
-        "verdict": compose(checks),
-    }
 
 
 async def run(scenario: ChaosScenario, *, seed: int, out_root: Path, progress: Progress = lambda s: None,
@@ -200,7 +154,7 @@ async def run(scenario: ChaosScenario, *, seed: int, out_root: Path, progress: P
         ctx.driver_stop = getattr(driver, "stop", None)
         await drive_load(scenario, events, ctx, cluster, driver, phase, progress, history)
         (run_dir / "conversations.json").write_text(json.dumps(driver.to_json(), indent=2, default=str))
-        await _save_histories(client, run_dir, driver.workflow_ids)
+        await save_histories(client, driver.workflow_ids, run_dir / "histories")
         journal["model_server"] = cluster.model.stats()
         journal["supervisor_restarts"] = {w.name: w.restarts for w in cluster.workers}
     finally:

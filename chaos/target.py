@@ -9,7 +9,8 @@
     driver = "my_agent.chaos_driver:make_driver"   # see Driver below
     workflow = "my_agent.workflows:AgentWorkflow"  # what the replay checker replays histories with
     model_activity = "call_llm"          # the activity that calls the model (kills aimed "mid model call" wait for it)
-    ledger = "sandbox/ledger.sqlite3"    # optional, relative to the state dir; this project's ledger schema
+    ledger = "sandbox/ledger.sqlite3"    # optional, relative to the state dir; written through harness.recording
+    workspace = "sandbox/{workflow_id}"  # optional: each conversation's files ({workflow_id}: harness.recording.workspace_name)
     checkers = ["lost", "temporal_history", "replay", "injection_evidence", "stats"]  # default: all
     cwd = "."                            # relative to this file; workers and the replayer run there
     [env]                                # extra environment for workers and the replayer
@@ -37,7 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ALL_CHECKERS = ["lost", "temporal_history", "effects", "replay", "injection_evidence", "stats"]
+from chaos.checker import ALL_CHECKERS
+
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class Target:
     workflow: str = "agent.workflow:AgentWorkflow"
     model_activity: str = "plan_next_action"
     ledger: str | None = "sandbox/ledger.sqlite3"
+    workspace: str | None = "sandbox/{workflow_id}"  # where a conversation's files are, relative to the state dir
     checkers: tuple[str, ...] = tuple(ALL_CHECKERS)
     cwd: str | None = None
     env: dict[str, str] = field(default_factory=dict)
@@ -67,7 +70,7 @@ class Target:
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "worker": list(self.worker) if self.worker else None, "ready_line": self.ready_line,
                 "task_queue": self.task_queue, "driver": self.driver, "workflow": self.workflow,
-                "model_activity": self.model_activity, "ledger": self.ledger,
+                "model_activity": self.model_activity, "ledger": self.ledger, "workspace": self.workspace,
                 "checkers": list(self.checkers), "cwd": self.cwd, "env": dict(self.env), "source": self.source}
 
 
@@ -89,7 +92,7 @@ def load_target(path: Path) -> Target:
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"target file {path}: not valid TOML ({exc})") from None
     allowed = {"name", "worker", "ready_line", "task_queue", "driver", "workflow", "model_activity", "ledger",
-               "checkers", "cwd", "env"}
+               "workspace", "checkers", "cwd", "env"}
     unknown = sorted(set(raw) - allowed)
     if unknown:
         raise ValueError(f"target file {path}: unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
@@ -114,7 +117,8 @@ def load_target(path: Path) -> Target:
     return Target(name=str(raw["name"]), worker=tuple(worker), ready_line=str(raw.get("ready_line", "READY")),
                   task_queue=raw.get("task_queue"), driver=str(raw["driver"]), workflow=str(raw["workflow"]),
                   model_activity=str(raw.get("model_activity", "plan_next_action")),
-                  ledger=raw.get("ledger") or None, checkers=tuple(checkers), cwd=cwd,
+                  ledger=raw.get("ledger") or None, workspace=raw.get("workspace") or None,
+                  checkers=tuple(checkers), cwd=cwd,
                   env={str(k): str(v) for k, v in raw.get("env", {}).items()}, source=str(path))
 
 

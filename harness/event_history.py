@@ -1,21 +1,37 @@
-"""Read a workflow's event history into plain records, and draw it.
+"""Temporal event histories: fetch a workflow's chain of runs, save it, load it back, read it as records.
 
-Used by ``demo``/``run`` (the event graph printed after each prompt), by the
-scenario tests (the expected history shape) and, later, by checkers. Runs
-linked by continue-as-new are followed into one chain.
+"History" in this project means two things, so this module says *event*
+history: what Temporal's server recorded for one workflow run (the operation
+log of a chaos run is ``harness.operations``). One way to do each thing:
+
+* ``fetch_histories(client, workflow_id)``: every run of a workflow id, first
+  to last, walking continue-as-new back from the latest run (raw
+  ``WorkflowHistory`` objects, what the replayer and the timing breakdown read);
+* ``save_histories(client, workflow_ids, dir)`` / ``save_chain(chain, dir)``:
+  ``<dir>/<workflow id>/<nn>-<run id>.json`` in Temporal's own JSON;
+* ``load_saved(dir)`` / ``load_saved_records(dir)``: the same back, raw or parsed;
+* ``parse_events``: one run as a ``RunRecord`` (activities with their attempts,
+  outcome, worker and retry policy; children; workflow-task workers; updates);
+* ``fetch_chain`` / ``fetch_tree`` (parsed, live) and ``render`` (the event
+  graph the demo prints).
+
+Nothing here knows any particular agent: activity names are data.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHistory
 
-_CLOSE = {
+#: activity close event type -> outcome
+ACTIVITY_CLOSE = {
     EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED: "completed",
     EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED: "failed",
     EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT: "timed_out",
@@ -132,7 +148,7 @@ def parse_events(workflow_id: str, run_id: str, events: list[HistoryEvent]) -> R
             rec.attempts, rec.worker, rec.started_at = a.attempt, a.identity, at
             if a.HasField("last_failure"):
                 rec.failure = a.last_failure.message
-        elif t in _CLOSE:
+        elif t in ACTIVITY_CLOSE:
             attrs = {
                 EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED: ev.activity_task_completed_event_attributes,
                 EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED: ev.activity_task_failed_event_attributes,
@@ -140,7 +156,7 @@ def parse_events(workflow_id: str, run_id: str, events: list[HistoryEvent]) -> R
                 EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED: ev.activity_task_canceled_event_attributes,
             }[t]
             rec = by_scheduled[attrs.scheduled_event_id]
-            rec.outcome, rec.closed_at = _CLOSE[t], at
+            rec.outcome, rec.closed_at = ACTIVITY_CLOSE[t], at
             if hasattr(attrs, "failure") and attrs.HasField("failure"):
                 rec.failure = attrs.failure.message
         elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
@@ -182,6 +198,58 @@ def parse_events(workflow_id: str, run_id: str, events: list[HistoryEvent]) -> R
             if t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
                 run.next_run_id = ev.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
     return run
+
+
+async def fetch_histories(client: Client, workflow_id: str) -> list[tuple[str, WorkflowHistory]]:
+    """Every run of a workflow id as (run id, history), first to last, walking continue-as-new back from the
+    latest run."""
+    run_id = (await client.get_workflow_handle(workflow_id).describe()).run_id
+    chain: list[tuple[str, WorkflowHistory]] = []
+    while run_id:
+        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        chain.append((run_id, history))
+        run_id = history.events[0].workflow_execution_started_event_attributes.continued_execution_run_id
+    return list(reversed(chain))
+
+
+def save_chain(chain: list[tuple[str, WorkflowHistory]], out: Path) -> None:
+    """``out/<nn>-<run id>.json`` per run, in order (Temporal's JSON: ``WorkflowHistory.from_json`` reads it)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for n, (run_id, history) in enumerate(chain):
+        (out / f"{n:02d}-{run_id}.json").write_text(history.to_json())
+
+
+async def save_histories(client: Client, workflow_ids: list[str], out: Path) -> list[str]:
+    """Save every run of each workflow under ``out/<workflow id>/``; the ids that had none (never started)."""
+    missing: list[str] = []
+
+    async def one(wid: str) -> None:
+        try:
+            chain = await fetch_histories(client, wid)
+        except Exception:  # never started (or gone): nothing to save
+            missing.append(wid)
+            return
+        save_chain(chain, out / wid)
+
+    await asyncio.gather(*(one(wid) for wid in workflow_ids))
+    return missing
+
+
+def load_saved(histories_dir: Path) -> dict[str, list[tuple[str, WorkflowHistory]]]:
+    """``save_histories``' output back: workflow id -> [(run id, history)], first run first."""
+    out: dict[str, list[tuple[str, WorkflowHistory]]] = {}
+    if not histories_dir.is_dir():
+        return out
+    for wf_dir in sorted(p for p in histories_dir.iterdir() if p.is_dir()):
+        out[wf_dir.name] = [(f.stem.split("-", 1)[1], WorkflowHistory.from_json(wf_dir.name, f.read_text()))
+                            for f in sorted(wf_dir.glob("*.json"))]
+    return out
+
+
+def load_saved_records(histories_dir: Path) -> dict[str, list[RunRecord]]:
+    """The saved histories, parsed: workflow id -> its chain of ``RunRecord``s."""
+    return {wid: [parse_events(wid, rid, list(h.events)) for rid, h in chain]
+            for wid, chain in load_saved(histories_dir).items()}
 
 
 async def fetch_run(client: Client, workflow_id: str, run_id: str | None = None) -> RunRecord:

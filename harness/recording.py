@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable
@@ -60,6 +61,14 @@ from harness.faults import AgentFaults
 SCHEMA_VERSION = 3
 ENV_LEDGER = "DAH_LEDGER"  # the harness names the ledger file of a target's workers here
 MODEL_CALL, TOOL_CALL = "model", "tool"  # the kinds of execution
+
+
+def workspace_name(workflow_id: str) -> str:
+    """A workflow id as one file name: characters outside ``A-Za-z0-9._-`` become ``_``, at most 200 of them.
+
+    An agent that keeps each workflow's files in a directory named this way declares it to the harness as
+    ``workspace = "<dir>/{workflow_id}"`` (relative to its state directory), and the checkers find them."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", workflow_id)[:200] or "_"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

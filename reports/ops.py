@@ -10,8 +10,6 @@ Contract (all times in seconds since the run started, as in ``history.jsonl``):
   not a phase marker, [invoke, completion] (until ``end_s`` if it never ended).
 * ``phase_times(ops, phases)``: phase name -> time, from the journal's
   ``phases`` when given, else from the ``phase:*`` events of the history.
-* ``counts`` and ``recovery_s`` recompute what ``chaos.runner.summarise`` puts
-  in a journal's summary, for interrupted runs that have no summary.
 
 Nothing here reads files or raises on odd values: ops whose times are not
 numbers are dropped by ``reports.sources`` before they get here.
@@ -87,19 +85,3 @@ def phase_times(ops: list[Op], phases: dict[str, Any] | None = None) -> dict[str
     # An interrupted run may have no phases in its journal: the history has them as events.
     return {str(op.f).split(":", 1)[1]: op.time for op in ops
             if op.type == INVOKE and str(op.f).startswith("phase:")}
-
-
-def counts(clients: pd.DataFrame) -> dict[str, int]:
-    return {t: int((clients["type"] == t).sum()) for t in TYPES}
-
-
-def recovery_s(ops: list[Op], clients: pd.DataFrame) -> float | None:
-    """As chaos.runner.summarise: the longest gap from the end of a fault to the next acknowledged message."""
-    oks = sorted(clients.loc[clients["type"] == "ok", "complete_s"].tolist())
-    gaps = []
-    for inv, done in pairs(ops):
-        if inv.process == "nemesis" and done is not None and not str(inv.f).startswith("phase:"):
-            nxt = next((t for t in oks if t >= done.time), None)
-            if nxt is not None:
-                gaps.append(nxt - done.time)
-    return round(max(gaps), 1) if gaps else None

@@ -18,7 +18,7 @@ directory or file it could not use, or used only in part, adds one line to
 for ``tables`` and ``figures``: series are dicts with string ``name`` and a
 ``turns`` list of dicts whose numeric fields are floats (NaN when missing);
 ``points`` are lists of dicts; a chaos run's ``verdict`` is pass only when its
-journal has both checks and a summary and every check passed.
+journal has both checks and a summary and every check passed (``harness.verdict``'s rules).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import operations as hist
+from harness.verdict import CheckResult, compose, summarise, worst
 from reports import ops as opsmod
 
 log = logging.getLogger(__name__)
@@ -49,9 +50,6 @@ BENCH_FILES: dict[str, tuple[str, ...]] = {
     "checkpoint_backend": ("checkpoint",),
 }
 NOT_CHAOS = {"bench", "migration_fuzz"}
-VERDICTS = ("pass", "fail", "unknown")
-NOT_APPLICABLE = "not_applicable"  # chaos.checker.NOT_APPLICABLE
-_RANK = {"pass": 0, "unknown": 1, "fail": 2}
 
 
 class Unusable(Exception):
@@ -282,14 +280,10 @@ def _verdict(journal: dict[str, Any]) -> tuple[str, str, list[dict[str, Any]]]:
     checks = [c for c in checks if isinstance(c, dict)]
     if not isinstance(journal.get("summary"), dict):
         return "unknown", "interrupted: no summary in the journal", checks
-    # A checker that does not apply to the run's backend (Temporal histories on the journal backend) says so
-    # and counts neither way; anything else that is not a known verdict counts as unknown.
-    verdicts = [c.get("verdict") if c.get("verdict") in VERDICTS else "unknown" for c in checks
-                if c.get("verdict") != NOT_APPLICABLE]
-    if isinstance(journal.get("verdict"), str):
-        verdicts.append(journal["verdict"] if journal["verdict"] in VERDICTS else "unknown")
-    # The worst of the checks and the recorded verdict: a hand-edited or stale journal never reads better than it is.
-    return max(verdicts or ["unknown"], key=lambda v: _RANK[v]), "", checks
+    # The worst of the checks and the recorded verdict (harness.verdict's rules): a hand-edited or stale record
+    # never reads better than it is.
+    recorded = [journal["verdict"]] if isinstance(journal.get("verdict"), str) else []
+    return worst([compose(CheckResult.from_dict(c) for c in checks), *recorded]), "", checks
 
 
 def _load_chaos(path: Path, scenario_dir: str, sources: Sources) -> ChaosRun:
@@ -307,10 +301,8 @@ def _load_chaos(path: Path, scenario_dir: str, sources: Sources) -> ChaosRun:
     summary = journal.get("summary") if isinstance(journal.get("summary"), dict) else None
     from_history = summary is None
     if summary is None:
-        clients = opsmod.client_ops(ops, end_s)
         nemesis = len(opsmod.fault_windows(ops, end_s))
-        summary = {"scenario": name, "faults": f"?/{nemesis}", **opsmod.counts(clients), "lost": "?",
-                   "dup_effects": "?", "recovery_s": opsmod.recovery_s(ops, clients), "verdict": verdict}
+        summary = {**summarise(name, ops, []), "faults": f"?/{nemesis}", "verdict": verdict}
     return ChaosRun(name, path, journal, ops, verdict, note, summary, from_history, checks, end_s)
 
 

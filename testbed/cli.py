@@ -72,7 +72,8 @@ def _add_agent_options(p: argparse.ArgumentParser) -> None:
 
 def _agent_config(args: argparse.Namespace) -> AgentConfig:
     from agent.config_file import ConfigFileError, load_agent_config, resolve_tools
-    from agent.envs.base import EnvConfigError, parse_env_config
+    from agent.envs.base import EnvConfigError
+    from agent.envs.registry import parse_env_config
 
     try:
         cfg = load_agent_config(args.config) if args.config else AgentConfig()

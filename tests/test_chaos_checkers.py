@@ -12,7 +12,8 @@ from dataclasses import replace
 from pathlib import Path
 
 
-from chaos.checker import FAIL, PASS, UNKNOWN, CheckResult, compose, run_checkers
+from chaos.checker import run_checkers
+from harness.verdict import FAIL, PASS, UNKNOWN, CheckResult, compose
 from chaos.client import Workload
 from chaos.cluster import ClusterSpec
 from chaos.generator import NemesisEvent

@@ -7,7 +7,7 @@ import sqlite3
 from dataclasses import replace
 from pathlib import Path
 
-from chaos.checker import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult, compose
+from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult, compose
 from chaos.client import Workload
 from chaos.generator import NemesisEvent
 from chaos.checkpoint import run_checkpoint

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chaos.checker import PASS
+from harness.verdict import PASS
 from chaos.client import Workload
 from chaos.generator import NemesisEvent
 from harness.operations import load, pairs

@@ -22,7 +22,8 @@ import pytest
 from testbed.cli import main as cli_main
 from agent.config_file import ConfigFileError, load_agent_config
 from agent.contracts import AgentConfig, AgentInput, EnvConfig
-from agent.envs.base import EnvConfigError, EnvContext, EnvUnavailableError, get_env, parse_env_config
+from agent.envs.base import EnvConfigError, EnvContext, EnvUnavailableError
+from agent.envs.registry import get_env, parse_env_config
 from agent.envs.sandbox import bwrap_available
 from harness.event_history import fetch_chain
 from harness.recording import EffectLedger, ExecutionIdentity

@@ -17,11 +17,10 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar
 
-from agent.contracts import EnvConfig, EnvRecord
+from agent.contracts import EnvRecord
 from harness.recording import EffectLedger
 from agent.tools import Tool, workspace_for
 
-ENV_NAMES = ("base", "shell_local", "browser_local", "browser_docker")
 
 
 class EnvConfigError(ValueError):
@@ -152,41 +151,3 @@ def parse_settings(env_name: str, settings_class: type, options: dict[str, Any])
     if check is not None:
         check()
     return settings
-
-
-def _registry() -> dict[str, type[Env]]:
-    from agent.envs.browser import BrowserDockerEnv, BrowserLocalEnv
-    from agent.envs.shell import ShellLocalEnv
-
-    return {c.name: c for c in (BaseEnv, ShellLocalEnv, BrowserLocalEnv, BrowserDockerEnv)}
-
-
-def parse_env_config(raw: Any) -> EnvConfig:
-    """The ``env:`` section of an agent config file -> a checked ``EnvConfig``.
-
-    Accepts a mapping ``{name: ..., <options>}`` or a bare name. The error
-    names the bad field and the allowed values.
-    """
-    if raw is None:
-        return EnvConfig()
-    if isinstance(raw, str):
-        raw = {"name": raw}
-    if not isinstance(raw, dict):
-        raise EnvConfigError(f"env: must be a mapping such as {{name: shell_local}}, got {raw!r}")
-    if "name" not in raw:
-        raise EnvConfigError(f"env.name: missing; allowed values: {', '.join(ENV_NAMES)}")
-    name = raw["name"]
-    if name not in ENV_NAMES:
-        raise EnvConfigError(f"env.name: unknown environment {name!r}; allowed values: {', '.join(ENV_NAMES)}")
-    options = {k: v for k, v in raw.items() if k != "name"}
-    parse_settings(name, _registry()[name].settings_class, options)  # refuse now, not in a worker later
-    return EnvConfig(name=name, options=options)
-
-
-def get_env(config: EnvConfig, ctx: EnvContext, env_id: str) -> Env:
-    """The environment a configuration names, not yet built or attached."""
-    registry = _registry()
-    cls = registry.get(config.name)
-    if cls is None:
-        raise EnvConfigError(f"env.name: unknown environment {config.name!r}; allowed values: {', '.join(ENV_NAMES)}")
-    return cls(parse_settings(config.name, cls.settings_class, dict(config.options)), ctx, env_id)

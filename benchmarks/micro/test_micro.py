@@ -48,7 +48,8 @@ from temporalio.converter import DataConverter
 from agent.contracts import AgentConfig, AgentInput, PlanInput
 from agent.ptc import PtcLimits, PtcResult, run_ptc
 from harness import operations as hist
-from chaos.checker import PASS, compose, run_checkers
+from chaos.checker import run_checkers
+from harness.verdict import PASS, compose
 
 CONVERTER = DataConverter.default.payload_converter
 TOOLS = ["calculator", "weather", "write_file", "append_file", "read_file", "list_files"]

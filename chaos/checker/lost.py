@@ -1,4 +1,4 @@
-"""Nothing lost: every conversation completed with the expected answers.
+"""lost: nothing lost; every conversation completed with the expected answers.
 
 - every started conversation ended ``COMPLETED`` (after ``end_chat``);
 - every acknowledged ``send_message`` (ok) got exactly its expected reply,
@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from chaos.checker import FAIL, PASS, UNKNOWN, CheckResult, RunData
+from chaos.checker.run_data import RunData
+from harness.verdict import FAIL, PASS, UNKNOWN, CheckResult
 from harness.operations import FAIL as OP_FAIL
 from harness.operations import INFO, OK, pairs
 
@@ -88,9 +89,14 @@ def check(data: RunData) -> CheckResult:
                     problems.append(f"{wid} #{inv.value['n']}: message with outcome {kind} is there {len(replies)} times")
                 elif replies and not _matches(replies[0], expect, how):
                     problems.append(f"{wid} #{inv.value['n']}: processed with reply {replies[0]!r} != {expect!r}")
-        paths = {p["path"] for p in conv["planned"] if p["kind"] == "append"}
+        paths = sorted({p["path"] for p in conv["planned"] if p["kind"] == "append"})
+        workspace = data.workspace(wid)
+        if paths and workspace is None:
+            unknowns.append(f"{wid}: appends to {', '.join(paths)} were planned but the target declares no "
+                            "workspace, so the files cannot be read")
+            paths = []
         for path in paths:
-            f = data.workspace(wid) / path
+            f = workspace / path
             got = f.read_text() if f.exists() else ""
             appends = [p for p in conv["planned"] if p["kind"] == "append" and p["path"] == path]
             want = "".join(p["content"] for p in appends if p["content"] in processed_appends)

@@ -1,4 +1,4 @@
-"""Replay: every saved history replays without non-determinism errors on a
+"""replay: every saved event history replays without non-determinism errors on a
 fresh, cold worker built from the current code (Temporal's ``Replayer``, in
 a new interpreter). For the hot-fix scenario this is the proof that the fix
 was replay-safe.
@@ -11,16 +11,17 @@ import os
 import subprocess
 import sys
 
-from chaos.checker import FAIL, PASS, UNKNOWN, CheckResult, RunData
-
-DEFAULT_WORKFLOW = "agent.workflow:AgentWorkflow"
-
+from chaos.checker.run_data import RunData
+from harness.verdict import FAIL, PASS, UNKNOWN, CheckResult
 
 def check(data: RunData) -> CheckResult:
-    target = data.journal.get("target", {})
-    workflow = target.get("workflow", DEFAULT_WORKFLOW)
+    target = data.target
+    workflow = target.get("workflow")
+    if not workflow:
+        return CheckResult("replay", UNKNOWN, "the target declares no workflow class to replay its histories with")
     env = {**os.environ, **target.get("env", {})}
-    proc = subprocess.run([sys.executable, "-m", "harness.replayer", str(data.histories_dir), "--workflow", workflow],
+    proc = subprocess.run([sys.executable, "-m", "harness.replayer", str(data.dir.event_histories), "--workflow",
+                           workflow],
                           capture_output=True, text=True, timeout=300, env=env, cwd=target.get("cwd") or None)
     if proc.returncode != 0:
         return CheckResult("replay", UNKNOWN, f"the replayer could not run (exit {proc.returncode}): "

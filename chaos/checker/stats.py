@@ -7,7 +7,8 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 
-from chaos.checker import PASS, CheckResult, RunData
+from chaos.checker.run_data import RunData
+from harness.verdict import PASS, CheckResult
 from harness.operations import INFO, pairs
 
 _EXC = re.compile(r"^(?:[\w.]+\.)?([A-Z]\w*(?:Error|Exception|Exit|Interrupt))(?::\s*(.*))?$")
@@ -23,7 +24,7 @@ def check(data: RunData) -> CheckResult:
             cls = done.error.split(":", 1)[0].strip() or "Error"
             entry = exceptions.setdefault(cls, {"count": 0, "example": done.error[:300], "source": "history"})
             entry["count"] += 1
-    logs = data.run_dir / "logs"
+    logs = data.dir.logs
     for log in sorted(logs.glob("w*.log")) if logs.exists() else []:
         lines = log.read_text(errors="replace").splitlines()
         for i, line in enumerate(lines):

@@ -1,5 +1,6 @@
-"""From the effect ledger: duplicated executions and duplicated effects,
-counted separately per logical effect (one activity's idempotency key).
+"""effects: from the effect ledger (``harness.recording``), duplicated executions and
+duplicated effects, counted separately per logical effect (one activity's idempotency key).
+Model calls are executions, not effects: the ledger says which executions were model calls.
 
 Executions may repeat (activities are at-least-once): reported, not a
 failure. A logical effect applied more than once is a failure. An effect
@@ -10,13 +11,16 @@ from __future__ import annotations
 
 from collections import Counter
 
-from chaos.checker import FAIL, PASS, UNKNOWN, CheckResult, RunData
+from chaos.checker.run_data import RunData
+from harness.verdict import FAIL, PASS, UNKNOWN, CheckResult
 
 
 def check(data: RunData) -> CheckResult:
+    if data.ledger_path is None:
+        return CheckResult("effects", UNKNOWN, "the target declares no effect ledger: effects cannot be counted")
     if not data.ledger_path.exists():
         return CheckResult("effects", UNKNOWN, f"no effect ledger at {data.ledger_path}")
-    executions = [e for e in data.ledger_rows("executions") if e["tool"] != "plan_next_action"]
+    executions = [e for e in data.ledger_rows("executions") if not data.is_model_call(e)]
     applications = data.ledger_rows("applications")
     effects = data.ledger_rows("effects")
     exec_per_key = Counter(e["idempotency_key"] for e in executions)

@@ -1,4 +1,4 @@
-"""From the Temporal event histories (and the ledger's execution log):
+"""temporal_history: from the Temporal event histories (and the ledger's execution log):
 
 - a completed activity is never executed again: no physical execution of an
   activity starts after the history recorded it completed (the model call
@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from chaos.checker import FAIL, PASS, UNKNOWN, CheckResult, RunData
+from chaos.checker.run_data import RunData
+from harness.verdict import FAIL, PASS, UNKNOWN, CheckResult
 from harness.operations import pairs
 
 TOLERANCE_S = 0.05
@@ -27,14 +28,14 @@ def backoff(initial_s: float, coefficient: float, maximum_s: float, k: int) -> f
 
 
 def check(data: RunData) -> CheckResult:
-    if not data.runs:
-        return CheckResult("temporal_history", UNKNOWN, "no Temporal histories were saved")
+    if not data.event_histories:
+        return CheckResult("temporal_history", UNKNOWN, "no Temporal event histories were saved")
     problems: list[str] = []
     executions: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for e in data.ledger_rows("executions"):
         executions.setdefault((e["run_id"], e["activity_id"]), []).append(e)
     activities = retried = reused_checked = 0
-    for wid, chain in data.runs.items():
+    for wid, chain in data.event_histories.items():
         for run in chain:
             for a in run.activities:
                 activities += 1
@@ -66,12 +67,12 @@ def check(data: RunData) -> CheckResult:
                                 problems.append(f"{wid} {a.activity_type} #{a.activity_id}: attempts {k} and {k + 1} "
                                                 f"{gap:.2f}s apart; backoff is {backoff(initial, coef, maximum, k):.2f}s")
     # The reference's claim, per kill: model calls completed before the worker died are not made again.
-    model_activity = data.journal.get("target", {}).get("model_activity", "plan_next_action")
+    model_activity = data.model_activity
     kills = [((done.value or {}).get("killed_at", done.wall), (done.value or {}).get("identity"))
              for inv, done in pairs(data.ops) if inv.f == "kill_worker" and done is not None]
     before_kill = again_after_kill = 0
     for kill_wall, _victim in kills:
-        for wid, chain in data.runs.items():
+        for wid, chain in data.event_histories.items():
             for run in chain:
                 for a in run.activities:
                     if a.activity_type == model_activity and a.outcome == "completed" and a.closed_at \

@@ -1,0 +1,98 @@
+"""A saved run as the checkers see it: files in, nothing else.
+
+``RunData`` reads a run directory (``harness.rundir``, any schema) lazily:
+the operation log, the driver's final reads, the saved event histories, the
+effect ledger and the target's declaration in ``run.json`` (its model
+activity, where its ledger and workspaces are). It imports nothing of the
+agent under test, so a check means the same thing for any agent, and a run
+directory copied elsewhere is re-checked there.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from harness import operations
+from harness.event_history import RunRecord, load_saved_records
+from harness.recording import MODEL_CALL, workspace_name
+from harness.rundir import RunDir
+
+#: schema-1 runs recorded only the reference agent, whose declaration was implicit
+_V1_TARGET = {"model_activity": "plan_next_action", "ledger": "sandbox/ledger.sqlite3",
+              "workspace": "sandbox/{workflow_id}", "workflow": "agent.workflow:AgentWorkflow"}
+
+
+@dataclass
+class RunData:
+    """A saved run, read lazily from its directory."""
+
+    run_dir: Path
+
+    def __post_init__(self) -> None:
+        self.run_dir = Path(self.run_dir)
+        self.dir = RunDir(self.run_dir)
+
+    @cached_property
+    def ops(self) -> list[operations.Op]:
+        return operations.load(self.dir.operations)
+
+    @cached_property
+    def conversations(self) -> dict[str, Any]:
+        return json.loads(self.dir.conversations.read_text())
+
+    @cached_property
+    def run(self) -> dict[str, Any]:
+        """``run.json``: what ran (``{}`` if missing)."""
+        return self.dir.read_run()
+
+    @property
+    def target(self) -> dict[str, Any]:
+        """What the run declared about the agent under test."""
+        target = self.run.get("target") or {}
+        return {**_V1_TARGET, **target} if self.dir.schema == 1 else target
+
+    @property
+    def model_activity(self) -> str | None:
+        return self.target.get("model_activity")
+
+    @cached_property
+    def event_histories(self) -> dict[str, list[RunRecord]]:
+        """workflow id -> its chain of parsed runs, in order (``{}`` if none were saved)."""
+        return load_saved_records(self.dir.event_histories)
+
+    @property
+    def ledger_path(self) -> Path | None:
+        """The effect ledger the target declared (relative to the state dir), or None if it declared none."""
+        ledger = self.target.get("ledger")
+        return self.dir.state / ledger if ledger else None
+
+    def ledger_rows(self, table: str) -> list[dict[str, Any]]:
+        """A ledger table's rows in insertion order; ``[]`` if the ledger or the table does not exist."""
+        if self.ledger_path is None or not self.ledger_path.exists():
+            return []
+        conn = sqlite3.connect(f"file:{self.ledger_path}?mode=ro", uri=True)
+        conn.row_factory = sqlite3.Row
+        try:
+            if not conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (table,)).fetchone():
+                return []
+            return [dict(r) for r in conn.execute(f"SELECT * FROM {table} ORDER BY rowid")]  # noqa: S608 - fixed names
+        finally:
+            conn.close()
+
+    def is_model_call(self, execution: dict[str, Any]) -> bool:
+        """Whether a ledger execution was a model call (schema-2 ledgers did not say: their model activity did)."""
+        if "kind" in execution:
+            return execution["kind"] == MODEL_CALL
+        return execution["tool"] == self.model_activity
+
+    def workspace(self, workflow_id: str) -> Path | None:
+        """Where the target keeps this workflow's files (its ``workspace`` template), or None if it declared none."""
+        template = self.target.get("workspace")
+        if not template:
+            return None
+        return self.dir.state / template.format(workflow_id=workspace_name(workflow_id))

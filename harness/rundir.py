@@ -1,0 +1,258 @@
+"""The run directory: what every chaos run, benchmark run and migration-fuzz run leaves behind.
+
+This module owns its layout; everything else asks it for paths. The contract
+is ``RUN_DIRECTORY.md`` (every file and field, versioned by ``SCHEMA``) and
+its machine-readable twin ``harness/run_directory.schema.json``; a test fails
+when a writer and the schema disagree. A run directory copied to another
+machine is re-checked (``python -m chaos check DIR``) and reported
+(``python -m reports``) there from these files alone.
+
+    <out>/<name>/<UTC stamp>/       e.g. runs/kill_mid_turn/20261122T201530Z (a clash in one second: ...Z-2)
+        run.json                    what ran: kind, status, command, reproduce, machine, configuration, ...
+        verdict.json                what the checkers concluded (chaos runs; rewritten by a re-check)
+        operations.jsonl            the operation log, written as it happens (harness.operations)
+        conversations.json          the driver's final reads (chaos runs)
+        event_histories/<workflow id>/<nn>-<run id>.json    Temporal event histories (harness.event_history)
+        logs/                       every process's output
+        state/                      the workers' state: the effect ledger, workspaces, the server's database
+        <section>.json              benchmark results; results.json + table.txt (migration fuzz)
+    <out>/<name>/latest -> <UTC stamp>     only ever a *complete* run
+
+Guarantees:
+
+* Names are UTC (``%Y%m%dT%H%M%SZ``) and unique: the directory is created
+  exclusively, and a second run in the same second gets ``-2``, ``-3``, ...
+* JSON files are replaced atomically (write, fsync, rename): a reader sees the
+  old content or the new, never half of it; an interrupted run keeps what it
+  wrote.
+* ``run.json`` has ``status`` ``running`` from the first moment, then
+  ``complete``, ``interrupted`` or ``failed`` (with ``error``), whatever ends
+  the run; ``latest`` moves only to a run that completed.
+* Schema 1 (before this module: ``journal.json``, ``history.jsonl``,
+  ``histories/``, checks inside the journal) is still read.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from harness.durable_files import write_atomic
+
+SCHEMA = 2
+RUN_JSON, VERDICT_JSON = "run.json", "verdict.json"
+OPERATIONS, CONVERSATIONS = "operations.jsonl", "conversations.json"
+EVENT_HISTORIES, LOGS, STATE = "event_histories", "logs", "state"
+LATEST = "latest"
+KINDS = ("chaos", "bench", "migration_fuzz")
+STATUSES = ("running", "complete", "interrupted", "failed")
+#: schema 1's names for the files that were renamed
+_V1 = {RUN_JSON: "journal.json", OPERATIONS: "history.jsonl", EVENT_HISTORIES: "histories"}
+STAMP_FORMAT = "%Y%m%dT%H%M%SZ"
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Replace ``path`` with ``data`` as JSON, atomically."""
+    write_atomic(path, (json.dumps(data, indent=1, default=str) + "\n").encode())
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+@dataclass
+class RunDir:
+    """One run's directory. ``create`` makes a new one; ``RunDir(path)`` opens an existing one (any schema)."""
+
+    path: Path
+
+    def __post_init__(self) -> None:
+        self.path = Path(self.path)
+
+    # -- making one ------------------------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, out: Path, name: str) -> RunDir:
+        """``out/<name>/<UTC stamp>``, created exclusively (``-2``, ``-3``, ... on a clash)."""
+        parent = Path(out) / name
+        parent.mkdir(parents=True, exist_ok=True)
+        stamp = datetime.now(timezone.utc).strftime(STAMP_FORMAT)
+        for n in range(1, 1000):
+            path = parent / (stamp if n == 1 else f"{stamp}-{n}")
+            try:
+                path.mkdir()
+            except FileExistsError:
+                continue
+            return cls(path.resolve())
+        raise RuntimeError(f"could not create a run directory under {parent} (999 runs in one second?)")
+
+    def begin(self, kind: str, name: str, **fields: Any) -> dict[str, Any]:
+        """Write ``run.json`` with status ``running``; returns the dict (``update`` writes changes)."""
+        assert kind in KINDS, kind
+        self._run = {"schema": SCHEMA, "kind": kind, "name": name, "status": "running", "started": utc_now(),
+                     "ended": None, "wall_s": None, **fields}
+        self.save()
+        return self._run
+
+    @property
+    def run(self) -> dict[str, Any]:
+        """``run.json`` as last written by this object, or read from disk."""
+        if not hasattr(self, "_run"):
+            self._run = self.read_run()
+        return self._run
+
+    def update(self, **fields: Any) -> None:
+        self.run.update(fields)
+        self.save()
+
+    def save(self) -> None:
+        write_json(self.path / RUN_JSON, self.run)
+
+    def finish(self, status: str, wall_s: float, error: str | None = None) -> None:
+        """The run ended: ``complete`` moves ``latest`` here; ``interrupted`` / ``failed`` never do."""
+        assert status in STATUSES[1:], status
+        self.run.update(status=status, ended=utc_now(), wall_s=round(wall_s, 1))
+        if error:
+            self.run["error"] = error
+        self.save()
+        if status == "complete":
+            self.link_latest()
+
+    def link_latest(self) -> None:
+        latest = self.path.parent / LATEST
+        tmp = self.path.parent / f".{LATEST}.{os.getpid()}.tmp"
+        if tmp.is_symlink() or tmp.exists():
+            tmp.unlink()
+        tmp.symlink_to(self.path.name)
+        os.replace(tmp, latest)
+
+    # -- reading one -----------------------------------------------------------------------------------------
+
+    @property
+    def schema(self) -> int:
+        """2 for this layout; 1 for a run written before it (``journal.json``)."""
+        if (self.path / RUN_JSON).exists() or (self.path / OPERATIONS).exists():
+            return SCHEMA
+        return 1 if any((self.path / old).exists() for old in _V1.values()) else SCHEMA
+
+    def file(self, name: str) -> Path:
+        """A file or directory of the layout, under its schema-1 name in a schema-1 run."""
+        return self.path / (_V1.get(name, name) if self.schema == 1 else name)
+
+    def read_run(self) -> dict[str, Any]:
+        """``run.json`` (or a schema-1 ``journal.json``, its fields mapped); ``{}`` if there is none."""
+        path = self.file(RUN_JSON)
+        if not path.exists():
+            return {}
+        data = read_json(path)
+        if self.schema == 1 and isinstance(data, dict):
+            data = {"schema": 1, **data}
+            data.setdefault("kind", "bench" if data.get("kind") == "bench" else "chaos")
+            if data["kind"] == "chaos":
+                data.setdefault("name", (data.get("scenario") or {}).get("name", self.path.parent.name))
+                # A schema-1 chaos run that got as far as its checks had finished; one without had not.
+                data.setdefault("status", "complete" if data.get("checks") else "interrupted")
+        return data
+
+    def read_verdict(self) -> dict[str, Any] | None:
+        """``verdict.json`` (schema 1: the checks inside the journal); None if the run was never checked."""
+        if self.schema == 1:
+            run = self.read_run()
+            if not run.get("checks"):
+                return None
+            return {k: run.get(k) for k in ("verdict", "checks", "checkers_not_run", "summary")}
+        path = self.path / VERDICT_JSON
+        return read_json(path) if path.exists() else None
+
+    @property
+    def operations(self) -> Path:
+        return self.file(OPERATIONS)
+
+    @property
+    def conversations(self) -> Path:
+        return self.path / CONVERSATIONS
+
+    @property
+    def event_histories(self) -> Path:
+        return self.file(EVENT_HISTORIES)
+
+    @property
+    def logs(self) -> Path:
+        return self.path / LOGS
+
+    @property
+    def state(self) -> Path:
+        return self.path / STATE
+
+    def write_json(self, name: str, data: Any) -> None:
+        write_json(self.path / name, data)
+
+
+def find_latest(parent: Path) -> Path | None:
+    """The run ``parent/latest`` points at (a complete run), if any."""
+    latest = parent / LATEST
+    target = latest.resolve() if latest.is_symlink() or latest.is_dir() else None
+    return target if target is not None and target.is_dir() else None
+
+
+def machine_info(temporal_binary: str | None = None) -> dict[str, Any]:
+    """Cores, memory, CPU, platform, Python, temporalio and the Temporal CLI's version (``temporal_binary``;
+    each "unknown" where it cannot be told)."""
+    info: dict[str, Any] = {"cores": os.cpu_count(), "platform": platform.platform(),
+                            "python": sys.version.split()[0]}
+    try:
+        info["memory_gb"] = round(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30, 1)
+    except (ValueError, OSError, AttributeError):
+        info["memory_gb"] = None
+    cpu = platform.processor()
+    if not cpu:
+        try:
+            with open("/proc/cpuinfo") as f:
+                cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+        except OSError:
+            cpu = ""
+    info["cpu"] = cpu or "unknown"
+    try:
+        import temporalio
+
+        info["temporalio"] = temporalio.__version__
+    except ImportError:
+        info["temporalio"] = "not installed"
+    info["temporal_cli"] = "unknown (no binary given)"
+    if temporal_binary:
+        try:
+            out = subprocess.run([temporal_binary, "--version"], capture_output=True, text=True, timeout=20)
+            info["temporal_cli"] = out.stdout.strip() or "unknown"
+        except (OSError, subprocess.SubprocessError) as exc:  # recorded, not fatal
+            info["temporal_cli"] = f"unknown ({exc})"
+    return info
+
+
+def command_line(prog: str, options: dict[str, Any], positional: list[str] | None = None) -> str:
+    """A shell command from options (``None``/``False`` left out, ``True`` a bare flag, lists repeated)."""
+    parts = [*shlex.split(prog), *(positional or [])]
+    for flag, value in options.items():
+        if value is None or value is False:
+            continue
+        if value is True:
+            parts.append(flag)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                parts += [flag, str(v)]
+        else:
+            parts += [flag, str(value)]
+    return shlex.join(parts)
