@@ -21,6 +21,11 @@ from harness.recording import EffectLedger
 from agent.workflow import AgentWorkflow
 
 DEFAULT_STATE_DIR = Path(".dah")
+#: where a worker keeps things, relative to its state dir (the chaos target declares the same to the checkers)
+SANDBOX = "sandbox"  # one workspace per workflow id (agent.tools.workspace_for), and the effect ledger:
+LEDGER = f"{SANDBOX}/ledger.sqlite3"
+WORKSPACES = f"{SANDBOX}/{{workflow_id}}"
+CHECKPOINT_DB = "checkpoint.sqlite3"  # the checkpoint backend's runs, steps, events and queue
 
 
 def default_identity() -> str:
@@ -30,8 +35,8 @@ def default_identity() -> str:
 @dataclass
 class WorkerSettings:
     task_queue: str = DEFAULT_TASK_QUEUE
-    sandbox_root: Path = DEFAULT_STATE_DIR / "sandbox"
-    ledger_path: Path | None = None  # default: <sandbox_root>/ledger.sqlite3
+    sandbox_root: Path = DEFAULT_STATE_DIR / SANDBOX
+    ledger_path: Path | None = None  # default: <state dir>/LEDGER
     model_base_url: str | None = None  # the scripted model server (ignored by live models)
     identity: str = field(default_factory=default_identity)
     max_concurrent_activities: int = 100
@@ -51,7 +56,12 @@ class WorkerSettings:
 
     @property
     def resolved_ledger_path(self) -> Path:
-        return Path(self.ledger_path) if self.ledger_path else self.sandbox_root / "ledger.sqlite3"
+        return Path(self.ledger_path) if self.ledger_path else self.sandbox_root.parent / LEDGER
+
+    @classmethod
+    def in_state_dir(cls, state_dir: Path, **kwargs: object) -> WorkerSettings:
+        """Settings whose workspaces and ledger live in ``state_dir`` (the layout above)."""
+        return cls(sandbox_root=Path(state_dir) / SANDBOX, **kwargs)  # type: ignore[arg-type]
 
 
 def load_workflow(spec: str) -> type:

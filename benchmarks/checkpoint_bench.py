@@ -117,7 +117,7 @@ async def _turns(bench: Any, n: int) -> dict[str, list[float]]:
     cfg = AgentConfig(model="scripted")
     out: dict[str, list[float]] = {"plain": [], "checkpoint (sqlite)": [], "temporal (agent workflow)": [],
                                    "temporal (substrate task)": []}
-    store = SqliteStore(bench.run_dir / "state" / "checkpoint-agent.sqlite3")
+    store = SqliteStore(bench.run.state / "checkpoint-agent.sqlite3")
     client, queue = bench.tuned.client, bench.tuned.task_queue()
     for i in range(n + 2):  # two warm-up rounds
         effects = PlainEffects(model="scripted", scripted_base_url=bench.model.url, ledger=bench.ledger,
@@ -152,7 +152,7 @@ async def checkpoint(bench: Any) -> dict[str, Any]:
     quick = bench.options.quick
     n_steps = 50 if quick else 300
     n_turns = 5 if quick else 30
-    work = bench.run_dir / "state" / "checkpoint-bench"
+    work = bench.run.state / "checkpoint-bench"
     work.mkdir(parents=True, exist_ok=True)
     with bench.sampler.section("checkpoint", lambda: {"temporal-server (tuned)": bench.tuned.server.pid,
                                                     "bench (client + worker + model)": os.getpid()}):

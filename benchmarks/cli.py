@@ -14,7 +14,8 @@ from pathlib import Path
 from agent.llm import is_scripted
 from testbed.model_server import LatencyModel
 from benchmarks.conversations import WORKLOADS, BenchError
-from benchmarks.runner import SECTIONS, Options, run
+from benchmarks.options import CHECKPOINT_SECTIONS, SECTION_NAMES, Options
+from benchmarks.suite import run
 
 EPILOG = """\
 sections:
@@ -57,10 +58,10 @@ def _latency(text: str) -> str:
 def _sections(text: str) -> tuple[str, ...]:
     # "journal" is the checkpoint section's old name
     names = tuple("checkpoint" if s.strip() == "journal" else s.strip() for s in text.split(",") if s.strip())
-    bad = [s for s in names if s not in SECTIONS]
+    bad = [s for s in names if s not in SECTION_NAMES]
     if bad or not names:
         raise argparse.ArgumentTypeError(f"unknown section(s) {', '.join(bad) or '(none given)'}; "
-                                         f"sections are {', '.join(SECTIONS)}")
+                                         f"sections are {', '.join(SECTION_NAMES)}")
     return names
 
 
@@ -78,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="the CI profile: a few turns of everything but recovery")
     p.add_argument("--only", type=_sections, default=(), metavar="SECTIONS",
-                   help=f"comma-separated sections to run ({','.join(SECTIONS)})")
+                   help=f"comma-separated sections to run ({','.join(SECTION_NAMES)})")
     p.add_argument("--turns", type=_positive, help="measured turns per Table 2 series (default 50; quick 5)")
     p.add_argument("--workloads", type=_workloads, help="Table 2 workloads (default reply,tool)")
     p.add_argument("--model", default="scripted",
@@ -107,8 +108,6 @@ def main(argv: list[str] | None = None) -> int:
     if overrides["durability"] == "journal":
         overrides["durability"] = "checkpoint"
     if overrides["durability"] == "checkpoint":
-        from benchmarks.runner import CHECKPOINT_SECTIONS
-
         bad = [s for s in args.only if s not in CHECKPOINT_SECTIONS]
         if bad:
             print(f"python -m benchmarks: --durability checkpoint: section(s) {', '.join(bad)} measure Temporal "
@@ -128,11 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_dir = asyncio.run(run(options, say, command.strip()))
     except KeyboardInterrupt:
-        print("\ninterrupted: every process was stopped; finished sections are saved in "
-              f"{options.out}/latest (journal status 'interrupted')", file=sys.stderr)
+        print("\ninterrupted: every process was stopped; finished sections are saved in the newest run under "
+              f"{options.out} (run.json status 'interrupted'; latest still points at the last complete run)",
+              file=sys.stderr)
         return 130
     except BenchError as exc:
-        print(f"benchmark failed: {exc}\nfinished sections are saved in {options.out}/latest", file=sys.stderr)
+        print(f"benchmark failed: {exc}\nfinished sections are saved in the newest run under {options.out} "
+              "(run.json status 'failed')", file=sys.stderr)
         return 1
     print(f"results: {run_dir}\nreport:  make report   (or: python -m reports --bench {run_dir})")
     return 0

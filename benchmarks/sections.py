@@ -24,22 +24,23 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from temporalio.client import Client
 
 from agent.contracts import DEFAULT_TOOLS, ActivityPolicy, AgentConfig, AgentInput, ChatMessage
-from testbed.temporal_server import EmbeddedTemporal
-from testbed.model_server import LatencyModel
-from agent.worker import WorkerSettings, build_worker
+from agent.worker import CHECKPOINT_DB, WorkerSettings
 from agent.workflow import AgentWorkflow
 from benchmarks.breakdown import breakdown_by_update, with_client
 from benchmarks.conversations import WORKLOADS, BenchError, durable_series, plain_series, series_record
-from harness.event_history import fetch_histories
+from benchmarks.options import Bench
 from benchmarks.stats import percentile, summarise
-
-if TYPE_CHECKING:
-    from benchmarks.runner import Bench
+from harness.event_history import fetch_histories
+from harness.operations import History
+from harness.rundir import LOGS, OPERATIONS, STATE, RunDir
+from testbed.model_server import LatencyModel
+from testbed.stack import Endpoints, Stack, StackSpec, stack
+from testbed.worker_process import reference_worker
 
 MOCK_LATENCY = "fixed:0"
 
@@ -54,33 +55,39 @@ VARIANTS: dict[str, dict[str, bool]] = {
 
 @dataclass
 class LocalServer:
-    """An embedded server with one in-process worker per variant (see ``VARIANTS``)."""
+    """An embedded server with one in-process worker per variant (see ``VARIANTS``), on a ``testbed.stack``."""
 
-    server: EmbeddedTemporal
-    client: Client
+    stack: Stack
     profile: str  # "tuned" | "stock"
+
+    @property
+    def server(self) -> Any:
+        return self.stack.server
+
+    @property
+    def client(self) -> Client:
+        return self.stack.client
 
     def task_queue(self, variant: str = "eager") -> str:
         return f"bench-{self.profile}-{variant}"
 
 
 @contextlib.asynccontextmanager
-async def local_server(bench: Bench, tuned: bool) -> AsyncIterator[LocalServer]:
-    from chaos.runner import quiet_runtime
-
+async def local_server(run: RunDir, options: Any, *, tuned: bool, model: bool = False, model_url: str | None = None,
+                       temporal: bool = True) -> AsyncIterator[LocalServer]:
+    """The embedded server (tuned or stock) with the variants' workers; ``model``: start the run's model server
+    too (the first local server does; the others use its ``model_url``). ``temporal=False``: only the model."""
     profile = "tuned" if tuned else "stock"
-    logs = bench.run_dir / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    async with EmbeddedTemporal(tuned=tuned, log_level="warn", log_file=logs / f"temporal-{profile}.log") as server:
-        client = await Client.connect(server.address, runtime=quiet_runtime())
-        local = LocalServer(server, client, profile)
-        async with contextlib.AsyncExitStack() as stack:
-            for variant, overrides in VARIANTS.items():
-                settings = WorkerSettings(task_queue=local.task_queue(variant), sandbox_root=bench.sandbox_root,
-                                          model_base_url=bench.model.url, identity=f"bench-{profile}-{variant}",
-                                          **overrides)
-                await stack.enter_async_context(build_worker(client, settings, bench.ledger))
-            yield local
+    local = LocalServer(None, profile)  # type: ignore[arg-type]
+    workers = [WorkerSettings.in_state_dir(run.state, task_queue=local.task_queue(variant), model_base_url=model_url,
+                                           identity=f"bench-{profile}-{variant}", **overrides)
+               for variant, overrides in VARIANTS.items()] if temporal else []
+    spec = StackSpec(state_dir=run.state, logs_dir=run.logs / profile, temporal="embedded" if temporal else "none",
+                     tuned=tuned, quiet_client=True, model=model, model_url=model_url, seed=options.seed,
+                     temporal_workers=workers, ledger=True)
+    async with stack(spec) as s:
+        local.stack = s
+        yield local
 
 
 def _processes(bench: Bench, *servers: LocalServer):
@@ -116,7 +123,7 @@ async def _latency_series(bench: Bench, local: LocalServer | None, section: str,
         from agent.checkpoint.stores import SqliteStore
         from benchmarks.conversations import checkpoint_series
 
-        store = SqliteStore(bench.run_dir / "state" / "checkpoint.sqlite3")
+        store = SqliteStore(bench.run.state / CHECKPOINT_DB)
         try:
             rows = await checkpoint_series(store, config, workload, name=name, turns=turns, warmup=bench.options.warmup)
         finally:
@@ -129,7 +136,7 @@ async def _latency_series(bench: Bench, local: LocalServer | None, section: str,
         concurrent = bench.options.tuning_concurrency if section == "tuning" else 1
         results = await asyncio.gather(*(
             durable_series(local.client, local.task_queue(variant), config, workload, name=name, turns=turns,
-                           warmup=bench.options.warmup, histories_dir=bench.run_dir / "histories")
+                           warmup=bench.options.warmup, histories_dir=bench.run.event_histories)
             for _ in range(concurrent)))
         rows = [{**r, "conversation": c} for c, (rs, _) in enumerate(results) for r in rs]
         parts = [{**p, "conversation": c} for c, (_, ps) in enumerate(results) for p in ps]
@@ -175,7 +182,7 @@ async def tuning(bench: Bench) -> dict[str, Any]:
     the servers so that drift on a shared machine hits both.
     """
     series, breakdowns = [], []
-    async with local_server(bench, tuned=False) as stock:
+    async with local_server(bench.run, bench.options, tuned=False, model_url=bench.model.url) as stock:
         with bench.sampler.section("tuning", _processes(bench, stock, bench.tuned)):
             for variant in VARIANTS:
                 for local in (stock, bench.tuned):
@@ -226,23 +233,25 @@ async def length(bench: Bench) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def cluster(bench: Bench, name: str, workers: int) -> AsyncIterator[tuple[Any, Client]]:
-    from chaos.cluster import Cluster, ClusterSpec
-    from harness.operations import History
-    from chaos.runner import quiet_runtime
+async def cluster(bench: Bench, name: str, workers: int) -> AsyncIterator[tuple[Stack, str]]:
+    """Worker processes behind fault proxies (no faults), as in chaos runs: (the stack, its task queue).
+    Each cluster keeps its own state, logs and operation log under ``clusters/<name>/``."""
+    base = bench.run_dir / "clusters" / name
+    history = History(base / OPERATIONS)
+    task_queue = f"bench-{name}"
 
-    run_dir = bench.run_dir / "clusters" / name
-    history = History(run_dir / "history.jsonl")
-    spec = ClusterSpec(workers=workers, task_queue=f"bench-{name}", model_latency=MOCK_LATENCY,
-                       seed=bench.options.seed, restart_delay_s=0.5)
-    c = Cluster(run_dir, spec, history)
+    def worker(slot: str, at: Endpoints) -> Any:
+        return reference_worker(at.address, task_queue, at.model_url, base / STATE, namespace=at.namespace,
+                                identity_prefix=slot, warm_line="WARM", log_dir=base / LOGS)
+
+    spec = StackSpec(state_dir=base / STATE, logs_dir=base / LOGS, quiet_client=True,
+                     model_latency=LatencyModel.parse(MOCK_LATENCY), seed=bench.options.seed, proxies=True,
+                     worker_processes=workers, make_worker=worker, history=history)
     bench.say(f"  starting {workers} worker process(es) ({name})")
     try:
-        await asyncio.to_thread(c.start)
-        client = await Client.connect(c.server.address, runtime=quiet_runtime())
-        yield c, client
+        async with stack(spec) as s:
+            yield s, task_queue
     finally:
-        await asyncio.to_thread(c.stop)
         history.close()
 
 
@@ -273,14 +282,15 @@ async def _conversation(client: Client, task_queue: str, turns: int, latencies: 
 async def throughput(bench: Bench) -> dict[str, Any]:
     points = []
     for workers in bench.options.worker_counts:
-        async with cluster(bench, f"throughput-w{workers}", workers) as (c, client):
+        async with cluster(bench, f"throughput-w{workers}", workers) as (c, task_queue):
+            client = c.client
             with bench.sampler.section(f"throughput-w{workers}", _cluster_processes(c)):
-                await _conversation(client, c.spec.task_queue, 2, [])  # warm every worker's cache path
+                await _conversation(client, task_queue, 2, [])  # warm every worker's cache path
                 for conversations in bench.options.concurrency:
                     latencies: list[float] = []
                     started = time.perf_counter()
                     errors = await asyncio.gather(*(
-                        _conversation(client, c.spec.task_queue, bench.options.throughput_turns, latencies)
+                        _conversation(client, task_queue, bench.options.throughput_turns, latencies)
                         for _ in range(conversations)))
                     wall = time.perf_counter() - started
                     turns = conversations * bench.options.throughput_turns
@@ -305,8 +315,9 @@ async def recovery(bench: Bench) -> dict[str, Any]:
     points = []
     tool_s = bench.options.recovery_tool_s
     workload_prompt = f"Work for {tool_s:g} seconds"
-    async with cluster(bench, "recovery", 2) as (c, client):
-        ctx = NemesisContext(c, client, c.history, [], random.Random(bench.options.seed))
+    async with cluster(bench, "recovery", 2) as (c, task_queue):
+        client = c.client
+        ctx = NemesisContext(c, c.spec.history, [], random.Random(bench.options.seed))
         with bench.sampler.section("recovery", _cluster_processes(c)):
             for hb in bench.options.heartbeats:
                 policy = ActivityPolicy(start_to_close_s=120.0, heartbeat_s=hb, initial_interval_s=1.0,
@@ -315,7 +326,7 @@ async def recovery(bench: Bench) -> dict[str, Any]:
                 wid = f"bench-recovery-hb{hb:g}-{uuid.uuid4().hex[:8]}"
                 ctx.workflow_ids[:] = [wid]
                 await client.start_workflow(AgentWorkflow.run, AgentInput(config=config), id=wid,
-                                            task_queue=c.spec.task_queue)
+                                            task_queue=task_queue)
                 chat = client.get_workflow_handle_for(AgentWorkflow.run, wid)
 
                 async def turn(uid: str) -> float:
@@ -359,8 +370,8 @@ def micro(bench: Bench) -> dict[str, Any]:
         cmd += ["--benchmark-max-time=0.05", "--benchmark-min-rounds=3", "--benchmark-warmup=off"]
     bench.say("  " + " ".join(cmd[2:]))
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
-    (bench.run_dir / "logs").mkdir(exist_ok=True)
-    (bench.run_dir / "logs" / "micro.txt").write_text(proc.stdout + proc.stderr)
+    bench.run.logs.mkdir(exist_ok=True)
+    (bench.run.logs / "micro.txt").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
         raise BenchError(f"micro-benchmarks failed (exit {proc.returncode}); see {bench.run_dir / 'logs/micro.txt'}:\n"
                          + (proc.stdout + proc.stderr)[-1500:])

@@ -1,9 +1,10 @@
 """``python -m chaos``: run chaos scenarios, the CI suite, or re-check a saved run.
 
     python -m chaos list
-    python -m chaos run kill_mid_turn [--seed 7]
+    python -m chaos run kill_mid_turn [--seed 7] [--durability checkpoint] [--target FILE] [--backend docker --image I]
     python -m chaos suite                     # what `make chaos` runs; exits 1 on any fail or unknown
-    python -m chaos check runs/kill_mid_turn/latest
+    python -m chaos check runs/kill_mid_turn/latest     # the checkers again, offline, on a saved run (anywhere)
+    python -m chaos rerun runs/mutant/20261122T201530Z  # a run again, from the scenario its run.json saved
 """
 
 from __future__ import annotations
@@ -19,14 +20,10 @@ from typing import Any
 
 from chaos.scenarios import SCENARIOS, SUITE
 
-CHECKPOINT_SCENARIOS = ("kill_mid_turn", "model_outage")  # chaos.checkpoint.CHECKPOINT_SCENARIOS (imported lazily there)
-
 COLUMNS = [("scenario", 28), ("faults", 7), ("ok", 4), ("fail", 5), ("info", 5), ("lost", 5), ("dup_effects", 12),
            ("recovery_s", 11), ("verdict", 8)]
-
-
-CHECKPOINT_SUFFIX = "@checkpoint"  # a scenario's twin on the checkpoint backend (chaos/checkpoint.py)
-OLD_SUFFIX = "@journal"  # its name before the backend was called checkpoint
+#: a scenario's twin on the checkpoint backend is SCENARIO@checkpoint (@journal: its old name)
+CHECKPOINT_SUFFIX, OLD_SUFFIX = "@checkpoint", "@journal"
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -43,143 +40,192 @@ def _progress(start: float):
     return say
 
 
-async def _run_many(names: list[str], seed: int, out: Path, parallel: int = 1, target: Any = None,
-                    ui: bool = False, backend: str = "process", image: str | None = None) -> int:
-    from chaos.runner import run
-    from chaos.target import REFERENCE
+def _checkpoint_twins() -> list[str]:
+    from chaos.backends.checkpoint import CheckpointBackend
 
-    target = target or REFERENCE
+    return list(CheckpointBackend().scenarios or ())
+
+
+async def _run_many(jobs: list[tuple[str, Any, Any]], seed: int, out: Path, parallel: int = 1,
+                    ui: bool = False) -> int:
+    """``jobs``: (label, scenario, backend); the table at the end; 1 if any did not pass."""
+    from chaos.runner import run
+
     start = time.monotonic()
     say = _progress(start)
     results: dict[str, Any] = {}
     slots = asyncio.Semaphore(max(1, parallel))
 
-    async def one(i: int, name: str) -> None:
+    async def one(i: int, label: str, scenario: Any, backend: Any) -> None:
         async with slots:
-            say(f"scenario {i}/{len(names)}: {name} (seed {seed})")
-            if name.endswith(CHECKPOINT_SUFFIX):
-                from chaos.checkpoint import run_checkpoint
-
-                result = await run_checkpoint(SCENARIOS[name.removesuffix(CHECKPOINT_SUFFIX)], seed=seed, out_root=out,
-                                           progress=say)
-            else:
-                result = await run(SCENARIOS[name], seed=seed, out_root=out, progress=say, target=target, ui=ui,
-                                   backend=backend, image=image)
-            results[name] = result
-            say(f"{name}: {result.verdict.upper()} in {result.wall_s:.0f}s -> {result.run_dir}")
+            say(f"scenario {i}/{len(jobs)}: {label} (seed {seed})")
+            result = await run(scenario, backend, seed=seed, out_root=out, progress=say, ui=ui)
+            results[label] = result
+            say(f"{label}: {result.verdict.upper()} in {result.wall_s:.0f}s -> {result.run_dir}")
             for c in result.checks:
                 if c.verdict != "pass":
-                    say(f"  {name} {c.name}: {c.verdict}: {c.summary}")
+                    say(f"  {label} {c.name}: {c.verdict}: {c.summary}")
 
-    await asyncio.gather(*(one(i, n) for i, n in enumerate(names, 1)))
-    rows = [results[n].row for n in names]
-    failed = [(n, results[n]) for n in names if results[n].verdict != "pass"]
+    await asyncio.gather(*(one(i, *job) for i, job in enumerate(jobs, 1)))
+    labels = [label for label, _, _ in jobs]
+    failed = [(n, results[n]) for n in labels if results[n].verdict != "pass"]
     print()
-    print(table(rows))
-    print(f"\n{len(names)} scenario(s) in {time.monotonic() - start:.0f}s (seed {seed}); "
-          f"{len(names) - len(failed)} passed, {len(failed)} not passed")
+    print(table([results[n].row for n in labels]))
+    print(f"\n{len(labels)} scenario(s) in {time.monotonic() - start:.0f}s (seed {seed}); "
+          f"{len(labels) - len(failed)} passed, {len(failed)} not passed")
     for name, result in failed:
         print(f"  {name}: {result.verdict}; reproduce with: {result.reproduce}; artefacts in {result.run_dir}")
     return 1 if failed else 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def _jobs(args: argparse.Namespace, target: Any) -> list[tuple[str, Any, Any]]:
+    """(label, scenario, backend) for every scenario asked for; raises ValueError naming an unknown one."""
+    from chaos.backends import make_backend
+
+    twins = _checkpoint_twins()
+    checkpoint = getattr(args, "durability", "temporal") in ("checkpoint", "journal")
+    if args.command == "suite":
+        names = [*SUITE, *(n + CHECKPOINT_SUFFIX for n in twins)]
+    elif args.scenarios == ["all"]:
+        names = [n + CHECKPOINT_SUFFIX for n in twins] if checkpoint else list(SUITE)
+    else:
+        names = [n.removesuffix(OLD_SUFFIX) + CHECKPOINT_SUFFIX if n.endswith(OLD_SUFFIX) else n
+                 for n in args.scenarios]
+        names = [n + CHECKPOINT_SUFFIX if checkpoint and not n.endswith(CHECKPOINT_SUFFIX) else n for n in names]
+    known = [*SCENARIOS, *(n + CHECKPOINT_SUFFIX for n in twins)]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    jobs = []
+    for label in names:
+        base = label.removesuffix(CHECKPOINT_SUFFIX)
+        backend = make_backend("checkpoint" if label.endswith(CHECKPOINT_SUFFIX) else "temporal",
+                               getattr(args, "backend", "process"), getattr(args, "image", None), target,
+                               getattr(args, "target", None))
+        jobs.append((label, SCENARIOS[base], backend))
+    return jobs
+
+
+def _rerun(run_dir: Path) -> tuple[Any, Any, int]:
+    """(scenario, backend, seed) as a saved run recorded them."""
+    from chaos.backends import make_backend
+    from chaos.scenarios import scenario_from_dict
+    from chaos.target import load_target
+    from harness.rundir import RunDir
+
+    record = RunDir(run_dir).read_run()
+    if record.get("kind") != "chaos" or "scenario" not in record:
+        raise ValueError(f"{run_dir} is not a chaos run directory (no scenario in its run.json)")
+    backend = record.get("backend") or {}
+    target_file = backend.get("target_file")
+    target = load_target(Path(target_file)) if target_file else None
+    durability = "checkpoint" if backend.get("name") == "checkpoint" else "temporal"
+    return (scenario_from_dict(record["scenario"]),
+            make_backend(durability, backend.get("workers") or "process", backend.get("image"), target,
+                         Path(target_file) if target_file else None),
+            int(record.get("seed", 1)))
+
+
+def _check_engine(args: argparse.Namespace) -> str | None:
+    if getattr(args, "backend", "process") != "docker":
+        return None
+    from agent.envs.docker_engine import docker_engine_available
+
+    ok, reason = docker_engine_available()
+    if not ok:
+        return f"--backend docker: {reason}; the process backend (the default) needs no engine"
+    if not args.image:
+        return "--backend docker needs --image NAME (an image with the worker installed)"
+    return None
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m chaos", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("list", help="the named scenarios")
+
+    def common(p: argparse.ArgumentParser, parallel: int) -> None:
+        p.add_argument("--seed", type=int, default=1, help="seed of the schedule, the load and the model (default 1)")
+        p.add_argument("--out", type=Path, default=Path("runs"), help="where runs are written (default runs/)")
+        p.add_argument("--parallel", type=int, default=parallel,
+                       help=f"scenarios run at once, each its own cluster (default {parallel})")
+        p.add_argument("--target", type=Path, help="a target TOML file: your own agent (default: the reference "
+                                                   "agent; see chaos/target.py)")
+
     p = sub.add_parser("run", help="run named scenarios (or 'all')")
     p.add_argument("scenarios", nargs="+", help=f"names: {', '.join(SCENARIOS)}, or 'all'")
-    p.add_argument("--seed", type=int, default=1, help="seed of the schedule, the load and the model (default 1)")
-    p.add_argument("--out", type=Path, default=Path("runs"), help="where runs are written (default runs/)")
-    p.add_argument("--parallel", type=int, default=1, help="scenarios run at once, each its own cluster (default 1)")
+    common(p, 1)
     p.add_argument("--ui", action="store_true", help="start the Temporal Web UI and print its address, to watch")
-    p.add_argument("--target", type=Path, help="a target TOML file: your own agent (default: the reference agent)")
     p.add_argument("--backend", choices=["process", "docker"], default="process",
                    help="where workers run: local processes (default) or Docker containers (needs an engine)")
     p.add_argument("--image", help="docker backend: an image with the worker installed")
     p.add_argument("--durability", choices=["temporal", "checkpoint", "journal"], default="temporal",
                    help="the agent's durability backend: temporal (default) or checkpoint (the step-checkpointed "
-                        f"SQLite substrate; scenarios {', '.join(CHECKPOINT_SCENARIOS)}; journal is its old name)")
+                        "SQLite substrate; scenarios " + ", ".join(_checkpoint_twins()) + "; journal is its old name)")
     p = sub.add_parser("suite", help="the CI suite: every named scenario; exit 1 on any fail or unknown")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--out", type=Path, default=Path("runs"))
-    p.add_argument("--parallel", type=int, default=2,
-                   help="scenarios run at once (default 2: each cluster mostly waits on its faults)")
-    p.add_argument("--target", type=Path, help="a target TOML file: your own agent (default: the reference agent)")
+    common(p, 2)
     p = sub.add_parser("check", help="re-run the checkers offline on a saved run directory")
     p.add_argument("run_dir", type=Path, help="e.g. runs/kill_mid_turn/latest")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
-    args = parser.parse_args(argv)
+    p = sub.add_parser("rerun", help="run a saved run's scenario again (its seed, backend and target)")
+    p.add_argument("run_dir", type=Path, help="a chaos run directory, e.g. runs/kill_mid_turn/latest")
+    p.add_argument("--out", type=Path, default=Path("runs"), help="where the new run is written (default runs/)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    prog = f"python -m chaos {args.command}"
     if args.command == "list":
         for s in SCENARIOS.values():
             print(f"{s.name:<30} {s.description}")
-        for name in CHECKPOINT_SCENARIOS:
+        for name in _checkpoint_twins():
             print(f"{name + CHECKPOINT_SUFFIX:<30} {SCENARIOS[name].description} (on the checkpoint backend)")
         return 0
-    if args.command in ("run", "suite"):
-        checkpoint = getattr(args, "durability", "temporal") in ("checkpoint", "journal")
-        if args.command == "suite":
-            names = [*SUITE, *(n + CHECKPOINT_SUFFIX for n in CHECKPOINT_SCENARIOS)]
-        elif args.scenarios == ["all"]:
-            names = [n + CHECKPOINT_SUFFIX for n in CHECKPOINT_SCENARIOS] if checkpoint else list(SUITE)
-        else:
-            names = [n.removesuffix(OLD_SUFFIX) + CHECKPOINT_SUFFIX if n.endswith(OLD_SUFFIX) else n for n in args.scenarios]
-            names = [n + CHECKPOINT_SUFFIX if checkpoint and not n.endswith(CHECKPOINT_SUFFIX) else n for n in names]
-        known = [*SCENARIOS, *(n + CHECKPOINT_SUFFIX for n in CHECKPOINT_SCENARIOS)]
-        unknown = [n for n in names if n not in known]
-        if unknown:
-            print(f"python -m chaos run: unknown scenario(s) {', '.join(unknown)}; known: {', '.join(known)}",
-                  file=sys.stderr)
-            return 2
-        try:
-            if args.parallel < 1:
-                print(f"--parallel {args.parallel}: must be 1 or more", file=sys.stderr)
-                return 2
-            target = None
-            if args.target:
-                from chaos.target import load_target
-
-                try:
-                    target = load_target(args.target)
-                except ValueError as exc:
-                    print(f"python -m chaos {args.command}: --target: {exc}", file=sys.stderr)
-                    return 2
-            backend, image = getattr(args, "backend", "process"), getattr(args, "image", None)
-            if backend == "docker":
-                from agent.envs.docker_engine import docker_engine_available
-
-                ok, reason = docker_engine_available()
-                if not ok:
-                    print(f"python -m chaos {args.command}: --backend docker: {reason}; "
-                          "the process backend (the default) needs no engine", file=sys.stderr)
-                    return 2
-                if not image:
-                    print(f"python -m chaos {args.command}: --backend docker needs --image NAME (an image with the "
-                          "worker installed)", file=sys.stderr)
-                    return 2
-            return asyncio.run(_run_many(names, args.seed, args.out, args.parallel, target, getattr(args, "ui", False),
-                                         backend, image))
-        except KeyboardInterrupt:
-            print("\ninterrupted; the cluster was stopped; partial runs are in " + str(args.out), file=sys.stderr)
-            return 130
     if args.command == "check":
-        from chaos.runner import recheck
+        from chaos.runner import check
 
         run_dir = args.run_dir.resolve()
-        if not (run_dir / "history.jsonl").exists():
-            print(f"python -m chaos check: {args.run_dir} has no history.jsonl; give a run directory such as "
-                  "runs/<scenario>/latest", file=sys.stderr)
+        from harness.rundir import RunDir
+
+        if not RunDir(run_dir).operations.exists():
+            print(f"{prog}: {args.run_dir} has no operations.jsonl (nor a history.jsonl); give a run directory "
+                  "such as runs/<scenario>/latest", file=sys.stderr)
             return 2
-        verdict, checks, row = recheck(run_dir)
+        verdict, checks, _ = check(run_dir)
         if args.json:
             print(json.dumps({"verdict": verdict, "checks": [c.as_dict() for c in checks]}, default=str))
         else:
             for c in checks:
-                print(f"{c.name:<20} {c.verdict:<8} {c.summary}")
+                print(f"{c.name:<20} {c.verdict:<15} {c.summary}")
             print(f"\nverdict: {verdict}")
         return 0 if verdict == "pass" else 1
-    return 2
+    try:
+        if args.command == "rerun":
+            scenario, backend, seed = _rerun(args.run_dir)
+            return asyncio.run(_run_many([(scenario.name + backend.suffix, scenario, backend)], seed, args.out))
+        if args.parallel < 1:
+            print(f"{prog}: --parallel {args.parallel}: must be 1 or more", file=sys.stderr)
+            return 2
+        target = None
+        if args.target:
+            from chaos.target import load_target
+
+            target = load_target(args.target)
+        problem = _check_engine(args)
+        if problem:
+            print(f"{prog}: {problem}", file=sys.stderr)
+            return 2
+        jobs = _jobs(args, target)
+        return asyncio.run(_run_many(jobs, args.seed, args.out, args.parallel, getattr(args, "ui", False)))
+    except ValueError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"\ninterrupted; the cluster was stopped; partial runs are in {args.out} (status interrupted)",
+              file=sys.stderr)
+        return 130

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,24 +21,37 @@ from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client
 
 from harness.faults import FaultRule
-from chaos.cluster import Cluster
+from testbed.stack import Stack
 from harness.operations import INFO, OK, History
-from chaos.net import Toxic
+from testbed.net import Toxic
 
 
 @dataclass
 class NemesisContext:
-    cluster: Cluster
-    client: Client
+    stack: Stack  # the server, the model, the proxies and the supervised workers (testbed.stack)
     history: History
     workflow_ids: list[str]
     rng: random.Random
     model_activity: str = "plan_next_action"  # what "model" means in a nemesis argument, for this target
     driver_stop: Callable[[], None] | None = None  # stops the client load (called at heal)
+    #: what is running right now, by the backend's own lights (Temporal: pending activities; checkpoint: the
+    #: ledger's unfinished executions): [{"workflow_id", "activity", "attempt", "worker"}]
+    running: Callable[[NemesisContext], Awaitable[list[dict[str, Any]]]] | None = None
+
+    @property
+    def client(self) -> Client | None:
+        return self.stack.client
 
 
 async def in_flight(ctx: NemesisContext) -> list[dict[str, Any]]:
     """Activities running right now on some worker, across the run's conversations."""
+    if ctx.running is not None:
+        return await ctx.running(ctx)
+    return await temporal_in_flight(ctx)
+
+
+async def temporal_in_flight(ctx: NemesisContext) -> list[dict[str, Any]]:
+    """Started activities, from Temporal's description of each conversation (its pending activities)."""
     found = []
     for wid in ctx.workflow_ids:
         try:
@@ -73,7 +86,7 @@ async def last_task_workers(ctx: NemesisContext) -> dict[str, str]:
 
 def _worker_of(ctx: NemesisContext, identity: str) -> str | None:
     """The live worker with this identity now (a killed generation's activities still look running for a while)."""
-    for w in ctx.cluster.workers:
+    for w in ctx.stack.workers:
         if w.process.identity == identity and w.process.alive:
             return w.name
     return None
@@ -95,7 +108,8 @@ async def _wait_for_in_flight(ctx: NemesisContext, activity: str | None, timeout
 
 async def kill_worker(ctx: NemesisContext, when: str = "busy", activity: str | None = "model",
                       down_s: float = 2.0, wait_s: float = 15.0) -> dict[str, Any]:
-    """SIGKILL a worker: one running ``activity`` ("busy"), or one idle but holding conversations ("idle")."""
+    """SIGKILL a worker: one running ``activity`` ("busy"), one idle but holding conversations in its cache
+    ("idle", Temporal only), or any one, now ("any"). It stays down ``down_s``; then the supervisor restarts it."""
     op = ctx.history.invoke("nemesis", "kill_worker", {"when": when, "activity": activity, "down_s": down_s})
     evidence: list[Any] = []
     victim = None
@@ -110,15 +124,15 @@ async def kill_worker(ctx: NemesisContext, when: str = "busy", activity: str | N
         while victim is None and time.monotonic() < deadline:
             busy = {a["workflow_id"] for a in await in_flight(ctx)}
             held = await last_task_workers(ctx)
-            for w in ctx.cluster.workers:
+            for w in ctx.stack.workers:
                 waiting = [wid for wid, identity in held.items() if identity == w.process.identity and wid not in busy]
                 if waiting:
                     victim, evidence = w.name, [{"cached_idle_conversation": wid} for wid in waiting]
                     break
             else:
                 await asyncio.sleep(0.1)
-    victim = victim or ctx.rng.choice(ctx.cluster.workers).name
-    w = ctx.cluster.worker(victim)
+    victim = victim or ctx.rng.choice(ctx.stack.workers).name
+    w = ctx.stack.worker(victim)
     async with w.held() as proc:
         identity = proc.identity
         w.down_until = time.monotonic() + down_s
@@ -134,8 +148,8 @@ async def pause_worker(ctx: NemesisContext, pause_s: float = 6.0, wait_s: float 
     op = ctx.history.invoke("nemesis", "pause_worker", {"pause_s": pause_s})
     running = await _wait_for_in_flight(ctx, None, wait_s)
     victim = _worker_of(ctx, running[0]["worker"]) if running else None
-    victim = victim or ctx.rng.choice(ctx.cluster.workers).name
-    w = ctx.cluster.worker(victim)
+    victim = victim or ctx.rng.choice(ctx.stack.workers).name
+    w = ctx.stack.worker(victim)
     identity = w.process.identity
     evidence = [a for a in running if a["worker"] == identity]
     async with w.held() as proc:
@@ -151,7 +165,7 @@ async def pause_worker(ctx: NemesisContext, pause_s: float = 6.0, wait_s: float 
 async def partition(ctx: NemesisContext, link: str = "temporal", mode: str = "blackhole", duration_s: float = 8.0,
                     toxicity: float = 1.0) -> dict[str, Any]:
     """Cut the workers' link to Temporal or to the model: blackhole, reset (TCP RST) or down (refused)."""
-    proxy = ctx.cluster.temporal_proxy if link == "temporal" else ctx.cluster.model_proxy
+    proxy = ctx.stack.temporal_proxy if link == "temporal" else ctx.stack.model_proxy
     assert proxy is not None
     op = ctx.history.invoke("nemesis", "partition", {"link": link, "mode": mode, "duration_s": duration_s})
     running = await _wait_for_in_flight(ctx, None, 10.0)
@@ -178,7 +192,7 @@ async def degrade_link(ctx: NemesisContext, link: str = "temporal", latency_ms: 
                        rate_kbps: float = 0.0, stream: str = "both", duration_s: float = 6.0,
                        toxicity: float = 1.0) -> dict[str, Any]:
     """A slow link, not a broken one: latency with jitter per direction, optionally a bandwidth cap."""
-    proxy = ctx.cluster.temporal_proxy if link == "temporal" else ctx.cluster.model_proxy
+    proxy = ctx.stack.temporal_proxy if link == "temporal" else ctx.stack.model_proxy
     assert proxy is not None
     op = ctx.history.invoke("nemesis", "degrade_link", {"link": link, "latency_ms": latency_ms, "jitter_ms": jitter_ms,
                                                         "rate_kbps": rate_kbps, "stream": stream})
@@ -206,14 +220,14 @@ async def restart_server(ctx: NemesisContext, down_s: float = 3.0) -> dict[str, 
     """SIGKILL the Temporal server and start it again from its database file."""
     op = ctx.history.invoke("nemesis", "restart_server", {"down_s": down_s})
     running = await _wait_for_in_flight(ctx, None, 10.0)
-    await asyncio.to_thread(ctx.cluster.server.kill)
+    await asyncio.to_thread(ctx.stack.server.kill)
     await asyncio.sleep(down_s)
     try:
-        await asyncio.to_thread(ctx.cluster.server.start)
+        await asyncio.to_thread(ctx.stack.server.start)
     except Exception as exc:
         ctx.history.complete(op, INFO, {"evidence": running}, error=f"{type(exc).__name__}: {exc}")
         raise
-    value = {"evidence": running, "pid": ctx.cluster.server.pid}
+    value = {"evidence": running, "pid": ctx.stack.server.pid}
     ctx.history.complete(op, OK, value)
     return value
 
@@ -222,14 +236,14 @@ async def model_outage(ctx: NemesisContext, status: int = 503, duration_s: float
                        mode: str = "status") -> dict[str, Any]:
     """The model API refuses (503/429), hangs or answers garbage for a while."""
     op = ctx.history.invoke("nemesis", "model_outage", {"mode": mode, "status": status, "duration_s": duration_s})
-    model = ctx.cluster.model
+    model = ctx.stack.model_server
     before = (await asyncio.to_thread(model.stats))["faults_applied"].get(mode, 0)
     # A hung request is dropped when the outage ends (as a dead API's connections eventually are).
     rule = FaultRule(mode=mode, status=status) if mode == "status" else \
         FaultRule(mode=mode, hang_s=duration_s) if mode == "hang" else FaultRule(mode=mode)
-    await asyncio.to_thread(ctx.cluster.set_model_faults, [rule])
+    await asyncio.to_thread(ctx.stack.set_model_faults, [rule])
     await asyncio.sleep(duration_s)
-    await asyncio.to_thread(ctx.cluster.set_model_faults, [])
+    await asyncio.to_thread(ctx.stack.set_model_faults, [])
     hits = (await asyncio.to_thread(model.stats))["faults_applied"].get(mode, 0) - before
     value = {"mode": mode, "requests_refused": hits, "evidence": [{"model_requests_faulted": hits}] if hits else []}
     ctx.history.complete(op, OK, value)
@@ -253,11 +267,11 @@ async def deploy_fix(ctx: NemesisContext, activity: str = "calculator", min_atte
                       for p in desc.raw_description.pending_activities
                       if p.activity_type.name == activity and p.attempt >= min_attempt]
         await asyncio.sleep(0.1)
-    for w in ctx.cluster.workers:
+    for w in ctx.stack.workers:
         async with w.held() as proc:
             await asyncio.to_thread(proc.stop)
             await asyncio.to_thread(proc.start, faults=proc.faults.without_bugs())
-    value = {"evidence": stuck, "workers": [w.process.identity for w in ctx.cluster.workers]}
+    value = {"evidence": stuck, "workers": [w.process.identity for w in ctx.stack.workers]}
     ctx.history.complete(op, OK, value)
     return value
 

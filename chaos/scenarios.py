@@ -11,11 +11,29 @@ runs in CI.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from chaos.client import Workload
-from chaos.cluster import ClusterSpec
 from chaos.generator import NemesisEvent
+from harness.faults import AgentFaults
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """What a scenario needs of the cluster under test (the backend builds it; testbed.stack starts it)."""
+
+    workers: int = 2
+    model_latency: str = "fixed:100"
+    bugs: tuple[str, ...] = ()  # tools with a logic bug in the first worker build (the hot-fix scenario)
+    crash_at: tuple[str, ...] = ()  # worker self-SIGKILL points (harness.faults.CRASH_POINTS)
+    mutations: tuple[str, ...] = ()  # deliberately broken builds, to check the checkers (harness.faults.MUTATIONS)
+    workflow: str | None = None  # the reference agent's workers register this workflow class instead of its own
+
+    @property
+    def faults(self) -> AgentFaults:
+        """What the workers carry (harness.faults): they reach any agent that records through harness.recording."""
+        return AgentFaults(frozenset(self.crash_at), frozenset(self.bugs), frozenset(self.mutations))
 
 
 @dataclass(frozen=True)
@@ -104,3 +122,19 @@ SCENARIOS: dict[str, ChaosScenario] = {
 
 SUITE = list(SCENARIOS)
 
+
+def _build(cls: type, data: dict[str, Any]) -> Any:
+    """A dataclass from its ``asdict`` form (lists back to tuples where the field is a tuple)."""
+    kwargs = {}
+    for f in fields(cls):
+        if f.name in data:
+            value = data[f.name]
+            kwargs[f.name] = tuple(value) if isinstance(value, list) and str(f.type).startswith("tuple") else value
+    return cls(**kwargs)
+
+
+def scenario_from_dict(data: dict[str, Any]) -> ChaosScenario:
+    """A scenario as ``run.json`` recorded it (``asdict``), back: ``python -m chaos rerun`` runs it again."""
+    events = tuple(NemesisEvent(e["at_s"], e["op"], dict(e.get("args") or {})) for e in data.get("events") or ())
+    return _build(ChaosScenario, {**data, "events": events, "cluster": _build(ClusterSpec, data.get("cluster") or {}),
+                                  "workload": _build(Workload, data.get("workload") or {})})

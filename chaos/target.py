@@ -1,125 +1,176 @@
 """The agent under test: ours by default, or yours, described in a TOML file.
 
     name = "my-agent"
-    # {python} {address} {namespace} {task_queue} {identity} {model_url} {state_dir} are filled in per worker
+    python = "../my-agent/.venv/bin/python"   # its own interpreter (default: the harness's); relative to this file
+    # {python} {address} {namespace} {task_queue} {identity} {model_url} {state_dir} {ledger} are filled per worker
     worker = ["{python}", "-m", "my_agent.worker", "--address", "{address}", "--task-queue", "{task_queue}",
               "--identity", "{identity}", "--model-url", "{model_url}"]
     ready_line = "READY"                 # the worker prints this once it polls
     task_queue = "my-agent"
-    driver = "my_agent.chaos_driver:make_driver"   # see Driver below
+    driver = "my_agent.chaos_driver:make_driver"   # see Driver below; runs in the target's python
     workflow = "my_agent.workflows:AgentWorkflow"  # what the replay checker replays histories with
     model_activity = "call_llm"          # the activity that calls the model (kills aimed "mid model call" wait for it)
-    ledger = "sandbox/ledger.sqlite3"    # optional, relative to the state dir; written through harness.recording
-    workspace = "sandbox/{workflow_id}"  # optional: each conversation's files ({workflow_id}: harness.recording.workspace_name)
+    ledger = "ledger.sqlite3"            # optional, relative to the state dir; written through harness.recording
+    workspace = "files/{workflow_id}"    # optional: each conversation's files ({workflow_id}: workspace_name(id))
     checkers = ["lost", "temporal_history", "replay", "injection_evidence", "stats"]  # default: all
-    cwd = "."                            # relative to this file; workers and the replayer run there
-    [env]                                # extra environment for workers and the replayer
+    cwd = "."                            # relative to this file; workers, the driver and the replayer run there
+    [env]                                # extra environment for workers, the driver and the replayer
     MY_FLAG = "1"
+
+The target's own Python runs its workers, its driver and the replay of its
+histories (``harness/driver_host.py``, ``harness/replayer.py``), so the
+harness's own pins never meet the agent's: that interpreter needs only
+``temporalio`` and the agent's own packages. The harness puts just its
+``harness`` package (standard library only) on that interpreter's path, which
+is where the recording API (``harness.recording``), the operation-log
+constants (``harness.operations``) and the fault seams (``harness.faults``)
+come from. A worker that records through ``harness.recording`` gets
+``$DAH_LEDGER`` (the ledger file the target declared) and the in-agent faults
+the scenario asks for (crash points, logic bugs) in its environment.
 
 The driver factory is called as ``make_driver(client=, history=, task_queue=,
 workload=, seed=)`` and returns an object with ``workflow_ids`` (list),
 ``async run()`` (drive the load, recording each operation in ``history`` as
 invoke then ok/fail/info), optionally ``stop()`` (stop sending new messages: the
-runner calls it when the faults are healed, so the load spans the fault phase), ``async finish()`` (end the conversations and read
-their final state) and ``to_json()``, whose ``conversations`` list the lost
-checker reads: ``workflow_id``, ``started``, ``planned`` (``text``,
-``expect``, ``kind``), ``final_history`` (chat messages: ``role``,
-``content``) and ``final_status``. ``chaos.client.Driver`` is the reference.
+runner calls it when the faults are healed, so the load spans the fault phase),
+``async finish()`` (end the conversations and read their final state) and
+``to_json()``, whose ``conversations`` list the lost checker reads:
+``workflow_id``, ``started``, ``planned`` (``text``, ``expect``, ``kind``, and
+for appends ``path`` and ``content``), ``final_history`` (chat messages:
+``role``, ``content``) and ``final_status``. ``chaos.client.Driver`` is the
+reference.
 
-Checkers a target leaves out are recorded in the journal as not run; they
-never count as passed.
+Checkers a target leaves out are recorded in the run as not run; they never
+count as passed.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.worker import LEDGER, WORKSPACES
 from chaos.checker import ALL_CHECKERS
+from testbed.worker_process import PLACEHOLDERS, REFERENCE_WORKER, fill
 
+FIELDS = ("name", "python", "worker", "ready_line", "warm_line", "task_queue", "driver", "workflow", "model_activity",
+          "ledger", "workspace", "checkers", "cwd", "env")
 
 
 @dataclass(frozen=True)
 class Target:
     name: str = "reference-agent"
-    worker: tuple[str, ...] | None = None  # None: this project's `python -m agent worker`
+    worker: tuple[str, ...] = REFERENCE_WORKER
     ready_line: str = "READY"
+    warm_line: str | None = "WARM"  # after READY: the model client is loaded (load starts only then)
     task_queue: str | None = None  # None: one per scenario
     driver: str = "chaos.client:Driver"
     workflow: str = "agent.workflow:AgentWorkflow"
     model_activity: str = "plan_next_action"
-    ledger: str | None = "sandbox/ledger.sqlite3"
-    workspace: str | None = "sandbox/{workflow_id}"  # where a conversation's files are, relative to the state dir
+    ledger: str | None = LEDGER
+    workspace: str | None = WORKSPACES  # where a conversation's files are, relative to the state dir
     checkers: tuple[str, ...] = tuple(ALL_CHECKERS)
     cwd: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+    python: str | None = None  # the target's interpreter (None: the harness's own)
     source: str | None = None  # the file it was read from (None: the built-in reference target)
 
     @property
     def is_reference(self) -> bool:
-        return self.worker is None
+        return self.source is None
+
+    @property
+    def interpreter(self) -> str:
+        return self.python or sys.executable
 
     def worker_command(self, **values: str) -> list[str]:
-        assert self.worker is not None
-        values = {"python": sys.executable, **values}
-        return [_fill(part, values) for part in self.worker]
+        return fill(self.worker, {"python": self.interpreter, **values})
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "worker": list(self.worker) if self.worker else None, "ready_line": self.ready_line,
-                "task_queue": self.task_queue, "driver": self.driver, "workflow": self.workflow,
-                "model_activity": self.model_activity, "ledger": self.ledger, "workspace": self.workspace,
-                "checkers": list(self.checkers), "cwd": self.cwd, "env": dict(self.env), "source": self.source}
-
-
-def _fill(part: str, values: dict[str, str]) -> str:
-    for key, value in values.items():
-        part = part.replace("{" + key + "}", value)
-    return part
+        """What ``run.json`` records of the target (the checkers read model_activity, ledger, workspace, workflow)."""
+        return {"name": self.name, "python": self.python, "worker": list(self.worker), "ready_line": self.ready_line,
+                "warm_line": self.warm_line, "task_queue": self.task_queue, "driver": self.driver,
+                "workflow": self.workflow, "model_activity": self.model_activity, "ledger": self.ledger,
+                "workspace": self.workspace, "checkers": list(self.checkers), "cwd": self.cwd, "env": dict(self.env),
+                "source": self.source}
 
 
 REFERENCE = Target()
 
 
+def _string(path: Path, raw: dict[str, Any], name: str, default: Any = None, *, required: bool = False) -> Any:
+    if name not in raw:
+        if required:
+            raise ValueError(f"target file {path}: missing required field {name!r}")
+        return default
+    value = raw[name]
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"target file {path}: {name!r} must be a non-empty string, got {value!r}")
+    return value
+
+
 def load_target(path: Path) -> Target:
-    """Read a target file; every mistake names the field, the allowed values and the file."""
+    """Read a target file; every mistake names the field, what is allowed and the file."""
     try:
         raw = tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise ValueError(f"target file {path} does not exist") from None
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"target file {path}: not valid TOML ({exc})") from None
-    allowed = {"name", "worker", "ready_line", "task_queue", "driver", "workflow", "model_activity", "ledger",
-               "workspace", "checkers", "cwd", "env"}
-    unknown = sorted(set(raw) - allowed)
+    unknown = sorted(set(raw) - set(FIELDS))
     if unknown:
-        raise ValueError(f"target file {path}: unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
-    for required in ("name", "worker", "driver", "workflow"):
-        if required not in raw:
-            raise ValueError(f"target file {path}: missing required field {required!r}")
+        raise ValueError(f"target file {path}: unknown field(s) {', '.join(unknown)}; allowed: {', '.join(FIELDS)}")
+    name = _string(path, raw, "name", required=True)
+    if "worker" not in raw:
+        raise ValueError(f"target file {path}: missing required field 'worker'")
     worker = raw["worker"]
     if not isinstance(worker, list) or not worker or not all(isinstance(p, str) for p in worker):
-        raise ValueError(f"target file {path}: 'worker' must be a non-empty list of strings (the command)")
+        raise ValueError(f"target file {path}: 'worker' must be a non-empty list of strings (the command), "
+                         f"got {worker!r}")
     if not any("{address}" in p for p in worker) or not any("{task_queue}" in p for p in worker):
         raise ValueError(f"target file {path}: 'worker' must use {{address}} and {{task_queue}} so workers reach "
-                         "Temporal through the fault proxy on the run's task queue")
-    for spec_field in ("driver", "workflow"):
-        if ":" not in str(raw[spec_field]):
-            raise ValueError(f"target file {path}: {spec_field!r} must be MODULE:NAME, got {raw[spec_field]!r}")
+                         "Temporal through the fault proxy on the run's task queue; placeholders: "
+                         + ", ".join("{" + p + "}" for p in PLACEHOLDERS))
+    driver, workflow = _string(path, raw, "driver", required=True), _string(path, raw, "workflow", required=True)
+    for spec_field, value in (("driver", driver), ("workflow", workflow)):
+        if ":" not in value:
+            raise ValueError(f"target file {path}: {spec_field!r} must be MODULE:NAME, got {value!r}")
     checkers = raw.get("checkers", ALL_CHECKERS)
+    if not isinstance(checkers, list) or not all(isinstance(c, str) for c in checkers):
+        raise ValueError(f"target file {path}: 'checkers' must be a list of names such as [\"lost\", \"stats\"], "
+                         f"got {checkers!r}; allowed: {', '.join(ALL_CHECKERS)}")
     bad = [c for c in checkers if c not in ALL_CHECKERS]
     if bad or not checkers:
         raise ValueError(f"target file {path}: unknown checker(s) {', '.join(bad) or '(none listed)'}; "
                          f"allowed: {', '.join(ALL_CHECKERS)}")
-    cwd = str((path.parent / raw["cwd"]).resolve()) if "cwd" in raw else str(path.parent.resolve())
-    return Target(name=str(raw["name"]), worker=tuple(worker), ready_line=str(raw.get("ready_line", "READY")),
-                  task_queue=raw.get("task_queue"), driver=str(raw["driver"]), workflow=str(raw["workflow"]),
-                  model_activity=str(raw.get("model_activity", "plan_next_action")),
-                  ledger=raw.get("ledger") or None, workspace=raw.get("workspace") or None,
-                  checkers=tuple(checkers), cwd=cwd,
-                  env={str(k): str(v) for k, v in raw.get("env", {}).items()}, source=str(path))
+    env = raw.get("env", {})
+    if not isinstance(env, dict) or not all(isinstance(v, (str, int, float, bool)) for v in env.values()):
+        raise ValueError(f"target file {path}: 'env' must be a table of NAME = \"value\" lines ([env] section), "
+                         f"got {env!r}")
+    base = path.parent.resolve()
+    cwd = str((base / _string(path, raw, "cwd", ".")).resolve())
+    if not Path(cwd).is_dir():
+        raise ValueError(f"target file {path}: 'cwd' {raw.get('cwd')!r} is not a directory ({cwd})")
+    python = _string(path, raw, "python")
+    if python is not None:
+        # A path is relative to this file (kept as given, not resolved: a venv's python is a symlink that
+        # must stay one); a bare name is looked up on PATH.
+        python = str(base / python) if "/" in python else shutil.which(python)
+        if python is None or not os.access(python, os.X_OK):
+            raise ValueError(f"target file {path}: 'python' {raw['python']!r} is not an executable interpreter; "
+                             "give the target's own, e.g. \"../my-agent/.venv/bin/python\"")
+    return Target(name=name, python=python, worker=tuple(worker),
+                  ready_line=_string(path, raw, "ready_line", "READY"), warm_line=_string(path, raw, "warm_line"),
+                  task_queue=_string(path, raw, "task_queue"), driver=driver, workflow=workflow,
+                  model_activity=_string(path, raw, "model_activity", "plan_next_action"),
+                  ledger=_string(path, raw, "ledger"), workspace=_string(path, raw, "workspace"),
+                  checkers=tuple(checkers), cwd=cwd, env={str(k): str(v) for k, v in env.items()},
+                  source=str(path))
 
 
 def load_callable(spec: str) -> Any:

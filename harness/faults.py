@@ -1,7 +1,7 @@
 """Every fault the harness injects into an agent itself, and into the model API it calls.
 
 Network, process and server faults come from outside (``chaos/nemesis.py``,
-``chaos/net.py``). The faults here act *inside* the agent's worker or its
+``testbed/net.py``). The faults here act *inside* the agent's worker or its
 model API, at points an outside observer cannot hit exactly:
 
 * **crash points** (``CRASH_POINTS``): the worker SIGKILLs itself right after

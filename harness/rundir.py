@@ -86,9 +86,9 @@ class RunDir:
     # -- making one ------------------------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, out: Path, name: str) -> RunDir:
-        """``out/<name>/<UTC stamp>``, created exclusively (``-2``, ``-3``, ... on a clash)."""
-        parent = Path(out) / name
+    def create(cls, parent: Path) -> RunDir:
+        """``parent/<UTC stamp>``, created exclusively (``-2``, ``-3``, ... on a clash)."""
+        parent = Path(parent)
         parent.mkdir(parents=True, exist_ok=True)
         stamp = datetime.now(timezone.utc).strftime(STAMP_FORMAT)
         for n in range(1, 1000):
@@ -166,6 +166,13 @@ class RunDir:
                 data.setdefault("name", (data.get("scenario") or {}).get("name", self.path.parent.name))
                 # A schema-1 chaos run that got as far as its checks had finished; one without had not.
                 data.setdefault("status", "complete" if data.get("checks") else "interrupted")
+                if not isinstance(data.get("backend"), dict):
+                    # Schema 1 named its durability backend; on the step-checkpointed one ("journal") the checks
+                    # of Temporal's event histories could not apply.
+                    name = data.get("backend") or "temporal"
+                    na = "reads Temporal event histories; the checkpoint backend has none"
+                    data["backend"] = {"name": name, "not_applicable": {c: na for c in ("temporal_history", "replay")}
+                                       if name in ("journal", "checkpoint") else {}}
         return data
 
     def read_verdict(self) -> dict[str, Any] | None:

@@ -18,21 +18,23 @@ SIGKILLed mid-iteration (the supervisor restarts it) and the same invariants mus
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import sys
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agent.contracts import DEFAULT_TOOLS, AgentConfig, AgentInput, AgentResult
+from agent.workflow import AgentWorkflow
 from harness.event_history import RunRecord, fetch_tree
+from harness.faults import NO_FAULTS
+from harness.operations import History
 from harness.recording import EffectLedger
+from harness.rundir import RunDir, command_line, machine_info
 from testbed.scripted_routes import FUZZ_KINDS, fuzz_file, fuzz_prompt
-from agent.tools import workspace_for
+from testbed.temporal_server import temporal_binary_or_none
 
 KINDS = FUZZ_KINDS
 
@@ -197,123 +199,136 @@ def reproduce_command(opts: FuzzOptions, seed: int, shape: Shape) -> str:
             f"--workers {opts.workers}" + (" --chaos" if opts.chaos else ""))
 
 
-async def _kill_during(cluster: Any, rng: random.Random, history: Any, kills: list[dict[str, Any]],
-                       done: asyncio.Event) -> None:
-    """Chaos: after a random delay, SIGKILL one random live worker (the supervisor restarts it)."""
-    await asyncio.sleep(rng.uniform(0.05, 0.8))
+async def _kill_during(ctx: Any, kills: list[dict[str, Any]], done: asyncio.Event) -> None:
+    """Chaos: after a random delay, SIGKILL one random worker (the supervisor restarts it)."""
+    from chaos.nemesis import kill_worker
+
+    await asyncio.sleep(ctx.rng.uniform(0.05, 0.8))
     if done.is_set():
         return
-    worker = rng.choice(cluster.workers)
-    async with worker.held() as process:
-        if not process.alive:
-            return
-        identity = process.identity
-        op = history.invoke("nemesis", "kill_worker", {"worker": worker.name, "identity": identity})
-        process.kill()
-        history.complete(op, "ok", {"worker": worker.name, "identity": identity})
-        kills.append({"worker": worker.name, "identity": identity, "at": round(history.now(), 3)})
+    kill = await kill_worker(ctx, when="any", down_s=0.0)
+    kills.append({"worker": kill["worker"], "identity": kill["identity"], "at": round(ctx.history.now(), 3)})
+
+
+def reproduce_run(opts: FuzzOptions) -> str:
+    """The command line of this whole run, every option explicit."""
+    return command_line("python -m migration_fuzz", {
+        "--iterations": opts.iterations, "--workers": opts.workers, "--max-n": opts.max_n, "--kind": opts.kind,
+        "--seed": opts.seed, "--model-latency": opts.model_latency, "--iteration-timeout": opts.iteration_timeout_s,
+        "--chaos": opts.chaos, "--out": str(opts.out)})
 
 
 async def run_fuzz(opts: FuzzOptions, say: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
-    """Start the cluster, run every iteration, check it, and write ``results.json`` and ``table.txt``."""
-    from temporalio.client import Client
-
-    from agent.workflow import AgentWorkflow
-    from chaos.cluster import Cluster, ClusterSpec
-    from harness.operations import History
-    from chaos.runner import quiet_runtime
+    """Start the cluster (testbed.stack), run every iteration, check it; the run directory (harness.rundir)
+    gets ``run.json``, ``operations.jsonl``, ``results.json`` and ``table.txt``."""
+    from chaos.nemesis import NemesisContext
+    from testbed.model_server import LatencyModel
+    from testbed.stack import StackSpec, stack
+    from testbed.worker_process import reference_worker
 
     opts.validate()
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    run_dir = opts.out / f"{stamp}-{uuid.uuid4().hex[:4]}"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    history = History(run_dir / "history.jsonl")
-    spec = ClusterSpec(workers=opts.workers, task_queue="migration-fuzz", model_latency=opts.model_latency,
-                       seed=opts.seed)
-    cluster = Cluster(run_dir, spec, history)
+    run = RunDir.create(opts.out)
+    run.begin("migration_fuzz", "migration_fuzz", seed=opts.seed, reproduce=reproduce_run(opts),
+              options={k: str(v) if isinstance(v, Path) else v for k, v in asdict(opts).items()},
+              machine=await asyncio.to_thread(machine_info, temporal_binary_or_none()))
+    history = History(run.operations)
+    task_queue, stamp = "migration-fuzz", run.path.name
     started = time.monotonic()
-    say(f"starting Temporal, the scripted model and {opts.workers} worker processes in {run_dir}")
-    await asyncio.to_thread(cluster.start)
     results: list[IterationResult] = []
+
+    def worker(name: str, at: Any) -> Any:
+        return reference_worker(at.address, task_queue, at.model_url, run.state, namespace=at.namespace,
+                                identity_prefix=name, warm_line="WARM", log_dir=run.logs)
+
+    spec = StackSpec(state_dir=run.state, logs_dir=run.logs, server_db=run.state / "temporal.db", quiet_client=True,
+                     model_latency=LatencyModel.parse(opts.model_latency), seed=opts.seed, proxies=True,
+                     worker_processes=opts.workers, make_worker=worker, history=history)
+    say(f"starting Temporal, the scripted model and {opts.workers} worker processes in {run.path}")
+    status, error = "failed", None
     try:
-        client = await Client.connect(cluster.server.address, runtime=quiet_runtime())
-        ledger = EffectLedger(cluster.ledger_path)
-        sandbox = cluster.state_dir / "sandbox"
-        config = fuzz_config(opts.max_n)
-        say(f"workers ready after {time.monotonic() - started:.1f} s; running {opts.iterations} iteration(s)")
-        for i in range(opts.iterations):
-            seed = opts.seed + i
-            shape = shape_for(seed, opts.kind, opts.max_n)
-            tag = f"i{i}s{seed}"
-            workflow_id = f"fuzz-{stamp}-{tag}"
-            t0 = time.monotonic()
-            kills: list[dict[str, Any]] = []
-            done = asyncio.Event()
-            chaos_task = None
-            if opts.chaos:
-                chaos_task = asyncio.create_task(_kill_during(cluster, random.Random(seed * 7919), history, kills,
-                                                              done))
-            op = history.invoke("client", "fuzz_iteration", {"index": i, "seed": seed, **asdict(shape)})
-            result: AgentResult | None = None
-            error: str | None = None
-            try:
-                handle = await client.start_workflow(
-                    AgentWorkflow.run, AgentInput(config=config, prompt=fuzz_prompt(shape.kind, shape.n,
-                                                                                     shape.writes, tag)),
-                    id=workflow_id, task_queue=spec.task_queue)
-                result = await asyncio.wait_for(handle.result(), opts.iteration_timeout_s)
-            except Exception as exc:  # recorded as a violation; the next iteration still runs
-                error = f"{type(exc).__name__}: {exc}"
-            finally:
-                done.set()
-                if chaos_task is not None:
-                    await chaos_task
-            seconds = time.monotonic() - t0
-            try:
-                tree = await fetch_tree(client, workflow_id)
-            except Exception as exc:
-                tree = {}
-                error = error or f"history unavailable: {exc}"
-            violations = check_iteration(shape, workflow_id, tag, result, error, tree, ledger,
-                                         workspace_for(sandbox, workflow_id))
-            root = tree.get(workflow_id)
-            res = IterationResult(i, seed, shape, workflow_id, round(seconds, 3), not violations, violations,
-                                  parent=_placement(root) if root else None, kills=kills)
-            for c in (c for r in (root or []) for c in r.children):
-                if c.workflow_id in tree:
-                    res.children.append(_placement(tree[c.workflow_id], c.initiated_by))
-            results.append(res)
-            history.complete(op, "ok" if res.ok else "fail", {"cross_children": res.cross_children,
-                                                               "moved": res.moved_workflows},
-                             error="; ".join(violations) or None)
-            kill_note = f"  killed {kills[0]['identity']}" if kills else ""
-            say(f"[{i + 1}/{opts.iterations}] {shape.describe():<28} children on another worker "
-                f"{res.cross_children}/{shape.n}, moved {res.moved_workflows}{kill_note}  "
-                f"{'ok' if res.ok else 'VIOLATED'}  {seconds:.1f} s")
-            if not res.ok:
-                for v in violations:
-                    say(f"    violation: {v}")
-                say(f"    reproduce: {reproduce_command(opts, seed, shape)}")
-        ledger.close()
+        async with stack(spec) as s:
+            client = s.client
+            ledger = EffectLedger(s.settings.resolved_ledger_path, faults=NO_FAULTS)
+            config = fuzz_config(opts.max_n)
+            say(f"workers ready after {time.monotonic() - started:.1f} s; running {opts.iterations} iteration(s)")
+            for i in range(opts.iterations):
+                seed = opts.seed + i
+                shape = shape_for(seed, opts.kind, opts.max_n)
+                tag = f"i{i}s{seed}"
+                workflow_id = f"fuzz-{stamp}-{tag}"
+                t0 = time.monotonic()
+                kills: list[dict[str, Any]] = []
+                done = asyncio.Event()
+                chaos_task = None
+                if opts.chaos:
+                    ctx = NemesisContext(s, history, [], random.Random(seed * 7919))
+                    chaos_task = asyncio.create_task(_kill_during(ctx, kills, done))
+                op = history.invoke("client", "fuzz_iteration", {"index": i, "seed": seed, **asdict(shape)})
+                result: AgentResult | None = None
+                error = None
+                try:
+                    handle = await client.start_workflow(
+                        AgentWorkflow.run, AgentInput(config=config, prompt=fuzz_prompt(shape.kind, shape.n,
+                                                                                         shape.writes, tag)),
+                        id=workflow_id, task_queue=task_queue)
+                    result = await asyncio.wait_for(handle.result(), opts.iteration_timeout_s)
+                except Exception as exc:  # recorded as a violation; the next iteration still runs
+                    error = f"{type(exc).__name__}: {exc}"
+                finally:
+                    done.set()
+                    if chaos_task is not None:
+                        await chaos_task
+                seconds = time.monotonic() - t0
+                try:
+                    tree = await fetch_tree(client, workflow_id)
+                except Exception as exc:
+                    tree = {}
+                    error = error or f"history unavailable: {exc}"
+                violations = check_iteration(shape, workflow_id, tag, result, error, tree, ledger,
+                                             s.workspace(workflow_id))
+                root = tree.get(workflow_id)
+                res = IterationResult(i, seed, shape, workflow_id, round(seconds, 3), not violations, violations,
+                                      parent=_placement(root) if root else None, kills=kills)
+                for c in (c for r in (root or []) for c in r.children):
+                    if c.workflow_id in tree:
+                        res.children.append(_placement(tree[c.workflow_id], c.initiated_by))
+                results.append(res)
+                history.complete(op, "ok" if res.ok else "fail", {"cross_children": res.cross_children,
+                                                                   "moved": res.moved_workflows},
+                                 error="; ".join(violations) or None)
+                kill_note = f"  killed {kills[0]['identity']}" if kills else ""
+                say(f"[{i + 1}/{opts.iterations}] {shape.describe():<28} children on another worker "
+                    f"{res.cross_children}/{shape.n}, moved {res.moved_workflows}{kill_note}  "
+                    f"{'ok' if res.ok else 'VIOLATED'}  {seconds:.1f} s")
+                if not res.ok:
+                    for v in violations:
+                        say(f"    violation: {v}")
+                    say(f"    reproduce: {reproduce_command(opts, seed, shape)}")
+            ledger.close()
+        status, error = "complete", None
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        status = "interrupted"
+        raise
+    except BaseException as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        raise
     finally:
-        await asyncio.to_thread(cluster.stop)
         history.close()
+        if status != "complete":
+            run.finish(status, time.monotonic() - started, error)
     wall = time.monotonic() - started
     summary = summarise(results)
     report = {
-        "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(opts).items()},
-        "run_dir": str(run_dir),
+        "options": run.run["options"],
+        "run_dir": str(run.path),
         "wall_seconds": round(wall, 1),
         "families": summary,
         "iterations": [r.as_dict() for r in results],
         "invariants_held": all(r.ok for r in results),
     }
-    (run_dir / "results.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
-    (run_dir / "table.txt").write_text(table(summary) + "\n")
-    latest = opts.out / "latest"
-    if latest.is_symlink() or not latest.exists():
-        latest.unlink(missing_ok=True)
-        latest.symlink_to(run_dir.name)
+    run.write_json("results.json", report)
+    (run.path / "table.txt").write_text(table(summary) + "\n")
+    run.finish("complete", wall)
     return report
 
 

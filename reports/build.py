@@ -181,7 +181,7 @@ class Builder:
                      f"`python -m benchmarks --only table2`)")
             return
         log.info("table 2: %d series", len(t.df))
-        cfg = self.src.bench.journal.get("config") or {}
+        cfg = self.src.bench.record.get("config") or {}
         if isinstance(cfg, dict) and cfg.get("warmup_turns") is not None:
             doc.para(f"The first {cfg['warmup_turns']} turn(s) of each series were warm-up and are excluded.")
         self.emit_table(doc, t)
@@ -301,7 +301,7 @@ class Builder:
 
     def chaos_run(self, doc: Doc, run: Any) -> None:
         log.info("chaos run %s: %s", run.scenario, run.path)
-        j = run.journal
+        j = run.record
         s = run.summary
         verdict = tab.outcome(run)
         doc.bullets([f"run: `{run.path}` ({stamp_time(run.path.name)}), verdict **{verdict}**",
@@ -310,14 +310,14 @@ class Builder:
                      f"fail {s.get('fail', '?')}, info {s.get('info', '?')}; lost {s.get('lost', '?')}; "
                      f"duplicated effects {s.get('dup_effects', '?')}; recovery "
                      f"{s['recovery_s'] if s.get('recovery_s') is not None else '—'} s"
-                     + (" (counted from history.jsonl: the journal has no summary)" if run.summary_from_history
+                     + (" (counted from its operation log: the run was never checked)" if run.summary_from_history
                         else "")])
         ct = tab.checks_table(run)
         if ct is not None:
             self.emit_table(doc, ct)
         made = figs.plot_chaos(run, self.fig_dir, f"chaos-{safe_name(run.path.parent.name)}")
         if not made:
-            doc.para("no client operations in history.jsonl: nothing to plot")
+            doc.para("no client operations in its operation log: nothing to plot")
         for f in made:
             self.emit_figure(doc, f)
 
@@ -351,7 +351,7 @@ class Builder:
                      "`make chaos` or `python -m migration_fuzz`, then `python -m reports` again.")
         b = src.bench
         if b is not None:
-            j = b.journal
+            j = b.record
             present = self.bench_present()
             absent = [s for s in BENCH_SECTIONS if s not in present]
             items = [f"run: `{b.path}`, started {j.get('started') or stamp_time(b.path.name)}, "
@@ -377,8 +377,8 @@ class Builder:
         if src.chaos:
             doc.heading(3, "Chaos runs")
             rows = [{"Scenario": r.scenario, "Run": str(r.path), "When": stamp_time(r.path.name),
-                     "Seed": r.journal.get("seed"), "Wall (s)": r.journal.get("wall_s"),
-                     "Machine": _machine(r.journal.get("machine")), "Versions": _versions(r.journal.get("machine"))}
+                     "Seed": r.record.get("seed"), "Wall (s)": r.record.get("wall_s"),
+                     "Machine": _machine(r.record.get("machine")), "Versions": _versions(r.record.get("machine"))}
                     for r in src.chaos]
             doc.table(tab.Table("provenance-chaos", "The chaos run used for each scenario.", pd.DataFrame(rows),
                                 {"Seed": "d", "Wall (s)": ".1f"}, saved=False))

@@ -28,8 +28,8 @@ OUTPUTS = """outputs (under --out):
   figures/*.png, *.svg       every figure, PNG (150 dpi) and SVG
 
 inputs (under --runs):
-  bench/<stamp>/             `make bench` (format: benchmarks/README.md); --bench, else bench/latest, else newest
-  <scenario>/<stamp>/        `make chaos` (journal.json + history.jsonl); <scenario>/latest, else newest
+  bench/<stamp>/             `make bench` (RUN_DIRECTORY.md); --bench, else bench/latest, else newest
+  <scenario>/<stamp>/        `make chaos` (run.json, operations.jsonl, verdict.json); <scenario>/latest, else newest
   migration_fuzz/<stamp>/    `python -m migration_fuzz` (results.json); latest, else newest
 damaged or partial runs are skipped or partly used, with a warning line in the report."""
 
@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "there are replaced or removed")
     p.add_argument("--bench", type=Path, default=None, metavar="RUN_DIR",
                    help="the benchmark run to report (default: <runs>/bench/latest, else the newest "
-                        "<runs>/bench/<stamp> with a journal.json)")
+                        "<runs>/bench/<stamp> with a run.json)")
     p.add_argument("-v", "--verbose", action="store_true", help="also print debug messages")
     return p
 

@@ -82,7 +82,7 @@ def _shade(ax: plt.Axes, run: ChaosRun, colours: dict[str, str]) -> list[Any]:
         ax.axvline(w.start_s, color=c, lw=1.2)
         handles.setdefault(w.f, Patch(facecolor=c, alpha=0.35, edgecolor=c,
                                       label=w.f + ("" if w.ended else " (not ended)")))
-    phases = opsmod.phase_times(run.ops, run.journal.get("phases") if isinstance(run.journal.get("phases"), dict)
+    phases = opsmod.phase_times(run.ops, run.record.get("phases") if isinstance(run.record.get("phases"), dict)
                                 else None)
     for name in ("faults", "heal"):
         if name in phases:

@@ -1,6 +1,6 @@
 """A chaos run's history as the report sees it: client operations, fault windows, phases.
 
-Contract (all times in seconds since the run started, as in ``history.jsonl``):
+Contract (all times in seconds since the run started, as in the operation log):
 
 * ``client_ops(ops, end_s)``: one row per ``send_message`` invoke of a
   ``client*`` process: ``invoke_s``, ``complete_s``, ``latency_s``, ``type``
@@ -8,7 +8,7 @@ Contract (all times in seconds since the run started, as in ``history.jsonl``):
   as info, ``completed=False``, with its latency measured to ``end_s``.
 * ``fault_windows(ops, end_s)``: one ``Window`` per nemesis operation that is
   not a phase marker, [invoke, completion] (until ``end_s`` if it never ended).
-* ``phase_times(ops, phases)``: phase name -> time, from the journal's
+* ``phase_times(ops, phases)``: phase name -> time, from run.json's
   ``phases`` when given, else from the ``phase:*`` events of the history.
 
 Nothing here reads files or raises on odd values: ops whose times are not
@@ -39,7 +39,7 @@ class Window:
 
 
 def end_of_run(ops: list[Op], phases: dict[str, Any] | None = None) -> float:
-    """The last time the run recorded anything (the history's last op or the journal's last phase)."""
+    """The last time the run recorded anything (the operation log's last op or run.json's last phase)."""
     times = [op.time for op in ops]
     times += [t for t in (phases or {}).values() if isinstance(t, (int, float)) and math.isfinite(t)]
     return float(max(times, default=0.0))
@@ -79,9 +79,9 @@ def supervisor_restarts(ops: list[Op]) -> list[float]:
 
 
 def phase_times(ops: list[Op], phases: dict[str, Any] | None = None) -> dict[str, float]:
-    from_journal = {k: float(v) for k, v in (phases or {}).items() if isinstance(v, (int, float))}
-    if from_journal:
-        return from_journal
-    # An interrupted run may have no phases in its journal: the history has them as events.
+    recorded = {k: float(v) for k, v in (phases or {}).items() if isinstance(v, (int, float))}
+    if recorded:
+        return recorded
+    # An interrupted run may have no phases in its run.json: the operation log has them as events.
     return {str(op.f).split(":", 1)[1]: op.time for op in ops
             if op.type == INVOKE and str(op.f).startswith("phase:")}

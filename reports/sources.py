@@ -1,10 +1,10 @@
 """Finding and loading saved run directories: the report's only input.
 
-Layout (see ``benchmarks/README.md``, ``chaos/runner.py``, ``migration_fuzz/fuzz.py``)::
+Layout (``RUN_DIRECTORY.md``; read through ``harness.rundir``, either schema)::
 
-    <runs>/bench/<stamp>/journal.json + latency.json, breakdown.json, ... (any may be missing)
-    <runs>/<scenario>/<stamp>/journal.json + history.jsonl               (chaos runs)
-    <runs>/migration_fuzz/<stamp>/results.json
+    <runs>/bench/<stamp>/run.json + latency.json, breakdown.json, ... (any may be missing)
+    <runs>/<scenario>/<stamp>/run.json + operations.jsonl + verdict.json   (chaos runs)
+    <runs>/migration_fuzz/<stamp>/run.json + results.json
 
 Which run of each kind is used: an explicit ``bench_dir``; else the
 ``latest`` symlink of the kind (or scenario); else the newest stamp directory
@@ -18,7 +18,7 @@ directory or file it could not use, or used only in part, adds one line to
 for ``tables`` and ``figures``: series are dicts with string ``name`` and a
 ``turns`` list of dicts whose numeric fields are floats (NaN when missing);
 ``points`` are lists of dicts; a chaos run's ``verdict`` is pass only when its
-journal has both checks and a summary and every check passed (``harness.verdict``'s rules).
+run was checked (a verdict with a summary) and every check passed (``harness.verdict``'s rules).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import operations as hist
+from harness.rundir import RUN_JSON, VERDICT_JSON, RunDir
 from harness.verdict import CheckResult, compose, summarise, worst
 from reports import ops as opsmod
 
@@ -59,7 +60,7 @@ class Unusable(Exception):
 @dataclass
 class BenchRun:
     path: Path
-    journal: dict[str, Any]
+    record: dict[str, Any]  # its run.json
     data: dict[str, Any] = field(default_factory=dict)  # file stem -> normalised content
     missing: list[str] = field(default_factory=list)  # file stems absent or unusable
 
@@ -68,12 +69,12 @@ class BenchRun:
 class ChaosRun:
     scenario: str
     path: Path
-    journal: dict[str, Any]
+    record: dict[str, Any]  # its run.json
     ops: list[hist.Op]
     verdict: str  # pass | fail | unknown
     verdict_note: str  # why, when not read straight from the checks
     summary: dict[str, Any]
-    summary_from_history: bool  # True: the journal had no summary; counts recomputed from history.jsonl
+    summary_from_history: bool  # True: the run was never checked; counts recomputed from its operation log
     checks: list[dict[str, Any]]
     end_s: float
 
@@ -124,6 +125,23 @@ def read_json(path: Path) -> Any:
         raise Unusable(f"{path.name} cannot be read ({exc})") from None
 
 
+def _is_run(path: Path, marker: str) -> bool:
+    """A run directory of the kind ``marker`` names (its run.json, or a schema-1 journal.json, counts)."""
+    if marker == RUN_JSON:
+        return (path / RUN_JSON).exists() or (path / "journal.json").exists()
+    return (path / marker).exists()
+
+
+def _record(path: Path) -> tuple[dict[str, Any], str]:
+    """A run's run.json (schema 1: its journal.json) and the file's name; raises Unusable."""
+    run = RunDir(path)
+    name = run.file(RUN_JSON).name
+    data = read_json(run.file(RUN_JSON))
+    if not isinstance(data, dict):
+        raise Unusable(f"{name} is not an object")
+    return run.read_run(), name
+
+
 def _candidates(parent: Path, marker: str) -> list[Path]:
     """The kind's run directories, best first: the `latest` symlink's target, then the others newest first."""
     out: list[Path] = []
@@ -134,7 +152,7 @@ def _candidates(parent: Path, marker: str) -> list[Path]:
             # Shown under the name the user knows it by (runs/x/<stamp>, not runs/x/latest).
             out.append(parent / target.name if target.parent == parent.resolve() else target)
     stamps = sorted((p for p in parent.iterdir() if p.is_dir() and not p.is_symlink() and not p.name.startswith(".")
-                     and (p / marker).exists()), key=lambda p: p.name, reverse=True)
+                     and _is_run(p, marker)), key=lambda p: p.name, reverse=True)
     out += [p for p in stamps if not out or p.resolve() != out[0].resolve()]
     return out
 
@@ -215,15 +233,13 @@ def _normalise_bench(stem: str, doc: Any, where: str, sources: Sources) -> Any:
 
 def _load_bench(path: Path, sources: Sources) -> BenchRun:
     try:
-        journal = read_json(path / "journal.json")
-        if not isinstance(journal, dict):
-            raise Unusable("journal.json is not an object")
-        if journal.get("kind", "bench") != "bench":
-            sources.warn(f"partly used {path}: journal.json kind is {journal.get('kind')!r}, not 'bench'")
+        record, name = _record(path)
+        if record.get("kind", "bench") != "bench":
+            sources.warn(f"partly used {path}: {name} kind is {record.get('kind')!r}, not 'bench'")
     except Unusable as exc:
         sources.warn(f"partly used {path}: {exc}; no provenance for this bench run")
-        journal = {}
-    run = BenchRun(path, journal)
+        record = {}
+    run = BenchRun(path, record)
     for stem in BENCH_FILES:
         file = path / f"{stem}.json"
         if not file.exists():
@@ -247,7 +263,7 @@ def _find_bench(runs_dir: Path, bench_dir: Path | None, sources: Sources) -> Non
     latest = parent / "latest"
     if latest.is_symlink() and not latest.resolve().is_dir():
         sources.warn(f"skipped {latest}: dangling symlink; using the newest run instead")
-    found = _candidates(parent, "journal.json")
+    found = _candidates(parent, RUN_JSON)
     if found:
         sources.bench = _load_bench(found[0], sources)
 
@@ -269,51 +285,57 @@ def _load_history(path: Path, where: Path, sources: Sources) -> list[hist.Op]:
     good = [op for op in ops if isinstance(op.time, (int, float)) and math.isfinite(op.time)]
     bad += len(ops) - len(good)
     if bad:
-        sources.warn(f"partly used {where}: history.jsonl has {bad} damaged line(s), skipped")
+        sources.warn(f"partly used {where}: {path.name} has {bad} damaged line(s), skipped")
     return good
 
 
-def _verdict(journal: dict[str, Any]) -> tuple[str, str, list[dict[str, Any]]]:
-    checks = journal.get("checks")
+def _verdict(checked: dict[str, Any] | None) -> tuple[str, str, list[dict[str, Any]]]:
+    """The run's verdict from what its checkers wrote (verdict.json; schema 1: its journal)."""
+    checks = (checked or {}).get("checks")
     if not isinstance(checks, list) or not checks:
-        return "unknown", "interrupted: no checks in the journal", []
+        return "unknown", "interrupted: the run was never checked", []
     checks = [c for c in checks if isinstance(c, dict)]
-    if not isinstance(journal.get("summary"), dict):
-        return "unknown", "interrupted: no summary in the journal", checks
+    if not isinstance(checked.get("summary"), dict):
+        return "unknown", "interrupted: no summary among its checks", checks
     # The worst of the checks and the recorded verdict (harness.verdict's rules): a hand-edited or stale record
     # never reads better than it is.
-    recorded = [journal["verdict"]] if isinstance(journal.get("verdict"), str) else []
+    recorded = [checked["verdict"]] if isinstance(checked.get("verdict"), str) else []
     return worst([compose(CheckResult.from_dict(c) for c in checks), *recorded]), "", checks
 
 
 def _load_chaos(path: Path, scenario_dir: str, sources: Sources) -> ChaosRun:
-    journal = read_json(path / "journal.json")
-    if not isinstance(journal, dict):
-        raise Unusable("journal.json is not an object")
-    if not (path / "history.jsonl").is_file():
-        raise Unusable("no history.jsonl")
-    ops = _load_history(path / "history.jsonl", path, sources)
-    scen = journal.get("scenario") if isinstance(journal.get("scenario"), dict) else {}
-    name = str(scen.get("name") or scenario_dir)
-    phases = journal.get("phases") if isinstance(journal.get("phases"), dict) else {}
+    record, _ = _record(path)
+    run = RunDir(path)
+    if not run.operations.is_file():
+        raise Unusable(f"no {run.operations.name}")
+    ops = _load_history(run.operations, path, sources)
+    scen = record.get("scenario") if isinstance(record.get("scenario"), dict) else {}
+    name = str(record.get("name") or scen.get("name") or scenario_dir)
+    phases = record.get("phases") if isinstance(record.get("phases"), dict) else {}
     end_s = opsmod.end_of_run(ops, phases)
-    verdict, note, checks = _verdict(journal)
-    summary = journal.get("summary") if isinstance(journal.get("summary"), dict) else None
+    try:
+        checked = run.read_verdict()
+    except (OSError, ValueError):
+        sources.warn(f"partly used {path}: {VERDICT_JSON} is damaged; the run counts as unchecked")
+        checked = None
+    verdict, note, checks = _verdict(checked if isinstance(checked, dict) else None)
+    summary = checked.get("summary") if isinstance(checked, dict) and isinstance(checked.get("summary"), dict) \
+        else None
     from_history = summary is None
     if summary is None:
         nemesis = len(opsmod.fault_windows(ops, end_s))
         summary = {**summarise(name, ops, []), "faults": f"?/{nemesis}", "verdict": verdict}
-    return ChaosRun(name, path, journal, ops, verdict, note, summary, from_history, checks, end_s)
+    return ChaosRun(name, path, record, ops, verdict, note, summary, from_history, checks, end_s)
 
 
 def _find_chaos(runs_dir: Path, sources: Sources) -> None:
     for scen_dir in sorted(p for p in runs_dir.iterdir() if p.is_dir() and p.name not in NOT_CHAOS
                            and not p.name.startswith(".")):
         stamps = [p for p in scen_dir.iterdir() if p.is_dir() and not p.is_symlink()
-                  and ((p / "journal.json").exists() or (p / "history.jsonl").exists())]
+                  and (_is_run(p, RUN_JSON) or RunDir(p).operations.exists())]
         if not stamps:
             continue  # not a chaos scenario directory
-        candidates = _candidates(scen_dir, "journal.json")
+        candidates = _candidates(scen_dir, RUN_JSON)
         candidates += sorted((p for p in stamps if p not in candidates), key=lambda p: p.name, reverse=True)
         skipped: list[Path] = []
         for path in candidates:

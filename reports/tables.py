@@ -403,7 +403,7 @@ def table1(runs: list[ChaosRun]) -> Table | None:
     rows = []
     for r in runs:
         s = r.summary
-        scen = r.journal.get("scenario") if isinstance(r.journal.get("scenario"), dict) else {}
+        scen = r.record.get("scenario") if isinstance(r.record.get("scenario"), dict) else {}
         rec = s.get("recovery_s")
         rows.append({"Scenario": r.scenario, "Fault": str(scen.get("description") or DASH), "Checked": checked(r),
                      "Outcome": outcome(r), "Faults landed": str(s.get("faults", "?")),

@@ -59,12 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def _worker(args: argparse.Namespace) -> int:
-    import contextlib
-
+    from agent import llm
     from agent.checkpoint.records import derive_worker_id
     from agent.checkpoint.service import CheckpointWorker
     from agent.checkpoint.steps import configure_worker
-    from harness.recording import EffectLedger
+    from agent.worker import WorkerSettings
+    from testbed.stack import StackSpec, stack
 
     if args.lease_ms < 100 or args.concurrency < 1:
         print("error: --lease-ms must be at least 100 and --concurrency at least 1", file=sys.stderr)
@@ -74,19 +74,14 @@ async def _worker(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    with contextlib.ExitStack() as stack:
-        url = args.model_base_url
-        if url is None:
-            from testbed.model_server import ScriptedModelServer
-            from testbed.scripted_routes import respond
-
-            url = stack.enter_context(ScriptedModelServer(respond)).url
-        sandbox = args.state_dir / "sandbox"
-        ledger = stack.enter_context(EffectLedger(sandbox / "ledger.sqlite3"))
-        configure_worker(ledger=ledger, sandbox_root=sandbox, model_base_url=url, identity=identity)
+    # The stack opens the ledger and, without --model-base-url, starts this worker's own scripted model server;
+    # the worker runs here, under this process's own signals.
+    spec = StackSpec(state_dir=args.state_dir, temporal="none", model=args.model_base_url is None,
+                     model_url=args.model_base_url, ledger=True, checkpoint_file=args.db)
+    async with stack(spec) as s:
+        configure_worker(ledger=s.ledger, sandbox_root=WorkerSettings.in_state_dir(args.state_dir).sandbox_root,
+                         model_base_url=s.model_url, identity=identity)
         worker = CheckpointWorker(args.db, identity, lease_ms=args.lease_ms, concurrency=args.concurrency)
-        from agent import llm
-
         llm.preload_in_background()  # LiteLLM's import takes seconds: not inside the first model step
 
         async def announce_warm() -> None:
@@ -94,8 +89,8 @@ async def _worker(args: argparse.Namespace) -> int:
             print("WARM model client loaded", flush=True)  # supervisors may wait for this before sending load
 
         warm = asyncio.create_task(announce_warm())
-        print(f"READY checkpoint worker identity={identity} db={args.db} model={url} lease_ms={args.lease_ms}",
-              flush=True)
+        print(f"READY checkpoint worker identity={identity} db={args.db} model={s.model_url} "
+              f"lease_ms={args.lease_ms}", flush=True)
         try:
             await worker.run(stop)
         finally:

@@ -175,12 +175,24 @@ def _model_knobs(args: argparse.Namespace) -> tuple[Any, list[Any]]:
 
 
 def _stack(args: argparse.Namespace, *, ui: bool) -> Any:
+    """What demo and run start (testbed.stack): Temporal (embedded unless --address) or the checkpoint backend,
+    the scripted model and an in-process worker (unless --no-worker: one runs elsewhere)."""
+    from agent.worker import WorkerSettings
     from testbed.connection import connection_from_args
-    from testbed.stack import agent_stack
+    from testbed.stack import StackSpec, stack
 
     latency, faults = _model_knobs(args)
-    return agent_stack(connection_from_args(args), state_dir=args.state_dir, task_queue=args.task_queue, ui=ui,
-                       worker=not args.no_worker, latency=latency, faults=faults, seed=args.seed)
+    conn = connection_from_args(args)
+    worker = not args.no_worker
+    spec = StackSpec(state_dir=args.state_dir, ui=ui, connection=conn, model=worker, model_latency=latency,
+                     model_faults=faults, seed=args.seed, task_queue=args.task_queue, ledger=True)
+    if args.durability != "temporal":
+        spec.temporal, spec.checkpoint, spec.checkpoint_worker = "none", True, worker
+    else:
+        spec.temporal = "embedded" if conn.embedded else "external"
+        if worker:
+            spec.temporal_workers = [WorkerSettings.in_state_dir(args.state_dir, task_queue=args.task_queue)]
+    return stack(spec)
 
 
 def _print_stack(stack: Any, cfg: AgentConfig | None) -> None:
@@ -272,7 +284,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
 
 
 async def _run_scenarios(args: argparse.Namespace, names: list[str], *, ui: bool) -> int:
-    from testbed.stack import run_scenario
+    from testbed.walkthroughs import run_scenario
 
     scenarios = _scenarios(names)
     failed = 0
@@ -338,8 +350,7 @@ DEMO_HELP = """commands:
 
 
 async def cmd_demo(args: argparse.Namespace) -> int:
-    from testbed.walkthroughs import SCENARIOS
-    from testbed.stack import run_scenario
+    from testbed.walkthroughs import SCENARIOS, run_scenario
 
     cfg = _agent_config(args)
     if args.durability != "temporal":
@@ -411,31 +422,12 @@ def _checkpoint_checks(args: argparse.Namespace, cfg: AgentConfig) -> None:
         raise UsageError(f"env {cfg.env.name}: environments run on the Temporal backend only (not --durability checkpoint)")
 
 
-def _checkpoint_stack(args: argparse.Namespace) -> Any:
-    from testbed.checkpoint_stack import checkpoint_stack
-
-    if args.no_worker:
-        return checkpoint_stack(args.state_dir, worker=False)
-    from testbed.model_server import ScriptedModelServer
-    from testbed.scripted_routes import respond
-
-    latency, faults = _model_knobs(args)
-
-    @contextlib.asynccontextmanager
-    async def stack() -> Any:
-        with ScriptedModelServer(respond, latency=latency, faults=faults, seed=args.seed) as model:
-            async with checkpoint_stack(args.state_dir, model_server=model) as js:
-                yield js
-
-    return stack()
-
-
-async def _checkpoint_answer(js: Any, cfg: AgentConfig, prompt: str, run_id: str, *, quiet: bool = False) -> dict:
-    _, result = await js.run_prompt(cfg, prompt, run_id)
+async def _checkpoint_answer(s: Any, cfg: AgentConfig, prompt: str, run_id: str, *, quiet: bool = False) -> dict:
+    _, result = await s.run_checkpointed(cfg, prompt, run_id)
     if not quiet:
         print(f"answer:      {result['reply']}")
-        print(f"run id:      {run_id} (checkpoints in {js.db})")
-        for step in await js.steps(run_id):
+        print(f"run id:      {run_id} (checkpoints in {s.spec.checkpoint_db})")
+        for step in await s.checkpoint_steps(run_id):
             took = ""
             if step.started_at and step.completed_at:
                 from agent.checkpoint.stores import epoch
@@ -451,14 +443,14 @@ async def _checkpoint_run(args: argparse.Namespace, cfg: AgentConfig) -> int:
     if not args.prompt:
         raise UsageError("run needs a prompt, e.g. dah run --durability checkpoint \"What is 25 * 4?\"")
     run_id = args.workflow_id or f"checkpoint-{uuid.uuid4().hex[:12]}"
-    async with _checkpoint_stack(args) as js:
+    async with _stack(args, ui=False) as s:
         await _model_client_ready(args)
         try:
             if args.json:
-                _, result = await js.run_prompt(cfg, args.prompt, run_id)
+                _, result = await s.run_checkpointed(cfg, args.prompt, run_id)
                 print(json.dumps({"run_id": run_id, "durability": "checkpoint", **result}))
             else:
-                await _checkpoint_answer(js, cfg, args.prompt, run_id)
+                await _checkpoint_answer(s, cfg, args.prompt, run_id)
         except RuntimeError as exc:
             print(f"the run failed: {exc}", file=sys.stderr)
             return EXIT_FAILED
@@ -467,9 +459,9 @@ async def _checkpoint_run(args: argparse.Namespace, cfg: AgentConfig) -> int:
 
 async def _checkpoint_demo(args: argparse.Namespace, cfg: AgentConfig) -> int:
     _checkpoint_checks(args, cfg)
-    async with _checkpoint_stack(args) as js:
+    async with _stack(args, ui=False) as s:
         print("durable-agent-harness demo: the agent loop on the checkpoint backend (steps checkpointed in SQLite)")
-        print(f"Checkpoints: {js.db}   Model: {cfg.model}   ledger: {js.ledger.path}")
+        print(f"Checkpoints: {s.spec.checkpoint_db}   Model: {cfg.model}   ledger: {s.ledger.path}")
         prompts = [args.prompt] if args.prompt else None
         reader = None if prompts else _LineReader(asyncio.get_running_loop())
         while True:
@@ -485,7 +477,7 @@ async def _checkpoint_demo(args: argparse.Namespace, cfg: AgentConfig) -> int:
                 if not line:
                     continue
             try:
-                result = await _checkpoint_answer(js, cfg, line, f"demo-{uuid.uuid4().hex[:10]}", quiet=True)
+                result = await _checkpoint_answer(s, cfg, line, f"demo-{uuid.uuid4().hex[:10]}", quiet=True)
                 print(f"agent> {result['reply']}")
             except RuntimeError as exc:
                 print(f"agent> (the run failed: {exc})")
@@ -506,15 +498,11 @@ def _stop_event() -> asyncio.Event:
 
 
 async def cmd_worker(args: argparse.Namespace) -> int:
-    import contextlib
-
     from agent.tools import TOOLS
-    from agent.worker import WorkerSettings, build_worker, default_identity
+    from agent.worker import WorkerSettings, build_worker, default_identity, load_workflow
     from harness.faults import AgentFaults
-    from harness.recording import EffectLedger
     from testbed.connection import connection_from_args
-    from testbed.model_server import ScriptedModelServer
-    from testbed.scripted_routes import respond
+    from testbed.stack import StackSpec, stack
 
     latency, faults = _model_knobs(args)
     conn = connection_from_args(args)
@@ -531,23 +519,25 @@ async def cmd_worker(args: argparse.Namespace) -> int:
             model_base_url=args.model_base_url, identity=args.identity or default_identity(),
             workflow=args.workflow, max_cached_workflows=args.max_cached_workflows,
         )
-        from agent.worker import load_workflow
-
         load_workflow(settings.workflow)  # a bad --workflow is a usage error, before connecting
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     stop = _stop_event()
+    # The stack connects and, without --model-base-url, starts this worker's own scripted model server; the
+    # worker itself runs here, not in the stack: a fatal failure must end this process (exit 3) for a supervisor.
+    spec = StackSpec(state_dir=args.state_dir, temporal="external", connection=conn,
+                     model=args.model_base_url is None, model_url=args.model_base_url, model_latency=latency,
+                     model_faults=faults, seed=args.seed, ledger=True, faults=agent_faults,
+                     task_queue=args.task_queue)
+    exits = contextlib.AsyncExitStack()
     try:
-        client = await conn.connect()
+        s = await exits.enter_async_context(stack(spec))
     except Exception as exc:
         raise UsageError(f"cannot reach Temporal at {conn.address} ({exc}); start one with 'dah server' "
                          "or pass --address") from None
-    with contextlib.ExitStack() as stack:
-        if settings.model_base_url is None:
-            ms = stack.enter_context(ScriptedModelServer(respond, latency=latency, faults=faults, seed=args.seed))
-            settings.model_base_url = ms.url
-        ledger = stack.enter_context(EffectLedger(settings.resolved_ledger_path, faults=agent_faults))
-        worker = build_worker(client, settings, ledger)
+    async with exits:
+        settings.model_base_url = s.model_url
+        worker = build_worker(s.client, settings, s.ledger)
         running = asyncio.create_task(worker.run())
         print(f"READY worker identity={settings.identity} task_queue={settings.task_queue} "
               f"address={conn.address} model={settings.model_base_url}"
@@ -640,25 +630,27 @@ async def cmd_chat(args: argparse.Namespace) -> int:
 
 
 async def cmd_server(args: argparse.Namespace) -> int:
-    from testbed.temporal_server import EmbeddedTemporal, TemporalServerError
     from testbed.processes import port_open
+    from testbed.stack import StackSpec, stack
+    from testbed.temporal_server import TemporalServerError
 
     if port_open("127.0.0.1", args.port):
         raise UsageError(f"--port {args.port} is in use; pick another (e.g. --port 0 for a free one)")
     stop = _stop_event()
-    server = EmbeddedTemporal(db_filename=args.db_filename, port=args.port, ui=not args.no_ui,
-                              ui_port=args.ui_port, tuned=not args.stock)
+    spec = StackSpec(state_dir=args.state_dir, server_db=args.db_filename, server_port=args.port, ui=not args.no_ui,
+                     ui_port=args.ui_port, tuned=not args.stock, model=False, server_log_level="error")
+    exits = contextlib.AsyncExitStack()
     try:
-        await server.__aenter__()
+        s = await exits.enter_async_context(stack(spec))
     except TemporalServerError as exc:
         raise UsageError(str(exc)) from None
-    try:
+    async with exits:
+        server = s.server
         print(f"Temporal dev server at {server.address}" + (f", Web UI {server.ui_url}" if server.ui_url else "")
               + (f", state in {args.db_filename}" if args.db_filename else " (in memory)")
-              + f"; {'stock' if args.stock else 'tuned'} dynamic config. Ctrl-C stops it.", flush=True)
+              + f"; {'stock' if args.stock else 'tuned'} dynamic config; log {spec.logs / 'temporal.log'}. "
+              "Ctrl-C stops it.", flush=True)
         await stop.wait()
-    finally:
-        await server.__aexit__(None, None, None)
     return 0
 
 
@@ -751,6 +743,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ui-port", type=int, default=0, help="Web UI port (default: a free one)")
     p.add_argument("--no-ui", action="store_true", help="no Web UI")
     p.add_argument("--db-filename", help="SQLite file so state survives a restart (default: in memory)")
+    p.add_argument("--state-dir", type=Path, default=Path(".dah"), help="its log goes to STATE_DIR/logs (default .dah)")
     p.add_argument("--stock", action="store_true",
                    help="keep the dev server's stock queue read rates (default: tuned: the stock dev server caps dispatch at ~20 tasks/s)")
     p.set_defaults(func=cmd_server)

@@ -8,9 +8,7 @@ files, ``--api-key``). Secrets never appear in a ``repr`` or in
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +16,6 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.service import TLSConfig
 
-from testbed.temporal_server import EmbeddedTemporal
 
 REDACTED = "<redacted>"
 
@@ -72,11 +69,27 @@ class TemporalConnection:
             domain=self.tls_server_name,
         )
 
-    async def connect(self, address: str | None = None) -> Client:
+    async def connect(self, address: str | None = None, **kwargs: Any) -> Client:
+        """A client (``address`` overrides this connection's own, e.g. an embedded server's); ``kwargs`` go to
+        ``Client.connect`` (e.g. ``runtime=quiet_runtime()``)."""
         target = address or self.address
         if target is None:
             raise ValueError("no Temporal address: pass --address HOST:PORT or use a command that starts the embedded server")
-        return await Client.connect(target, namespace=self.namespace, tls=self._tls(), api_key=self.api_key)
+        return await Client.connect(target, namespace=self.namespace, tls=self._tls(), api_key=self.api_key, **kwargs)
+
+
+_quiet_runtime = None
+
+
+def quiet_runtime() -> Any:
+    """A Temporal runtime whose core logs only errors: a driver's retries during a fault are expected, not news."""
+    global _quiet_runtime
+    if _quiet_runtime is None:
+        from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
+
+        _quiet_runtime = Runtime(telemetry=TelemetryConfig(
+            logging=LoggingConfig(filter=TelemetryFilter(core_level="ERROR", other_level="ERROR"))))
+    return _quiet_runtime
 
 
 def add_connection_arguments(parser: argparse.ArgumentParser, *, embedded_default: bool) -> None:
@@ -108,15 +121,3 @@ def connection_from_args(args: argparse.Namespace) -> TemporalConnection:
         tls_server_name=args.tls_server_name,
         api_key=args.api_key or os.environ.get("TEMPORAL_API_KEY") or None,
     )
-
-
-@contextlib.asynccontextmanager
-async def temporal_target(
-    conn: TemporalConnection, *, ui: bool = False, db_filename: str | None = None
-) -> AsyncIterator[tuple[Client, EmbeddedTemporal | None]]:
-    """A connected client: to the given cluster, or to an embedded server stopped on exit."""
-    if not conn.embedded:
-        yield await conn.connect(), None
-        return
-    async with EmbeddedTemporal(ui=ui, db_filename=db_filename, namespace=conn.namespace) as server:
-        yield await conn.connect(server.address), server

@@ -1,183 +1,307 @@
-"""A whole local agent stack in one ``async with``: Temporal (embedded unless
-an address is given), the scripted model server, and an in-process worker.
+"""One way to start things: ``async with stack(StackSpec(...)) as s`` brings up what a run needs and stops all
+of it, in reverse order, on any exit path (return, exception, Ctrl-C).
 
-Used by ``demo``, ``run`` and the tests. Everything it starts is stopped on
-exit, exception or Ctrl-C, in reverse order (worker, model server, server).
+    Temporal: the embedded dev server (with a database file, so it can be killed and restarted), or an
+              existing cluster (TemporalConnection), or none
+    checkpoint: the checkpoint backend's SQLite database and queue
+    model:    the scripted OpenAI-compatible server (latency, faults, seed), or an existing one (model_url)
+    proxies:  FaultProxy on the two links that matter, worker->Temporal and worker->model (chaos)
+    workers:  in-process Temporal workers (one per WorkerSettings), an in-process checkpoint worker, and
+              N supervised worker processes or containers made by ``make_worker`` (restarted when they die)
+
+The demo, ``dah run``, ``dah worker``, ``dah server``, the chaos backends, the benchmarks, the migration
+fuzzer and the tests all start through here. Blocking start-ups run off the event loop; worker processes
+start side by side (each imports LiteLLM: seconds).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 
-from testbed.connection import TemporalConnection, temporal_target
-from agent.contracts import AgentConfig, AgentInput, AgentReply, AgentResult, ChatMessage
-from testbed.temporal_server import EmbeddedTemporal
-from harness.event_history import RunRecord, activity_shape, fetch_tree
-from harness.recording import EffectLedger
-from harness.faults import FaultRule
-from testbed.model_server import LatencyModel, ScriptedModelServer
-from testbed.walkthroughs import Scenario
-from testbed.scripted_routes import respond
+from agent.contracts import DEFAULT_TASK_QUEUE, AgentConfig, AgentInput, AgentResult
 from agent.tools import workspace_for
-from agent.worker import WorkerSettings, build_worker
+from agent.worker import CHECKPOINT_DB, WorkerSettings, build_worker
 from agent.workflow import AgentWorkflow
+from harness.faults import AgentFaults, FaultRule
+from harness.operations import History
+from harness.recording import EffectLedger
+from testbed.connection import TemporalConnection, quiet_runtime
+from testbed.model_server import LatencyModel, ScriptedModelServer
+from testbed.net import FaultProxy
+from testbed.scripted_routes import respond
+from testbed.supervisor import SupervisedWorker, Supervisor
+from testbed.temporal_server import EmbeddedTemporal
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class Endpoints:
+    """Where a worker process reaches Temporal and the model (through the fault proxies, when there are any)."""
+
+    address: str
+    namespace: str
+    model_url: str
+
+
 @dataclass
-class AgentStack:
-    client: Client
-    settings: WorkerSettings
-    ledger: EffectLedger
-    server: EmbeddedTemporal | None
-    model_server: ScriptedModelServer | None
+class StackSpec:
+    state_dir: Path  # the workers' state: workspaces, effect ledger, checkpoint database
+    logs_dir: Path | None = None  # default: <state_dir>/logs
+    # -- Temporal
+    temporal: str = "embedded"  # "embedded", "external" (connection.address) or "none"
+    connection: TemporalConnection = field(default_factory=TemporalConnection)
+    server_db: Path | None = None  # embedded: keep the server's state in this file (it survives a restart)
+    server_port: int = 0
+    tuned: bool = True  # embedded: raised per-shard queue read rates (testbed.temporal_server)
+    ui: bool = False
+    ui_port: int = 0
+    server_log_level: str = "warn"
+    quiet_client: bool = False  # the client's SDK core logs only errors (drivers under fault injection)
+    # -- the model
+    model: bool = True  # start the scripted model server; False: use model_url (or none: live models)
+    model_url: str | None = None
+    model_latency: LatencyModel | None = None
+    model_faults: list[FaultRule] = field(default_factory=list)
+    seed: int = 0
+    # -- links
+    proxies: bool = False  # workers reach Temporal and the model through FaultProxy (chaos)
+    # -- workers
+    task_queue: str = DEFAULT_TASK_QUEUE  # where the reference agent's runs go (its in-process workers' own)
+    temporal_workers: list[WorkerSettings] = field(default_factory=list)  # in-process, one each
+    ledger: bool = False  # open the reference agent's effect ledger even without an in-process worker
+    faults: AgentFaults | None = None  # what the ledger's in-agent fault seams carry (default: the environment's)
+    checkpoint: bool = False  # the checkpoint backend's database and queue (workers of that backend join them)
+    checkpoint_worker: bool = False  # an in-process checkpoint worker on the checkpoint database
+    checkpoint_file: Path | None = None  # the checkpoint database (default <state_dir>/checkpoint.sqlite3)
+    worker_processes: int = 0
+    make_worker: Callable[[str, Endpoints], Any] | None = None  # name ("w1"...) -> WorkerProcess / ContainerWorker
+    history: History | None = None  # where the supervisor records restarts
+    cleanup: list[Callable[[], None]] = field(default_factory=list)  # called last (e.g. remove containers)
+
+    @property
+    def logs(self) -> Path:
+        return self.logs_dir or self.state_dir / "logs"
+
+    @property
+    def checkpoint_db(self) -> Path:
+        return self.checkpoint_file or self.state_dir / CHECKPOINT_DB
+
+
+@dataclass
+class Stack:
+    spec: StackSpec
+    server: EmbeddedTemporal | None = None
+    client: Client | None = None
+    model_server: ScriptedModelServer | None = None
+    temporal_proxy: FaultProxy | None = None
+    model_proxy: FaultProxy | None = None
+    ledger: EffectLedger | None = None  # the in-process workers' effect ledger
+    workers: list[SupervisedWorker] = field(default_factory=list)
+    checkpoint_queue: Any = None  # agent.checkpoint.service.CheckpointQueue, with the checkpoint backend
+
+    @property
+    def model_url(self) -> str | None:
+        return self.model_server.url if self.model_server else self.spec.model_url
+
+    @property
+    def namespace(self) -> str:
+        return self.spec.connection.namespace
+
+    @property
+    def endpoints(self) -> Endpoints:
+        """What worker processes are given: the proxies' addresses when there are proxies."""
+        address = self.temporal_proxy.address if self.temporal_proxy else (
+            self.server.address if self.server else self.spec.connection.address or "")
+        model = f"http://{self.model_proxy.address}/v1" if self.model_proxy else (self.model_url or "")
+        return Endpoints(address, self.namespace, model)
+
+    @property
+    def settings(self) -> WorkerSettings:
+        """The first in-process Temporal worker's settings (without one: where the reference agent's state is)."""
+        if self.spec.temporal_workers:
+            return self.spec.temporal_workers[0]
+        return WorkerSettings.in_state_dir(self.spec.state_dir, task_queue=self.spec.task_queue)
 
     @property
     def task_queue(self) -> str:
         return self.settings.task_queue
 
-    def workflow_url(self, workflow_id: str) -> str | None:
-        if self.server is None or not self.server.ui_url:
-            return None
-        return f"{self.server.ui_url}/namespaces/{self.client.namespace}/workflows/{workflow_id}"
+    def worker(self, name: str) -> SupervisedWorker:
+        for w in self.workers:
+            if w.name == name:
+                return w
+        raise KeyError(f"no worker {name!r}; workers are {', '.join(w.name for w in self.workers)}")
+
+    def set_model_faults(self, rules: list[FaultRule]) -> None:
+        assert self.model_server is not None, "no scripted model server in this stack"
+        self.model_server.set_faults(rules)
+
+    def heal(self) -> None:
+        """Undo every fault: links clean and up, workers resumed, the model healthy."""
+        for proxy in (self.temporal_proxy, self.model_proxy):
+            if proxy is not None:
+                proxy.clear_toxics()
+                if not proxy.enabled:
+                    proxy.enable()
+        if self.model_server is not None:
+            self.model_server.set_faults([])
+        for w in self.workers:
+            with w.lock:
+                w.process.resume()
+                w.down_until = 0.0
+
+    # -- the reference agent on this stack -------------------------------------------------------------------
 
     def workspace(self, workflow_id: str) -> Path:
         return workspace_for(self.settings.sandbox_root, workflow_id)
 
+    def workflow_url(self, workflow_id: str) -> str | None:
+        if self.server is None or not self.server.ui_url:
+            return None
+        return f"{self.server.ui_url}/namespaces/{self.namespace}/workflows/{workflow_id}"
+
     async def start_prompt(self, config: AgentConfig, prompt: str, workflow_id: str | None = None
                            ) -> WorkflowHandle[Any, AgentResult]:
+        assert self.client is not None
         return await self.client.start_workflow(
             AgentWorkflow.run, AgentInput(config=config, prompt=prompt),
-            id=workflow_id or f"agent-{uuid.uuid4().hex[:12]}", task_queue=self.task_queue,
-        )
+            id=workflow_id or f"agent-{uuid.uuid4().hex[:12]}", task_queue=self.task_queue)
 
     async def run_prompt(self, config: AgentConfig, prompt: str, workflow_id: str | None = None
                          ) -> tuple[AgentResult, WorkflowHandle[Any, AgentResult]]:
         handle = await self.start_prompt(config, prompt, workflow_id)
         return await handle.result(), handle
 
+    async def run_checkpointed(self, config: AgentConfig, prompt: str, run_id: str | None = None,
+                               timeout_s: float = 300.0) -> tuple[str, dict[str, Any]]:
+        """One prompt as a run on the checkpoint backend: (run id, its result); raises RuntimeError if it failed."""
+        from agent.checkpoint.agent_task import TASK, manifest_for
+
+        assert self.checkpoint_queue is not None, "this stack has no checkpoint backend"
+        run_id = run_id or f"checkpoint-{uuid.uuid4().hex[:12]}"
+        self.checkpoint_queue.submit(run_id, TASK, manifest_for(config, prompt))
+        return run_id, await self.checkpoint_queue.wait(run_id, timeout_s=timeout_s)
+
+    async def checkpoint_steps(self, run_id: str) -> list[Any]:
+        """A checkpoint-backend run's steps, in order (``StepRecord``s)."""
+        from agent.checkpoint.stores import SqliteStore
+
+        store = SqliteStore(self.spec.checkpoint_db)
+        try:
+            out = []
+            while (step := await store.load_step(run_id, len(out))) is not None:
+                out.append(step)
+            return out
+        finally:
+            await store.close()
+
     async def start_conversation(self, config: AgentConfig, workflow_id: str | None = None
                                  ) -> WorkflowHandle[Any, AgentResult]:
+        assert self.client is not None
         return await self.client.start_workflow(
             AgentWorkflow.run, AgentInput(config=config),
-            id=workflow_id or f"chat-{uuid.uuid4().hex[:12]}", task_queue=self.task_queue,
-        )
+            id=workflow_id or f"chat-{uuid.uuid4().hex[:12]}", task_queue=self.task_queue)
 
 
 @contextlib.asynccontextmanager
-async def agent_stack(
-    conn: TemporalConnection | None = None,
-    *,
-    state_dir: Path = Path(".dah"),
-    task_queue: str = "durable-agent",
-    ui: bool = False,
-    worker: bool = True,
-    latency: LatencyModel | None = None,
-    faults: list[FaultRule] | None = None,
-    seed: int = 0,
-) -> AsyncIterator[AgentStack]:
-    conn = conn or TemporalConnection()
-    settings = WorkerSettings(task_queue=task_queue, sandbox_root=state_dir / "sandbox")
-    async with contextlib.AsyncExitStack() as stack:
-        client, server = await stack.enter_async_context(temporal_target(conn, ui=ui))
-        ledger = stack.enter_context(EffectLedger(settings.resolved_ledger_path))
-        model_server = None
-        if worker:  # without a worker here, the model is the remote worker's business
-            model_server = stack.enter_context(ScriptedModelServer(respond, latency=latency, faults=faults, seed=seed))
-            settings.model_base_url = model_server.url
-            await stack.enter_async_context(build_worker(client, settings, ledger))
-        yield AgentStack(client, settings, ledger, server, model_server)
+async def stack(spec: StackSpec) -> AsyncIterator[Stack]:
+    """Everything ``spec`` asks for, started in order and stopped in reverse on any exit."""
+    s = Stack(spec)
+    spec.logs.mkdir(parents=True, exist_ok=True)
+    async with contextlib.AsyncExitStack() as exits:
+        for fn in spec.cleanup:
+            exits.callback(fn)
+        if spec.temporal == "embedded":
+            s.server = EmbeddedTemporal(db_filename=spec.server_db, port=spec.server_port, ui=spec.ui, ui_port=spec.ui_port,
+                                        tuned=spec.tuned, namespace=spec.connection.namespace,
+                                        log_level=spec.server_log_level, log_file=spec.logs / "temporal.log")
+            await exits.enter_async_context(s.server)
+        if spec.model:
+            s.model_server = ScriptedModelServer(respond, latency=spec.model_latency, faults=spec.model_faults,
+                                                 seed=spec.seed)
+            exits.enter_context(s.model_server)
+        if spec.proxies:
+            if s.server is not None:
+                s.temporal_proxy = exits.enter_context(
+                    FaultProxy("temporal", ("127.0.0.1", s.server.port), seed=spec.seed))
+            if s.model_server is not None:
+                s.model_proxy = exits.enter_context(
+                    FaultProxy("model", ("127.0.0.1", s.model_server.port), seed=spec.seed + 1))
+        if spec.temporal != "none":
+            runtime = {"runtime": quiet_runtime()} if spec.quiet_client else {}
+            s.client = await spec.connection.connect(s.server.address if s.server else None, **runtime)
+        if spec.ledger or spec.temporal_workers or spec.checkpoint_worker:
+            s.ledger = exits.enter_context(EffectLedger(s.settings.resolved_ledger_path, faults=spec.faults))
+        for settings in spec.temporal_workers:
+            assert s.client is not None, "in-process Temporal workers need a Temporal server"
+            settings.model_base_url = settings.model_base_url or s.model_url
+            await exits.enter_async_context(build_worker(s.client, settings, s.ledger))
+        if spec.checkpoint or spec.checkpoint_worker:
+            s.checkpoint_queue = await _checkpoint_queue(spec, exits)
+        if spec.checkpoint_worker:
+            await _checkpoint_worker(s, exits)
+        if spec.worker_processes:
+            assert spec.make_worker is not None, "worker_processes needs make_worker"
+            endpoints = s.endpoints
+            s.workers = [SupervisedWorker(spec.make_worker(f"w{i}", endpoints))
+                         for i in range(1, spec.worker_processes + 1)]
+            exits.callback(_stop_workers, s.workers)
+            await asyncio.to_thread(_start_workers, s.workers)
+            supervisor = Supervisor(s.workers, spec.history).start()
+            exits.callback(supervisor.stop)  # runs before _stop_workers: nothing restarts what is being stopped
+        yield s
 
 
-@dataclass
-class ScenarioOutcome:
-    scenario: Scenario
-    workflow_id: str
-    replies: list[str]
-    runs: list[RunRecord]
-    files: dict[str, str]
-    problems: list[str]
-    #: every subagent's chain, keyed by its id below the root's (e.g. "generic-1"), in start order
-    children: dict[str, list[RunRecord]] = field(default_factory=dict)
-
-    @property
-    def passed(self) -> bool:
-        return not self.problems
+def _start_workers(workers: list[SupervisedWorker]) -> None:
+    with ThreadPoolExecutor(len(workers)) as pool:
+        list(pool.map(lambda w: w.process.start(), workers))
 
 
-def workspace_files(workspace: Path) -> dict[str, str]:
-    if not workspace.exists():
-        return {}
-    return {
-        str(p.relative_to(workspace)): p.read_text(errors="replace")
-        for p in sorted(workspace.rglob("*")) if p.is_file() and not p.name.startswith(".")
-    }
+def _stop_workers(workers: list[SupervisedWorker]) -> None:
+    """Everything worth keeping is saved by now: no graceful drain, just make sure each one is gone."""
+    def kill(w: SupervisedWorker) -> None:
+        with w.lock:
+            w.process.kill()
+
+    with ThreadPoolExecutor(len(workers)) as pool:
+        list(pool.map(kill, workers))
 
 
-async def run_scenario(stack: AgentStack, scenario: Scenario, workflow_id: str | None = None) -> ScenarioOutcome:
-    """Run a scenario on the stack and check every expectation it declares."""
-    workflow_id = workflow_id or f"scenario-{scenario.name}-{uuid.uuid4().hex[:8]}"
-    replies: list[str] = []
-    if scenario.conversation:
-        started = await stack.start_conversation(scenario.config(), workflow_id)
-        # A handle without a run id: Updates and the result follow continue-as-new to the latest run.
-        chat = stack.client.get_workflow_handle_for(AgentWorkflow.run, workflow_id)
-        for prompt in scenario.prompts:
-            reply: AgentReply = await chat.execute_update(AgentWorkflow.send_message, ChatMessage(prompt))
-            replies.append(reply.text)
-        await chat.signal(AgentWorkflow.end_chat)
-        await chat.result()
-        first_run_id = started.result_run_id
-    else:
-        result, handle = await stack.run_prompt(scenario.config(), scenario.prompts[0], workflow_id)
-        replies.append(result.reply or "")
-        first_run_id = handle.result_run_id
-    assert first_run_id is not None
-    tree = await fetch_tree(stack.client, workflow_id, first_run_id)
-    runs = tree.pop(workflow_id)
-    children = {wid[len(workflow_id) + 1:]: chain for wid, chain in tree.items()}
-    files = workspace_files(stack.workspace(workflow_id))
-    ledger: dict[str, int] = {}
-    for wid in [workflow_id, *tree]:  # subagents work in the root's workspace; their effects count too
-        for key, value in stack.ledger.summary(wid).as_dict().items():
-            ledger[key] = ledger.get(key, 0) + value
-    problems = check_scenario(scenario, replies, runs, files, ledger, children)
-    return ScenarioOutcome(scenario, workflow_id, replies, runs, files, problems, children)
+async def _checkpoint_queue(spec: StackSpec, exits: contextlib.AsyncExitStack) -> Any:
+    from agent.checkpoint.service import CheckpointQueue
+    from agent.checkpoint.stores import SqliteStore
+
+    await SqliteStore(spec.checkpoint_db).close()  # the store's tables exist before workers and queue open them
+    queue = CheckpointQueue(spec.checkpoint_db)
+    exits.callback(queue.close)
+    return queue
 
 
-def check_scenario(scenario: Scenario, replies: list[str], runs: list[RunRecord], files: dict[str, str],
-                   ledger: dict[str, int], children: dict[str, list[RunRecord]] | None = None) -> list[str]:
-    problems: list[str] = []
-    if scenario.expect_children is not None:
-        children = children or {}
-        got = [(cid, chain[-1].status) for cid, chain in children.items()]
-        want = [(cid, status) for cid, status, _ in scenario.expect_children]
-        if sorted(got) != sorted(want):
-            problems.append(f"subagents {got} != expected {want}")
-        for cid, _, shape in scenario.expect_children:
-            if shape is not None and cid in children and tuple(activity_shape(children[cid])) != shape:
-                problems.append(f"subagent {cid} history shape {activity_shape(children[cid])} != expected "
-                                f"{list(shape)}")
-    if scenario.expect_reply not in (replies[-1] if replies else ""):
-        problems.append(f"reply {replies[-1:]!r} does not contain {scenario.expect_reply!r}")
-    shape = activity_shape(runs)
-    if scenario.expect_activities is not None and tuple(shape) != scenario.expect_activities:
-        problems.append(f"history shape {shape} != expected {list(scenario.expect_activities)}")
-    if files != scenario.expect_files:
-        problems.append(f"workspace files {files} != expected {scenario.expect_files}")
-    if len(runs) < scenario.expect_min_runs:
-        problems.append(f"{len(runs)} run(s) in the chain; expected at least {scenario.expect_min_runs}")
-    if runs and runs[-1].status != "completed":
-        problems.append(f"last run ended {runs[-1].status}")
-    if ledger["duplicated_effects"] or ledger["pending_effects"]:
-        problems.append(f"effect ledger: {ledger}")
-    return problems
+async def _checkpoint_worker(s: Stack, exits: contextlib.AsyncExitStack) -> None:
+    from agent import llm
+    from agent.checkpoint.service import CheckpointWorker
+    from agent.checkpoint.steps import configure_worker
+
+    llm.preload_in_background()  # LiteLLM's ~5 s import, off the first model step
+    settings = WorkerSettings.in_state_dir(s.spec.state_dir)
+    configure_worker(ledger=s.ledger, sandbox_root=settings.sandbox_root, model_base_url=s.model_url,
+                     identity="in-process")
+    stop = asyncio.Event()
+    running = asyncio.create_task(CheckpointWorker(s.spec.checkpoint_db, "in-process").run(stop))
+
+    async def halt() -> None:
+        stop.set()
+        await running
+
+    exits.push_async_callback(halt)

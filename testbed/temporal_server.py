@@ -55,6 +55,14 @@ def find_temporal_binary() -> str:
     )
 
 
+def temporal_binary_or_none() -> str | None:
+    """``find_temporal_binary``, or None where there is none (for records that say "unknown" rather than fail)."""
+    try:
+        return find_temporal_binary()
+    except TemporalServerError:
+        return None
+
+
 @dataclass
 class EmbeddedTemporal:
     """A ``temporal server start-dev`` process owned by this object."""

@@ -10,9 +10,17 @@ and prints the same checks.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from agent.contracts import DEFAULT_TOOLS, AgentConfig
+from agent.contracts import DEFAULT_TOOLS, AgentConfig, AgentReply, ChatMessage
+from agent.workflow import AgentWorkflow
+from harness.event_history import RunRecord, activity_shape, fetch_tree
+
+if TYPE_CHECKING:
+    from testbed.stack import Stack
 
 FAULT_TOOLS = [*DEFAULT_TOOLS, "flaky_service", "broken_service"]
 ORCH_TOOLS = [*DEFAULT_TOOLS, "spawn", "wait", "run_ptc"]
@@ -206,3 +214,91 @@ SCENARIOS: dict[str, Scenario] = {
         ),
     ]
 }
+
+
+# -- running one on a stack, and checking every expectation it declares ------------------------------------
+
+
+@dataclass
+class ScenarioOutcome:
+    scenario: Scenario
+    workflow_id: str
+    replies: list[str]
+    runs: list[RunRecord]
+    files: dict[str, str]
+    problems: list[str]
+    #: every subagent's chain, keyed by its id below the root's (e.g. "generic-1"), in start order
+    children: dict[str, list[RunRecord]] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
+
+
+def workspace_files(workspace: Path) -> dict[str, str]:
+    if not workspace.exists():
+        return {}
+    return {
+        str(p.relative_to(workspace)): p.read_text(errors="replace")
+        for p in sorted(workspace.rglob("*")) if p.is_file() and not p.name.startswith(".")
+    }
+
+
+async def run_scenario(stack: Stack, scenario: Scenario, workflow_id: str | None = None) -> ScenarioOutcome:
+    """Run a scenario on the stack and check every expectation it declares."""
+    workflow_id = workflow_id or f"scenario-{scenario.name}-{uuid.uuid4().hex[:8]}"
+    replies: list[str] = []
+    if scenario.conversation:
+        started = await stack.start_conversation(scenario.config(), workflow_id)
+        # A handle without a run id: Updates and the result follow continue-as-new to the latest run.
+        chat = stack.client.get_workflow_handle_for(AgentWorkflow.run, workflow_id)
+        for prompt in scenario.prompts:
+            reply: AgentReply = await chat.execute_update(AgentWorkflow.send_message, ChatMessage(prompt))
+            replies.append(reply.text)
+        await chat.signal(AgentWorkflow.end_chat)
+        await chat.result()
+        first_run_id = started.result_run_id
+    else:
+        result, handle = await stack.run_prompt(scenario.config(), scenario.prompts[0], workflow_id)
+        replies.append(result.reply or "")
+        first_run_id = handle.result_run_id
+    assert first_run_id is not None
+    tree = await fetch_tree(stack.client, workflow_id, first_run_id)
+    runs = tree.pop(workflow_id)
+    children = {wid[len(workflow_id) + 1:]: chain for wid, chain in tree.items()}
+    files = workspace_files(stack.workspace(workflow_id))
+    ledger: dict[str, int] = {}
+    for wid in [workflow_id, *tree]:  # subagents work in the root's workspace; their effects count too
+        for key, value in stack.ledger.summary(wid).as_dict().items():
+            ledger[key] = ledger.get(key, 0) + value
+    problems = check_scenario(scenario, replies, runs, files, ledger, children)
+    return ScenarioOutcome(scenario, workflow_id, replies, runs, files, problems, children)
+
+
+def check_scenario(scenario: Scenario, replies: list[str], runs: list[RunRecord], files: dict[str, str],
+                   ledger: dict[str, int], children: dict[str, list[RunRecord]] | None = None) -> list[str]:
+    problems: list[str] = []
+    if scenario.expect_children is not None:
+        children = children or {}
+        got = [(cid, chain[-1].status) for cid, chain in children.items()]
+        want = [(cid, status) for cid, status, _ in scenario.expect_children]
+        if sorted(got) != sorted(want):
+            problems.append(f"subagents {got} != expected {want}")
+        for cid, _, shape in scenario.expect_children:
+            if shape is not None and cid in children and tuple(activity_shape(children[cid])) != shape:
+                problems.append(f"subagent {cid} history shape {activity_shape(children[cid])} != expected "
+                                f"{list(shape)}")
+    if scenario.expect_reply not in (replies[-1] if replies else ""):
+        problems.append(f"reply {replies[-1:]!r} does not contain {scenario.expect_reply!r}")
+    shape = activity_shape(runs)
+    if scenario.expect_activities is not None and tuple(shape) != scenario.expect_activities:
+        problems.append(f"history shape {shape} != expected {list(scenario.expect_activities)}")
+    if files != scenario.expect_files:
+        problems.append(f"workspace files {files} != expected {scenario.expect_files}")
+    if len(runs) < scenario.expect_min_runs:
+        problems.append(f"{len(runs)} run(s) in the chain; expected at least {scenario.expect_min_runs}")
+    if runs and runs[-1].status != "completed":
+        problems.append(f"last run ended {runs[-1].status}")
+    if ledger["duplicated_effects"] or ledger["pending_effects"]:
+        problems.append(f"effect ledger: {ledger}")
+    return problems

@@ -1,12 +1,24 @@
-"""A worker in its own process: started, signalled and stopped by its pid.
+"""A worker in its own process: started, signalled and stopped by its pid. The one class for every worker.
 
-    with WorkerProcess(address, task_queue="q", model_base_url=url) as w:
+    with reference_worker(address, task_queue="q", model_url=url, state_dir=d) as w:
         w.kill()      # SIGKILL: a crash, mid-whatever
         w.start()     # a new process, a new identity
 
-Each process is ``python -m agent worker`` with its own interpreter and
-Temporal client. ``start`` returns once the worker prints READY (it is
-polling). Output goes to a log file, never to a pipe nobody drains.
+A worker is a command *template* whose placeholders are filled per start:
+``{python}`` (the interpreter: the harness's, or a target's own), ``{address}``
+``{namespace}`` ``{task_queue}`` (Temporal, usually through a fault proxy),
+``{identity}`` (``<prefix>-<generation>``, new at every start), ``{model_url}``,
+``{state_dir}``, ``{ledger}`` and ``{checkpoint_db}``. ``REFERENCE_WORKER`` and
+``CHECKPOINT_WORKER`` are the reference agent's two (Temporal, checkpoint);
+a target file names its own. Plain replacement, never ``str.format``: commands
+often carry code with literal braces.
+
+``start`` returns once the output shows ``ready_line`` (it polls), and, with
+``warm_line``, once that shows too (its model client is loaded: load can
+start). Faults the harness injects into the agent (``harness.faults``) reach
+the process through its environment. Output goes to a log file, never to a
+pipe nobody drains; a worker that cannot start raises ``WorkerStartError``
+with the tail of that log and its path.
 """
 
 from __future__ import annotations
@@ -17,36 +29,53 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.faults import NO_FAULTS, AgentFaults
-from testbed.processes import python_module_command, spawn, stop
+from testbed.processes import spawn, stop
 
 log = logging.getLogger(__name__)
+
+PLACEHOLDERS = ("python", "address", "namespace", "task_queue", "identity", "model_url", "state_dir", "ledger",
+                "checkpoint_db")
+#: the reference agent's Temporal worker (``dah worker``): READY once polling, WARM once LiteLLM is loaded
+REFERENCE_WORKER = ("{python}", "-m", "testbed", "worker", "--address", "{address}", "--namespace", "{namespace}",
+                    "--task-queue", "{task_queue}", "--identity", "{identity}", "--state-dir", "{state_dir}",
+                    "--model-base-url", "{model_url}")
+#: the reference agent's checkpoint-backend worker (``dah checkpoint worker``)
+CHECKPOINT_WORKER = ("{python}", "-m", "testbed", "checkpoint", "worker", "--db", "{checkpoint_db}",
+                     "--state-dir", "{state_dir}", "--identity", "{identity}", "--model-base-url", "{model_url}")
 
 
 class WorkerStartError(RuntimeError):
     pass
 
 
+def fill(template: tuple[str, ...] | list[str], values: Mapping[str, str]) -> list[str]:
+    """The command with every ``{placeholder}`` replaced (unknown braces are left alone)."""
+    out = []
+    for part in template:
+        for key, value in values.items():
+            part = part.replace("{" + key + "}", value)
+        out.append(part)
+    return out
+
+
 @dataclass
 class WorkerProcess:
-    address: str
-    task_queue: str
-    model_base_url: str | None
-    state_dir: Path = Path(".dah")
+    command: tuple[str, ...]  # a template (see the module docstring)
+    values: dict[str, str]  # its placeholders' values, but identity (and python, unless given)
     identity_prefix: str = "worker"
-    namespace: str = "default"
-    faults: AgentFaults = NO_FAULTS  # handed to the process through its environment (harness.faults)
-    extra_args: tuple[str, ...] = ()  # e.g. ("--workflow", "tests.mutants:WallClockAgentWorkflow")
-    # Another agent's worker: a command with {address} {task_queue} {identity} ... placeholders (chaos targets).
-    command_template: tuple[str, ...] | None = None
     ready_line: str = "READY"
+    warm_line: str | None = None
+    faults: AgentFaults = NO_FAULTS
     cwd: str | None = None
     env: dict[str, str] | None = None
-    log_dir: Path | None = None
+    log_dir: Path = Path(".dah/logs")
     start_timeout_s: float = 60.0
+    warm_timeout_s: float = 90.0
     generation: int = field(default=0, init=False)
     _proc: subprocess.Popen | None = field(default=None, init=False, repr=False)
     _log_path: Path | None = field(default=None, init=False, repr=False)
@@ -56,6 +85,10 @@ class WorkerProcess:
         return f"{self.identity_prefix}-{self.generation}"
 
     @property
+    def name(self) -> str:
+        return self.identity_prefix
+
+    @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
@@ -63,50 +96,50 @@ class WorkerProcess:
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def command(self) -> list[str]:
-        if self.command_template is not None:
-            values = {"python": sys.executable, "address": self.address, "namespace": self.namespace,
-                      "task_queue": self.task_queue, "identity": self.identity,
-                      "model_url": self.model_base_url or "", "state_dir": str(Path(self.state_dir).resolve())}
-            out = []
-            for part in self.command_template:
-                for key, value in values.items():
-                    part = part.replace("{" + key + "}", value)
-                out.append(part)
-            return out
-        cmd = python_module_command(
-            "agent", "worker", "--address", self.address, "--namespace", self.namespace,
-            "--task-queue", self.task_queue, "--identity", self.identity, "--state-dir", str(self.state_dir),
-        )
-        if self.model_base_url:
-            cmd += ["--model-base-url", self.model_base_url]
-        return cmd + list(self.extra_args)
+    @property
+    def log_path(self) -> Path | None:
+        return self._log_path
+
+    def argv(self) -> list[str]:
+        return fill(self.command, {"python": sys.executable, **self.values, "identity": self.identity})
 
     def start(self, *, faults: AgentFaults | None = None) -> WorkerProcess:
-        """Start a new process (a new generation and identity); wait until it polls. ``faults``: from now on
-        (the hot-fix starts the next build without its bugs)."""
+        """Start a new process (a new generation and identity); return once it is ready (and warm). ``faults``:
+        from now on (the hot-fix starts the next build without its bugs)."""
         if self.alive:
             raise WorkerStartError(f"worker {self.identity} (pid {self.pid}) is still running")
         if faults is not None:
             self.faults = faults
         self.generation += 1
-        log_dir = self.log_dir or self.state_dir / "logs"
-        log_dir.mkdir(parents=True, exist_ok=True)
-        self._log_path = log_dir / f"{self.identity}.log"
-        with open(self._log_path, "wb") as out:
-            self._proc = spawn(self.command(), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                               cwd=self.cwd, env={**os.environ, **(self.env or {}), **self.faults.environment()})
-        deadline = time.monotonic() + self.start_timeout_s
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._log_path = self.log_dir / f"{self.identity}.log"
+        argv = self.argv()
+        try:
+            with open(self._log_path, "wb") as out:
+                self._proc = spawn(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   cwd=self.cwd, env={**os.environ, **(self.env or {}), **self.faults.environment()})
+        except OSError as exc:
+            raise WorkerStartError(f"worker {self.identity}: cannot run {argv[0]!r} ({exc.strerror}); "
+                                   f"the command was: {' '.join(argv)}") from None
+        self._wait_for_line(self.ready_line, self.start_timeout_s)
+        if self.warm_line and self.generation == 1:
+            self._wait_for_line(self.warm_line, self.warm_timeout_s)
+        log.info("worker %s ready (pid %s)", self.identity, self.pid)
+        return self
+
+    def _wait_for_line(self, line: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            text = self.output()
-            if self.ready_line in text:
-                log.info("worker %s ready (pid %s)", self.identity, self.pid)
-                return self
-            if self._proc.poll() is not None:
-                raise WorkerStartError(f"worker {self.identity} exited with {self._proc.returncode}: {text[-2000:]}")
+            if line in self.output():
+                return
+            if self._proc is not None and self._proc.poll() is not None:
+                raise WorkerStartError(f"worker {self.identity} exited with {self._proc.returncode} before printing "
+                                       f"{line!r} (log {self._log_path}):\n{self.output()[-2000:]}")
             time.sleep(0.05)
+        tail = self.output()[-2000:]
         self.stop()
-        raise WorkerStartError(f"worker {self.identity} did not print READY within {self.start_timeout_s} s")
+        raise WorkerStartError(f"worker {self.identity} did not print {line!r} within {timeout_s:g} s "
+                               f"(log {self._log_path}):\n{tail}")
 
     @property
     def returncode(self) -> int | None:
@@ -133,11 +166,11 @@ class WorkerProcess:
             self._proc.wait()
 
     def pause(self) -> None:
-        if self._proc is not None:
+        if self._proc is not None and self._proc.poll() is None:
             self._proc.send_signal(signal.SIGSTOP)
 
     def resume(self) -> None:
-        if self._proc is not None:
+        if self._proc is not None and self._proc.poll() is None:
             self._proc.send_signal(signal.SIGCONT)
 
     def stop(self) -> None:
@@ -151,3 +184,14 @@ class WorkerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def reference_worker(address: str, task_queue: str, model_url: str, state_dir: Path, *, namespace: str = "default",
+                     identity_prefix: str = "worker", extra_args: tuple[str, ...] = (), **kwargs: object
+                     ) -> WorkerProcess:
+    """The reference agent's Temporal worker as a process (``dah worker``), logging to ``state_dir/logs``."""
+    values = {"address": address, "namespace": namespace, "task_queue": task_queue, "model_url": model_url,
+              "state_dir": str(Path(state_dir).resolve())}
+    kwargs.setdefault("log_dir", Path(state_dir) / "logs")
+    return WorkerProcess((*REFERENCE_WORKER, *extra_args), values, identity_prefix=identity_prefix,
+                         **kwargs)  # type: ignore[arg-type]

@@ -12,20 +12,22 @@ from pathlib import Path
 import psutil
 import pytest
 
-from testbed.stack import AgentStack, agent_stack
+from agent.worker import WorkerSettings
+from testbed.stack import Stack, StackSpec, stack as start_stack
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
 @pytest.fixture(scope="session")
-async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[AgentStack]:
+async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
     state_dir = tmp_path_factory.mktemp("dah-state")
-    async with agent_stack(state_dir=state_dir, task_queue=f"test-{uuid.uuid4().hex[:8]}") as s:
+    settings = WorkerSettings.in_state_dir(state_dir, task_queue=f"test-{uuid.uuid4().hex[:8]}")
+    async with start_stack(StackSpec(state_dir=state_dir, temporal_workers=[settings])) as s:
         yield s
 
 
 @pytest.fixture
-def model_faults(stack: AgentStack):
+def model_faults(stack: Stack):
     """Install scripted-model fault rules for one test; cleared afterwards whatever happens."""
     yield stack.model_server.set_faults
     stack.model_server.set_faults([])

@@ -1,7 +1,7 @@
 """The benchmark pipeline end to end: real embedded server, real worker, real model HTTP, then the report.
 
 These check that the pipeline measures what it says (turn shapes in the
-breakdown, continue-as-new in the length series, a complete journal) and that
+breakdown, continue-as-new in the length series, a complete run.json) and that
 an interrupted run keeps what it finished. They assert no timing figures:
 benchmarks report numbers, tests check behaviour.
 """
@@ -9,16 +9,14 @@ benchmarks report numbers, tests check behaviour.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import temporal_server_pids
+from tests.run_directory import assert_valid
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,9 +33,11 @@ def test_quick_benchmark_then_report_from_the_saved_run(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     assert temporal_server_pids() <= before, "a temporal server was left running"
     run_dir = (runs / "bench" / "latest").resolve()
-    journal = json.loads((run_dir / "journal.json").read_text())
-    assert journal["status"] == "complete" and journal["sections"] == ["table2", "tuning", "length"]
-    assert journal["machine"]["cores"] and journal["machine"]["temporalio"]
+    assert_valid(run_dir)
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "complete" and record["sections"] == ["table2", "tuning", "length"]
+    assert record["machine"]["cores"] and record["machine"]["temporalio"]
+    assert record["reproduce"].startswith("python -m benchmarks --quick --only table2,tuning,length --turns 3 ")
 
     series = {s["name"]: s for s in json.loads((run_dir / "latency.json").read_text())["series"]}
     table2 = [s for s in series.values() if s["section"] == "table2"]
@@ -54,7 +54,7 @@ def test_quick_benchmark_then_report_from_the_saved_run(tmp_path: Path) -> None:
     for turn in breakdown["durable/mock/tool"]:  # plan, calculator, plan
         assert (turn["wft_count"], turn["act_count"]) == (4, 3), turn
         assert 0 < turn["model_ms"] < turn["act_exec_ms"] <= turn["server_ms"] <= turn["client_ms"] + 5
-    assert len(list((run_dir / "histories").rglob("*.json"))) >= 10  # the breakdown can be recomputed
+    assert len(list((run_dir / "event_histories").rglob("*.json"))) >= 10  # the breakdown can be recomputed
 
     length = {s["name"]: s["turns"] for s in json.loads((run_dir / "length.json").read_text())["series"]}
     assert {t["run_index"] for t in length["can_off"]} == {0}
@@ -83,22 +83,24 @@ def test_interrupted_run_keeps_finished_sections_and_stops_everything(tmp_path: 
          str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # a background test run ignores SIGINT
     try:
-        journal_path = None
+        record_path = None
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
-            latest = tmp_path / "latest"
-            if latest.exists() and "table2" in json.loads((latest / "journal.json").read_text())["sections"]:
-                journal_path = latest.resolve() / "journal.json"
+            runs = [p / "run.json" for p in tmp_path.iterdir() if (p / "run.json").exists()]
+            if runs and "table2" in json.loads(runs[0].read_text())["sections"]:
+                record_path = runs[0]
                 break
             time.sleep(0.2)
-        assert journal_path is not None, "table2 never finished"
+        assert record_path is not None, "table2 never finished"
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, err[-2000:]
-    journal = json.loads(journal_path.read_text())
-    assert journal["status"] == "interrupted" and journal["sections"] == ["table2"]
-    assert len(json.loads((journal_path.parent / "latency.json").read_text())["series"]) == 8
+    record = json.loads(record_path.read_text())
+    assert record["status"] == "interrupted" and record["sections"] == ["table2"]
+    assert len(json.loads((record_path.parent / "latency.json").read_text())["series"]) == 8
+    assert not (tmp_path / "latest").exists()  # latest points only at a complete run
+    assert_valid(record_path.parent)
     assert temporal_server_pids() <= before, "a temporal server was left running"

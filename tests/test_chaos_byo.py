@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 from chaos.client import Workload
+from chaos.backends.byo import OwnAgentOnTemporal
 from chaos.runner import run
 from chaos.scenarios import SCENARIOS
 from chaos.target import load_target
+from tests.run_directory import assert_valid
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "third_party_agent" / "chaos-target.toml"
 CHECKS = ["lost", "temporal_history", "replay", "injection_evidence", "stats"]
@@ -60,20 +62,21 @@ def test_good_target_file_loads(tmp_path: Path) -> None:
 async def test_kill_mid_turn_against_third_party_agent(tmp_path: Path) -> None:
     # The stock scenario aims its kills at "the model activity": the target file says CalcAgent's is call_model.
     scenario = replace(SCENARIOS["kill_mid_turn"], workload=Workload(conversations=2, messages=3))
-    result = await run(scenario, seed=2, out_root=tmp_path, target=load_target(EXAMPLE))
+    result = await run(scenario, OwnAgentOnTemporal(load_target(EXAMPLE)), seed=2, out_root=tmp_path)
     by = {c.name: c for c in result.checks}
     report = json.dumps([c.as_dict() for c in result.checks], indent=1, default=str)[:4000]
     assert result.verdict == "pass", f"run dir {result.run_dir}:\n{report}"
     assert sorted(by) == sorted(CHECKS)
-    journal = json.loads((result.run_dir / "journal.json").read_text())
-    assert journal["checkers_not_run"] == ["effects"]
+    assert_valid(result.run_dir)
+    verdict = json.loads((result.run_dir / "verdict.json").read_text())
+    assert verdict["checkers_not_run"] == ["effects"]
     assert by["lost"].verdict == "pass" and by["lost"].details["acknowledged"] > 0
     assert by["injection_evidence"].verdict == "pass" and by["injection_evidence"].details["landed"] >= 1
     assert by["replay"].verdict == "pass" and by["replay"].details["replayed"] >= 2
     # The worker the harness ran was ours (its ready line, its activity), not the reference agent's.
     assert "AGENT-WORKER-UP" in (result.run_dir / "logs" / "w1-1.log").read_text()
     # At least one kill took down the very process running a model call (not a restarted successor).
-    kills = [json.loads(line) for line in (result.run_dir / "history.jsonl").read_text().splitlines()]
+    kills = [json.loads(line) for line in (result.run_dir / "operations.jsonl").read_text().splitlines()]
     kills = [op["value"] for op in kills if op["f"] == "kill_worker" and op["type"] == "ok"]
     assert all(e["activity"] == "call_model" for k in kills for e in k["evidence"])
     assert any(k["identity"] in {e["worker"] for e in k["evidence"]} for k in kills), kills

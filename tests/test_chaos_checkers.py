@@ -14,11 +14,12 @@ from pathlib import Path
 
 from chaos.checker import run_checkers
 from harness.verdict import FAIL, PASS, UNKNOWN, CheckResult, compose
+from tests.run_directory import assert_valid
 from chaos.client import Workload
-from chaos.cluster import ClusterSpec
 from chaos.generator import NemesisEvent
 from chaos.runner import RunResult, run
-from chaos.scenarios import SCENARIOS, ChaosScenario
+from chaos.backends.temporal import ReferenceOnTemporal
+from chaos.scenarios import SCENARIOS, ChaosScenario, ClusterSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,19 +32,20 @@ async def test_a_tool_that_appends_without_its_idempotency_key_fails_the_effects
     scenario = replace(SCENARIOS["crash_after_effect"], name="mutant_unkeyed_effects",
                        cluster=ClusterSpec(crash_at=("after_effect",), mutations=("unkeyed_effects",)),
                        workload=Workload(conversations=2, messages=3, append_ratio=1.0), fault_s=2.0)
-    result = await run(scenario, seed=3, out_root=tmp_path)
+    result = await run(scenario, ReferenceOnTemporal(), seed=3, out_root=tmp_path)
     v = verdicts(result)
     assert v["effects"] == FAIL, result.checks
     assert result.verdict == FAIL
     effects = next(c for c in result.checks if c.name == "effects")
     assert effects.details["duplicated_effects"] >= 1
+    assert_valid(result.run_dir)
 
 
 async def test_a_workflow_reading_the_wall_clock_fails_the_replay_checker(tmp_path: Path) -> None:
     scenario = ChaosScenario("mutant_wall_clock", "no faults; a non-deterministic workflow",
                              cluster=ClusterSpec(workers=1, workflow="tests.mutants:WallClockAgentWorkflow"),
                              workload=Workload(conversations=1, messages=2, append_ratio=0.0), fault_s=0.5)
-    result = await run(scenario, seed=4, out_root=tmp_path)
+    result = await run(scenario, ReferenceOnTemporal(), seed=4, out_root=tmp_path)
     v = verdicts(result)
     assert v["replay"] == FAIL, result.checks
     assert result.verdict == FAIL
@@ -57,7 +59,7 @@ async def test_a_workflow_reading_the_wall_clock_fails_the_replay_checker(tmp_pa
 async def test_an_agent_that_gives_up_on_the_model_after_one_attempt_fails_the_lost_checker(tmp_path: Path) -> None:
     scenario = replace(SCENARIOS["model_outage"], name="mutant_max_attempts_1", planning_max_attempts=1,
                        workload=Workload(conversations=2, messages=4, append_ratio=0.0))
-    result = await run(scenario, seed=5, out_root=tmp_path)
+    result = await run(scenario, ReferenceOnTemporal(), seed=5, out_root=tmp_path)
     assert verdicts(result)["lost"] == FAIL, result.checks
     assert result.verdict == FAIL
 
@@ -67,7 +69,7 @@ async def test_a_kill_that_lands_after_all_work_finished_is_unknown_not_pass(tmp
         "mutant_idle_kill", "the only fault lands after the load is done",
         (NemesisEvent(6.0, "kill_worker", {"when": "busy", "activity": None, "down_s": 0.5, "wait_s": 1.0}),),
         workload=Workload(conversations=1, messages=1, append_ratio=0.0, until_heal=False), warmup_s=0.5, fault_s=7.0)
-    result = await run(scenario, seed=6, out_root=tmp_path)
+    result = await run(scenario, ReferenceOnTemporal(), seed=6, out_root=tmp_path)
     v = verdicts(result)
     assert v["injection_evidence"] == UNKNOWN, result.checks
     assert result.verdict == UNKNOWN
@@ -81,7 +83,7 @@ async def test_a_kill_that_lands_after_all_work_finished_is_unknown_not_pass(tmp
 
 
 def test_a_crashing_checker_is_unknown(tmp_path: Path) -> None:
-    (tmp_path / "history.jsonl").write_text('{"index": 0, "process": "client-0", "type": "invoke", "f": "x"}\n'
+    (tmp_path / "operations.jsonl").write_text('{"index": 0, "process": "client-0", "type": "invoke", "f": "x"}\n'
                                             "{not json\n")
     results = run_checkers(tmp_path)
     assert results and all(r.verdict != PASS for r in results if r.name in ("lost", "injection_evidence", "stats"))
@@ -99,7 +101,7 @@ def test_compose_orders_fail_over_unknown_over_pass() -> None:
 def test_a_message_whose_send_never_completed_is_unknown_not_a_crash(tmp_path: Path) -> None:
     ops = [{"index": 0, "process": "client-0", "type": "invoke", "f": "send_message", "time": 1.0, "wall": 1.0,
             "value": {"conversation": "c0", "n": 0, "text": "What is 2 * 3?", "expect": "2 * 3 = 6"}}]
-    (tmp_path / "history.jsonl").write_text("".join(json.dumps(o) + "\n" for o in ops))
+    (tmp_path / "operations.jsonl").write_text("".join(json.dumps(o) + "\n" for o in ops))
     (tmp_path / "conversations.json").write_text(json.dumps({"conversations": [
         {"workflow_id": "c0", "started": True, "final_history": [], "final_status": "COMPLETED",
          "planned": [{"text": "What is 2 * 3?", "expect": "2 * 3 = 6", "kind": "calc", "path": None,

@@ -10,8 +10,8 @@ from pathlib import Path
 from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult, compose
 from chaos.client import Workload
 from chaos.generator import NemesisEvent
-from chaos.checkpoint import run_checkpoint
-from chaos.runner import recheck
+from chaos.backends.checkpoint import CheckpointBackend
+from chaos.runner import check, run
 from chaos.scenarios import SCENARIOS
 
 
@@ -26,7 +26,7 @@ async def test_a_worker_kill_on_the_checkpoint_backend_loses_nothing(tmp_path: P
     scenario = replace(SCENARIOS["kill_mid_turn"],
                        events=(NemesisEvent(0.5, "kill_worker", {"when": "busy", "activity": "model", "down_s": 0.5}),),
                        workload=Workload(conversations=2, messages=3), fault_s=2.5)
-    result = await run_checkpoint(scenario, seed=3, out_root=tmp_path)
+    result = await run(scenario, CheckpointBackend(), seed=3, out_root=tmp_path)
     verdicts = {c.name: c.verdict for c in result.checks}
     assert verdicts == {"lost": PASS, "effects": PASS, "injection_evidence": PASS, "stats": PASS,
                         "temporal_history": NOT_APPLICABLE, "replay": NOT_APPLICABLE}, result.checks
@@ -36,5 +36,5 @@ async def test_a_worker_kill_on_the_checkpoint_backend_loses_nothing(tmp_path: P
     retried = db.execute("SELECT intent, attempts FROM durable_steps WHERE attempts > 1").fetchall()
     db.close()
     assert retried and all(intent == "llm:plan" for intent, _ in retried)
-    verdict, checks, _ = recheck(result.run_dir)  # offline re-check: the same, with the same reasons
+    verdict, checks, _ = check(result.run_dir)  # offline re-check: the same, with the same reasons
     assert verdict == PASS and [c.verdict for c in checks if c.name == "replay"] == [NOT_APPLICABLE]

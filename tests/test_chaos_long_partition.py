@@ -15,6 +15,7 @@ from harness.verdict import PASS
 from chaos.client import Workload
 from chaos.generator import NemesisEvent
 from harness.operations import load, pairs
+from chaos.backends.temporal import ReferenceOnTemporal
 from chaos.runner import run
 from chaos.scenarios import ChaosScenario
 
@@ -24,7 +25,7 @@ async def test_a_partition_longer_than_a_minute_loses_nothing(tmp_path: Path) ->
         "long_partition", "worker<->Temporal refused for 65 s",
         (NemesisEvent(0.5, "partition", {"link": "temporal", "mode": "down", "duration_s": 65.0}),),
         workload=Workload(conversations=1, messages=2), fault_s=66.0)
-    result = await run(scenario, seed=1, out_root=tmp_path)
+    result = await run(scenario, ReferenceOnTemporal(), seed=1, out_root=tmp_path)
     assert result.verdict == PASS, [c.as_dict() for c in result.checks if c.verdict != PASS]
-    restarts = [inv.value for inv, _ in pairs(load(result.run_dir / "history.jsonl")) if inv.f == "restart_worker"]
+    restarts = [inv.value for inv, _ in pairs(load(result.run_dir / "operations.jsonl")) if inv.f == "restart_worker"]
     assert all(r["reason"] in ("fatal worker failure", "process died") for r in restarts)

@@ -17,7 +17,8 @@ from agent.checkpoint.service import CheckpointQueue
 from agent.checkpoint.stores import SqliteStore
 from agent.checkpoint.temporal_adapter import DurableTaskInput, DurableTaskWorkflow
 from testbed.processes import python_module_command, spawn, stop
-from testbed.stack import AgentStack, workspace_files
+from testbed.stack import Stack
+from testbed.walkthroughs import workspace_files
 from tests.checkpoint_tasks import manifest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,7 +120,7 @@ def _config() -> AgentConfig:
 
 
 async def test_the_agent_loop_runs_on_the_checkpoint_runner_and_on_temporal_with_the_same_result(
-        stack: AgentStack) -> None:
+        stack: Stack) -> None:
     prompt = "Draft a plan in notes/plan.txt and mark it done."
     store = SqliteStore(stack.settings.sandbox_root.parent / "checkpoint.sqlite3")
     run_id = f"checkpoint-{uuid.uuid4().hex[:8]}"

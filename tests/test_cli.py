@@ -13,12 +13,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from testbed.walkthroughs import SCENARIOS
-
 from testbed.connection import TemporalConnection
+from testbed.stack import Stack
 from testbed.walkthroughs import SCENARIOS
-from testbed.stack import AgentStack
-from testbed.worker_process import WorkerProcess
+from testbed.worker_process import reference_worker
 from tests.conftest import temporal_server_pids
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,9 +76,9 @@ def test_run_all_scenarios_from_the_command_line(tmp_path: Path) -> None:
     assert "✗" not in out.stdout
 
 
-def test_chat_against_a_separate_worker_process(stack: AgentStack, tmp_path: Path) -> None:
+def test_chat_against_a_separate_worker_process(stack: Stack, tmp_path: Path) -> None:
     task_queue = f"chat-{uuid.uuid4().hex[:8]}"
-    with WorkerProcess(stack.server.address, task_queue, stack.model_server.url, state_dir=tmp_path):
+    with reference_worker(stack.server.address, task_queue, stack.model_server.url, state_dir=tmp_path):
         out = dah("chat", "--address", stack.server.address, "--task-queue", task_queue,
                   stdin="What is 6 * 7?\nwrite hi to a.txt\n/status\nquit\n")
     assert out.returncode == 0, out.stderr

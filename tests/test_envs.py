@@ -27,10 +27,10 @@ from agent.envs.registry import get_env, parse_env_config
 from agent.envs.sandbox import bwrap_available
 from harness.event_history import fetch_chain
 from harness.recording import EffectLedger, ExecutionIdentity
-from testbed.stack import AgentStack
+from testbed.stack import Stack
 from agent.tools import ToolContext, run_tool
 from agent.transcript import transcript
-from testbed.worker_process import WorkerProcess
+from testbed.worker_process import reference_worker
 from agent.workflow import AgentWorkflow
 
 HAVE_BWRAP, WHY_NO_BWRAP = bwrap_available()
@@ -372,7 +372,7 @@ def _shape(runs) -> list[tuple[str, str]]:
 
 
 @needs_bwrap
-async def test_shell_scenario_creates_files_and_lists_them(stack: AgentStack) -> None:
+async def test_shell_scenario_creates_files_and_lists_them(stack: Stack) -> None:
     wid = f"shell-{uuid.uuid4().hex[:8]}"
     result, handle = await stack.run_prompt(_config("scripted:shell", {"name": "shell_local"}),
                                             "Create some notes and list them.", wid)
@@ -390,7 +390,7 @@ async def test_shell_scenario_creates_files_and_lists_them(stack: AgentStack) ->
 
 
 @needs_browser
-async def test_browser_scenario_fills_a_form_and_reads_the_result(stack: AgentStack, site: str) -> None:
+async def test_browser_scenario_fills_a_form_and_reads_the_result(stack: Stack, site: str) -> None:
     wid = f"browser-{uuid.uuid4().hex[:8]}"
     prompt = f"Open {site}, type 'Ada Lovelace' into the form, submit it and tell me what the page says."
     result, handle = await stack.run_prompt(_config("scripted:browser", {"name": "browser_local"}), prompt, wid)
@@ -411,7 +411,7 @@ async def test_browser_scenario_fills_a_form_and_reads_the_result(stack: AgentSt
 
 
 @needs_bwrap
-async def test_cancelled_run_cleans_up_its_environment(stack: AgentStack) -> None:
+async def test_cancelled_run_cleans_up_its_environment(stack: Stack) -> None:
     wid = f"shell-cancel-{uuid.uuid4().hex[:8]}"
     cfg = _config("scripted:shell_slow", {"name": "shell_local", "keep_workspace": False})
     cfg.tool.heartbeat_s = 1.0  # the running command learns of the cancellation through a heartbeat
@@ -429,7 +429,7 @@ async def test_cancelled_run_cleans_up_its_environment(stack: AgentStack) -> Non
     assert list(envs.glob(f"{wid}-*")) == []  # keep_workspace: false removed it
 
 
-async def test_an_environment_this_machine_cannot_build_fails_the_run_with_the_reason(stack: AgentStack) -> None:
+async def test_an_environment_this_machine_cannot_build_fails_the_run_with_the_reason(stack: Stack) -> None:
     if _engine()[0]:
         pytest.skip("a Docker engine is reachable here")
     wid = f"docker-{uuid.uuid4().hex[:8]}"
@@ -447,15 +447,15 @@ async def test_an_environment_this_machine_cannot_build_fails_the_run_with_the_r
 
 @needs_bwrap
 async def test_worker_sigkill_during_bash_then_the_run_completes_with_the_effect_applied_once(
-        stack: AgentStack, tmp_path: Path) -> None:
+        stack: Stack, tmp_path: Path) -> None:
     task_queue = f"envkill-{uuid.uuid4().hex[:8]}"
     wid = f"shell-kill-{uuid.uuid4().hex[:8]}"
     cfg = _config("scripted:shell_slow", {"name": "shell_local"})
     cfg.tool.heartbeat_s = 1.0
     # No sticky queue on the first worker: after the kill, the next workflow task does not wait 10 s for it.
-    first = WorkerProcess(stack.server.address, task_queue, stack.model_server.url, state_dir=tmp_path,
+    first = reference_worker(stack.server.address, task_queue, stack.model_server.url, state_dir=tmp_path,
                           identity_prefix="first", extra_args=("--max-cached-workflows", "0"))
-    second = WorkerProcess(stack.server.address, task_queue, stack.model_server.url, state_dir=tmp_path,
+    second = reference_worker(stack.server.address, task_queue, stack.model_server.url, state_dir=tmp_path,
                            identity_prefix="second")
     try:
         first.start()
@@ -490,7 +490,7 @@ async def test_worker_sigkill_during_bash_then_the_run_completes_with_the_effect
         second.stop()
 
 
-async def _env_note(stack: AgentStack, wid: str, scheduled_event_id: int) -> str:
+async def _env_note(stack: Stack, wid: str, scheduled_event_id: int) -> str:
     from temporalio.api.enums.v1 import EventType
 
     async for event in stack.client.get_workflow_handle(wid).fetch_history_events():

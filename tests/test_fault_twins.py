@@ -20,12 +20,12 @@ from harness.event_history import fetch_run
 from harness.faults import NO_FAULTS, AgentFaults, FaultRule
 from testbed.model_server import LatencyModel, ScriptedModelServer
 from testbed.scripted_routes import respond
-from testbed.stack import AgentStack
-from testbed.worker_process import WorkerProcess
+from testbed.stack import Stack
+from testbed.worker_process import reference_worker
 from agent.workflow import AgentWorkflow
 
 
-async def _pending(stack: AgentStack, workflow_id: str) -> list:
+async def _pending(stack: Stack, workflow_id: str) -> list:
     desc = await stack.client.get_workflow_handle(workflow_id).describe()
     return list(desc.raw_description.pending_activities)
 
@@ -40,11 +40,11 @@ async def _wait_for(predicate, timeout_s: float = 30.0, what: str = "condition")
 
 
 async def test_worker_sigkill_mid_turn_loses_nothing_and_repeats_no_completed_model_call(
-        stack: AgentStack, tmp_path) -> None:
+        stack: Stack, tmp_path) -> None:
     task_queue = f"kill-{uuid.uuid4().hex[:8]}"
     # A slow model, so the kill lands while a planning call is in flight.
     with ScriptedModelServer(respond, latency=LatencyModel.parse("fixed:1500")) as model:
-        with WorkerProcess(stack.server.address, task_queue, model.url, state_dir=tmp_path) as worker:
+        with reference_worker(stack.server.address, task_queue, model.url, state_dir=tmp_path) as worker:
             cfg = AgentConfig(model="scripted")
             cfg.planning.heartbeat_s = 2.0  # a dead worker's model call is retried after 2 s, not 60
             cfg.planning.initial_interval_s = 0.2
@@ -75,7 +75,7 @@ async def test_worker_sigkill_mid_turn_loses_nothing_and_repeats_no_completed_mo
         assert model.stats()["by_run"][workflow_id] == 3
 
 
-async def test_model_outage_is_retried_with_backoff_until_the_reply_arrives(stack: AgentStack, model_faults) -> None:
+async def test_model_outage_is_retried_with_backoff_until_the_reply_arrives(stack: Stack, model_faults) -> None:
     model_faults([FaultRule(mode="status", status=503, first_n=3, scenario="direct")])
     cfg = AgentConfig(model="scripted:direct")
     cfg.planning.initial_interval_s = 0.2
@@ -90,7 +90,7 @@ async def test_model_outage_is_retried_with_backoff_until_the_reply_arrives(stac
     assert elapsed >= 0.2 + 0.4 + 0.8  # the backoff was honoured: 0.2 s doubling, three times
 
 
-async def test_model_configuration_error_fails_the_turn_not_the_conversation(stack: AgentStack) -> None:
+async def test_model_configuration_error_fails_the_turn_not_the_conversation(stack: Stack) -> None:
     from temporalio.client import WorkflowUpdateFailedError
 
     handle = await stack.start_conversation(AgentConfig(model="scripted:no_such_scenario"))
@@ -106,10 +106,10 @@ async def test_model_configuration_error_fails_the_turn_not_the_conversation(sta
     await handle.result()
 
 
-async def test_logic_bug_hot_fix_reuses_the_stored_plan(stack: AgentStack, tmp_path) -> None:
+async def test_logic_bug_hot_fix_reuses_the_stored_plan(stack: Stack, tmp_path) -> None:
     task_queue = f"hotfix-{uuid.uuid4().hex[:8]}"
     with ScriptedModelServer(respond) as model:
-        worker = WorkerProcess(stack.server.address, task_queue, model.url, state_dir=tmp_path,
+        worker = reference_worker(stack.server.address, task_queue, model.url, state_dir=tmp_path,
                                faults=AgentFaults(bugs=frozenset({"calculator"})))
         with worker:
             cfg = AgentConfig(model="scripted")

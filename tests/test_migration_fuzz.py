@@ -12,6 +12,7 @@ import pytest
 from harness.event_history import ChildRecord, RunRecord
 from harness.recording import EffectLedger, ExecutionIdentity
 from agent.contracts import AgentResult
+from tests.run_directory import assert_valid
 from migration_fuzz.fuzz import KINDS, FuzzOptions, Shape, check_iteration, run_fuzz, shape_for
 
 
@@ -85,6 +86,7 @@ async def test_fuzz_with_a_worker_killed_in_every_iteration(tmp_path: Path) -> N
         assert parent["workflow_tasks"] and all(w.startswith(("w1-", "w2-")) for w in parent["workflow_tasks"])
         assert len(it["children"]) == it["shape"]["n"]
         assert all(c["started_by"] for c in it["children"])
+    assert_valid(Path(report["run_dir"]))
     saved = json.loads((Path(report["run_dir"]) / "results.json").read_text())
     assert saved["families"] == report["families"]
     assert (Path(report["run_dir"]) / "table.txt").read_text().startswith("family")

@@ -33,14 +33,15 @@ def _bd_turn(i, client, rtt, wss, wex, ass, aex, model, other):
 
 def write_bench(run: Path, *, status="complete", files=None) -> None:
     run.mkdir(parents=True)
-    journal = {"kind": "bench", "profile": "quick", "seed": 0, "command": "python -m benchmarks --quick",
-               "status": status, "started": "2026-11-22T10:00:00Z", "wall_s": 42.0,
-               "sections": ["table2", "tuning", "breakdown", "length", "throughput", "recovery", "micro"],
-               "machine": {"cores": 2, "memory_gb": 7.8, "cpu": "Test CPU", "platform": "Linux-test",
-                           "python": "3.11.9", "temporalio": "1.35.0",
-                           "temporal_cli": "temporal version 1.9.1 (Server 1.32.0)"},
-               "config": {"turns": 5, "warmup_turns": 2, "model_latency": "fixed:0"},
-               "server_profiles": {"tuned": {"history.transferProcessorMaxPollRPS": "1000"}, "stock": {}}}
+    record = {"schema": 2, "kind": "bench", "name": "bench", "profile": "quick", "seed": 0,
+              "command": "python -m benchmarks --quick",
+              "status": status, "started": "2026-11-22T10:00:00Z", "wall_s": 42.0,
+              "sections": ["table2", "tuning", "breakdown", "length", "throughput", "recovery", "micro"],
+              "machine": {"cores": 2, "memory_gb": 7.8, "cpu": "Test CPU", "platform": "Linux-test",
+                          "python": "3.11.9", "temporalio": "1.35.0",
+                          "temporal_cli": "temporal version 1.9.1 (Server 1.32.0)"},
+              "config": {"turns": 5, "warmup_turns": 2, "model_latency": "fixed:0"},
+              "server_profiles": {"tuned": {"history.transferProcessorMaxPollRPS": "1000"}, "stock": {}}}
     data = {
         "latency": {"series": [
             # Hand-checkable: durable mean 13, plain mean 3.5, per-turn ratios 5, 4, 3.5, 3.2 (median 3.75).
@@ -98,14 +99,14 @@ def write_bench(run: Path, *, status="complete", files=None) -> None:
                                   "stats": {"min": 1e-6, "max": 9e-6, "mean": 2.5e-6, "stddev": 0.5e-6,
                                             "median": 2.25e-6, "ops": 400000.0, "rounds": 1000}}]},
     }
-    (run / "journal.json").write_text(json.dumps(journal))
+    (run / "run.json").write_text(json.dumps(record))
     for stem, doc in data.items():
         if files is None or stem in files:
             (run / f"{stem}.json").write_text(json.dumps(doc))
 
 
 class Hist:
-    """Writes history.jsonl lines the way harness.operations.History does."""
+    """Writes operation-log lines the way harness.operations.History does."""
 
     def __init__(self) -> None:
         self.ops: list[dict] = []
@@ -173,23 +174,32 @@ CHECKS = ["lost", "effects", "temporal", "replay", "injection_evidence"]
 
 
 def write_chaos(runs: Path, scenario: str, *, complete=True, failing=(), fault="kill_worker", link=True,
-                clients=(1, 2)) -> dict:
+                clients=(1, 2), schema=2) -> dict:
+    """A chaos run directory as the runner writes it (schema 1: as it did before run.json, still read)."""
     run = runs / scenario / STAMP
     run.mkdir(parents=True)
     h, counts = chaos_history(fault, clients)
-    h.write(run / "history.jsonl")
-    journal = {"scenario": {"name": scenario, "description": f"{fault} 100% of the time & then heal_{scenario}",
-                            "events": [], "cluster": {}, "workload": {}},
-               "seed": 7, "reproduce": f"python -m chaos run {scenario} --seed 7",
-               "machine": {"cores": 2, "memory_gb": 7.8, "cpu": "Test CPU", "python": "3.11.9",
-                           "temporalio": "1.35.0"}}
+    h.write(run / ("operations.jsonl" if schema == 2 else "history.jsonl"))
+    record = {"scenario": {"name": scenario, "description": f"{fault} 100% of the time & then heal_{scenario}",
+                           "events": [], "cluster": {}, "workload": {}},
+              "seed": 7, "reproduce": f"python -m chaos run {scenario} --seed 7",
+              "machine": {"cores": 2, "memory_gb": 7.8, "cpu": "Test CPU", "python": "3.11.9",
+                          "temporalio": "1.35.0"}}
+    checked = {}
     if complete:
         checks = [{"name": n, "verdict": "fail" if n in failing else "pass", "summary": f"{n} ok", "details": {}}
                   for n in CHECKS]
-        journal |= {"phases": PHASES, "checks": checks, "verdict": "fail" if failing else "pass", "wall_s": 17.0,
-                    "summary": {"scenario": scenario, "faults": "1/1", **counts, "lost": 0, "dup_effects": 0,
-                                "recovery_s": 0.3, "verdict": "fail" if failing else "pass"}}
-    (run / "journal.json").write_text(json.dumps(journal))
+        record |= {"phases": PHASES, "wall_s": 17.0}
+        checked = {"checks": checks, "verdict": "fail" if failing else "pass",
+                   "summary": {"scenario": scenario, "faults": "1/1", **counts, "lost": 0, "dup_effects": 0,
+                               "recovery_s": 0.3, "verdict": "fail" if failing else "pass"}}
+    if schema == 1:
+        (run / "journal.json").write_text(json.dumps(record | checked))
+    else:
+        record |= {"schema": 2, "kind": "chaos", "name": scenario, "status": "complete" if complete else "interrupted"}
+        (run / "run.json").write_text(json.dumps(record))
+        if checked:
+            (run / "verdict.json").write_text(json.dumps({"schema": 2, **checked}))
     if link:
         (runs / scenario / "latest").symlink_to(STAMP)
     return counts
@@ -214,12 +224,12 @@ def make_runs(root: Path) -> dict:
     write_bench(runs / "bench" / "20250101T000000000000Z", files=["latency"])  # older: must not be used
     counts = write_chaos(runs, "kill_mid_turn")
     # No client operations (nothing to plot: keeps the test fast), and a failed check.
-    write_chaos(runs, "model_outage", failing=("effects",), fault="model_outage", clients=())
+    write_chaos(runs, "model_outage", failing=("effects",), fault="model_outage", clients=(), schema=1)
     unknown_counts = write_chaos(runs, "kill_idle", complete=False, link=False)  # interrupted: no checks, no summary
     damaged = runs / "crash_after_effect" / STAMP
     damaged.mkdir(parents=True)
-    (damaged / "journal.json").write_text('{"scenario": {"name": "crash_after_effect"', encoding="utf-8")
-    (damaged / "history.jsonl").write_text("")
+    (damaged / "run.json").write_text('{"scenario": {"name": "crash_after_effect"', encoding="utf-8")
+    (damaged / "operations.jsonl").write_text("")
     fuzz = runs / "migration_fuzz" / STAMP
     fuzz.mkdir(parents=True)
     (fuzz / "results.json").write_text(json.dumps(FUZZ))
@@ -327,12 +337,12 @@ def test_table1_verdicts(built):
     assert [idle["ok"], idle["fail"], idle["info"]] == [u["ok"], u["fail"], u["info"]]
     assert u["info"] == 2 and u["fail"] == 1
     assert "crash_after_effect" not in t1.index
-    assert "verdict **unknown (interrupted: no checks in the journal)**" in built["md"]
+    assert "verdict **unknown (interrupted: the run was never checked)**" in built["md"]
 
 
 def test_damaged_and_unused_runs_are_reported(built):
     md = built["md"]
-    assert f"skipped {built['damaged']}: journal.json is not valid JSON" in md
+    assert f"skipped {built['damaged']}: run.json is not valid JSON" in md
     assert "20250101T000000000000Z" not in md  # the older bench run is not the one reported
     assert f"run: `{built['runs'] / 'bench' / STAMP}`" in md
     assert "absent" not in md.split("## Warnings")[0]  # every bench section is present

@@ -14,23 +14,24 @@ import pytest
 from agent.contracts import ChatMessage
 from harness.event_history import activity_shape
 from testbed.walkthroughs import SCENARIOS
-from testbed.stack import AgentStack, run_scenario
+from testbed.stack import Stack
+from testbed.walkthroughs import run_scenario
 from agent.workflow import AgentWorkflow
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
-async def test_scenario(stack: AgentStack, name: str) -> None:
+async def test_scenario(stack: Stack, name: str) -> None:
     outcome = await run_scenario(stack, SCENARIOS[name])
     assert outcome.problems == [], "\n".join(outcome.problems)
 
 
-async def test_direct_tool_use_has_one_plan_before_and_one_after_the_tool(stack: AgentStack) -> None:
+async def test_direct_tool_use_has_one_plan_before_and_one_after_the_tool(stack: Stack) -> None:
     outcome = await run_scenario(stack, SCENARIOS["direct"])
     assert outcome.replies == ["25 * 4 = 100"]
     assert [a for a, _, _ in activity_shape(outcome.runs)] == ["plan_next_action", "calculator", "plan_next_action"]
 
 
-async def test_path_escape_never_leaves_the_workspace(stack: AgentStack) -> None:
+async def test_path_escape_never_leaves_the_workspace(stack: Stack) -> None:
     sandbox = stack.settings.sandbox_root
     # Where '../../etc/passwd' would land from <sandbox>/<workflow id>/: nothing may appear there.
     escape_target = (sandbox / "wf" / "../../etc/passwd").resolve()
@@ -53,12 +54,12 @@ async def test_path_escape_never_leaves_the_workspace(stack: AgentStack) -> None
     assert os.path.isfile(workspace / "safe.txt")
 
 
-async def _history(stack: AgentStack, workflow_id: str) -> list[dict]:
+async def _history(stack: Stack, workflow_id: str) -> list[dict]:
     # A completed one-shot workflow still answers queries (the worker replays it).
     return await stack.client.get_workflow_handle(workflow_id).query(AgentWorkflow.get_history)
 
 
-async def test_continue_as_new_carries_the_whole_conversation(stack: AgentStack) -> None:
+async def test_continue_as_new_carries_the_whole_conversation(stack: Stack) -> None:
     scenario = SCENARIOS["conversation"]
     outcome = await run_scenario(stack, scenario)
     assert outcome.problems == []
@@ -70,7 +71,7 @@ async def test_continue_as_new_carries_the_whole_conversation(stack: AgentStack)
     assert all(r.events < scenario.max_history_events * 2 for r in outcome.runs)
 
 
-async def test_validation_error_is_not_an_infrastructure_retry(stack: AgentStack) -> None:
+async def test_validation_error_is_not_an_infrastructure_retry(stack: Stack) -> None:
     outcome = await run_scenario(stack, SCENARIOS["validation_repair"])
     calculators = [a for a in outcome.runs[0].activities if a.activity_type == "calculator"]
     assert [a.attempts for a in calculators] == [1, 1]
@@ -79,14 +80,14 @@ async def test_validation_error_is_not_an_infrastructure_retry(stack: AgentStack
     assert first_result["content"].startswith("ERROR (validation_error): calculator: cannot evaluate '25 x 4'")
 
 
-async def test_terminal_failure_is_model_visible_and_not_retried(stack: AgentStack) -> None:
+async def test_terminal_failure_is_model_visible_and_not_retried(stack: Stack) -> None:
     outcome = await run_scenario(stack, SCENARIOS["terminal"])
     broken = next(a for a in outcome.runs[0].activities if a.activity_type == "broken_service")
     assert (broken.attempts, broken.outcome) == (1, "failed")
     assert "execution_error" in outcome.replies[0]
 
 
-async def test_conversation_queries_validator_and_end_chat(stack: AgentStack) -> None:
+async def test_conversation_queries_validator_and_end_chat(stack: Stack) -> None:
     from temporalio.client import WorkflowUpdateFailedError
 
     handle = await stack.start_conversation(SCENARIOS["direct"].config())

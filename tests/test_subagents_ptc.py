@@ -22,20 +22,21 @@ from agent.contracts import AgentConfig, ChatMessage
 from harness.event_history import activity_shape, fetch_tree
 from testbed.walkthroughs import ORCH_FAULT_TOOLS, SCENARIOS
 from testbed.scripted_routes import HOSTILE_PROGRAMS
-from testbed.stack import AgentStack, run_scenario
+from testbed.stack import Stack
+from testbed.walkthroughs import run_scenario
 from agent.workflow import AgentWorkflow
 
 ORCHESTRATION = ["ptc", "spawn", "spawn_failure", "spawn_detached", "spawn_limits", "ptc_retry",
                  "ptc_validation", "ptc_parallel_fail", "ptc_hostile"]
 
 
-async def _tool_messages(stack: AgentStack, workflow_id: str) -> list[str]:
+async def _tool_messages(stack: Stack, workflow_id: str) -> list[str]:
     messages = await stack.client.get_workflow_handle(workflow_id).query(AgentWorkflow.get_history)
     return [m["content"] for m in messages if m["role"] == "tool"]
 
 
 @pytest.mark.parametrize("name", ["ptc", "spawn_detached", "ptc_parallel_fail"])
-async def test_orchestration_tools_are_never_activities_and_replay_exactly(stack: AgentStack, name: str) -> None:
+async def test_orchestration_tools_are_never_activities_and_replay_exactly(stack: Stack, name: str) -> None:
     outcome = await run_scenario(stack, SCENARIOS[name])
     assert outcome.problems == []
     every_run = [*outcome.runs, *(r for chain in outcome.children.values() for r in chain)]
@@ -49,7 +50,7 @@ async def test_orchestration_tools_are_never_activities_and_replay_exactly(stack
         assert result.replay_failure is None, f"{wid}: {result.replay_failure}"
 
 
-async def test_ptc_inner_spawn_is_the_same_child_workflow_as_a_direct_spawn(stack: AgentStack) -> None:
+async def test_ptc_inner_spawn_is_the_same_child_workflow_as_a_direct_spawn(stack: Stack) -> None:
     direct = await run_scenario(stack, SCENARIOS["spawn"])
     inner = await run_scenario(stack, SCENARIOS["ptc"])
     for outcome in (direct, inner):
@@ -62,7 +63,7 @@ async def test_ptc_inner_spawn_is_the_same_child_workflow_as_a_direct_spawn(stac
                                           'write_file({"content": "beta", "path": "notes/b.txt"})']
 
 
-async def test_spawn_refusals_and_failures_are_model_visible(stack: AgentStack) -> None:
+async def test_spawn_refusals_and_failures_are_model_visible(stack: Stack) -> None:
     limits = await run_scenario(stack, SCENARIOS["spawn_limits"])
     assert limits.problems == []
     results = await _tool_messages(stack, limits.workflow_id)
@@ -78,7 +79,7 @@ async def test_spawn_refusals_and_failures_are_model_visible(stack: AgentStack) 
     assert "the scripted subagent cannot do" in result  # the child's own reason, not a generic wrapper
 
 
-async def test_hostile_programs_are_refused_with_their_line(stack: AgentStack) -> None:
+async def test_hostile_programs_are_refused_with_their_line(stack: Stack) -> None:
     outcome = await run_scenario(stack, SCENARIOS["ptc_hostile"])
     assert outcome.problems == []
     results = await _tool_messages(stack, outcome.workflow_id)
@@ -106,7 +107,7 @@ def _cancel_config() -> AgentConfig:
     return cfg
 
 
-async def _wait_for_slow_tasks(stack: AgentStack, workflow_ids: list[str], count: int, timeout: float = 30.0
+async def _wait_for_slow_tasks(stack: Stack, workflow_ids: list[str], count: int, timeout: float = 30.0
                                ) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -119,7 +120,7 @@ async def _wait_for_slow_tasks(stack: AgentStack, workflow_ids: list[str], count
 
 
 @pytest.mark.parametrize("where", ["direct", "child", "ptc", "conversation"])
-async def test_cancelling_the_parent_stops_its_work_without_another_model_turn(stack: AgentStack, where: str
+async def test_cancelling_the_parent_stops_its_work_without_another_model_turn(stack: Stack, where: str
                                                                                ) -> None:
     workflow_id = f"cancel-{where}-{uuid.uuid4().hex[:8]}"
     child_id = f"{workflow_id}/generic-1"

@@ -3,8 +3,8 @@ directory (built once per session) and an event loop for the async PTC
 interpreter.
 
 The run directory has the layout ``chaos.runner`` saves and the checkers read:
-``history.jsonl`` (one ``harness.operations.Op`` per line), ``conversations.json``
-(the final reads), ``journal.json``, the per-conversation workspaces under
+``operations.jsonl`` (one ``harness.operations.Op`` per line), ``conversations.json``
+(the final reads), ``run.json``, the per-conversation workspaces under
 ``state/sandbox/``, the effect ledger ``state/sandbox/ledger.sqlite3`` and
 worker logs. It is built from the project's own pieces (``plan_message``,
 ``Op.as_dict``, ``EffectLedger``'s schema, ``workspace_for``) so its format
@@ -26,8 +26,10 @@ from typing import Any
 
 import pytest
 
-from harness.recording import EffectLedger
 from agent.tools import workspace_for
+from agent.worker import LEDGER, WORKSPACES
+from harness.recording import EffectLedger
+from harness.rundir import OPERATIONS, RunDir
 from chaos.client import Workload, chaos_agent_config, plan_message
 from harness.operations import INFO, INVOKE, OK, Op
 
@@ -37,7 +39,6 @@ KILLS = 5
 SYSTEM_PROMPT = ("You are a durable agent. Use the tools for arithmetic, weather and files; files live in your "
                  "private workspace and paths are relative to it. When a tool reports an error, repair your call "
                  "or explain the failure. Answer concisely.")
-LEDGER = "sandbox/ledger.sqlite3"
 
 
 def turn_messages(planned: Any, call_id: str) -> list[dict[str, Any]]:
@@ -96,7 +97,7 @@ def build_run_dir(run_dir: Path, conversations: int = CONVERSATIONS, messages: i
     wids = [f"chaos-{tag}-{i}" for i in range(conversations)]
     workload = Workload(conversations=conversations, messages=messages, append_ratio=0.4)
     sandbox = run_dir / "state" / "sandbox"
-    h = _Writer(run_dir / "history.jsonl")
+    h = _Writer(run_dir / OPERATIONS)
 
     # The ledger: the project's own schema, filled directly (one transaction, not one fsync per row).
     ledger_path = run_dir / "state" / LEDGER
@@ -186,16 +187,18 @@ def build_run_dir(run_dir: Path, conversations: int = CONVERSATIONS, messages: i
         {"workload": asdict(workload), "config": asdict(chaos_agent_config()), "conversations": convs},
         indent=2, default=str))
 
-    journal = {"scenario": {"name": "micro_bench_synthetic", "description": "synthetic, consistent"},
-               "seed": seed, "reproduce": "(synthetic: benchmarks/micro/conftest.py)",
-               "schedule": [{"at_s": 1.0 + k, "op": "kill_worker", "args": {"when": "busy"}} for k in range(KILLS)],
-               "target": {"name": "reference-agent", "model_activity": "plan_next_action", "ledger": LEDGER}}
-    (run_dir / "journal.json").write_text(json.dumps(journal, indent=2))
+    RunDir(run_dir).begin(
+        "chaos", "micro_bench_synthetic", seed=seed, reproduce="(synthetic: benchmarks/micro/conftest.py)",
+        scenario={"name": "micro_bench_synthetic", "description": "synthetic, consistent"},
+        schedule=[{"at_s": 1.0 + k, "op": "kill_worker", "args": {"when": "busy"}} for k in range(KILLS)],
+        target={"name": "reference-agent", "model_activity": "plan_next_action", "ledger": LEDGER,
+                "workspace": WORKSPACES})
 
     conn = sqlite3.connect(ledger_path)
     with conn:
         conn.executemany("INSERT INTO executions (idempotency_key, workflow_id, run_id, activity_id, attempt, tool, "
-                         "worker, started_at, finished_at, outcome) VALUES (?,?,?,?,?,?,?,?,?,?)", executions)
+                         "worker, started_at, finished_at, outcome, kind) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                         [(*e, "model" if e[5] == "plan_next_action" else "tool") for e in executions])
         conn.executemany("INSERT INTO effects (idempotency_key, workflow_id, tool, target, digest, state, apply_count, "
                          "result, first_attempt, applied_attempt, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)", effects)
         conn.executemany("INSERT INTO applications (idempotency_key, workflow_id, tool, target, attempt, worker, at) "

@@ -28,7 +28,7 @@ What is measured, and why each piece is hot:
   each asserted to say ``pass``. ``temporal_history`` and ``replay`` need
   saved Temporal histories and a replayer, and are not measured here.
 - ``history``: ``harness.operations.load`` + ``pairs`` on that 10,000-operation
-  ``history.jsonl``: the first thing every checker does.
+  ``operations.jsonl``: the first thing every checker does.
 
 Every benchmark asserts its result, so a broken converter, interpreter,
 checker or synthetic run fails the benchmark instead of timing garbage.
@@ -200,7 +200,7 @@ def test_checkers_on_large_history(benchmark: Any, synthetic_run: tuple[Path, di
 @pytest.mark.benchmark(group="history")
 def test_history_load_and_pairs(benchmark: Any, synthetic_run: tuple[Path, dict[str, int]]) -> None:
     run_dir, sizes = synthetic_run
-    path = run_dir / "history.jsonl"
+    path = run_dir / "operations.jsonl"
 
     def load_and_pair() -> tuple[list[hist.Op], list[tuple[hist.Op, hist.Op | None]]]:
         ops = hist.load(path)

@@ -1,7 +1,7 @@
 """Workers in containers, with the same fault surface as ``WorkerProcess``.
 
-    with DockerBackend() as docker:
-        with docker.worker(image="my-agent:dev", command=["python", "-m", "agent", "worker",
+    with ContainerPool() as docker:
+        with docker.worker(image="my-agent:dev", command=["python", "-m", "testbed", "worker",
                                                           "--identity", "{identity}"],
                            task_queue="q", network="dah-net") as w:
             w.kill()                  # SIGKILL the container: a crash, mid-whatever
@@ -12,8 +12,9 @@
 
 Everything goes through the docker SDK (``pip install 'docker>=7'``), imported
 lazily so the rest of the harness works without it; the engine connection is
-``agent.envs.docker_engine`` (shared with the ``browser_docker`` environment). ``DockerBackend.cleanup`` removes only containers this
-backend object started (tracked by id), never anything matched by name.
+``agent.envs.docker_engine`` (shared with the ``browser_docker`` environment).
+``ContainerPool.cleanup`` removes only containers this pool started (tracked by
+id), never anything matched by name.
 """
 
 from __future__ import annotations
@@ -285,7 +286,7 @@ class DockerWorker:
         self._partitioned = False
 
     def forget_container(self) -> None:
-        """Drop the handle on a container someone else removed (``DockerBackend.cleanup``)."""
+        """Drop the handle on a container someone else removed (``ContainerPool.cleanup``)."""
         self._container = None
         self._partitioned = False
 
@@ -296,12 +297,12 @@ class DockerWorker:
         self.stop()
 
 
-class DockerBackend:
+class ContainerPool:
     """Creates DockerWorkers; one place to check the engine and to clean up everything labelled as ours.
 
-    ``cleanup`` force-removes only containers that workers of this backend
+    ``cleanup`` force-removes only containers that workers of this pool
     started (tracked by id) and that carry our label; containers of other
-    runs, or of other backends in the same run, are left alone.
+    runs, or of other pools in the same run, are left alone.
     """
 
     def __init__(self, client: Any = None) -> None:
@@ -355,7 +356,7 @@ class DockerBackend:
             self._client.close()
             self._client = None
 
-    def __enter__(self) -> DockerBackend:
+    def __enter__(self) -> ContainerPool:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -377,6 +378,7 @@ class ContainerWorker:
 
     worker: DockerWorker
     faults: AgentFaults = NO_FAULTS  # handed to the container through its environment (harness.faults)
+    warm_line: str | None = None  # after the ready line, wait for this too (the model client is loaded)
 
     @property
     def identity_prefix(self) -> str:
@@ -407,6 +409,9 @@ class ContainerWorker:
             self.worker.environment.pop(name, None)
         self.worker.environment.update(self.faults.environment())
         self.worker.start()
+        if self.warm_line and self.worker.generation == 1 and not self.wait_for(self.warm_line, 90.0):
+            raise WorkerStartError(f"worker {self.identity} did not print {self.warm_line!r} within 90 s: "
+                                   f"{self.output()[-2000:]}")
         return self
 
     def wait_for(self, text: str, timeout_s: float = 60.0) -> bool:

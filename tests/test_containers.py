@@ -1,4 +1,4 @@
-"""DockerWorker / DockerBackend: the worker fault surface, applied to containers.
+"""DockerWorker / ContainerPool: the worker fault surface, applied to containers.
 
 Tests marked ``needs_engine`` run real containers and skip (with the reason
 from ``docker_engine_available``) where no Docker engine is reachable; the
@@ -14,7 +14,7 @@ import pytest
 
 from testbed.worker_process import WorkerStartError
 from agent.envs.docker_engine import DockerEngineUnavailable, docker_engine_available
-from chaos.docker_backend import IDENTITY_LABEL, LABEL, DockerBackend, DockerWorker
+from testbed.containers import IDENTITY_LABEL, LABEL, ContainerPool, DockerWorker
 
 AVAILABLE, REASON = docker_engine_available()
 needs_engine = pytest.mark.skipif(not AVAILABLE, reason=f"no Docker engine reachable: {REASON}")
@@ -107,7 +107,7 @@ def test_unstarted_worker_faults_are_noops_without_an_engine() -> None:
 
 def test_backend_is_lazy_and_names_the_engine_it_cannot_reach(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/dah-test-docker.sock")
-    with DockerBackend() as backend:  # constructing and cleaning up an unused backend touch no engine
+    with ContainerPool() as backend:  # constructing and cleaning up an unused backend touch no engine
         assert backend.cleanup() == 0
         with pytest.raises(DockerEngineUnavailable, match="dah-test-docker.sock|docker SDK not installed"):
             backend.worker(image=IMAGE, command=READY_COMMAND, task_queue="q")
@@ -118,19 +118,19 @@ def test_backend_is_lazy_and_names_the_engine_it_cannot_reach(monkeypatch: pytes
 
 @pytest.fixture
 def backend():
-    with DockerBackend() as b:
+    with ContainerPool() as b:
         yield b
 
 
 @pytest.fixture
-def network(backend: DockerBackend):
+def network(backend: ContainerPool):
     net = backend.client.networks.create(f"dah-test-{uuid.uuid4().hex[:8]}", labels={LABEL: "test"})
     yield net.name
     backend.cleanup()  # a network with containers attached cannot be removed
     net.remove()
 
 
-def _exists(backend: DockerBackend, container_id: str) -> bool:
+def _exists(backend: ContainerPool, container_id: str) -> bool:
     from docker.errors import NotFound
 
     try:
@@ -142,7 +142,7 @@ def _exists(backend: DockerBackend, container_id: str) -> bool:
 
 @needs_engine
 @pytest.mark.slow
-def test_start_passes_identity_and_restart_is_a_new_generation(backend: DockerBackend) -> None:
+def test_start_passes_identity_and_restart_is_a_new_generation(backend: ContainerPool) -> None:
     w = backend.worker(image=IMAGE, command=READY_COMMAND, task_queue="q-start")
     with w:
         assert w.alive and w.status == "running"
@@ -157,7 +157,7 @@ def test_start_passes_identity_and_restart_is_a_new_generation(backend: DockerBa
 
 @needs_engine
 @pytest.mark.slow
-def test_kill_leaves_a_dead_container(backend: DockerBackend) -> None:
+def test_kill_leaves_a_dead_container(backend: ContainerPool) -> None:
     with backend.worker(image=IMAGE, command=READY_COMMAND, task_queue="q") as w:
         w.kill()
         assert not w.alive and w.status == "exited"
@@ -167,7 +167,7 @@ def test_kill_leaves_a_dead_container(backend: DockerBackend) -> None:
 
 @needs_engine
 @pytest.mark.slow
-def test_pause_and_resume(backend: DockerBackend) -> None:
+def test_pause_and_resume(backend: ContainerPool) -> None:
     with backend.worker(image=IMAGE, command=READY_COMMAND, task_queue="q") as w:
         w.pause()
         assert w.status == "paused" and w.alive
@@ -181,7 +181,7 @@ def test_pause_and_resume(backend: DockerBackend) -> None:
 
 @needs_engine
 @pytest.mark.slow
-def test_network_partition_and_heal(backend: DockerBackend, network: str) -> None:
+def test_network_partition_and_heal(backend: ContainerPool, network: str) -> None:
     def interfaces(w: DockerWorker) -> set[str]:
         code, out = backend.client.containers.get(w.container_id).exec_run(["ls", "/sys/class/net"])
         assert code == 0
@@ -201,7 +201,7 @@ def test_network_partition_and_heal(backend: DockerBackend, network: str) -> Non
 
 @needs_engine
 @pytest.mark.slow
-def test_stop_removes_the_container_and_is_idempotent(backend: DockerBackend) -> None:
+def test_stop_removes_the_container_and_is_idempotent(backend: ContainerPool) -> None:
     w = backend.worker(image=IMAGE, command=READY_COMMAND, task_queue="q").start()
     cid = w.container_id
     w.pause()  # stop must thaw it to deliver SIGTERM
@@ -213,7 +213,7 @@ def test_stop_removes_the_container_and_is_idempotent(backend: DockerBackend) ->
 
 @needs_engine
 @pytest.mark.slow
-def test_cleanup_removes_only_what_this_backend_started(backend: DockerBackend) -> None:
+def test_cleanup_removes_only_what_this_backend_started(backend: ContainerPool) -> None:
     a = backend.worker(image=IMAGE, command=READY_COMMAND, task_queue="q", identity_prefix="a").start()
     b = backend.worker(image=IMAGE, command=READY_COMMAND, task_queue="q", identity_prefix="b").start()
     b.kill()
@@ -231,7 +231,7 @@ def test_cleanup_removes_only_what_this_backend_started(backend: DockerBackend) 
 
 @needs_engine
 @pytest.mark.slow
-def test_user_errors_name_the_image_and_the_network(backend: DockerBackend) -> None:
+def test_user_errors_name_the_image_and_the_network(backend: ContainerPool) -> None:
     missing_net = f"dah-no-such-network-{uuid.uuid4().hex[:6]}"
     with pytest.raises(WorkerStartError, match=f"{missing_net}.*docker network create"):
         backend.worker(image=IMAGE, command=READY_COMMAND, task_queue="q", network=missing_net).start()
@@ -242,7 +242,7 @@ def test_user_errors_name_the_image_and_the_network(backend: DockerBackend) -> N
 
 @needs_engine
 @pytest.mark.slow
-def test_a_worker_that_exits_before_ready_raises_with_its_log_tail(backend: DockerBackend) -> None:
+def test_a_worker_that_exits_before_ready_raises_with_its_log_tail(backend: ContainerPool) -> None:
     w = backend.worker(image=IMAGE, command=["python", "-c", "print('boom'); raise SystemExit(3)"], task_queue="q")
     with pytest.raises(WorkerStartError, match=r"exited with 3: boom"):
         w.start()

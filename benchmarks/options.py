@@ -1,0 +1,90 @@
+"""What one benchmark run is asked to do (``Options``), and what its sections share while it runs (``Bench``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.worker import WorkerSettings
+from benchmarks.resources import ResourceSampler
+from harness.recording import EffectLedger
+from harness.rundir import RunDir
+from testbed.model_server import ScriptedModelServer
+
+#: every section, in the order a run measures them
+SECTION_NAMES = ("table2", "tuning", "length", "throughput", "recovery", "micro", "checkpoint")
+QUICK_SKIPS = ("recovery",)  # a worker kill costs the heartbeat and sticky timeouts: not within a minute
+#: what runs with --durability checkpoint (the others measure Temporal itself: its server, workers and histories)
+CHECKPOINT_SECTIONS = ("table2", "checkpoint", "micro")
+
+
+@dataclass
+class Options:
+    quick: bool = False
+    only: tuple[str, ...] = ()  # empty: every section of the profile
+    turns: int = 50  # measured turns per Table 2 series (the reference used 50)
+    warmup: int = 3
+    workloads: tuple[str, ...] = ("reply", "tool")
+    model: str = "scripted"  # or a LiteLLM model for the model mode (a live provider; needs its key)
+    model_latency: str = "lognormal:300,0.25"  # the scripted model's emulated latency in model mode
+    tuning_turns: int = 30
+    tuning_concurrency: int = 2  # conversations at once in the tuning section (more saturates one Python process)
+    length_turns: int = 200
+    can_every_events: int = 200
+    worker_counts: tuple[int, ...] = (1, 2)
+    concurrency: tuple[int, ...] = (1, 2, 4, 8)
+    throughput_turns: int = 10
+    heartbeats: tuple[float, ...] = (2.0, 5.0, 10.0)
+    recovery_tool_s: float = 4.0
+    kill_after_s: float = 1.0
+    seed: int = 0
+    out: Path = Path("runs/bench")
+    durability: str = "temporal"  # the durable loop of Table 2: "temporal" or "checkpoint" (agent/checkpoint)
+
+    @classmethod
+    def quick_profile(cls, **overrides: Any) -> Options:
+        base = dict(quick=True, turns=5, warmup=2, model_latency="fixed:20", tuning_turns=3, tuning_concurrency=2,
+                    length_turns=20, can_every_events=40, worker_counts=(1,), concurrency=(1, 4), throughput_turns=3,
+                    heartbeats=(1.0,), recovery_tool_s=1.0, kill_after_s=0.3)
+        return cls(**{**base, **overrides})
+
+    def sections(self) -> list[str]:
+        if self.only:
+            return [s for s in SECTION_NAMES if s in self.only]
+        if self.durability == "checkpoint":
+            return [s for s in SECTION_NAMES if s in CHECKPOINT_SECTIONS]
+        return [s for s in SECTION_NAMES if not (self.quick and s in QUICK_SKIPS)]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items()}
+
+
+@dataclass
+class Bench:
+    """What every section shares: the run directory, the model server, the ledger, the tuned server."""
+
+    options: Options
+    run: RunDir
+    say: Callable[[str], None]
+    model: ScriptedModelServer
+    ledger: EffectLedger
+    sampler: ResourceSampler = field(default_factory=ResourceSampler)
+    tuned: Any = None  # sections.LocalServer, started on first need
+    results: dict[str, dict[str, list]] = field(default_factory=dict)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.run.path
+
+    @property
+    def sandbox_root(self) -> Path:
+        return WorkerSettings.in_state_dir(self.run.state).sandbox_root
+
+    def extend(self, file: str, series: list[dict[str, Any]]) -> None:
+        """Add series to ``<file>.json`` and write it now (an interruption later keeps them)."""
+        self.results.setdefault(file, {"series": []})["series"].extend(series)
+        self.run.write_json(f"{file}.json", self.results[file])
+
+

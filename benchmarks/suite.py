@@ -1,0 +1,110 @@
+"""One benchmark run, start to saved results: ``runs/bench/<UTC stamp>/`` (harness.rundir; files: RUN_DIRECTORY.md).
+
+The run directory is written as the run goes: ``run.json`` first (machine,
+versions, configuration, status ``running``), then each section's JSON file as
+soon as that section finishes. An interrupted or failed run keeps every
+finished section and says ``interrupted`` / ``failed`` in its ``run.json``, so
+the report can still use what was measured; ``latest`` moves only to a run
+that completed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agent import llm
+from agent.checkpoint.steps import configure_worker
+from benchmarks import checkpoint_bench, sections
+from benchmarks.options import SECTION_NAMES, Bench, Options
+from harness.rundir import RunDir, command_line, machine_info
+from testbed.temporal_server import TUNED_DYNAMIC_CONFIG, temporal_binary_or_none
+
+log = logging.getLogger(__name__)
+
+#: section name -> (function, the file its result goes to; None: the section writes its own files)
+SECTIONS: dict[str, Callable[..., Any]] = {
+    "table2": sections.table2,
+    "tuning": sections.tuning,
+    "length": sections.length,
+    "throughput": sections.throughput,
+    "recovery": sections.recovery,
+    "micro": sections.micro,
+    "checkpoint": checkpoint_bench.checkpoint,
+}
+SECTION_FILES = {"length": "length.json", "throughput": "throughput.json", "recovery": "recovery.json",
+                 "checkpoint": "checkpoint_backend.json"}
+
+
+def reproduce_command(options: Options) -> str:
+    """The command line of this run with every option explicit (defaults may change; this will not)."""
+    return command_line("python -m benchmarks", {
+        "--quick": options.quick, "--only": ",".join(options.only) or None, "--turns": options.turns,
+        "--workloads": ",".join(options.workloads), "--model": options.model, "--model-latency": options.model_latency,
+        "--durability": options.durability, "--seed": options.seed, "--out": str(options.out)})
+
+
+async def run(options: Options, say: Callable[[str], None], command: str) -> Path:
+    """Run the profile's sections; the run directory (complete, or partial with the reason in its run.json)."""
+    run_dir = RunDir.create(options.out)
+    started = time.monotonic()
+    wanted = options.sections()
+    record = run_dir.begin(
+        "bench", "bench", profile="quick" if options.quick else "default", seed=options.seed, command=command,
+        reproduce=reproduce_command(options), planned=wanted, sections=[], section_wall_s={},
+        skipped=[s for s in SECTION_NAMES if s not in wanted],
+        machine=await asyncio.to_thread(machine_info, temporal_binary_or_none()),
+        config={**options.as_dict(), "warmup_turns": options.warmup},
+        server_profiles={"tuned": dict(TUNED_DYNAMIC_CONFIG), "stock": {}},
+        notes={
+            "table2": "in-process worker, model server and client on the tuned embedded server; no proxies",
+            "throughput": "worker processes reach Temporal and the model through fault proxies (no faults), as in "
+                          "chaos runs",
+            "recovery": "two worker processes; the one running the tool activity is SIGKILLed and restarted",
+        })
+    say(f"benchmark run {run_dir.path} (profile {record['profile']}): {', '.join(wanted)}")
+    status, error = "failed", None
+    try:
+        temporal_table2 = options.durability == "temporal" and "table2" in wanted
+        needs_server = temporal_table2 or bool({"tuning", "length", "checkpoint"} & set(wanted))
+        if needs_server:
+            say("starting the embedded Temporal server (tuned profile) and in-process workers")
+        async with sections.local_server(run_dir, options, tuned=True, model=True, temporal=needs_server) as local:
+            bench = Bench(options, run_dir, say, local.stack.model_server, local.stack.ledger,
+                          tuned=local if needs_server else None)
+            # What checkpoint steps run in this process use (a Temporal worker, when one starts, sets the same).
+            configure_worker(ledger=bench.ledger, sandbox_root=bench.sandbox_root, model_base_url=bench.model.url,
+                             identity="bench")
+            await llm.wait_loaded()  # LiteLLM takes seconds to import: not inside any timing
+            for name in wanted:
+                t0 = time.monotonic()
+                say(f"[{name}]")
+                fn = SECTIONS[name]
+                result = await fn(bench) if inspect.iscoroutinefunction(fn) else await asyncio.to_thread(fn, bench)
+                if name in SECTION_FILES:
+                    run_dir.write_json(SECTION_FILES[name], result)
+                record["sections"].append(name)
+                record["section_wall_s"][name] = round(time.monotonic() - t0, 1)
+                run_dir.write_json("resources.json", bench.sampler.as_dict())
+                run_dir.save()
+                say(f"[{name}] done in {record['section_wall_s'][name]:.1f} s")
+        status = "complete"
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        status = "interrupted"
+        raise
+    except BaseException as exc:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            # Ctrl-C cancels the run; a cancelled client call may surface as its own error type.
+            status = "interrupted"
+            raise asyncio.CancelledError() from exc
+        error = f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        run_dir.finish(status, time.monotonic() - started, error)
+    return run_dir.path

@@ -1,0 +1,59 @@
+"""The backend protocol (see ``chaos.backends``), with the defaults most backends share."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from chaos.nemesis import NEMESES, NemesisContext
+from chaos.scenarios import ChaosScenario
+from chaos.target import REFERENCE, Target
+from harness.event_history import save_histories
+from harness.operations import History
+from harness.rundir import RunDir
+from testbed.stack import Stack, StackSpec
+
+
+@dataclass
+class Backend:
+    """The protocol, with the defaults most backends share."""
+
+    target: Target = REFERENCE
+    name: str = ""
+    suffix: str = ""  # appended to scenario names where both backends' runs sit side by side ("@checkpoint")
+    not_applicable: dict[str, str] = field(default_factory=dict)  # checker -> why it cannot apply here
+    scenarios: tuple[str, ...] | None = None  # the named scenarios this backend can run (None: all)
+
+    @property
+    def checkers(self) -> list[str]:
+        return [c for c in self.target.checkers if c not in self.not_applicable]
+
+    def record(self) -> dict[str, Any]:
+        """``run.json``'s ``backend``: what ran, and which checkers cannot apply to it (and why)."""
+        return {"name": self.name, "not_applicable": dict(self.not_applicable)}
+
+    def reproduce(self) -> dict[str, Any]:
+        """The command-line flags that select this backend again."""
+        return {}
+
+    def task_queue(self, scenario: ChaosScenario) -> str:
+        return self.target.task_queue or f"chaos-{scenario.name}"
+
+    def stack_spec(self, scenario: ChaosScenario, run: RunDir, seed: int, history: History, ui: bool) -> StackSpec:
+        raise NotImplementedError
+
+    def make_driver(self, stack: Stack, history: History, scenario: ChaosScenario, seed: int) -> Any:
+        raise NotImplementedError
+
+    def nemesis_context(self, stack: Stack, history: History, driver: Any, seed: int) -> NemesisContext:
+        return NemesisContext(stack, history, driver.workflow_ids, random.Random(seed), self.target.model_activity,
+                              driver_stop=getattr(driver, "stop", None), running=self.running)
+
+    running = None  # Temporal backends: the nemesis asks Temporal (chaos.nemesis.temporal_in_flight)
+    nemeses = NEMESES
+
+    async def save(self, stack: Stack, run: RunDir, driver: Any) -> None:
+        """Every conversation's event histories (what temporal_history and replay read)."""
+        if stack.client is not None:
+            await save_histories(stack.client, driver.workflow_ids, run.event_histories)

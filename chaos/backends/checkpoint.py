@@ -1,0 +1,169 @@
+"""The reference agent on the checkpoint backend: the same load, faults and checkers, no Temporal.
+
+    python -m chaos run kill_mid_turn --durability checkpoint
+    python -m chaos run model_outage --durability checkpoint
+
+The cluster is the scripted model server and N checkpoint worker processes
+(``dah checkpoint worker``) sharing one SQLite file, under the same
+supervisor; the client is the same seeded workload (arithmetic and
+non-idempotent appends), each message a one-shot run submitted to the
+checkpoint queue, the messages of a conversation sharing its workspace. The
+faults are the same nemeses: a SIGKILL of the worker holding a run whose model
+call is in flight (what is in flight comes from the effect ledger's unfinished
+executions; its runs are resumed by another worker once its lease expires),
+and the model API refusing requests.
+
+The checkers are the same: ``lost``, ``effects``, ``injection_evidence`` and
+``stats``. ``temporal_history`` and ``replay`` read Temporal event histories,
+which this backend does not have: they are reported as ``not_applicable`` with
+the reason, which is neither a pass nor counted in the verdict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sqlite3
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from agent.checkpoint.agent_task import TASK, manifest_for
+from agent.checkpoint.service import CheckpointQueue
+from agent.worker import CHECKPOINT_DB
+from chaos.backends.base import Backend
+from chaos.client import Conversation, Driver
+from chaos.nemesis import NemesisContext
+from chaos.scenarios import ChaosScenario
+from chaos.target import REFERENCE, Target
+from harness.operations import FAIL, INFO, OK, History
+from harness.rundir import RunDir
+from testbed.model_server import LatencyModel
+from testbed.stack import Endpoints, Stack, StackSpec
+from testbed.worker_process import CHECKPOINT_WORKER, WorkerProcess
+
+LEASE_MS = 2000  # a killed worker's runs are taken over after this
+#: the reference agent, as this backend runs it (its workers, its driver; the same ledger and workspaces)
+CHECKPOINT_TARGET = replace(REFERENCE, name="reference-agent (checkpoint)",
+                            worker=(*CHECKPOINT_WORKER, "--lease-ms", str(LEASE_MS)),
+                            driver="chaos.backends.checkpoint:CheckpointDriver")
+NO_EVENT_HISTORIES = ("reads Temporal event histories; the checkpoint backend has none (its runs are checked by lost, "
+                      "effects and injection_evidence)")
+
+
+@dataclass
+class CheckpointBackend(Backend):
+    name: str = "checkpoint"
+    suffix: str = "@checkpoint"
+    target: Target = field(default_factory=lambda: CHECKPOINT_TARGET)
+    not_applicable: dict[str, str] = field(default_factory=lambda: {"temporal_history": NO_EVENT_HISTORIES,
+                                                                    "replay": NO_EVENT_HISTORIES})
+    #: the scenarios with a twin here (the others fault Temporal itself or its links)
+    scenarios: tuple[str, ...] | None = ("kill_mid_turn", "model_outage")
+
+    def reproduce(self) -> dict[str, Any]:
+        return {"--durability": "checkpoint"}
+
+    def record(self) -> dict[str, Any]:
+        return {**super().record(), "lease_ms": LEASE_MS}
+
+    def stack_spec(self, scenario: ChaosScenario, run: RunDir, seed: int, history: History, ui: bool) -> StackSpec:
+        def worker(name: str, at: Endpoints) -> WorkerProcess:
+            values = {"model_url": at.model_url, "state_dir": str(run.state),
+                      "checkpoint_db": str(run.state / CHECKPOINT_DB)}
+            return WorkerProcess(self.target.worker, values, identity_prefix=name, ready_line=self.target.ready_line,
+                                 warm_line=self.target.warm_line, faults=scenario.cluster.faults, log_dir=run.logs)
+
+        return StackSpec(state_dir=run.state, logs_dir=run.logs, temporal="none", checkpoint=True,
+                         model_latency=LatencyModel.parse(scenario.cluster.model_latency), seed=seed,
+                         worker_processes=scenario.cluster.workers, make_worker=worker, history=history)
+
+    def make_driver(self, stack: Stack, history: History, scenario: ChaosScenario, seed: int) -> Any:
+        driver = CheckpointDriver(client=None, history=history, task_queue="", workload=scenario.workload, seed=seed,
+                                  db=stack.spec.checkpoint_db)
+        if scenario.planning_max_attempts:
+            driver.config.planning.maximum_attempts = scenario.planning_max_attempts
+        return driver
+
+    async def running(self, ctx: NemesisContext) -> list[dict[str, Any]]:
+        """The ledger's unfinished executions: the model calls and tools in flight right now."""
+        return await asyncio.to_thread(_unfinished, ctx.stack.spec.state_dir / self.target.ledger)
+
+    async def save(self, stack: Stack, run: RunDir, driver: Any) -> None:
+        pass  # the checkpoints are in the state dir already; there are no event histories
+
+
+def _unfinished(ledger: Path) -> list[dict[str, Any]]:
+    if not ledger.exists():
+        return []
+    db = sqlite3.connect(f"file:{ledger}?mode=ro", uri=True, timeout=5)
+    try:
+        rows = db.execute("SELECT worker, workflow_id, tool, attempt FROM executions WHERE finished_at IS NULL"
+                          ).fetchall()
+    finally:
+        db.close()
+    return [{"workflow_id": run_id, "activity": tool, "attempt": attempt, "worker": worker}
+            for worker, run_id, tool, attempt in rows]
+
+
+@dataclass
+class CheckpointDriver(Driver):
+    """The chaos client on the checkpoint backend: the same seeded messages, each a one-shot run submitted to the
+    checkpoint queue (``client`` and ``task_queue`` are unused)."""
+
+    db: Path | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # The workflow-native tools (spawn, wait, run_ptc) are Temporal's.
+        self.config.tools = [t for t in self.config.tools if t not in ("spawn", "wait", "run_ptc")]
+        self._runs: dict[str, list[str]] = {c.workflow_id: [] for c in self.conversations}
+        assert self.db is not None, "CheckpointDriver needs db (the checkpoint backend's SQLite file)"
+        self.queue = CheckpointQueue(self.db)
+
+    async def _drive(self, i: int, conv: Conversation) -> None:
+        process = f"client-{i}"
+        rng = random.Random(f"{self.seed}-{i}")
+        conv.started = True
+        async for n, msg in self._messages(conv, rng):
+            run_id = f"{conv.workflow_id}-msg-{n}"
+            self._runs[conv.workflow_id].append(run_id)
+            op = self.history.invoke(process, "send_message", {"conversation": conv.workflow_id, "n": n,
+                                                               "text": msg.text, "expect": msg.expect,
+                                                               "match": msg.match, "run_id": run_id})
+            try:
+                self.queue.submit(run_id, TASK, manifest_for(self.config, msg.text, workspace=conv.workflow_id))
+                result = await self.queue.wait(run_id, timeout_s=self.workload.op_timeout_s)
+                self.history.complete(op, OK, {"reply": result["reply"], "turn": n + 1})
+            except RuntimeError as exc:  # the run failed (a step gave up)
+                self.history.complete(op, FAIL, error=str(exc))
+            except Exception as exc:  # timed out: processed or not, nobody knows yet
+                self.history.complete(op, INFO, error=f"{type(exc).__name__}: {exc}")
+
+    async def finish(self, timeout_s: float = 60.0) -> None:
+        """Wait for every submitted run, then read each conversation back from the queue (the final read)."""
+        for i, conv in enumerate(self.conversations):
+            op = self.history.invoke(f"client-{i}", "read_conversation", {"conversation": conv.workflow_id})
+            deadline = time.monotonic() + timeout_s
+            outcomes = {}
+            while time.monotonic() < deadline:
+                outcomes = {r: self.queue.outcome(r) for r in self._runs[conv.workflow_id]}
+                if all(o is not None and o[0] != "queued" for o in outcomes.values()):
+                    break
+                await asyncio.sleep(0.05)
+            messages: list[dict[str, Any]] = []
+            done = True
+            for run_id in self._runs[conv.workflow_id]:
+                outcome = outcomes.get(run_id)
+                if outcome is None or outcome[0] == "queued":
+                    done = False
+                elif outcome[0] == "done":
+                    messages.extend(outcome[1]["messages"])
+            conv.final_history = messages
+            conv.final_status = "COMPLETED" if done else "RUNNING"
+            self.history.complete(op, OK, {"messages": len(messages), "status": conv.final_status})
+        self.queue.close()
+
+    def to_json(self) -> dict[str, Any]:
+        return {**super().to_json(), "backend": "checkpoint", "runs": self._runs}

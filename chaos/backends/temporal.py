@@ -1,0 +1,103 @@
+"""The reference agent on Temporal: the embedded server (with a database file, so it can be killed and
+restarted), the scripted model, fault proxies on the worker->Temporal and worker->model links, and worker
+processes (or Docker containers) under a supervisor.
+
+    Temporal server (db file) <-- proxy "temporal" <-- worker-1..N --> proxy "model" --> scripted model
+
+Workers reach Temporal and the model only through the proxies, so network faults land on exactly the links
+that matter; the driver talks to Temporal directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from chaos.backends.base import Backend
+from chaos.client import Driver
+from chaos.scenarios import ChaosScenario
+from harness.operations import History
+from harness.recording import ENV_LEDGER
+from harness.rundir import RunDir
+from testbed.model_server import LatencyModel
+from testbed.stack import Endpoints, Stack, StackSpec
+from testbed.worker_process import WorkerProcess
+
+CONTAINER_STATE = "/tmp/dah-state"  # a container worker's state dir, inside its container
+
+
+@dataclass
+class ReferenceOnTemporal(Backend):
+    name: str = "temporal"
+    workers: str = "process"  # or "docker": every worker in a container of ``image`` (host network)
+    image: str | None = None
+
+    def record(self) -> dict[str, Any]:
+        return {**super().record(), "workers": self.workers, "image": self.image}
+
+    def reproduce(self) -> dict[str, Any]:
+        return {"--backend": "docker", "--image": self.image} if self.workers == "docker" else {}
+
+    def stack_spec(self, scenario: ChaosScenario, run: RunDir, seed: int, history: History, ui: bool) -> StackSpec:
+        spec = StackSpec(state_dir=run.state, logs_dir=run.logs, server_db=run.state / "temporal.db", ui=ui,
+                         quiet_client=True, model_latency=LatencyModel.parse(scenario.cluster.model_latency),
+                         seed=seed, proxies=True, worker_processes=scenario.cluster.workers, history=history)
+        task_queue, faults = self.task_queue(scenario), scenario.cluster.faults
+        if self.workers == "docker":
+            from testbed.containers import ContainerPool
+
+            pool = ContainerPool()
+            spec.cleanup.append(pool.close)
+            spec.cleanup.append(pool.cleanup)
+            spec.make_worker = lambda name, at: self._container(pool, name, at, task_queue, faults, scenario)
+        else:
+            spec.make_worker = lambda name, at: self._process(name, at, task_queue, faults, run, scenario)
+        return spec
+
+    def worker_values(self, at: Endpoints, task_queue: str, state_dir: str) -> dict[str, str]:
+        values = {"address": at.address, "namespace": at.namespace, "task_queue": task_queue,
+                  "model_url": at.model_url, "state_dir": state_dir}
+        if self.target.ledger:
+            values["ledger"] = str(Path(state_dir) / self.target.ledger)
+        return values
+
+    def worker_command(self, scenario: ChaosScenario) -> tuple[str, ...]:
+        """The target's worker template; the reference's registers a replacement workflow if the scenario asks."""
+        if self.target.is_reference and scenario.cluster.workflow:
+            return (*self.target.worker, "--workflow", scenario.cluster.workflow)
+        return self.target.worker
+
+    def worker_env(self, values: dict[str, str]) -> dict[str, str]:
+        env = dict(self.target.env)
+        if "ledger" in values:
+            env[ENV_LEDGER] = values["ledger"]  # where harness.recording.EffectLedger.from_environment() writes
+        return env
+
+    def _process(self, name: str, at: Endpoints, task_queue: str, faults: Any, run: RunDir,
+                 scenario: ChaosScenario) -> WorkerProcess:
+        values = {"python": self.target.interpreter, **self.worker_values(at, task_queue, str(run.state))}
+        return WorkerProcess(self.worker_command(scenario), values, identity_prefix=name,
+                             ready_line=self.target.ready_line, warm_line=self.target.warm_line, faults=faults,
+                             cwd=self.target.cwd, env=self.worker_env(values), log_dir=run.logs)
+
+    def _container(self, pool: Any, name: str, at: Endpoints, task_queue: str, faults: Any,
+                   scenario: ChaosScenario) -> Any:
+        from testbed.containers import ContainerWorker
+        from testbed.worker_process import fill
+
+        if not self.image:
+            raise RuntimeError("the docker workers need an image with the worker installed (--image NAME)")
+        values = {"python": "python", **self.worker_values(at, task_queue, CONTAINER_STATE)}
+        command = fill(self.worker_command(scenario), {k: v for k, v in values.items() if k != "identity"})
+        worker = pool.worker(image=self.image, command=command, task_queue=task_queue, network="host",
+                             identity_prefix=name, ready_line=self.target.ready_line,
+                             environment=self.worker_env(values))
+        return ContainerWorker(worker, faults, warm_line=self.target.warm_line)
+
+    def make_driver(self, stack: Stack, history: History, scenario: ChaosScenario, seed: int) -> Any:
+        driver = Driver(client=stack.client, history=history, task_queue=self.task_queue(scenario),
+                        workload=scenario.workload, seed=seed)
+        if scenario.planning_max_attempts:
+            driver.config.planning.maximum_attempts = scenario.planning_max_attempts
+        return driver

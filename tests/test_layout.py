@@ -1,0 +1,131 @@
+"""The layout's promises, checked on the source: which package may import which, and no import cycles.
+
+    harness   the run-data contract (run directory, operations, event histories, verdicts, recording, faults):
+              imports only the standard library and temporalio, so it runs in a target agent's own Python
+    agent     the reference agent: imports harness, never the test bed or chaos
+    testbed   what stands around an agent (servers, model, workers, the stack, the dah CLI)
+    chaos, benchmarks, migration_fuzz, reports: the tools; checkers and reports never import the agent
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("agent", "harness", "testbed", "chaos", "benchmarks", "migration_fuzz", "reports", "examples")
+#: ``python -m agent`` and ``python -m agent.journal`` are the old spellings of dah commands (see testbed/cli.py)
+COMMAND_ALIASES = {"agent.__main__", "agent.journal.__main__"}
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for package in PACKAGES:
+        for f in (ROOT / package).rglob("*.py"):
+            name = ".".join(f.relative_to(ROOT).with_suffix("").parts)
+            out[name.removesuffix(".__init__")] = f
+    return out
+
+
+def imports(path: Path, name: str) -> set[str]:
+    """Every module this file imports, at any depth (function-level imports count too)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            found.add(base)
+            found |= {f"{base}.{a.name}" for a in node.names}
+    return found
+
+
+def local_edges() -> dict[str, set[str]]:
+    mods = modules()
+
+    def resolve(target: str) -> str | None:
+        while target and target not in mods:
+            target = target.rpartition(".")[0]
+        return target or None
+
+    edges: dict[str, set[str]] = defaultdict(set)
+    for name, path in mods.items():
+        for target in imports(path, name):
+            resolved = resolve(target)
+            if resolved and resolved != name:
+                edges[name].add(resolved)
+    return edges
+
+
+def offenders(source_prefix: str, forbidden: tuple[str, ...], allow: set[str] = frozenset()) -> list[str]:
+    return sorted(f"{m} imports {t}" for m, targets in local_edges().items()
+                  if (m == source_prefix or m.startswith(source_prefix + ".")) and m not in allow
+                  for t in targets if t.split(".")[0] in forbidden)
+
+
+def test_checkers_read_saved_data_and_never_import_the_agent_or_the_test_bed() -> None:
+    assert offenders("chaos.checker", ("agent", "testbed")) == []
+
+
+def test_the_agent_never_imports_chaos_or_the_test_bed() -> None:
+    assert offenders("agent", ("chaos", "testbed", "benchmarks", "migration_fuzz", "reports"),
+                     allow=COMMAND_ALIASES) == []
+
+
+def test_harness_imports_only_itself_among_the_project_packages() -> None:
+    assert offenders("harness", tuple(p for p in PACKAGES if p != "harness")) == []
+
+
+def test_reports_read_saved_runs_without_the_agent_or_the_test_bed() -> None:
+    assert offenders("reports", ("agent", "testbed", "benchmarks", "migration_fuzz")) == []
+
+
+def test_no_import_cycles() -> None:
+    edges = local_edges()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in modules():
+        if v not in index:
+            visit(v)
+    assert cycles == []
+
+
+def test_harness_needs_nothing_but_the_standard_library_where_an_agent_uses_it() -> None:
+    # What a target agent's own Python imports (no temporalio there: -I -S, an interpreter with no site-packages).
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import harness.recording, harness.faults, "
+            "harness.operations, harness.verdict, harness.rundir, harness.durable_files, harness.exit")
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(ROOT)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
