@@ -168,6 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
     common(p, 2)
     p = sub.add_parser("check", help="re-run the checkers offline on a saved run directory")
     p.add_argument("run_dir", type=Path, help="e.g. runs/kill_mid_turn/latest")
+    p.add_argument("--target", type=Path, help="the target file on this machine, when the run came from another "
+                                               "(where its interpreter and code are, for the replay checker)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p = sub.add_parser("rerun", help="run a saved run's scenario again (its seed, backend and target)")
     p.add_argument("run_dir", type=Path, help="a chaos run directory, e.g. runs/kill_mid_turn/latest")
@@ -196,7 +198,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{prog}: {args.run_dir} has no operations.jsonl (nor a history.jsonl); give a run directory "
                   "such as runs/<scenario>/latest", file=sys.stderr)
             return 2
-        verdict, checks, _ = check(run_dir)
+        here = None
+        if args.target:
+            from chaos.target import load_target
+
+            try:
+                t = load_target(args.target)
+            except ValueError as exc:
+                print(f"{prog}: {exc}", file=sys.stderr)
+                return 2
+            here = {"python": t.python, "cwd": t.cwd, "env": t.env}
+        verdict, checks, _ = check(run_dir, here)
         if args.json:
             print(json.dumps({"verdict": verdict, "checks": [c.as_dict() for c in checks]}, default=str))
         else:

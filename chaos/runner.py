@@ -15,6 +15,7 @@ directory: it reads only saved files and names no backend.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from collections.abc import Callable
@@ -82,9 +83,14 @@ async def run(scenario: ChaosScenario, backend: Backend, *, seed: int, out_root:
             if s.server is not None and s.server.ui_url:
                 progress(f"{name}: Temporal Web UI at {s.server.ui_url}/namespaces/{s.namespace}/workflows")
             driver = backend.make_driver(s, history, scenario, seed)
-            ctx = backend.nemesis_context(s, history, driver, seed)
-            await drive_load(scenario, events, ctx, s, driver, phase, progress, history, backend.nemeses)
-            run_dir.write_json(CONVERSATIONS, driver.to_json())
+            driver = await driver if inspect.isawaitable(driver) else driver
+            try:
+                ctx = backend.nemesis_context(s, history, driver, seed)
+                await drive_load(scenario, events, ctx, s, driver, phase, progress, history, backend.nemeses)
+                run_dir.write_json(CONVERSATIONS, driver.to_json())
+            finally:
+                if hasattr(driver, "close"):  # a driver in a process of its own
+                    await asyncio.to_thread(driver.close)
             await backend.save(s, run_dir, driver)
             run_dir.update(model_server=s.model_server.stats() if s.model_server else None,
                            supervisor_restarts={w.name: w.restarts for w in s.workers})
@@ -107,15 +113,16 @@ async def run(scenario: ChaosScenario, backend: Backend, *, seed: int, out_root:
     return RunResult(name, run_dir.path, verdict, checks, seed, run_dir.run["wall_s"], row, run_dir.run["reproduce"])
 
 
-def check(path: Path) -> tuple[str, list[CheckResult], dict[str, Any]]:
+def check(path: Path, target_here: dict[str, Any] | None = None) -> tuple[str, list[CheckResult], dict[str, Any]]:
     """Run every checker the run declared on its saved files and write ``verdict.json``; (verdict, checks, row).
 
-    The same on a fresh run, on a run re-checked later and on a run directory copied to another machine."""
+    The same on a fresh run, on a run re-checked later and on a run directory copied to another machine
+    (``target_here``: where a target's interpreter and code are on this one)."""
     run_dir = RunDir(path)
     record = run_dir.read_run()
     wanted = record.get("checkers") or (record.get("target") or {}).get("checkers") or ALL_CHECKERS
     not_applicable = dict((record.get("backend") or {}).get("not_applicable") or {})
-    checks = run_checkers(path, [c for c in wanted if c not in not_applicable])
+    checks = run_checkers(path, [c for c in wanted if c not in not_applicable], target_here)
     checks += [CheckResult(c, NOT_APPLICABLE, f"not applicable: {why}") for c, why in not_applicable.items()]
     verdict = compose(checks)
     name = record.get("name") or run_dir.path.parent.name

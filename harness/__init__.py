@@ -1,0 +1,40 @@
+"""The harness's contract with what it runs and what it saves: standard library only (and temporalio for event
+histories), so it imports in an agent's own Python as well as in the harness's.
+
+    rundir          the run directory: layout, atomic writes, ``latest``, names, machine info (RUN_DIRECTORY.md)
+    operations      the operation log: invoke / ok / fail / info, Jepsen's model
+    event_history   Temporal event histories: fetch, save, load, parse
+    verdict         pass / fail / unknown and how checks compose
+    recording       the effect ledger an agent's activities record executions and effects in (the public API)
+    faults          the faults injected into an agent itself and into its model API
+    driver_host     a target's driver, run in the target's own Python and spoken to over its stdin/stdout
+    replayer        Temporal's replayer, run in the target's own Python
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent
+
+
+def pythonpath_for_targets() -> str:
+    """A directory that holds this package and nothing else, for a target interpreter's ``PYTHONPATH``.
+
+    A target agent runs in its own Python (its own pins); it gets ``harness`` (for ``harness.recording``, the
+    driver host and the replayer) without the harness's other packages or any of its dependencies. The
+    directory holds one symlink and is named after this package's path, so every run reuses it."""
+    digest = hashlib.sha256(str(PACKAGE).encode()).hexdigest()[:12]
+    base = Path(tempfile.gettempdir()) / f"dah-harness-path-{digest}"
+    link = base / "harness"
+    if not link.is_symlink() or link.resolve() != PACKAGE:
+        base.mkdir(parents=True, exist_ok=True)
+        tmp = base / f".harness.{os.getpid()}"
+        if tmp.is_symlink() or tmp.exists():
+            tmp.unlink()
+        tmp.symlink_to(PACKAGE, target_is_directory=True)
+        os.replace(tmp, link)
+    return str(base)

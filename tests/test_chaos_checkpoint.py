@@ -3,7 +3,11 @@ checkers reported as not applicable (never as a pass)."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import sqlite3
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,6 +17,7 @@ from chaos.generator import NemesisEvent
 from chaos.backends.checkpoint import CheckpointBackend
 from chaos.runner import check, run
 from chaos.scenarios import SCENARIOS
+from tests.run_directory import assert_valid
 
 
 def test_not_applicable_checks_count_neither_way() -> None:
@@ -38,3 +43,20 @@ async def test_a_worker_kill_on_the_checkpoint_backend_loses_nothing(tmp_path: P
     assert retried and all(intent == "llm:plan" for intent, _ in retried)
     verdict, checks, _ = check(result.run_dir)  # offline re-check: the same, with the same reasons
     assert verdict == PASS and [c.verdict for c in checks if c.name == "replay"] == [NOT_APPLICABLE]
+    assert_valid(result.run_dir)
+    assert json.loads((result.run_dir / "run.json").read_text())["reproduce"] == \
+        f"python -m chaos rerun {result.run_dir}"  # not a named scenario: rerun from what run.json saved
+    # Copied elsewhere (as to another machine) and checked there from the command line: the same verdicts.
+    assert_rechecked_identically_elsewhere(result.run_dir, tmp_path / "elsewhere")
+
+
+def assert_rechecked_identically_elsewhere(run_dir: Path, elsewhere: Path) -> None:
+    before = json.loads((run_dir / "verdict.json").read_text())
+    copy = elsewhere / run_dir.name
+    shutil.copytree(run_dir, copy, symlinks=True)
+    out = subprocess.run([sys.executable, "-m", "chaos", "check", str(copy), "--json"], capture_output=True,
+                         text=True, timeout=300, cwd=elsewhere)
+    after = json.loads(out.stdout)
+    assert [(c["name"], c["verdict"], c["summary"]) for c in after["checks"]] == \
+        [(c["name"], c["verdict"], c["summary"]) for c in before["checks"]], out.stderr[-2000:]
+    assert after["verdict"] == before["verdict"] and out.returncode == (0 if after["verdict"] == PASS else 1)

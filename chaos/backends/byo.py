@@ -1,19 +1,41 @@
 """Bring your own agent: an agent on Temporal that this project did not write, described by a target file
-(``chaos/target.py``). The cluster is the reference's (server, model, proxies, supervised workers); the
-workers are the target's command, the driver is the target's, and both run with the target's interpreter.
+(``chaos/target.py``), run in its own Python.
+
+The cluster is the reference's (server, model, proxies, supervised workers). The workers are the target's
+command with the target's interpreter; the driver runs there too (``harness.driver_host``, spoken to over
+its stdin and stdout: ``RemoteDriver``), and so does the replay of its histories (the replay checker). That
+interpreter gets the target's ``cwd`` and ``env`` and, on its ``PYTHONPATH``, only the ``harness`` package
+(standard library only), so the harness's own pins never meet the agent's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+import json
+import logging
+import os
+import subprocess
+import threading
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from chaos.backends.temporal import ReferenceOnTemporal
 from chaos.scenarios import ChaosScenario
-from chaos.target import load_callable
-from harness.operations import History
+from chaos.target import Target
+from harness import pythonpath_for_targets
+from harness.operations import History, Op
+from testbed.processes import spawn, stop
 from testbed.stack import Stack
+
+log = logging.getLogger(__name__)
+READY_TIMEOUT_S = 120.0  # the driver process imports the target's packages and connects to Temporal
+
+
+def target_environment(target: Target) -> dict[str, str]:
+    """The environment of every process of the target's: its own variables, and ``harness`` on its path."""
+    paths = [pythonpath_for_targets(), *filter(None, [target.env.get("PYTHONPATH")])]
+    return {**target.env, "PYTHONPATH": os.pathsep.join(paths)}
 
 
 @dataclass
@@ -27,7 +49,118 @@ class OwnAgentOnTemporal(ReferenceOnTemporal):
     def reproduce(self) -> dict[str, Any]:
         return {**super().reproduce(), "--target": self.target_file or self.target.source}
 
-    def make_driver(self, stack: Stack, history: History, scenario: ChaosScenario, seed: int) -> Any:
-        make = load_callable(self.target.driver)
-        return make(client=stack.client, history=history, task_queue=self.task_queue(scenario),
-                    workload=scenario.workload, seed=seed)
+    def worker_env(self, values: dict[str, str]) -> dict[str, str]:
+        return {**super().worker_env(values), **target_environment(self.target)}
+
+    async def make_driver(self, stack: Stack, history: History, scenario: ChaosScenario, seed: int) -> RemoteDriver:
+        driver = RemoteDriver(self.target, history, stack.server.address if stack.server else
+                              stack.spec.connection.address or "", stack.namespace, self.task_queue(scenario),
+                              asdict(scenario.workload), seed, stack.spec.logs / "driver.log")
+        await driver.started()
+        return driver
+
+
+class RemoteDriver:
+    """The driver protocol (``chaos/target.py``) over a ``harness.driver_host`` process in the target's Python."""
+
+    def __init__(self, target: Target, history: History, address: str, namespace: str, task_queue: str,
+                 workload: dict[str, Any], seed: int, log_path: Path) -> None:
+        self.history = history
+        self.workflow_ids: list[str] = []
+        self._ops: dict[int, Op] = {}
+        self._data: dict[str, Any] | None = None
+        self._loop = asyncio.get_running_loop()
+        self._ready = threading.Event()
+        self._announced = False
+        self._run_done: asyncio.Future = self._loop.create_future()
+        self._finished: asyncio.Future = self._loop.create_future()
+        argv = [target.interpreter, "-m", "harness.driver_host", "--driver", target.driver, "--address", address,
+                "--namespace", namespace, "--task-queue", task_queue, "--workload", json.dumps(workload),
+                "--seed", str(seed)]
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_path
+        with open(log_path, "wb") as err:
+            self._proc = spawn(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=target.cwd,
+                               env={**os.environ, **target_environment(target)})
+        self._describe = f"the target's driver {target.driver} in {target.interpreter}"
+        self._reader = threading.Thread(target=self._read, name="driver-host", daemon=True)
+        self._reader.start()
+
+    async def started(self) -> None:
+        """Wait (off the event loop) until the driver exists and has said which workflows it drives."""
+        if not await asyncio.to_thread(self._ready.wait, READY_TIMEOUT_S) or not self._announced:
+            self.close()
+            raise RuntimeError(f"{self._describe} did not start (log {self.log_path}):\n"
+                               f"{self.log_path.read_text(errors='replace')[-2000:]}")
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        for raw in self._proc.stdout:
+            try:
+                msg = json.loads(raw)
+            except ValueError:
+                log.warning("driver host printed a non-protocol line: %r", raw[:200])
+                continue
+            event = msg.get("event")
+            if event == "ready":
+                self.workflow_ids[:] = msg["workflow_ids"]
+                self._announced = True
+                self._ready.set()
+            elif event == "invoke":
+                self._ops[msg["id"]] = self.history.invoke(msg["process"], msg["f"], msg.get("value"))
+            elif event == "complete" and msg["id"] in self._ops:
+                self.history.complete(self._ops.pop(msg["id"]), msg["type"], msg.get("value"), msg.get("error"))
+            elif event == "run_done":
+                self._settle(self._run_done, msg.get("error"))
+            elif event == "finished":
+                self._data = msg.get("data")
+                self._settle(self._finished, None)
+        self._ready.set()  # the process ended: nobody waits forever
+        self._settle(self._run_done, "the driver process exited")
+        self._settle(self._finished, "the driver process exited")
+
+    def _settle(self, future: asyncio.Future, error: str | None) -> None:
+        def set_result() -> None:
+            if not future.done():
+                future.set_result(error)
+
+        self._loop.call_soon_threadsafe(set_result)
+
+    def _send(self, cmd: str) -> None:
+        try:
+            assert self._proc.stdin is not None
+            self._proc.stdin.write((json.dumps({"cmd": cmd}) + "\n").encode())
+            self._proc.stdin.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            pass  # the process is gone; the futures say so
+
+    async def run(self) -> None:
+        self._send("run")
+        error = await self._run_done
+        if error:
+            raise RuntimeError(f"the target's driver failed: {error} (log {self.log_path})")
+
+    def stop(self) -> None:
+        self._send("stop")
+
+    async def finish(self) -> None:
+        self._send("finish")
+        error = await self._finished
+        if error:
+            raise RuntimeError(f"the target's driver could not finish: {error} (log {self.log_path})")
+
+    def to_json(self) -> dict[str, Any]:
+        return self._data or {"workload": {}, "conversations": []}
+
+    def close(self) -> None:
+        """End the driver process (close its stdin; then SIGTERM, SIGKILL if it lingers)."""
+        if self._proc.stdin is not None:
+            try:
+                self._proc.stdin.close()
+            except OSError:
+                pass
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            stop(self._proc, grace_s=5)
+        self._reader.join(timeout=5)

@@ -34,8 +34,10 @@ CHECKERS: dict[str, Checker] = {
 ALL_CHECKERS = list(CHECKERS)
 
 
-def run_checkers(run_dir: Path, only: list[str] | None = None) -> list[CheckResult]:
-    data = RunData(run_dir)
+def run_checkers(run_dir: Path, only: list[str] | None = None, target_here: dict | None = None) -> list[CheckResult]:
+    """The checks ``only`` names (default: all) on the saved run; ``target_here``: where the target lives on this
+    machine (its ``python``, ``cwd`` and ``env``), when the run directory was made elsewhere."""
+    data = RunData(run_dir, target_here)
     results = []
     for name, checker in CHECKERS.items():
         if only and name not in only:

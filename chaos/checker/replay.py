@@ -1,6 +1,6 @@
 """replay: every saved event history replays without non-determinism errors on a
 fresh, cold worker built from the current code (Temporal's ``Replayer``, in
-a new interpreter). For the hot-fix scenario this is the proof that the fix
+a new interpreter: the target's own, where its code imports). For the hot-fix scenario this is the proof that the fix
 was replay-safe.
 """
 
@@ -12,19 +12,28 @@ import subprocess
 import sys
 
 from chaos.checker.run_data import RunData
+from harness import pythonpath_for_targets
 from harness.verdict import FAIL, PASS, UNKNOWN, CheckResult
+
 
 def check(data: RunData) -> CheckResult:
     target = data.target
     workflow = target.get("workflow")
     if not workflow:
         return CheckResult("replay", UNKNOWN, "the target declares no workflow class to replay its histories with")
+    # In the target's own Python, where its workflow code imports (harness.pythonpath_for_targets adds only the
+    # replayer's package); the reference agent's is the harness's own.
+    python, cwd = target.get("python") or sys.executable, target.get("cwd") or None
+    if not os.access(python, os.X_OK) or (cwd is not None and not os.path.isdir(cwd)):
+        return CheckResult("replay", UNKNOWN, f"the target's interpreter {python} or directory {cwd} is not on this "
+                                              "machine; check again with --target FILE (the target file here)")
     env = {**os.environ, **target.get("env", {})}
-    proc = subprocess.run([sys.executable, "-m", "harness.replayer", str(data.dir.event_histories), "--workflow",
-                           workflow],
-                          capture_output=True, text=True, timeout=300, env=env, cwd=target.get("cwd") or None)
+    env["PYTHONPATH"] = os.pathsep.join([pythonpath_for_targets(), *filter(None, [target.get("env", {}).get(
+        "PYTHONPATH")])])
+    proc = subprocess.run([python, "-m", "harness.replayer", str(data.dir.event_histories), "--workflow", workflow],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=cwd)
     if proc.returncode != 0:
-        return CheckResult("replay", UNKNOWN, f"the replayer could not run (exit {proc.returncode}): "
+        return CheckResult("replay", UNKNOWN, f"the replayer could not run in {python} (exit {proc.returncode}): "
                                               f"{proc.stderr.strip()[-500:]}")
     from harness.replayer import RESULT_PREFIX
 

@@ -32,6 +32,8 @@ class RunData:
     """A saved run, read lazily from its directory."""
 
     run_dir: Path
+    #: where the target lives on this machine (``python``, ``cwd``, ``env``), if not where the run recorded it
+    target_here: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.run_dir = Path(self.run_dir)
@@ -54,7 +56,8 @@ class RunData:
     def target(self) -> dict[str, Any]:
         """What the run declared about the agent under test."""
         target = self.run.get("target") or {}
-        return {**_V1_TARGET, **target} if self.dir.schema == 1 else target
+        target = {**_V1_TARGET, **target} if self.dir.schema == 1 else target
+        return {**target, **(self.target_here or {})}
 
     @property
     def model_activity(self) -> str | None:

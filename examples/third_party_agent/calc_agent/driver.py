@@ -1,12 +1,16 @@
 """The chaos driver for CalcAgent: the harness's client protocol, over Signals and a Query.
 
-``make_driver(client=, history=, task_queue=, workload=, seed=)`` (see
-``chaos.target``). Each conversation is one CalcAgent workflow; each message
-is an ``ask`` Signal, acknowledged once the ``answers`` Query shows its
-answer. Every operation is recorded in the harness history as invoke then
-ok / fail / info: a signal that errored or an answer that did not show up
-within ``op_timeout_s`` is ``info`` (it may still be answered later), and
-nothing is re-sent.
+``make_driver(client=, history=, task_queue=, workload=, seed=)`` (see the
+harness's ``chaos/target.py``); the harness runs it in this agent's own Python
+(``harness.driver_host``). Each conversation is one CalcAgent workflow; each
+message is an ``ask`` Signal, acknowledged once the ``answers`` Query shows
+its answer: arithmetic, or (``workload.append_ratio`` of them) an append to
+the conversation's own notebook file, which the harness's ``lost`` checker
+reads back through the target's ``workspace`` and its ``effects`` checker
+counts in the ledger. Every operation is recorded as invoke then ok / fail /
+info: a signal that errored or an answer that did not show up within
+``op_timeout_s`` is ``info`` (it may still be answered later), and nothing is
+re-sent.
 """
 
 from __future__ import annotations
@@ -15,14 +19,14 @@ import asyncio
 import random
 import uuid
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 
-from harness.operations import INFO, OK, History
-from examples.third_party_agent.app import CalcAgent, CalcAgentParams
+from calc_agent.app import CalcAgent, CalcAgentParams
+from harness.operations import INFO, OK
 
 POLL_S = 0.1
 QUERY_TIMEOUT = timedelta(seconds=3)  # a query waits for a worker; a dead one must not stall the poll
@@ -32,6 +36,9 @@ QUERY_TIMEOUT = timedelta(seconds=3)  # a query waits for a worker; a dead one m
 class Question:
     text: str
     expect: str
+    kind: str = "calc"  # or "append"
+    path: str | None = None
+    content: str | None = None
 
 
 @dataclass
@@ -52,7 +59,7 @@ class CalcSession:
         return {
             "workflow_id": self.workflow_id,
             "started": self.started,
-            "planned": [{"text": q.text, "expect": q.expect, "kind": "calc", "path": None, "content": None}
+            "planned": [{"text": q.text, "expect": q.expect, "kind": q.kind, "path": q.path, "content": q.content}
                         for q in self.questions],
             "final_history": history,
             "final_status": self.final_status,
@@ -62,20 +69,26 @@ class CalcSession:
 @dataclass
 class CalcLoad:
     client: Client
-    history: History
+    history: Any  # records operations (the harness's operation log)
     task_queue: str
-    workload: Any  # chaos.client.Workload: conversations, messages, think_s, op_timeout_s
+    workload: Any  # the scenario's workload: conversations, messages, think_s, op_timeout_s, append_ratio
     seed: int
     tag: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
     sessions: list[CalcSession] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         rng = random.Random(self.seed)
+        appends = getattr(self.workload, "append_ratio", 0.0)
         for i in range(self.workload.conversations):
             questions = []
-            for _ in range(self.workload.messages):
-                a, b = rng.randrange(2, 999), rng.randrange(2, 99)
-                questions.append(Question(f"What is {a} * {b}?", f"{a} * {b} = {a * b}"))
+            for n in range(self.workload.messages):
+                if rng.random() < appends:
+                    path, token = f"log-{i}.txt", f"note-{n}-{rng.randrange(10**6):06d};"
+                    questions.append(Question(f"append {token} to {path}", f"appended {len(token)} bytes to {path}",
+                                              "append", path, token))
+                else:
+                    a, b = rng.randrange(2, 999), rng.randrange(2, 99)
+                    questions.append(Question(f"What is {a} * {b}?", f"{a} * {b} = {a * b}"))
             self.sessions.append(CalcSession(f"byo-{self.tag}-{i}", questions))
 
     @property
@@ -151,8 +164,8 @@ class CalcLoad:
                 self.history.complete(op, INFO, error=f"{type(exc).__name__}: {exc}")
 
     def to_json(self) -> dict[str, Any]:
-        return {"workload": asdict(self.workload), "conversations": [s.as_conversation() for s in self.sessions]}
+        return {"workload": vars(self.workload), "conversations": [s.as_conversation() for s in self.sessions]}
 
 
-def make_driver(*, client: Client, history: History, task_queue: str, workload: Any, seed: int) -> CalcLoad:
+def make_driver(*, client: Client, history: Any, task_queue: str, workload: Any, seed: int) -> CalcLoad:
     return CalcLoad(client, history, task_queue, workload, seed)

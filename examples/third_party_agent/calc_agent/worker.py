@@ -1,7 +1,7 @@
 """Run a CalcAgent worker until SIGTERM / SIGINT.
 
-    python -m examples.third_party_agent.worker --address HOST:PORT --task-queue Q \\
-        --identity ID --model-url http://127.0.0.1:PORT/v1
+    python -m calc_agent.worker --address HOST:PORT --task-queue Q --identity ID \\
+        --model-url http://127.0.0.1:PORT/v1 --state-dir DIR --ledger DIR/ledger.sqlite3
 
 Prints one line containing ``AGENT-WORKER-UP`` once the worker is running.
 Exits 0 on a signal, 1 if the worker itself fails (so a supervisor restarts it).
@@ -14,18 +14,23 @@ import asyncio
 import os
 import signal
 import sys
+from pathlib import Path
 
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from examples.third_party_agent.app import CalcAgent, ModelGateway, calculate
+from calc_agent.app import CalcAgent, ModelGateway, Notebook, calculate
+from harness.recording import EffectLedger
 
 
-async def serve(address: str, task_queue: str, identity: str, model_url: str, namespace: str) -> int:
+async def serve(address: str, task_queue: str, identity: str, model_url: str, namespace: str, state_dir: Path,
+                ledger_path: Path) -> int:
     client = await Client.connect(address, namespace=namespace, identity=identity)
-    gateway = ModelGateway(model_url)
+    ledger = EffectLedger(ledger_path)  # the harness's in-agent faults, if any, come with its environment
+    gateway = ModelGateway(model_url, ledger, identity)
+    notebook = Notebook(state_dir / "notes", ledger, identity)
     worker = Worker(client, task_queue=task_queue, workflows=[CalcAgent],
-                    activities=[gateway.call_model, calculate], identity=identity)
+                    activities=[gateway.call_model, notebook.append_note, calculate], identity=identity)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -45,15 +50,18 @@ async def serve(address: str, task_queue: str, identity: str, model_url: str, na
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m examples.third_party_agent.worker", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m calc_agent.worker", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--address", required=True, help="Temporal frontend HOST:PORT")
     parser.add_argument("--namespace", default="default")
     parser.add_argument("--task-queue", required=True)
     parser.add_argument("--identity", required=True, help="worker identity shown in Temporal's histories")
     parser.add_argument("--model-url", required=True, help="OpenAI-style base URL, e.g. http://127.0.0.1:8000/v1")
+    parser.add_argument("--state-dir", type=Path, required=True, help="the notebook lives in STATE_DIR/notes")
+    parser.add_argument("--ledger", type=Path, required=True, help="the effect ledger file (harness.recording)")
     args = parser.parse_args(argv)
-    return asyncio.run(serve(args.address, args.task_queue, args.identity, args.model_url, args.namespace))
+    return asyncio.run(serve(args.address, args.task_queue, args.identity, args.model_url, args.namespace,
+                             args.state_dir, args.ledger))
 
 
 if __name__ == "__main__":

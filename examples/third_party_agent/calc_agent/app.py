@@ -1,24 +1,35 @@
-"""CalcAgent: a small calculator agent, written the way a third party might.
+"""CalcAgent: a small calculator agent with a notebook, written the way a third party might.
 
 It shares nothing with this project's agent: questions arrive as Signals
 (``ask``), answers are read with a Query (``answers``), a ``close`` Signal
 ends it. The run loop takes one question at a time from its inbox and lets
 the model decide: ``call_model`` (a plain httpx POST to an OpenAI-style
-``/chat/completions``), then ``calculate`` for each ``calculator`` tool call,
-then ``call_model`` again with the results, until the model answers in text.
+``/chat/completions``), then ``calculate`` for each ``calculator`` tool call
+and ``append_note`` for each ``append_file`` call, then ``call_model`` again
+with the results, until the model answers in text.
 
-Layout: inputs, activities, workflow. The workflow does no I/O; the
-activities are plain functions of their inputs (plus the model URL).
+``append_note`` has a side effect (it appends to a file of the conversation's)
+that no retry may repeat. It applies it through the harness's recording API
+(``harness.recording``): ``apply_once`` under the activity's idempotency key,
+and every model call and tool run recorded as an execution, so the harness's
+``effects`` checker can count what this agent physically did, and its
+in-agent faults (a crash right after an effect) reach it without any code of
+the harness's inside it.
+
+Layout: inputs, activities, workflow. The workflow does no I/O.
 """
 
 from __future__ import annotations
 
 import ast
 import asyncio
+import hashlib
 import json
 import operator
+import os
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from temporalio import activity, workflow
@@ -26,6 +37,8 @@ from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     import httpx
+
+    from harness.recording import EffectLedger, ExecutionIdentity, workspace_name
 
 WORKFLOW_NAME = "CalcAgent"
 CALCULATOR_TOOL = {
@@ -37,6 +50,18 @@ CALCULATOR_TOOL = {
             "type": "object",
             "properties": {"expression": {"type": "string", "description": "e.g. 12 * 7"}},
             "required": ["expression"],
+        },
+    },
+}
+APPEND_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "append_file",
+        "description": "Append text to a file of this conversation's notebook.",
+        "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+            "required": ["path", "content"],
         },
     },
 }
@@ -63,30 +88,84 @@ class Calculation:
     expression: str
 
 
+@dataclass
+class Note:
+    path: str  # relative to the conversation's notebook
+    content: str
+
+
 # -- activities ------------------------------------------------------------------
 
 
 class ModelGateway:
     """The model API, reached over HTTP; the worker builds one per model URL."""
 
-    def __init__(self, model_url: str, request_timeout_s: float = 8.0) -> None:
+    def __init__(self, model_url: str, ledger: EffectLedger, worker: str, request_timeout_s: float = 8.0) -> None:
         self.model_url = model_url.rstrip("/")
+        self.ledger = ledger
+        self.worker = worker
         self.request_timeout_s = request_timeout_s  # under the activity's 10 s start-to-close
 
     @activity.defn(name="call_model")
     async def call_model(self, request: ModelRequest) -> dict[str, Any]:
         """One chat completion; returns the assistant message. Any HTTP or parse error is retried by Temporal."""
-        body = {"model": request.model, "messages": request.messages, "tools": [CALCULATOR_TOOL]}
+        body = {"model": request.model, "messages": request.messages, "tools": [CALCULATOR_TOOL, APPEND_TOOL]}
         headers = {"X-DAH-Run": activity.info().workflow_id}
+        execution = self.ledger.begin_execution(ExecutionIdentity.current(self.worker), "call_model", model_call=True)
+        outcome = "error"
         beat = asyncio.create_task(_heartbeat_every(1.0))
         try:
             # trust_env=False: the model URL is explicit; an HTTP(S)_PROXY in the environment must not reroute it.
             async with httpx.AsyncClient(timeout=self.request_timeout_s, trust_env=False) as http:
                 response = await http.post(f"{self.model_url}/chat/completions", json=body, headers=headers)
             response.raise_for_status()
-            return response.json()["choices"][0]["message"]
+            message = response.json()["choices"][0]["message"]
+            outcome = "ok"
+            return message
         finally:
             beat.cancel()
+            self.ledger.end_execution(execution, outcome)
+
+
+class Notebook:
+    """Each conversation's files, under ``<root>/<workspace_name(workflow id)>/``."""
+
+    def __init__(self, root: Path, ledger: EffectLedger, worker: str) -> None:
+        self.root = root
+        self.ledger = ledger
+        self.worker = worker
+
+    @activity.defn(name="append_note")
+    async def append_note(self, note: Note) -> str:
+        """Append once per activity, however often it is retried; a bad path is an answer, not a retry."""
+        ident = ExecutionIdentity.current(self.worker)
+        execution = self.ledger.begin_execution(ident, "append_note")
+        outcome = "error"
+        try:
+            folder = self.root / workspace_name(ident.workflow_id)
+            target = (folder / note.path).resolve()
+            if folder.resolve() not in target.parents:
+                outcome = "refused"
+                return f"ERROR: {note.path!r} is outside this conversation's notebook"
+            data = note.content.encode()
+
+            def apply() -> dict[str, Any]:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with open(target, "ab") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                return {"bytes": len(data)}
+
+            def already_present() -> bool:  # an attempt that died after appending, before recording it
+                return target.is_file() and target.read_bytes().endswith(data)
+
+            self.ledger.apply_once(ident, "append_note", note.path, hashlib.sha256(data).hexdigest(), apply,
+                                   already_present)
+            outcome = "ok"
+            return f"appended {len(data)} bytes to {note.path}"
+        finally:
+            self.ledger.end_execution(execution, outcome)
 
 
 async def _heartbeat_every(period_s: float) -> None:
@@ -175,12 +254,16 @@ class CalcAgent:
 
     async def _run_tool(self, tool_call: dict[str, Any]) -> str:
         fn = tool_call.get("function") or {}
-        if fn.get("name") != "calculator":
-            return f"ERROR: unknown tool {fn.get('name')!r}; only 'calculator' exists"
         try:
-            expression = str(json.loads(fn.get("arguments") or "{}")["expression"])
+            args = json.loads(fn.get("arguments") or "{}")
+            if fn.get("name") == "calculator":
+                return await workflow.execute_activity(
+                    calculate, Calculation(str(args["expression"])),
+                    start_to_close_timeout=timedelta(seconds=10), retry_policy=RETRY_FOREVER)
+            if fn.get("name") == "append_file":
+                return await workflow.execute_activity(
+                    "append_note", Note(str(args["path"]), str(args["content"])), result_type=str,
+                    start_to_close_timeout=timedelta(seconds=10), retry_policy=RETRY_FOREVER)
         except (ValueError, KeyError, TypeError) as exc:
-            return f"ERROR: bad calculator arguments ({type(exc).__name__}); send {{\"expression\": \"...\"}}"
-        return await workflow.execute_activity(
-            calculate, Calculation(expression),
-            start_to_close_timeout=timedelta(seconds=10), retry_policy=RETRY_FOREVER)
+            return f"ERROR: bad {fn.get('name')} arguments ({type(exc).__name__}: {exc})"
+        return f"ERROR: unknown tool {fn.get('name')!r}; the tools are calculator and append_file"

@@ -1,1 +1,0 @@
-"""Examples of agents the harness can test (not part of the harness itself)."""
