@@ -1,10 +1,10 @@
-"""The history: every client and nemesis operation, as plain data, on disk first.
+"""The operation log: every client and nemesis operation, as plain data, on disk first.
 
 Jepsen's model. A client operation is recorded as ``invoke`` when it starts
 and completed by ``ok`` (it happened), ``fail`` (it certainly did not) or
 ``info`` (unknown: a timeout, a lost connection; it may or may not have
 happened). Nemesis and supervisor operations are recorded the same way, with
-their start and end. Each line of ``history.jsonl`` is written and flushed
+their start and end. Each line of ``operations.jsonl`` is written and flushed
 as the operation happens, so a crashed orchestrator still leaves the history
 behind, and checkers read only this file (and the other saved artefacts).
 """

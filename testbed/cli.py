@@ -499,7 +499,7 @@ def _stop_event() -> asyncio.Event:
 
 async def cmd_worker(args: argparse.Namespace) -> int:
     from agent.tools import TOOLS
-    from agent.worker import WorkerSettings, build_worker, default_identity, load_workflow
+    from agent.worker import SANDBOX, WorkerSettings, build_worker, default_identity, load_workflow
     from harness.faults import AgentFaults
     from testbed.connection import connection_from_args
     from testbed.stack import StackSpec, stack
@@ -515,7 +515,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         if unknown:
             raise ValueError(f"--bug {', '.join(unknown)}: not a tool; tools are {', '.join(TOOLS)}")
         settings = WorkerSettings(
-            task_queue=args.task_queue, sandbox_root=args.state_dir / "sandbox", ledger_path=args.ledger,
+            task_queue=args.task_queue, sandbox_root=args.state_dir / SANDBOX, ledger_path=args.ledger,
             model_base_url=args.model_base_url, identity=args.identity or default_identity(),
             workflow=args.workflow, max_cached_workflows=args.max_cached_workflows,
         )

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from agent.tools import workspace_for
-from agent.worker import LEDGER, WORKSPACES
+from agent.worker import LEDGER, WORKSPACES, WorkerSettings
 from harness.recording import EffectLedger
 from harness.rundir import OPERATIONS, RunDir
 from chaos.client import Workload, chaos_agent_config, plan_message
@@ -96,7 +96,7 @@ def build_run_dir(run_dir: Path, conversations: int = CONVERSATIONS, messages: i
     tag = "bench0"
     wids = [f"chaos-{tag}-{i}" for i in range(conversations)]
     workload = Workload(conversations=conversations, messages=messages, append_ratio=0.4)
-    sandbox = run_dir / "state" / "sandbox"
+    sandbox = WorkerSettings.in_state_dir(run_dir / "state").sandbox_root
     h = _Writer(run_dir / OPERATIONS)
 
     # The ledger: the project's own schema, filled directly (one transaction, not one fsync per row).

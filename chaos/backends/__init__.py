@@ -3,7 +3,7 @@
 The runner (``chaos/runner.py``) knows no backend by name. A backend says:
 
 * ``stack_spec``: what to start (``testbed.stack``): server, model, proxies, workers;
-* ``make_driver``: the client that drives the load and records every operation;
+* ``make_driver``: the client that drives the load and records every operation (may be a coroutine);
 * ``running``: what is in flight right now, for nemeses that aim at busy workers
   (Temporal's pending activities, or the effect ledger's unfinished executions);
 * ``save``: what it leaves in the run directory beyond the operation log and the
