@@ -68,8 +68,7 @@ async def run(options: Options, say: Callable[[str], None], command: str) -> Pat
             "recovery": "two worker processes; the one running the tool activity is SIGKILLed and restarted",
         })
     say(f"benchmark run {run_dir.path} (profile {record['profile']}): {', '.join(wanted)}")
-    status, error = "failed", None
-    try:
+    with run_dir.ending_if_it_fails(started):
         temporal_table2 = options.durability == "temporal" and "table2" in wanted
         needs_server = temporal_table2 or bool({"tuning", "length", "checkpoint"} & set(wanted))
         if needs_server:
@@ -93,18 +92,5 @@ async def run(options: Options, say: Callable[[str], None], command: str) -> Pat
                 run_dir.write_json("resources.json", bench.sampler.as_dict())
                 run_dir.save()
                 say(f"[{name}] done in {record['section_wall_s'][name]:.1f} s")
-        status = "complete"
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        status = "interrupted"
-        raise
-    except BaseException as exc:
-        task = asyncio.current_task()
-        if task is not None and task.cancelling():
-            # Ctrl-C cancels the run; a cancelled client call may surface as its own error type.
-            status = "interrupted"
-            raise asyncio.CancelledError() from exc
-        error = f"{type(exc).__name__}: {exc}"
-        raise
-    finally:
-        run_dir.finish(status, time.monotonic() - started, error)
+    run_dir.finish("complete", time.monotonic() - started)
     return run_dir.path

@@ -31,6 +31,7 @@ from harness import operations
 from harness.operations import History
 from harness.rundir import CONVERSATIONS, SCHEMA, VERDICT_JSON, RunDir, command_line, machine_info
 from harness.verdict import NOT_APPLICABLE, CheckResult, compose, summarise
+from testbed.stack import stack
 from testbed.temporal_server import temporal_binary_or_none
 
 log = logging.getLogger(__name__)
@@ -74,11 +75,13 @@ async def run(scenario: ChaosScenario, backend: Backend, *, seed: int, out_root:
         history.event("nemesis" if p == "heal" else "generator", f"phase:{p}")
         progress(f"{name}: {p} (t={history.now():.1f}s)")
 
-    status, error = "failed", None
-    phase("setup")
-    try:
-        from testbed.stack import stack
+    def stop_recording() -> None:
+        phase("stopped")
+        history.close()
+        run_dir.update(phases=phases)
 
+    phase("setup")
+    with run_dir.ending_if_it_fails(started, stop_recording):
         async with stack(backend.stack_spec(scenario, run_dir, seed, history, ui)) as s:
             if s.server is not None and s.server.ui_url:
                 progress(f"{name}: Temporal Web UI at {s.server.ui_url}/namespaces/{s.namespace}/workflows")
@@ -94,21 +97,10 @@ async def run(scenario: ChaosScenario, backend: Backend, *, seed: int, out_root:
             await backend.save(s, run_dir, driver)
             run_dir.update(model_server=s.model_server.stats() if s.model_server else None,
                            supervisor_restarts={w.name: w.restarts for w in s.workers})
-        status = "complete"
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        status = "interrupted"
-        raise
-    except BaseException as exc:
-        error = f"{type(exc).__name__}: {exc}"
-        raise
-    finally:
-        phase("stopped")
-        history.close()
-        run_dir.update(phases=phases)
-        if status != "complete":
-            run_dir.finish(status, time.monotonic() - started, error)
+    stop_recording()
     progress(f"{name}: checking")
-    verdict, checks, row = check(run_dir.path)
+    with run_dir.ending_if_it_fails(started):
+        verdict, checks, row = check(run_dir.path)
     run_dir.finish("complete", time.monotonic() - started)
     return RunResult(name, run_dir.path, verdict, checks, seed, run_dir.run["wall_s"], row, run_dir.run["reproduce"])
 
@@ -134,14 +126,14 @@ def check(path: Path, target_here: dict[str, Any] | None = None) -> tuple[str, l
     return verdict, checks, row
 
 
-async def drive_load(scenario: ChaosScenario, events: list[NemesisEvent], ctx: Any, stack: Any, driver: Any,
+async def drive_load(scenario: ChaosScenario, events: list[NemesisEvent], ctx: Any, cluster: Any, driver: Any,
                      phase: Callable[[str], None], progress: Progress, history: History,
                      nemeses: dict[str, Callable[..., Any]]) -> None:
     """Warm-up, faults, heal, settle under the driver's load; then the final phase (the driver's final read)."""
     phase("warm-up")
     load = asyncio.create_task(driver.run())
     try:
-        await _warm_up_faults_heal_settle(scenario, events, ctx, stack, load, phase, progress, history, nemeses)
+        await _warm_up_faults_heal_settle(scenario, events, ctx, cluster, load, phase, progress, history, nemeses)
     finally:
         # Nothing outlives the run: on an error or Ctrl-C the load stops before the cluster does.
         if not load.done():
@@ -151,7 +143,7 @@ async def drive_load(scenario: ChaosScenario, events: list[NemesisEvent], ctx: A
     await driver.finish()
 
 
-async def _warm_up_faults_heal_settle(scenario: ChaosScenario, events: list[NemesisEvent], ctx: Any, stack: Any,
+async def _warm_up_faults_heal_settle(scenario: ChaosScenario, events: list[NemesisEvent], ctx: Any, cluster: Any,
                                       load: asyncio.Task, phase: Callable[[str], None], progress: Progress,
                                       history: History, nemeses: dict[str, Callable[..., Any]]) -> None:
     await asyncio.sleep(scenario.warmup_s)
@@ -172,7 +164,7 @@ async def _warm_up_faults_heal_settle(scenario: ChaosScenario, events: list[Neme
     phase("heal")
     if ctx.driver_stop is not None:
         ctx.driver_stop()  # no new messages: settle waits only for those in flight
-    await asyncio.to_thread(stack.heal)  # it may wait for the supervisor, which may be mid-restart
+    await asyncio.to_thread(cluster.heal)  # it may wait for the supervisor, which may be mid-restart
     phase("settle")
     try:
         await asyncio.wait_for(asyncio.shield(load), timeout=scenario.settle_s)

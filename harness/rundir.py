@@ -36,12 +36,16 @@ Standard library only.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import platform
 import shlex
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -132,6 +136,24 @@ class RunDir:
         if status == "complete":
             self.link_latest()
 
+    @contextlib.contextmanager
+    def ending_if_it_fails(self, started: float, before_ending: Callable[[], None] = lambda: None) -> Iterator[None]:
+        """Run the body; if it raises, the run ends ``interrupted`` (Ctrl-C, cancellation) or ``failed`` (anything
+        else, with the error), after ``before_ending`` (e.g. close the operation log). A body that returns
+        leaves the run ``running``: the caller finishes it (``finish("complete", ...)``) once its work is saved."""
+        try:
+            yield
+        except BaseException as exc:
+            task = _current_task()
+            interrupted = isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)) or (
+                task is not None and task.cancelling() > 0)  # a cancelled client call may raise its own error
+            before_ending()
+            self.finish("interrupted" if interrupted else "failed", time.monotonic() - started,
+                        None if interrupted else f"{type(exc).__name__}: {exc}")
+            if interrupted and not isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
+                raise asyncio.CancelledError() from exc
+            raise
+
     def link_latest(self) -> None:
         latest = self.path.parent / LATEST
         tmp = self.path.parent / f".{LATEST}.{os.getpid()}.tmp"
@@ -207,6 +229,13 @@ class RunDir:
 
     def write_json(self, name: str, data: Any) -> None:
         write_json(self.path / name, data)
+
+
+def _current_task() -> asyncio.Task | None:
+    try:
+        return asyncio.current_task()
+    except RuntimeError:  # no event loop: not an async caller
+        return None
 
 
 def find_latest(parent: Path) -> Path | None:

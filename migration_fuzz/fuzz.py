@@ -244,8 +244,7 @@ async def run_fuzz(opts: FuzzOptions, say: Callable[[str], None] = lambda m: Non
                      model_latency=LatencyModel.parse(opts.model_latency), seed=opts.seed, proxies=True,
                      worker_processes=opts.workers, make_worker=worker, history=history)
     say(f"starting Temporal, the scripted model and {opts.workers} worker processes in {run.path}")
-    status, error = "failed", None
-    try:
+    with run.ending_if_it_fails(started, history.close):
         async with stack(spec) as s:
             client = s.client
             ledger = EffectLedger(s.settings.resolved_ledger_path, faults=NO_FAULTS)
@@ -305,17 +304,7 @@ async def run_fuzz(opts: FuzzOptions, say: Callable[[str], None] = lambda m: Non
                         say(f"    violation: {v}")
                     say(f"    reproduce: {reproduce_command(opts, seed, shape)}")
             ledger.close()
-        status, error = "complete", None
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        status = "interrupted"
-        raise
-    except BaseException as exc:
-        error = f"{type(exc).__name__}: {exc}"
-        raise
-    finally:
-        history.close()
-        if status != "complete":
-            run.finish(status, time.monotonic() - started, error)
+    history.close()
     wall = time.monotonic() - started
     summary = summarise(results)
     report = {
