@@ -1,9 +1,11 @@
-"""Small durable-file and SQLite helpers shared by the environments, the stores and the checkpoint queue."""
+"""Small durable-file and SQLite helpers shared by the environments, the stores, the checkpoint queue, the effect
+ledger and the run directory."""
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 
@@ -34,6 +36,16 @@ def connect_wal(path: Path) -> sqlite3.Connection:
     path.parent.mkdir(parents=True, exist_ok=True)
     db = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
     db.row_factory = sqlite3.Row
-    db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA busy_timeout=30000")
-    return db
+    # Switching a new file to WAL can fail at once ("database is locked", no busy wait) while another process
+    # opening it does the same: try again for as long as the busy timeout would have waited.
+    deadline = time.monotonic() + 30.0
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return db
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                db.close()
+                raise
+            time.sleep(0.01)

@@ -49,13 +49,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.durable_files import connect_wal
 from harness.faults import AgentFaults
 
 SCHEMA_VERSION = 3
@@ -165,12 +165,8 @@ class EffectLedger:
         """``faults``: what this worker carries (default: what the environment asks for, usually nothing)."""
         self.path = Path(path)
         self.faults = AgentFaults.from_environment() if faults is None else faults
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
-        self._conn.row_factory = sqlite3.Row
-        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn = connect_wal(self.path)  # shared by every worker process
         self._conn.execute("PRAGMA synchronous=FULL")  # the ledger is the witness: it must survive a crash
-        self._conn.execute("PRAGMA busy_timeout=30000")
         self._conn.executescript(_SCHEMA)
         self._conn.execute(
             "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
