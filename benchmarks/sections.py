@@ -74,9 +74,10 @@ class LocalServer:
 
 @contextlib.asynccontextmanager
 async def local_server(run: RunDir, options: Any, *, tuned: bool, model: bool = False, model_url: str | None = None,
-                       temporal: bool = True) -> AsyncIterator[LocalServer]:
+                       ledger: Any = None, temporal: bool = True) -> AsyncIterator[LocalServer]:
     """The embedded server (tuned or stock) with the variants' workers; ``model``: start the run's model server
-    too (the first local server does; the others use its ``model_url``). ``temporal=False``: only the model."""
+    and open its effect ledger too (the first local server does; the others use its ``model_url`` and
+    ``ledger``: every in-process worker of the run shares one). ``temporal=False``: only the model."""
     profile = "tuned" if tuned else "stock"
     local = LocalServer(None, profile)  # type: ignore[arg-type]
     workers = [WorkerSettings.in_state_dir(run.state, task_queue=local.task_queue(variant), model_base_url=model_url,
@@ -84,7 +85,7 @@ async def local_server(run: RunDir, options: Any, *, tuned: bool, model: bool = 
                for variant, overrides in VARIANTS.items()] if temporal else []
     spec = StackSpec(state_dir=run.state, logs_dir=run.logs / profile, temporal="embedded" if temporal else "none",
                      tuned=tuned, quiet_client=True, model=model, model_url=model_url, seed=options.seed,
-                     temporal_workers=workers, ledger=True)
+                     temporal_workers=workers, ledger=True, effect_ledger=ledger)
     async with stack(spec) as s:
         local.stack = s
         yield local
@@ -182,7 +183,8 @@ async def tuning(bench: Bench) -> dict[str, Any]:
     the servers so that drift on a shared machine hits both.
     """
     series, breakdowns = [], []
-    async with local_server(bench.run, bench.options, tuned=False, model_url=bench.model.url) as stock:
+    async with local_server(bench.run, bench.options, tuned=False, model_url=bench.model.url,
+                            ledger=bench.ledger) as stock:
         with bench.sampler.section("tuning", _processes(bench, stock, bench.tuned)):
             for variant in VARIANTS:
                 for local in (stock, bench.tuned):

@@ -81,6 +81,8 @@ class StackSpec:
     temporal_workers: list[WorkerSettings] = field(default_factory=list)  # in-process, one each
     ledger: bool = False  # open the reference agent's effect ledger even without an in-process worker
     faults: AgentFaults | None = None  # what the ledger's in-agent fault seams carry (default: the environment's)
+    #: an effect ledger already open (another stack's): the in-process workers share it, and it stays open at exit
+    effect_ledger: EffectLedger | None = None
     checkpoint: bool = False  # the checkpoint backend's database and queue (workers of that backend join them)
     checkpoint_worker: bool = False  # an in-process checkpoint worker on the checkpoint database
     checkpoint_file: Path | None = None  # the checkpoint database (default <state_dir>/checkpoint.sqlite3)
@@ -241,7 +243,9 @@ async def stack(spec: StackSpec) -> AsyncIterator[Stack]:
         if spec.temporal != "none":
             runtime = {"runtime": quiet_runtime()} if spec.quiet_client else {}
             s.client = await spec.connection.connect(s.server.address if s.server else None, **runtime)
-        if spec.ledger or spec.temporal_workers or spec.checkpoint_worker:
+        if spec.effect_ledger is not None:
+            s.ledger = spec.effect_ledger
+        elif spec.ledger or spec.temporal_workers or spec.checkpoint_worker:
             s.ledger = exits.enter_context(EffectLedger(s.settings.resolved_ledger_path, faults=spec.faults))
         for settings in spec.temporal_workers:
             assert s.client is not None, "in-process Temporal workers need a Temporal server"

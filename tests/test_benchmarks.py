@@ -29,15 +29,19 @@ def bench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
 def test_quick_benchmark_then_report_from_the_saved_run(tmp_path: Path) -> None:
     before = temporal_server_pids()
     runs = tmp_path / "runs"
-    out = bench("--quick", "--only", "table2,tuning,length", "--turns", "3", "--out", str(runs / "bench"))
+    # checkpoint after tuning: the stock server's workers must leave the run's shared ledger open for it.
+    out = bench("--quick", "--only", "table2,tuning,length,checkpoint", "--turns", "3", "--out", str(runs / "bench"))
     assert out.returncode == 0, out.stderr[-3000:]
     assert temporal_server_pids() <= before, "a temporal server was left running"
     run_dir = (runs / "bench" / "latest").resolve()
     assert_valid(run_dir)
     record = json.loads((run_dir / "run.json").read_text())
-    assert record["status"] == "complete" and record["sections"] == ["table2", "tuning", "length"]
+    assert record["status"] == "complete" and record["sections"] == ["table2", "tuning", "length", "checkpoint"]
     assert record["machine"]["cores"] and record["machine"]["temporalio"]
-    assert record["reproduce"].startswith("python -m benchmarks --quick --only table2,tuning,length --turns 3 ")
+    assert record["reproduce"].startswith("python -m benchmarks --quick --only table2,tuning,length,checkpoint "
+                                          "--turns 3 ")
+    checkpoint = json.loads((run_dir / "checkpoint_backend.json").read_text())
+    assert {p["measure"] for p in checkpoint["points"]} == {"floor", "step", "turn"}
 
     series = {s["name"]: s for s in json.loads((run_dir / "latency.json").read_text())["series"]}
     table2 = [s for s in series.values() if s["section"] == "table2"]
