@@ -121,3 +121,20 @@ async def test_a_third_party_agent_in_its_own_python_keeps_its_promises_under_ki
     kills = [op["value"] for op in kills if op["f"] == "kill_worker" and op["type"] == "ok"]
     assert all(e["activity"] == "call_model" for k in kills for e in k["evidence"])
     assert_rechecked_identically_elsewhere(result.run_dir, tmp_path / "elsewhere")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+async def test_a_planted_bug_in_the_third_party_agent_fails_its_effects_and_lost_checks(
+        tmp_path: Path, own_python: Path) -> None:
+    # The same agent, built to ignore its idempotency keys (the unkeyed_effects mutation, acting inside its own
+    # recording calls): the retry after a crash right after an append appends again. The checkers must say so.
+    target = replace(load_target(EXAMPLE), python=str(own_python))
+    scenario = replace(SCENARIOS["crash_after_effect"], name="byo_unkeyed_effects",
+                       cluster=ClusterSpec(crash_at=("after_effect",), mutations=("unkeyed_effects",)),
+                       workload=Workload(conversations=2, messages=3, append_ratio=1.0), fault_s=2.0)
+    result = await run(scenario, OwnAgentOnTemporal(target, target_file=EXAMPLE), seed=3, out_root=tmp_path)
+    by = {c.name: c for c in result.checks}
+    assert by["effects"].verdict == "fail" and by["effects"].details["duplicated_effects"] >= 1, by["effects"]
+    assert by["lost"].verdict == "fail" and "each processed append once" in by["lost"].summary, by["lost"]
+    assert result.verdict == "fail"
