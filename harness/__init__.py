@@ -38,3 +38,8 @@ def pythonpath_for_targets() -> str:
         tmp.symlink_to(PACKAGE, target_is_directory=True)
         os.replace(tmp, link)
     return str(base)
+
+
+def target_pythonpath(own: str | None = None) -> str:
+    """``PYTHONPATH`` for a process in a target's interpreter: ``harness`` first, then the target's own entries."""
+    return os.pathsep.join([pythonpath_for_targets(), *filter(None, [own])])

@@ -238,13 +238,6 @@ def _current_task() -> asyncio.Task | None:
         return None
 
 
-def find_latest(parent: Path) -> Path | None:
-    """The run ``parent/latest`` points at (a complete run), if any."""
-    latest = parent / LATEST
-    target = latest.resolve() if latest.is_symlink() or latest.is_dir() else None
-    return target if target is not None and target.is_dir() else None
-
-
 def machine_info(temporal_binary: str | None = None) -> dict[str, Any]:
     """Cores, memory, CPU, platform, Python, temporalio and the Temporal CLI's version (``temporal_binary``;
     each "unknown" where it cannot be told)."""

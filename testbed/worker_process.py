@@ -85,20 +85,12 @@ class WorkerProcess:
         return f"{self.identity_prefix}-{self.generation}"
 
     @property
-    def name(self) -> str:
-        return self.identity_prefix
-
-    @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
     @property
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
-
-    @property
-    def log_path(self) -> Path | None:
-        return self._log_path
 
     def argv(self) -> list[str]:
         return fill(self.command, {"python": sys.executable, **self.values, "identity": self.identity})

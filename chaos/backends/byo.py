@@ -23,7 +23,7 @@ from typing import Any
 from chaos.backends.temporal import ReferenceOnTemporal
 from chaos.scenarios import ChaosScenario
 from chaos.target import Target
-from harness import pythonpath_for_targets
+from harness import target_pythonpath
 from harness.operations import History, Op
 from testbed.processes import spawn, stop
 from testbed.stack import Stack
@@ -34,8 +34,7 @@ READY_TIMEOUT_S = 120.0  # the driver process imports the target's packages and 
 
 def target_environment(target: Target) -> dict[str, str]:
     """The environment of every process of the target's: its own variables, and ``harness`` on its path."""
-    paths = [pythonpath_for_targets(), *filter(None, [target.env.get("PYTHONPATH")])]
-    return {**target.env, "PYTHONPATH": os.pathsep.join(paths)}
+    return {**target.env, "PYTHONPATH": target_pythonpath(target.env.get("PYTHONPATH"))}
 
 
 @dataclass

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 from chaos.checker.run_data import RunData
-from harness import pythonpath_for_targets
+from harness import target_pythonpath
 from harness.verdict import FAIL, PASS, UNKNOWN, CheckResult
 
 
@@ -21,15 +21,14 @@ def check(data: RunData) -> CheckResult:
     workflow = target.get("workflow")
     if not workflow:
         return CheckResult("replay", UNKNOWN, "the target declares no workflow class to replay its histories with")
-    # In the target's own Python, where its workflow code imports (harness.pythonpath_for_targets adds only the
+    # In the target's own Python, where its workflow code imports (harness.target_pythonpath adds only the
     # replayer's package); the reference agent's is the harness's own.
     python, cwd = target.get("python") or sys.executable, target.get("cwd") or None
     if not os.access(python, os.X_OK) or (cwd is not None and not os.path.isdir(cwd)):
         return CheckResult("replay", UNKNOWN, f"the target's interpreter {python} or directory {cwd} is not on this "
                                               "machine; check again with --target FILE (the target file here)")
     env = {**os.environ, **target.get("env", {})}
-    env["PYTHONPATH"] = os.pathsep.join([pythonpath_for_targets(), *filter(None, [target.get("env", {}).get(
-        "PYTHONPATH")])])
+    env["PYTHONPATH"] = target_pythonpath(target.get("env", {}).get("PYTHONPATH"))
     proc = subprocess.run([python, "-m", "harness.replayer", str(data.dir.event_histories), "--workflow", workflow],
                           capture_output=True, text=True, timeout=300, env=env, cwd=cwd)
     if proc.returncode != 0:
