@@ -17,11 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 from temporalio import activity
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from agent import llm
@@ -48,6 +50,28 @@ from agent.errors import (
 from harness.recording import EffectLedger, ExecutionIdentity
 from agent.loop import VALIDATION_ERROR
 from agent.tools import TOOLS, Tool, ToolContext, run_tool, tool_specs, validate_arguments, workspace_for
+
+#: check with the server that an attempt is still the live one before the model call (``DAH_STALE_CHECK=0``: don't)
+STALE_CHECK = os.environ.get("DAH_STALE_CHECK", "1") != "0"
+#: the execution outcome of an attempt that found itself stale and did not call the model
+STALE_SKIPPED = "stale_skipped"
+
+
+async def attempt_is_current() -> bool:
+    """Whether the server still holds this activity attempt as the running one: a heartbeat round trip with its
+    task token. ``False`` only when the server says the attempt is gone (timed out and retried, or the activity
+    closed); any other error says nothing, and the attempt goes on (at-least-once is the fallback)."""
+    info = activity.info()
+    if info.is_local:
+        return True
+    try:
+        await activity.client().get_async_activity_handle(task_token=info.task_token).heartbeat()
+    except RPCError as exc:
+        return exc.status != RPCStatusCode.NOT_FOUND
+    except Exception:  # cancelled, paused, reset: the SDK's own handling takes it from here
+        return True
+    return True
+
 
 log = logging.getLogger(__name__)
 
@@ -91,14 +115,7 @@ class AgentActivities:
         self.model_base_url = model_base_url
 
     def _identity(self) -> ExecutionIdentity:
-        info = activity.info()
-        return ExecutionIdentity(
-            workflow_id=info.workflow_id,
-            run_id=info.workflow_run_id,
-            activity_id=info.activity_id,
-            attempt=info.attempt,
-            worker=self.worker_identity,
-        )
+        return ExecutionIdentity.current(self.worker_identity)
 
     def all(self) -> list[Callable[..., Any]]:
         return [self.plan_next_action, self.env_build, self.env_tool, self.env_cleanup,
@@ -173,6 +190,12 @@ class AgentActivities:
             messages = [*messages, {"role": "system",
                                     "content": f"Environment state ({inp.env.config.name}):\n{env_state}"}]
         execution = self.ledger.begin_execution(self._identity(), "plan_next_action", model_call=True)
+        if STALE_CHECK and not await attempt_is_current():
+            # A paused or cut-off worker got this attempt, and the server has since timed it out and retried it
+            # elsewhere: calling the model now would only waste a call whose answer nobody will read.
+            self.ledger.end_execution(execution, STALE_SKIPPED)
+            raise ApplicationError(f"stale attempt {info.attempt}: the server has moved on; the model was not called",
+                                   type="StaleAttempt", non_retryable=False, category=ApplicationErrorCategory.BENIGN)
         outcome = "error"
         try:
             async with heartbeating():

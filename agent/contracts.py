@@ -147,6 +147,9 @@ class AgentInput:
     # subagents (which neither build nor clean it up: owns_env False).
     env_record: EnvRecord | None = None
     owns_env: bool = True
+    # Replies to the last updates this conversation answered, by update id, so that a client re-sending an
+    # update after continue-as-new (Temporal deduplicates update ids only within a run) gets the earlier reply.
+    answered_updates: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass

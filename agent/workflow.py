@@ -163,6 +163,16 @@ class _ActivityEffects:
             return loop.ToolResult(call.id, call.name, loop.FAILED, f"{call.name} failed: {_failure_text(err)}")
 
 
+#: how many answered updates a conversation remembers across continue-as-new (a re-send comes soon after)
+ANSWERED_UPDATES_KEPT = 32
+
+
+def _reply_from_dict(d: dict[str, Any]) -> AgentReply:
+    return AgentReply(text=d["text"], turn=d["turn"], steps=d["steps"],
+                      tool_calls=[ToolCallRecord(**t) for t in d.get("tool_calls") or []],
+                      stopped_early=d.get("stopped_early", False))
+
+
 @workflow.defn
 class AgentWorkflow:
     @workflow.init
@@ -185,6 +195,7 @@ class AgentWorkflow:
         self._inner_calls = 0
         self.env_record: EnvRecord | None = inp.env_record  # None until env_build has run (or no environment)
         self.owns_env = inp.owns_env
+        self._answered: dict[str, dict[str, Any]] = dict(inp.answered_updates)  # update id -> its reply
 
     @workflow.run
     async def run(self, inp: AgentInput) -> AgentResult:
@@ -207,7 +218,7 @@ class AgentWorkflow:
                        depth=self.depth, workspace=self.workspace, children_started=self.children_started,
                        detached_results={**self._carried, **{h: [t.result().status, t.result().content]
                                                              for h, t in self._detached.items()}},
-                       env_record=self.env_record, owns_env=self.owns_env)
+                       env_record=self.env_record, owns_env=self.owns_env, answered_updates=self._answered)
         )
 
     async def _run(self, inp: AgentInput) -> AgentResult | None:
@@ -286,15 +297,25 @@ class AgentWorkflow:
 
     @workflow.update
     async def send_message(self, message: ChatMessage) -> AgentReply:
+        update = workflow.current_update_info()
+        update_id = update.id if update is not None else None
+        if update_id is not None and update_id in self._answered:
+            # A client re-sent an update it got no answer to, after continue-as-new: the same reply, no new turn.
+            return _reply_from_dict(self._answered[update_id])
         task = asyncio.current_task()
         if task is not None:
             self._turn_tasks.append(task)
         try:
             async with self._turn_lock:
-                return await self._turn(message.text)
+                reply = await self._turn(message.text)
         finally:
             if task is not None:
                 self._turn_tasks.remove(task)
+        if update_id is not None:
+            self._answered[update_id] = dataclasses.asdict(reply)
+            while len(self._answered) > ANSWERED_UPDATES_KEPT:
+                del self._answered[next(iter(self._answered))]
+        return reply
 
     @send_message.validator
     def _validate_message(self, message: ChatMessage) -> None:

@@ -2,7 +2,8 @@
 
     python -m chaos list
     python -m chaos run kill_mid_turn [--seed 7] [--durability checkpoint] [--target FILE] [--backend docker --image I]
-    python -m chaos suite                     # what `make chaos` runs; exits 1 on any fail or unknown
+    python -m chaos suite                     # what `make chaos` runs; exits 1 on any fail, unknown or error
+    python -m chaos soak kill_mid_turn --seeds 1-100    # one scenario over many seeds; the verdict distribution
     python -m chaos check runs/kill_mid_turn/latest     # the checkers again, offline, on a saved run (anywhere)
     python -m chaos rerun runs/mutant/20261122T201530Z  # a run again, from the scenario its run.json saved
 """
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from chaos.scenarios import SCENARIOS, SUITE
+from chaos.soak import DEFAULT_SEEDS
+from harness.rundir import command_line
 
 COLUMNS = [("scenario", 28), ("faults", 7), ("ok", 4), ("fail", 5), ("info", 5), ("lost", 5), ("dup_effects", 12),
            ("recovery_s", 11), ("verdict", 8)]
@@ -48,8 +51,11 @@ def _checkpoint_twins() -> list[str]:
 
 async def _run_many(jobs: list[tuple[str, Any, Any]], seed: int, out: Path, parallel: int = 1,
                     ui: bool = False) -> int:
-    """``jobs``: (label, scenario, backend); the table at the end; 1 if any did not pass."""
-    from chaos.runner import run
+    """``jobs``: (label, scenario, backend); the table at the end; 1 if any did not pass.
+
+    A scenario whose run raises (a worker dying at setup, a port clash, a harness bug) is recorded ``failed`` in
+    its own run directory and shows as ``error`` in its row; the others go on. Ctrl-C stops them all."""
+    from chaos.soak import PASS, run_captured
 
     start = time.monotonic()
     say = _progress(start)
@@ -59,8 +65,14 @@ async def _run_many(jobs: list[tuple[str, Any, Any]], seed: int, out: Path, para
     async def one(i: int, label: str, scenario: Any, backend: Any) -> None:
         async with slots:
             say(f"scenario {i}/{len(jobs)}: {label} (seed {seed})")
-            result = await run(scenario, backend, seed=seed, out_root=out, progress=say, ui=ui)
+            result = await run_captured(label, scenario, backend, seed=seed, out_root=out, progress=say, ui=ui)
             results[label] = result
+            if result.error:
+                say(f"{label}: ERROR after {result.wall_s:.0f}s -> {result.run_dir}")
+                for line in result.lines():
+                    say(f"  {label} {line}")
+                say(f"  {label} reproduce with: {result.reproduce}")
+                return
             say(f"{label}: {result.verdict.upper()} in {result.wall_s:.0f}s -> {result.run_dir}")
             for c in result.checks:
                 if c.verdict != "pass":
@@ -68,14 +80,25 @@ async def _run_many(jobs: list[tuple[str, Any, Any]], seed: int, out: Path, para
 
     await asyncio.gather(*(one(i, *job) for i, job in enumerate(jobs, 1)))
     labels = [label for label, _, _ in jobs]
-    failed = [(n, results[n]) for n in labels if results[n].verdict != "pass"]
+    failed = [(n, results[n]) for n in labels if results[n].verdict != PASS]
     print()
     print(table([results[n].row for n in labels]))
     print(f"\n{len(labels)} scenario(s) in {time.monotonic() - start:.0f}s (seed {seed}); "
           f"{len(labels) - len(failed)} passed, {len(failed)} not passed")
     for name, result in failed:
-        print(f"  {name}: {result.verdict}; reproduce with: {result.reproduce}; artefacts in {result.run_dir}")
+        why = f"error: {result.error_line}" if result.error else result.verdict
+        print(f"  {name}: {why}; reproduce with: {result.reproduce}; artefacts in {result.run_dir}")
     return 1 if failed else 0
+
+
+async def _soak(args: argparse.Namespace, target: Any) -> int:
+    from chaos.soak import format_seeds, soak
+
+    [(label, scenario, backend)] = _jobs(args, target)
+    reproduce = command_line("python -m chaos soak", {"--seeds": format_seeds(args.seeds), **backend.reproduce()},
+                             [label])
+    return await soak(label, scenario, backend, args.seeds, args.out, reproduce=reproduce,
+                      say=_progress(time.monotonic()), verbose=args.verbose)
 
 
 def _jobs(args: argparse.Namespace, target: Any) -> list[tuple[str, Any, Any]]:
@@ -84,6 +107,8 @@ def _jobs(args: argparse.Namespace, target: Any) -> list[tuple[str, Any, Any]]:
 
     twins = _checkpoint_twins()
     checkpoint = getattr(args, "durability", "temporal") in ("checkpoint", "journal")
+    if args.command == "soak" and args.scenarios == ["all"]:
+        raise ValueError("soak runs one scenario; name it (python -m chaos list)")
     if args.command == "suite":
         names = [*SUITE, *(n + CHECKPOINT_SUFFIX for n in twins)]
     elif args.scenarios == ["all"]:
@@ -139,6 +164,15 @@ def _check_engine(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _seeds(text: str) -> list[int]:
+    from chaos.soak import parse_seeds
+
+    try:
+        return parse_seeds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m chaos", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -146,26 +180,41 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("list", help="the named scenarios")
 
-    def common(p: argparse.ArgumentParser, parallel: int) -> None:
-        p.add_argument("--seed", type=int, default=1, help="seed of the schedule, the load and the model (default 1)")
+    def out_and_target(p: argparse.ArgumentParser, parallel: int | None = None) -> None:
         p.add_argument("--out", type=Path, default=Path("runs"), help="where runs are written (default runs/)")
-        p.add_argument("--parallel", type=int, default=parallel,
-                       help=f"scenarios run at once, each its own cluster (default {parallel})")
+        if parallel is not None:
+            p.add_argument("--parallel", type=int, default=parallel,
+                           help=f"scenarios run at once, each its own cluster (default {parallel})")
         p.add_argument("--target", type=Path, help="a target TOML file: your own agent (default: the reference "
                                                    "agent; see chaos/target.py)")
+
+    def common(p: argparse.ArgumentParser, parallel: int) -> None:
+        p.add_argument("--seed", type=int, default=1, help="seed of the schedule, the load and the model (default 1)")
+        out_and_target(p, parallel)
+
+    def backend_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--backend", choices=["process", "docker"], default="process",
+                       help="where workers run: local processes (default) or Docker containers (needs an engine)")
+        p.add_argument("--image", help="docker backend: an image with the worker installed")
+        p.add_argument("--durability", choices=["temporal", "checkpoint", "journal"], default="temporal",
+                       help="the agent's durability backend: temporal (default) or checkpoint (the step-checkpointed "
+                            "SQLite substrate; scenarios " + ", ".join(_checkpoint_twins()) + "; journal is its old "
+                            "name)")
 
     p = sub.add_parser("run", help="run named scenarios (or 'all')")
     p.add_argument("scenarios", nargs="+", help=f"names: {', '.join(SCENARIOS)}, or 'all'")
     common(p, 1)
     p.add_argument("--ui", action="store_true", help="start the Temporal Web UI and print its address, to watch")
-    p.add_argument("--backend", choices=["process", "docker"], default="process",
-                   help="where workers run: local processes (default) or Docker containers (needs an engine)")
-    p.add_argument("--image", help="docker backend: an image with the worker installed")
-    p.add_argument("--durability", choices=["temporal", "checkpoint", "journal"], default="temporal",
-                   help="the agent's durability backend: temporal (default) or checkpoint (the step-checkpointed "
-                        "SQLite substrate; scenarios " + ", ".join(_checkpoint_twins()) + "; journal is its old name)")
-    p = sub.add_parser("suite", help="the CI suite: every named scenario; exit 1 on any fail or unknown")
+    backend_options(p)
+    p = sub.add_parser("suite", help="the CI suite: every named scenario; exit 1 on any fail, unknown or error")
     common(p, 2)
+    p = sub.add_parser("soak", help="one scenario over many seeds, one after another; the verdict distribution; "
+                                    "exit 1 unless every seed passed")
+    p.add_argument("scenarios", nargs=1, metavar="SCENARIO", help=f"a name: {', '.join(SCENARIOS)}")
+    p.add_argument("--seeds", type=_seeds, default=_seeds(DEFAULT_SEEDS),
+                   help=f"the seeds: ranges and single seeds, e.g. 1-100 or 1-20,25,30-32 (default {DEFAULT_SEEDS})")
+    out_and_target(p)
+    backend_options(p)
     p = sub.add_parser("check", help="re-run the checkers offline on a saved run directory")
     p.add_argument("run_dir", type=Path, help="e.g. runs/kill_mid_turn/latest")
     p.add_argument("--target", type=Path, help="the target file on this machine, when the run came from another "
@@ -207,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
             except ValueError as exc:
                 print(f"{prog}: {exc}", file=sys.stderr)
                 return 2
-            here = {"python": t.python, "cwd": t.cwd, "env": t.env}
+            here = {"python": t.python, "cwd": t.cwd, "env": t.env, **t.replay_declarations()}
         verdict, checks, _ = check(run_dir, here)
         if args.json:
             print(json.dumps({"verdict": verdict, "checks": [c.as_dict() for c in checks]}, default=str))
@@ -220,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "rerun":
             scenario, backend, seed = _rerun(args.run_dir)
             return asyncio.run(_run_many([(scenario.name + backend.suffix, scenario, backend)], seed, args.out))
-        if args.parallel < 1:
+        if getattr(args, "parallel", 1) < 1:
             print(f"{prog}: --parallel {args.parallel}: must be 1 or more", file=sys.stderr)
             return 2
         target = None
@@ -232,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         if problem:
             print(f"{prog}: {problem}", file=sys.stderr)
             return 2
+        if args.command == "soak":
+            return asyncio.run(_soak(args, target))
         jobs = _jobs(args, target)
         return asyncio.run(_run_many(jobs, args.seed, args.out, args.parallel, getattr(args, "ui", False)))
     except ValueError as exc:

@@ -6,6 +6,19 @@ the fault landed (activities running on the victim, a workflow held in a
 worker's cache, bytes dropped by a proxy, requests the model refused). A fault
 with no evidence hit nothing; the evidence checker will not let a run whose
 faults all hit nothing pass.
+
+A kill can be *aimed* (``kill_worker``): at a worker running a given activity
+(``activity``: ``"model"``, ``"tool"`` for any other activity, or an activity
+type's own name such as ``append_file``), at a worker holding a workflow task
+(``at="workflow_task"``), or at a conversation about to continue-as-new or that
+just did (``at="continue_as_new"``). An aimed kill first *freezes* (SIGSTOP) the
+worker it means to hit, checks on the frozen process that the aim still holds
+(its unfinished execution in the effect ledger, Temporal's pending workflow task
+staying started while it is frozen, the run id), and only then SIGKILLs it; if
+the moment has passed it lets the worker go on (SIGCONT) and waits for the next
+one. So its ``evidence`` is what the frozen victim held when it died, not what
+was seen a moment before, and a kill that never found its moment says so
+(``evidence`` empty: ``injection_evidence`` will not count it).
 """
 
 from __future__ import annotations
@@ -17,12 +30,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from temporalio.api.enums.v1 import EventType, PendingActivityState
+import sqlite3
+from pathlib import Path
+
+from temporalio.api.enums.v1 import EventType, PendingActivityState, PendingWorkflowTaskState
 from temporalio.client import Client
 
 from harness.faults import FaultRule
+from harness.recording import MODEL_CALL
 from testbed.stack import Stack
-from harness.operations import INFO, OK, History
+from harness.operations import INFO, INVOKE, OK, History
 from testbed.net import Toxic
 
 
@@ -37,6 +54,11 @@ class NemesisContext:
     #: what is running right now, by the backend's own lights (Temporal: pending activities; checkpoint: the
     #: ledger's unfinished executions): [{"workflow_id", "activity", "attempt", "worker"}]
     running: Callable[[NemesisContext], Awaitable[list[dict[str, Any]]]] | None = None
+    #: the target's effect ledger, where this process can read it: the workers' own record of what runs now
+    #: (aimed kills read it; None, or a file that does not exist here: they ask ``running`` / Temporal instead)
+    ledger: Path | None = None
+    #: the conversations' continue-as-new threshold in history events, where the backend knows it (0: unknown)
+    continue_as_new_events: int = 0
 
     @property
     def client(self) -> Client | None:
@@ -92,32 +114,309 @@ def _worker_of(ctx: NemesisContext, identity: str) -> str | None:
     return None
 
 
+#: what ``kill_worker(at=...)`` can aim at (None: an activity, as ``when`` and ``activity`` say)
+KILL_AIMS = ("activity", "workflow_task", "continue_as_new")
+
+
+def aimed_at(aim: str | None, activity: str, model_activity: str, kind: str | None = None) -> bool:
+    """Whether a running ``activity`` is what a nemesis argument aims at: None or "any" (every activity), "model"
+    (the target's model activity), "tool" (any other activity: every tool), or an activity type's own name."""
+    if aim in (None, "any"):
+        return True
+    is_model = kind == MODEL_CALL if kind is not None else activity == model_activity
+    if aim == "model":
+        return is_model
+    if aim == "tool":
+        return not is_model
+    return activity == aim
+
+
 async def _wait_for_in_flight(ctx: NemesisContext, activity: str | None, timeout_s: float) -> list[dict[str, Any]]:
-    """Activities running on live workers (``activity`` "model": the target's model activity)."""
-    if activity == "model":
-        activity = ctx.model_activity
+    """Activities running on live workers that ``activity`` aims at (``aimed_at``)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         running = [a for a in await in_flight(ctx)
-                   if (activity is None or a["activity"] == activity) and _worker_of(ctx, a["worker"])]
+                   if aimed_at(activity, a["activity"], ctx.model_activity) and _worker_of(ctx, a["worker"])]
         if running:
             return running
         await asyncio.sleep(0.05)
     return []
 
 
-async def kill_worker(ctx: NemesisContext, when: str = "busy", activity: str | None = "model",
-                      down_s: float = 2.0, wait_s: float = 15.0) -> dict[str, Any]:
-    """SIGKILL a worker: one running ``activity`` ("busy"), one idle but holding conversations in its cache
-    ("idle", Temporal only), or any one, now ("any"). It stays down ``down_s``; then the supervisor restarts it."""
-    op = ctx.history.invoke("nemesis", "kill_worker", {"when": when, "activity": activity, "down_s": down_s})
+def ledger_in_flight(path: Path) -> list[dict[str, Any]]:
+    """Executions the effect ledger has begun and not finished: what workers run right now, by their own record
+    (written before the work starts, so even a tool call of a few milliseconds is seen)."""
+    if not path.exists():
+        return []
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1)
+    try:
+        rows = db.execute("SELECT id, worker, workflow_id, tool, kind, attempt FROM executions "
+                          "WHERE finished_at IS NULL").fetchall()
+    except sqlite3.Error:  # not created yet, or busy: nothing observable this time
+        return []
+    finally:
+        db.close()
+    return [{"workflow_id": wid, "activity": tool, "attempt": attempt, "worker": worker, "kind": kind,
+             "execution": eid} for eid, worker, wid, tool, kind, attempt in rows]
+
+
+async def _aimed_running(ctx: NemesisContext, activity: str | None) -> tuple[list[dict[str, Any]], str]:
+    """(the activities ``activity`` aims at, running on live workers, where that was read)."""
+    if ctx.ledger is not None and ctx.ledger.exists():
+        rows, source = ledger_in_flight(ctx.ledger), "effect_ledger"
+    else:
+        rows, source = await in_flight(ctx), "backend" if ctx.running is not None else "temporal_pending_activities"
+    return [a for a in rows if aimed_at(activity, a["activity"], ctx.model_activity, a.get("kind"))
+            and _worker_of(ctx, a["worker"])], source
+
+
+def _key(a: dict[str, Any]) -> tuple[Any, ...]:
+    return (a.get("execution"), a["workflow_id"], a["activity"], a["attempt"], a["worker"])
+
+
+async def _freeze_then_kill(ctx: NemesisContext, identity: str, down_s: float,
+                            confirm: Callable[[], Awaitable[list[dict[str, Any]]]]
+                            ) -> tuple[str, str, list[dict[str, Any]], float] | None:
+    """SIGSTOP the live worker ``identity``; ask ``confirm`` (on the frozen process) what the aim found; if anything,
+    SIGKILL it (down ``down_s``) and return (worker name, identity, that evidence, kill time); else SIGCONT it."""
+    name = _worker_of(ctx, identity)
+    if name is None:
+        return None
+    w = ctx.stack.worker(name)
+    async with w.held() as proc:
+        if proc.identity != identity or not proc.alive:
+            return None
+        proc.pause()
+        try:
+            evidence = await confirm()
+        except Exception:  # the server is down, say: the aim cannot be confirmed
+            evidence = []
+        if not evidence:
+            proc.resume()
+            return None
+        w.down_until = time.monotonic() + down_s
+        killed_at = time.time()
+        proc.kill()
+    return name, identity, evidence, killed_at
+
+
+async def _aim_activity(ctx: NemesisContext, activity: str | None, down_s: float, wait_s: float
+                        ) -> tuple[tuple[str, str, list[dict[str, Any]], float] | None, dict[str, Any]]:
+    """Kill a worker frozen while it runs an activity ``activity`` aims at."""
+    deadline = time.monotonic() + wait_s
+    probes, source = 0, ""
+    while time.monotonic() < deadline:
+        running, source = await _aimed_running(ctx, activity)
+        if running:
+            identity = running[0]["worker"]
+            keys = {_key(a) for a in running if a["worker"] == identity}
+
+            async def confirm(identity: str = identity, keys: set = keys) -> list[dict[str, Any]]:
+                now, _ = await _aimed_running(ctx, activity)
+                return [a for a in now if a["worker"] == identity and _key(a) in keys]
+
+            probes += 1
+            hit = await _freeze_then_kill(ctx, identity, down_s, confirm)
+            if hit is not None:
+                return hit, {"observed_by": source, "probes": probes}
+        await asyncio.sleep(0.003 if source == "effect_ledger" else 0.05)
+    return None, {"observed_by": source, "probes": probes}
+
+
+async def _describe(ctx: NemesisContext, wid: str, run_id: str | None = None) -> Any:
+    try:
+        return await ctx.client.get_workflow_handle(wid, run_id=run_id).describe()
+    except Exception:  # not started yet, or the server is down: nothing observable
+        return None
+
+
+async def _task_workers(ctx: NemesisContext, wid: str, run_id: str | None = None) -> tuple[str | None, str | None]:
+    """(the worker that completed this run's last workflow task, the one that started its last one): the first
+    holds the conversation in its cache (its next workflow task goes to that worker's sticky queue)."""
+    completed = started = None
+    try:
+        async for ev in ctx.client.get_workflow_handle(wid, run_id=run_id).fetch_history_events():
+            if ev.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+                completed = ev.workflow_task_completed_event_attributes.identity or completed
+            elif ev.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+                started = ev.workflow_task_started_event_attributes.identity or started
+    except Exception:
+        pass
+    return completed, started
+
+
+def _wft(desc: Any) -> dict[str, Any] | None:
+    """The pending workflow task of a description, or None."""
+    p = desc.raw_description.pending_workflow_task if desc is not None else None
+    if p is None or p.state == PendingWorkflowTaskState.PENDING_WORKFLOW_TASK_STATE_UNSPECIFIED:
+        return None
+    return {"state": PendingWorkflowTaskState.Name(p.state).removeprefix("PENDING_WORKFLOW_TASK_STATE_"),
+            "attempt": p.attempt,
+            "scheduled": p.scheduled_time.ToDatetime().isoformat() if p.HasField("scheduled_time") else None,
+            "started": p.started_time.ToDatetime().isoformat() if p.HasField("started_time") else None}
+
+
+async def _aim_workflow_task(ctx: NemesisContext, down_s: float, wait_s: float, hold_s: float
+                             ) -> tuple[tuple[str, str, list[dict[str, Any]], float] | None, dict[str, Any]]:
+    """Kill a worker while it holds a workflow task. When the client sends a message (an Update), the worker that
+    holds the conversation in its cache (it completed its last workflow task: the server sends the next one to its
+    sticky queue) is frozen; if Temporal then shows the conversation's workflow task *started* and it stays started,
+    unchanged, for ``hold_s`` (a live worker completes one in milliseconds), the frozen worker holds it: kill."""
+    deadline = time.monotonic() + wait_s
+    sticky: dict[str, str] = {}
+    probes = 0
+
+    async def refresh() -> None:
+        while True:
+            for wid in ctx.workflow_ids:
+                completed, _ = await _task_workers(ctx, wid)
+                if completed:
+                    sticky[wid] = completed
+            await asyncio.sleep(0.3)
+
+    refresher = asyncio.create_task(refresh())
+    try:
+        seen = len(ctx.history.ops())
+        while time.monotonic() < deadline:
+            ops = ctx.history.ops()
+            sends = [op for op in ops[seen:] if op.type == INVOKE and op.process.startswith("client")
+                     and op.f in ("send_message", "resend_message") and isinstance(op.value, dict)]
+            seen = len(ops)
+            for op in reversed(sends):  # the latest first: its workflow task is the likeliest still in flight
+                wid, identity = op.value.get("conversation"), sticky.get(op.value.get("conversation"))
+                if not identity or not _worker_of(ctx, identity):
+                    continue
+
+                async def confirm(wid: str = wid, identity: str = identity, op: Any = op) -> list[dict[str, Any]]:
+                    first: dict[str, Any] | None = None
+                    t0 = time.monotonic()
+                    while time.monotonic() - t0 < hold_s + 0.4:
+                        task = _wft(await _describe(ctx, wid))
+                        if task is None or task["state"] != "STARTED":
+                            if first is not None:
+                                return []  # it was completed: a live worker held it, not the frozen one
+                        elif first is None or task["started"] != first["started"]:
+                            first, t_first = task, time.monotonic()
+                        elif time.monotonic() - t_first >= hold_s:
+                            return [{"workflow_id": wid, "workflow_task": task, "worker": identity,
+                                     "held_frozen_s": round(time.monotonic() - t_first, 3),
+                                     "after": {"op": op.f, "n": op.value.get("n"), "index": op.index}}]
+                        await asyncio.sleep(0.03)
+                    return []
+
+                probes += 1
+                hit = await _freeze_then_kill(ctx, identity, down_s, confirm)
+                if hit is not None:
+                    return hit, {"observed_by": "temporal_pending_workflow_task", "probes": probes}
+                break  # the others were sent before: their tasks are done by now
+            await asyncio.sleep(0.002)
+    finally:
+        refresher.cancel()
+        await asyncio.gather(refresher, return_exceptions=True)
+    return None, {"observed_by": "temporal_pending_workflow_task", "probes": probes}
+
+
+async def _aim_continue_as_new(ctx: NemesisContext, phase: str, threshold: int, down_s: float, wait_s: float
+                               ) -> tuple[tuple[str, str, list[dict[str, Any]], float] | None, dict[str, Any]]:
+    """Kill around a continue-as-new. ``phase`` "before": a conversation's history has reached the continue-as-new
+    threshold (``threshold`` events) and it is still the same run, so the turn in flight ends by continuing as new:
+    kill the worker holding it. "after": a conversation has a new run id: kill the worker that holds the new run (it
+    ran its first workflow task; before that, the one that completed the old run). "any": whichever comes first."""
+    deadline = time.monotonic() + wait_s
+    runs: dict[str, str] = {}
+    probes = 0
+    while time.monotonic() < deadline:
+        descs = await asyncio.gather(*(_describe(ctx, wid) for wid in ctx.workflow_ids))
+        for wid, desc in zip(ctx.workflow_ids, descs):
+            if desc is None or desc.status is None or desc.status.name != "RUNNING":
+                continue
+            run_id, length = desc.run_id, desc.raw_description.workflow_execution_info.history_length
+            old = runs.setdefault(wid, run_id)
+            if run_id != old and phase in ("after", "any"):
+                runs[wid] = run_id
+                new_holder, new_started = await _task_workers(ctx, wid, run_id)
+                old_holder, _ = await _task_workers(ctx, wid, old)
+                identity = new_holder or new_started or old_holder
+                basis = ("completed the new run's first workflow task" if new_holder else
+                         "started the new run's first workflow task" if new_started else
+                         "completed the old run's last workflow task (the continue-as-new)")
+                if not identity:
+                    continue
+
+                async def confirm(wid: str = wid, run_id: str = run_id, old: str = old, identity: str = identity,
+                                  basis: str = basis) -> list[dict[str, Any]]:
+                    d = await _describe(ctx, wid)
+                    if d is None or d.run_id != run_id:
+                        return []
+                    return [{"workflow_id": wid, "continued_as_new": "after", "continued_from_run_id": old,
+                             "run_id": run_id, "history_length": d.raw_description.workflow_execution_info.history_length,
+                             "worker": identity, "worker_basis": basis, "workflow_task": _wft(d)}]
+            elif run_id == old and threshold and length >= threshold and phase in ("before", "any"):
+                identity, started = await _task_workers(ctx, wid, run_id)
+                identity = identity or started
+                if not identity:
+                    continue
+
+                async def confirm(wid: str = wid, run_id: str = run_id, identity: str = identity
+                                  ) -> list[dict[str, Any]]:
+                    d = await _describe(ctx, wid)
+                    n = d.raw_description.workflow_execution_info.history_length if d is not None else 0
+                    if d is None or d.run_id != run_id or n < threshold or d.status.name != "RUNNING":
+                        return []
+                    return [{"workflow_id": wid, "continued_as_new": "before", "run_id": run_id,
+                             "history_length": n, "threshold": threshold, "worker": identity,
+                             "worker_basis": "completed the run's last workflow task (holds it in its cache)",
+                             "workflow_task": _wft(d),
+                             "activities": [{"activity": a.activity_type.name, "worker": a.last_worker_identity}
+                                            for a in d.raw_description.pending_activities
+                                            if a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED]}]
+            else:
+                continue
+            if not _worker_of(ctx, identity):
+                continue
+            probes += 1
+            hit = await _freeze_then_kill(ctx, identity, down_s, confirm)
+            if hit is not None:
+                return hit, {"observed_by": "temporal_run_ids" if phase != "before" else "temporal_history_length",
+                             "probes": probes}
+        await asyncio.sleep(0.05)
+    return None, {"observed_by": "temporal_run_ids", "probes": probes}
+
+
+async def kill_worker(ctx: NemesisContext, when: str = "busy", activity: str | None = "model", down_s: float = 2.0,
+                      wait_s: float = 15.0, at: str | None = None, phase: str = "any", history_events: int = 0,
+                      hold_s: float = 0.25) -> dict[str, Any]:
+    """SIGKILL a worker; it stays down ``down_s``, then the supervisor restarts it.
+
+    ``at`` None (or "activity"): one running ``activity`` ("busy": "model", "tool", an activity type's name, or
+    None for any), one idle but holding conversations in its cache ("idle", Temporal only), or any one, now
+    ("any"). ``at`` "workflow_task": one holding a workflow task (``_aim_workflow_task``); "continue_as_new": one
+    holding a conversation about to continue-as-new or that just did (``phase``; ``history_events``: the
+    threshold, default the backend's ``continue_as_new_events``). An aimed kill that finds no moment within
+    ``wait_s`` kills a worker anyway, with empty ``evidence``. The completion records ``aim`` and how the aim
+    was observed (``observed_by``, ``probes``: how many times a worker was frozen to check it)."""
+    if at not in (None, *KILL_AIMS):
+        raise ValueError(f"kill_worker at={at!r}: unknown; aims are {', '.join(KILL_AIMS)}")
+    if phase not in ("before", "after", "any"):
+        raise ValueError(f"kill_worker phase={phase!r}: one of before, after, any")
+    at = None if at == "activity" else at
+    aim: dict[str, Any] = {"when": when, "activity": activity, "at": at}
+    if at == "continue_as_new":
+        aim.update(phase=phase, history_events=history_events or ctx.continue_as_new_events)
+    op = ctx.history.invoke("nemesis", "kill_worker", {"when": when, "activity": activity, "down_s": down_s,
+                                                       **({"at": at} if at else {})})
     evidence: list[Any] = []
     victim = None
-    if when == "busy":
-        running = await _wait_for_in_flight(ctx, activity, wait_s)
-        if running:
-            victim = _worker_of(ctx, running[0]["worker"])
-            evidence = [a for a in running if a["worker"] == running[0]["worker"]]
+    info: dict[str, Any] = {}
+    hit = None
+    if at in ("workflow_task", "continue_as_new") and ctx.client is None:
+        info = {"observed_by": None, "not_observable": f"{at}: this backend has no Temporal server to observe"}
+    elif at == "workflow_task":
+        hit, info = await _aim_workflow_task(ctx, down_s, wait_s, hold_s)
+    elif at == "continue_as_new":
+        hit, info = await _aim_continue_as_new(ctx, phase, aim["history_events"], down_s, wait_s)
+    elif when == "busy":
+        hit, info = await _aim_activity(ctx, activity, down_s, wait_s)
     elif when == "idle":
         # A worker holding a conversation that waits for its next message (no activity of its own running).
         deadline = time.monotonic() + wait_s
@@ -131,14 +430,18 @@ async def kill_worker(ctx: NemesisContext, when: str = "busy", activity: str | N
                     break
             else:
                 await asyncio.sleep(0.1)
-    victim = victim or ctx.rng.choice(ctx.stack.workers).name
-    w = ctx.stack.worker(victim)
-    async with w.held() as proc:
-        identity = proc.identity
-        w.down_until = time.monotonic() + down_s
-        killed_at = time.time()
-        proc.kill()
-    value = {"worker": victim, "identity": identity, "evidence": evidence, "down_s": down_s, "killed_at": killed_at}
+    if hit is not None:
+        victim, identity, evidence, killed_at = hit
+    else:
+        victim = victim or ctx.rng.choice(ctx.stack.workers).name
+        w = ctx.stack.worker(victim)
+        async with w.held() as proc:
+            identity = proc.identity
+            w.down_until = time.monotonic() + down_s
+            killed_at = time.time()
+            proc.kill()
+    value = {"worker": victim, "identity": identity, "evidence": evidence, "down_s": down_s, "killed_at": killed_at,
+             "aim": aim, **info}
     ctx.history.complete(op, OK, value)
     return value
 

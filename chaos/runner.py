@@ -15,9 +15,11 @@ directory: it reads only saved files and names no backend.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,7 +32,7 @@ from chaos.scenarios import SCENARIOS, ChaosScenario
 from harness import operations
 from harness.operations import History
 from harness.rundir import CONVERSATIONS, SCHEMA, VERDICT_JSON, RunDir, command_line, machine_info
-from harness.verdict import NOT_APPLICABLE, CheckResult, compose, summarise
+from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult, compose, summarise
 from testbed.stack import stack
 from testbed.temporal_server import temporal_binary_or_none
 
@@ -57,14 +59,49 @@ def reproduce_command(scenario: ChaosScenario, seed: int, backend: Backend, run:
     return command_line("python -m chaos rerun", {}, [str(run.path)])
 
 
+#: in a failed run's logs/: the harness's traceback of the error that ended it
+RUNNER_ERROR = "runner-error.txt"
+
+
+class RunFailed(Exception):
+    """``run`` ended with an error, already recorded in its run directory (``run.json``: status ``failed``,
+    ``error``, ``reproduce``; the traceback in ``logs/runner-error.txt``)."""
+
+    def __init__(self, scenario: str, seed: int, run_dir: Path, reproduce: str, error: str, wall_s: float) -> None:
+        super().__init__(f"{scenario} (seed {seed}): {error}")
+        self.scenario, self.seed, self.run_dir, self.reproduce = scenario, seed, run_dir, reproduce
+        self.error, self.wall_s = error, round(wall_s, 1)
+
+
 async def run(scenario: ChaosScenario, backend: Backend, *, seed: int, out_root: Path,
               progress: Progress = lambda s: None, ui: bool = False) -> RunResult:
+    """One run, start to verdict. An error (a worker dying at setup, a port clash, a harness bug) ends the run
+    ``failed`` in its directory (``run.json``: ``error``, ``reproduce``) and raises ``RunFailed``, which carries
+    the run directory, the error and the reproduce command, so a suite or a soak reports it and goes on.
+    Ctrl-C and cancellation end it ``interrupted`` and propagate unchanged."""
     started = time.monotonic()
     name = scenario.name + backend.suffix
     run_dir = RunDir.create(out_root / name)
+    reproduce = reproduce_command(scenario, seed, backend, run_dir)
+    try:
+        return await _run(scenario, backend, seed, progress, ui, started, name, run_dir, reproduce)
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        with contextlib.suppress(Exception):  # recording the failure must not hide it
+            if run_dir.run.get("status") in (None, "running"):  # it failed where nothing recorded it yet
+                if not run_dir.run.get("kind"):
+                    run_dir.update(schema=SCHEMA, kind="chaos", name=name, seed=seed, reproduce=reproduce)
+                run_dir.finish("failed", time.monotonic() - started, error)
+            run_dir.logs.mkdir(parents=True, exist_ok=True)
+            (run_dir.logs / RUNNER_ERROR).write_text("".join(traceback.format_exception(exc)))
+        raise RunFailed(name, seed, run_dir.path, reproduce, error, time.monotonic() - started) from exc
+
+
+async def _run(scenario: ChaosScenario, backend: Backend, seed: int, progress: Progress, ui: bool, started: float,
+               name: str, run_dir: RunDir, reproduce: str) -> RunResult:
     history = History(run_dir.operations)
     events = schedule(scenario.events, scenario.random_events, scenario.fault_s, seed)
-    run_dir.begin("chaos", name, seed=seed, reproduce=reproduce_command(scenario, seed, backend, run_dir),
+    run_dir.begin("chaos", name, seed=seed, reproduce=reproduce,
                   scenario=asdict(scenario), schedule=[e.as_dict() for e in events], backend=backend.record(),
                   target=backend.target.as_dict(), checkers=backend.checkers,
                   machine=await asyncio.to_thread(machine_info, temporal_binary_or_none()), phases={})
@@ -106,22 +143,33 @@ async def run(scenario: ChaosScenario, backend: Backend, *, seed: int, out_root:
 
 
 def check(path: Path, target_here: dict[str, Any] | None = None) -> tuple[str, list[CheckResult], dict[str, Any]]:
-    """Run every checker the run declared on its saved files and write ``verdict.json``; (verdict, checks, row).
+    """Run every checker on the run's saved files and write ``verdict.json``; (verdict, checks, row).
 
-    The same on a fresh run, on a run re-checked later and on a run directory copied to another machine
-    (``target_here``: where a target's interpreter and code are on this one)."""
+    The same on a fresh run, on a run re-checked later (everything is recomputed, with today's checkers) and on
+    a run directory copied to another machine (``target_here``: where a target's interpreter and code are on this
+    one). A checker the target opted out of is not run, and is ``unknown`` ("not checked"), never left out: a
+    run cannot pass on a property nobody checked. Only what the backend cannot have (Temporal histories on the
+    checkpoint backend) is ``not_applicable``, with its reason."""
     run_dir = RunDir(path)
     record = run_dir.read_run()
-    wanted = record.get("checkers") or (record.get("target") or {}).get("checkers") or ALL_CHECKERS
+    declared = (record.get("target") or {}).get("checkers") or ALL_CHECKERS
     not_applicable = dict((record.get("backend") or {}).get("not_applicable") or {})
-    checks = run_checkers(path, [c for c in wanted if c not in not_applicable], target_here)
+    if not_applicable.keys() & {"temporal_history", "replay"}:
+        not_applicable.setdefault("workflow_tasks", not_applicable.get("temporal_history") or
+                                  not_applicable.get("replay"))
+    opted_out = [c for c in ALL_CHECKERS if c not in declared and c not in not_applicable]
+    checks = run_checkers(path, [c for c in ALL_CHECKERS if c in declared and c not in not_applicable], target_here)
+    checks += [CheckResult(c, UNKNOWN, "not checked: the target's 'checkers' leaves it out, so this property is "
+                                       "unverified") for c in opted_out]
     checks += [CheckResult(c, NOT_APPLICABLE, f"not applicable: {why}") for c, why in not_applicable.items()]
     verdict = compose(checks)
     name = record.get("name") or run_dir.path.parent.name
     row = summarise(name, operations.load(run_dir.operations), checks)
     run_dir.write_json(VERDICT_JSON, {
         "schema": SCHEMA, "verdict": verdict, "checks": [c.as_dict() for c in checks],
-        "checkers_not_run": [c for c in ALL_CHECKERS if c not in wanted and c not in not_applicable],
+        "checked": [c.name for c in checks if c.verdict in (PASS, FAIL)],
+        "not_checked": {c.name: c.summary for c in checks if c.verdict in (UNKNOWN, NOT_APPLICABLE)},
+        "checkers_not_run": opted_out + list(not_applicable),
         "summary": row})
     return verdict, checks, row
 
@@ -140,7 +188,13 @@ async def drive_load(scenario: ChaosScenario, events: list[NemesisEvent], ctx: A
             load.cancel()
         await asyncio.gather(load, return_exceptions=True)
     phase("final")
-    await driver.finish()
+    try:
+        await asyncio.wait_for(driver.finish(), timeout=getattr(scenario, "final_s", 90.0))
+    except asyncio.TimeoutError:
+        # Recorded; the conversations not read back are unknown to the checkers (the server's histories remain).
+        history.event("generator", "final_timeout", {"after_s": getattr(scenario, "final_s", 90.0)})
+        progress(f"{scenario.name}: the final phase did not end within {getattr(scenario, 'final_s', 90.0)}s; "
+                 "checking what was recorded")
 
 
 async def _warm_up_faults_heal_settle(scenario: ChaosScenario, events: list[NemesisEvent], ctx: Any, cluster: Any,

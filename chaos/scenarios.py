@@ -45,9 +45,12 @@ class ChaosScenario:
     cluster: ClusterSpec = field(default_factory=ClusterSpec)
     workload: Workload = field(default_factory=Workload)
     planning_max_attempts: int = 0  # 0: retry model calls forever (a lower value is a broken agent)
+    max_history_events: int = 0  # the conversations continue-as-new past this many history events (0: as configured)
     warmup_s: float = 1.0
     fault_s: float = 8.0
     settle_s: float = 60.0
+    final_s: float = 90.0  # the final phase (end every conversation, read it back) must end within this
+    recovery_within_s: float = 45.0  # after the heal, each pending workflow task completes within this (liveness)
 
 
 E = NemesisEvent
@@ -112,6 +115,25 @@ SCENARIOS: dict[str, ChaosScenario] = {
             (E(0.5, "degrade_link", {"link": "temporal", "latency_ms": 300.0, "jitter_ms": 100.0, "rate_kbps": 50.0,
                                      "duration_s": 5.0}),),
             workload=Workload(flaky_ratio=0.35, repair_ratio=0.35, append_ratio=0.3), fault_s=6.0,
+        ),
+        ChaosScenario(
+            "kill_mid_tool", "SIGKILL a worker frozen mid tool call (any tool, then an append), as its own ledger shows.",
+            (E(0.5, "kill_worker", {"when": "busy", "activity": "tool", "down_s": 1.0}),
+             E(3.0, "kill_worker", {"when": "busy", "activity": "append_file", "down_s": 1.0})),
+            workload=Workload(append_ratio=0.7), fault_s=5.0,
+        ),
+        ChaosScenario(
+            "kill_workflow_task", "SIGKILL a worker holding a workflow task (frozen as a message's task reaches it).",
+            (E(0.5, "kill_worker", {"at": "workflow_task", "down_s": 1.0}),
+             E(3.5, "kill_worker", {"at": "workflow_task", "down_s": 1.0})),
+            fault_s=6.0,
+        ),
+        ChaosScenario(
+            "kill_continue_as_new", "Conversations continue-as-new every two turns or so; SIGKILL the worker holding "
+                                    "one whose turn ends by continuing as new, then one that just did.",
+            (E(0.5, "kill_worker", {"at": "continue_as_new", "phase": "before", "down_s": 1.0}),
+             E(3.5, "kill_worker", {"at": "continue_as_new", "phase": "after", "down_s": 1.0})),
+            workload=Workload(messages=6), max_history_events=30, fault_s=7.0,
         ),
         ChaosScenario(
             "mixed", "A seeded random mix of three faults from every nemesis.",

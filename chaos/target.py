@@ -14,6 +14,11 @@
     workspace = "files/{workflow_id}"    # optional: each conversation's files ({workflow_id}: workspace_name(id))
     checkers = ["lost", "temporal_history", "replay", "injection_evidence", "stats"]  # default: all
     cwd = "."                            # relative to this file; workers, the driver and the replayer run there
+    # what the workers build their Worker (and Client) with, so replay runs histories the same way (each optional;
+    # MODULE:NAME of an instance, or of a zero-argument callable returning one, importable in the target's python):
+    replay_plugins = ["my_agent.temporal:make_plugin"]   # temporalio.plugin.SimplePlugin / worker plugins, in order
+    data_converter = "my_agent.temporal:converter"       # e.g. with a payload codec, or pydantic_data_converter
+    workflow_runner = "temporalio.worker:UnsandboxedWorkflowRunner"   # or a SandboxedWorkflowRunner with passthroughs
     [env]                                # extra environment for workers, the driver and the replayer
     MY_FLAG = "1"
 
@@ -40,6 +45,14 @@ for appends ``path`` and ``content``), ``final_history`` (chat messages:
 ``role``, ``content``) and ``final_status``. ``chaos.client.Driver`` is the
 reference.
 
+The replay checker builds its ``Replayer`` from ``replay_plugins``,
+``data_converter`` and ``workflow_runner`` (none declared: the SDK's defaults,
+the sandbox and the default converter), as the workers build their ``Worker``:
+declare whatever the worker passes (a converter given to ``Client.connect``
+counts; interceptors given to the worker go in as a
+``SimplePlugin(name, interceptors=[...])``), or correct histories fail to replay.
+A declared object that does not load makes the check unknown, naming it.
+
 Checkers a target leaves out are recorded in the run as not run; they never
 count as passed.
 """
@@ -59,7 +72,7 @@ from chaos.checker import ALL_CHECKERS
 from testbed.worker_process import PLACEHOLDERS, REFERENCE_WORKER, fill
 
 FIELDS = ("name", "python", "worker", "ready_line", "warm_line", "task_queue", "driver", "workflow", "model_activity",
-          "ledger", "workspace", "checkers", "cwd", "env")
+          "ledger", "workspace", "checkers", "cwd", "env", "replay_plugins", "data_converter", "workflow_runner")
 
 
 @dataclass(frozen=True)
@@ -79,6 +92,10 @@ class Target:
     env: dict[str, str] = field(default_factory=dict)
     python: str | None = None  # the target's interpreter (None: the harness's own)
     source: str | None = None  # the file it was read from (None: the built-in reference target)
+    # What its workers build their Worker with, as MODULE:NAME (the replay checker builds its Replayer the same way).
+    replay_plugins: tuple[str, ...] = ()
+    data_converter: str | None = None
+    workflow_runner: str | None = None
 
     @property
     def is_reference(self) -> bool:
@@ -97,7 +114,13 @@ class Target:
                 "warm_line": self.warm_line, "task_queue": self.task_queue, "driver": self.driver,
                 "workflow": self.workflow, "model_activity": self.model_activity, "ledger": self.ledger,
                 "workspace": self.workspace, "checkers": list(self.checkers), "cwd": self.cwd, "env": dict(self.env),
-                "source": self.source}
+                "source": self.source, **self.replay_declarations()}
+
+    def replay_declarations(self) -> dict[str, Any]:
+        """What the replayer is built with, as declared (only what is: run.json stays as it was without them)."""
+        declared = {"replay_plugins": list(self.replay_plugins), "data_converter": self.data_converter,
+                    "workflow_runner": self.workflow_runner}
+        return {k: v for k, v in declared.items() if v}
 
 
 REFERENCE = Target()
@@ -140,6 +163,16 @@ def load_target(path: Path) -> Target:
     for spec_field, value in (("driver", driver), ("workflow", workflow)):
         if ":" not in value:
             raise ValueError(f"target file {path}: {spec_field!r} must be MODULE:NAME, got {value!r}")
+    replay_plugins = raw.get("replay_plugins", [])
+    if not isinstance(replay_plugins, list) or not all(isinstance(p, str) and ":" in p for p in replay_plugins):
+        raise ValueError(f"target file {path}: 'replay_plugins' must be a list of MODULE:NAME strings (each a "
+                         "Temporal plugin, or a zero-argument callable returning one), e.g. "
+                         f"[\"my_agent.temporal:make_plugin\"], got {replay_plugins!r}")
+    replay_objects = {name: _string(path, raw, name) for name in ("data_converter", "workflow_runner")}
+    for spec_field, value in replay_objects.items():
+        if value is not None and ":" not in value:
+            raise ValueError(f"target file {path}: {spec_field!r} must be MODULE:NAME (an instance, or a "
+                             f"zero-argument callable returning one), got {value!r}")
     checkers = raw.get("checkers", ALL_CHECKERS)
     if not isinstance(checkers, list) or not all(isinstance(c, str) for c in checkers):
         raise ValueError(f"target file {path}: 'checkers' must be a list of names such as [\"lost\", \"stats\"], "
@@ -170,7 +203,7 @@ def load_target(path: Path) -> Target:
                   model_activity=_string(path, raw, "model_activity", "plan_next_action"),
                   ledger=_string(path, raw, "ledger"), workspace=_string(path, raw, "workspace"),
                   checkers=tuple(checkers), cwd=cwd, env={str(k): str(v) for k, v in env.items()},
-                  source=str(path))
+                  source=str(path), replay_plugins=tuple(replay_plugins), **replay_objects)
 
 
 def load_callable(spec: str) -> Any:

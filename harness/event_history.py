@@ -93,6 +93,62 @@ class ChildRecord:
     initiated_by: str = ""
 
 
+#: a payload this module cannot read (not ``json/plain``: a codec, protobuf, encryption)
+UNREADABLE = "<unreadable payload>"
+
+
+def decode_payload(payload) -> object:
+    """A payload's value if it is plain JSON (the default data converter's), ``None`` for null, else ``UNREADABLE``."""
+    encoding = payload.metadata.get("encoding", b"")
+    if encoding == b"binary/null":
+        return None
+    if encoding == b"json/plain":
+        try:
+            return json.loads(payload.data)
+        except ValueError:
+            return UNREADABLE
+    return UNREADABLE
+
+
+def message_text(value: object) -> object:
+    """The text of a message or reply as an agent passes it: a string, or an object's ``text`` (or ``content``)."""
+    if isinstance(value, dict):
+        for key in ("text", "content", "message", "reply"):
+            if isinstance(value.get(key), str):
+                return value[key]
+        return UNREADABLE
+    return value if isinstance(value, str) else UNREADABLE
+
+
+@dataclass
+class UpdateRecord:
+    """An update the workflow accepted (rejected ones leave no event), with its outcome as the server holds it."""
+
+    update_id: str
+    name: str
+    text: object = UNREADABLE  # the first argument's text (``message_text``)
+    outcome: str = "accepted"  # -> "completed" | "failed"
+    reply: object = None  # the result's text, when completed
+    failure: str = ""
+    accepted_at: datetime | None = None
+    completed_at: datetime | None = None
+
+
+@dataclass
+class WorkflowTaskRecord:
+    """One workflow task attempt the history records (``attempt`` > 1: retries of a failing one)."""
+
+    scheduled_event_id: int
+    attempt: int = 1
+    identity: str = ""  # the worker that started it
+    outcome: str = "scheduled"  # -> "started" | "completed" | "failed" | "timed_out"
+    cause: str = ""
+    failure: str = ""
+    scheduled_at: datetime | None = None
+    started_at: datetime | None = None
+    closed_at: datetime | None = None
+
+
 @dataclass
 class RunRecord:
     workflow_id: str
@@ -111,6 +167,10 @@ class RunRecord:
     #: identity of the worker that completed each workflow task, in order
     workflow_task_workers: list[str] = field(default_factory=list)
     cancel_requested: bool = False
+    update_records: list[UpdateRecord] = field(default_factory=list)
+    workflow_tasks: list[WorkflowTaskRecord] = field(default_factory=list)
+    result: object = None  # the completion's result (decoded as ``decode_payload``), when it completed
+    failure: str = ""  # the run's failure message, when it failed
 
 
 def _summary(event: HistoryEvent) -> str:
@@ -122,10 +182,21 @@ def _summary(event: HistoryEvent) -> str:
         return ""
 
 
+def _enum_name(value: int, prefix: str) -> str:
+    from temporalio.api.enums.v1 import WorkflowTaskFailedCause
+
+    try:
+        return WorkflowTaskFailedCause.Name(value).removeprefix(prefix)
+    except ValueError:
+        return str(value)
+
+
 def parse_events(workflow_id: str, run_id: str, events: list[HistoryEvent]) -> RunRecord:
     run = RunRecord(workflow_id=workflow_id, run_id=run_id, events=len(events))
     by_scheduled: dict[int, ActivityRecord] = {}
     by_initiated: dict[int, ChildRecord] = {}
+    by_wft: dict[int, WorkflowTaskRecord] = {}
+    by_update: dict[str, UpdateRecord] = {}
     for ev in events:
         run.history_bytes += ev.ByteSize()
         at = ev.event_time.ToDatetime()
@@ -159,8 +230,52 @@ def parse_events(workflow_id: str, run_id: str, events: list[HistoryEvent]) -> R
             rec.outcome, rec.closed_at = ACTIVITY_CLOSE[t], at
             if hasattr(attrs, "failure") and attrs.HasField("failure"):
                 rec.failure = attrs.failure.message
-        elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
-            run.workflow_task_workers.append(ev.workflow_task_completed_event_attributes.identity)
+        elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
+            a = ev.workflow_task_scheduled_event_attributes
+            run.workflow_tasks.append(WorkflowTaskRecord(ev.event_id, a.attempt or 1, scheduled_at=at))
+            by_wft[ev.event_id] = run.workflow_tasks[-1]
+        elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+            a = ev.workflow_task_started_event_attributes
+            wft = by_wft.get(a.scheduled_event_id)
+            if wft is not None:
+                wft.identity, wft.outcome, wft.started_at = a.identity, "started", at
+        elif t in (EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED, EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED,
+                   EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT):
+            if t == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+                a = ev.workflow_task_completed_event_attributes
+                run.workflow_task_workers.append(a.identity)
+                outcome, cause, failure = "completed", "", ""
+            elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+                a = ev.workflow_task_failed_event_attributes
+                outcome, cause = "failed", _enum_name(a.cause, "WORKFLOW_TASK_FAILED_CAUSE_")
+                failure = a.failure.message if a.HasField("failure") else ""
+            else:
+                a = ev.workflow_task_timed_out_event_attributes
+                outcome, cause, failure = "timed_out", "", ""
+            wft = by_wft.get(a.scheduled_event_id)
+            if wft is not None:
+                wft.outcome, wft.cause, wft.failure, wft.closed_at = outcome, cause, failure, at
+        elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
+            a = ev.workflow_execution_update_accepted_event_attributes
+            req = a.accepted_request
+            args = list(req.input.args.payloads)
+            text = message_text(decode_payload(args[0])) if args else UNREADABLE
+            rec = UpdateRecord(a.protocol_instance_id or req.meta.update_id, req.input.name, text, accepted_at=at)
+            rec.update_id = req.meta.update_id or rec.update_id
+            by_update[rec.update_id] = rec
+            run.update_records.append(rec)
+            run.updates += 1
+        elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED:
+            a = ev.workflow_execution_update_completed_event_attributes
+            rec = by_update.get(a.meta.update_id)
+            if rec is not None:
+                rec.completed_at = at
+                if a.outcome.HasField("failure"):
+                    rec.outcome, rec.failure = "failed", a.outcome.failure.message
+                else:
+                    payloads = list(a.outcome.success.payloads)
+                    rec.outcome = "completed"
+                    rec.reply = message_text(decode_payload(payloads[0])) if payloads else None
         elif t == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED:
             a = ev.start_child_workflow_execution_initiated_event_attributes
             child = ChildRecord(a.workflow_id, a.workflow_type.name, ev.event_id, _summary(ev),
@@ -189,12 +304,15 @@ def parse_events(workflow_id: str, run_id: str, events: list[HistoryEvent]) -> R
             by_initiated[attrs.initiated_event_id].outcome = _CHILD_CLOSE[t]
         elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED:
             run.cancel_requested = True
-        elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
-            run.updates += 1
         elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
             run.signals += 1
         elif t in _WF_CLOSE:
             run.status, run.closed_at = _WF_CLOSE[t], at
+            if t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
+                payloads = list(ev.workflow_execution_completed_event_attributes.result.payloads)
+                run.result = decode_payload(payloads[0]) if payloads else None
+            elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED:
+                run.failure = ev.workflow_execution_failed_event_attributes.failure.message
             if t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
                 run.next_run_id = ev.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
     return run

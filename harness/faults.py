@@ -24,6 +24,46 @@ activities record executions and effects through ``harness.recording``, and
 the recording calls these seams at the right moments. Nothing here runs unless
 a fault was asked for.
 
+The environment contract (bring-your-own targets)
+-------------------------------------------------
+
+Every worker process the chaos harness starts for a target (``chaos.backends``:
+process or container) gets these variables when the scenario asks for the fault
+(``ClusterSpec.crash_at`` / ``bugs`` / ``mutations``; unset otherwise), on top of
+the target's own ``[env]``. Values are comma-separated names. An
+``EffectLedger`` opened without ``faults=`` reads them itself
+(``AgentFaults.from_environment()``), so a target that records through
+``harness.recording`` needs no code for them:
+
+==================  =============================  ==============================================  ==========================================
+variable            values                         what happens                                    what the target must call for it to work
+==================  =============================  ==============================================  ==========================================
+``DAH_LEDGER``      the effect ledger's path       where the recording writes (set when the        ``EffectLedger.from_environment()``
+                    (the target's ``ledger``,      target declares ``ledger``)
+                    under the run's state dir)
+``DAH_CRASH_AT``    ``after_model_call``           the worker SIGKILLs itself once the model       ``begin_execution(ident, name,
+                                                   call is recorded as ``ok``, before its          model_call=True)`` then
+                                                   activity reports back                           ``end_execution(id, "ok")`` (it fires there)
+``DAH_CRASH_AT``    ``after_effect``               the worker SIGKILLs itself once an effect is    ``apply_once`` / ``apply_once_async``
+                                                   applied and recorded, before its activity       (it fires as they return)
+                                                   reports back
+``DAH_BUGS``        tool or activity names         ``begin_execution`` for that name raises        ``begin_execution(ident, name)`` at the
+                                                   ``InjectedBug`` on every attempt (a retryable   start of each attempt
+                                                   failure) until a worker without the bug runs
+``DAH_MUTATIONS``   ``unkeyed_effects``            ``apply_once`` applies the effect on every      ``apply_once`` / ``apply_once_async``;
+                                                   attempt, ignoring its idempotency key; each     an agent's own mutated path asks
+                                                   time is recorded (ledger table ``mutations``)   ``faults.mutated(name)`` and calls
+                                                                                                   ``ledger.record_mutation(name, ident, tool)``
+==================  =============================  ==============================================  ==========================================
+
+A crash point fires once per ledger (the first worker to reach it; the table
+``crash_points`` says which), so the restarted worker can finish the work. A
+declared mutation with no ``mutations`` row, or a crash point scheduled that
+never fired, means the bug was not exercised: ``injection_evidence`` says
+``unknown``, never ``pass``. ``{identity}`` in the worker command is the worker
+identity the nemesis matches against the ledger's ``worker`` column and
+Temporal's: pass it as the ``worker`` of ``ExecutionIdentity.current``.
+
 Standard library only: this module is imported in a target agent's own Python.
 """
 

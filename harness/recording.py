@@ -37,7 +37,9 @@ These calls are also where the harness's in-agent faults act
 (``harness.faults``: a crash right after a model call or an effect, a tool
 with a logic bug, a build that ignores idempotency keys), so an agent that
 records through this module can be attacked at those points without any
-code of ours inside it. With no fault asked for, they do nothing.
+code of ours inside it. With no fault asked for, they do nothing. A mutated
+path that ran is recorded (table ``mutations``): a declared mutation that
+never ran is a bug that was not exercised, and the run proves nothing.
 
 Standard library only: this module is imported in a target agent's own Python.
 The schema (version ``SCHEMA_VERSION``) is part of the run directory's
@@ -58,7 +60,7 @@ from typing import Any
 from harness.durable_files import connect_wal
 from harness.faults import AgentFaults
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4  # 4: executions.scheduled_at (the server's schedule time of the attempt)
 ENV_LEDGER = "DAH_LEDGER"  # the harness names the ledger file of a target's workers here
 MODEL_CALL, TOOL_CALL = "model", "tool"  # the kinds of execution
 
@@ -84,7 +86,8 @@ CREATE TABLE IF NOT EXISTS executions (
     worker TEXT NOT NULL,
     started_at REAL NOT NULL,
     finished_at REAL,
-    outcome TEXT
+    outcome TEXT,
+    scheduled_at REAL
 );
 CREATE INDEX IF NOT EXISTS executions_by_workflow ON executions (workflow_id);
 CREATE TABLE IF NOT EXISTS effects (
@@ -119,6 +122,14 @@ CREATE TABLE IF NOT EXISTS crash_points (
     tool TEXT NOT NULL,
     at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS mutations (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    mutation TEXT NOT NULL,
+    worker TEXT NOT NULL,
+    workflow_id TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    at REAL NOT NULL
+);
 """
 
 
@@ -131,6 +142,8 @@ class ExecutionIdentity:
     activity_id: str
     attempt: int
     worker: str
+    #: when the server scheduled this attempt (its clock, seconds since the epoch): retry spacing is checked on it
+    scheduled_at: float | None = None
 
     @property
     def idempotency_key(self) -> str:
@@ -143,7 +156,9 @@ class ExecutionIdentity:
         from temporalio import activity
 
         info = activity.info()
-        return cls(info.workflow_id, info.workflow_run_id, info.activity_id, info.attempt, worker)
+        scheduled = info.current_attempt_scheduled_time
+        return cls(info.workflow_id, info.workflow_run_id, info.activity_id, info.attempt, worker,
+                   scheduled.timestamp() if scheduled is not None else None)
 
 
 @dataclass(frozen=True)
@@ -203,9 +218,9 @@ class EffectLedger:
         ``end_execution``. A worker built with a logic bug in ``tool`` raises ``InjectedBug`` here."""
         cur = self._conn.execute(
             "INSERT INTO executions (idempotency_key, workflow_id, run_id, activity_id, attempt, tool, kind, worker,"
-            " started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " started_at, scheduled_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (ident.idempotency_key, ident.workflow_id, ident.run_id, ident.activity_id, ident.attempt, tool,
-             MODEL_CALL if model_call else TOOL_CALL, ident.worker, time.time()),
+             MODEL_CALL if model_call else TOOL_CALL, ident.worker, time.time(), ident.scheduled_at),
         )
         execution_id = int(cur.lastrowid)
         if self.faults.bugs:
@@ -234,6 +249,17 @@ class EffectLedger:
         if first:
             self.faults.crash(point, worker)
 
+    def record_mutation(self, mutation: str, ident: ExecutionIdentity, tool: str) -> None:
+        """Record that a mutated code path (``harness.faults.MUTATIONS``) ran just now, in this attempt of ``tool``.
+
+        The injection evidence of a mutation: a run that declared one whose path never ran proved nothing about
+        the checker it targets (``injection_evidence`` says ``unknown``). ``apply_once`` records its own
+        (``unkeyed_effects``); an agent with a mutated path of its own calls this where that path is taken."""
+        self._conn.execute(
+            "INSERT INTO mutations (mutation, worker, workflow_id, tool, at) VALUES (?, ?, ?, ?, ?)",
+            (mutation, ident.worker, ident.workflow_id, tool, time.time()),
+        )
+
     # -- effects ------------------------------------------------------------
 
     def apply_once(
@@ -253,6 +279,7 @@ class EffectLedger:
         asked when a pending record exists), so recovery does not re-apply it.
         """
         if self.faults.mutated("unkeyed_effects"):
+            self.record_mutation("unkeyed_effects", ident, tool)
             result = apply()
             self.record_application(ident, tool, target)
             return self._after_effect(ident, tool, (result, True))
@@ -273,6 +300,7 @@ class EffectLedger:
     ) -> tuple[Any, bool]:
         """``apply_once`` for an effect that is awaited (a shell command)."""
         if self.faults.mutated("unkeyed_effects"):
+            self.record_mutation("unkeyed_effects", ident, tool)
             result = await apply()
             self.record_application(ident, tool, target)
             return self._after_effect(ident, tool, (result, True))
@@ -361,6 +389,10 @@ class EffectLedger:
     def crash_points(self) -> list[dict[str, Any]]:
         """The crash points that fired (each at most once per ledger)."""
         return [dict(r) for r in self._conn.execute("SELECT * FROM crash_points ORDER BY at")]
+
+    def mutations(self) -> list[dict[str, Any]]:
+        """Every time a mutated code path ran (``record_mutation``), in order."""
+        return [dict(r) for r in self._conn.execute("SELECT * FROM mutations ORDER BY id")]
 
     def summary(self, workflow_id: str | None = None) -> LedgerSummary:
         execs = self.executions(workflow_id)

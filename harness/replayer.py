@@ -1,7 +1,18 @@
 """Replay saved histories on a cold worker: ``python -m harness.replayer DIR --workflow MODULE:CLASS``.
 
-Prints one line ``REPLAY-RESULT {"replayed": n, "failures": [{workflow_id, run_id, error}]}`` and
-exits 0 whenever it could judge (failures are in the JSON); any other exit means it could not.
+The replayer is built the way the agent's workers are, from what the target declared (``chaos/target.py``):
+
+    --plugin MODULE:NAME           (repeatable) a Temporal plugin (``temporalio.plugin.SimplePlugin``, any
+                                   ``temporalio.worker.Plugin``) or a zero-argument callable returning one
+    --data-converter MODULE:NAME   a ``temporalio.converter.DataConverter`` (payload codec, pydantic, ...) or a
+                                   zero-argument callable returning one
+    --workflow-runner MODULE:NAME  a ``temporalio.worker.WorkflowRunner`` (``UnsandboxedWorkflowRunner``, a
+                                   sandboxed runner with passthrough modules, ...) or a zero-argument callable
+
+Prints one line ``REPLAY-RESULT {"replayed": n, "failures": [{workflow_id, run_id, error}], "uses": {...}}``
+(``uses``: the plugins, data converter and workflow runner it replayed with) and exits 0 whenever it could
+judge (failures are in the JSON). If a declared object cannot be loaded or built it prints
+``REPLAY-RESULT {"error": "..."}`` naming the object and exits 3; any other exit means it could not run.
 """
 
 from __future__ import annotations
@@ -10,27 +21,106 @@ import argparse
 import asyncio
 import importlib
 import json
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from temporalio.client import WorkflowHistory
-from temporalio.worker import Replayer
+from temporalio.converter import DataConverter
+from temporalio.worker import Replayer, WorkflowRunner
 
+try:
+    from temporalio.worker import Plugin
+except ImportError:  # a temporalio older than plugins (a target's own pins)
+    Plugin = None  # type: ignore[assignment,misc]
 
 RESULT_PREFIX = "REPLAY-RESULT "
+#: the exit status when a declared workflow, plugin, converter or runner could not be loaded
+SETUP_ERROR = 3
+
+
+class SetupError(Exception):
+    """A declared object could not be loaded or is not what it was declared as."""
+
+
+def load_object(option: str, spec: str) -> Any:
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise SetupError(f"{option} {spec!r}: expected MODULE:NAME, e.g. my_agent.temporal:make_plugin")
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in name.split("."):
+            obj = getattr(obj, part)
+    except Exception as exc:  # ImportError, AttributeError, or anything the module raised while importing
+        raise SetupError(f"{option} {spec!r}: cannot load it ({type(exc).__name__}: {exc}); is its package "
+                         "importable from the target's cwd / PYTHONPATH?") from None
+    return obj
+
+
+def build(option: str, spec: str, kind: type) -> Any:
+    """``spec``'s object if it is a ``kind``, else what calling it with no arguments returns (a ``kind``)."""
+    obj = load_object(option, spec)
+    if not isinstance(obj, kind):
+        if not callable(obj):
+            raise SetupError(f"{option} {spec!r}: a {type(obj).__name__}, neither a {kind.__name__} nor a "
+                             "zero-argument callable returning one")
+        try:
+            obj = obj()
+        except Exception as exc:
+            raise SetupError(f"{option} {spec!r}: calling it raised {type(exc).__name__}: {exc}") from None
+        if not isinstance(obj, kind):
+            raise SetupError(f"{option} {spec!r}: calling it returned a {type(obj).__name__}, not a "
+                             f"{kind.__name__}")
+    return obj
 
 
 def load_class(spec: str) -> type:
     module, _, name = spec.partition(":")
     if not name:
-        raise SystemExit(f"--workflow {spec!r}: expected MODULE:CLASS, e.g. agent.workflow:AgentWorkflow")
-    return getattr(importlib.import_module(module), name)
+        raise SetupError(f"--workflow {spec!r}: expected MODULE:CLASS, e.g. agent.workflow:AgentWorkflow")
+    return load_object("--workflow", spec)
 
 
-async def replay(histories_dir: Path, workflow: type) -> dict:
+def make_replayer(workflow: type, plugins: Sequence[str] = (), data_converter: str | None = None,
+                  workflow_runner: str | None = None) -> tuple[Replayer, dict[str, Any]]:
+    """A ``Replayer`` built like the agent's workers, and what it uses (for the result's ``uses``)."""
+    kwargs: dict[str, Any] = {}
+    if plugins and Plugin is None:
+        raise SetupError(f"--plugin {plugins[0]!r}: this temporalio has no worker plugins; upgrade it")
+    built = [build("--plugin", spec, Plugin) for spec in plugins]
+    if built:
+        kwargs["plugins"] = built
+    if data_converter:
+        kwargs["data_converter"] = build("--data-converter", data_converter, DataConverter)
+    if workflow_runner:
+        kwargs["workflow_runner"] = build("--workflow-runner", workflow_runner, WorkflowRunner)
+    try:
+        replayer = Replayer(workflows=[workflow], **kwargs)
+    except Exception as exc:  # e.g. the sandbox refusing the workflow's module, a plugin's configure_replayer
+        raise SetupError(f"building the replayer for {workflow.__qualname__} raised {type(exc).__name__}: "
+                         f"{exc}") from None
+    try:
+        config = replayer.config(active_config=True)  # after every plugin's configure_replayer
+    except TypeError:  # older temporalio: no plugins, so the config it was given is the one in use
+        config = replayer.config()
+    converter = config.get("data_converter") or DataConverter.default
+    uses = {
+        "plugins": [{"spec": spec, "name": p.name()} for spec, p in zip(plugins, built)],
+        "data_converter": {"spec": data_converter,
+                           "payload_converter": type(converter.payload_converter).__qualname__,
+                           "payload_codec": (type(converter.payload_codec).__qualname__
+                                             if converter.payload_codec else None)},
+        "workflow_runner": {"spec": workflow_runner,
+                            "type": type(config.get("workflow_runner")).__qualname__},
+        "interceptors": [type(i).__qualname__ for i in config.get("interceptors") or []],
+    }
+    return replayer, uses
+
+
+async def replay(histories_dir: Path, replayer: Replayer) -> dict:
     files = sorted(histories_dir.glob("*/*.json"))  # <workflow id>/<n>-<run id>.json
     histories = [WorkflowHistory.from_json(f.parent.name, f.read_text()) for f in files]
     failures = []
-    replayer = Replayer(workflows=[workflow])
     for f, history in zip(files, histories):
         result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
         if result.replay_failure is not None:
@@ -41,12 +131,23 @@ async def replay(histories_dir: Path, workflow: type) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.replayer", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m harness.replayer", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("histories", type=Path, help="directory of <workflow id>/<n>-<run id>.json histories")
     parser.add_argument("--workflow", default="agent.workflow:AgentWorkflow", help="MODULE:CLASS of the workflow")
+    parser.add_argument("--plugin", action="append", default=[], metavar="MODULE:NAME",
+                        help="a worker plugin the agent's workers use (repeatable, in order)")
+    parser.add_argument("--data-converter", metavar="MODULE:NAME", help="the agent's data converter")
+    parser.add_argument("--workflow-runner", metavar="MODULE:NAME", help="the agent's workflow runner")
     args = parser.parse_args(argv)
-    result = asyncio.run(replay(args.histories, load_class(args.workflow)))
-    print(RESULT_PREFIX + json.dumps(result), flush=True)  # tagged: the SDK's core may log to stdout too
+    try:
+        replayer, uses = make_replayer(load_class(args.workflow), args.plugin, args.data_converter,
+                                       args.workflow_runner)
+    except SetupError as exc:
+        print(RESULT_PREFIX + json.dumps({"error": str(exc)}), flush=True)
+        return SETUP_ERROR
+    result = asyncio.run(replay(args.histories, replayer))
+    print(RESULT_PREFIX + json.dumps({**result, "uses": uses}), flush=True)  # tagged: the SDK's core may log to stdout
     return 0
 
 

@@ -77,29 +77,65 @@ def counts(ops: list[Op]) -> dict[str, int]:
     return out
 
 
-def recovery_s(ops: list[Op]) -> float | None:
-    """The longest wait from the end of a fault to the next acknowledged message (None: no fault ended)."""
-    oks = sorted(d.time for _, d in client_sends(ops) if d and d.type == OK)
-    waits = []
-    for inv, done in pairs(ops):
-        if inv.process == "nemesis" and done is not None and not inv.f.startswith("phase:"):
-            nxt = next((t for t in oks if t >= done.time), None)
+def recovery(ops: list[Op]) -> dict[str, Any]:
+    """Recovery per conversation: for each fault's end, each conversation's wait to its next acknowledged message.
+
+    ``worst_s``: the worst conversation's longest wait (None: no fault ended, or nothing was acknowledged after
+    one); ``by_conversation``: each one's longest wait; ``never``: conversations that sent a message after a fault
+    ended and never had one acknowledged again (they did not recover, whatever the others did)."""
+    oks: dict[str, list[float]] = {}
+    sent_after: dict[str, float] = {}
+    for inv, done in client_sends(ops):
+        conv = str((inv.value or {}).get("conversation", inv.process))
+        if done is not None and done.type == OK:
+            oks.setdefault(conv, []).append(done.time)
+        sent_after[conv] = max(sent_after.get(conv, 0.0), inv.time)
+    ends = [done.time for inv, done in pairs(ops)
+            if inv.process == "nemesis" and done is not None and not inv.f.startswith("phase:")]
+    by_conv: dict[str, float] = {}
+    never: set[str] = set()
+    for end in ends:
+        for conv in sorted(set(oks) | set(sent_after)):
+            nxt = next((t for t in sorted(oks.get(conv, [])) if t >= end), None)
             if nxt is not None:
-                waits.append(nxt - done.time)
-    return round(max(waits), 1) if waits else None
+                by_conv[conv] = max(by_conv.get(conv, 0.0), nxt - end)
+            elif sent_after.get(conv, -1.0) >= end or any(
+                    i.time < end and (d is None or d.time >= end) for i, d in client_sends(ops)
+                    if str((i.value or {}).get("conversation", i.process)) == conv):
+                never.add(conv)
+    return {"worst_s": round(max(by_conv.values()), 1) if by_conv else None,
+            "by_conversation": {c: round(v, 1) for c, v in sorted(by_conv.items())}, "never": sorted(never)}
+
+
+def recovery_s(ops: list[Op]) -> float | None:
+    """The worst conversation's recovery (``recovery``)."""
+    return recovery(ops)["worst_s"]
 
 
 def summarise(name: str, ops: list[Op], checks: list[CheckResult]) -> dict[str, Any]:
     """One row of the suite's table: faults landed/injected, client ops, lost, duplicated effects, recovery, verdict.
-    A figure a check did not produce is ``"?"``, never 0."""
+    A figure a check did not produce is ``"?"``, never 0; a ``lost`` check that failed on something other than a
+    lost message (a wrong answer, a doubled one) shows it (``0+2 bad``), so a failed check never reads as 0."""
     by = {c.name: c for c in checks}
     faults = by["injection_evidence"].details if "injection_evidence" in by else {}
+    lost: Any = "?"
+    if "lost" in by and by["lost"].verdict in (PASS, FAIL):
+        lost = by["lost"].details.get("lost", "?")
+        bad = len(by["lost"].details.get("problems") or []) - (lost if isinstance(lost, int) else 0)
+        if by["lost"].verdict == FAIL and bad > 0:
+            lost = f"{lost}+{bad} bad"
+    dup: Any = by["effects"].details.get("duplicated_effects", "?") if "effects" in by and \
+        by["effects"].verdict in (PASS, FAIL) else "?"
+    rec = recovery(ops)
+    worst: Any = rec["worst_s"]
+    if rec["never"]:
+        worst = f"never ({len(rec['never'])})"
     return {
         "scenario": name,
         "faults": f"{faults.get('landed', '?')}/{faults.get('injected', '?')}",
         **counts(ops),
-        "lost": by["lost"].details.get("lost", "?") if "lost" in by else "?",
-        "dup_effects": by["effects"].details.get("duplicated_effects", "?") if "effects" in by else "?",
-        "recovery_s": recovery_s(ops),
+        "lost": lost,
+        "dup_effects": dup,
+        "recovery_s": worst,
         "verdict": compose(checks),
     }

@@ -321,6 +321,32 @@ class Builder:
         for f in made:
             self.emit_figure(doc, f)
 
+    def soaks(self, doc: Doc) -> None:
+        if not self.src.soaks:
+            doc.para("no data (run `python -m chaos soak SCENARIO --seeds 1-100`)")
+            return
+        for run in self.src.soaks:
+            self.section(doc, f"Soak: {run.scenario}", lambda d, run=run: self.soak(d, run), level=3)
+
+    def soak(self, doc: Doc, run: Any) -> None:
+        log.info("soak %s: %s", run.scenario, run.path)
+        j, s = run.record, run.soak
+        seeds = s.get("seeds") if isinstance(s.get("seeds"), list) else []
+        passed = sum(1 for r in run.runs if r["verdict"] == "pass")
+        status = j.get("status", s.get("status", "?"))
+        doc.bullets([f"run: `{run.path}` ({stamp_time(run.path.name)}), status **{status}**"
+                     + (f", interrupted during seed {s['interrupted_seed']}" if s.get("interrupted_seed") is not None
+                        else ""),
+                     f"{len(run.runs)} of {len(seeds) or '?'} seed(s) finished, {passed} passed; "
+                     f"{s.get('wall_s', '?')} s",
+                     f"reproduce: `{j.get('reproduce', '?')}`"])
+        self.emit_table(doc, tab.soak_distribution(run))
+        bad = tab.soak_non_pass(run)
+        if bad is None:
+            doc.para("Every seed that finished passed." if run.runs else "No seed finished.")
+        else:
+            self.emit_table(doc, bad)
+
     def fuzz(self, doc: Doc) -> None:
         run = self.src.fuzz
         if run is None:
@@ -417,6 +443,7 @@ class Builder:
                                                                            figs.plot_checkpoint, "checkpoint")),
             ("Table 1: fault scenarios", self.table1),
             ("Chaos runs", self.chaos_runs),
+            ("Soak runs", self.soaks),
             ("Migration fuzz", self.fuzz),
         ]
         for title, fill in steps:
@@ -445,6 +472,8 @@ def build(runs_dir: Path, out_dir: Path, bench_dir: Path | None = None) -> Build
              f" ({', '.join(r.scenario for r in sources.chaos)})" if sources.chaos else "")
     if sources.fuzz is not None:
         log.info("migration fuzz run: %s", sources.fuzz.path)
+    if sources.soaks:
+        log.info("soak runs: %d (%s)", len(sources.soaks), ", ".join(r.scenario for r in sources.soaks))
     with Staging(out_dir) as staging:
         Builder(sources, staging).build()
         log.info("moving the report into %s", out_dir)

@@ -5,6 +5,7 @@ Layout (``RUN_DIRECTORY.md``; read through ``harness.rundir``, either schema)::
     <runs>/bench/<stamp>/run.json + latency.json, breakdown.json, ... (any may be missing)
     <runs>/<scenario>/<stamp>/run.json + operations.jsonl + verdict.json   (chaos runs)
     <runs>/migration_fuzz/<stamp>/run.json + results.json
+    <runs>/soak-<scenario>/<stamp>/run.json + soak.json                     (``python -m chaos soak``)
 
 Which run of each kind is used: an explicit ``bench_dir``; else the
 ``latest`` symlink of the kind (or scenario); else the newest stamp directory
@@ -51,6 +52,8 @@ BENCH_FILES: dict[str, tuple[str, ...]] = {
     "checkpoint_backend": ("checkpoint",),
 }
 NOT_CHAOS = {"bench", "migration_fuzz"}
+#: ``python -m chaos soak``'s own run directories: <runs>/soak-<scenario>/<stamp>/soak.json
+SOAK_PREFIX, SOAK_JSON = "soak-", "soak.json"
 
 
 class Unusable(Exception):
@@ -87,17 +90,27 @@ class FuzzRun:
 
 
 @dataclass
+class SoakRun:
+    scenario: str
+    path: Path
+    record: dict[str, Any]  # its run.json
+    soak: dict[str, Any]  # its soak.json
+    runs: list[dict[str, Any]]  # soak.json's rows that have an integer seed and a verdict
+
+
+@dataclass
 class Sources:
     runs_dir: Path
     bench: BenchRun | None = None
     chaos: list[ChaosRun] = field(default_factory=list)
     fuzz: FuzzRun | None = None
+    soaks: list[SoakRun] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
-        return self.bench is None and not self.chaos and self.fuzz is None
+        return self.bench is None and not self.chaos and self.fuzz is None and not self.soaks
 
     def warn(self, message: str) -> None:
         log.warning(message)
@@ -106,7 +119,9 @@ class Sources:
 
 def stamp_time(name: str) -> str:
     """A run directory's UTC timestamp name as ISO 8601, or the name itself if it is not one."""
-    for fmt in ("%Y%m%dT%H%M%S%fZ", "%Y%m%dT%H%M%SZ", "%Y%m%d-%H%M%S", "%Y%m%dT%H%M%S"):
+    name = re.sub(r"Z-\d+$", "Z", name)  # a second run in the same second: <stamp>-2
+    # Seconds before microseconds: "%S%f" would read 225624 as 22:56:02.4.
+    for fmt in ("%Y%m%dT%H%M%SZ", "%Y%m%dT%H%M%S%fZ", "%Y%m%d-%H%M%S", "%Y%m%dT%H%M%S"):
         try:
             return datetime.strptime(name, fmt).replace(tzinfo=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
         except ValueError:
@@ -330,7 +345,7 @@ def _load_chaos(path: Path, scenario_dir: str, sources: Sources) -> ChaosRun:
 
 def _find_chaos(runs_dir: Path, sources: Sources) -> None:
     for scen_dir in sorted(p for p in runs_dir.iterdir() if p.is_dir() and p.name not in NOT_CHAOS
-                           and not p.name.startswith(".")):
+                           and not p.name.startswith((".", SOAK_PREFIX))):
         stamps = [p for p in scen_dir.iterdir() if p.is_dir() and not p.is_symlink()
                   and (_is_run(p, RUN_JSON) or RunDir(p).operations.exists())]
         if not stamps:
@@ -372,17 +387,44 @@ def _find_fuzz(runs_dir: Path, sources: Sources) -> None:
         return
 
 
+def _find_soaks(runs_dir: Path, sources: Sources) -> None:
+    """Each scenario's soak: ``latest`` (a soak that ran every seed), else the newest with a soak.json."""
+    for parent in sorted(p for p in runs_dir.iterdir() if p.is_dir() and p.name.startswith(SOAK_PREFIX)):
+        for path in _candidates(parent, SOAK_JSON):
+            try:
+                doc = read_json(path / SOAK_JSON)
+                if not isinstance(doc, dict) or not isinstance(doc.get("runs"), list):
+                    raise Unusable(f"{SOAK_JSON} has no 'runs' list")
+                try:
+                    record, _ = _record(path)
+                except Unusable as exc:
+                    sources.warn(f"partly used {path}: {exc}")
+                    record = {}
+            except Unusable as exc:
+                sources.warn(f"skipped {path}: {exc}")
+                continue
+            rows = [r for r in doc["runs"] if isinstance(r, dict) and isinstance(r.get("seed"), int)
+                    and isinstance(r.get("verdict"), str)]
+            if len(rows) < len(doc["runs"]):
+                sources.warn(f"partly used {path}: {len(doc['runs']) - len(rows)} damaged row(s) in {SOAK_JSON}")
+            name = str(doc.get("scenario") or parent.name.removeprefix(SOAK_PREFIX))
+            sources.soaks.append(SoakRun(name, path, record, doc, rows))
+            break
+
+
 def load(runs_dir: Path, bench_dir: Path | None = None) -> Sources:
     """Every usable run under ``runs_dir`` (which must exist); problems become warnings, never exceptions."""
     sources = Sources(runs_dir)
     for what, find in (("bench", lambda: _find_bench(runs_dir, bench_dir, sources)),
                        ("chaos", lambda: _find_chaos(runs_dir, sources)),
-                       ("migration_fuzz", lambda: _find_fuzz(runs_dir, sources))):
+                       ("migration_fuzz", lambda: _find_fuzz(runs_dir, sources)),
+                       ("soak", lambda: _find_soaks(runs_dir, sources))):
         try:
             find()
         except OSError as exc:
             sources.warn(f"skipped the {what} runs under {runs_dir}: {exc}")
     sources.chaos.sort(key=lambda r: r.scenario)
+    sources.soaks.sort(key=lambda r: r.scenario)
     return sources
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from reports.sources import ChaosRun, FuzzRun
+from reports.sources import ChaosRun, FuzzRun, SoakRun
 
 DASH = "—"
 
@@ -439,3 +439,39 @@ def checks_table(run: ChaosRun) -> Table | None:
     rows = [{"check": str(c.get("name", "?")), "verdict": str(c.get("verdict", "?")),
              "summary": str(c.get("summary", ""))} for c in run.checks]
     return Table(f"checks-{run.scenario}", f"Checks of {run.scenario}.", pd.DataFrame(rows), saved=False)
+
+
+# ---------------------------------------------------------------- soaks
+
+SOAK_VERDICTS = ("pass", "fail", "unknown", "error")
+
+
+def soak_distribution(run: SoakRun) -> Table:
+    """Seeds per verdict, counted from the soak's rows (not from its stored counts, which a reader cannot check)."""
+    n = len(run.runs)
+    rows = [{"verdict": v, "seeds": sum(1 for r in run.runs if r["verdict"] == v),
+             "%": 100.0 * sum(1 for r in run.runs if r["verdict"] == v) / n if n else math.nan}
+            for v in SOAK_VERDICTS]
+    other = n - sum(r["seeds"] for r in rows)
+    if other:
+        rows.append({"verdict": "other", "seeds": other, "%": 100.0 * other / n})
+    return Table(f"soak-{run.scenario}", f"Soak of {run.scenario}: seeds per verdict.", pd.DataFrame(rows),
+                 {"seeds": "d", "%": ".1f"}, saved=False)
+
+
+def soak_non_pass(run: SoakRun) -> Table | None:
+    """Every seed that did not pass: what went wrong (the error, or each failing/unknown check), how to
+    reproduce it, where its run directory is."""
+    rows = []
+    for r in run.runs:
+        if r["verdict"] == "pass":
+            continue
+        why = [f"error: {r['error']}"] if r.get("error") else [
+            f"{c.get('check', '?')}: {c.get('verdict', '?')}: {c.get('summary', '')}"
+            for c in (r.get("non_pass") or []) if isinstance(c, dict)]
+        rows.append({"seed": r["seed"], "verdict": r["verdict"], "what went wrong": "; ".join(why) or DASH,
+                     "reproduce": r.get("reproduce") or DASH, "run": r.get("run_dir") or DASH})
+    if not rows:
+        return None
+    return Table(f"soak-{run.scenario}-non-pass", f"Soak of {run.scenario}: the seeds that did not pass.",
+                 pd.DataFrame(rows), {"seed": "d"}, saved=False)

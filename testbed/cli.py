@@ -574,7 +574,8 @@ async def cmd_chat(args: argparse.Namespace) -> int:
     from temporalio.service import RPCError
 
     from testbed.connection import connection_from_args
-    from agent.contracts import AgentInput, ChatMessage
+    from agent.contracts import AgentInput
+    from agent.messaging import MessageNotDelivered, send_message
     from agent.workflow import AgentWorkflow
 
     cfg = _agent_config(args)
@@ -615,14 +616,17 @@ async def cmd_chat(args: argparse.Namespace) -> int:
             if line == "/status":
                 print(f"  {asdict(await chat.query(AgentWorkflow.get_status))}")
                 continue
-            update = asyncio.ensure_future(chat.execute_update(AgentWorkflow.send_message, ChatMessage(line)))
+            # One update id per message, re-sent until answered (agent.messaging): a timeout or a dropped
+            # connection does not drop the message, and a re-send is never a second turn.
+            update = asyncio.ensure_future(send_message(
+                chat, line, f"chat-{uuid.uuid4().hex[:12]}", deadline_s=args.message_timeout,
+                on_retry=lambda n, err: print(f"  (no answer yet: {err[:80]}; sending again, try {n})", flush=True)))
             done, _ = await asyncio.wait({update}, timeout=5.0)
             if not done:
                 print(f"  (still waiting; is a worker polling task queue {args.task_queue!r} on {conn.address}?)",
                       flush=True)
-            reply = await update
-            print(f"agent> {reply.text}")
-        except (WorkflowUpdateFailedError, RPCError) as exc:
+            print(f"agent> {(await update).reply.text}")
+        except (WorkflowUpdateFailedError, RPCError, MessageNotDelivered) as exc:
             print(f"error: {getattr(exc, 'cause', None) or exc}")
 
 
@@ -733,6 +737,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "Update whose reply is printed. Needs a worker on the task queue.")
     p.add_argument("--workflow-id", help="attach to this running conversation instead of starting one")
     p.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE, help=f"(default {DEFAULT_TASK_QUEUE})")
+    p.add_argument("--message-timeout", type=float, default=300.0, metavar="S",
+                   help="give up on a message after S seconds of re-sending it under the same update id "
+                        "(default 300)")
     _add_agent_options(p)
     add_connection_arguments(p, embedded_default=False)
     p.set_defaults(func=cmd_chat)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.service import TLSConfig
+from temporalio.service import KeepAliveConfig, TLSConfig
 
 
 REDACTED = "<redacted>"
@@ -75,8 +75,15 @@ class TemporalConnection:
         target = address or self.address
         if target is None:
             raise ValueError("no Temporal address: pass --address HOST:PORT or use a command that starts the embedded server")
+        kwargs.setdefault("keep_alive_config", KEEP_ALIVE)
         return await Client.connect(target, namespace=self.namespace, tls=self._tls(), api_key=self.api_key, **kwargs)
 
+
+#: HTTP/2 keep-alive pings: a connection whose peer went silent (a blackholed link, a frozen server) is closed
+#: and re-dialled within ~15 s instead of the SDK's default ~45 s, during which a worker's polls hang unanswered.
+#: 10 s is the shortest interval a stock Temporal frontend accepts (its keepAliveMinTime); faster pings are
+#: answered with GOAWAY ("too_many_pings").
+KEEP_ALIVE = KeepAliveConfig(interval_millis=10_000, timeout_millis=5_000)
 
 _quiet_runtime = None
 

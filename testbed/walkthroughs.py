@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agent.contracts import DEFAULT_TOOLS, AgentConfig, AgentReply, ChatMessage
+from agent.contracts import DEFAULT_TOOLS, AgentConfig
+from agent.messaging import send_message
 from agent.workflow import AgentWorkflow
 from harness.event_history import RunRecord, activity_shape, fetch_tree
 
@@ -252,9 +253,10 @@ async def run_scenario(stack: Stack, scenario: Scenario, workflow_id: str | None
         started = await stack.start_conversation(scenario.config(), workflow_id)
         # A handle without a run id: Updates and the result follow continue-as-new to the latest run.
         chat = stack.client.get_workflow_handle_for(AgentWorkflow.run, workflow_id)
-        for prompt in scenario.prompts:
-            reply: AgentReply = await chat.execute_update(AgentWorkflow.send_message, ChatMessage(prompt))
-            replies.append(reply.text)
+        for n, prompt in enumerate(scenario.prompts):
+            # Re-sent under the same update id until answered (a walkthrough may fault the link or the server).
+            delivered = await send_message(chat, prompt, f"{workflow_id}-msg-{n}", deadline_s=300.0)
+            replies.append(delivered.reply.text)
         await chat.signal(AgentWorkflow.end_chat)
         await chat.result()
         first_run_id = started.result_run_id

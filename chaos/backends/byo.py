@@ -6,6 +6,11 @@ command with the target's interpreter; the driver runs there too (``harness.driv
 its stdin and stdout: ``RemoteDriver``), and so does the replay of its histories (the replay checker). That
 interpreter gets the target's ``cwd`` and ``env`` and, on its ``PYTHONPATH``, only the ``harness`` package
 (standard library only), so the harness's own pins never meet the agent's.
+
+Each worker process also gets the in-agent faults the scenario asks for and where to record: ``DAH_LEDGER``
+(``worker_env``, when the target declares a ledger) and ``DAH_CRASH_AT`` / ``DAH_BUGS`` / ``DAH_MUTATIONS``
+(``AgentFaults.environment()``, added by ``testbed.worker_process.WorkerProcess.start`` and by container
+workers); the contract, and what a target must call for each, is in ``harness/faults.py``.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from typing import Any
 
 from chaos.backends.base import Backend
 from chaos.client import Driver
+from chaos.nemesis import NemesisContext
 from chaos.scenarios import ChaosScenario
 from harness.operations import History
 from harness.recording import ENV_LEDGER
@@ -100,4 +101,16 @@ class ReferenceOnTemporal(Backend):
                         workload=scenario.workload, seed=seed)
         if scenario.planning_max_attempts:
             driver.config.planning.maximum_attempts = scenario.planning_max_attempts
+        if scenario.max_history_events:
+            driver.config.max_history_events = scenario.max_history_events  # continue-as-new past this many events
         return driver
+
+    def nemesis_context(self, stack: Stack, history: History, driver: Any, seed: int) -> NemesisContext:
+        """The shared context, plus what aimed kills read: the effect ledger (process workers share the run's
+        state dir with this process; a container's is its own) and the conversations' continue-as-new threshold."""
+        ctx = super().nemesis_context(stack, history, driver, seed)
+        if self.target.ledger and self.workers == "process":
+            ctx.ledger = stack.spec.state_dir / self.target.ledger
+        config = getattr(driver, "config", None)
+        ctx.continue_as_new_events = getattr(config, "max_history_events", 0) or 0
+        return ctx

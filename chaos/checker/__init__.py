@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from chaos.checker import effects, injection_evidence, lost, replay, stats, temporal_history
+from chaos.checker import effects, injection_evidence, lost, replay, stats, temporal_history, workflow_tasks
 from chaos.checker.run_data import RunData
 from harness.verdict import UNKNOWN, CheckResult
 
@@ -26,6 +26,7 @@ Checker = Callable[[RunData], CheckResult]
 CHECKERS: dict[str, Checker] = {
     "lost": lost.check,
     "temporal_history": temporal_history.check,
+    "workflow_tasks": workflow_tasks.check,
     "effects": effects.check,
     "replay": replay.check,
     "injection_evidence": injection_evidence.check,

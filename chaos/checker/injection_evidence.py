@@ -6,18 +6,46 @@ refused); a crash point is evidence by construction (the worker killed itself
 mid-activity): the effect ledger's ``crash_points`` table names each one that
 fired (runs before that table: the supervisor's restart reason). For a kill of a busy
 worker, where the effect ledger exists, the proof is stronger than what the
-nemesis saw a moment before: an execution by the victim that never finished. A run with faults
-scheduled and none of them landing on work is ``unknown``, never ``pass``:
-it proved nothing.
+nemesis saw a moment before: an execution by the victim that never finished.
+A kill aimed at a workflow task or at a continue-as-new (``chaos.nemesis``,
+``kill_worker(at=...)``) is checked against the saved event histories where
+there are some: the workflow task the frozen victim held never completed (it
+timed out or failed), or the run it held continued as new after the kill, or
+the freshly continued run it held was already running when it died.
+
+A mutation (``harness.faults.MUTATIONS``) proves something only if its broken
+code path ran: each one the scenario declared must appear in the effect
+ledger's ``mutations`` table, else the verdict is ``unknown`` ("the bug was not
+exercised"), never ``pass``.
+
+A run with faults scheduled and none of them landing on work is ``unknown``,
+never ``pass``: it proved nothing.
 """
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+
 from chaos.checker.run_data import RunData
-from harness.verdict import PASS, UNKNOWN, CheckResult
+from harness.event_history import load_saved
+from harness.faults import MUTATION_ALIASES
 from harness.operations import pairs
+from harness.verdict import PASS, UNKNOWN, CheckResult
 
 FAULT_OPS = {"kill_worker", "pause_worker", "partition", "degrade_link", "restart_server", "model_outage", "deploy_fix"}
+#: kill aims the ledger cannot witness (no activity execution need be running): checked on the event histories
+HISTORY_AIMS = ("workflow_task", "continue_as_new")
+_RUN_CLOSE = {
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED: "completed",
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED: "failed",
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT: "timed_out",
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED: "canceled",
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED: "terminated",
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW: "continued_as_new",
+}
 
 
 def _unfinished_executions(data: RunData) -> dict[str, list[dict]]:
@@ -30,10 +58,115 @@ def _unfinished_executions(data: RunData) -> dict[str, list[dict]]:
     return out
 
 
+def _ts(dt: datetime) -> float:
+    return dt.replace(tzinfo=timezone.utc).timestamp() if dt.tzinfo is None else dt.timestamp()
+
+
+def _runs(data: RunData) -> dict[str, list[dict[str, Any]]]:
+    """Each saved conversation's chain of runs, reduced to what the aimed kills need: per run its id, start and
+    close (unix time), how it ended, and its workflow tasks (scheduled time, task queue, worker, outcome)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for wid, chain in load_saved(data.dir.event_histories).items():
+        runs = []
+        for run_id, history in chain:
+            run: dict[str, Any] = {"run_id": run_id, "started": None, "closed": None, "ended": None, "tasks": []}
+            tasks: dict[int, dict[str, Any]] = {}
+            for ev in history.events:
+                t, at = ev.event_type, _ts(ev.event_time.ToDatetime())
+                if t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+                    run["started"] = at
+                elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
+                    tasks[ev.event_id] = {"scheduled": at, "outcome": "scheduled", "identity": "", "closed": None,
+                                          "queue": ev.workflow_task_scheduled_event_attributes.task_queue.name}
+                    run["tasks"].append(tasks[ev.event_id])
+                elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+                    a = ev.workflow_task_started_event_attributes
+                    if a.scheduled_event_id in tasks:
+                        tasks[a.scheduled_event_id].update(identity=a.identity, outcome="started")
+                elif t in (EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED, EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED,
+                           EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT):
+                    a = (ev.workflow_task_completed_event_attributes if t == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+                         else ev.workflow_task_failed_event_attributes if t == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+                         else ev.workflow_task_timed_out_event_attributes)
+                    task = tasks.get(a.scheduled_event_id)
+                    if task is not None:
+                        task["outcome"] = {EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED: "completed",
+                                           EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED: "failed"}.get(t, "timed_out")
+                        task["closed"] = at
+                        if t == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED and a.identity:
+                            task["identity"] = a.identity
+                elif t in _RUN_CLOSE:
+                    run["ended"], run["closed"] = _RUN_CLOSE[t], at
+            runs.append(run)
+        out[wid] = runs
+    return out
+
+
+def _parse_time(value: Any) -> float | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return _ts(datetime.fromisoformat(value))
+    except ValueError:
+        return None
+
+
+def _history_evidence(at: str, value: dict[str, Any], runs: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """What the saved event histories say of a kill aimed ``at`` a workflow task or a continue-as-new: for each
+    conversation the nemesis named, the server's record that agrees with it (empty: nothing agrees)."""
+    out = []
+    identity, killed_at = value.get("identity") or "", value.get("killed_at") or 0.0
+    for e in value.get("evidence") or []:
+        if not isinstance(e, dict) or e.get("workflow_id") not in runs:
+            continue
+        chain = runs[e["workflow_id"]]
+        if at == "workflow_task":
+            scheduled = _parse_time((e.get("workflow_task") or {}).get("scheduled"))
+            for run in chain:
+                for task in run["tasks"]:
+                    same_task = scheduled is not None and abs(task["scheduled"] - scheduled) < 0.002
+                    victims = (task["identity"] == identity or task["queue"].startswith(f"{identity}-")) and \
+                        task["scheduled"] <= killed_at <= (task["closed"] or float("inf"))
+                    if (same_task or victims) and task["outcome"] in ("timed_out", "failed", "started"):
+                        out.append({"workflow_id": e["workflow_id"], "run_id": run["run_id"],
+                                    "workflow_task_never_completed": task["outcome"], "task_queue": task["queue"]})
+        elif e.get("continued_as_new") == "before":
+            run = next((r for r in chain if r["run_id"] == e.get("run_id")), None)
+            if run is not None and run["ended"] == "continued_as_new" and (run["closed"] or 0) >= killed_at:
+                out.append({"workflow_id": e["workflow_id"], "run_id": run["run_id"],
+                            "continued_as_new_after_the_kill_s": round(run["closed"] - killed_at, 3)})
+        elif e.get("continued_as_new") == "after":
+            ids = [r["run_id"] for r in chain]
+            new, old = e.get("run_id"), e.get("continued_from_run_id")
+            if new in ids and ids.index(new) > 0 and ids[ids.index(new) - 1] == old:
+                run = chain[ids.index(new)]
+                if (run["started"] or float("inf")) <= killed_at <= (run["closed"] or float("inf")):
+                    out.append({"workflow_id": e["workflow_id"], "run_id": new, "continued_from_run_id": old,
+                                "killed_into_the_new_run_s": round(killed_at - run["started"], 3),
+                                "victim_ran_its_workflow_tasks": any(t["identity"] == identity for t in run["tasks"])})
+    return out
+
+
+def _mutations(data: RunData) -> tuple[list[str], dict[str, Any], list[str]]:
+    """(declared mutations, per declared mutation what the ledger says of it, the ones never exercised)."""
+    scenario = data.run.get("scenario") or {}
+    declared = sorted({MUTATION_ALIASES.get(m, m) for m in (scenario.get("cluster") or {}).get("mutations") or ()})
+    if not declared:
+        return [], {}, []
+    rows = data.ledger_rows("mutations")
+    report: dict[str, Any] = {}
+    for m in declared:
+        ran = [r for r in rows if MUTATION_ALIASES.get(r["mutation"], r["mutation"]) == m]
+        report[m] = {"exercised": len(ran), "workers": sorted({r["worker"] for r in ran}),
+                     "first": {k: ran[0][k] for k in ("worker", "workflow_id", "tool", "at")} if ran else None}
+    return declared, report, [m for m in declared if not report[m]["exercised"]]
+
+
 def check(data: RunData) -> CheckResult:
     faults = []
     unfinished = _unfinished_executions(data)
     has_ledger = data.ledger_path is not None and data.ledger_path.exists()
+    runs: dict[str, list[dict[str, Any]]] | None = None
     crashes = data.ledger_rows("crash_points")
     for c in crashes:
         faults.append({"f": "crash_point", "at": None, "landed": True,
@@ -43,23 +176,48 @@ def check(data: RunData) -> CheckResult:
         if inv.process == "nemesis" and inv.f in FAULT_OPS:
             value = done.value if done and isinstance(done.value, dict) else {}
             evidence = value.get("evidence")
-            if inv.f == "kill_worker" and has_ledger and inv.value.get("when") != "idle":
+            fault: dict[str, Any] = {"f": inv.f, "at": round(inv.time, 2)}
+            aim = (inv.value or {}).get("at") if isinstance(inv.value, dict) else None
+            if inv.f == "kill_worker" and aim in HISTORY_AIMS:
+                fault["aim"] = aim
+                runs = _runs(data) if runs is None else runs
+                named = {e.get("workflow_id") for e in evidence or [] if isinstance(e, dict)}
+                if named and named <= set(runs):
+                    # The nemesis saw it on a frozen worker; the server's own record must agree.
+                    fault["nemesis_saw"] = evidence
+                    evidence = _history_evidence(aim, value, runs)
+            elif inv.f == "kill_worker" and has_ledger and inv.value.get("when") != "idle":
                 # What the nemesis saw was milliseconds old; the ledger says what the victim really left unfinished.
+                if isinstance(value.get("aim"), dict):
+                    fault["aim"] = value["aim"].get("activity")
                 evidence = [{"unfinished_execution": e} for e in unfinished.get(value.get("identity"), [])]
-            faults.append({"f": inv.f, "at": round(inv.time, 2), "landed": bool(evidence), "evidence": evidence})
+            faults.append({**fault, "landed": bool(evidence), "evidence": evidence})
         elif (not crashes and inv.process == "supervisor" and inv.f == "restart_worker"
               and inv.value.get("reason") == "crash point"):
             faults.append({"f": "crash_point", "at": round(inv.time, 2), "landed": True,
                            "evidence": [{"worker": inv.value.get("worker"), "exit_code": inv.value.get("exit_code")}]})
     landed = sum(f["landed"] for f in faults)
-    details = {"faults": faults, "injected": len(faults), "landed": landed}
+    declared, mutations, never = _mutations(data)
+    details: dict[str, Any] = {"faults": faults, "injected": len(faults), "landed": landed}
+    if declared:
+        details["mutations"] = mutations
+    if never:
+        why = ("the run has no effect ledger to record it" if not has_ledger else
+               "the ledger records no exercise of it (its mutated path never ran, or the ledger predates the "
+               "mutations table)")
+        return CheckResult("injection_evidence", UNKNOWN,
+                           "; ".join(f"mutation {m} never ran: the bug was not exercised" for m in never)
+                           + f" ({why})", details)
+    counts = ", ".join(f"{m} x{mutations[m]['exercised']}" for m in declared)
+    exercised = f"; mutation(s) exercised: {counts}" if declared else ""
     if not faults:
         scenario = data.run.get("scenario") or {}
         scheduled = data.run.get("schedule") or (scenario.get("cluster") or {}).get("crash_at")
         if scheduled:
             return CheckResult("injection_evidence", UNKNOWN, "faults were scheduled but none was injected", details)
-        return CheckResult("injection_evidence", PASS, "no faults scheduled (a baseline run)", details)
+        return CheckResult("injection_evidence", PASS, f"no faults scheduled (a baseline run){exercised}", details)
     if not landed:
         return CheckResult("injection_evidence", UNKNOWN,
                            f"all {len(faults)} fault(s) landed on idle workers: the run proved nothing", details)
-    return CheckResult("injection_evidence", PASS, f"{landed} of {len(faults)} fault(s) landed on in-flight work", details)
+    return CheckResult("injection_evidence", PASS,
+                       f"{landed} of {len(faults)} fault(s) landed on in-flight work{exercised}", details)

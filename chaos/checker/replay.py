@@ -2,6 +2,11 @@
 fresh, cold worker built from the current code (Temporal's ``Replayer``, in
 a new interpreter: the target's own, where its code imports). For the hot-fix scenario this is the proof that the fix
 was replay-safe.
+
+The replayer is built the way the target's workers are: with the plugins, data converter and workflow runner the
+target declares (``replay_plugins``, ``data_converter``, ``workflow_runner``; none: the SDK's defaults). Without
+them a correct agent's histories could fail to decode or trip the default sandbox: a false fail. A declared object
+that cannot be loaded makes the check unknown, naming it.
 """
 
 from __future__ import annotations
@@ -29,22 +34,61 @@ def check(data: RunData) -> CheckResult:
                                               "machine; check again with --target FILE (the target file here)")
     env = {**os.environ, **target.get("env", {})}
     env["PYTHONPATH"] = target_pythonpath(target.get("env", {}).get("PYTHONPATH"))
-    proc = subprocess.run([python, "-m", "harness.replayer", str(data.dir.event_histories), "--workflow", workflow],
-                          capture_output=True, text=True, timeout=300, env=env, cwd=cwd)
-    if proc.returncode != 0:
-        return CheckResult("replay", UNKNOWN, f"the replayer could not run in {python} (exit {proc.returncode}): "
-                                              f"{proc.stderr.strip()[-500:]}")
+    # Built the way the agent's workers are: its plugins, data converter and workflow runner (chaos/target.py).
+    plugins, converter, runner = (list(target.get("replay_plugins") or []), target.get("data_converter"),
+                                  target.get("workflow_runner"))
+    argv = [python, "-m", "harness.replayer", str(data.dir.event_histories), "--workflow", workflow]
+    for plugin in plugins:
+        argv += ["--plugin", plugin]
+    if converter:
+        argv += ["--data-converter", converter]
+    if runner:
+        argv += ["--workflow-runner", runner]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, cwd=cwd)
     from harness.replayer import RESULT_PREFIX
 
     lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
-    if not lines:
-        return CheckResult("replay", UNKNOWN, f"the replayer printed no result: {proc.stdout[-300:]} {proc.stderr[-300:]}")
-    result = json.loads(lines[-1][len(RESULT_PREFIX):])
-    details = {"workflow": workflow, **result}
+    result = json.loads(lines[-1][len(RESULT_PREFIX):]) if lines else None
+    declared = {"workflow": workflow, "replay_plugins": plugins, "data_converter": converter,
+                "workflow_runner": runner}
+    if result is not None and "error" in result:  # a declared object would not load: no judgement, not a fail
+        return CheckResult("replay", UNKNOWN, f"the replayer could not be built as the target declares: "
+                                              f"{result['error'][:400]}", {**declared, **result})
+    if proc.returncode != 0:
+        return CheckResult("replay", UNKNOWN, f"the replayer could not run in {python} (exit {proc.returncode}): "
+                                              f"{proc.stderr.strip()[-500:]}", declared)
+    if result is None:
+        return CheckResult("replay", UNKNOWN, f"the replayer printed no result: {proc.stdout[-300:]} "
+                                              f"{proc.stderr[-300:]}", declared)
+    details = {**declared, **result}
+    uses = _describe(result.get("uses") or {})
     if result["replayed"] == 0:
         return CheckResult("replay", UNKNOWN, "no histories to replay", details)
     if result["failures"]:
         first = result["failures"][0]
         return CheckResult("replay", FAIL, f"{len(result['failures'])} of {result['replayed']} histories failed to "
-                                           f"replay; first {first['workflow_id']}: {first['error'][:200]}", details)
-    return CheckResult("replay", PASS, f"{result['replayed']} histories replayed cleanly on a cold worker", details)
+                                           f"replay ({uses}); first {first['workflow_id']}: {first['error'][:200]}",
+                           details)
+    # A history in which no workflow task ever completed replays "cleanly" because there is nothing in it to
+    # replay: no evidence of determinism (the workflow_tasks check says why it never ran).
+    vacuous = sorted(wid for wid, chain in data.event_histories.items()
+                     if not any(t.outcome == "completed" for run in chain for t in run.workflow_tasks))
+    details["histories_without_a_completed_workflow_task"] = vacuous
+    if vacuous and len(vacuous) == len(data.event_histories):
+        return CheckResult("replay", UNKNOWN, f"none of the {len(vacuous)} histories has a completed workflow task: "
+                                              "replaying them proves nothing", details)
+    note = (f"; {len(vacuous)} with no completed workflow task prove nothing ({', '.join(vacuous[:3])})"
+            if vacuous else "")
+    return CheckResult("replay", PASS, f"{result['replayed']} histories replayed cleanly on a cold worker "
+                                       f"({uses}){note}", details)
+
+
+def _describe(uses: dict) -> str:
+    """One phrase: what the replayer was built with, as declared and as in use after the plugins configured it."""
+    plugins = [p.get("name") or p.get("spec") for p in uses.get("plugins") or []]
+    converter, runner = uses.get("data_converter") or {}, uses.get("workflow_runner") or {}
+    codec = converter.get("payload_codec")
+    in_use = converter.get("payload_converter", "?") + (f" + codec {codec}" if codec else "")
+    return "; ".join([f"plugins {', '.join(plugins)}" if plugins else "no plugins",
+                      f"data converter {converter.get('spec') or '(not declared)'}: {in_use}",
+                      f"workflow runner {runner.get('spec') or '(not declared)'}: {runner.get('type', '?')}"])

@@ -99,3 +99,18 @@ class RunData:
         if not template:
             return None
         return self.dir.state / template.format(workflow_id=workspace_name(workflow_id))
+
+    def updates(self, workflow_id: str) -> list[Any] | None:
+        """The updates the server accepted for this workflow, across its chain of runs (``UpdateRecord``s), or None
+        if no event history was saved for it (then only the driver's own final read can tell)."""
+        chain = self.event_histories.get(workflow_id)
+        if not chain:
+            return None
+        return [u for run in chain for u in run.update_records]
+
+    def server_status(self, workflow_id: str) -> str | None:
+        """How the workflow's last run ended as the saved history says (``COMPLETED``, ``RUNNING``, ...), or None."""
+        chain = self.event_histories.get(workflow_id)
+        if not chain:
+            return None
+        return chain[-1].status.upper()

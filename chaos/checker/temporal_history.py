@@ -1,14 +1,29 @@
 """temporal_history: from the Temporal event histories (and the ledger's execution log):
 
-- a completed activity is never executed again: no physical execution of an
-  activity starts after the history recorded it completed (the model call
-  made before a crash is reused from history, not repeated), and no activity
-  has more executions than the attempts its history records;
-- retries were spaced by the retry policy: for an activity that took n
-  attempts, its last attempt started at least the sum of the first n-1
-  backoff intervals after it was scheduled (the policy is read from the
-  ActivityTaskScheduled event), and consecutive recorded attempts are at least
-  one backoff apart.
+- a completed activity is never executed again: no execution of the attempt
+  that completed it (or a later one) starts after the history recorded it
+  completed (the model call made before a crash is reused from history, not
+  repeated), and no activity has more executions than the attempts its
+  history records;
+- a *stale* attempt is not that: an earlier attempt (one the server had
+  already timed out and retried) that a paused or partitioned worker starts
+  late is Temporal's at-least-once activity execution. It wastes a call but
+  replays nothing; it is counted and timed (``stale_attempts``,
+  ``stale_seconds``), not failed; one that asked the server first and
+  skipped the work (outcome ``stale_skipped``) is counted apart;
+- retries were spaced by the retry policy, on the server's clock: for an
+  activity that took n attempts, its last attempt started at least the sum
+  of the first n-1 backoff intervals after it was scheduled (both times are
+  the history's; the policy is read from the ActivityTaskScheduled event), and
+  consecutive attempts were *scheduled* (``executions.scheduled_at``, from the
+  activity's info) at least one backoff apart. Worker-side start times are
+  not used: a paused worker starts late;
+- retries hidden inside one attempt (an HTTP client's own retries) are
+  invisible to both: the model server's request count, which the run saves,
+  is held against the model-call executions and the difference reported.
+
+Without an execution log (a target with no ledger) the first two properties
+cannot be checked and the result says so; it never claims them.
 """
 
 from __future__ import annotations
@@ -20,6 +35,8 @@ from harness.verdict import FAIL, PASS, UNKNOWN, CheckResult
 from harness.operations import pairs
 
 TOLERANCE_S = 0.05
+#: an execution that found its attempt stale and did not do the work (agent.activities.STALE_SKIPPED)
+STALE_SKIPPED = "stale_skipped"
 
 
 def backoff(initial_s: float, coefficient: float, maximum_s: float, k: int) -> float:
@@ -31,23 +48,49 @@ def check(data: RunData) -> CheckResult:
     if not data.event_histories:
         return CheckResult("temporal_history", UNKNOWN, "no Temporal event histories were saved")
     problems: list[str] = []
+    not_checked: list[str] = []
     executions: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for e in data.ledger_rows("executions"):
+    rows = data.ledger_rows("executions")
+    for e in rows:
         executions.setdefault((e["run_id"], e["activity_id"]), []).append(e)
+    has_log = bool(rows)
+    if not has_log:
+        not_checked.append("re-execution after completion (no execution log: the target declares no effect ledger, "
+                           "or nothing recorded an execution)")
+    has_schedule = any(e.get("scheduled_at") is not None for e in rows)
+    if has_log and not has_schedule:
+        not_checked.append("per-attempt retry spacing (the ledger has no schedule times: recorded before version 4)")
     activities = retried = reused_checked = 0
+    stale: list[dict[str, Any]] = []
+    completed_model_calls: dict[tuple[str, str], float] = {}
     for wid, chain in data.event_histories.items():
         for run in chain:
             for a in run.activities:
                 activities += 1
                 key = (run.run_id, a.activity_id)
                 execs = sorted(executions.get(key, []), key=lambda e: e["started_at"])
-                if a.outcome == "completed" and a.closed_at is not None:
-                    closed = a.closed_at.timestamp()
-                    late = [e for e in execs if e["started_at"] > closed + TOLERANCE_S]
+                closed = a.closed_at.timestamp() if a.outcome == "completed" and a.closed_at is not None else None
+                if closed is not None:
+                    if a.activity_type == data.model_activity:
+                        completed_model_calls[key] = closed
                     reused_checked += bool(execs)
-                    if late:
-                        problems.append(f"{wid} {a.activity_type} #{a.activity_id}: executed again after it completed "
-                                        f"(attempts {[e['attempt'] for e in late]} by {[e['worker'] for e in late]})")
+                # when the server scheduled each attempt (its clock): an attempt starting after its successor was
+                # scheduled, or after the activity completed, started stale
+                sched = {e["attempt"]: e["scheduled_at"] for e in execs if e.get("scheduled_at") is not None}
+                for e in execs:
+                    k = e["attempt"]
+                    moved_on = min([t for t in (sched.get(k + 1), closed) if t is not None], default=None)
+                    if k < a.attempts and moved_on is not None and e["started_at"] > moved_on + TOLERANCE_S:
+                        stale.append({"workflow_id": wid, "activity": a.activity_type, "activity_id": a.activity_id,
+                                      "attempt": k, "final_attempt": a.attempts, "worker": e["worker"],
+                                      "late_s": round(e["started_at"] - moved_on, 3),
+                                      "seconds": round((e["finished_at"] or e["started_at"]) - e["started_at"], 3),
+                                      "model_call": data.is_model_call(e),
+                                      "skipped": e.get("outcome") == STALE_SKIPPED})
+                    elif closed is not None and k >= a.attempts and e["started_at"] > closed + TOLERANCE_S:
+                        problems.append(f"{wid} {a.activity_type} #{a.activity_id}: executed again after it "
+                                        f"completed (attempt {k} by {e['worker']}, {e['started_at'] - closed:.2f}s "
+                                        f"after; it completed on attempt {a.attempts})")
                 if execs and max(e["attempt"] for e in execs) > max(a.attempts, 1):
                     problems.append(f"{wid} {a.activity_type} #{a.activity_id}: an execution with attempt "
                                     f"{max(e['attempt'] for e in execs)} but the history records {a.attempts}")
@@ -59,37 +102,86 @@ def check(data: RunData) -> CheckResult:
                     if waited + TOLERANCE_S < floor:
                         problems.append(f"{wid} {a.activity_type} #{a.activity_id}: attempt {a.attempts} started "
                                         f"{waited:.2f}s after scheduling; the backoff policy needs >= {floor:.2f}s")
-                    by_attempt = {e["attempt"]: e["started_at"] for e in execs}
-                    for k in sorted(by_attempt):
-                        if k + 1 in by_attempt:
-                            gap = by_attempt[k + 1] - by_attempt[k]
+                    scheduled = {e["attempt"]: e["scheduled_at"] for e in execs if e.get("scheduled_at") is not None}
+                    for k in sorted(scheduled):
+                        if k + 1 in scheduled:
+                            gap = scheduled[k + 1] - scheduled[k]
                             if gap + TOLERANCE_S < backoff(initial, coef, maximum, k):
                                 problems.append(f"{wid} {a.activity_type} #{a.activity_id}: attempts {k} and {k + 1} "
-                                                f"{gap:.2f}s apart; backoff is {backoff(initial, coef, maximum, k):.2f}s")
-    # The reference's claim, per kill: model calls completed before the worker died are not made again.
-    model_activity = data.model_activity
-    kills = [((done.value or {}).get("killed_at", done.wall), (done.value or {}).get("identity"))
-             for inv, done in pairs(data.ops) if inv.f == "kill_worker" and done is not None]
+                                                f"scheduled {gap:.2f}s apart by the server; the backoff is "
+                                                f"{backoff(initial, coef, maximum, k):.2f}s")
+    # The reference's claim: model calls completed before a worker died are not made again. Each completed call
+    # counted once (whatever the number of kills), and only where an execution log can show it.
+    kills = [(done.value or {}).get("killed_at", done.wall) for inv, done in pairs(data.ops)
+             if inv.f == "kill_worker" and done is not None]
     before_kill = again_after_kill = 0
-    for kill_wall, _victim in kills:
-        for wid, chain in data.event_histories.items():
-            for run in chain:
-                for a in run.activities:
-                    if a.activity_type == model_activity and a.outcome == "completed" and a.closed_at \
-                            and a.closed_at.timestamp() < kill_wall:
-                        before_kill += 1
-                        execs = executions.get((run.run_id, a.activity_id), [])
-                        again_after_kill += sum(1 for e in execs if e["started_at"] > kill_wall)
+    if kills and has_log:
+        for key, closed in completed_model_calls.items():
+            killed_after = [k for k in kills if k > closed]
+            if not killed_after:
+                continue
+            before_kill += 1
+            first_kill = min(killed_after)
+            again_after_kill += sum(1 for e in executions.get(key, []) if e["started_at"] > first_kill
+                                    and e["attempt"] >= _completing_attempt(data, key))
     if again_after_kill:
         problems.append(f"{again_after_kill} model call(s) completed before a kill were executed again after it")
+    hidden = _hidden_retries(data, rows)
+    if hidden.get("requests") is None:
+        not_checked.append("retries inside an attempt (the run saved no model-server request count)")
+    skipped = [z for z in stale if z["skipped"]]
+    stale = [z for z in stale if not z["skipped"]]
+    stale_model = [z for z in stale if z["model_call"]]
     details = {"activities": activities, "retried_activities": retried,
                "completed_activities_with_executions": reused_checked, "kills": len(kills),
-               "model_calls_completed_before_kills": before_kill,
-               "model_calls_re_executed_after_kills": again_after_kill, "problems": problems[:50]}
+               "execution_log": has_log,
+               "model_calls_completed_before_kills": before_kill if has_log else None,
+               "model_calls_re_executed_after_kills": again_after_kill if has_log else None,
+               "stale_attempts": len(stale), "stale_model_calls": len(stale_model),
+               "stale_seconds": round(sum(z["seconds"] for z in stale), 3), "stale_examples": stale[:10],
+               "stale_attempts_skipped": len(skipped),
+               "model_requests": hidden, "not_checked": not_checked, "problems": problems[:50]}
     if problems:
         return CheckResult("temporal_history", FAIL, f"{len(problems)} problem(s); first: {problems[0]}", details)
-    kill_note = (f"; {before_kill} model call(s) completed before {len(kills)} kill(s), none executed again"
-                 if kills else "")
-    return CheckResult("temporal_history", PASS,
-                       f"{activities} activities: none executed after completing; {retried} retried "
-                       f"activit{'y' if retried == 1 else 'ies'} spaced by the backoff policy{kill_note}", details)
+    if not activities:
+        return CheckResult("temporal_history", UNKNOWN, "the histories hold no activity: nothing to check", details)
+    parts = [f"{activities} activities" + (": none executed after completing" if has_log else ""),
+             f"{retried} retried activit{'y' if retried == 1 else 'ies'} spaced by the backoff policy "
+             "(server clock)"]
+    if kills and has_log:
+        parts.append(f"{before_kill} model call(s) completed before {len(kills)} kill(s), none executed again")
+    if stale:
+        parts.append(f"{len(stale)} stale attempt(s) started late by a paused or cut-off worker "
+                     f"({len(stale_model)} model call(s), {details['stale_seconds']:.1f}s wasted; at-least-once, "
+                     "not a replay)")
+    if skipped:
+        parts.append(f"{len(skipped)} stale attempt(s) found themselves stale and skipped the call")
+    if hidden.get("inside_attempts"):
+        parts.append(f"{hidden['inside_attempts']} model request(s) were retries inside an attempt, "
+                     "invisible to Temporal's retry policy")
+    if not_checked:
+        parts.append("not checked: " + "; ".join(not_checked))
+    return CheckResult("temporal_history", PASS, "; ".join(parts), details)
+
+
+def _completing_attempt(data: RunData, key: tuple[str, str]) -> int:
+    for chain in data.event_histories.values():
+        for run in chain:
+            if run.run_id == key[0]:
+                for a in run.activities:
+                    if a.activity_id == key[1]:
+                        return a.attempts
+    return 0
+
+
+def _hidden_retries(data: RunData, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Model requests the model server saw against the model calls made: more requests than calls means retries
+    inside an attempt (a client library's own), which Temporal's retry policy never saw."""
+    stats = data.run.get("model_server") or {}
+    requests = stats.get("requests")
+    calls = sum(1 for e in rows if data.is_model_call(e)) if rows else None
+    attempts = sum(a.attempts for chain in data.event_histories.values() for run in chain for a in run.activities
+                   if a.activity_type == data.model_activity)
+    made = calls if calls is not None else attempts
+    return {"requests": requests, "model_call_executions": calls, "model_attempts_in_histories": attempts,
+            "inside_attempts": max(0, requests - made) if requests is not None else None}

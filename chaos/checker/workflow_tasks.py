@@ -1,0 +1,104 @@
+"""workflow_tasks: from the event histories, the workflow code ran and kept running.
+
+- a workflow task that failed (workflow code raised, non-determinism, a bad
+  command) and was never followed by a completed one, in a run that did not
+  close, is a failure, named with its error: that conversation is stuck, and
+  no other check can say why (its messages look merely unanswered);
+- failed and timed-out workflow tasks that were followed by a completed one
+  are reported by cause (a worker killed mid-task times its task out; a task
+  racing a new message fails with ``UNHANDLED_COMMAND``): expected under
+  faults, not failures;
+- liveness after the heal: every workflow task pending when the faults healed,
+  or scheduled after, completed, within the scenario's ``recovery_within_s``
+  of the heal (or of being scheduled, if later). The worst wait is reported;
+  a task that never completed is a failure naming its conversation.
+A run with no workflow task in its histories is ``unknown``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime
+from chaos.checker.run_data import RunData
+from harness.operations import pairs
+from harness.verdict import FAIL, PASS, UNKNOWN, CheckResult
+
+#: default for a scenario that does not say (``ChaosScenario.recovery_within_s``)
+RECOVERY_WITHIN_S = 45.0
+
+
+def _heal_wall(data: RunData) -> float | None:
+    for inv, _done in pairs(data.ops):
+        if inv.f == "phase:heal":
+            return inv.wall
+    return None
+
+
+def _ts(at: datetime | None) -> float | None:
+    return at.timestamp() if at is not None else None
+
+
+def check(data: RunData) -> CheckResult:
+    if not data.event_histories:
+        return CheckResult("workflow_tasks", UNKNOWN, "no Temporal event histories were saved")
+    problems: list[str] = []
+    tasks = 0
+    failed: Counter[str] = Counter()
+    timed_out = 0
+    examples: dict[str, str] = {}
+    heal = _heal_wall(data)
+    limit = float((data.run.get("scenario") or {}).get("recovery_within_s") or RECOVERY_WITHIN_S)
+    waits: dict[str, float] = {}
+    stuck: list[str] = []
+    for wid, chain in data.event_histories.items():
+        for run in chain:
+            tasks += len(run.workflow_tasks)
+            for t in run.workflow_tasks:
+                if t.outcome == "failed":
+                    failed[t.cause or "?"] += 1
+                    examples.setdefault(t.cause or "?", f"{wid}: {t.failure[:200]}")
+                elif t.outcome == "timed_out":
+                    timed_out += 1
+            last = run.workflow_tasks[-1] if run.workflow_tasks else None
+            if run.status == "running" and last is not None and last.outcome == "failed":
+                problems.append(f"{wid}: its workflow task keeps failing and never recovered "
+                                f"({last.cause}: {last.failure[:200]})")
+            if heal is None:
+                continue
+            for t in run.workflow_tasks:
+                scheduled, closed = _ts(t.scheduled_at), _ts(t.closed_at)
+                if scheduled is None or (closed is not None and closed < heal):
+                    continue
+                if t.outcome in ("completed",):
+                    wait = closed - max(heal, scheduled)
+                    waits[wid] = max(waits.get(wid, 0.0), wait)
+                elif t is last and run.status == "running":
+                    stuck.append(wid)
+    if heal is not None:
+        for wid in stuck:
+            problems.append(f"{wid}: a workflow task pending after the heal never completed (no worker took it "
+                            "up again)")
+        slow = {w: s for w, s in waits.items() if s > limit}
+        for wid, s in sorted(slow.items()):
+            problems.append(f"{wid}: its workflow task completed {s:.1f}s after the heal (limit {limit:.0f}s)")
+    worst = max(waits.values(), default=None)
+    details = {"workflow_tasks": tasks, "failed_by_cause": dict(failed), "failed_examples": examples,
+               "timed_out": timed_out, "heal_wall": heal, "recovery_within_s": limit,
+               "worst_wait_after_heal_s": round(worst, 3) if worst is not None else None,
+               "wait_after_heal_by_conversation": {w: round(s, 3) for w, s in sorted(waits.items())},
+               "problems": problems[:50]}
+    if problems:
+        return CheckResult("workflow_tasks", FAIL, f"{len(problems)} problem(s); first: {problems[0]}", details)
+    if not tasks:
+        return CheckResult("workflow_tasks", UNKNOWN, "the histories hold no workflow task: nothing ran", details)
+    recovered = []
+    if failed:
+        recovered.append(f"{sum(failed.values())} failed ({', '.join(f'{c} x{n}' for c, n in failed.items())})")
+    if timed_out:
+        recovered.append(f"{timed_out} timed out")
+    recovered_text = f"; {' and '.join(recovered)}, each followed by a completed one" if recovered else ""
+    live = (f"; after the heal every conversation's workflow tasks completed within {worst:.1f}s "
+            f"(limit {limit:.0f}s)") if worst is not None else ("; no workflow task was pending after the heal"
+                                                                if heal is not None else "")
+    return CheckResult("workflow_tasks", PASS, f"{tasks} workflow tasks, none stuck failing{recovered_text}{live}",
+                       details)

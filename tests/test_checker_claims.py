@@ -1,0 +1,180 @@
+"""Checkers claim only what they saw: Jepsen's indeterminate operations, stale attempts versus re-execution,
+workflow tasks that never recovered, properties nobody checked. On small saved runs built by hand."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from chaos.checker import lost, temporal_history, workflow_tasks
+from chaos.checker.run_data import RunData
+from chaos.runner import check
+from harness.event_history import ActivityRecord, RunRecord, WorkflowTaskRecord
+from harness.operations import FAIL, INFO, OK, History
+from harness.recording import EffectLedger, ExecutionIdentity
+from harness.verdict import PASS, UNKNOWN, CheckResult, summarise
+
+T0 = datetime(2026, 11, 22, 12, 0, 0, tzinfo=timezone.utc)
+
+
+def _run_dir(tmp_path: Path, sends: list[tuple[str, str, dict | None]], final: list[dict] | None,
+             target: dict | None = None) -> Path:
+    """A run of one conversation: ``sends`` (text, completion type, completion value); ``final``: its final read."""
+    run = tmp_path / "run"
+    (run / "state").mkdir(parents=True)
+    history = History(run / "operations.jsonl")
+    planned = []
+    for n, (text, kind, value) in enumerate(sends):
+        expect = f"reply to {text}"
+        planned.append({"text": text, "expect": expect, "kind": "calc", "path": None, "content": None,
+                        "match": "exact"})
+        op = history.invoke("client-0", "send_message", {"conversation": "c-0", "n": n, "text": text,
+                                                         "expect": expect, "match": "exact"})
+        history.complete(op, kind, value, error=None if kind == OK else "TimeoutError")
+    history.close()
+    conv = {"workflow_id": "c-0", "planned": planned, "started": True, "final_history": final,
+            "final_status": "COMPLETED", "result": None}
+    (run / "conversations.json").write_text(json.dumps({"workload": {}, "conversations": [conv]}))
+    (run / "run.json").write_text(json.dumps({"schema": 2, "kind": "chaos", "name": "t", "status": "complete",
+                                              "target": target or {}}))
+    return run
+
+
+def _said(*pairs: tuple[str, str]) -> list[dict]:
+    out = []
+    for text, reply in pairs:
+        out += [{"role": "user", "content": text}, {"role": "assistant", "content": reply}]
+    return out
+
+
+def test_an_indeterminate_send_may_or_may_not_have_happened(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path, [("a", OK, {"reply": "reply to a"}), ("b", INFO, None), ("c", INFO, None)],
+                   _said(("a", "reply to a"), ("c", "reply to c")))
+    result = lost.check(RunData(run))
+    assert result.verdict == PASS, result.summary
+    assert (result.details["indeterminate_absent"], result.details["indeterminate_present"]) == (1, 1)
+
+
+def test_an_indeterminate_send_that_happened_must_be_answered_right(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path, [("a", INFO, None)], _said(("a", "wrong")))
+    assert lost.check(RunData(run)).verdict == "fail"
+
+
+def test_an_acknowledged_message_missing_from_the_conversation_is_lost(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path, [("a", OK, {"reply": "reply to a"}), ("b", OK, {"reply": "reply to b"})],
+                   _said(("a", "reply to a")))
+    result = lost.check(RunData(run))
+    assert result.verdict == "fail" and result.details["lost"] == 1
+
+
+def test_a_wrong_answer_is_not_shown_as_zero_lost(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path, [("a", OK, {"reply": "nonsense"})], _said(("a", "nonsense")))
+    checks = [lost.check(RunData(run))]
+    assert checks[0].verdict == "fail"
+    assert summarise("t", [], checks)["lost"] == "0+1 bad"
+
+
+def test_a_turn_that_failed_fails(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path, [("a", FAIL, None)], [])
+    assert lost.check(RunData(run)).verdict == "fail"
+
+
+def _with_history(tmp_path: Path, activity: ActivityRecord, executions: list[tuple[int, float, float | None]],
+                  ) -> RunData:
+    """One completed activity and its executions (attempt, started, scheduled) in a real ledger file."""
+    run = _run_dir(tmp_path, [], [], target={"ledger": "ledger.sqlite3", "model_activity": "plan"})
+    with EffectLedger(run / "state" / "ledger.sqlite3") as ledger:
+        for attempt, started, scheduled in executions:
+            ident = ExecutionIdentity("c-0", "r-1", activity.activity_id, attempt, f"w{attempt}", scheduled)
+            eid = ledger.begin_execution(ident, activity.activity_type, model_call=True)
+            ledger._conn.execute("UPDATE executions SET started_at = ?, finished_at = ? WHERE id = ?",
+                                 (started, started + 0.1, eid))
+    data = RunData(run)
+    data.__dict__["event_histories"] = {"c-0": [RunRecord("c-0", "r-1", activities=[activity])]}
+    return data
+
+
+def _model_call(attempts: int) -> ActivityRecord:
+    return ActivityRecord("5", "plan", 5, attempts=attempts, outcome="completed", scheduled_at=T0,
+                          started_at=T0 + timedelta(seconds=3), closed_at=T0 + timedelta(seconds=4),
+                          retry_policy=(0.5, 2.0, 4.0))
+
+
+def test_a_stale_attempt_started_late_is_counted_not_failed(tmp_path: Path) -> None:
+    t = T0.timestamp()
+    # attempt 1 timed out; attempt 2 (scheduled at +2.5 s) completed at +4 s; the paused worker began 1 at +5 s
+    data = _with_history(tmp_path, _model_call(2), [(2, t + 3.0, t + 2.5), (1, t + 5.0, t)])
+    result = temporal_history.check(data)
+    assert result.verdict == PASS, result.summary
+    assert result.details["stale_attempts"] == 1 and result.details["stale_model_calls"] == 1
+
+
+def test_the_completing_attempt_executed_again_after_completion_fails(tmp_path: Path) -> None:
+    t = T0.timestamp()
+    data = _with_history(tmp_path, _model_call(2), [(2, t + 3.0, t + 2.5), (2, t + 6.0, t + 2.5)])
+    result = temporal_history.check(data)
+    assert result.verdict == "fail" and "executed again after it completed" in result.summary
+
+
+def test_retries_scheduled_closer_than_the_backoff_fail(tmp_path: Path) -> None:
+    t = T0.timestamp()
+    # the server's schedule times 0.1 s apart, where the policy's first backoff is 0.5 s
+    data = _with_history(tmp_path, _model_call(2), [(1, t + 0.0, t), (2, t + 3.0, t + 0.1)])
+    assert "scheduled 0.10s apart" in temporal_history.check(data).summary
+
+
+def test_without_an_execution_log_nothing_is_claimed_about_re_execution(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path, [], [], target={"model_activity": "plan"})
+    data = RunData(run)
+    data.__dict__["event_histories"] = {"c-0": [RunRecord("c-0", "r-1", activities=[_model_call(1)])]}
+    result = temporal_history.check(data)
+    assert "none executed after completing" not in result.summary and "not checked" in result.summary
+
+
+def _tasks(*outcomes: tuple[str, str]) -> list[WorkflowTaskRecord]:
+    return [WorkflowTaskRecord(i, outcome=o, failure=f, cause="WORKFLOW_WORKER_UNHANDLED_FAILURE" if f else "",
+                               scheduled_at=T0) for i, (o, f) in enumerate(outcomes)]
+
+
+def test_a_workflow_task_failing_until_the_end_fails_naming_its_error(tmp_path: Path) -> None:
+    data = RunData(_run_dir(tmp_path, [], []))
+    stuck = RunRecord("c-0", "r-1", status="running",
+                      workflow_tasks=_tasks(("completed", ""), ("failed", "KeyError: 'boom'")))
+    data.__dict__["event_histories"] = {"c-0": [stuck]}
+    result = workflow_tasks.check(data)
+    assert result.verdict == "fail" and "KeyError: 'boom'" in result.summary
+
+
+def test_a_workflow_task_that_failed_then_recovered_passes(tmp_path: Path) -> None:
+    data = RunData(_run_dir(tmp_path, [], []))
+    fine = RunRecord("c-0", "r-1", status="completed",
+                     workflow_tasks=_tasks(("failed", "UnhandledCommand"), ("completed", "")))
+    data.__dict__["event_histories"] = {"c-0": [fine]}
+    assert workflow_tasks.check(data).verdict == PASS
+
+
+def test_a_property_the_target_left_unchecked_keeps_the_run_from_passing(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path, [("a", OK, {"reply": "reply to a"})], _said(("a", "reply to a")),
+                   target={"checkers": ["lost", "stats"]})
+    verdict, checks, _row = check(run)
+    by = {c.name: c for c in checks}
+    assert by["lost"].verdict == PASS and by["effects"].verdict == UNKNOWN
+    assert verdict == UNKNOWN
+    saved = json.loads((run / "verdict.json").read_text())
+    assert "effects" in saved["not_checked"] and "lost" in saved["checked"]
+
+
+def test_recovery_is_per_conversation_and_names_the_ones_that_never_recovered() -> None:
+    from harness.operations import Op
+    from harness.verdict import recovery
+
+    ops = [Op(0, "nemesis", "invoke", "kill_worker", {}, 1.0, 1.0),
+           Op(1, "nemesis", OK, "kill_worker", {}, 2.0, 2.0, None, 0),
+           Op(2, "client-0", "invoke", "send_message", {"conversation": "a"}, 2.5, 2.5),
+           Op(3, "client-0", OK, "send_message", {"reply": "x"}, 3.0, 3.0, None, 2),
+           Op(4, "client-1", "invoke", "send_message", {"conversation": "b"}, 2.5, 2.5),
+           Op(5, "client-1", INFO, "send_message", None, 60.0, 60.0, "TimeoutError", 4)]
+    rec = recovery(ops)
+    assert rec["by_conversation"] == {"a": 1.0} and rec["never"] == ["b"]
+    assert summarise("t", ops, [CheckResult("lost", PASS, "")])["recovery_s"] == "never (1)"

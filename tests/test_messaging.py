@@ -1,0 +1,62 @@
+"""A message is not dropped when its update gets no answer: it is re-sent under the same update id
+(agent.messaging), and a re-send is never a second turn, within a run or across continue-as-new."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import uuid
+
+from agent.contracts import AgentConfig, AgentInput
+from agent.messaging import MessageNotDelivered, send_message
+from agent.worker import build_worker
+from agent.workflow import AgentWorkflow
+from testbed.stack import Stack
+
+
+async def test_a_message_sent_before_any_worker_polls_is_answered_once(stack: Stack) -> None:
+    queue = f"late-{uuid.uuid4().hex[:8]}"
+    handle = await stack.client.start_workflow(AgentWorkflow.run, AgentInput(config=AgentConfig(model="scripted")),
+                                               id=f"late-{uuid.uuid4().hex[:8]}", task_queue=queue)
+    retries: list[int] = []
+    sending = asyncio.create_task(send_message(handle, "What is 6 * 7?", "m-1", deadline_s=60, try_timeout_s=1.0,
+                                               on_retry=lambda n, _err: retries.append(n)))
+    await asyncio.sleep(3.0)
+    assert not sending.done(), "nothing can answer yet: no worker polls this task queue"
+    assert retries, "the unanswered update was re-sent"
+    async with build_worker(stack.client, dataclasses.replace(stack.settings, task_queue=queue), stack.ledger):
+        got = await sending
+        assert got.attempts >= 2 and got.reply.text == "6 * 7 = 42"
+        again = await send_message(handle, "What is 6 * 7?", "m-1")  # a client that never saw the reply
+        assert (again.attempts, again.reply.turn, again.reply.text) == (1, got.reply.turn, got.reply.text)
+        await handle.signal(AgentWorkflow.end_chat)
+        assert (await handle.result()).turns == 1
+
+
+async def test_a_re_send_after_continue_as_new_gets_the_earlier_reply(stack: Stack) -> None:
+    cfg = AgentConfig(model="scripted", max_history_events=10)  # continue-as-new after every turn
+    handle = await stack.start_conversation(cfg)
+    first = await send_message(handle, "What is 6 * 7?", "m-1")
+    for _ in range(100):  # until the next run has started
+        desc = await handle.describe()
+        if desc.run_id != handle.result_run_id:
+            break
+        await asyncio.sleep(0.05)
+    assert desc.run_id != handle.result_run_id, "the conversation continued as new"
+    again = await send_message(handle, "What is 6 * 7?", "m-1")
+    assert (again.reply.turn, again.reply.text) == (first.reply.turn, first.reply.text)
+    await handle.signal(AgentWorkflow.end_chat)
+    result = await handle.result()
+    assert result.turns == 1 and result.run_index >= 1
+
+
+async def test_a_closed_conversation_ends_the_re_sending(stack: Stack) -> None:
+    handle = await stack.start_conversation(AgentConfig(model="scripted"))
+    await handle.signal(AgentWorkflow.end_chat)
+    await handle.result()
+    try:
+        await send_message(handle, "What is 6 * 7?", "m-late", deadline_s=30, try_timeout_s=1.0)
+    except MessageNotDelivered as exc:
+        assert exc.closed and exc.attempts == 1
+    else:
+        raise AssertionError("a message to a closed conversation cannot be answered")
