@@ -123,7 +123,7 @@ def aimed_at(aim: str | None, activity: str, model_activity: str, kind: str | No
     (the target's model activity), "tool" (any other activity: every tool), or an activity type's own name."""
     if aim in (None, "any"):
         return True
-    is_model = kind == MODEL_CALL if kind is not None else activity == model_activity
+    is_model = activity == model_activity or kind == MODEL_CALL  # the ledger's kind, or the target's declaration
     if aim == "model":
         return is_model
     if aim == "tool":
@@ -143,17 +143,23 @@ async def _wait_for_in_flight(ctx: NemesisContext, activity: str | None, timeout
     return []
 
 
-def ledger_in_flight(path: Path) -> list[dict[str, Any]]:
+def ledger_in_flight(path: Path, workers: tuple[str, ...] = ()) -> list[dict[str, Any]] | None:
     """Executions the effect ledger has begun and not finished: what workers run right now, by their own record
-    (written before the work starts, so even a tool call of a few milliseconds is seen)."""
+    (written before the work starts, so even a tool call of a few milliseconds is seen). With ``workers`` (the
+    live workers' identities): None if the ledger names none of them (a target that records another identity
+    than ``{identity}``: its ledger cannot say who runs what)."""
     if not path.exists():
-        return []
+        return None if workers else []
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1)
     try:
         rows = db.execute("SELECT id, worker, workflow_id, tool, kind, attempt FROM executions "
                           "WHERE finished_at IS NULL").fetchall()
+        if workers and not any(r[1] in workers for r in rows) and not db.execute(
+                f"SELECT 1 FROM executions WHERE worker IN ({','.join('?' * len(workers))}) LIMIT 1",
+                workers).fetchone():
+            return None
     except sqlite3.Error:  # not created yet, or busy: nothing observable this time
-        return []
+        return None if workers else []
     finally:
         db.close()
     return [{"workflow_id": wid, "activity": tool, "attempt": attempt, "worker": worker, "kind": kind,
@@ -161,9 +167,12 @@ def ledger_in_flight(path: Path) -> list[dict[str, Any]]:
 
 
 async def _aimed_running(ctx: NemesisContext, activity: str | None) -> tuple[list[dict[str, Any]], str]:
-    """(the activities ``activity`` aims at, running on live workers, where that was read)."""
-    if ctx.ledger is not None and ctx.ledger.exists():
-        rows, source = ledger_in_flight(ctx.ledger), "effect_ledger"
+    """(the activities ``activity`` aims at, running on live workers, where that was read: the effect ledger where
+    this process can read it and it names the live workers, else the backend's ``running`` or Temporal)."""
+    live = tuple(w.process.identity for w in ctx.stack.workers if w.process.alive)
+    rows = ledger_in_flight(ctx.ledger, live) if ctx.ledger is not None and live else None
+    if rows is not None:
+        source = "effect_ledger"
     else:
         rows, source = await in_flight(ctx), "backend" if ctx.running is not None else "temporal_pending_activities"
     return [a for a in rows if aimed_at(activity, a["activity"], ctx.model_activity, a.get("kind"))
@@ -349,7 +358,8 @@ async def _aim_continue_as_new(ctx: NemesisContext, phase: str, threshold: int, 
                     if d is None or d.run_id != run_id:
                         return []
                     return [{"workflow_id": wid, "continued_as_new": "after", "continued_from_run_id": old,
-                             "run_id": run_id, "history_length": d.raw_description.workflow_execution_info.history_length,
+                             "run_id": run_id,
+                             "history_length": d.raw_description.workflow_execution_info.history_length,
                              "worker": identity, "worker_basis": basis, "workflow_task": _wft(d)}]
             elif run_id == old and threshold and length >= threshold and phase in ("before", "any"):
                 identity, started = await _task_workers(ctx, wid, run_id)
@@ -403,6 +413,9 @@ async def kill_worker(ctx: NemesisContext, when: str = "busy", activity: str | N
     aim: dict[str, Any] = {"when": when, "activity": activity, "at": at}
     if at == "continue_as_new":
         aim.update(phase=phase, history_events=history_events or ctx.continue_as_new_events)
+        if phase == "before" and not aim["history_events"]:
+            raise ValueError("kill_worker at=continue_as_new phase=before needs the threshold: history_events, "
+                             "or a scenario that sets max_history_events")
     op = ctx.history.invoke("nemesis", "kill_worker", {"when": when, "activity": activity, "down_s": down_s,
                                                        **({"at": at} if at else {})})
     evidence: list[Any] = []

@@ -117,7 +117,7 @@ SCENARIOS: dict[str, ChaosScenario] = {
             workload=Workload(flaky_ratio=0.35, repair_ratio=0.35, append_ratio=0.3), fault_s=6.0,
         ),
         ChaosScenario(
-            "kill_mid_tool", "SIGKILL a worker frozen mid tool call (any tool, then an append), as its own ledger shows.",
+            "kill_mid_tool", "SIGKILL a worker frozen mid tool call (any tool, then an append), as its ledger shows.",
             (E(0.5, "kill_worker", {"when": "busy", "activity": "tool", "down_s": 1.0}),
              E(3.0, "kill_worker", {"when": "busy", "activity": "append_file", "down_s": 1.0})),
             workload=Workload(append_ratio=0.7), fault_s=5.0,

@@ -35,26 +35,25 @@ the target's own ``[env]``. Values are comma-separated names. An
 (``AgentFaults.from_environment()``), so a target that records through
 ``harness.recording`` needs no code for them:
 
-==================  =============================  ==============================================  ==========================================
-variable            values                         what happens                                    what the target must call for it to work
-==================  =============================  ==============================================  ==========================================
-``DAH_LEDGER``      the effect ledger's path       where the recording writes (set when the        ``EffectLedger.from_environment()``
-                    (the target's ``ledger``,      target declares ``ledger``)
-                    under the run's state dir)
-``DAH_CRASH_AT``    ``after_model_call``           the worker SIGKILLs itself once the model       ``begin_execution(ident, name,
-                                                   call is recorded as ``ok``, before its          model_call=True)`` then
-                                                   activity reports back                           ``end_execution(id, "ok")`` (it fires there)
-``DAH_CRASH_AT``    ``after_effect``               the worker SIGKILLs itself once an effect is    ``apply_once`` / ``apply_once_async``
-                                                   applied and recorded, before its activity       (it fires as they return)
-                                                   reports back
-``DAH_BUGS``        tool or activity names         ``begin_execution`` for that name raises        ``begin_execution(ident, name)`` at the
-                                                   ``InjectedBug`` on every attempt (a retryable   start of each attempt
-                                                   failure) until a worker without the bug runs
-``DAH_MUTATIONS``   ``unkeyed_effects``            ``apply_once`` applies the effect on every      ``apply_once`` / ``apply_once_async``;
-                                                   attempt, ignoring its idempotency key; each     an agent's own mutated path asks
-                                                   time is recorded (ledger table ``mutations``)   ``faults.mutated(name)`` and calls
-                                                                                                   ``ledger.record_mutation(name, ident, tool)``
-==================  =============================  ==============================================  ==========================================
+* ``DAH_LEDGER`` = the effect ledger's path (the target's ``ledger``, under the
+  run's state dir; set when the target declares one): where the recording
+  writes. Call ``EffectLedger.from_environment()``.
+* ``DAH_CRASH_AT`` = ``after_model_call``: the worker SIGKILLs itself once a
+  model call is recorded ``ok``, before its activity reports back. Call
+  ``begin_execution(ident, name, model_call=True)``, then
+  ``end_execution(id, "ok")`` (it fires there).
+* ``DAH_CRASH_AT`` = ``after_effect``: the worker SIGKILLs itself once an
+  effect is applied and recorded, before its activity reports back. Call
+  ``apply_once`` / ``apply_once_async`` (it fires as they return).
+* ``DAH_BUGS`` = tool or activity names: ``begin_execution`` for such a name
+  raises ``InjectedBug`` (a retryable failure) on every attempt, until a
+  worker without the bug runs. Call ``begin_execution(ident, name)`` at the
+  start of every attempt.
+* ``DAH_MUTATIONS`` = ``unkeyed_effects``: ``apply_once`` applies the effect on
+  every attempt, its idempotency key ignored; each time is recorded (ledger
+  table ``mutations``). Call ``apply_once`` / ``apply_once_async``; a mutated
+  path of the agent's own asks ``faults.mutated(name)`` and, where it takes
+  it, calls ``ledger.record_mutation(name, ident, tool)``.
 
 A crash point fires once per ledger (the first worker to reach it; the table
 ``crash_points`` says which), so the restarted worker can finish the work. A

@@ -34,10 +34,21 @@ def model_faults(stack: Stack):
 
 
 def temporal_server_pids() -> set[int]:
-    """Pids of running `temporal server start-dev` processes (to prove none are left behind)."""
+    """Pids of running `temporal server start-dev` processes that this test process could have left behind:
+    its descendants and orphans (to prove none are left behind). A server another program on the machine is
+    running right now (a chaos soak, a second test run), whose parent is that program, is not counted."""
+    me = os.getpid()
     pids = set()
     for p in psutil.process_iter(["pid", "cmdline"]):
         cmd = p.info["cmdline"] or []
-        if len(cmd) >= 3 and Path(cmd[0]).name == "temporal" and cmd[1:3] == ["server", "start-dev"]:
+        if not (len(cmd) >= 3 and Path(cmd[0]).name == "temporal" and cmd[1:3] == ["server", "start-dev"]):
+            continue
+        try:
+            ancestors = [a.pid for a in p.parents()]
+            parent = p.parent()
+            orphan = parent is None or parent.pid == 1 or "python" not in Path((parent.cmdline() or [""])[0]).name
+        except psutil.Error:
+            continue
+        if me in ancestors or orphan:
             pids.add(p.info["pid"])
     return pids

@@ -71,9 +71,10 @@ def test_aims_match_the_model_any_tool_or_one_activity_type() -> None:
     assert not aimed_at("tool", "call_llm", "call_llm")
     assert aimed_at("append_file", "append_file", "x") and not aimed_at("append_file", "write_file", "x")
     assert aimed_at(None, "anything", "x") and aimed_at("any", "anything", "x")
-    # The ledger's kind wins over the name (a target whose model activity is also called by a tool's name).
+    # A model call is one by the ledger's kind or by the target's declared model activity.
     assert aimed_at("model", "whatever", "plan_next_action", kind="model")
-    assert aimed_at("tool", "plan_next_action", "plan_next_action", kind="tool")
+    assert aimed_at("model", "plan_next_action", "plan_next_action", kind="tool")
+    assert not aimed_at("tool", "whatever", "plan_next_action", kind="model")
 
 
 def test_the_ledger_shows_what_runs_now(tmp_path: Path) -> None:
@@ -85,6 +86,9 @@ def test_the_ledger_shows_what_runs_now(tmp_path: Path) -> None:
         running = ledger.begin_execution(ident(activity_id="2"), "append_file")
         assert [(a["activity"], a["kind"], a["worker"], a["execution"]) for a in ledger_in_flight(path)] == \
             [("append_file", "tool", "w1-1", running)]
+        assert ledger_in_flight(path, ("w1-1", "w2-1")) == ledger_in_flight(path)
+        # A ledger that names none of the live workers (another identity than {identity}) cannot aim a kill.
+        assert ledger_in_flight(path, ("w1-2", "w2-1")) is None
 
 
 # -- the kill: freeze, confirm on the frozen worker, then kill (or let it go on) -------------------------------
@@ -148,6 +152,15 @@ async def test_a_kill_whose_moment_never_comes_kills_anyway_with_no_evidence(tmp
     value = await kill_worker(ctx, when="busy", activity="write_file", down_s=0.5, wait_s=0.3)
     assert value["evidence"] == [] and value["probes"] == 0
     assert sum(p.calls == ["kill"] for p in procs.values()) == 1  # killed without being frozen first
+
+
+async def test_a_ledger_that_does_not_name_the_workers_is_not_used_to_aim(tmp_path: Path) -> None:
+    path = tmp_path / "l.sqlite3"
+    with EffectLedger(path, faults=AgentFaults()) as ledger:
+        ledger.begin_execution(ident(worker="pid-4242@host"), "append_file")
+    ctx, procs = fake_context(tmp_path, path)
+    value = await kill_worker(ctx, when="busy", activity="tool", down_s=0.5, wait_s=0.2)
+    assert value["observed_by"] == "temporal_pending_activities" and value["evidence"] == []
 
 
 async def test_a_moment_that_passed_lets_the_frozen_worker_go_on(tmp_path: Path) -> None:
@@ -250,8 +263,9 @@ def test_a_workflow_task_kill_counts_on_the_nemesis_evidence_when_no_history_was
 
 # -- the environment contract: a target's workers get the faults ------------------------------------------------
 
-ENV_PRINTER = ("import json, os, sys, time; print(json.dumps({k: v for k, v in os.environ.items() if k.startswith('DAH_')}));"
-               " print('READY', flush=True); time.sleep(60)")
+ENV_PRINTER = ("import json, os, time; "
+               "print(json.dumps({k: v for k, v in os.environ.items() if k.startswith('DAH_')})); "
+               "print('READY', flush=True); time.sleep(60)")
 
 
 def test_a_targets_workers_get_the_faults_and_the_ledger_through_their_environment(tmp_path: Path) -> None:

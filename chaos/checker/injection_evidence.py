@@ -85,8 +85,10 @@ def _runs(data: RunData) -> dict[str, list[dict[str, Any]]]:
                         tasks[a.scheduled_event_id].update(identity=a.identity, outcome="started")
                 elif t in (EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED, EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED,
                            EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT):
-                    a = (ev.workflow_task_completed_event_attributes if t == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
-                         else ev.workflow_task_failed_event_attributes if t == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+                    a = (ev.workflow_task_completed_event_attributes
+                         if t == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+                         else ev.workflow_task_failed_event_attributes
+                         if t == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
                          else ev.workflow_task_timed_out_event_attributes)
                     task = tasks.get(a.scheduled_event_id)
                     if task is not None:
