@@ -246,10 +246,21 @@ class AgentActivities:
         # Every physical run, side effect or not (a worker built with a logic bug in this tool raises here).
         execution = self.ledger.begin_execution(ctx.ident, name)
         outcome = "error"
+        faults = self.ledger.faults
         try:
             validate_arguments(tool, arguments)
-            async with heartbeating():
-                content = await run_tool(tool, arguments, ctx)
+            if faults.mutated("slow_tool_without_heartbeat"):  # a planted bug (harness.faults.MUTATIONS)
+                self.ledger.record_mutation("slow_tool_without_heartbeat", ctx.ident, name)
+                hb = activity.info().heartbeat_timeout
+                await asyncio.sleep((hb.total_seconds() if hb else 3.0) + 1.0)  # BUG: long work, no heartbeat
+            try:
+                async with heartbeating():
+                    content = await run_tool(tool, arguments, ctx)
+            except ToolRetryableError:
+                if not faults.mutated("swallow_tool_errors"):
+                    raise
+                self.ledger.record_mutation("swallow_tool_errors", ctx.ident, name)
+                content = "ok"  # BUG: a failure swallowed into a made-up answer
             outcome = "ok"
             return ToolOutput(status="ok", content=content)
         except ToolValidationError as exc:

@@ -56,6 +56,11 @@ class Delivery:
     errors: list[str] = field(default_factory=list)  # what each earlier try ended with
 
 
+def _retrieve(task: asyncio.Future) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 async def _closed(handle: WorkflowHandle) -> bool:
     """Whether the workflow has closed (a failed describe says nothing: not closed, as far as we know)."""
     try:
@@ -82,11 +87,11 @@ async def send_message(handle: WorkflowHandle, text: str, update_id: str, *, dea
         attempt += 1
         left = deadline_s - (time.monotonic() - started)
         this_try = max(0.5, min(try_timeout_s, left))
+        call = asyncio.ensure_future(handle.execute_update(AgentWorkflow.send_message, ChatMessage(text),
+                                                           id=update_id, rpc_timeout=timedelta(seconds=this_try)))
+        call.add_done_callback(_retrieve)  # a try abandoned at the deadline must not log "never retrieved"
         try:
-            reply = await asyncio.wait_for(
-                handle.execute_update(AgentWorkflow.send_message, ChatMessage(text), id=update_id,
-                                      rpc_timeout=timedelta(seconds=this_try)),
-                timeout=this_try + 1.0)
+            reply = await asyncio.wait_for(call, timeout=this_try + 1.0)
             return Delivery(reply, attempt, errors)
         except WorkflowUpdateFailedError:
             raise  # the workflow's own answer: the turn was refused or failed

@@ -4,6 +4,7 @@
     python -m chaos run kill_mid_turn [--seed 7] [--durability checkpoint] [--target FILE] [--backend docker --image I]
     python -m chaos suite                     # what `make chaos` runs; exits 1 on any fail, unknown or error
     python -m chaos soak kill_mid_turn --seeds 1-100    # one scenario over many seeds; the verdict distribution
+    python -m chaos planted                   # every planted bug must be caught; the table of who caught it
     python -m chaos check runs/kill_mid_turn/latest     # the checkers again, offline, on a saved run (anywhere)
     python -m chaos rerun runs/mutant/20261122T201530Z  # a run again, from the scenario its run.json saved
 """
@@ -215,6 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"the seeds: ranges and single seeds, e.g. 1-100 or 1-20,25,30-32 (default {DEFAULT_SEEDS})")
     out_and_target(p)
     backend_options(p)
+    p = sub.add_parser("planted", help="the planted-bug catalogue: broken agents that must not pass "
+                                       "(python -m chaos planted --help)", add_help=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER)
     p = sub.add_parser("check", help="re-run the checkers offline on a saved run directory")
     p.add_argument("run_dir", type=Path, help="e.g. runs/kill_mid_turn/latest")
     p.add_argument("--target", type=Path, help="the target file on this machine, when the run came from another "
@@ -227,6 +231,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["planted"]:
+        from chaos.planted import main as planted
+
+        return planted(argv[1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -103,7 +103,7 @@ async def _run(scenario: ChaosScenario, backend: Backend, seed: int, progress: P
     events = schedule(scenario.events, scenario.random_events, scenario.fault_s, seed)
     run_dir.begin("chaos", name, seed=seed, reproduce=reproduce,
                   scenario=asdict(scenario), schedule=[e.as_dict() for e in events], backend=backend.record(),
-                  target=backend.target.as_dict(), checkers=backend.checkers,
+                  target=_target_record(scenario, backend), checkers=backend.checkers,
                   machine=await asyncio.to_thread(machine_info, temporal_binary_or_none()), phases={})
     phases: dict[str, float] = {}
 
@@ -140,6 +140,15 @@ async def _run(scenario: ChaosScenario, backend: Backend, seed: int, progress: P
         verdict, checks, row = check(run_dir.path)
     run_dir.finish("complete", time.monotonic() - started)
     return RunResult(name, run_dir.path, verdict, checks, seed, run_dir.run["wall_s"], row, run_dir.run["reproduce"])
+
+
+def _target_record(scenario: ChaosScenario, backend: Backend) -> dict[str, Any]:
+    """What ``run.json`` says of the agent under test: the target, with the workflow class its workers really
+    registered (a scenario may swap in a planted one on the reference), so replay runs the code that ran."""
+    target = backend.target.as_dict()
+    if scenario.cluster.workflow and getattr(backend.target, "is_reference", False):
+        target["workflow"] = scenario.cluster.workflow
+    return target
 
 
 def check(path: Path, target_here: dict[str, Any] | None = None) -> tuple[str, list[CheckResult], dict[str, Any]]:

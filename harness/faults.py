@@ -54,6 +54,14 @@ the target's own ``[env]``. Values are comma-separated names. An
   table ``mutations``). Call ``apply_once`` / ``apply_once_async``; a mutated
   path of the agent's own asks ``faults.mutated(name)`` and, where it takes
   it, calls ``ledger.record_mutation(name, ident, tool)``.
+* ``DAH_MUTATIONS`` = ``attempt_keyed_effects``: ``apply_once`` records each
+  effect under a key that includes the attempt number, so a retry applies it
+  again (and the ledger cannot see the duplicate: the workspace can). Call
+  ``apply_once`` / ``apply_once_async``.
+* ``DAH_MUTATIONS`` = ``swallow_tool_errors`` or ``slow_tool_without_heartbeat``:
+  the reference agent's own tool activities (a retryable tool failure turned
+  into the answer "ok"; a tool that works past its heartbeat timeout without
+  heartbeating). An agent of yours plants its own the same way.
 
 A crash point fires once per ledger (the first worker to reach it; the table
 ``crash_points`` says which), so the restarted worker can finish the work. A
@@ -86,6 +94,12 @@ CRASH_POINTS: dict[str, str] = {
 #: deliberately broken builds: name -> what is broken
 MUTATIONS: dict[str, str] = {
     "unkeyed_effects": "every effect is applied on every attempt: its idempotency key is ignored",
+    "attempt_keyed_effects": "each effect's idempotency key includes the attempt number, so a retry is a new "
+                             "effect (a common way to get keys wrong)",
+    "swallow_tool_errors": "a tool that fails retryably returns a made-up answer instead of failing (the reference "
+                           "agent's tool activities)",
+    "slow_tool_without_heartbeat": "a tool first works longer than its heartbeat timeout without heartbeating "
+                                   "(the reference agent's tool activities), so every attempt times out",
 }
 #: old names still accepted
 MUTATION_ALIASES = {"unkeyed_append": "unkeyed_effects"}

@@ -162,6 +162,15 @@ class ExecutionIdentity:
 
 
 @dataclass(frozen=True)
+class _AttemptKeyed(ExecutionIdentity):
+    """The mutation ``attempt_keyed_effects``: a key that changes with every retry (so it deduplicates nothing)."""
+
+    @property
+    def idempotency_key(self) -> str:
+        return f"{self.workflow_id}/{self.run_id}/{self.activity_id}#attempt-{self.attempt}"
+
+
+@dataclass(frozen=True)
 class LedgerSummary:
     executions: int
     activities_executed_more_than_once: int
@@ -278,6 +287,7 @@ class EffectLedger:
         an interrupted earlier attempt already made the effect visible (only
         asked when a pending record exists), so recovery does not re-apply it.
         """
+        ident = self._keyed(ident, tool)
         if self.faults.mutated("unkeyed_effects"):
             self.record_mutation("unkeyed_effects", ident, tool)
             result = apply()
@@ -299,6 +309,7 @@ class EffectLedger:
         already_present: Callable[[], bool],
     ) -> tuple[Any, bool]:
         """``apply_once`` for an effect that is awaited (a shell command)."""
+        ident = self._keyed(ident, tool)
         if self.faults.mutated("unkeyed_effects"):
             self.record_mutation("unkeyed_effects", ident, tool)
             result = await apply()
@@ -309,6 +320,14 @@ class EffectLedger:
             result = await apply()
         return self._after_effect(ident, tool, result if step == "done" else
                                   self._settle(ident, tool, target, result, step == "apply"))
+
+    def _keyed(self, ident: ExecutionIdentity, tool: str) -> ExecutionIdentity:
+        """The identity whose key the effect is recorded under (a build mutated to key by attempt: a wrong one)."""
+        if not self.faults.mutated("attempt_keyed_effects"):
+            return ident
+        self.record_mutation("attempt_keyed_effects", ident, tool)
+        return _AttemptKeyed(ident.workflow_id, ident.run_id, ident.activity_id, ident.attempt, ident.worker,
+                             ident.scheduled_at)
 
     def _after_effect(self, ident: ExecutionIdentity, tool: str, outcome: tuple[Any, bool]) -> tuple[Any, bool]:
         if self.faults.wants_crash("after_effect"):

@@ -239,6 +239,17 @@ def test_a_declared_mutation_that_ran_counts_and_its_old_name_is_the_same_one(tm
     assert "unkeyed_effects x1" in result.summary
 
 
+def test_a_declared_crash_point_that_never_fired_is_unknown_even_when_a_kill_landed(tmp_path: Path) -> None:
+    path, ledger = run_dir(tmp_path, kill_ops({"identity": "w1-1", "evidence": [], "killed_at": 5.0}))
+    ledger.begin_execution(ident(worker="w1-1"), "append_file")
+    ledger.close()
+    record = json.loads((path / "run.json").read_text())
+    record["scenario"]["cluster"]["crash_at"] = ["after_effect"]
+    (path / "run.json").write_text(json.dumps(record))
+    result = injection(path)
+    assert result.verdict == UNKNOWN and "crash point after_effect never fired" in result.summary, result
+
+
 def test_a_mutation_without_a_ledger_to_witness_it_is_unknown(tmp_path: Path) -> None:
     path, _ = run_dir(tmp_path, [], mutations=("unkeyed_effects",), ledger=False)
     result = injection(path)

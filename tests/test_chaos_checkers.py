@@ -43,7 +43,7 @@ async def test_a_tool_that_appends_without_its_idempotency_key_fails_the_effects
 
 async def test_a_workflow_reading_the_wall_clock_fails_the_replay_checker(tmp_path: Path) -> None:
     scenario = ChaosScenario("mutant_wall_clock", "no faults; a non-deterministic workflow",
-                             cluster=ClusterSpec(workers=1, workflow="tests.mutants:WallClockAgentWorkflow"),
+                             cluster=ClusterSpec(workers=1, workflow="chaos.mutants:WallClockAgentWorkflow"),
                              workload=Workload(conversations=1, messages=2, append_ratio=0.0), fault_s=0.5)
     result = await run(scenario, ReferenceOnTemporal(), seed=4, out_root=tmp_path)
     v = verdicts(result)
@@ -98,7 +98,7 @@ def test_compose_orders_fail_over_unknown_over_pass() -> None:
     assert compose([]) == UNKNOWN
 
 
-def test_a_message_whose_send_never_completed_is_unknown_not_a_crash(tmp_path: Path) -> None:
+def test_a_message_whose_send_never_completed_may_not_have_happened(tmp_path: Path) -> None:
     ops = [{"index": 0, "process": "client-0", "type": "invoke", "f": "send_message", "time": 1.0, "wall": 1.0,
             "value": {"conversation": "c0", "n": 0, "text": "What is 2 * 3?", "expect": "2 * 3 = 6"}}]
     (tmp_path / "operations.jsonl").write_text("".join(json.dumps(o) + "\n" for o in ops))
@@ -107,4 +107,5 @@ def test_a_message_whose_send_never_completed_is_unknown_not_a_crash(tmp_path: P
          "planned": [{"text": "What is 2 * 3?", "expect": "2 * 3 = 6", "kind": "calc", "path": None,
                       "content": None, "match": "exact"}]}]}))
     [lost] = run_checkers(tmp_path, only=["lost"])
-    assert lost.verdict == UNKNOWN and "never completed" in lost.summary
+    # Jepsen's semantics: an operation that never completed may or may not have happened; absent is legal.
+    assert lost.verdict == PASS and lost.details["indeterminate_absent"] == 1, lost.summary

@@ -148,10 +148,20 @@ def test_a_workflow_task_failing_until_the_end_fails_naming_its_error(tmp_path: 
 
 def test_a_workflow_task_that_failed_then_recovered_passes(tmp_path: Path) -> None:
     data = RunData(_run_dir(tmp_path, [], []))
-    fine = RunRecord("c-0", "r-1", status="completed",
-                     workflow_tasks=_tasks(("failed", "UnhandledCommand"), ("completed", "")))
+    tasks = _tasks(("failed", "a new event arrived"), ("completed", ""))
+    tasks[0].cause = "UNHANDLED_COMMAND"  # a task racing a new message: expected, not the workflow's fault
+    fine = RunRecord("c-0", "r-1", status="completed", workflow_tasks=tasks)
     data.__dict__["event_histories"] = {"c-0": [fine]}
     assert workflow_tasks.check(data).verdict == PASS
+
+
+def test_workflow_code_that_raised_fails_even_if_a_later_task_completed(tmp_path: Path) -> None:
+    data = RunData(_run_dir(tmp_path, [], []))
+    raised = RunRecord("c-0", "r-1", status="completed",
+                       workflow_tasks=_tasks(("failed", "RuntimeError: planted"), ("completed", "")))
+    data.__dict__["event_histories"] = {"c-0": [raised]}
+    result = workflow_tasks.check(data)
+    assert result.verdict == "fail" and "RuntimeError: planted" in result.summary
 
 
 def test_a_property_the_target_left_unchecked_keeps_the_run_from_passing(tmp_path: Path) -> None:
@@ -178,3 +188,18 @@ def test_recovery_is_per_conversation_and_names_the_ones_that_never_recovered() 
     rec = recovery(ops)
     assert rec["by_conversation"] == {"a": 1.0} and rec["never"] == ["b"]
     assert summarise("t", ops, [CheckResult("lost", PASS, "")])["recovery_s"] == "never (1)"
+
+
+def test_a_message_still_unanswered_long_after_the_heal_is_not_a_legal_indeterminate(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path, [("a", OK, {"reply": "reply to a"})], _said(("a", "reply to a")))
+    ops = (run / "operations.jsonl").read_text()
+    extra = [{"index": 2, "process": "nemesis", "type": "invoke", "f": "phase:heal", "time": 1.0, "wall": 1.0},
+             {"index": 3, "process": "nemesis", "type": "ok", "f": "phase:heal", "time": 1.0, "wall": 1.0,
+              "invoke_index": 2},
+             {"index": 4, "process": "client-0", "type": "invoke", "f": "send_message", "time": 2.0, "wall": 2.0,
+              "value": {"conversation": "c-0", "n": 1, "text": "b", "expect": "reply to b", "match": "exact"}},
+             {"index": 5, "process": "client-0", "type": "info", "f": "send_message", "time": 70.0, "wall": 70.0,
+              "error": "no reply within 60s", "invoke_index": 4}]
+    (run / "operations.jsonl").write_text(ops + "".join(json.dumps(o) + "\n" for o in extra))
+    result = lost.check(RunData(run))
+    assert result.verdict == "fail" and "never took the message" in result.summary

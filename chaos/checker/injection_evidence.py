@@ -5,8 +5,13 @@ victim, conversations in its cache, bytes a proxy dropped, model requests
 refused); a crash point is evidence by construction (the worker killed itself
 mid-activity): the effect ledger's ``crash_points`` table names each one that
 fired (runs before that table: the supervisor's restart reason). For a kill of a busy
-worker, where the effect ledger exists, the proof is stronger than what the
-nemesis saw a moment before: an execution by the victim that never finished.
+worker the evidence is confirmed after the fact, never taken from the
+nemesis's snapshot alone (work it saw may have finished a millisecond before
+the SIGKILL): where the effect ledger exists, an execution by the victim that
+never finished; without one, the saved event histories: an activity the victim
+had started that was still open at the kill instant, one in flight then whose
+next attempt followed a timeout, or a workflow task the victim had started
+that timed out. What the nemesis saw is kept beside it (``nemesis_saw``).
 A kill aimed at a workflow task or at a continue-as-new (``chaos.nemesis``,
 ``kill_worker(at=...)``) is checked against the saved event histories where
 there are some: the workflow task the frozen victim held never completed (it
@@ -16,7 +21,8 @@ the freshly continued run it held was already running when it died.
 A mutation (``harness.faults.MUTATIONS``) proves something only if its broken
 code path ran: each one the scenario declared must appear in the effect
 ledger's ``mutations`` table, else the verdict is ``unknown`` ("the bug was not
-exercised"), never ``pass``.
+exercised"), never ``pass``; so must each crash point it declared in the
+ledger's ``crash_points``.
 
 A run with faults scheduled and none of them landing on work is ``unknown``,
 never ``pass``: it proved nothing.
@@ -149,6 +155,36 @@ def _history_evidence(at: str, value: dict[str, Any], runs: dict[str, list[dict[
     return out
 
 
+def _kill_in_history(data: RunData, value: dict[str, Any]) -> list[dict[str, Any]]:
+    """What the saved event histories say was in flight when ``value``'s worker was killed: an activity the
+    victim had started and that had not closed by the kill instant, one that was in flight then and whose
+    next attempt followed a timeout, or a workflow task the victim had started that then timed out."""
+    victim, killed_at = value.get("identity") or "", value.get("killed_at")
+    if not killed_at:
+        return []
+    out: list[dict[str, Any]] = []
+    for wid, chain in data.event_histories.items():
+        for run in chain:
+            for a in run.activities:
+                scheduled = a.scheduled_at.timestamp() if a.scheduled_at else None
+                closed = a.closed_at.timestamp() if a.closed_at else None
+                if scheduled is None or scheduled > killed_at or (closed is not None and closed <= killed_at):
+                    continue
+                started = a.started_at.timestamp() if a.started_at else None
+                if a.worker == victim and started is not None and started <= killed_at:
+                    out.append({"workflow_id": wid, "activity": a.activity_type, "attempt": a.attempts,
+                                "history": "started by the victim, not closed at the kill"})
+                elif a.attempts >= 2 and "timeout" in (a.failure or "").lower():
+                    out.append({"workflow_id": wid, "activity": a.activity_type, "attempt": a.attempts,
+                                "history": f"in flight at the kill; retried after: {a.failure[:80]}"})
+            for t in run.workflow_tasks:
+                started = t.started_at.timestamp() if t.started_at else None
+                if t.identity == victim and t.outcome == "timed_out" and started is not None and started <= killed_at:
+                    out.append({"workflow_id": wid, "workflow_task": t.scheduled_event_id,
+                                "history": "a workflow task the victim had started timed out"})
+    return out
+
+
 def _mutations(data: RunData) -> tuple[list[str], dict[str, Any], list[str]]:
     """(declared mutations, per declared mutation what the ledger says of it, the ones never exercised)."""
     scenario = data.run.get("scenario") or {}
@@ -193,6 +229,11 @@ def check(data: RunData) -> CheckResult:
                 if isinstance(value.get("aim"), dict):
                     fault["aim"] = value["aim"].get("activity")
                 evidence = [{"unfinished_execution": e} for e in unfinished.get(value.get("identity"), [])]
+            elif inv.f == "kill_worker" and inv.value.get("when") != "idle":
+                # No ledger: what the nemesis saw is only a snapshot taken before the kill; the server's histories
+                # must confirm that work was in flight on the victim at the kill instant.
+                fault["nemesis_saw"] = evidence
+                evidence = _kill_in_history(data, value)
             faults.append({**fault, "landed": bool(evidence), "evidence": evidence})
         elif (not crashes and inv.process == "supervisor" and inv.f == "restart_worker"
               and inv.value.get("reason") == "crash point"):
@@ -210,6 +251,14 @@ def check(data: RunData) -> CheckResult:
         return CheckResult("injection_evidence", UNKNOWN,
                            "; ".join(f"mutation {m} never ran: the bug was not exercised" for m in never)
                            + f" ({why})", details)
+    points = ((data.run.get("scenario") or {}).get("cluster") or {}).get("crash_at") or []
+    fired = {c["point"] for c in crashes} if crashes else set(points) if any(
+        f["f"] == "crash_point" for f in faults) else set()  # before crash_points: the supervisor's word, unnamed
+    silent = [p for p in points if p not in fired]
+    if silent and faults:  # (no fault at all: "scheduled but none was injected", below)
+        return CheckResult("injection_evidence", UNKNOWN,
+                           "; ".join(f"crash point {p} never fired: the crash was not exercised" for p in silent),
+                           details)
     counts = ", ".join(f"{m} x{mutations[m]['exercised']}" for m in declared)
     exercised = f"; mutation(s) exercised: {counts}" if declared else ""
     if not faults:

@@ -11,7 +11,11 @@ cross-check of what the model saw; an agent whose messages are not updates
   and its message is in the conversation exactly once;
 - an indeterminate send (info: timed out, or never completed) may or may not
   have happened (Jepsen's semantics): absent is legal (counted), present once
-  counts as acknowledged and must be answered correctly; twice is a failure;
+  counts as acknowledged and must be answered correctly; twice is a failure.
+  Absent is not legal when the client was still sending it the scenario's
+  ``recovery_within_s`` after the faults healed: the agent was not taking
+  messages any more (a liveness failure, e.g. a workflow task that fails on
+  every try of one update);
 - no turn failed: a durable agent answers every message, whatever was down;
 - each conversation's append file holds exactly the appends the conversation
   processed, in order, once each.
@@ -23,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from chaos.checker.run_data import RunData
+from chaos.checker.workflow_tasks import RECOVERY_WITHIN_S
 from harness.verdict import FAIL, PASS, UNKNOWN, CheckResult
 from harness.operations import FAIL as OP_FAIL
 from harness.event_history import UNREADABLE
@@ -60,6 +65,9 @@ def check(data: RunData) -> CheckResult:
     convs = {c["workflow_id"]: c for c in data.conversations["conversations"]}
     sends = [(inv, done) for inv, done in pairs(data.ops) if inv.f == "send_message"]
     from_server = _uses_updates(data, list(convs))
+    heal = next((inv.time for inv, _ in pairs(data.ops) if inv.f == "phase:heal"), None)
+    final_at = next((inv.time for inv, _ in pairs(data.ops) if inv.f == "phase:final"), None)
+    limit = float((data.run.get("scenario") or {}).get("recovery_within_s") or RECOVERY_WITHIN_S)
     acked = lost = wrong = absent_info = present_info = 0
     for wid, conv in convs.items():
         status = data.server_status(wid) if from_server else None
@@ -87,9 +95,11 @@ def check(data: RunData) -> CheckResult:
                     and planned["kind"] == "append":
                 processed_appends.append(planned["content"])
             if updates is not None and query is not None:
+                # Answered turns stay in the model's conversation; a failed one is rolled back by design.
+                answered = sum(1 for u in updates if u.text == planned["text"] and u.outcome == "completed")
                 seen = len(_answered(query, planned["text"]))
-                if seen != len(replies):
-                    problems.append(f"{wid}: {planned['text']!r} was accepted {len(replies)} time(s) but is in the "
+                if seen != answered:
+                    problems.append(f"{wid}: {planned['text']!r} was answered {answered} time(s) but is in the "
                                     f"conversation the model sees {seen} time(s)")
         for inv, done in sends:
             if inv.value["conversation"] != wid:
@@ -111,12 +121,21 @@ def check(data: RunData) -> CheckResult:
                 problems.append(f"{wid} #{inv.value['n']}: the turn failed instead of being answered: "
                                 f"{(done.error or '')[:160]}")
             elif not replies:
-                absent_info += 1  # it may not have happened: legal
+                # It may not have happened: legal (Jepsen), unless the client was still sending it when the agent
+                # should long have been answering again: then the agent was not live after the faults healed.
+                ended = done.time if done is not None else final_at
+                closed = bool(done is not None and isinstance(done.value, dict) and done.value.get("closed"))
+                if heal is not None and ended is not None and not closed and ended >= heal + limit:
+                    problems.append(f"{wid} #{inv.value['n']}: still unanswered {ended - heal:.0f}s after the faults "
+                                    f"healed (the liveness limit is {limit:.0f}s): the agent never took the message")
+                absent_info += 1
             elif len(replies) > 1:
                 problems.append(f"{wid} #{inv.value['n']}: message with outcome {kind} is there {len(replies)} times")
             else:
                 present_info += 1  # it happened: it must have been answered as an acknowledged one would
-                if not _matches(replies[0], expect, how):
+                if replies[0] is None:
+                    problems.append(f"{wid} #{inv.value['n']}: the message was taken (accepted) but never answered")
+                elif not _matches(replies[0], expect, how):
                     wrong += 1
                     problems.append(f"{wid} #{inv.value['n']}: processed with reply {replies[0]!r} != {expect!r}")
         paths = sorted({p["path"] for p in conv["planned"] if p["kind"] == "append"})

@@ -4,7 +4,10 @@
   command) and was never followed by a completed one, in a run that did not
   close, is a failure, named with its error: that conversation is stuck, and
   no other check can say why (its messages look merely unanswered);
-- failed and timed-out workflow tasks that were followed by a completed one
+- a workflow task failed by the workflow's own code (it raised:
+  ``WORKFLOW_WORKER_UNHANDLED_FAILURE``; or it was not deterministic:
+  ``NON_DETERMINISTIC_ERROR``) is a failure even if a later task completed;
+- other failed and timed-out workflow tasks that were followed by a completed one
   are reported by cause (a worker killed mid-task times its task out; a task
   racing a new message fails with ``UNHANDLED_COMMAND``): expected under
   faults, not failures;
@@ -23,6 +26,10 @@ from chaos.checker.run_data import RunData
 from harness.operations import pairs
 from harness.verdict import FAIL, PASS, UNKNOWN, CheckResult
 
+#: workflow-task failure causes that mean the workflow's own code is broken (it raised, or it is not
+#: deterministic): a failure even when a later task completed. Others (a task racing a new event, a reset sticky
+#: queue) are expected under faults and only reported.
+CODE_FAILURES = ("WORKFLOW_WORKER_UNHANDLED_FAILURE", "NON_DETERMINISTIC_ERROR")
 #: default for a scenario that does not say (``ChaosScenario.recovery_within_s``)
 RECOVERY_WITHIN_S = 45.0
 
@@ -50,6 +57,7 @@ def check(data: RunData) -> CheckResult:
     limit = float((data.run.get("scenario") or {}).get("recovery_within_s") or RECOVERY_WITHIN_S)
     waits: dict[str, float] = {}
     stuck: list[str] = []
+    blamed: set[tuple[str, str]] = set()
     for wid, chain in data.event_histories.items():
         for run in chain:
             tasks += len(run.workflow_tasks)
@@ -57,6 +65,10 @@ def check(data: RunData) -> CheckResult:
                 if t.outcome == "failed":
                     failed[t.cause or "?"] += 1
                     examples.setdefault(t.cause or "?", f"{wid}: {t.failure[:200]}")
+                    if t.cause in CODE_FAILURES and (wid, t.cause) not in blamed:
+                        blamed.add((wid, t.cause))
+                        problems.append(f"{wid}: workflow code failed a workflow task ({t.cause}: "
+                                        f"{t.failure[:200]})")
                 elif t.outcome == "timed_out":
                     timed_out += 1
             last = run.workflow_tasks[-1] if run.workflow_tasks else None

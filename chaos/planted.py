@@ -1,0 +1,171 @@
+"""The planted-bug catalogue: for each property a checker claims, a deliberately broken agent that must not pass.
+
+``python -m chaos planted`` runs every entry (a scenario plus a planted bug: a mutation of
+``harness.faults.MUTATIONS``, a broken workflow of ``chaos.mutants``, or a broken setting), on the reference
+agent and on the example third-party agent (``examples/third_party_agent``, through its target file), and
+prints one row per bug: the bug, the scenario, the verdict, the checker(s) that caught it, and their evidence.
+An entry is caught when the run is not ``pass`` and one of the checkers it names says ``fail`` (or ``unknown``
+where the entry says nothing can observe the bug, and why). It exits 1 if any bug was not caught: a checker that
+lets a planted bug through is broken.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from chaos.client import Workload
+from chaos.generator import NemesisEvent
+from chaos.scenarios import SCENARIOS, ChaosScenario, ClusterSpec
+from harness.verdict import FAIL, PASS, UNKNOWN
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE_TARGET = ROOT / "examples" / "third_party_agent" / "chaos-target.toml"
+
+
+@dataclass(frozen=True)
+class PlantedBug:
+    name: str
+    what: str
+    scenario: ChaosScenario
+    caught_by: tuple[str, ...]  # checkers of which one must say ``fail`` (or ``unknown``, if ``unknown_ok``)
+    agent: str = "reference"  # or "third_party"
+    unknown_ok: str = ""  # why ``unknown`` is the most that can be said (empty: it must be ``fail``)
+    seed: int = 3
+
+
+def _mutant(base: str, name: str, *, mutations: tuple[str, ...] = (), workflow: str | None = None,
+            **changes) -> ChaosScenario:
+    s = SCENARIOS[base]
+    cluster = replace(s.cluster, mutations=mutations or s.cluster.mutations, workflow=workflow or s.cluster.workflow)
+    return replace(s, name=f"planted_{name}", cluster=cluster, **changes)
+
+
+_NO_FAULTS = dict(events=(), random_events=0, fault_s=1.0)
+_APPENDS = Workload(conversations=2, messages=3, append_ratio=1.0)
+
+CATALOGUE: list[PlantedBug] = [
+    PlantedBug("unkeyed_effects", "a tool applies its effect on every attempt, ignoring its idempotency key",
+               _mutant("crash_after_effect", "unkeyed_effects", mutations=("unkeyed_effects",), workload=_APPENDS,
+                       fault_s=2.0), ("effects",)),
+    PlantedBug("attempt_keyed_effects", "effects keyed by attempt: a retry after a crash is a new effect",
+               _mutant("crash_after_effect", "attempt_keyed_effects", mutations=("attempt_keyed_effects",),
+                       workload=_APPENDS, fault_s=2.0), ("lost",)),
+    PlantedBug("swallow_tool_errors", "a failing tool's error swallowed into a made-up answer",
+               _mutant("tool_faults", "swallow_tool_errors", mutations=("swallow_tool_errors",),
+                       workload=Workload(conversations=2, messages=3, flaky_ratio=0.7, append_ratio=0.0)),
+               ("lost",)),
+    PlantedBug("slow_tool_without_heartbeat", "a tool that works past its heartbeat timeout without heartbeating",
+               _mutant("kill_idle", "slow_tool_without_heartbeat", mutations=("slow_tool_without_heartbeat",),
+                       workload=Workload(conversations=1, messages=2, append_ratio=1.0, until_heal=False),
+                       settle_s=15.0, final_s=20.0, **_NO_FAULTS), ("lost",)),
+    PlantedBug("wall_clock_workflow", "workflow code reads the wall clock (sandbox off): replays differently",
+               replace(SCENARIOS["kill_idle"], name="planted_wall_clock_workflow",
+                       cluster=ClusterSpec(workers=1, workflow="chaos.mutants:WallClockAgentWorkflow"),
+                       workload=Workload(conversations=1, messages=2, append_ratio=0.0, until_heal=False),
+                       **_NO_FAULTS), ("replay",)),
+    PlantedBug("hash_seed_workflow", "workflow code branches on hash() (the sandbox allows it): each process "
+                                     "decides differently", _mutant("kill_mid_turn", "hash_seed_workflow",
+                                                                     workflow="chaos.mutants:HashSeedAgentWorkflow"),
+               ("replay", "workflow_tasks")),
+    PlantedBug("stuck_workflow_task", "workflow code raises on the third turn: its workflow task fails forever",
+               _mutant("kill_idle", "stuck_workflow_task", workflow="chaos.mutants:CrashOnThirdTurnAgentWorkflow",
+                       workload=Workload(conversations=1, messages=4, append_ratio=0.0, until_heal=False, think_s=0.1),
+                       settle_s=15.0, final_s=15.0, recovery_within_s=8.0, **_NO_FAULTS),
+               ("lost", "workflow_tasks")),
+    PlantedBug("forgets_at_continue_as_new", "the state carried into continue-as-new loses the last turn; killed "
+                                             "at continue-as-new",
+               _mutant("kill_continue_as_new", "forgets_at_continue_as_new",
+                       workflow="chaos.mutants:ForgetfulAgentWorkflow"), ("lost",)),
+    PlantedBug("gives_up_on_the_model", "model calls limited to one attempt: an outage fails the turn",
+               replace(SCENARIOS["model_outage"], name="planted_gives_up_on_the_model", planning_max_attempts=1,
+                       workload=Workload(conversations=2, messages=4, append_ratio=0.0)), ("lost",)),
+    PlantedBug("fault_on_idle_workers", "the harness's own bug: the only fault lands after all work is done",
+               ChaosScenario("planted_fault_on_idle_workers", "the only fault lands after the load is done",
+                             (NemesisEvent(6.0, "kill_worker", {"when": "busy", "activity": None, "down_s": 0.5,
+                                                                "wait_s": 1.0}),),
+                             workload=Workload(conversations=1, messages=1, append_ratio=0.0, until_heal=False),
+                             warmup_s=0.5, fault_s=7.0),
+               ("injection_evidence",), unknown_ok="a fault that hit nothing proves nothing either way"),
+    PlantedBug("third_party_unkeyed_effects", "the example agent's notes applied ignoring their keys",
+               _mutant("crash_after_effect", "tp_unkeyed_effects", mutations=("unkeyed_effects",),
+                       workload=_APPENDS, fault_s=2.0), ("effects", "lost"), agent="third_party"),
+    PlantedBug("third_party_attempt_keyed_effects", "the example agent's notes keyed by attempt",
+               _mutant("crash_after_effect", "tp_attempt_keyed_effects", mutations=("attempt_keyed_effects",),
+                       workload=_APPENDS, fault_s=2.0), ("lost",), agent="third_party"),
+]
+
+
+def caught(bug: PlantedBug, verdict: str, checks: dict[str, str]) -> bool:
+    """Whether the run caught the bug: not ``pass``, and a named checker said ``fail`` (``unknown`` if allowed)."""
+    wanted = {FAIL, UNKNOWN} if bug.unknown_ok else {FAIL}
+    return verdict != PASS and any(checks.get(c) in wanted for c in bug.caught_by)
+
+
+async def run_catalogue(bugs: list[PlantedBug], out: Path, target: Path) -> list[dict]:
+    from chaos.backends import make_backend
+    from chaos.soak import run_captured
+    from chaos.target import load_target
+
+    rows = []
+    start = time.monotonic()
+    for i, bug in enumerate(bugs, 1):
+        backend = make_backend(target=load_target(target), target_file=target) if bug.agent == "third_party" \
+            else make_backend()
+        print(f"[{time.monotonic() - start:6.1f}s] {i}/{len(bugs)} {bug.name} on {bug.agent}: "
+              f"{bug.scenario.name} (seed {bug.seed})", flush=True)
+        result = await run_captured(bug.scenario.name, bug.scenario, backend, seed=bug.seed, out_root=out)
+        checks = {c.name: c.verdict for c in result.checks}
+        hit = [c for c in result.checks if c.name in bug.caught_by and c.verdict != PASS]
+        row = {"bug": bug.name, "agent": bug.agent, "scenario": bug.scenario.name, "verdict": result.verdict,
+               "caught": caught(bug, result.verdict, checks),
+               "checker": ", ".join(f"{c.name}={c.verdict}" for c in hit) or "-",
+               "evidence": hit[0].summary[:160] if hit else (next((c.summary for c in result.checks
+                                                                   if c.verdict != PASS), "")[:160]),
+               "run_dir": str(result.run_dir)}
+        rows.append(row)
+        print(f"          -> {row['verdict']} ({'caught' if row['caught'] else 'NOT CAUGHT'}) by {row['checker']}: "
+              f"{row['evidence']}", flush=True)
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| bug | agent | scenario | verdict | checker | evidence |", "| --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        evidence = r["evidence"].replace("|", "/")
+        lines.append(f"| {r['bug']}{'' if r['caught'] else ' (NOT CAUGHT)'} | {r['agent']} | {r['scenario']} | "
+                     f"{r['verdict']} | {r['checker']} | {evidence} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m chaos planted", description=__doc__.split("\n\n")[0])
+    p.add_argument("names", nargs="*", help=f"entries to run (default all): {', '.join(b.name for b in CATALOGUE)}")
+    p.add_argument("--out", type=Path, default=Path("runs"), help="where runs are written (default runs/)")
+    p.add_argument("--target", type=Path, default=EXAMPLE_TARGET,
+                   help="the third-party agent's target file (default: the example's)")
+    p.add_argument("--list", action="store_true", help="list the catalogue and exit")
+    args = p.parse_args(argv)
+    if args.list:
+        for b in CATALOGUE:
+            print(f"{b.name:36} {b.agent:12} {b.scenario.name:40} caught by {'/'.join(b.caught_by)}: {b.what}")
+        return 0
+    unknown = [n for n in args.names if n not in {b.name for b in CATALOGUE}]
+    if unknown:
+        p.error(f"no planted bug named {', '.join(unknown)}; --list shows them")
+    bugs = [b for b in CATALOGUE if not args.names or b.name in args.names]
+    rows = asyncio.run(run_catalogue(bugs, args.out, args.target))
+    print()
+    print(table(rows))
+    missed = [r["bug"] for r in rows if not r["caught"]]
+    print(f"\n{len(rows) - len(missed)} of {len(rows)} planted bug(s) caught" +
+          (f"; NOT caught: {', '.join(missed)}" if missed else ""))
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
