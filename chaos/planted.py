@@ -75,7 +75,7 @@ CATALOGUE: list[PlantedBug] = [
     PlantedBug("stuck_workflow_task", "workflow code raises on the third turn: its workflow task fails forever",
                _mutant("kill_idle", "stuck_workflow_task", workflow="chaos.mutants:CrashOnThirdTurnAgentWorkflow",
                        workload=Workload(conversations=1, messages=4, append_ratio=0.0, until_heal=False, think_s=0.1),
-                       settle_s=15.0, final_s=15.0, recovery_within_s=8.0, **_NO_FAULTS),
+                       settle_s=7.0, final_s=15.0, recovery_within_s=4.0, **_NO_FAULTS),
                ("lost", "workflow_tasks")),
     PlantedBug("forgets_at_continue_as_new", "the state carried into continue-as-new loses the last turn; killed "
                                              "at continue-as-new",

@@ -620,7 +620,8 @@ async def cmd_chat(args: argparse.Namespace) -> int:
             # connection does not drop the message, and a re-send is never a second turn.
             update = asyncio.ensure_future(send_message(
                 chat, line, f"chat-{uuid.uuid4().hex[:12]}", deadline_s=args.message_timeout,
-                on_retry=lambda n, err: print(f"  (no answer yet: {err[:80]}; sending again, try {n})", flush=True)))
+                on_retry=lambda n, err: print(f"  (no answer yet ({err.split(':', 1)[0]}); sending it again under "
+                                              f"the same update id, try {n})", flush=True)))
             done, _ = await asyncio.wait({update}, timeout=5.0)
             if not done:
                 print(f"  (still waiting; is a worker polling task queue {args.task_queue!r} on {conn.address}?)",

@@ -14,7 +14,7 @@ executions; its runs are resumed by another worker once its lease expires),
 and the model API refusing requests.
 
 The checkers are the same: ``lost``, ``effects``, ``injection_evidence`` and
-``stats``. ``temporal_history`` and ``replay`` read Temporal event histories,
+``stats``. ``temporal_history``, ``workflow_tasks`` and ``replay`` read Temporal event histories,
 which this backend does not have: they are reported as ``not_applicable`` with
 the reason, which is neither a pass nor counted in the verdict.
 """
@@ -58,6 +58,7 @@ class CheckpointBackend(Backend):
     suffix: str = "@checkpoint"
     target: Target = field(default_factory=lambda: CHECKPOINT_TARGET)
     not_applicable: dict[str, str] = field(default_factory=lambda: {"temporal_history": NO_EVENT_HISTORIES,
+                                                                    "workflow_tasks": NO_EVENT_HISTORIES,
                                                                     "replay": NO_EVENT_HISTORIES})
     #: the scenarios with a twin here (the others fault Temporal itself or its links)
     scenarios: tuple[str, ...] | None = ("kill_mid_turn", "model_outage")
