@@ -15,7 +15,9 @@ import argparse
 import asyncio
 import json
 import logging
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -230,8 +232,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _terminate_like_ctrl_c() -> None:
+    """SIGTERM (``kill PID``, a CI runner's timeout) stops a run as Ctrl-C does: the run directory says
+    ``interrupted``, a soak keeps its summary, and every process the run started is stopped. (A background job
+    of a non-interactive shell ignores SIGINT, so SIGTERM is how it is stopped.)"""
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stop)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    _terminate_like_ctrl_c()
     if argv[:1] == ["planted"]:
         from chaos.planted import main as planted
 

@@ -208,3 +208,20 @@ async def test_a_run_that_raises_is_recorded_failed_with_its_error_and_reproduce
         "error", "RuntimeError: port 7233 already in use", "python -m chaos run kill_idle --seed 4")
     assert outcome.row == {"scenario": "kill_idle", **dict.fromkeys(
         ("faults", "ok", "fail", "info", "lost", "dup_effects", "recovery_s"), "?"), "verdict": "error"}
+
+
+def test_sigterm_stops_a_chaos_command_as_ctrl_c_does() -> None:
+    import os
+    import signal
+    import time
+
+    from chaos.cli import _terminate_like_ctrl_c
+
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        _terminate_like_ctrl_c()
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)  # the handler runs at the next bytecode boundary
+    finally:
+        signal.signal(signal.SIGTERM, before)
