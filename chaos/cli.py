@@ -27,7 +27,7 @@ from chaos.soak import DEFAULT_SEEDS
 from harness.rundir import command_line
 
 COLUMNS = [("scenario", 28), ("faults", 7), ("ok", 4), ("fail", 5), ("info", 5), ("lost", 5), ("dup_effects", 12),
-           ("recovery_s", 11), ("verdict", 8)]
+           ("recovery_s", 11), ("checked", 8), ("verdict", 8)]
 #: a scenario's twin on the checkpoint backend is SCENARIO@checkpoint (@journal: its old name)
 CHECKPOINT_SUFFIX, OLD_SUFFIX = "@checkpoint", "@journal"
 

@@ -137,5 +137,6 @@ def summarise(name: str, ops: list[Op], checks: list[CheckResult]) -> dict[str, 
         "lost": lost,
         "dup_effects": dup,
         "recovery_s": worst,
+        "checked": f"{sum(c.verdict in (PASS, FAIL) for c in checks)}/{len(checks)}",
         "verdict": compose(checks),
     }
