@@ -32,7 +32,7 @@ from chaos.scenarios import SCENARIOS, ChaosScenario
 from harness import operations
 from harness.operations import History
 from harness.rundir import CONVERSATIONS, SCHEMA, VERDICT_JSON, RunDir, command_line, machine_info
-from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult, compose, summarise
+from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult, compose, recovery, summarise
 from testbed.stack import stack
 from testbed.temporal_server import temporal_binary_or_none
 
@@ -173,12 +173,14 @@ def check(path: Path, target_here: dict[str, Any] | None = None) -> tuple[str, l
     checks += [CheckResult(c, NOT_APPLICABLE, f"not applicable: {why}") for c, why in not_applicable.items()]
     verdict = compose(checks)
     name = record.get("name") or run_dir.path.parent.name
-    row = summarise(name, operations.load(run_dir.operations), checks)
+    ops = operations.load(run_dir.operations)
+    row = summarise(name, ops, checks)
     run_dir.write_json(VERDICT_JSON, {
         "schema": SCHEMA, "verdict": verdict, "checks": [c.as_dict() for c in checks],
         "checked": [c.name for c in checks if c.verdict in (PASS, FAIL)],
         "not_checked": {c.name: c.summary for c in checks if c.verdict in (UNKNOWN, NOT_APPLICABLE)},
         "checkers_not_run": opted_out + list(not_applicable),
+        "recovery": recovery(ops),
         "summary": row})
     return verdict, checks, row
 
