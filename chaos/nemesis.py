@@ -480,7 +480,10 @@ async def pause_worker(ctx: NemesisContext, pause_s: float = 6.0, wait_s: float 
 
 async def partition(ctx: NemesisContext, link: str = "temporal", mode: str = "blackhole", duration_s: float = 8.0,
                     toxicity: float = 1.0) -> dict[str, Any]:
-    """Cut the workers' link to Temporal or to the model: blackhole, reset (TCP RST) or down (refused)."""
+    """Cut the workers' link to Temporal or to the model: ``blackhole`` (a partition: nothing gets through, nothing
+    errors; what was sent is delivered when it heals, as TCP would), ``reset`` (TCP RST), ``down`` (connections
+    refused), or ``drop`` (bytes thrown away on live connections: no real network does that to TCP; it tests a
+    protocol's own resilience, see ``testbed.net``)."""
     proxy = ctx.stack.temporal_proxy if link == "temporal" else ctx.stack.model_proxy
     assert proxy is not None
     op = ctx.history.invoke("nemesis", "partition", {"link": link, "mode": mode, "duration_s": duration_s})
@@ -496,7 +499,7 @@ async def partition(ctx: NemesisContext, link: str = "temporal", mode: str = "bl
         proxy.enable()
     else:
         proxy.remove_toxic(f"partition_{mode}")
-    dropped = {k: after.get(k, 0) - before.get(k, 0) for k in ("blackholed_bytes", "resets", "refused_while_down")
+    dropped = {k: after.get(k, 0) - before.get(k, 0) for k in ("blackholed_bytes", "dropped_bytes", "resets", "refused_while_down")
                if isinstance(after.get(k), int) and after.get(k, 0) - before.get(k, 0) > 0}
     evidence = ([{"in_flight": a} for a in running] + ([{"proxy": dropped}] if dropped else [])) if (running or dropped) else []
     value = {"link": link, "mode": mode, "evidence": evidence, "proxy_delta": dropped}

@@ -90,7 +90,8 @@ SCENARIOS: dict[str, ChaosScenario] = {
             cluster=ClusterSpec(bugs=("calculator",)), workload=Workload(append_ratio=0.2), fault_s=2.0,
         ),
         ChaosScenario(
-            "partition_temporal_blackhole", "The workers' link to Temporal drops every byte for 6 s.",
+            "partition_temporal_blackhole", "The workers' link to Temporal is partitioned for 6 s (nothing gets through; "
+                                            "held bytes arrive after the heal, as TCP retransmits them).",
             (E(0.5, "partition", {"link": "temporal", "mode": "blackhole", "duration_s": 6.0}),),
         ),
         ChaosScenario(
@@ -98,7 +99,7 @@ SCENARIOS: dict[str, ChaosScenario] = {
             (E(0.5, "partition", {"link": "temporal", "mode": "reset", "duration_s": 6.0}),),
         ),
         ChaosScenario(
-            "partition_model", "The workers' link to the model drops every byte for 5 s.",
+            "partition_model", "The workers' link to the model is partitioned for 5 s.",
             (E(0.5, "partition", {"link": "model", "mode": "blackhole", "duration_s": 5.0}),),
         ),
         ChaosScenario(

@@ -25,11 +25,20 @@ Contract
     adds latency without capping throughput). Several latency toxics add up.
   - ``bandwidth``: at most ``rate_kbps`` kB/s (1 kB = 1000 bytes), written in
     slices of 100 ms worth of bytes. With several, the lowest rate wins.
-  - ``blackhole``: bytes are read and dropped (counted in ``blackholed_bytes``);
-    the connection stays open and nothing errors. An end-of-stream (FIN) is
-    held, not dropped, and passed on once the blackhole is removed. Dropped
-    bytes are lost: a framed protocol (HTTP/2, gRPC) is then usually broken and
-    its client reconnects.
+  - ``blackhole``: what a network partition does to a TCP connection: nothing
+    gets through, nothing errors, and the connection stays open. Bytes are
+    held (counted in ``blackholed_bytes``), at most ~1 MiB per direction before
+    the sender is pushed back, as a full TCP window would; an end-of-stream
+    (FIN) is held too. When the blackhole is removed, everything held is
+    delivered in order: as TCP's retransmissions would deliver it once the
+    network heals. A peer that gave up meanwhile (a keep-alive timeout) has
+    closed its connection and dials a new one.
+  - ``drop``: bytes are read and thrown away (counted in ``dropped_bytes``);
+    the connection stays open and nothing errors (Toxiproxy's ``timeout``
+    toxic with no timeout). No real network does this to a TCP stream: a
+    framed protocol (HTTP/2, gRPC) is left with streams that wait forever for
+    frames that are gone, on a connection that still answers pings. A fault
+    for testing a protocol's own resilience, not a partition.
   - ``reset``: the connection is closed with a TCP RST (SO_LINGER on, 0 s):
     existing connections when the toxic is added, new ones right after accept.
     As in Toxiproxy, the RST goes to the side the toxic's stream reads from:
@@ -69,7 +78,7 @@ __all__ = ["Toxic", "FaultProxy", "TOXIC_KINDS", "STREAMS"]
 
 log = logging.getLogger(__name__)
 
-TOXIC_KINDS: tuple[str, ...] = ("latency", "bandwidth", "blackhole", "reset")
+TOXIC_KINDS: tuple[str, ...] = ("latency", "bandwidth", "blackhole", "drop", "reset")
 STREAMS: tuple[str, ...] = ("upstream", "downstream", "both")
 
 # spec key -> Toxic field, and which kinds accept it (None: all kinds)
@@ -84,7 +93,7 @@ _SPEC_KEYS: dict[str, tuple[str, tuple[str, ...] | None]] = {
 # the value after "kind:" in a spec
 _POSITIONAL = {"latency": "latency", "bandwidth": "rate"}
 _SPEC_FORMS = (
-    "'<kind>[:<value>][,key=value...]' with kind in {latency, bandwidth, blackhole, reset} and keys "
+    "'<kind>[:<value>][,key=value...]' with kind in {latency, bandwidth, blackhole, drop, reset} and keys "
     "{latency, jitter (latency only), rate (bandwidth only), stream (upstream|downstream|both), "
     "toxicity (0..1), name}, e.g. 'latency:200,jitter=50,stream=downstream', 'bandwidth:10' (kB/s), "
     "'blackhole,toxicity=0.5', 'reset'"
@@ -105,7 +114,7 @@ _EOF = None
 class Toxic:
     """One fault on a proxy, Toxiproxy-style."""
 
-    kind: str  # "latency" | "bandwidth" | "blackhole" | "reset"
+    kind: str  # "latency" | "bandwidth" | "blackhole" | "drop" | "reset"
     stream: str = "both"  # "upstream" (client -> server), "downstream" (server -> client), "both"
     toxicity: float = 1.0  # fraction of connections it applies to, drawn per connection from the proxy's seed
     latency_ms: float = 0.0  # latency: added per chunk
@@ -293,7 +302,7 @@ class FaultProxy:
         self._next_id = 0
         self._enabled = True
         self._counts = {"accepted": 0, "bytes_upstream": 0, "bytes_downstream": 0, "resets": 0,
-                        "blackholed_bytes": 0, "upstream_unreachable": 0}
+                        "blackholed_bytes": 0, "dropped_bytes": 0, "upstream_unreachable": 0}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._server: asyncio.base_events.Server | None = None
@@ -572,9 +581,12 @@ class FaultProxy:
                     return
                 stamp, data = item
                 await self._hold_for_latency(conn, direction, stamp)
-                if self._active(conn, direction, "blackhole"):
-                    self._counts["blackholed_bytes"] += len(data)
+                if self._active(conn, direction, "drop"):
+                    self._counts["dropped_bytes"] += len(data)
                 else:
+                    if self._active(conn, direction, "blackhole"):
+                        self._counts["blackholed_bytes"] += len(data)
+                        await self._hold_while_blackholed(conn, direction)
                     await self._write(conn, direction, dst, data)
                     self._counts[d.counter] += len(data)
                 d.busy = False
