@@ -203,3 +203,36 @@ def test_a_message_still_unanswered_long_after_the_heal_is_not_a_legal_indetermi
     (run / "operations.jsonl").write_text(ops + "".join(json.dumps(o) + "\n" for o in extra))
     result = lost.check(RunData(run))
     assert result.verdict == "fail" and "never took the message" in result.summary
+
+
+def _update_run(run_id: str, *updates: tuple[str, str, str], status: str = "completed") -> RunRecord:
+    from harness.event_history import UpdateRecord
+
+    return RunRecord("c-0", run_id, status=status,
+                     update_records=[UpdateRecord(uid, "send_message", text, "completed", reply)
+                                     for uid, text, reply in updates])
+
+
+def test_a_re_send_answered_again_in_the_next_run_is_one_message_not_two(tmp_path: Path) -> None:
+    # msg-0 answered in run 1; the client, which never saw the reply, re-sent it after continue-as-new, and run 2
+    # answered it from the replies it carried: the same message, once.
+    run = _run_dir(tmp_path, [("a", OK, {"reply": "reply to a"})], _said(("a", "reply to a")))
+    data = RunData(run)
+    data.__dict__["event_histories"] = {"c-0": [
+        _update_run("r-1", ("msg-0", "a", "reply to a"), status="continued_as_new"),
+        _update_run("r-2", ("msg-0", "a", "reply to a"))]}
+    result = lost.check(data)
+    assert result.verdict == PASS, result.details["problems"]
+    data = RunData(run)
+    data.__dict__["event_histories"] = {"c-0": [
+        _update_run("r-1", ("msg-0", "a", "reply to a"), status="continued_as_new"),
+        _update_run("r-2", ("msg-0", "a", "another reply"))]}
+    assert "answered differently" in lost.check(data).summary
+
+
+def test_the_same_text_sent_twice_under_two_ids_and_answered_twice_is_doubled(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path, [("a", OK, {"reply": "reply to a"})], _said(("a", "reply to a"), ("a", "reply to a")))
+    data = RunData(run)
+    data.__dict__["event_histories"] = {"c-0": [
+        _update_run("r-1", ("msg-0", "a", "reply to a"), ("msg-0b", "a", "reply to a"))]}
+    assert lost.check(data).verdict == "fail"

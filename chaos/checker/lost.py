@@ -83,9 +83,26 @@ def check(data: RunData) -> CheckResult:
         if status != "COMPLETED":
             problems.append(f"{wid}: ended {status}, not COMPLETED")
 
+        # One message per update id: a re-send that reached the next run after continue-as-new is the same
+        # message, answered there from the replies the workflow carried (no second turn; if it had taken one,
+        # the model's view and the append files below would show it twice).
+        messages: dict[str, list[Any]] = {}
+        for u in updates or []:
+            messages.setdefault(u.update_id, []).append(u)
+        for uid, copies in messages.items():
+            answers = {u.reply for u in copies if u.outcome == "completed"}
+            if len(answers) > 1:
+                problems.append(f"{wid}: update {uid} ({copies[0].text!r}) was answered differently in different "
+                                f"runs: {sorted(map(str, answers))}")
+
         def replies_to(text: str) -> list[str | None]:
             if updates is not None:
-                return [u.reply if u.outcome == "completed" else None for u in updates if u.text == text]
+                out = []
+                for copies in messages.values():
+                    if copies[0].text == text:
+                        done = [u for u in copies if u.outcome == "completed"]
+                        out.append(done[0].reply if done else None)
+                return out
             return _answered(query, text)
 
         processed_appends = []
@@ -96,7 +113,7 @@ def check(data: RunData) -> CheckResult:
                 processed_appends.append(planned["content"])
             if updates is not None and query is not None:
                 # Answered turns stay in the model's conversation; a failed one is rolled back by design.
-                answered = sum(1 for u in updates if u.text == planned["text"] and u.outcome == "completed")
+                answered = sum(1 for r in replies_to(planned["text"]) if r is not None)
                 seen = len(_answered(query, planned["text"]))
                 if seen != answered:
                     problems.append(f"{wid}: {planned['text']!r} was answered {answered} time(s) but is in the "
