@@ -63,6 +63,10 @@ def temporal_binary_or_none() -> str | None:
         return None
 
 
+#: start-up attempts when the server loses a race for one of its ports
+START_ATTEMPTS = 3
+
+
 @dataclass
 class EmbeddedTemporal:
     """A ``temporal server start-dev`` process owned by this object."""
@@ -113,18 +117,29 @@ class EmbeddedTemporal:
             self.port = free_port(self.ip)
         if self.ui and not self.ui_port:
             self.ui_port = free_port(self.ip)
-        self._http_port = free_port(self.ip)
         if self.db_filename:
             Path(self.db_filename).parent.mkdir(parents=True, exist_ok=True)
-        # A file, never a pipe: nobody drains a pipe, and a full one would block the server.
-        self._log = open(self.log_file, "ab") if self.log_file else tempfile.TemporaryFile()
         started = time.monotonic()
-        self._proc = spawn(self.command(), stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
+        for attempt in range(1, START_ATTEMPTS + 1):
+            self._http_port = free_port(self.ip)
+            # A file, never a pipe: nobody drains a pipe, and a full one would block the server. Readable ("a+b"):
+            # a failed start-up is explained from it.
+            self._log = open(self.log_file, "a+b") if self.log_file else tempfile.TemporaryFile()
+            self._log_start = self._log.seek(0, os.SEEK_END)
+            self._proc = spawn(self.command(), stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            try:
+                self._wait_ready()
+                break
+            except TemporalServerError as exc:
+                self.stop()
+                # The dev server picks its internal services' ports (history, matching, ...) at start; another
+                # process can take one before it binds (a restart's down time is a window for that): try again.
+                if "address already in use" not in str(exc) or attempt == START_ATTEMPTS:
+                    raise
+                log.warning("temporal dev server start-up lost a port race (attempt %d): starting it again", attempt)
+            except BaseException:
+                self.stop()
+                raise
         log.info("temporal dev server ready at %s in %.1f s (pid %s)", self.address, time.monotonic() - started,
                  self._proc.pid)
         return self
@@ -136,7 +151,8 @@ class EmbeddedTemporal:
         while time.monotonic() < deadline:
             assert self._proc is not None
             if self._proc.poll() is not None:
-                self._log.seek(0)
+                self._log.flush()
+                self._log.seek(self._log_start)
                 err = self._log.read().decode(errors="replace")[-2000:]
                 raise TemporalServerError(
                     f"temporal server exited with code {self._proc.returncode} during start-up: {err}")

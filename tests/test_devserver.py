@@ -83,3 +83,21 @@ def test_the_server_dies_with_its_owner_even_on_sigkill(tmp_path: Path) -> None:
     finally:
         if owner.poll() is None:
             owner.kill()
+
+
+def test_a_port_taken_at_start_up_is_retried_then_reported_with_the_servers_own_words(tmp_path: Path) -> None:
+    import socket
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        server = EmbeddedTemporal(port=taken.getsockname()[1], log_file=tmp_path / "temporal.log")
+        started = time.monotonic()
+        with pytest.raises(TemporalServerError, match="address already in use"):
+            server.start()
+        assert time.monotonic() - started < 60
+    finally:
+        taken.close()
+    # every attempt is in the log; the error names the last one's own output, not an I/O error of ours
+    assert (tmp_path / "temporal.log").read_text().count("address already in use") >= 3
