@@ -37,7 +37,8 @@ ACTIVITY_CLOSE = {
     EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT: "timed_out",
     EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED: "canceled",
 }
-_WF_CLOSE = {
+#: workflow run close event type -> how the run ended
+WORKFLOW_CLOSE = {
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED: "completed",
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED: "failed",
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT: "timed_out",
@@ -306,8 +307,8 @@ def parse_events(workflow_id: str, run_id: str, events: list[HistoryEvent]) -> R
             run.cancel_requested = True
         elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
             run.signals += 1
-        elif t in _WF_CLOSE:
-            run.status, run.closed_at = _WF_CLOSE[t], at
+        elif t in WORKFLOW_CLOSE:
+            run.status, run.closed_at = WORKFLOW_CLOSE[t], at
             if t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
                 payloads = list(ev.workflow_execution_completed_event_attributes.result.payloads)
                 run.result = decode_payload(payloads[0]) if payloads else None

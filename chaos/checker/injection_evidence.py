@@ -36,7 +36,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 
 from chaos.checker.run_data import RunData
-from harness.event_history import load_saved
+from harness.event_history import WORKFLOW_CLOSE, load_saved
 from harness.faults import MUTATION_ALIASES
 from harness.operations import pairs
 from harness.verdict import PASS, UNKNOWN, CheckResult
@@ -44,14 +44,6 @@ from harness.verdict import PASS, UNKNOWN, CheckResult
 FAULT_OPS = {"kill_worker", "pause_worker", "partition", "degrade_link", "restart_server", "model_outage", "deploy_fix"}
 #: kill aims the ledger cannot witness (no activity execution need be running): checked on the event histories
 HISTORY_AIMS = ("workflow_task", "continue_as_new")
-_RUN_CLOSE = {
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED: "completed",
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED: "failed",
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT: "timed_out",
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED: "canceled",
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED: "terminated",
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW: "continued_as_new",
-}
 
 
 def _unfinished_executions(data: RunData) -> dict[str, list[dict]]:
@@ -103,8 +95,8 @@ def _runs(data: RunData) -> dict[str, list[dict[str, Any]]]:
                         task["closed"] = at
                         if t == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED and a.identity:
                             task["identity"] = a.identity
-                elif t in _RUN_CLOSE:
-                    run["ended"], run["closed"] = _RUN_CLOSE[t], at
+                elif t in WORKFLOW_CLOSE:
+                    run["ended"], run["closed"] = WORKFLOW_CLOSE[t], at
             runs.append(run)
         out[wid] = runs
     return out
