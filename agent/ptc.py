@@ -31,9 +31,16 @@ import ast
 import asyncio
 import math
 import re
+import sys
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+try:
+    from temporalio import workflow as _workflow
+except ImportError:  # the interpreter works without Temporal (the checkpoint backend, tests)
+    _workflow = None  # type: ignore[assignment]
 
 __all__ = [
     "PtcDisallowed",
@@ -54,6 +61,21 @@ MAX_INT_DIGITS = 1000
 MAX_NESTING_DEPTH = 100
 MAX_FORMAT_WIDTH = 1000
 MAX_CODE_CHARS = 100_000
+#: work that costs one operation: this many elements compared, hashed, copied or rendered ...
+ELEMENTS_PER_OPERATION = 1000
+#: ... or this many bytes allocated (a 10,000-element list: 10 operations; a 10,000-entry set: ~65)
+BYTES_PER_OPERATION = 8000
+#: how often (in operations) the compute-time backstop reads the clock
+_CLOCK_EVERY = 64
+
+
+def _clock() -> float:
+    """``time.perf_counter()``, also inside Temporal's workflow sandbox, which refuses clocks to workflow code:
+    the compute-time backstop is the interpreter's one deliberate read of one (see ``PtcLimits``)."""
+    if _workflow is not None and _workflow.unsafe.in_sandbox():
+        with _workflow.unsafe.sandbox_unrestricted():
+            return time.perf_counter()
+    return time.perf_counter()
 
 
 # --------------------------------------------------------------------------- errors
@@ -104,11 +126,18 @@ class PtcToolError(PtcError):
 
 @dataclass(frozen=True)
 class PtcLimits:
-    max_operations: int = 10_000  # AST node evaluations (+1 per 1000 elements allocated)
+    # AST node evaluations, plus the work builtins and operators do: +1 per 1000 elements compared,
+    # hashed, sorted, copied or rendered, and per 8000 bytes allocated (charged *before* the work)
+    max_operations: int = 10_000
     max_loop_iterations: int = 1_000  # per loop/comprehension execution
-    max_output_chars: int = 20_000  # len(repr(result)) and total printed text
+    max_output_chars: int = 20_000  # length of the result's text and total printed text
     max_collection_size: int = 10_000  # elements of any list/tuple/dict/set built
     max_string_chars: int = 1_000_000  # length of any string the program builds
+    max_tool_argument_chars: int = 1_000_000  # JSON text of one tool call's arguments
+    # A backstop, not a budget: seconds of interpreter compute time (time awaiting tools is not counted).
+    # The budgets above end any program long before it; this ends a program that a gap in them would let
+    # run on and stall the worker. Being a clock, it is the one limit that is not deterministic.
+    max_compute_seconds: float = 1.5
 
 
 @dataclass
@@ -256,6 +285,18 @@ async def _cancel_and_wait(tasks: list[asyncio.Task]) -> None:
 
 
 @dataclass(eq=False)
+class _Builtin:
+    """An allowed builtin as a program sees it: renders by name, whatever implements it."""
+
+    name: str
+    fn: Callable[..., Any]
+    needs_node: bool = False
+
+    def __repr__(self) -> str:
+        return f"<builtin {self.name}>"
+
+
+@dataclass(eq=False)
 class _BoundMethod:
     obj: Any
     name: str
@@ -350,8 +391,11 @@ class _Interpreter:
         self.output_chars = 0
         self.depth = 0
         self.pending: list[_Pending] = []
-        self.builtins: dict[str, Callable[..., Any]] = {
-            "len": len,
+        self.compute_seconds = 0.0
+        self.slice_start = _clock()
+        self.next_clock_check = _CLOCK_EVERY
+        plain: dict[str, Callable[..., Any]] = {"len": len, "int": int, "float": float, "bool": bool, "abs": abs}
+        with_node: dict[str, Callable[..., Any]] = {
             "range": self._range,
             "min": self._consuming(min),
             "max": self._consuming(max),
@@ -362,56 +406,128 @@ class _Interpreter:
             "set": self._consuming(set),
             "dict": self._dict,
             "str": self._str,
-            "int": int,
-            "float": float,
-            "bool": bool,
-            "abs": abs,
-            "round": round,
+            "round": self._round,
             "enumerate": self._enumerate,
             "zip": self._zip,
             "any": self._consuming(any),
             "all": self._consuming(all),
             "print": self._print,
         }
+        self.builtins: dict[str, _Builtin] = {
+            **{name: _Builtin(name, fn) for name, fn in plain.items()},
+            **{name: _Builtin(name, fn, needs_node=True) for name, fn in with_node.items()},
+        }
 
     # ---- bookkeeping
 
-    def charge(self, node: ast.AST, n: int = 1) -> None:
+    def charge(self, node: ast.AST | None, n: int = 1, what: str = "") -> None:
         self.operations += n
         if self.operations > self.limits.max_operations:
+            why = f" ({what})" if what else ""
             raise PtcLimitExceeded(
-                f"operation limit of {self.limits.max_operations} exceeded; do less work per program "
+                f"operation limit of {self.limits.max_operations} exceeded{why}; do less work per program "
                 "(fewer iterations, smaller data) or split it into several run_ptc calls",
                 _line(node),
             )
+        if self.operations >= self.next_clock_check:
+            self.next_clock_check = self.operations + _CLOCK_EVERY
+            self.check_clock(node)
+
+    def check_clock(self, node: ast.AST | None) -> None:
+        spent = self.compute_seconds + _clock() - self.slice_start
+        if spent > self.limits.max_compute_seconds:
+            raise PtcLimitExceeded(
+                f"the program computed for more than {self.limits.max_compute_seconds:g} s (the interpreter's "
+                "time backstop); do less work per program or split it into several run_ptc calls",
+                _line(node),
+            )
+
+    def pause_clock(self) -> None:
+        self.compute_seconds += _clock() - self.slice_start
+
+    def resume_clock(self) -> None:
+        self.slice_start = _clock()
+
+    def remaining_elements(self) -> int:
+        return max(0, self.limits.max_operations - self.operations + 1) * ELEMENTS_PER_OPERATION
+
+    def measure(self, value: Any, node: ast.AST | None, what: str, *, chars: bool = False, budget: int | None = None) -> int:
+        """``_measure`` within what the program has left (or ``budget``); a value that contains itself is refused."""
+        left = self.remaining_elements() if budget is None else budget
+        try:
+            size, cost = _measure(value, left, chars=chars, walk_budget=self.remaining_elements())
+        except _Cycle:
+            raise PtcRuntimeError(
+                f"{what}: a value contains itself (a list or dict holding a reference to itself); "
+                "build it without the self-reference",
+                _line(node),
+            ) from None
+        self.work(node, cost, what)  # the walk itself is work
+        return size
+
+    def work(self, node: ast.AST | None, elements: int, what: str) -> None:
+        """Charge ``elements`` of work before doing it (refused if over the remaining budget)."""
+        self.charge(node, elements // ELEMENTS_PER_OPERATION, what)
+        if elements >= _CLOCK_EVERY * ELEMENTS_PER_OPERATION:
+            self.check_clock(node)
+
+    def weigh(self, node: ast.AST | None, what: str, *values: Any, factor: int = 1) -> None:
+        """Charge the elements an operation on ``values`` touches (each shared one every time it is reached)."""
+        total = 0
+        for value in values:
+            if type(value) in _CONTAINER_TYPES or (type(value) is str and len(value) >= ELEMENTS_PER_OPERATION):
+                total += self.measure(value, node, what, budget=max(0, self.remaining_elements() - total))
+        self.work(node, total * factor, what)
+
+    def alloc(self, node: ast.AST | None, nbytes: int) -> None:
+        self.charge(node, nbytes // BYTES_PER_OPERATION, "memory allocated")
 
     def check_size(self, value: Any, node: ast.AST) -> Any:
-        if isinstance(value, str):
+        kind = type(value)
+        if kind is str:
             if len(value) > self.limits.max_string_chars:
                 raise PtcLimitExceeded(
                     f"string of {len(value)} characters exceeds the limit of {self.limits.max_string_chars}",
                     _line(node),
                 )
-            self.charge(node, len(value) // 1000)
-        elif isinstance(value, (list, tuple, dict, set, frozenset)):
+            self.charge(node, len(value) // ELEMENTS_PER_OPERATION)
+        elif kind in _CONTAINER_TYPES:
             if len(value) > self.limits.max_collection_size:
                 raise PtcLimitExceeded(
                     f"collection of {len(value)} elements exceeds the limit of {self.limits.max_collection_size}",
                     _line(node),
                 )
-            self.charge(node, len(value) // 1000)
-        elif isinstance(value, int) and not isinstance(value, bool):
+            self.alloc(node, sys.getsizeof(value))
+        elif kind is int:
             if value.bit_length() > MAX_INT_DIGITS * 3.33:
                 raise PtcLimitExceeded(f"integer with more than {MAX_INT_DIGITS} digits refused", _line(node))
         return value
 
-    def check_renderable(self, value: Any, node: ast.AST | None) -> None:
-        cap = self.limits.max_string_chars
-        if not isinstance(value, (str, int, float, bool, type(None))) and _render_estimate(value, cap) > cap:
+    def check_renderable(self, value: Any, node: ast.AST | None, cap: int | None = None, what: str = "str()") -> int:
+        """Refuse (before building it) a text of ``value`` longer than ``cap``; charge its length. Returns the estimate."""
+        cap = self.limits.max_string_chars if cap is None else cap
+        if type(value) is str:
+            return len(value)
+        size = self.measure(value, node, f"turning a value into {what}", chars=True, budget=cap)
+        if size > cap:
             raise PtcLimitExceeded(
-                f"value is too large to turn into text (over {cap} characters); format a summary instead",
+                f"value is too large to turn into text ({what}: over {cap} characters); format a summary instead",
                 _line(node),
             )
+        self.work(node, size, f"turning a value into {what}")
+        return size
+
+    def text(self, value: Any, node: ast.AST | None) -> str:
+        """``str(value)``, bounded and deterministic."""
+        if isinstance(value, _Pending):
+            raise _unawaited(value, node)
+        self.check_renderable(value, node)
+        return _text(value)
+
+    def hashing(self, node: ast.AST | None, key: Any) -> None:
+        """Charge hashing ``key``: a tuple's hash is not cached and follows every element."""
+        if type(key) is tuple:
+            self.weigh(node, "hashing a tuple", key)
 
     def iterate(self, value: Any, node: ast.AST) -> list[Any]:
         """Materialise an iterable in a deterministic order, bounded in size."""
@@ -430,17 +546,26 @@ class _Interpreter:
                 _line(node),
             )
         if isinstance(value, (set, frozenset)):
-            try:
-                return sorted(value)  # set order of strings depends on the process's hash seed
-            except TypeError:
-                raise PtcRuntimeError("cannot iterate over a set of mixed types deterministically; use a list", _line(node)) from None
-        self.charge(node, size // 1000)
+            self.weigh(node, "ordering a set", value, factor=max(1, size.bit_length()))
+            return _ordered(value)  # set order of strings depends on the process's hash seed
+        if isinstance(value, str):
+            self.alloc(node, size * 80)  # one object per character
+        elif isinstance(value, range):
+            self.alloc(node, size * 40)  # one int per element
+        elif isinstance(value, type({}.items())):
+            self.alloc(node, size * 64)  # one tuple per item
+        self.charge(node, size // ELEMENTS_PER_OPERATION)
         return list(value)
 
     # ---- builtins that need bounds
 
-    def _range(self, *args: Any) -> range:
+    def _range(self, node: ast.AST, *args: Any) -> range:
         return range(*args)
+
+    def _round(self, node: ast.AST, number: Any, ndigits: Any = None) -> Any:
+        if isinstance(ndigits, int) and abs(ndigits) > MAX_INT_DIGITS:
+            raise PtcLimitExceeded(f"round(): ndigits beyond +-{MAX_INT_DIGITS} refused", _line(node))
+        return round(number) if ndigits is None else round(number, ndigits)
 
     def _consuming(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         def call(node: ast.AST, *args: Any, **kwargs: Any) -> Any:
@@ -449,59 +574,69 @@ class _Interpreter:
                 raise PtcDisallowed(f"{fn.__name__}() keyword arguments {sorted(kwargs)} are not supported", _line(node))
             if fn is sum and not _is_number(kwargs.get("start", 0)) or fn is sum and len(args) > 1:
                 raise PtcDisallowed("sum() adds numbers only; use a loop with list.extend to concatenate", _line(node))
+            items = self.iterate(args[0], node) if len(args) == 1 else list(args)
+            if fn in (min, max):
+                self.weigh(node, f"{fn.__name__}() comparing elements", items)
+            elif fn is set:
+                self.weigh(node, "hashing the elements of a set", items)
             if len(args) == 1:
-                return fn(self.iterate(args[0], node), **kwargs)
+                return fn(items, **kwargs)
             if not args:
                 return fn(**kwargs)
             return fn(*args, **kwargs)
 
-        call.needs_node = True  # type: ignore[attr-defined]
         return call
 
     def _sorted(self, node: ast.AST, iterable: Any, *, reverse: bool = False) -> list:
-        return sorted(self.iterate(iterable, node), reverse=bool(reverse))
-
-    _sorted.needs_node = True  # type: ignore[attr-defined]
+        items = self.iterate(iterable, node)
+        self.weigh(node, "sorting", items, factor=max(1, len(items).bit_length()))
+        return sorted(items, reverse=bool(reverse))
 
     def _dict(self, node: ast.AST, *args: Any, **kwargs: Any) -> dict:
         if args:
             (source,) = args
             if isinstance(source, dict):
                 return {**source, **kwargs}
-            return {**dict(self.iterate(source, node)), **kwargs}
+            pairs = self.iterate(source, node)
+            self.weigh(node, "hashing the keys of a dict", pairs)
+            return {**dict(pairs), **kwargs}
         return dict(kwargs)
 
-    _dict.needs_node = True  # type: ignore[attr-defined]
-
     def _enumerate(self, node: ast.AST, iterable: Any, start: int = 0) -> list:
-        return list(enumerate(self.iterate(iterable, node), start))
-
-    _enumerate.needs_node = True  # type: ignore[attr-defined]
+        items = self.iterate(iterable, node)
+        self.alloc(node, len(items) * 64)
+        return list(enumerate(items, start))
 
     def _zip(self, node: ast.AST, *iterables: Any) -> list:
-        return list(zip(*(self.iterate(it, node) for it in iterables)))
-
-    _zip.needs_node = True  # type: ignore[attr-defined]
+        lists = [self.iterate(it, node) for it in iterables]
+        self.alloc(node, min(map(len, lists), default=0) * (48 + 8 * len(lists)))
+        return list(zip(*lists))
 
     def _str(self, node: ast.AST, value: Any = "") -> str:
-        if isinstance(value, _Pending):
-            raise _unawaited(value, node)
-        self.check_renderable(value, node)
-        return str(value)
+        return self.text(value, node)
 
-    _str.needs_node = True  # type: ignore[attr-defined]
-
-    def _print(self, node: ast.AST, *args: Any, sep: str = " ", end: str = "\n") -> None:
+    def _print(self, node: ast.AST, *args: Any, sep: Any = " ", end: Any = "\n") -> None:
+        for name, value in (("sep", sep), ("end", end)):
+            if value is not None and type(value) is not str:
+                raise PtcRuntimeError(f"print(): {name} must be None or a string, not {type(value).__name__}", _line(node))
+        sep = " " if sep is None else sep
+        end = "\n" if end is None else end
+        room = self.limits.max_output_chars - self.output_chars
+        size = len(end) + len(sep) * max(0, len(args) - 1)
         for arg in args:
             if isinstance(arg, _Pending):
                 raise _unawaited(arg, node)
-        if _render_estimate(args, self.limits.max_output_chars) > self.limits.max_output_chars - self.output_chars:
+            if size <= room:
+                size += len(arg) if type(arg) is str else \
+                    self.measure(arg, node, "printing", chars=True, budget=max(0, room + 1 - size))
+        if size > room:
             raise PtcLimitExceeded(
                 f"printed output exceeds {self.limits.max_output_chars} characters; print less "
                 "(summaries or counts instead of whole values)",
                 _line(node),
             )
-        text = str(sep).join(str(a) for a in args) + str(end)
+        self.work(node, size, "printing")
+        text = sep.join(_text(a) for a in args) + end
         self.output_chars += len(text)
         if self.output_chars > self.limits.max_output_chars:
             raise PtcLimitExceeded(
@@ -510,8 +645,6 @@ class _Interpreter:
                 _line(node),
             )
         self.output.append(text)
-
-    _print.needs_node = True  # type: ignore[attr-defined]
 
     # ---- statements
 
@@ -623,11 +756,14 @@ class _Interpreter:
             if not isinstance(obj, (list, dict)):
                 raise PtcRuntimeError(f"cannot assign items of {type(obj).__name__}; only list and dict items", _line(target))
             key = await self.eval(target.slice)
+            if isinstance(obj, dict):
+                self.hashing(target, key)
+            before = len(obj)
             try:
                 obj[key] = value
             except (KeyError, IndexError, TypeError, ValueError) as e:
-                raise PtcRuntimeError(f"{type(e).__name__}: {e}", _line(target)) from None
-            self.check_size(obj, target)
+                raise PtcRuntimeError(_error_text(e), _line(target)) from None
+            self.grown(obj, before, target)
         elif isinstance(target, ast.Attribute):
             raise PtcDisallowed("assigning attributes is not allowed; use dict items: d['key'] = value", _line(target))
         else:
@@ -645,7 +781,7 @@ class _Interpreter:
             new = self.binop(stmt.op, current, await self.eval(stmt.value), stmt)
             if not isinstance(obj, (list, dict)):
                 raise PtcRuntimeError(f"cannot assign items of {type(obj).__name__}; only list and dict items", _line(target))
-            obj[key] = new
+            obj[key] = new  # the key was hashed (and charged) by the subscript above
         else:
             raise PtcDisallowed("augmented assignment works on names and list/dict items only", _line(target))
 
@@ -665,7 +801,7 @@ class _Interpreter:
         except MemoryError:
             raise PtcLimitExceeded("value too large", _line(node)) from None
         except Exception as e:
-            raise PtcRuntimeError(f"{type(e).__name__}: {e}", _line(node)) from None
+            raise PtcRuntimeError(_error_text(e), _line(node)) from None
         finally:
             self.depth -= 1
 
@@ -713,6 +849,7 @@ class _Interpreter:
             if kind is ast.Set:
                 for item in items:
                     _no_pending(item, node)
+                self.weigh(node, "hashing the elements of a set", items)
             built = items if kind is ast.List else tuple(items) if kind is ast.Tuple else set(items)
             return self.check_size(built, node)
         if kind is ast.Dict:
@@ -725,6 +862,7 @@ class _Interpreter:
                     result.update(other)
                 else:
                     key = await self.eval(key_node)
+                    self.hashing(key_node, key)
                     result[key] = await self.eval(value_node)
             return self.check_size(result, node)
         if kind in (ast.ListComp, ast.SetComp, ast.DictComp):
@@ -814,6 +952,7 @@ class _Interpreter:
                     raise _unawaited(operand, node)
             if isinstance(op, (ast.Is, ast.IsNot)) and not any(v is None or isinstance(v, bool) for v in (left, right)):
                 raise PtcDisallowed("'is' only compares with None, True or False; use == to compare values", node.lineno)
+            self.charge_compare(op, left, right, node)
             if not _CMPOPS[type(op)](left, right):
                 return False
             left = right
@@ -870,14 +1009,18 @@ class _Interpreter:
             for item in results:
                 if isinstance(item, _Pending):
                     raise _unawaited(item, node)
-            return set(results)
-        return dict(results)
+            self.weigh(node, "hashing the elements of a set", results)
+            return self.check_size(set(results), node)
+        self.weigh(node, "hashing the keys of a dict", [key for key, _ in results])
+        return self.check_size(dict(results), node)
 
     def subscript(self, obj: Any, key: Any, node: ast.AST) -> Any:
         if isinstance(obj, _Pending):
             raise _unawaited(obj, node)
         if not isinstance(obj, (list, tuple, dict, str, range)):
             raise PtcDisallowed(f"cannot index {type(obj).__name__}; only list, tuple, dict, str and range support [...]", _line(node))
+        if isinstance(obj, dict):
+            self.hashing(node, key)
         result = obj[key]
         if isinstance(result, range):
             self.iterate(result, node)  # bound a range slice like other collections
@@ -912,11 +1055,11 @@ class _Interpreter:
             raise _unawaited(value, node)
         self.check_renderable(value, node)
         if node.conversion == ord("r"):
-            value = repr(value)
+            value = _render(value)
         elif node.conversion == ord("a"):
-            value = ascii(value)
-        elif node.conversion == ord("s"):
-            value = str(value)
+            value = _render(value).encode("ascii", "backslashreplace").decode("ascii")
+        elif node.conversion == ord("s") or type(value) not in (str, int, float, bool):
+            value = _text(value)  # containers, None, builtins: their deterministic text
         spec = ""
         if node.format_spec is not None:
             spec = await self.eval(node.format_spec)
@@ -958,42 +1101,141 @@ class _Interpreter:
             if isinstance(value, _Pending):
                 raise _unawaited(value, node)
         if isinstance(func, _ToolRef):
+            self.check_tool_arguments(func.name, args, kwargs, node)
             return self._track(_PendingCall(self, func, args, kwargs, node.lineno))
         if isinstance(func, _BoundMethod):
             return self.call_method(func, args, kwargs, node)
-        if callable(func) and any(func is b for b in self.builtins.values()):
-            if getattr(func, "needs_node", False):
-                result = func(node, *args, **kwargs)
-            else:
-                result = func(*args, **kwargs)
+        if isinstance(func, _Builtin):
+            result = func.fn(node, *args, **kwargs) if func.needs_node else func.fn(*args, **kwargs)
             return self.check_size(result, node)
         raise PtcDisallowed(f"{type(func).__name__} value is not callable; call a tool or an allowed builtin", node.lineno)
 
     def call_method(self, method: _BoundMethod, args: list, kwargs: dict, node: ast.AST) -> Any:
         obj, name = method.obj, method.name
+        kind = type(obj)
+        if kind is str:
+            self.charge(node, len(obj) // ELEMENTS_PER_OPERATION)  # every str method reads the whole string
         if name == "sort":
             if args or set(kwargs) - {"reverse"}:
                 raise PtcDisallowed("list.sort() takes only reverse=...; key functions are not available", _line(node))
+            self.weigh(node, "sorting", obj, factor=max(1, len(obj).bit_length()))
             obj.sort(reverse=bool(kwargs.get("reverse", False)))
             return None
-        if name in ("extend", "update", "union", "intersection", "difference") or (name == "join" and isinstance(obj, str)):
+        if name in ("extend", "update", "union", "intersection", "difference") or (name == "join" and kind is str):
             args = [a if isinstance(a, dict) else self.iterate(a, node) for a in args]
-        if name == "join" and isinstance(obj, str) and args:
+        if kind in (list, tuple) and name in ("count", "index", "remove"):
+            self.weigh(node, f"{kind.__name__}.{name} comparing elements", obj)
+            if name == "index" and args and args[0] not in obj:  # list.index's error would quote the value
+                raise PtcRuntimeError(f"ValueError: {_short(args[0])} is not in the {kind.__name__}", _line(node))
+        elif kind in (dict, set) and args and name in ("get", "pop", "setdefault", "add", "discard", "remove"):
+            self.hashing(node, args[0])
+        elif name in ("update", "union", "intersection", "difference"):
+            self.weigh(node, "hashing elements", *args)
+        if name == "join" and kind is str and args:
             cap = self.limits.max_string_chars
-            if _render_estimate(args[0], cap) + len(obj) * len(args[0]) > cap:
+            pieces = args[0]
+            if sum(_scalar_chars(p) for p in pieces) + len(obj) * len(pieces) > cap:
                 raise PtcLimitExceeded(f"str.join result would exceed {cap} characters", _line(node))
-        if name == "replace" and isinstance(obj, str) and len(args) >= 2 and isinstance(args[1], str):
+        if name == "replace" and kind is str and len(args) >= 2 and isinstance(args[1], str):
             old, new = args[0], args[1]
             occurrences = obj.count(old) if isinstance(old, str) else 0
             if len(obj) + occurrences * len(new) > self.limits.max_string_chars:
                 raise PtcLimitExceeded(
                     f"str.replace result would exceed {self.limits.max_string_chars} characters", _line(node)
                 )
+        if name in ("split", "rsplit", "splitlines") and kind is str and len(obj) > self.limits.max_collection_size:
+            self.check_pieces(obj, name, args, kwargs, node)
+        before = len(obj) if kind in _CONTAINER_TYPES else 0
         result = getattr(obj, name)(*args, **kwargs)
         if name in ("keys", "values", "items"):
             result = list(result)
-        self.check_size(obj, node)
+            if name == "items":
+                self.alloc(node, len(result) * 64)
+        if kind in _CONTAINER_TYPES:
+            self.grown(obj, before, node)
         return self.check_size(result, node)
+
+    def check_pieces(self, obj: str, name: str, args: list, kwargs: dict, node: ast.AST) -> None:
+        """Refuse a split of a long string into more pieces than a collection may hold, before splitting."""
+        limit = self.limits.max_collection_size
+        if name == "splitlines":
+            pieces = 1 + sum(obj.count(c) for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+        else:
+            sep = args[0] if args else kwargs.get("sep")
+            maxsplit = args[1] if len(args) > 1 else kwargs.get("maxsplit", -1)
+            if isinstance(maxsplit, int) and 0 <= maxsplit <= limit:
+                return
+            if sep is not None and not isinstance(sep, str):
+                return  # str.split itself refuses it
+            pieces = len(obj.split(sep, limit))  # at most limit + 1 pieces: bounded work
+        if pieces > limit:
+            raise PtcLimitExceeded(f"str.{name} would make more than {limit} pieces; pass maxsplit or split less text",
+                                   _line(node))
+
+    def grown(self, obj: Any, before: int, node: ast.AST) -> None:
+        """A container changed in place: its length bounded, its growth charged as memory."""
+        if len(obj) > self.limits.max_collection_size:
+            raise PtcLimitExceeded(
+                f"collection of {len(obj)} elements exceeds the limit of {self.limits.max_collection_size}", _line(node)
+            )
+        if len(obj) > before:
+            self.alloc(node, (len(obj) - before) * _BYTES_PER_ELEMENT.get(type(obj), 8))
+
+    def charge_compare(self, op: ast.cmpop, left: Any, right: Any, node: ast.AST) -> None:
+        """Charge a comparison the elements it may touch, before doing it."""
+        if isinstance(op, (ast.Is, ast.IsNot)):
+            return
+        if isinstance(op, (ast.In, ast.NotIn)):
+            if type(right) in (list, tuple):
+                self.weigh(node, "'in' comparing elements", right)
+            elif type(right) in (dict, set, frozenset):
+                self.hashing(node, left)
+            elif type(right) is str and type(left) is str:
+                self.work(node, len(left) + len(right), "'in' searching a string")
+            elif type(right) is range and type(left) not in (int, bool):
+                self.work(node, len(right) if len(right) < 2**62 else 2**62, "'in' scanning a range")
+            return
+        if type(left) in _CONTAINER_TYPES and type(right) in _CONTAINER_TYPES:
+            # the comparison stops at the smaller side: measure the first, then the second within it
+            first = self.measure(left, node, "comparing values")
+            second = self.measure(right, node, "comparing values", budget=min(first, self.remaining_elements()))
+            self.work(node, min(first, second), "comparing values")
+        elif type(left) is str and type(right) is str:
+            self.work(node, min(len(left), len(right)), "comparing strings")
+
+    def check_tool_arguments(self, tool: str, args: list, kwargs: dict, node: ast.AST) -> None:
+        """A tool's arguments are JSON (what the workflow records and sends): checked, bounded and charged
+        before anything serialises them."""
+        cap = self.limits.max_tool_argument_chars
+        stack = [*args, *kwargs.values()]
+        seen: set[int] = set()
+        while stack:
+            value = stack.pop()
+            kind = type(value)
+            if kind in (list, tuple, dict):
+                if id(value) in seen:
+                    continue
+                seen.add(id(value))
+                if kind is dict:
+                    bad = next((k for k in value if type(k) is not str), None)
+                    if bad is not None:
+                        raise PtcRuntimeError(f"tool {tool}: a dict in its arguments has a {type(bad).__name__} key "
+                                              f"{_short(bad, 40)}; tool arguments are JSON, whose keys are strings",
+                                              _line(node))
+                    stack.extend(value.values())
+                else:
+                    stack.extend(value)
+            elif isinstance(value, _Pending):
+                raise _unawaited(value, node)
+            elif kind not in (str, int, float, bool) and value is not None:
+                hint = "; pass sorted(...) of it" if kind in (set, frozenset) else ""
+                raise PtcDisallowed(f"tool {tool}: a {kind.__name__} cannot be a tool argument (tool arguments are "
+                                    f"JSON: str, int, float, bool, None, list, dict){hint}", _line(node))
+        size = self.measure([args, kwargs], node, f"tool {tool} arguments", chars=True, budget=cap)
+        if size > cap:
+            raise PtcLimitExceeded(f"tool {tool}: arguments over {cap} characters; pass less data to one call",
+                                   _line(node))
+        self.work(node, size, f"tool {tool} arguments")
 
     async def await_(self, node: ast.Await) -> Any:
         value = await self.eval(node.value)
@@ -1004,8 +1246,11 @@ class _Interpreter:
         if value.consumed:
             raise PtcDisallowed(f"{value.describe()} was already awaited; call the tool again", node.lineno)
         value.consumed = True
-        result = await value.run()
-        return result
+        self.pause_clock()
+        try:
+            return await value.run()
+        finally:
+            self.resume_clock()
 
     def _track(self, pending: _Pending) -> _Pending:
         self.pending.append(pending)
@@ -1017,6 +1262,19 @@ class _Interpreter:
 
 def _line(node: ast.AST | None) -> int | None:
     return getattr(node, "lineno", None)
+
+
+#: memory per element a container grows by (pointers; dict and set entries with their hash tables)
+_BYTES_PER_ELEMENT = {list: 8, tuple: 8, dict: 40, set: 64}
+MAX_ERROR_CHARS = 300
+
+
+def _error_text(e: Exception) -> str:
+    """A Python error as model-visible text: bounded, and deterministic (a missing key is rendered by ``_short``)."""
+    if type(e) is KeyError and len(e.args) == 1:
+        return f"KeyError: {_short(e.args[0])}"
+    text = f"{type(e).__name__}: {e}"
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
 
 
 def _names(tools: Mapping[str, Any]) -> str:
@@ -1070,28 +1328,186 @@ def _contains_pending(value: Any, depth: int = 0) -> _Pending | None:
     return None
 
 
-def _render_estimate(value: Any, cap: int) -> int:
-    """A lower bound on len(repr(value)), walked iteratively and stopped once over ``cap``.
+_CONTAINER_TYPES = frozenset({list, tuple, dict, set, frozenset})
 
-    Guards str()/print/f-strings/the result against structures that share one
-    big list many times, whose repr would be huge although each list is small.
+
+class _Cycle(Exception):
+    """A value contains itself: its size (and its text) has no bound."""
+
+
+def _children(obj: Any) -> list[Any]:
+    if type(obj) is dict:
+        return [*obj.keys(), *obj.values()]
+    return obj if type(obj) in (list, tuple) else list(obj)
+
+
+def _scalar_weight(value: Any) -> int:
+    # A long string costs its length in comparisons (memcmp) and hashing, not one step.
+    return 1 + len(value) // 100 if type(value) is str else 1
+
+
+def _scalar_chars(value: Any) -> int:
+    kind = type(value)
+    if kind is str:
+        return len(value) + 2
+    if kind is bool:
+        return 5
+    if kind is int:
+        return value.bit_length() * 30103 // 100000 + 2
+    if kind is float:
+        return 24
+    if value is None:
+        return 4
+    return 48  # builtins, tools, methods, ranges: short fixed texts
+
+
+#: walk cost (in elements) of visiting one container in Python, and of scanning one element in Python
+_VISIT_COST = 32
+_SCAN_COST = 2
+
+
+def _flat_size(obj: Any, chars: bool) -> int | None:
+    """The size of a container whose elements are all ints, or all strs, or all floats, computed at C speed
+    (``map``); None if its elements are mixed or may be containers."""
+    items = obj.keys() if type(obj) is dict else obj
+    kinds = set(map(type, items))
+    if type(obj) is dict:
+        if kinds != {str}:
+            return None
+        kinds = set(map(type, obj.values()))
+        if len(kinds) != 1 or not kinds <= {int, str, float}:
+            return None
+        keys = sum(map(len, obj)) + 2 * len(obj) if chars else len(obj) + sum(map(len, obj)) // 100
+        values = obj.values()
+    else:
+        keys, values = 0, obj
+    if not kinds:
+        return keys
+    if len(kinds) != 1:
+        return None
+    (kind,) = kinds
+    n = len(obj)
+    if kind is int:
+        return keys + (sum(map(int.bit_length, values)) * 30103 // 100000 + 2 * n if chars else n)
+    if kind is str:
+        return keys + (sum(map(len, values)) + 2 * n if chars else n + sum(map(len, values)) // 100)
+    if kind is float:
+        return keys + (24 * n if chars else n)
+    return None
+
+
+def _measure(value: Any, budget: int, *, chars: bool, walk_budget: int | None = None) -> tuple[int, int]:
+    """(size, cost of measuring it) of ``value`` as C code would see it, following every shared reference
+    every time.
+
+    ``chars=False``: elements (what ``==``, ``in``, sorting and hashing touch);
+    ``chars=True``: a lower bound on the length of its text. Containers
+    reached many times are measured once (memoised by identity), so the walk
+    costs the *distinct* containers, never the expanded size; flat containers
+    are summed at C speed. The walk stops as soon as the size or its own cost
+    passes ``budget`` (the size is then ``> budget``) or its cost passes
+    ``walk_budget`` (default: ``budget``). Raises ``_Cycle`` if the value
+    contains itself.
     """
-    total = 0
-    stack = [value]
-    while stack and total <= cap:
-        item = stack.pop()
-        if isinstance(item, str):
-            total += len(item) + 2
-        elif isinstance(item, (list, tuple, set, frozenset)):
-            total += 2 + len(item)
-            stack.extend(item)
-        elif isinstance(item, dict):
-            total += 2 + 2 * len(item)
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        else:
-            total += 1
-    return total
+    walk_budget = budget if walk_budget is None else walk_budget
+    scalar = _scalar_chars if chars else _scalar_weight
+    if type(value) not in _CONTAINER_TYPES:
+        return scalar(value), 1
+    memo: dict[int, int] = {}
+    open_: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(value, False)]
+    walked = 0
+    while stack:
+        obj, closing = stack.pop()
+        oid = id(obj)
+        if closing:
+            kind = type(obj)
+            total = (2 + 2 * len(obj) if kind is not dict else 2 + 4 * len(obj)) + (11 if kind is frozenset else 0) \
+                if chars else 1
+            for item in _children(obj):
+                total += memo[id(item)] if type(item) in _CONTAINER_TYPES else scalar(item)
+            memo[oid] = total
+            open_.discard(oid)
+            if total > budget:
+                return total, walked
+            continue
+        if oid in memo:
+            continue
+        if oid in open_:
+            raise _Cycle()
+        walked += _VISIT_COST + len(obj) // 4
+        flat = _flat_size(obj, chars)
+        if flat is not None:
+            memo[oid] = flat + (0 if chars else 1)
+            if flat > budget or walked > walk_budget:
+                return max(flat, budget + 1), walked
+            continue
+        open_.add(oid)
+        stack.append((obj, True))
+        items = _children(obj)
+        walked += _SCAN_COST * len(items)
+        if walked > walk_budget:
+            return budget + 1, walked
+        for item in items:
+            if type(item) in _CONTAINER_TYPES and id(item) not in memo:
+                stack.append((item, False))
+    return memo[id(value)], walked
+
+
+def _sort_key(value: Any) -> tuple[str, str]:
+    return type(value).__name__, _render(value)
+
+
+def _ordered(items: Any) -> list[Any]:
+    """The elements of a set in an order that does not depend on the hash seed."""
+    try:
+        return sorted(items)
+    except TypeError:
+        return sorted(items, key=_sort_key)
+
+
+def _render(value: Any) -> str:
+    """``repr(value)``, except that it is the same in every process: set elements are sorted,
+    and builtins, tools and methods render by name (no memory address)."""
+    kind = type(value)
+    if kind in (str, int, float, bool, range) or value is None:
+        return repr(value)
+    if kind is list:
+        return "[" + ", ".join(_render(v) for v in value) + "]"
+    if kind is tuple:
+        inner = ", ".join(_render(v) for v in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    if kind is dict:
+        return "{" + ", ".join(f"{_render(k)}: {_render(v)}" for k, v in value.items()) + "}"
+    if kind in (set, frozenset):
+        if not value:
+            return "set()" if kind is set else "frozenset()"
+        inner = "{" + ", ".join(_render(v) for v in _ordered(value)) + "}"
+        return inner if kind is set else f"frozenset({inner})"
+    if isinstance(value, (_Builtin, _ToolRef, _BoundMethod, _Pending, _AsyncioMarker, _GatherRef)):
+        return repr(value)
+    return f"<{kind.__name__}>"  # no address, whatever it is
+
+
+def _text(value: Any) -> str:
+    """``str(value)`` with ``_render``'s determinism."""
+    return value if type(value) is str else _render(value)
+
+
+def render_value(value: Any) -> str:
+    """The text of a program's result as the model is shown it (deterministic, see ``_render``)."""
+    return _text(value)
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    """A bounded, deterministic text of a value for an error message."""
+    try:
+        if _measure(value, limit, chars=True)[0] <= limit:
+            return _render(value)
+    except _Cycle:
+        pass
+    size = f" of {len(value)} elements" if type(value) in _CONTAINER_TYPES else ""
+    return f"<a {type(value).__name__}{size}>"
 
 
 # --------------------------------------------------------------------------- entry point
@@ -1114,11 +1530,13 @@ async def run_ptc(code: str, tools: Mapping[str, ToolFn], *, limits: PtcLimits =
     interp = _Interpreter(tools, limits)
     value = await interp.run(tree)
     last_line = tree.body[-1].lineno if tree.body else None
-    interp.check_renderable(value, tree.body[-1] if tree.body else None)  # first: bounds the walk below
+    if type(value) is not str:  # first: bounds the walk for pending calls below
+        interp.check_renderable(value, tree.body[-1] if tree.body else None, cap=limits.max_output_chars,
+                                what="the result's text")
     pending = _contains_pending(value)
     if pending is not None:
         raise _unawaited(pending, None)
-    rendered = len(repr(value))
+    rendered = len(_text(value))
     if rendered > limits.max_output_chars:
         raise PtcLimitExceeded(
             f"result of {rendered} characters exceeds {limits.max_output_chars}; return a summary instead",

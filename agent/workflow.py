@@ -490,7 +490,7 @@ class AgentWorkflow:
         except ptc.PtcError as err:
             return loop.ToolResult(call.id, "run_ptc", loop.VALIDATION_ERROR,
                                    f"run_ptc: {err} (the program did not finish; nothing after that line ran)")
-        value = result.value if isinstance(result.value, str) else repr(result.value)
+        value = ptc.render_value(result.value)  # deterministic: sets sorted, no memory addresses
         text = f"printed:\n{result.output.rstrip()}\nresult: {value}" if result.output else value
         return loop.ToolResult(call.id, "run_ptc", loop.OK, text)
 
