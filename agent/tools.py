@@ -15,17 +15,21 @@ classified way, for scenarios and chaos runs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import hashlib
 import inspect
 import os
-from collections.abc import Callable
+import secrets
+import stat
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from simpleeval import SimpleEval
 
-from agent.errors import ToolExecutionError, ToolRetryableError, ToolValidationError
+from agent.errors import ToolError, ToolExecutionError, ToolRetryableError, ToolValidationError
 from harness.recording import EffectLedger, ExecutionIdentity, workspace_name
 
 MAX_FILE_BYTES = 256 * 1024
@@ -132,107 +136,491 @@ def weather(args: dict[str, Any], ctx: ToolContext) -> str:
 
 
 # -- sandbox files ----------------------------------------------------------
+#
+# Every access goes through directory file descriptors: the workspace root is opened once, each component of a path
+# is opened relative to its parent with O_NOFOLLOW (missing directories are made with mkdirat for the writers), and
+# the file itself is opened, created or renamed relative to the last directory. A path is never resolved first and
+# reopened by name afterwards, so a directory swapped for a symlink meanwhile cannot redirect anything outside the
+# workspace. Symlinks are not followed at all, not even ones that stay inside the workspace: a path through one is
+# refused with a validation error that says so.
+#
+# Every failure is classified (agent.errors): an unclassified exception would be retried forever. Messages name only
+# the workspace-relative path the model gave, never a host path (a str(OSError) carries the absolute one).
+
+#: the longest path (in UTF-8 bytes) the file tools accept, and the longest name in it
+MAX_PATH_BYTES = 1024
+MAX_NAME_BYTES = 255
+#: list_files descends at most this deep and looks at no more than this many entries
+MAX_LIST_DEPTH = 64
+MAX_LIST_ENTRIES = 100_000
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # a FIFO planted in the workspace must not block the worker
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | _NONBLOCK | _CLOEXEC
+_APPEND_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | _NONBLOCK | _CLOEXEC
+_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
+
+
+def _errnos(*names: str) -> frozenset[int]:
+    return frozenset(getattr(errno, n) for n in names if hasattr(errno, n))
+
+
+#: the model's path or content is wrong: it can repair it
+_VALIDATION_ERRNOS = _errnos("ENAMETOOLONG", "ENOTDIR", "EISDIR", "EEXIST", "ELOOP", "ENOENT", "ENOTEMPTY", "ENXIO",
+                             "EINVAL", "EILSEQ", "EMLINK", "EBUSY", "ETXTBSY")
+#: the workspace refuses the work for good (full, read-only, not permitted): terminal, the model is told
+_TERMINAL_ERRNOS = _errnos("ENOSPC", "EDQUOT", "EFBIG", "EROFS", "EACCES", "EPERM")
+# anything else (EIO, EMFILE, ENOMEM, ...) is transient: retried by the backend's policy
+
+_HINTS = {
+    errno.ENAMETOOLONG: f"a name in it is too long (at most {MAX_NAME_BYTES} bytes each)",
+    errno.ENOTDIR: "a part of it is not a directory",
+    errno.EISDIR: "it is a directory, not a file",
+    errno.EEXIST: "something else already exists there",
+    errno.ELOOP: "it is a symlink, and symlinks are not followed in the workspace",
+    errno.ENOENT: "it (or a directory on the way to it) does not exist, or was removed meanwhile",
+    errno.ENOTEMPTY: "it is a directory, not a file",
+    errno.ENXIO: "it is not a regular file",
+}
+
+
+def _show(text: object) -> str:
+    """A path or name for a message: quoted, bounded, non-printable characters (lone surrogates too) escaped."""
+    if isinstance(text, str) and len(text) > 80:
+        return f"{text[:60]!r}... ({len(text)} characters)"
+    return repr(text)
+
+
+def _os_error(tool: str, shown: str, exc: OSError) -> ToolError:
+    """The classified error for an OSError on a workspace path: its reason (os.strerror), never str(exc), which
+    carries the absolute host path."""
+    code = exc.errno
+    if code is None:
+        return ToolRetryableError(f"{tool}: {shown}: file system error ({type(exc).__name__})")
+    text = f"{tool}: {shown}: {os.strerror(code)}"
+    if code in _TERMINAL_ERRNOS:
+        return ToolExecutionError(f"{text}; the workspace refuses this, so it was not retried")
+    if code in _VALIDATION_ERRNOS:
+        hint = _HINTS.get(code)
+        return ToolValidationError(f"{text} ({hint})" if hint else text)
+    return ToolRetryableError(f"{text} (transient; the call is retried)")
+
+
+class _Missing(Exception):
+    """A directory on a path does not exist (raised only when the caller does not create it)."""
+
+
+def _str_arg(tool: str, args: dict[str, Any], name: str) -> str:
+    value = args.get(name)
+    if not isinstance(value, str):
+        raise ToolValidationError(f"{tool}: argument {name!r} must be string, got {type(value).__name__}")
+    return value
+
+
+def _split(user_path: object, tool: str = "") -> list[str]:
+    """The components of a workspace-relative path ('.' and empty ones dropped), or a validation error."""
+    say = f"{tool}: path" if tool else "path"
+    if not isinstance(user_path, str) or not user_path.strip() or "\x00" in user_path:
+        raise ToolValidationError(
+            f"{say} {_show(user_path)} is empty or invalid; give a path relative to the workspace")
+    if os.path.isabs(user_path):
+        raise ToolValidationError(f"{say} {_show(user_path)} is absolute; give a path relative to the workspace")
+    try:
+        size = len(user_path.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise ToolValidationError(
+            f"{say} {_show(user_path)} has a character that is not valid text ({user_path[exc.start]!r} at "
+            f"position {exc.start}, a lone surrogate); use ordinary characters") from None
+    if size > MAX_PATH_BYTES:
+        raise ToolValidationError(f"{say} {_show(user_path)} is {size} bytes long; the limit is {MAX_PATH_BYTES}")
+    bad = next((c for c in user_path if ord(c) < 0x20 or ord(c) == 0x7F), None)
+    if bad is not None:
+        raise ToolValidationError(f"{say} {_show(user_path)} contains the control character {bad!r}; "
+                                  "use printable characters")
+    parts = [p for p in user_path.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise ToolValidationError(f"{say} {_show(user_path)} contains '..'; a path that escapes the workspace is "
+                                  "refused, and '..' is not accepted at all: give the path from the workspace down")
+    long_name = next((p for p in parts if len(p.encode("utf-8")) > MAX_NAME_BYTES), None)
+    if long_name is not None:
+        raise ToolValidationError(f"{say} {_show(user_path)}: the name {_show(long_name)} is "
+                                  f"{len(long_name.encode('utf-8'))} bytes long; the limit is {MAX_NAME_BYTES}")
+    return parts
+
+
+def _rel(parts: list[str]) -> str:
+    return "/".join(parts) or "."
+
+
+def _open_root(tool: str, workspace: Path, *, create: bool) -> int:
+    """An fd of the workspace directory (the operator's path: a symlink in it is trusted). _Missing if it does not
+    exist and is not to be created."""
+    try:
+        if create:
+            os.makedirs(workspace, exist_ok=True)
+        return os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+    except FileNotFoundError:
+        if not create:
+            raise _Missing() from None
+        raise ToolRetryableError(f"{tool}: the workspace disappeared while it was opened") from None
+    except OSError as exc:
+        # Not the model's doing: terminal if the workspace refuses, otherwise retried (an operator can fix it).
+        error = _os_error(tool, "the workspace", exc)
+        if isinstance(error, ToolValidationError):
+            error = ToolRetryableError(f"{error} (the workspace itself cannot be opened)")
+        raise error from None
+
+
+def _component_error(tool: str, parent: int, name: str, prefix: str, user_path: str, exc: OSError) -> ToolError:
+    """A classified error for a directory component that could not be opened (or made), saying which one and why."""
+    if exc.errno in (errno.ENOTDIR, errno.ELOOP, errno.EEXIST):
+        try:
+            mode = os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
+        except OSError:
+            mode = None
+        if mode is not None and stat.S_ISLNK(mode):
+            return ToolValidationError(
+                f"{tool}: path {_show(user_path)} goes through a symlink ({_show(prefix)}); symlinks are not "
+                "followed in the workspace, so that no path escapes it: use the real path instead")
+        if mode is not None and not stat.S_ISDIR(mode):
+            return ToolValidationError(
+                f"{tool}: path {_show(user_path)}: {_show(prefix)} is a file, not a directory, so it cannot "
+                "contain anything")
+    return _os_error(tool, f"path {_show(user_path)} at {_show(prefix)}", exc)
+
+
+def _open_subdir(tool: str, parent: int, name: str, prefix: str, user_path: str, create: bool) -> int:
+    for _ in range(5):
+        try:
+            return os.open(name, _DIR_FLAGS, dir_fd=parent)
+        except FileNotFoundError:
+            if not create:
+                raise _Missing() from None
+        except OSError as exc:
+            raise _component_error(tool, parent, name, prefix, user_path, exc) from None
+        try:
+            os.mkdir(name, 0o777, dir_fd=parent)
+        except FileExistsError:
+            pass  # made meanwhile (by a concurrent call, or planted): opened, never followed, on the next round
+        except OSError as exc:
+            raise _component_error(tool, parent, name, prefix, user_path, exc) from None
+    raise ToolRetryableError(f"{tool}: path {_show(user_path)}: {_show(prefix)} kept changing while it was opened")
+
+
+@contextlib.contextmanager
+def _directory(tool: str, workspace: Path, dirs: list[str], user_path: str, *, create: bool) -> Iterator[int]:
+    """An fd of the workspace directory ``dirs`` names, opened one component at a time, none of them followed if it
+    is a symlink; with ``create``, missing directories are made. Raises _Missing (without ``create``) if one is
+    missing, or a classified error."""
+    fd = _open_root(tool, workspace, create=create)
+    try:
+        for i, name in enumerate(dirs):
+            child = _open_subdir(tool, fd, name, _rel(dirs[: i + 1]), user_path, create)
+            os.close(fd)
+            fd = child
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _file_error(tool: str, parent: int, name: str, rel: str, exc: OSError) -> ToolError:
+    """A classified error for the last component of a path (the file itself)."""
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST):
+        try:
+            mode = os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
+        except OSError:
+            mode = None
+        if mode is not None and stat.S_ISLNK(mode):
+            return ToolValidationError(f"{tool}: {_show(rel)} is a symlink; symlinks are not followed in the "
+                                       "workspace, so that no path escapes it: use the real path instead")
+        if mode is not None and stat.S_ISDIR(mode):
+            return ToolValidationError(f"{tool}: {_show(rel)} is a directory, not a file")
+    return _os_error(tool, _show(rel), exc)
+
+
+def _check_regular(tool: str, fd: int, rel: str) -> os.stat_result:
+    st = os.fstat(fd)
+    if stat.S_ISDIR(st.st_mode):
+        raise ToolValidationError(f"{tool}: {_show(rel)} is a directory, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise ToolValidationError(f"{tool}: {_show(rel)} is not a regular file")
+    return st
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _read_at(tool: str, parent: int, name: str, rel: str) -> bytes:
+    """The bytes of the regular file ``name`` in directory ``parent`` (a symlink is not followed), at most
+    MAX_FILE_BYTES of them, or a classified error."""
+    try:
+        fd = os.open(name, _READ_FLAGS, dir_fd=parent)
+    except FileNotFoundError:
+        raise ToolValidationError(
+            f"{tool}: {_show(rel)} does not exist in the workspace; list_files shows what does") from None
+    except OSError as exc:
+        raise _file_error(tool, parent, name, rel, exc) from None
+    try:
+        st = _check_regular(tool, fd, rel)
+        if st.st_size > MAX_FILE_BYTES:
+            raise ToolValidationError(f"{tool}: {_show(rel)} is {st.st_size} bytes; the limit is {MAX_FILE_BYTES}")
+        chunks, size = [], 0
+        while size <= MAX_FILE_BYTES:
+            chunk = os.read(fd, MAX_FILE_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > MAX_FILE_BYTES:  # it grew while it was read
+            raise ToolValidationError(f"{tool}: {_show(rel)} is over {MAX_FILE_BYTES} bytes; that is the limit")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise _os_error(tool, _show(rel), exc) from None
+    finally:
+        os.close(fd)
+
+
+def _read_in_workspace(tool: str, workspace: Path, parts: list[str], user_path: str) -> bytes:
+    if not parts:
+        raise ToolValidationError(f"{tool}: {_show(user_path)} is the workspace directory, not a file")
+    try:
+        with _directory(tool, workspace, parts[:-1], user_path, create=False) as fd:
+            return _read_at(tool, fd, parts[-1], _rel(parts))
+    except _Missing:
+        raise ToolValidationError(
+            f"{tool}: {_show(_rel(parts))} does not exist in the workspace; list_files shows what does") from None
+
+
+def _temp_names(name: str, attempt: int) -> Iterator[str]:
+    """Names for a write's temporary file: hidden (list_files skips it), short enough for any target name."""
+    stem = f".{name}".encode("utf-8")[: MAX_NAME_BYTES - 40].decode("utf-8", "ignore")
+    yield f"{stem}.{attempt}.tmp"
+    yield f"{stem}.{attempt}.tmp"  # again, once a stale one is removed
+    for _ in range(6):
+        yield f"{stem}.{attempt}.{secrets.token_hex(6)}.tmp"
+
+
+def _create_temp(tool: str, parent: int, name: str, attempt: int, rel: str) -> tuple[str, int]:
+    for i, tmp in enumerate(_temp_names(name, attempt)):
+        try:
+            return tmp, os.open(tmp, _TEMP_FLAGS, 0o666, dir_fd=parent)
+        except FileExistsError:
+            if i == 0:
+                # A crashed attempt's leftover, or something planted (a symlink to a victim): removed with
+                # unlinkat, which never follows it; a name that cannot be removed is passed over for a fresh one.
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=parent)
+        except OSError as exc:
+            raise _os_error(tool, _show(rel), exc) from None
+    raise ToolRetryableError(f"{tool}: {_show(rel)}: no temporary file could be created next to it")
+
+
+def _write_at(tool: str, parent: int, name: str, rel: str, data: bytes, attempt: int) -> None:
+    """Replace ``name`` in ``parent`` atomically: a fresh temporary file (O_EXCL, O_NOFOLLOW) written and fsynced,
+    then renamed over it within the same directory fd. A crash leaves the old file or the new one, never half."""
+    tmp, fd = _create_temp(tool, parent, name, attempt, rel)
+    try:
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)  # renameat: replaces a symlink, never follows
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=parent)
+        raise _file_error(tool, parent, name, rel, exc) from None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=parent)
+        raise
+    with contextlib.suppress(OSError):
+        os.fsync(parent)  # the rename itself survives a crash
+
+
+def _append_at(tool: str, parent: int, name: str, rel: str, data: bytes) -> None:
+    try:
+        fd = os.open(name, _APPEND_FLAGS, 0o666, dir_fd=parent)
+    except OSError as exc:
+        raise _file_error(tool, parent, name, rel, exc) from None
+    try:
+        _check_regular(tool, fd, rel)
+        _write_all(fd, data)
+        os.fsync(fd)
+    except OSError as exc:
+        raise _os_error(tool, _show(rel), exc) from None
+    finally:
+        os.close(fd)
 
 
 def resolve_in_workspace(workspace: Path, user_path: str) -> Path:
-    """The real path of ``user_path`` inside ``workspace``, or a validation error.
+    """The path of ``user_path`` inside ``workspace``, or a validation error.
 
-    Absolute paths, ``..`` escapes and symlinks pointing outside are refused
-    before anything touches the file system outside the workspace.
+    Absolute paths, ``..`` and paths through a symlink (wherever it points) are refused, checked the way the file
+    tools open files (component by component, no symlink followed). Only a check: the file tools never reopen a
+    path by name after checking it, since the file system can change in between.
     """
-    if not isinstance(user_path, str) or not user_path.strip() or "\x00" in user_path:
-        raise ToolValidationError(f"path {user_path!r} is empty or invalid; give a path relative to the workspace")
-    if os.path.isabs(user_path):
-        raise ToolValidationError(f"path {user_path!r} is absolute; give a path relative to the workspace")
-    root = Path(os.path.realpath(workspace))
-    resolved = Path(os.path.realpath(root / user_path))
-    if resolved != root and root not in resolved.parents:
-        raise ToolValidationError(f"path {user_path!r} escapes the workspace; it was refused")
-    return resolved
-
-
-def _relative(ctx: ToolContext, path: Path) -> str:
-    return str(path.relative_to(os.path.realpath(ctx.workspace))) or "."
+    parts = _split(user_path)
+    if parts:
+        try:
+            with _directory("path", workspace, parts[:-1], user_path, create=False) as fd:
+                try:
+                    mode = os.stat(parts[-1], dir_fd=fd, follow_symlinks=False).st_mode
+                except FileNotFoundError:
+                    mode = None
+                except OSError as exc:
+                    raise _file_error("path", fd, parts[-1], _rel(parts), exc) from None
+                if mode is not None and stat.S_ISLNK(mode):
+                    raise _file_error("path", fd, parts[-1], _rel(parts), OSError(errno.ELOOP, "symlink"))
+        except _Missing:
+            pass  # not there (yet): a writer would make it inside the workspace
+    return Path(os.path.realpath(workspace)).joinpath(*parts)
 
 
 def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _file_write_target(tool: str, args: dict[str, Any], ctx: ToolContext) -> tuple[Path, bytes, str]:
-    """(real path, bytes to write, workspace-relative path) for a writing tool, or a validation error."""
-    target = resolve_in_workspace(ctx.workspace, args["path"])
-    data = args["content"].encode()
+def _file_write_target(tool: str, args: dict[str, Any], ctx: ToolContext) -> tuple[list[str], bytes, str]:
+    """(path components, bytes to write, workspace-relative path) for a writing tool, or a validation error.
+
+    What is there now is checked too (a directory, a file on the way, a symlink), so that a call refused for its
+    arguments is refused before its effect is claimed in the ledger; the write itself checks again, safely."""
+    user_path = _str_arg(tool, args, "path")
+    content = _str_arg(tool, args, "content")
+    parts = _split(user_path, tool)
+    try:
+        data = content.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ToolValidationError(
+            f"{tool}: content has a character that cannot be written as UTF-8 text ({content[exc.start]!r} at "
+            f"position {exc.start}, a lone surrogate); remove or replace it") from None
     if len(data) > MAX_FILE_BYTES:
         raise ToolValidationError(f"{tool}: content is {len(data)} bytes; the limit is {MAX_FILE_BYTES}")
-    if target.is_dir():
-        raise ToolValidationError(f"{tool}: {args['path']!r} is a directory")
-    return target, data, _relative(ctx, target)
+    rel = _rel(parts)
+    if not parts:
+        raise ToolValidationError(f"{tool}: {_show(user_path)} is the workspace directory, not a file")
+    try:
+        with _directory(tool, ctx.workspace, parts[:-1], user_path, create=False) as fd:
+            try:
+                mode = os.stat(parts[-1], dir_fd=fd, follow_symlinks=False).st_mode
+            except FileNotFoundError:
+                mode = None
+            except OSError as exc:
+                raise _file_error(tool, fd, parts[-1], rel, exc) from None
+            if mode is not None and (stat.S_ISLNK(mode) or stat.S_ISDIR(mode)):
+                raise _file_error(tool, fd, parts[-1], rel, OSError(errno.ELOOP if stat.S_ISLNK(mode)
+                                                                    else errno.EISDIR, "refused"))
+    except _Missing:
+        pass  # the writer makes the missing directories
+    return parts, data, rel
 
 
 def write_file(args: dict[str, Any], ctx: ToolContext) -> str:
-    target, data, rel = _file_write_target("write_file", args, ctx)
+    tool = "write_file"
+    parts, data, rel = _file_write_target(tool, args, ctx)
     digest = _digest(data)
 
     def apply() -> dict[str, Any]:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.{ctx.ident.attempt}.tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)  # atomic: a crash leaves the old file or the new one, never half of it
+        with _directory(tool, ctx.workspace, parts[:-1], rel, create=True) as fd:
+            _write_at(tool, fd, parts[-1], rel, data, ctx.ident.attempt)
         return {"path": rel, "bytes": len(data)}
 
     def already_present() -> bool:
-        return target.is_file() and _digest(target.read_bytes()) == digest
+        try:
+            return _digest(_read_in_workspace(tool, ctx.workspace, parts, rel)) == digest
+        except (ToolError, OSError):
+            return False
 
     # A retry answers exactly as the first attempt did: the model cannot tell (and need not know).
-    ctx.ledger.apply_once(ctx.ident, "write_file", rel, digest, apply, already_present)
+    ctx.ledger.apply_once(ctx.ident, tool, rel, digest, apply, already_present)
     return f"wrote {len(data)} bytes to {rel}"
 
 
 def append_file(args: dict[str, Any], ctx: ToolContext) -> str:
     """Append text: not idempotent by nature, so only the idempotency key keeps a retry from appending twice."""
-    target, data, rel = _file_write_target("append_file", args, ctx)
+    tool = "append_file"
+    parts, data, rel = _file_write_target(tool, args, ctx)
 
     def apply() -> dict[str, Any]:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with open(target, "ab") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        with _directory(tool, ctx.workspace, parts[:-1], rel, create=True) as fd:
+            _append_at(tool, fd, parts[-1], rel, data)
         return {"path": rel, "bytes": len(data)}
 
     def already_present() -> bool:
         # An interrupted attempt appended iff the file now ends with the text (good enough for distinct lines).
-        return target.is_file() and target.read_bytes().endswith(data)
+        try:
+            return _read_in_workspace(tool, ctx.workspace, parts, rel).endswith(data)
+        except (ToolError, OSError):
+            return False
 
-    ctx.ledger.apply_once(ctx.ident, "append_file", rel, _digest(data), apply, already_present)
+    ctx.ledger.apply_once(ctx.ident, tool, rel, _digest(data), apply, already_present)
     return f"appended {len(data)} bytes to {rel}"
 
 
 def read_file(args: dict[str, Any], ctx: ToolContext) -> str:
-    target = resolve_in_workspace(ctx.workspace, args["path"])
-    if not target.is_file():
-        raise ToolValidationError(f"read_file: {args['path']!r} does not exist in the workspace; list_files shows what does")
-    data = target.read_bytes()
-    if len(data) > MAX_FILE_BYTES:
-        raise ToolValidationError(f"read_file: {args['path']!r} is {len(data)} bytes; the limit is {MAX_FILE_BYTES}")
-    return data.decode(errors="replace")
+    tool = "read_file"
+    user_path = _str_arg(tool, args, "path")
+    return _read_in_workspace(tool, ctx.workspace, _split(user_path, tool), user_path).decode(errors="replace")
+
+
+def _printable(name: str) -> str:
+    """A directory entry's name as text (a name that is not UTF-8 arrives with surrogate escapes)."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def _scan(fd: int, prefix: str, depth: int, files: list[str], budget: list[int]) -> None:
+    """Collect the regular files under directory ``fd`` (hidden ones skipped), descending through directories
+    opened relative to it without following symlinks; a symlink is neither listed nor entered."""
+    with os.scandir(fd) as entries:
+        listing = list(entries)
+    for entry in listing:
+        budget[0] -= 1
+        if budget[0] < 0:
+            return
+        try:
+            is_dir = entry.is_dir(follow_symlinks=False)
+            is_file = not is_dir and entry.is_file(follow_symlinks=False)
+        except OSError:
+            continue
+        if is_file and not entry.name.startswith("."):
+            files.append(prefix + _printable(entry.name))
+        elif is_dir and depth < MAX_LIST_DEPTH:
+            try:
+                child = os.open(entry.name, _DIR_FLAGS, dir_fd=fd)
+            except OSError:
+                continue  # removed, or swapped for a symlink, since it was listed: skipped
+            try:
+                _scan(child, f"{prefix}{_printable(entry.name)}/", depth + 1, files, budget)
+            except OSError:
+                pass  # a subdirectory that cannot be read is left out
+            finally:
+                os.close(child)
 
 
 def list_files(args: dict[str, Any], ctx: ToolContext) -> str:
-    base = resolve_in_workspace(ctx.workspace, args.get("path") or ".")
-    if not base.exists():
+    tool = "list_files"
+    user_path = args.get("path") or "."
+    parts = _split(user_path, tool)
+    files: list[str] = []
+    budget = [MAX_LIST_ENTRIES]
+    try:
+        with _directory(tool, ctx.workspace, parts, user_path, create=False) as fd:
+            try:
+                _scan(fd, "/".join(parts) + "/" if parts else "", 0, files, budget)
+            except OSError as exc:
+                raise _os_error(tool, _show(_rel(parts)), exc) from None
+    except _Missing:
         return "(no files)"
-    if not base.is_dir():
-        raise ToolValidationError(f"list_files: {args.get('path')!r} is not a directory")
-    files = sorted(
-        _relative(ctx, p) for p in base.rglob("*") if p.is_file() and not p.name.startswith(".")
-    )
+    files.sort()
     shown = files[:MAX_LISTED_FILES]
     more = f"\n... and {len(files) - len(shown)} more" if len(files) > len(shown) else ""
+    if budget[0] < 0:
+        more += f"\n... (the listing stopped after {MAX_LIST_ENTRIES} entries)"
     return "\n".join(shown) + more if shown else "(no files)"
 
 

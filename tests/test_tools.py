@@ -87,14 +87,18 @@ def test_a_retried_attempt_does_not_apply_the_effect_twice(ctx: ToolContext) -> 
     assert (effect["state"], effect["apply_count"], effect["applied_attempt"]) == ("applied", 1, 1)
 
 
-def test_an_interrupted_apply_is_recovered_without_a_duplicate(ctx: ToolContext) -> None:
-    # Attempt 1 claimed the effect and wrote the file, then crashed before marking it applied.
-    ident = ctx.ident
+def claimed_then_crashed(ctx: ToolContext, tool: str, target: str, content: str) -> ToolContext:
+    """Attempt 1 claimed the effect and wrote ``content`` to ``target``, then crashed before marking it
+    applied; returns the context of attempt 2."""
     ctx.ledger._conn.execute(
         "INSERT INTO effects (idempotency_key, workflow_id, tool, target, digest, state, apply_count, first_attempt,"
-        " updated_at) VALUES (?, 'wf-1', 'write_file', 'a.txt', 'd', 'pending', 1, 1, 0)", (ident.idempotency_key,))
-    (ctx.workspace / "a.txt").write_text("one")
-    retry = ToolContext(ctx.workspace, ctx.ledger, ExecutionIdentity("wf-1", "run-1", "7", 2, "w2"))
+        " updated_at) VALUES (?, 'wf-1', ?, ?, 'd', 'pending', 1, 1, 0)", (ctx.ident.idempotency_key, tool, target))
+    (ctx.workspace / target).write_text(content)
+    return ToolContext(ctx.workspace, ctx.ledger, ExecutionIdentity("wf-1", "run-1", "7", 2, "w2"))
+
+
+def test_an_interrupted_apply_is_recovered_without_a_duplicate(ctx: ToolContext) -> None:
+    retry = claimed_then_crashed(ctx, "write_file", "a.txt", "one")
     run("write_file", retry, path="a.txt", content="one")
     (effect,) = ctx.ledger.effects("wf-1")
     assert (effect["state"], effect["apply_count"]) == ("applied", 1)
