@@ -1,11 +1,15 @@
 """Run one shell command isolated and limited: bubblewrap, rlimits, a time limit, truncated output.
 
 Isolation (``bwrap``): new user, PID, network, IPC, UTS and cgroup
-namespaces; the system (``/usr``) read-only, ``/`` read-only, a private
-``/tmp``, no ``/etc`` and no home; the only writable host path is the
-workspace, mounted at ``/workspace``; no network at all. The sandbox dies
-with its parent (``--die-with-parent``): a killed worker takes its commands
-with it.
+namespaces; the system (``/usr``) read-only, ``/`` and ``/dev`` read-only, a
+private ``/tmp`` of at most ``tmp_mb`` (a tmpfs: host memory, counted apart
+from ``memory_mb``, which bounds each process's address space), no ``/etc``
+and no home; the only writable host path is the workspace, mounted at
+``/workspace``; no network at all. The sandbox dies with its parent
+(``--die-with-parent``): a killed worker takes its commands with it.
+``bwrap`` is the absolute path found on the worker's ``PATH`` when
+``bwrap_available`` checked it, not looked up again in the scrubbed ``PATH``
+the command gets.
 
 Limits, enforced by the kernel: CPU seconds (``RLIMIT_CPU``), address space
 (``RLIMIT_AS``), file size (``RLIMIT_FSIZE``), open files, and processes
@@ -13,13 +17,18 @@ Limits, enforced by the kernel: CPU seconds (``RLIMIT_CPU``), address space
 when this process is root the command runs as an unprivileged uid of its
 own (``sandbox_uid``), which makes the process limit real and keeps the
 command away from root-owned files even without bubblewrap. The wall-clock
-limit kills the whole process group.
+limit kills the whole process group, and so does a ``monitor`` (the shell
+environment's workspace quota) that reports a reason to stop.
+
+A sandbox that cannot be started at all raises ``SandboxStartError``; what
+the command itself does never raises.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import os
 import resource
@@ -27,12 +36,15 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 SANDBOX_PATH = "/workspace"
 _SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 PROBE_UID = 2_099_999_999
+MIB = 1024 * 1024
+_bwrap_exe: str | None = None  # the absolute path bwrap_available found (set by it)
 
 
 @dataclass(frozen=True)
@@ -43,6 +55,15 @@ class Limits:
     memory_mb: int = 1024
     max_file_mb: int = 64
     max_output_bytes: int = 16384
+    tmp_mb: int = 64  # the sandbox's /tmp (tmpfs: host memory, not counted in memory_mb)
+
+
+class SandboxStartError(RuntimeError):
+    """The sandbox could not be started (bwrap missing or not executable, no processes left...)."""
+
+    def __init__(self, message: str, *, transient: bool) -> None:
+        super().__init__(message)
+        self.transient = transient  # a shortage of host resources that may pass (EAGAIN, ENOMEM...)
 
 
 @dataclass
@@ -53,8 +74,11 @@ class CommandResult:
     timed_out: bool
     duration_s: float
     signal_name: str | None = None  # the signal that ended it (SIGXCPU: the CPU limit)
+    stopped_by: str | None = None  # why the monitor killed it (the workspace quota)
 
     def describe(self) -> str:
+        if self.stopped_by:
+            return f"killed after {self.duration_s:.1f} s: {self.stopped_by}"
         if self.timed_out:
             return f"killed by the time limit after {self.duration_s:.1f} s"
         if self.signal_name:
@@ -69,10 +93,16 @@ def running_as_root() -> bool:
 
 @functools.lru_cache(maxsize=1)
 def bwrap_available() -> tuple[bool, str]:
-    """Whether bubblewrap can isolate a command here, and if not, why (cached per process)."""
-    exe = shutil.which("bwrap")
-    if exe is None:
+    """Whether bubblewrap can isolate a command here, and if not, why (cached per process).
+
+    Finds ``bwrap`` on this process's ``PATH`` and keeps its absolute path (``bwrap_executable``): the
+    command's own, scrubbed ``PATH`` may not have it."""
+    global _bwrap_exe
+    _bwrap_exe = None
+    found = shutil.which("bwrap")
+    if found is None:
         return False, "bubblewrap (bwrap) is not installed; on Debian/Ubuntu: apt-get install bubblewrap"
+    exe = os.path.abspath(found)
     if running_as_root() and not os.access("/usr/bin/setpriv", os.X_OK):
         return False, "/usr/bin/setpriv (util-linux) is missing; it drops the sandbox to an unprivileged uid"
     import tempfile
@@ -80,14 +110,21 @@ def bwrap_available() -> tuple[bool, str]:
     with tempfile.TemporaryDirectory(prefix="dah-bwrap-probe-") as probe_dir:
         uid = PROBE_UID if running_as_root() else None
         try:
-            probe = subprocess.run(bwrap_command("true", Path(probe_dir), uid), capture_output=True, text=True,
-                                   timeout=20)
+            probe = subprocess.run(bwrap_command("true", Path(probe_dir), uid, bwrap=exe), capture_output=True,
+                                   text=True, timeout=20)
         except (OSError, subprocess.TimeoutExpired) as exc:
             return False, f"bubblewrap at {exe} could not be started ({exc})"
     if probe.returncode != 0:
         return False, (f"bubblewrap at {exe} cannot create a sandbox here ({probe.stderr.strip()[:200]}); "
-                       "it needs root or unprivileged user namespaces")
+                       "it needs root or unprivileged user namespaces, and version 0.5 or later (--size)")
+    _bwrap_exe = exe
     return True, f"bubblewrap at {exe}"
+
+
+def bwrap_executable() -> str | None:
+    """The absolute path of the bwrap that ``bwrap_available`` checked; None if it found none that works."""
+    bwrap_available()
+    return _bwrap_exe
 
 
 def _bwrap_system_args() -> list[str]:
@@ -102,9 +139,16 @@ def _bwrap_system_args() -> list[str]:
     return args
 
 
-def bwrap_command(command: str, workdir: Path, sandbox_uid: int | None) -> list[str]:
+def bwrap_command(command: str, workdir: Path, sandbox_uid: int | None, *, tmp_mb: int = Limits.tmp_mb,
+                  bwrap: str | None = None) -> list[str]:
     """The bwrap argv. As root: no user namespace; inside the sandbox ``setpriv`` drops to ``sandbox_uid``
-    with no capabilities (a real uid, so the kernel's process limit applies). Otherwise: a user namespace."""
+    with no capabilities (a real uid, so the kernel's process limit applies). Otherwise: a user namespace.
+
+    ``bwrap``: the executable, by default the absolute path ``bwrap_available`` checked."""
+    if bwrap is None:
+        bwrap = bwrap_executable()
+        if bwrap is None:
+            raise SandboxStartError(f"bubblewrap is not usable here: {bwrap_available()[1]}", transient=False)
     if sandbox_uid is not None:
         namespaces = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
         drop = ["/usr/bin/setpriv", f"--reuid={sandbox_uid}", f"--regid={sandbox_uid}", "--clear-groups",
@@ -112,9 +156,12 @@ def bwrap_command(command: str, workdir: Path, sandbox_uid: int | None) -> list[
     else:
         namespaces, drop = ["--unshare-all"], []
     return [
-        "bwrap", *namespaces, "--die-with-parent", "--new-session",
+        bwrap, *namespaces, "--die-with-parent", "--new-session",
         *_bwrap_system_args(),
-        "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chmod", "1777", "/tmp",
+        # /tmp: a tmpfs of bounded size (ENOSPC past it); /dev read-only (in a user namespace its tmpfs, with
+        # /dev/shm, would otherwise be writable and unbounded: host memory).
+        "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev",
+        "--size", str(tmp_mb * MIB), "--tmpfs", "/tmp", "--chmod", "1777", "/tmp",
         "--bind", str(workdir), SANDBOX_PATH, "--chdir", SANDBOX_PATH,
         "--hostname", "sandbox",
         "--clearenv", "--setenv", "PATH", _SAFE_PATH, "--setenv", "HOME", SANDBOX_PATH,
@@ -143,7 +190,7 @@ def _limit_child(limits: Limits, uid: int | None, nproc: int, workdir: str | Non
     """Runs in the child between fork and exec: cwd (while still privileged), rlimits, then the sandbox uid."""
     if workdir is not None:
         os.chdir(workdir)
-    mib = 1024 * 1024
+    mib = MIB
     # CPU: SIGXCPU at the soft limit (reported as the CPU limit), SIGKILL a second later if it is ignored.
     resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
     for res, value in ((resource.RLIMIT_AS, limits.memory_mb * mib), (resource.RLIMIT_FSIZE, limits.max_file_mb * mib),
@@ -155,25 +202,68 @@ def _limit_child(limits: Limits, uid: int | None, nproc: int, workdir: str | Non
         os.setuid(uid)
 
 
+def sandbox_tmp_usage(bwrap_pid: int) -> tuple[int, int] | None:
+    """(entries, bytes) in the /tmp of the sandbox that ``bwrap_pid`` runs, seen through its first process's
+    root (``/proc/<pid>/root``); None if it is not there (yet). Its size is bounded by ``--size``, its number of
+    inodes (kernel memory, not counted by ``--size``) is not: a monitor counts it."""
+    try:
+        with open(f"/proc/{bwrap_pid}/task/{bwrap_pid}/children") as f:
+            children = [int(pid) for pid in f.read().split()]
+    except OSError:  # a kernel without CONFIG_PROC_CHILDREN
+        import psutil
+
+        try:
+            children = [c.pid for c in psutil.Process(bwrap_pid).children()]
+        except psutil.Error:
+            return None
+    if not children:
+        return None
+    try:
+        st = os.statvfs(f"/proc/{children[0]}/root/tmp")
+    except OSError:
+        return None
+    return st.f_files - st.f_ffree - 1, (st.f_blocks - st.f_bfree) * st.f_frsize  # minus /tmp itself
+
+
+#: errnos of a failed start that may pass: the host is short of processes, memory or file descriptors
+_TRANSIENT_ERRNOS = {errno.EAGAIN, errno.ENOMEM, errno.EMFILE, errno.ENFILE}
+
+
 async def run_command(command: str, workdir: Path, limits: Limits, *, isolate: bool,
-                      sandbox_uid: int | None) -> CommandResult:
-    """Run ``command`` with bash in ``workdir`` under the limits; never raises for what the command does."""
+                      sandbox_uid: int | None, monitor: Callable[[int], Awaitable[str | None]] | None = None,
+                      monitor_interval_s: float = 0.1) -> CommandResult:
+    """Run ``command`` with bash in ``workdir`` under the limits; never raises for what the command does.
+
+    ``monitor``, if given, is awaited with the pid of bwrap (or bash) every ``monitor_interval_s`` (or ten
+    times its own last duration, if that is longer) while the command runs; a reason it returns kills the
+    command (``stopped_by``).
+    Raises ``SandboxStartError`` if the sandbox cannot be started."""
     if sandbox_uid is not None and not running_as_root():
         raise ValueError("sandbox_uid needs root")
     if isolate:
-        argv, cwd, env = bwrap_command(command, workdir, sandbox_uid), None, _scrubbed_env(Path(SANDBOX_PATH))
+        argv = bwrap_command(command, workdir, sandbox_uid, tmp_mb=limits.tmp_mb)
+        cwd, env = None, _scrubbed_env(Path(SANDBOX_PATH))
     else:
         argv, cwd, env = ["/bin/bash", "--noprofile", "--norc", "-c", command], str(workdir), _scrubbed_env(workdir)
     # RLIMIT_NPROC counts every process of the uid: exact for a uid of its own, approximate otherwise.
     uid_for_count = sandbox_uid if sandbox_uid is not None else os.getuid()
     nproc = limits.max_processes + (0 if sandbox_uid is not None else _user_process_count(uid_for_count))
     started = time.monotonic()
-    proc = await asyncio.create_subprocess_exec(
-        *argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        start_new_session=True,
-        # bwrap as root drops to the sandbox uid itself (setpriv, after mounting); unisolated, the child does.
-        preexec_fn=functools.partial(_limit_child, limits, None if isolate else sandbox_uid, nproc, cwd),
-    )
+    what = "the bubblewrap sandbox" if isolate else "bash"
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            start_new_session=True,
+            # bwrap as root drops to the sandbox uid itself (setpriv, after mounting); unisolated, the child does.
+            preexec_fn=functools.partial(_limit_child, limits, None if isolate else sandbox_uid, nproc, cwd),
+        )
+    except OSError as exc:  # no such file, not executable, no processes or memory left
+        reason = os.strerror(exc.errno) if exc.errno else type(exc).__name__
+        raise SandboxStartError(f"{what} could not be started ({reason})",
+                                transient=exc.errno in _TRANSIENT_ERRNOS) from None
+    except subprocess.SubprocessError as exc:  # the limits could not be applied in the child (preexec_fn)
+        raise SandboxStartError(f"{what} could not be started: its limits could not be applied ({exc})",
+                                transient=False) from None
     chunks: list[bytes] = []
     kept = 0
     truncated = False
@@ -190,12 +280,37 @@ async def run_command(command: str, workdir: Path, limits: Limits, *, isolate: b
                 chunks.append(data)
                 kept += len(data)
 
+    stopped_by: str | None = None
+
+    async def watch() -> None:
+        nonlocal stopped_by
+        assert monitor is not None
+        interval = monitor_interval_s
+        while proc.returncode is None:
+            await asyncio.sleep(interval)
+            began = time.monotonic()
+            try:
+                reason = await monitor(proc.pid)
+            except Exception:  # noqa: BLE001 - a monitor that fails does not stop the command (nor the watch)
+                reason = None
+            if reason is not None and proc.returncode is None:
+                stopped_by = reason
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                return
+            interval = max(monitor_interval_s, 10 * (time.monotonic() - began))  # at most ~10% of the time
+
+    watcher = asyncio.create_task(watch()) if monitor is not None else None
     timed_out = False
     try:
         await asyncio.wait_for(asyncio.gather(drain(), proc.wait()), timeout=limits.timeout_s)
     except asyncio.TimeoutError:
         timed_out = True
     finally:
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await watcher
         # The wall-clock limit, a cancelled activity, or children left behind in the background: kill the
         # whole group (bwrap's sandbox and everything in its PID namespace die with it, --die-with-parent).
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -208,5 +323,8 @@ async def run_command(command: str, workdir: Path, limits: Limits, *, isolate: b
     elif code is not None and code > 128 and code - 128 in signal.valid_signals():
         sig = signal.Signals(code - 128).name  # bash and bwrap report a child's signal as 128+n
     text = b"".join(chunks).decode(errors="replace")
+    if stopped_by is not None:
+        timed_out = False
     return CommandResult(exit_code=None if timed_out else code, output=text, truncated=truncated,
-                         timed_out=timed_out, duration_s=time.monotonic() - started, signal_name=sig)
+                         timed_out=timed_out, duration_s=time.monotonic() - started, signal_name=sig,
+                         stopped_by=stopped_by)
