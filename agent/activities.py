@@ -74,6 +74,8 @@ async def attempt_is_current() -> bool:
 
 
 log = logging.getLogger(__name__)
+#: the ``extra`` flag on the log record of a model call that failed for good (see plan_next_action)
+MODEL_FAILURE_LOG = "dah_model_failure"
 
 
 @contextlib.asynccontextmanager
@@ -210,14 +212,20 @@ class AgentActivities:
             outcome = "ok"
         except ModelConfigurationError as exc:
             # One line for the operator (a bad key or model name needs fixing); BENIGN keeps the SDK from
-            # adding a traceback. The run's caller gets the same message as the turn's failure.
-            log.warning("model call refused, not retried: %s", exc)
-            raise ApplicationError(str(exc), type=ModelConfigurationError.error_type, non_retryable=True,
+            # adding a traceback. The run's caller gets the same message as the turn's failure. (A CLI that
+            # prints the run's failure itself drops this record: it is marked MODEL_FAILURE_LOG.)
+            message = llm.clean_message(str(exc))
+            log.warning("model call refused, not retried: %s", message, extra={MODEL_FAILURE_LOG: True})
+            raise ApplicationError(message, {"cause": getattr(exc, "cause", "configuration")},
+                                   type=ModelConfigurationError.error_type, non_retryable=True,
                                    category=ApplicationErrorCategory.BENIGN) from None
         except llm.ModelUnavailableError as exc:
             # Expected during an outage: recorded in history, retried by policy, logged without a traceback.
+            # The type names the cause (ModelUnreachable, ModelTimeout, ModelRateLimited, ModelServerError);
+            # the message is llm's one line (provider, cause, what to do).
             outcome = exc.kind
-            raise ApplicationError(str(exc), type=exc.kind, category=ApplicationErrorCategory.BENIGN) from None
+            raise ApplicationError(llm.clean_message(str(exc)), {"cause": exc.cause}, type=exc.error_type,
+                                   category=ApplicationErrorCategory.BENIGN) from None
         except asyncio.CancelledError:
             outcome = "cancelled"
             raise
@@ -274,6 +282,9 @@ class AgentActivities:
         except ToolRetryableError as exc:
             outcome = "retryable_error"
             raise ApplicationError(str(exc), type=exc.error_type, category=ApplicationErrorCategory.BENIGN) from None
+        except (EnvUnavailableError, EnvConfigError) as exc:
+            outcome = "env_unavailable"  # an environment's tool found it cannot work here: the operator's to fix
+            raise _env_unavailable(exc) from None
         except asyncio.CancelledError:
             outcome = "cancelled"  # the workflow asked (seen through a heartbeat); the tool stopped
             raise

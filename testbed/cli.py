@@ -207,25 +207,123 @@ def _print_stack(stack: Any, cfg: AgentConfig | None) -> None:
     print(f"Workspace: {stack.settings.sandbox_root}/<workflow id>/  ledger: {stack.settings.resolved_ledger_path}")
 
 
-async def _await_with_progress(handle: Any, every_s: float = 3.0) -> Any:
-    """The workflow's result; meanwhile, say on stderr what it is retrying and why."""
+def _report_attempt(failed: int) -> bool:
+    """A retried activity is reported after its first failure, when its failure changes, and after 4, 8, 16, ...
+    failed attempts (not after every one)."""
+    return failed >= 4 and failed & (failed - 1) == 0
+
+
+def _seconds_until(ts: Any) -> float | None:
+    if not ts.seconds and not ts.nanos:
+        return None
+    return max(0.0, ts.seconds + ts.nanos / 1e9 - time.time())
+
+
+def _retry_line(p: Any, label: str, state: dict[str, Any]) -> str | None:
+    """The line to print about one pending activity's retries, or None when it would be no news."""
+    from agent import llm
+
+    if not p.HasField("last_failure"):
+        return None
+    failure = p.last_failure
+    message = failure.message
+    failed = max(1, p.attempt - 1)  # the attempt now scheduled (or running) follows the one that failed
+    first = "message" not in state
+    changed = not first and message != state["message"]
+    if not (first or changed or (failed != state["failed"] and _report_attempt(failed))):
+        return None
+    state.update(message=message, failed=failed)
+    wait = _seconds_until(p.next_attempt_schedule_time)
+    when = f" in {wait:.0f} s" if wait is not None and wait >= 1 else " now"
+    if p.maximum_attempts:
+        limit = f"retrying{when} (attempt {failed + 1} of {p.maximum_attempts}, --max-attempts {p.maximum_attempts})"
+    else:
+        limit = (f"retrying{when}, with no limit on attempts: --max-attempts N bounds them "
+                 "(Ctrl-C stops this command)")
+    model = (failure.application_failure_info.type in llm.MODEL_FAILURE_TYPES
+             or p.activity_type.name == "plan_next_action")
+    what = "model call" if model else p.activity_type.name
+    if first or changed:
+        return f"{label}: {what} failed (attempt {failed}): {llm.clean_message(message)}; {limit}"
+    return f"{label}: {what} still failing after {failed} attempts, same cause; {limit}"
+
+
+async def _print_retries(handle: Any, label: str, states: dict[str, dict[str, Any]], file: Any = None) -> int | None:
+    """Describe the workflow once and print what is news about its retried activities (see ``_retry_line``);
+    how many activities are pending, or None when the workflow could not be described."""
+    try:
+        desc = await handle.describe()
+    except Exception:  # progress is best effort; the result is what matters
+        return None
+    pending = desc.raw_description.pending_activities
+    for p in pending:
+        line = _retry_line(p, label, states.setdefault(p.activity_id, {}))
+        if line:
+            print(line, file=file or sys.stderr, flush=True)
+    return len(pending)
+
+
+async def _await_with_progress(handle: Any, every_s: float = 1.0, label: str = "dah") -> Any:
+    """The workflow's result; meanwhile, say on stderr what it is retrying and why (once per cause, then after
+    4, 8, 16, ... attempts: a long outage is not a line per attempt)."""
     result = asyncio.ensure_future(handle.result())
-    seen: set[tuple[str, int]] = set()
-    while True:
-        done, _ = await asyncio.wait({result}, timeout=every_s)
-        if done:
-            return result.result()
-        try:
-            desc = await handle.describe()
-        except Exception:  # progress is best effort; the result is what matters
-            continue
-        for p in desc.raw_description.pending_activities:
-            key = (p.activity_id, p.attempt)
-            if key in seen or (p.attempt <= 1 and not p.HasField("last_failure")):
-                continue  # only retries are news
-            seen.add(key)
-            why = f"; last failure: {p.last_failure.message[:160]}" if p.HasField("last_failure") else ""
-            print(f"  ... waiting on {p.activity_type.name} (attempt {p.attempt}){why}", file=sys.stderr, flush=True)
+    states: dict[str, dict[str, Any]] = {}
+    try:
+        while True:
+            done, _ = await asyncio.wait({result}, timeout=every_s)
+            if done:
+                return result.result()
+            await _print_retries(handle, label, states)
+    finally:
+        if not result.done():
+            result.cancel()
+            with contextlib.suppress(BaseException):
+                await result
+
+
+def _failure_line(exc: BaseException, max_attempts: int = 0) -> str:
+    """One line that explains a failed run: the classified model failure when that is what ended it (with how
+    many attempts it took), else the run's own failure message."""
+    from temporalio.exceptions import ActivityError, ApplicationError, FailureError, RetryState
+
+    from agent import llm
+
+    top = getattr(exc, "cause", None) or exc
+    deepest, activity, cur = top, None, top
+    while cur is not None:
+        if isinstance(cur, ActivityError):
+            activity = cur
+        deepest = cur
+        cur = cur.cause if isinstance(cur, FailureError) else None
+    if isinstance(deepest, ApplicationError) and deepest.type in llm.MODEL_FAILURE_TYPES:
+        line = llm.clean_message(deepest.message, 600)
+        if activity is not None and activity.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED:
+            tried = (f"{max_attempts} attempt{'s' if max_attempts != 1 else ''} (--max-attempts {max_attempts})"
+                     if max_attempts else "--max-attempts attempts")
+            line += f"; gave up after {tried}"
+        elif activity is not None and activity.retry_state == RetryState.NON_RETRYABLE_FAILURE:
+            line += " (not retried)"
+        return line
+    if isinstance(deepest, ApplicationError) and deepest is not top:
+        # a classified failure below the turn's (an environment that cannot be built, a failed tool): its words
+        return llm.clean_message(f"the run failed: {deepest.message} ({deepest.type or 'ApplicationError'})", 600)
+    kind = getattr(top, "type", None) or type(top).__name__
+    return llm.clean_message(f"the run failed ({kind}): {getattr(top, 'message', None) or top}", 600)
+
+
+class _DropModelFailureLogs(logging.Filter):
+    """The in-process worker's log of a failed model call: the CLI prints the run's failure itself."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from agent.activities import MODEL_FAILURE_LOG
+
+        return not getattr(record, MODEL_FAILURE_LOG, False)
+
+
+def _quiet_model_failure_logs() -> None:
+    log = logging.getLogger("agent.activities")
+    if not any(isinstance(f, _DropModelFailureLogs) for f in log.filters):
+        log.addFilter(_DropModelFailureLogs())
 
 
 async def _model_client_ready(args: argparse.Namespace, *, say: bool = False) -> None:
@@ -255,6 +353,8 @@ async def _print_graph(stack: Any, workflow_id: str, first_run_id: str) -> None:
 
 
 async def cmd_run(args: argparse.Namespace) -> int:
+    from temporalio.client import WorkflowFailureError
+
     cfg = _agent_config(args)
     if args.durability != "temporal":
         return await _checkpoint_run(args, cfg)
@@ -265,10 +365,20 @@ async def cmd_run(args: argparse.Namespace) -> int:
     async with _stack(args, ui=False) as stack:
         await _model_client_ready(args)
         workflow_id = args.workflow_id or f"run-{uuid.uuid4().hex[:12]}"
+        _quiet_model_failure_logs()
         handle = await stack.start_prompt(cfg, args.prompt, workflow_id)
         if not args.json:
             print(f"workflow id: {workflow_id} (started)", file=sys.stderr, flush=True)
-        result = await _await_with_progress(handle)
+        try:
+            result = await _await_with_progress(handle, label="dah run")
+        except WorkflowFailureError as exc:
+            # An expected end (the model unreachable after --max-attempts, a bad key or model, a failed tool):
+            # one line that says why and what to do, no traceback.
+            line = _failure_line(exc, args.max_attempts)
+            if args.json:
+                print(json.dumps({"workflow_id": workflow_id, "run_id": handle.result_run_id, "error": line}))
+            print(f"dah run: error: {line}", file=sys.stderr, flush=True)
+            return EXIT_FAILED
         if args.json:
             print(json.dumps({"workflow_id": workflow_id, "run_id": handle.result_run_id, **asdict(result)}))
             return 0
@@ -401,11 +511,12 @@ async def _demo_prompt(stack: Any, cfg: AgentConfig, prompt: str) -> None:
     from temporalio.client import WorkflowFailureError
 
     workflow_id = f"demo-{uuid.uuid4().hex[:10]}"
+    _quiet_model_failure_logs()
     try:
         handle = await stack.start_prompt(cfg, prompt, workflow_id)
-        result = await _await_with_progress(handle)
+        result = await _await_with_progress(handle, label="dah demo")
     except WorkflowFailureError as exc:
-        print(f"agent> (the run failed: {exc.cause})")
+        print(f"agent> (the run failed: {_failure_line(exc, cfg.planning.maximum_attempts)})")
         return
     print(f"agent> {result.reply}")
     await _print_graph(stack, workflow_id, handle.result_run_id or "")
@@ -622,12 +733,23 @@ async def cmd_chat(args: argparse.Namespace) -> int:
                 chat, line, f"chat-{uuid.uuid4().hex[:12]}", deadline_s=args.message_timeout,
                 on_retry=lambda n, err: print(f"  (no answer yet ({err.split(':', 1)[0]}); sending it again under "
                                               f"the same update id, try {n})", flush=True)))
-            done, _ = await asyncio.wait({update}, timeout=5.0)
-            if not done:
-                print(f"  (still waiting; is a worker polling task queue {args.task_queue!r} on {conn.address}?)",
-                      flush=True)
+            # Meanwhile: what the turn is retrying and why (a model that cannot be reached, ...), or, when nothing
+            # has even started after 5 s, the likely reason (no worker).
+            states: dict[str, dict[str, Any]] = {}
+            started, hinted = time.monotonic(), False
+            while not update.done():
+                await asyncio.wait({update}, timeout=1.0)
+                if update.done():
+                    break
+                pending = await _print_retries(chat, "dah chat", states, file=sys.stdout)
+                if not hinted and pending == 0 and time.monotonic() - started >= 5.0:
+                    hinted = True
+                    print(f"  (still waiting; is a worker polling task queue {args.task_queue!r} on "
+                          f"{conn.address}?)", flush=True)
             print(f"agent> {(await update).reply.text}")
-        except (WorkflowUpdateFailedError, RPCError, MessageNotDelivered) as exc:
+        except WorkflowUpdateFailedError as exc:  # the turn failed (e.g. the model unreachable): say why, go on
+            print(f"error: {_failure_line(exc, cfg.planning.maximum_attempts)}")
+        except (RPCError, MessageNotDelivered) as exc:
             print(f"error: {getattr(exc, 'cause', None) or exc}")
 
 
@@ -834,6 +956,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted; everything this command started has been stopped", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug or an unforeseen failure: one line, the traceback on request
+        if args.verbose >= 2:
+            raise
+        from agent.llm import clean_message
+
+        print(f"dah {args.command}: internal error: {clean_message(f'{type(exc).__name__}: {exc}')} "
+              f"(run 'dah -vv {args.command} ...' for the traceback)", file=sys.stderr)
+        return EXIT_FAILED
 
 
 def entry() -> None:
