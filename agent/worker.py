@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 from temporalio.client import Client
@@ -48,11 +49,17 @@ class WorkerSettings:
     # Workflows kept in memory between tasks (the SDK's default 1000). 0: no cache and no sticky queue, so
     # after this worker dies no task waits out the sticky-queue timeout (10 s) meant for it.
     max_cached_workflows: int = 1000
+    # How long a workflow task waits on this worker's sticky queue before any worker may take it (the SDK's
+    # default 10 s). After this worker dies, that is how long its workflows wait; shorter means faster
+    # recovery, at the price of a full-history replay elsewhere when a live but busy worker is slower than it.
+    sticky_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
         self.sandbox_root = Path(self.sandbox_root)
         if self.max_cached_workflows < 0:
             raise ValueError(f"--max-cached-workflows {self.max_cached_workflows}: must be 0 or more")
+        if not self.sticky_timeout_s > 0:
+            raise ValueError(f"--sticky-timeout {self.sticky_timeout_s}: must be more than 0 seconds")
 
     @property
     def resolved_ledger_path(self) -> Path:
@@ -102,5 +109,6 @@ def build_worker(client: Client, settings: WorkerSettings, ledger: EffectLedger)
         max_concurrent_activities=settings.max_concurrent_activities,
         disable_eager_activity_execution=not settings.eager_activities,
         max_cached_workflows=settings.max_cached_workflows,
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.sticky_timeout_s),
         **({} if settings.workflow_sandbox else {"workflow_runner": UnsandboxedWorkflowRunner()}),
     )

@@ -629,6 +629,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
             task_queue=args.task_queue, sandbox_root=args.state_dir / SANDBOX, ledger_path=args.ledger,
             model_base_url=args.model_base_url, identity=args.identity or default_identity(),
             workflow=args.workflow, max_cached_workflows=args.max_cached_workflows,
+            sticky_timeout_s=args.sticky_timeout,
         )
         load_workflow(settings.workflow)  # a bad --workflow is a usage error, before connecting
     except ValueError as exc:
@@ -849,6 +850,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-cached-workflows", type=int, default=1000, metavar="N",
                    help="workflows cached between tasks (default 1000); 0 disables the cache and the sticky queue, "
                         "so a task never waits the 10 s sticky timeout after this worker dies")
+    p.add_argument("--sticky-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="how long a workflow task waits on this worker's sticky queue before any worker may take "
+                        "it (default 10, the SDK's): after this worker dies, its workflows wait this long")
     p.add_argument("--latency", default="0", help="latency of the worker's own scripted model server")
     p.add_argument("--fault", action="append", default=[], help="fault of the worker's own scripted model server")
     p.add_argument("--seed", type=int, default=0)

@@ -40,10 +40,12 @@ log = logging.getLogger(__name__)
 
 PLACEHOLDERS = ("python", "address", "namespace", "task_queue", "identity", "model_url", "state_dir", "ledger",
                 "checkpoint_db")
-#: the reference agent's Temporal worker (``dah worker``): READY once polling, WARM once LiteLLM is loaded
+#: the reference agent's Temporal worker (``dah worker``): READY once polling, WARM once LiteLLM is loaded.
+#: Deployed with a 1 s sticky timeout: after a worker dies its workflows wait 1 s, not the SDK's 10 s, before
+#: another worker takes their next task (the price, on a busy live worker, is a replay elsewhere).
 REFERENCE_WORKER = ("{python}", "-m", "testbed", "worker", "--address", "{address}", "--namespace", "{namespace}",
                     "--task-queue", "{task_queue}", "--identity", "{identity}", "--state-dir", "{state_dir}",
-                    "--model-base-url", "{model_url}")
+                    "--model-base-url", "{model_url}", "--sticky-timeout", "1")
 #: the reference agent's checkpoint-backend worker (``dah checkpoint worker``)
 CHECKPOINT_WORKER = ("{python}", "-m", "testbed", "checkpoint", "worker", "--db", "{checkpoint_db}",
                      "--state-dir", "{state_dir}", "--identity", "{identity}", "--model-base-url", "{model_url}")

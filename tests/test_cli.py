@@ -184,3 +184,17 @@ def test_a_hung_clean_up_after_ctrl_c_is_cut_short_by_the_watchdog(tmp_path: Pat
             proc.kill()
     assert "thread stacks follow" in out and "everything this command started has been stopped" in out
     assert not (psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE)
+
+
+async def test_the_sticky_timeout_reaches_the_worker_and_a_bad_one_is_refused(stack: Stack, tmp_path: Path) -> None:
+    from agent.worker import WorkerSettings, build_worker
+    from harness.recording import EffectLedger
+
+    settings = WorkerSettings.in_state_dir(tmp_path, task_queue=f"sticky-{uuid.uuid4().hex[:6]}", sticky_timeout_s=1.5)
+    worker = build_worker(stack.client, settings, EffectLedger(tmp_path / "ledger.sqlite3"))
+    assert worker.config()["sticky_queue_schedule_to_start_timeout"].total_seconds() == 1.5
+    with pytest.raises(ValueError, match="--sticky-timeout 0"):
+        WorkerSettings(sticky_timeout_s=0)
+    out = subprocess.run([sys.executable, "-m", "testbed", "worker", "--sticky-timeout", "-1"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 2 and "--sticky-timeout -1.0: must be more than 0 seconds" in out.stderr
