@@ -34,6 +34,10 @@ examples:
   python -m benchmarks --quick
   python -m benchmarks --only table2 --turns 100 --model-latency normal:800,200
   OPENAI_API_KEY=... python -m benchmarks --only table2 --model openai/gpt-4o-mini
+
+not a section of a run (its own command, a few seconds, no Temporal):
+  python -m benchmarks.proxy   what the fault proxy (testbed/net.py) adds to a link: round-trip latency and
+                               throughput against a direct connection; goal <= 100 us added at the median
 """
 
 

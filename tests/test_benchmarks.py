@@ -108,3 +108,24 @@ def test_interrupted_run_keeps_finished_sections_and_stops_everything(tmp_path: 
     assert not (tmp_path / "latest").exists()  # latest points only at a complete run
     assert_valid(record_path.parent)
     assert temporal_server_pids() <= before, "a temporal server was left running"
+
+
+def test_proxy_benchmark_measures_every_path_and_stops_what_it_started(tmp_path: Path, capsys) -> None:
+    import threading
+
+    import psutil
+
+    from benchmarks import proxy
+
+    children = {c.pid for c in psutil.Process().children()}
+    out = tmp_path / "proxy.json"
+    assert proxy.main(["--requests", "30", "--rounds", "3", "--mb", "1", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert set(result["latency_us"]) == set(result["throughput"]) == {"direct", "proxied", "proxied + latency:0"}
+    assert all(s["n"] == 30 for s in result["latency_us"].values())
+    # the proxied paths really went through the proxies: the 1 MB upload twice (warm-up and measured), at least
+    assert all(s["bytes_upstream"] >= 2_000_000 for s in result["proxy_stats"].values())
+    assert "added p50" in capsys.readouterr().out
+    assert not [t.name for t in threading.enumerate() if t.name in ("fault-proxy-bench", "fault-proxy-bench-toxic")]
+    assert not [c for c in psutil.Process().children() if c.pid not in children and c.is_running()
+                and c.status() != psutil.STATUS_ZOMBIE]
