@@ -79,8 +79,13 @@ MODEL_FAILURE_LOG = "dah_model_failure"
 
 
 @contextlib.asynccontextmanager
-async def heartbeating(every_s: float = 1.0) -> AsyncIterator[None]:
-    """Heartbeat in the background while the body runs (the SDK throttles what it sends)."""
+async def heartbeating(every_s: float | None = None) -> AsyncIterator[None]:
+    """Heartbeat in the background while the body runs (the SDK throttles what it sends to 80% of the
+    heartbeat timeout). By default every quarter of the timeout, at most every second: a short timeout (fast
+    recovery from a dead worker) still leaves three beats of slack for a busy event loop."""
+    if every_s is None:
+        timeout = activity.info().heartbeat_timeout
+        every_s = min(1.0, timeout.total_seconds() / 4) if timeout else 1.0
 
     async def beat() -> None:
         while True:
