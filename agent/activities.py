@@ -19,6 +19,7 @@ import contextlib
 import logging
 import os
 from collections.abc import AsyncIterator, Callable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,23 @@ async def attempt_is_current() -> bool:
     except Exception:  # cancelled, paused, reset: the SDK's own handling takes it from here
         return True
     return True
+
+
+def may_be_stale(info: activity.Info, now: datetime | None = None) -> bool:
+    """Whether the server could already have timed this attempt out, so that asking it is worth a round trip.
+
+    Not while the attempt is younger than half its shortest timeout (heartbeat or start-to-close): the server
+    cannot have given up on it yet. A worker that was paused or cut off after it got the task is older than
+    that by then, and asks. ``started_time`` is the server's clock; a worker clock behind it by more than half
+    a timeout could skip a check that was needed, and the fallback is at-least-once (the model is called).
+    """
+    if info.is_local:
+        return False  # a local activity has no server-side attempt to lose
+    limits = [t.total_seconds() for t in (info.heartbeat_timeout, info.start_to_close_timeout) if t]
+    if not limits:
+        return True
+    elapsed = ((now or datetime.now(timezone.utc)) - info.started_time).total_seconds()
+    return elapsed < 0 or elapsed >= min(limits) / 2
 
 
 log = logging.getLogger(__name__)
@@ -197,7 +215,7 @@ class AgentActivities:
             messages = [*messages, {"role": "system",
                                     "content": f"Environment state ({inp.env.config.name}):\n{env_state}"}]
         execution = self.ledger.begin_execution(self._identity(), "plan_next_action", model_call=True)
-        if STALE_CHECK and not await attempt_is_current():
+        if STALE_CHECK and may_be_stale(info) and not await attempt_is_current():
             # A paused or cut-off worker got this attempt, and the server has since timed it out and retried it
             # elsewhere: calling the model now would only waste a call whose answer nobody will read.
             self.ledger.end_execution(execution, STALE_SKIPPED)

@@ -60,3 +60,28 @@ async def test_a_closed_conversation_ends_the_re_sending(stack: Stack) -> None:
         assert exc.closed and exc.attempts == 1
     else:
         raise AssertionError("a message to a closed conversation cannot be answered")
+
+
+def test_only_an_attempt_old_enough_to_have_timed_out_asks_the_server_whether_it_is_stale() -> None:
+    import datetime as dt
+
+    from temporalio import activity
+    from temporalio.testing import ActivityEnvironment
+
+    from agent.activities import may_be_stale
+
+    started = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+    def info(heartbeat_s: float | None, start_to_close_s: float | None, local: bool = False) -> activity.Info:
+        td = (lambda s: dt.timedelta(seconds=s) if s else None)  # noqa: E731
+        return dataclasses.replace(ActivityEnvironment.default_info(), heartbeat_timeout=td(heartbeat_s),
+                                   start_to_close_timeout=td(start_to_close_s), started_time=started, is_local=local)
+
+    at = lambda s: started + dt.timedelta(seconds=s)  # noqa: E731
+    assert not may_be_stale(info(3.0, 10.0), at(0.2))  # fresh: the server cannot have timed it out
+    assert may_be_stale(info(3.0, 10.0), at(1.5))  # half the heartbeat timeout: ask
+    assert may_be_stale(info(3.0, 10.0), at(7.0))  # a worker paused after it got the task: ask
+    assert may_be_stale(info(3.0, 10.0), at(-2.0))  # a worker clock behind the server's: ask
+    assert not may_be_stale(info(None, 10.0), at(4.0)) and may_be_stale(info(None, 10.0), at(5.0))
+    assert may_be_stale(info(None, None), at(0.0))  # no timeout to reason with: ask
+    assert not may_be_stale(info(3.0, 10.0, local=True), at(7.0))
