@@ -517,13 +517,6 @@ class _Interpreter:
         self.work(node, size, f"turning a value into {what}")
         return size
 
-    def text(self, value: Any, node: ast.AST | None) -> str:
-        """``str(value)``, bounded and deterministic."""
-        if isinstance(value, _Pending):
-            raise _unawaited(value, node)
-        self.check_renderable(value, node)
-        return _text(value)
-
     def hashing(self, node: ast.AST | None, key: Any) -> None:
         """Charge hashing ``key``: a tuple's hash is not cached and follows every element."""
         if type(key) is tuple:
@@ -613,7 +606,11 @@ class _Interpreter:
         return list(zip(*lists))
 
     def _str(self, node: ast.AST, value: Any = "") -> str:
-        return self.text(value, node)
+        """``str(value)``, bounded and deterministic."""
+        if isinstance(value, _Pending):
+            raise _unawaited(value, node)
+        self.check_renderable(value, node)
+        return _text(value)
 
     def _print(self, node: ast.AST, *args: Any, sep: Any = " ", end: Any = "\n") -> None:
         for name, value in (("sep", sep), ("end", end)):
@@ -1494,9 +1491,8 @@ def _text(value: Any) -> str:
     return value if type(value) is str else _render(value)
 
 
-def render_value(value: Any) -> str:
-    """The text of a program's result as the model is shown it (deterministic, see ``_render``)."""
-    return _text(value)
+#: the text of a program's result as the model is shown it (deterministic, see ``_render``)
+render_value = _text
 
 
 def _short(value: Any, limit: int = 200) -> str:

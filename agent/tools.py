@@ -272,13 +272,18 @@ def _open_root(tool: str, workspace: Path, *, create: bool) -> int:
         raise error from None
 
 
+def _mode_at(parent: int, name: str) -> int | None:
+    """The mode of ``name`` in directory ``parent``, not following a symlink; None if it cannot be read."""
+    try:
+        return os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
+    except OSError:
+        return None
+
+
 def _component_error(tool: str, parent: int, name: str, prefix: str, user_path: str, exc: OSError) -> ToolError:
     """A classified error for a directory component that could not be opened (or made), saying which one and why."""
     if exc.errno in (errno.ENOTDIR, errno.ELOOP, errno.EEXIST):
-        try:
-            mode = os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
-        except OSError:
-            mode = None
+        mode = _mode_at(parent, name)
         if mode is not None and stat.S_ISLNK(mode):
             return ToolValidationError(
                 f"{tool}: path {_show(user_path)} goes through a symlink ({_show(prefix)}); symlinks are not "
@@ -327,10 +332,7 @@ def _directory(tool: str, workspace: Path, dirs: list[str], user_path: str, *, c
 def _file_error(tool: str, parent: int, name: str, rel: str, exc: OSError) -> ToolError:
     """A classified error for the last component of a path (the file itself)."""
     if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST):
-        try:
-            mode = os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
-        except OSError:
-            mode = None
+        mode = _mode_at(parent, name)
         if mode is not None and stat.S_ISLNK(mode):
             return ToolValidationError(f"{tool}: {_show(rel)} is a symlink; symlinks are not followed in the "
                                        "workspace, so that no path escapes it: use the real path instead")
@@ -457,6 +459,24 @@ def _append_at(tool: str, parent: int, name: str, rel: str, data: bytes) -> None
         os.close(fd)
 
 
+def _refuse_existing(tool: str, workspace: Path, parts: list[str], user_path: str, *, directory: bool) -> None:
+    """Refuse what is at the path now if it is a symlink (or, with ``directory``, a directory); a path that does not
+    exist (yet) passes: a writer makes it, inside the workspace."""
+    try:
+        with _directory(tool, workspace, parts[:-1], user_path, create=False) as fd:
+            try:
+                mode = os.stat(parts[-1], dir_fd=fd, follow_symlinks=False).st_mode
+            except FileNotFoundError:
+                return
+            except OSError as exc:
+                raise _file_error(tool, fd, parts[-1], _rel(parts), exc) from None
+            if stat.S_ISLNK(mode) or (directory and stat.S_ISDIR(mode)):
+                code = errno.ELOOP if stat.S_ISLNK(mode) else errno.EISDIR
+                raise _file_error(tool, fd, parts[-1], _rel(parts), OSError(code, "refused"))
+    except _Missing:
+        pass
+
+
 def resolve_in_workspace(workspace: Path, user_path: str) -> Path:
     """The path of ``user_path`` inside ``workspace``, or a validation error.
 
@@ -466,18 +486,7 @@ def resolve_in_workspace(workspace: Path, user_path: str) -> Path:
     """
     parts = _split(user_path)
     if parts:
-        try:
-            with _directory("path", workspace, parts[:-1], user_path, create=False) as fd:
-                try:
-                    mode = os.stat(parts[-1], dir_fd=fd, follow_symlinks=False).st_mode
-                except FileNotFoundError:
-                    mode = None
-                except OSError as exc:
-                    raise _file_error("path", fd, parts[-1], _rel(parts), exc) from None
-                if mode is not None and stat.S_ISLNK(mode):
-                    raise _file_error("path", fd, parts[-1], _rel(parts), OSError(errno.ELOOP, "symlink"))
-        except _Missing:
-            pass  # not there (yet): a writer would make it inside the workspace
+        _refuse_existing("path", workspace, parts, user_path, directory=False)
     return Path(os.path.realpath(workspace)).joinpath(*parts)
 
 
@@ -504,19 +513,7 @@ def _file_write_target(tool: str, args: dict[str, Any], ctx: ToolContext) -> tup
     rel = _rel(parts)
     if not parts:
         raise ToolValidationError(f"{tool}: {_show(user_path)} is the workspace directory, not a file")
-    try:
-        with _directory(tool, ctx.workspace, parts[:-1], user_path, create=False) as fd:
-            try:
-                mode = os.stat(parts[-1], dir_fd=fd, follow_symlinks=False).st_mode
-            except FileNotFoundError:
-                mode = None
-            except OSError as exc:
-                raise _file_error(tool, fd, parts[-1], rel, exc) from None
-            if mode is not None and (stat.S_ISLNK(mode) or stat.S_ISDIR(mode)):
-                raise _file_error(tool, fd, parts[-1], rel, OSError(errno.ELOOP if stat.S_ISLNK(mode)
-                                                                    else errno.EISDIR, "refused"))
-    except _Missing:
-        pass  # the writer makes the missing directories
+    _refuse_existing(tool, ctx.workspace, parts, user_path, directory=True)
     return parts, data, rel
 
 
