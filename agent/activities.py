@@ -52,8 +52,13 @@ from harness.recording import EffectLedger, ExecutionIdentity
 from agent.loop import VALIDATION_ERROR
 from agent.tools import TOOLS, Tool, ToolContext, run_tool, tool_specs, validate_arguments, workspace_for
 
-#: check with the server that an attempt is still the live one before the model call (``DAH_STALE_CHECK=0``: don't)
-STALE_CHECK = os.environ.get("DAH_STALE_CHECK", "1") != "0"
+
+def stale_check_enabled() -> bool:
+    """Check with the server that an attempt is still the live one before the model call (``DAH_STALE_CHECK=0``:
+    don't). Read per call: a worker forked from a warm parent has its own environment."""
+    return os.environ.get("DAH_STALE_CHECK", "1") != "0"
+
+
 #: the execution outcome of an attempt that found itself stale and did not call the model
 STALE_SKIPPED = "stale_skipped"
 
@@ -101,6 +106,9 @@ async def heartbeating(every_s: float | None = None) -> AsyncIterator[None]:
     """Heartbeat in the background while the body runs (the SDK throttles what it sends to 80% of the
     heartbeat timeout). By default every quarter of the timeout, at most every second: a short timeout (fast
     recovery from a dead worker) still leaves three beats of slack for a busy event loop."""
+    if activity.info().is_local:  # a local activity has no heartbeat: the workflow task's lease covers it
+        yield
+        return
     if every_s is None:
         timeout = activity.info().heartbeat_timeout
         every_s = min(1.0, timeout.total_seconds() / 4) if timeout else 1.0
@@ -215,7 +223,7 @@ class AgentActivities:
             messages = [*messages, {"role": "system",
                                     "content": f"Environment state ({inp.env.config.name}):\n{env_state}"}]
         execution = self.ledger.begin_execution(self._identity(), "plan_next_action", model_call=True)
-        if STALE_CHECK and may_be_stale(info) and not await attempt_is_current():
+        if stale_check_enabled() and may_be_stale(info) and not await attempt_is_current():
             # A paused or cut-off worker got this attempt, and the server has since timed it out and retried it
             # elsewhere: calling the model now would only waste a call whose answer nobody will read.
             self.ledger.end_execution(execution, STALE_SKIPPED)

@@ -31,6 +31,7 @@ KEYS: dict[str, str] = {
     "max_steps_per_turn": "a positive integer",
     "max_history_events": "an integer >= 0",
     "env": "a mapping with at least name",
+    "local_tools": "a list of tool names without side effects, run as local activities",
 }
 
 
@@ -98,6 +99,15 @@ def load_agent_config(path: str | Path) -> AgentConfig:
             if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
                 raise ConfigFileError(f"{path}: {key} must be {KEYS[key]}, got {value!r}")
             setattr(cfg, key, value)
+    if "local_tools" in data:
+        from agent.tools import check_local_tools
+
+        names = resolve_tools(data["local_tools"], f"{path}: local_tools")
+        try:
+            check_local_tools(names)
+        except ValueError as exc:
+            raise ConfigFileError(f"{path}: {exc}") from None
+        cfg.local_tools = names
     try:
         cfg.env = parse_env_config(data.get("env"))
     except EnvConfigError as exc:

@@ -124,6 +124,9 @@ class AgentConfig:
     max_children: int = 8
     ptc: PtcLimits = field(default_factory=PtcLimits)  # limits of one run_ptc program
     env: EnvConfig = field(default_factory=EnvConfig)  # the world the agent works in (default: none)
+    # Tools run as local activities (agent.tools.local_tool_problem says which may): in the worker that runs the
+    # workflow task, no dispatch through the server, recorded as a marker. Only short tools without side effects.
+    local_tools: list[str] = field(default_factory=list)
 
 
 @dataclass

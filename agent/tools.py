@@ -747,6 +747,30 @@ def check_tool_names(names: list[str]) -> None:
         raise ValueError(f"unknown tool(s) {', '.join(unknown)}; known tools: {', '.join(known_tools())}")
 
 
+#: the longest a tool run as a local activity may be expected to take (it runs inside the workflow task's lease)
+LOCAL_TOOL_MAX_SECONDS = 5.0
+
+
+def local_tool_problem(name: str) -> str | None:
+    """Why ``name`` may not run as a local activity (None: it may). A local activity is retried by the worker
+    that runs the workflow task and recorded only when that task completes: after a crash it runs again, so
+    only a tool without side effects, short enough for the task's lease, may run that way."""
+    tool = TOOLS.get(name)
+    if tool is None:
+        return f"{name!r} is not an activity tool" + (" (the workflow runs it itself)" if name in NATIVE_TOOLS else "")
+    if tool.side_effects:
+        return f"{name!r} has side effects (a local activity is run again after a crash, unrecorded)"
+    if tool.expected_seconds > LOCAL_TOOL_MAX_SECONDS:
+        return f"{name!r} may take {tool.expected_seconds:g} s (local activities are for <= {LOCAL_TOOL_MAX_SECONDS:g} s)"
+    return None
+
+
+def check_local_tools(names: list[str]) -> None:
+    problems = [p for p in (local_tool_problem(n) for n in names) if p]
+    if problems:
+        raise ValueError("local_tools: " + "; ".join(problems))
+
+
 def tool_specs(names: list[str]) -> list[dict[str, Any]]:
     check_tool_names(names)
     return [(TOOLS.get(n) or NATIVE_TOOLS[n]).spec() for n in names]

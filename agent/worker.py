@@ -53,6 +53,9 @@ class WorkerSettings:
     # default 10 s). After this worker dies, that is how long its workflows wait; shorter means faster
     # recovery, at the price of a full-history replay elsewhere when a live but busy worker is slower than it.
     sticky_timeout_s: float = 10.0
+    # On SIGTERM the worker drains: it stops polling, lets what it runs finish (and reports it) for up to this long,
+    # then cancels what is left (the server retries that elsewhere). 0: cancel at once, as the SDK's default does.
+    drain_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         self.sandbox_root = Path(self.sandbox_root)
@@ -60,6 +63,8 @@ class WorkerSettings:
             raise ValueError(f"--max-cached-workflows {self.max_cached_workflows}: must be 0 or more")
         if not self.sticky_timeout_s > 0:
             raise ValueError(f"--sticky-timeout {self.sticky_timeout_s}: must be more than 0 seconds")
+        if not self.drain_timeout_s >= 0:
+            raise ValueError(f"--drain-timeout {self.drain_timeout_s}: must be 0 seconds or more")
 
     @property
     def resolved_ledger_path(self) -> Path:
@@ -110,5 +115,6 @@ def build_worker(client: Client, settings: WorkerSettings, ledger: EffectLedger)
         disable_eager_activity_execution=not settings.eager_activities,
         max_cached_workflows=settings.max_cached_workflows,
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.sticky_timeout_s),
+        graceful_shutdown_timeout=timedelta(seconds=settings.drain_timeout_s),
         **({} if settings.workflow_sandbox else {"workflow_runner": UnsandboxedWorkflowRunner()}),
     )

@@ -143,15 +143,20 @@ class _ActivityEffects:
     async def activity_tool(self, call: loop.ToolCall) -> loop.ToolResult:
         out = await self._tool_activity(
             call, call.name, ToolInput(call_id=call.id, arguments=call.arguments, workspace=self._wf.workspace),
-            ToolOutput, _activity_options(self._wf.config.tool))
+            ToolOutput, _activity_options(self._wf.config.tool), local=call.name in self._wf.config.local_tools)
         return loop.ToolResult(call.id, call.name, out.status, out.content) if isinstance(out, ToolOutput) else out
 
     async def _tool_activity(self, call: loop.ToolCall, activity: str, arg: Any, result_type: type,
-                             options: dict[str, Any]) -> Any:
-        """Run a tool call's activity: its output, or the model-visible result of its failure."""
+                             options: dict[str, Any], local: bool = False) -> Any:
+        """Run a tool call's activity (``local``: as a local activity): its output, or the model-visible result of
+        its failure."""
         self._wf.state = "running_tools"
         args = json.dumps(call.arguments, sort_keys=True)
         try:
+            if local:  # no heartbeat (the workflow task's own lease covers it); the same retry policy
+                return await workflow.execute_local_activity(
+                    activity, arg, result_type=result_type, summary=f"{call.name}({args[:120]})",
+                    **{k: v for k, v in options.items() if k != "heartbeat_timeout"})
             return await workflow.execute_activity(
                 activity, arg, result_type=result_type, summary=f"{call.name}({args[:120]})", **options)
         except ActivityError as err:
@@ -455,6 +460,7 @@ class AgentWorkflow:
                 child_input,
                 id=child_id,
                 task_queue=workflow.info().task_queue,
+                task_timeout=workflow.info().task_timeout,  # a subagent notices a dead worker as fast as its parent
                 result_type=AgentResult,
                 parent_close_policy=ParentClosePolicy.TERMINATE,
                 static_summary=f"subagent {agent_name}: {child_input.prompt or ''}"[:200],

@@ -1,7 +1,8 @@
 """The benchmark sections. Each is ``async def section(bench) -> dict`` whose result is saved as ``<file>.json``.
 
 * ``table2``: the paper's Table 2: durable vs plain loop, mock vs model, per workload, on the tuned server.
-* ``tuning``: the per-step overhead before/after tuning: stock vs tuned server, eager activities on/off.
+* ``tuning``: the per-step overhead before/after tuning: stock vs tuned server, eager activities on/off, the
+  workflow sandbox on/off, the calculator as a local activity.
 * ``length``: per-turn latency and history size against conversation length, continue-as-new off/on.
 * ``throughput``: turns/s against concurrent conversations and worker processes.
 * ``recovery``: the time a worker SIGKILL adds to a turn, against the activity heartbeat timeout.
@@ -50,7 +51,10 @@ VARIANTS: dict[str, dict[str, bool]] = {
     "eager": {},  # the SDK's defaults: eager activity execution, sandboxed workflows
     "no-eager": {"eager_activities": False},
     "no-sandbox": {"workflow_sandbox": False},
+    "local-tools": {},  # the default worker; the agent runs its calculator as a local activity (VARIANT_CONFIG)
 }
+#: agent configuration a variant changes (AgentConfig fields): what the conversations it measures ask for
+VARIANT_CONFIG: dict[str, dict[str, Any]] = {"local-tools": {"local_tools": ["calculator"]}}
 
 
 @dataclass
@@ -119,7 +123,7 @@ async def _latency_series(bench: Bench, local: LocalServer | None, section: str,
     name = f"{loop}/{mode}/{workload_name}" if section == "table2" else f"{server}/{variant}/{workload_name}"
     if model == "scripted":  # the same latency sequence for every series: turn i is comparable across them
         bench.model.set_latency(LatencyModel.parse(latency), seed=bench.options.seed)
-    config = AgentConfig(model=model)
+    config = AgentConfig(model=model, **(VARIANT_CONFIG.get(variant, {}) if loop == "durable" else {}))
     if loop == "durable" and bench.options.durability == "checkpoint":
         from agent.checkpoint.stores import SqliteStore
         from benchmarks.conversations import checkpoint_series
@@ -155,6 +159,7 @@ async def _latency_series(bench: Bench, local: LocalServer | None, section: str,
     if loop == "durable":
         record["variant"] = variant
         record["sandbox"] = VARIANTS[variant].get("workflow_sandbox", True)
+        record["local_tools"] = list(config.local_tools)
     return record, breakdown
 
 
@@ -176,7 +181,7 @@ async def table2(bench: Bench) -> dict[str, Any]:
 
 
 async def tuning(bench: Bench) -> dict[str, Any]:
-    """Stock vs tuned dev server, and worker variants (eager activities off, sandbox off), side by side.
+    """Stock vs tuned dev server, and worker variants (eager activities off, sandbox off, local tools), side by side.
 
     The tool workload with the mock model (four workflow tasks and three activities per turn, so the
     per-step costs dominate), ``tuning_concurrency`` conversations at once. Series alternate between

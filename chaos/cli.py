@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import signal
@@ -22,12 +23,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+from chaos.checker import FAULT_CHECKERS
+from chaos.client import DEFAULT_TIMEOUTS, TIMEOUTS
 from chaos.scenarios import SCENARIOS, SUITE
 from chaos.soak import DEFAULT_SEEDS
 from harness.rundir import command_line
 
 COLUMNS = [("scenario", 28), ("faults", 7), ("ok", 4), ("fail", 5), ("info", 5), ("lost", 5), ("dup_effects", 12),
-           ("recovery_s", 11), ("checked", 8), ("verdict", 8)]
+           ("recovery_s", 11), ("model_rec_s", 12), ("tool_rec_s", 11),
+           ("wft_rec_s", 10), ("checked", 8), ("verdict", 8)]
+#: a scenario under a timeouts profile other than the default is SCENARIO~PROFILE (e.g. kill_idle~defaults)
+TIMEOUTS_SEPARATOR = "~"
 #: a scenario's twin on the checkpoint backend is SCENARIO@checkpoint (@journal: its old name)
 CHECKPOINT_SUFFIX, OLD_SUFFIX = "@checkpoint", "@journal"
 
@@ -78,7 +84,7 @@ async def _run_many(jobs: list[tuple[str, Any, Any]], seed: int, out: Path, para
                 return
             say(f"{label}: {result.verdict.upper()} in {result.wall_s:.0f}s -> {result.run_dir}")
             for c in result.checks:
-                if c.verdict != "pass":
+                if c.verdict != "pass" and not (c.verdict == "not_applicable" and c.name in FAULT_CHECKERS):
                     say(f"  {label} {c.name}: {c.verdict}: {c.summary}")
 
     await asyncio.gather(*(one(i, *job) for i, job in enumerate(jobs, 1)))
@@ -121,16 +127,31 @@ def _jobs(args: argparse.Namespace, target: Any) -> list[tuple[str, Any, Any]]:
                  for n in args.scenarios]
         names = [n + CHECKPOINT_SUFFIX if checkpoint and not n.endswith(CHECKPOINT_SUFFIX) else n for n in names]
     known = [*SCENARIOS, *(n + CHECKPOINT_SUFFIX for n in twins)]
+    pinned = {}  # NAME~PROFILE (as a run under another profile names itself): that profile only
+    for i, n in enumerate(names):
+        base, sep, profile = n.partition(TIMEOUTS_SEPARATOR)
+        if sep:
+            if profile not in TIMEOUTS:
+                raise ValueError(f"{n}: unknown timeouts profile {profile!r}; profiles are {', '.join(TIMEOUTS)}")
+            names[i] = base
+            pinned[base] = [profile]
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ValueError(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(known)}")
     jobs = []
+    profiles = getattr(args, "timeouts", [DEFAULT_TIMEOUTS])
     for label in names:
         base = label.removesuffix(CHECKPOINT_SUFFIX)
-        backend = make_backend("checkpoint" if label.endswith(CHECKPOINT_SUFFIX) else "temporal",
+        checkpoint_twin = label.endswith(CHECKPOINT_SUFFIX)
+        backend = make_backend("checkpoint" if checkpoint_twin else "temporal",
                                getattr(args, "backend", "process"), getattr(args, "image", None), target,
                                getattr(args, "target", None))
-        jobs.append((label, SCENARIOS[base], backend))
+        for profile in ([DEFAULT_TIMEOUTS] if checkpoint_twin else pinned.get(label, profiles)):  # Temporal only
+            if profile == DEFAULT_TIMEOUTS:
+                jobs.append((label, SCENARIOS[base], backend))
+                continue
+            name = f"{base}{TIMEOUTS_SEPARATOR}{profile}"  # its own runs/<name>/, its own row
+            jobs.append((name, dataclasses.replace(SCENARIOS[base], name=name, timeouts=profile), backend))
     return jobs
 
 
@@ -167,6 +188,14 @@ def _check_engine(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _timeouts(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in TIMEOUTS]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"{text!r}: profiles are {', '.join(TIMEOUTS)} (comma-separated)")
+    return list(dict.fromkeys(names))
+
+
 def _seeds(text: str) -> list[int]:
     from chaos.soak import parse_seeds
 
@@ -199,6 +228,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--backend", choices=["process", "docker"], default="process",
                        help="where workers run: local processes (default) or Docker containers (needs an engine)")
         p.add_argument("--image", help="docker backend: an image with the worker installed")
+        p.add_argument("--timeouts", type=_timeouts, default=[DEFAULT_TIMEOUTS], metavar="PROFILE[,PROFILE]",
+                       help="how fast the agent notices a dead worker (Temporal backend): "
+                            + "; ".join(f"{t.name}: {t.description}" for t in TIMEOUTS.values())
+                            + f" (default {DEFAULT_TIMEOUTS}). Two, comma-separated, run every scenario under each, "
+                              "side by side in one table (e.g. fast,defaults)")
         p.add_argument("--durability", choices=["temporal", "checkpoint", "journal"], default="temporal",
                        help="the agent's durability backend: temporal (default) or checkpoint (the step-checkpointed "
                             "SQLite substrate; scenarios " + ", ".join(_checkpoint_twins()) + "; journal is its old "

@@ -37,6 +37,9 @@ class Workload:
     until_heal: bool = True  # False: exactly `messages` each, then stop (the load may end before the faults)
     think_s: float = 0.4  # mean pause between a reply and the next message (seeded)
     op_timeout_s: float = 60.0  # past this a send is recorded as info
+    # One try of a send: past it the message is re-sent under the same update id (an update lost with the workflow
+    # task that carried it, on a killed worker, is answered only once re-sent; a live one is simply re-attached to).
+    try_timeout_s: float = 4.0
     append_ratio: float = 0.4
     flaky_ratio: float = 0.0  # messages whose tool fails transiently twice (Temporal retries it)
     repair_ratio: float = 0.0  # messages whose first tool call is refused as invalid (the model repairs it)
@@ -74,14 +77,45 @@ def plan_message(conversation: str, i: int, rng: random.Random, append_ratio: fl
     return PlannedMessage(f"What is {a} * {b}?", f"{a} * {b} = {a * b}", "calc")
 
 
-def chaos_agent_config() -> AgentConfig:
-    """Timeouts sized for fault injection: a dead worker's work moves on within seconds."""
+@dataclass(frozen=True)
+class Timeouts:
+    """How fast the agent notices a dead worker: what its activities, workflow tasks and workers are given."""
+
+    name: str
+    description: str
+    heartbeat_s: float  # model calls and tools heartbeat four times in this (at most every second)
+    initial_interval_s: float  # the first retry's backoff (doubling, up to maximum_interval_s)
+    maximum_interval_s: float
+    workflow_task_timeout_s: float  # a workflow task started on a worker that died is retried after this
+    sticky_timeout_s: float  # a task waits this long on a dead worker's sticky queue before any worker may take it
+    planning_start_to_close_s: float
+    tool_start_to_close_s: float
+
+
+TIMEOUTS = {t.name: t for t in [
+    Timeouts("fast", "tuned for recovery: heartbeat 1.5 s, retry after 0.1 s, workflow task 1.5 s, sticky 1 s",
+             heartbeat_s=1.5, initial_interval_s=0.1, maximum_interval_s=4.0, workflow_task_timeout_s=1.5,
+             sticky_timeout_s=1.0, planning_start_to_close_s=10.0, tool_start_to_close_s=10.0),
+    Timeouts("defaults", "the agent's and the SDK's defaults: heartbeat 20 s (tools 10 s), retry after 5 s "
+             "(tools 2 s), workflow task 10 s, sticky 10 s",
+             heartbeat_s=20.0, initial_interval_s=5.0, maximum_interval_s=60.0, workflow_task_timeout_s=10.0,
+             sticky_timeout_s=10.0, planning_start_to_close_s=60.0, tool_start_to_close_s=30.0),
+]}
+DEFAULT_TIMEOUTS = "fast"
+
+
+def chaos_agent_config(timeouts: str = DEFAULT_TIMEOUTS) -> AgentConfig:
+    """The agent configuration of a chaos run: the fault tools, and the timeouts of the ``timeouts`` profile
+    (``defaults``: the agent's own, untouched)."""
     cfg = AgentConfig(model="scripted", tools=list(TOOL_SETS["faults"]))
-    for policy in (cfg.planning, cfg.tool):
-        policy.start_to_close_s = 10.0
-        policy.heartbeat_s = 3.0
-        policy.initial_interval_s = 0.5
-        policy.maximum_interval_s = 4.0
+    t = TIMEOUTS[timeouts]
+    if t.name == "defaults":
+        return cfg
+    for policy, start_to_close in ((cfg.planning, t.planning_start_to_close_s), (cfg.tool, t.tool_start_to_close_s)):
+        policy.start_to_close_s = start_to_close
+        policy.heartbeat_s = t.heartbeat_s
+        policy.initial_interval_s = t.initial_interval_s
+        policy.maximum_interval_s = t.maximum_interval_s
     return cfg
 
 
@@ -103,6 +137,7 @@ class Driver:
     workload: Workload
     seed: int
     config: AgentConfig = field(default_factory=chaos_agent_config)
+    workflow_task_timeout_s: float = TIMEOUTS[DEFAULT_TIMEOUTS].workflow_task_timeout_s
     run_tag: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
     conversations: list[Conversation] = field(default_factory=list)
 
@@ -150,7 +185,8 @@ class Driver:
         op = self.history.invoke(process, "start_conversation", {"conversation": conv.workflow_id})
         try:
             await self.client.start_workflow(AgentWorkflow.run, AgentInput(config=self.config), id=conv.workflow_id,
-                                             task_queue=self.task_queue, task_timeout=timedelta(seconds=5))
+                                             task_queue=self.task_queue,
+                                             task_timeout=timedelta(seconds=self.workflow_task_timeout_s))
             conv.started = True
             self.history.complete(op, OK)
         except Exception as exc:  # nothing else can proceed on this conversation
@@ -169,6 +205,7 @@ class Driver:
                 # The same update id until it is answered (agent.messaging): a lost update is sent again, and
                 # Temporal (and the workflow, across continue-as-new) keeps a re-send from becoming a second turn.
                 got = await send_message(handle, msg.text, f"msg-{n}", deadline_s=self.workload.op_timeout_s,
+                                         try_timeout_s=self.workload.try_timeout_s,
                                          on_retry=resent)
                 self.history.complete(op, OK, {"reply": got.reply.text, "turn": got.reply.turn,
                                                "attempts": got.attempts})

@@ -470,10 +470,50 @@ async def pause_worker(ctx: NemesisContext, pause_s: float = 6.0, wait_s: float 
     evidence = [a for a in running if a["worker"] == identity]
     async with w.held() as proc:
         proc.pause()
+        paused_at = time.time()
     await asyncio.sleep(pause_s)
     async with w.held() as proc:
         proc.resume()
-    value = {"worker": victim, "identity": identity, "evidence": evidence, "pause_s": pause_s}
+        resumed_at = time.time()
+    value = {"worker": victim, "identity": identity, "evidence": evidence, "pause_s": pause_s, "paused_at": paused_at,
+             "resumed_at": resumed_at}
+    ctx.history.complete(op, OK, value)
+    return value
+
+
+async def drain_worker(ctx: NemesisContext, activity: str | None = "model", down_s: float = 1.0, wait_s: float = 15.0,
+                       exit_within_s: float = 45.0) -> dict[str, Any]:
+    """SIGTERM a worker running an activity ``activity`` aims at: a deploy's graceful stop. The worker is to stop
+    polling, finish what it runs and exit by itself; the supervisor starts its replacement ``down_s`` after it exits.
+    The ``drain`` checker then asks whether anything it ran was re-executed elsewhere."""
+    op = ctx.history.invoke("nemesis", "drain_worker", {"activity": activity, "down_s": down_s})
+    deadline = time.monotonic() + wait_s
+    while True:
+        running, source = await _aimed_running(ctx, activity)
+        if running or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.003 if source == "effect_ledger" else 0.05)
+    victim = _worker_of(ctx, running[0]["worker"]) if running else None
+    victim = victim or ctx.rng.choice(ctx.stack.workers).name
+    w = ctx.stack.worker(victim)
+    async with w.held() as proc:
+        identity = proc.identity
+        w.down_until = float("inf")  # the supervisor waits until it has exited
+        signalled_at = time.time()
+        proc.terminate()
+    evidence = [a for a in running if a["worker"] == identity]
+    exit_deadline = time.monotonic() + exit_within_s
+    while proc.alive and time.monotonic() < exit_deadline:
+        await asyncio.sleep(0.05)
+    exited = not proc.alive
+    exited_at = time.time() if exited else None
+    if not exited:  # it did not drain in time: what a deploy tool would do next
+        async with w.held() as held:
+            held.kill()
+    w.down_until = time.monotonic() + down_s
+    value = {"worker": victim, "identity": identity, "evidence": evidence, "down_s": down_s,
+             "signalled_at": signalled_at, "exited_at": exited_at, "exit_code": proc.returncode,
+             "drained_in_s": round(exited_at - signalled_at, 2) if exited_at else None, "observed_by": source}
     ctx.history.complete(op, OK, value)
     return value
 
@@ -598,6 +638,7 @@ async def deploy_fix(ctx: NemesisContext, activity: str = "calculator", min_atte
 NEMESES = {
     "kill_worker": kill_worker,
     "pause_worker": pause_worker,
+    "drain_worker": drain_worker,
     "partition": partition,
     "degrade_link": degrade_link,
     "restart_server": restart_server,

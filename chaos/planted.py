@@ -84,6 +84,8 @@ CATALOGUE: list[PlantedBug] = [
     PlantedBug("gives_up_on_the_model", "model calls limited to one attempt: an outage fails the turn",
                replace(SCENARIOS["model_outage"], name="planted_gives_up_on_the_model", planning_max_attempts=1,
                        workload=Workload(conversations=2, messages=4, append_ratio=0.0)), ("lost",)),
+    PlantedBug("cancel_on_sigterm", "a worker that cancels its in-flight work on SIGTERM instead of draining it",
+               _mutant("drain_worker", "cancel_on_sigterm", mutations=("cancel_on_sigterm",)), ("drain",)),
     PlantedBug("fault_on_idle_workers", "the harness's own bug: the only fault lands after all work is done",
                ChaosScenario("planted_fault_on_idle_workers", "the only fault lands after the load is done",
                              (NemesisEvent(6.0, "kill_worker", {"when": "busy", "activity": None, "down_s": 0.5,

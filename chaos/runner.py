@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from chaos.backends import Backend
-from chaos.checker import ALL_CHECKERS, run_checkers
+from chaos.checker import ALL_CHECKERS, FAULT_CHECKERS, run_checkers
+from chaos.checker.recovery import decompose
+from chaos.checker.run_data import RunData
 from chaos.generator import NemesisEvent, schedule
 from chaos.scenarios import SCENARIOS, ChaosScenario
 from harness import operations
@@ -166,6 +168,11 @@ def check(path: Path, target_here: dict[str, Any] | None = None) -> tuple[str, l
     if not_applicable.keys() & {"temporal_history", "replay"}:
         not_applicable.setdefault("workflow_tasks", not_applicable.get("temporal_history") or
                                   not_applicable.get("replay"))
+    faults_run = {op.f for op in operations.load(run_dir.operations) if op.process == "nemesis"} \
+        if run_dir.operations.exists() else set()
+    for checker, fault in FAULT_CHECKERS.items():
+        if fault not in faults_run:
+            not_applicable.setdefault(checker, f"no {fault} in this run")
     opted_out = [c for c in ALL_CHECKERS if c not in declared and c not in not_applicable]
     checks = run_checkers(path, [c for c in ALL_CHECKERS if c in declared and c not in not_applicable], target_here)
     checks += [CheckResult(c, UNKNOWN, "not checked: the target's 'checkers' leaves it out, so this property is "
@@ -175,12 +182,20 @@ def check(path: Path, target_here: dict[str, Any] | None = None) -> tuple[str, l
     name = record.get("name") or run_dir.path.parent.name
     ops = operations.load(run_dir.operations)
     row = summarise(name, ops, checks)
+    try:
+        decomposed = decompose(RunData(path, target_here))
+    except Exception as exc:  # a measurement, not a check: a run it cannot read still gets its verdict
+        decomposed = {"error": f"{type(exc).__name__}: {exc}", "model_call_s": None, "tool_s": None,
+                      "workflow_task_s": None}
+    row["model_rec_s"], row["tool_rec_s"], row["wft_rec_s"] = (decomposed.get("model_call_s"), decomposed.get("tool_s"),
+                                                               decomposed.get("workflow_task_s"))
     run_dir.write_json(VERDICT_JSON, {
         "schema": SCHEMA, "verdict": verdict, "checks": [c.as_dict() for c in checks],
         "checked": [c.name for c in checks if c.verdict in (PASS, FAIL)],
         "not_checked": {c.name: c.summary for c in checks if c.verdict in (UNKNOWN, NOT_APPLICABLE)},
         "checkers_not_run": opted_out + list(not_applicable),
         "recovery": recovery(ops),
+        "recovery_decomposition": decomposed,
         "summary": row})
     return verdict, checks, row
 

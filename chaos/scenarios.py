@@ -1,7 +1,7 @@
 """Named chaos scenarios: which cluster, which load, which faults.
 
 The reference's three (worker SIGKILL mid-turn; model API unavailable then
-recovering; logic bug then hot-fix), network partitions worker<->server
+recovering; logic bug then hot-fix), a graceful stop (SIGTERM: the worker drains), network partitions worker<->server
 (blackhole, reset) and worker<->model, a crash right after a side effect,
 a kill while conversations wait for their next message, a worker pause
 longer than the heartbeat timeout, a Temporal server restart, model hangs
@@ -51,6 +51,8 @@ class ChaosScenario:
     settle_s: float = 60.0
     final_s: float = 90.0  # the final phase (end every conversation, read it back) must end within this
     recovery_within_s: float = 45.0  # after the heal, each pending workflow task completes within this (liveness)
+    timeouts: str = "fast"  # chaos.client.TIMEOUTS: how fast the agent notices a dead worker ("defaults": untuned)
+    local_tools: tuple[str, ...] = ()  # tools the agent runs as local activities (AgentConfig.local_tools)
 
 
 E = NemesisEvent
@@ -103,8 +105,15 @@ SCENARIOS: dict[str, ChaosScenario] = {
             (E(0.5, "partition", {"link": "model", "mode": "blackhole", "duration_s": 5.0}),),
         ),
         ChaosScenario(
-            "pause_worker", "SIGSTOP a busy worker for 6 s (heartbeat timeout 3 s), then SIGCONT.",
+            "pause_worker", "SIGSTOP a busy worker for 6 s (longer than the heartbeat timeout), then SIGCONT.",
             (E(0.5, "pause_worker", {"pause_s": 6.0}),),
+        ),
+        ChaosScenario(
+            "drain_worker", "SIGTERM a worker mid model call, twice (a deploy's graceful stop): it finishes what it "
+                            "runs and exits; nothing is lost and nothing re-executed.",
+            (E(0.5, "drain_worker", {"activity": "model", "down_s": 1.0}),
+             E(4.0, "drain_worker", {"activity": "model", "down_s": 1.0})),
+            cluster=ClusterSpec(model_latency="fixed:500"), fault_s=8.0,
         ),
         ChaosScenario(
             "server_restart", "SIGKILL the Temporal server and restart it from its database file.",
@@ -122,6 +131,13 @@ SCENARIOS: dict[str, ChaosScenario] = {
             (E(0.5, "kill_worker", {"when": "busy", "activity": "tool", "down_s": 1.0}),
              E(3.0, "kill_worker", {"when": "busy", "activity": "append_file", "down_s": 1.0})),
             workload=Workload(append_ratio=0.7), fault_s=5.0,
+        ),
+        ChaosScenario(
+            "kill_local_tool", "The calculator runs as a local activity (inside the workflow task); SIGKILL a worker "
+                               "frozen mid calculator, then one mid model call.",
+            (E(0.5, "kill_worker", {"when": "busy", "activity": "calculator", "down_s": 1.0}),
+             E(3.5, "kill_worker", {"when": "busy", "activity": "model", "down_s": 1.0})),
+            workload=Workload(append_ratio=0.3), local_tools=("calculator",), fault_s=6.0,
         ),
         ChaosScenario(
             "kill_workflow_task", "SIGKILL a worker holding a workflow task (frozen as a message's task reaches it).",

@@ -30,7 +30,7 @@ SOAK_PREFIX = "soak-"
 DEFAULT_SEEDS = "1-20"
 #: a suite table row of a run that ended in an error: its name, the rest unknown
 ERROR_ROW = {"faults": "?", "ok": "?", "fail": "?", "info": "?", "lost": "?", "dup_effects": "?", "recovery_s": "?",
-             "checked": "?"}
+             "model_rec_s": "?", "tool_rec_s": "?", "wft_rec_s": "?", "checked": "?"}
 
 
 def parse_seeds(text: str) -> list[int]:

@@ -2,7 +2,8 @@
 
     name = "my-agent"
     python = "../my-agent/.venv/bin/python"   # its own interpreter (default: the harness's); relative to this file
-    # {python} {address} {namespace} {task_queue} {identity} {model_url} {state_dir} {ledger} are filled per worker
+    # {python} {address} {namespace} {task_queue} {identity} {model_url} {state_dir} {ledger} are filled per worker;
+    # {sticky_timeout}: seconds, the sticky schedule-to-start timeout the run's timeouts profile asks for
     worker = ["{python}", "-m", "my_agent.worker", "--address", "{address}", "--task-queue", "{task_queue}",
               "--identity", "{identity}", "--model-url", "{model_url}"]
     ready_line = "READY"                 # the worker prints this once it polls
@@ -69,7 +70,7 @@ from typing import Any
 
 from agent.worker import LEDGER, WORKSPACES
 from chaos.checker import ALL_CHECKERS
-from testbed.worker_process import PLACEHOLDERS, REFERENCE_WORKER, fill
+from testbed.worker_process import PLACEHOLDER_DEFAULTS, PLACEHOLDERS, REFERENCE_WORKER, fill
 
 FIELDS = ("name", "python", "worker", "ready_line", "warm_line", "task_queue", "driver", "workflow", "model_activity",
           "ledger", "workspace", "checkers", "cwd", "env", "replay_plugins", "data_converter", "workflow_runner")
@@ -106,7 +107,7 @@ class Target:
         return self.python or sys.executable
 
     def worker_command(self, **values: str) -> list[str]:
-        return fill(self.worker, {"python": self.interpreter, **values})
+        return fill(self.worker, {"python": self.interpreter, **PLACEHOLDER_DEFAULTS, **values})
 
     def as_dict(self) -> dict[str, Any]:
         """What ``run.json`` records of the target (the checkers read model_activity, ledger, workspace, workflow)."""

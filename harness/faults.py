@@ -61,7 +61,9 @@ the target's own ``[env]``. Values are comma-separated names. An
 * ``DAH_MUTATIONS`` = ``swallow_tool_errors`` or ``slow_tool_without_heartbeat``:
   the reference agent's own tool activities (a retryable tool failure turned
   into the answer "ok"; a tool that works past its heartbeat timeout without
-  heartbeating). An agent of yours plants its own the same way.
+  heartbeating); ``cancel_on_sigterm``: the reference worker cancels its
+  in-flight work on SIGTERM instead of draining it. An agent of yours plants
+  its own the same way.
 
 A crash point fires once per ledger (the first worker to reach it; the table
 ``crash_points`` says which), so the restarted worker can finish the work. A
@@ -100,6 +102,8 @@ MUTATIONS: dict[str, str] = {
                            "agent's tool activities)",
     "slow_tool_without_heartbeat": "a tool first works longer than its heartbeat timeout without heartbeating "
                                    "(the reference agent's tool activities), so every attempt times out",
+    "cancel_on_sigterm": "on SIGTERM the worker cancels what it runs instead of draining it (the reference agent's "
+                         "worker; the SDK's default), so the server retries that work elsewhere",
 }
 #: old names still accepted
 MUTATION_ALIASES = {"unkeyed_append": "unkeyed_effects"}

@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="iteration i uses seed+i for its shape (default 0)")
     p.add_argument("--chaos", action="store_true",
                    help="SIGKILL a random worker during every iteration (the supervisor restarts it)")
+    p.add_argument("--concurrency", type=int, default=1, metavar="N",
+                   help="iterations in flight at once (default 1); with --chaos each still schedules its own kill, "
+                        "which may land on another iteration's work")
     p.add_argument("--out", type=Path, default=Path("runs/migration_fuzz"), help="results directory")
     p.add_argument("--iteration-timeout", type=float, default=120.0,
                    help="seconds one parent run may take before it counts as a violation (default 120)")
@@ -54,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     opts = FuzzOptions(iterations=args.iterations, workers=args.workers, max_n=args.max_n, kind=args.kind,
                        seed=args.seed, chaos=args.chaos, out=args.out, iteration_timeout_s=args.iteration_timeout,
-                       model_latency=args.model_latency)
+                       model_latency=args.model_latency, concurrency=args.concurrency)
     try:
         opts.validate()
     except ValueError as exc:
@@ -68,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     print(table(report["families"]))
     verdict = "all invariants held" if report["invariants_held"] else "INVARIANTS VIOLATED"
-    print(f"\n{verdict}; {len(report['iterations'])} iteration(s) in {report['wall_seconds']} s "
-          f"(results: {report['run_dir']}/results.json)")
+    print(f"\n{verdict}; {len(report['iterations'])} iteration(s) in {report['wall_seconds']} s: "
+          f"{report['iterations_per_minute']} per minute after the cluster was up ({report['startup_seconds']} s), "
+          f"{report['iterations_per_minute_overall']} overall (results: {report['run_dir']}/results.json)")
     return 0 if report["invariants_held"] else 1

@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,16 @@ def shape_for(seed: int, kind: str, max_n: int) -> Shape:
     n = rng.randint(1, max_n)
     writes = rng.randint(1, max_n) if chosen == "ptc-mixed" else 0
     return Shape(chosen, n, writes)
+
+
+def _fast_task_timeout() -> timedelta:
+    from chaos.client import TIMEOUTS
+
+    return timedelta(seconds=TIMEOUTS["fast"].workflow_task_timeout_s)
+
+
+#: the parent's (and so its children's) workflow task timeout: a task held by a killed worker moves on after it
+FUZZ_TASK_TIMEOUT = _fast_task_timeout()
 
 
 def fuzz_config(max_n: int) -> AgentConfig:
@@ -180,10 +191,13 @@ class FuzzOptions:
     out: Path = Path("runs/migration_fuzz")
     iteration_timeout_s: float = 120.0
     model_latency: str = "fixed:20"
+    concurrency: int = 1  # iterations in flight at once (each its own parent workflow; kills hit whichever is running)
 
     def validate(self) -> None:
         if self.iterations < 1:
             raise ValueError(f"--iterations {self.iterations}: must be at least 1")
+        if not 1 <= self.concurrency <= 32:
+            raise ValueError(f"--concurrency {self.concurrency}: must be between 1 and 32")
         if not 1 <= self.workers <= 16:
             raise ValueError(f"--workers {self.workers}: must be between 1 and 16")
         if not 1 <= self.max_n <= 20:
@@ -215,7 +229,7 @@ def reproduce_run(opts: FuzzOptions) -> str:
     return command_line("python -m migration_fuzz", {
         "--iterations": opts.iterations, "--workers": opts.workers, "--max-n": opts.max_n, "--kind": opts.kind,
         "--seed": opts.seed, "--model-latency": opts.model_latency, "--iteration-timeout": opts.iteration_timeout_s,
-        "--chaos": opts.chaos, "--out": str(opts.out)})
+        "--chaos": opts.chaos, "--concurrency": opts.concurrency, "--out": str(opts.out)})
 
 
 async def run_fuzz(opts: FuzzOptions, say: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
@@ -234,6 +248,7 @@ async def run_fuzz(opts: FuzzOptions, say: Callable[[str], None] = lambda m: Non
     history = History(run.operations)
     task_queue, stamp = "migration-fuzz", run.path.name
     started = time.monotonic()
+    ready = iterating = 0.0
     results: list[IterationResult] = []
 
     def worker(name: str, at: Any) -> Any:
@@ -249,8 +264,16 @@ async def run_fuzz(opts: FuzzOptions, say: Callable[[str], None] = lambda m: Non
             client = s.client
             ledger = EffectLedger(s.settings.resolved_ledger_path, faults=NO_FAULTS)
             config = fuzz_config(opts.max_n)
-            say(f"workers ready after {time.monotonic() - started:.1f} s; running {opts.iterations} iteration(s)")
-            for i in range(opts.iterations):
+            ready = time.monotonic() - started
+            say(f"workers ready after {ready:.1f} s; running {opts.iterations} iteration(s)"
+                + (f", {opts.concurrency} at a time" if opts.concurrency > 1 else ""))
+            slots = asyncio.Semaphore(opts.concurrency)
+
+            async def iteration(i: int) -> None:
+                async with slots:
+                    await one(i)
+
+            async def one(i: int) -> None:
                 seed = opts.seed + i
                 shape = shape_for(seed, opts.kind, opts.max_n)
                 tag = f"i{i}s{seed}"
@@ -269,7 +292,7 @@ async def run_fuzz(opts: FuzzOptions, say: Callable[[str], None] = lambda m: Non
                     handle = await client.start_workflow(
                         AgentWorkflow.run, AgentInput(config=config, prompt=fuzz_prompt(shape.kind, shape.n,
                                                                                          shape.writes, tag)),
-                        id=workflow_id, task_queue=task_queue)
+                        id=workflow_id, task_queue=task_queue, task_timeout=FUZZ_TASK_TIMEOUT)
                     result = await asyncio.wait_for(handle.result(), opts.iteration_timeout_s)
                 except Exception as exc:  # recorded as a violation; the next iteration still runs
                     error = f"{type(exc).__name__}: {exc}"
@@ -303,6 +326,10 @@ async def run_fuzz(opts: FuzzOptions, say: Callable[[str], None] = lambda m: Non
                     for v in violations:
                         say(f"    violation: {v}")
                     say(f"    reproduce: {reproduce_command(opts, seed, shape)}")
+
+            await asyncio.gather(*(iteration(i) for i in range(opts.iterations)))
+            iterating = time.monotonic() - started - ready
+            results.sort(key=lambda r: r.index)
             ledger.close()
     history.close()
     wall = time.monotonic() - started
@@ -311,6 +338,9 @@ async def run_fuzz(opts: FuzzOptions, say: Callable[[str], None] = lambda m: Non
         "options": run.run["options"],
         "run_dir": str(run.path),
         "wall_seconds": round(wall, 1),
+        "startup_seconds": round(ready, 1),
+        "iterations_per_minute": round(len(results) * 60.0 / iterating, 1) if iterating > 0 else None,
+        "iterations_per_minute_overall": round(len(results) * 60.0 / wall, 1) if wall > 0 else None,
         "families": summary,
         "iterations": [r.as_dict() for r in results],
         "invariants_held": all(r.ok for r in results),

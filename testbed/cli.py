@@ -625,11 +625,12 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         unknown = sorted(agent_faults.bugs - set(TOOLS))
         if unknown:
             raise ValueError(f"--bug {', '.join(unknown)}: not a tool; tools are {', '.join(TOOLS)}")
+        cancel_on_sigterm = agent_faults.mutated("cancel_on_sigterm")  # a planted bug: no drain
         settings = WorkerSettings(
             task_queue=args.task_queue, sandbox_root=args.state_dir / SANDBOX, ledger_path=args.ledger,
             model_base_url=args.model_base_url, identity=args.identity or default_identity(),
             workflow=args.workflow, max_cached_workflows=args.max_cached_workflows,
-            sticky_timeout_s=args.sticky_timeout,
+            sticky_timeout_s=args.sticky_timeout, drain_timeout_s=0.0 if cancel_on_sigterm else args.drain_timeout,
         )
         load_workflow(settings.workflow)  # a bad --workflow is a usage error, before connecting
     except ValueError as exc:
@@ -672,6 +673,13 @@ async def cmd_worker(args: argparse.Namespace) -> int:
             print(f"worker failed fatally: {type(exc).__name__}: {exc}" if exc else "worker stopped by itself",
                   flush=True)
             return EXIT_WORKER_FAILED
+        if cancel_on_sigterm:
+            from harness.recording import ExecutionIdentity
+
+            s.ledger.record_mutation("cancel_on_sigterm", ExecutionIdentity("-", "-", "-", 0, settings.identity),
+                                     "worker")
+        print(f"DRAINING: no new work; finishing what is in flight (up to {settings.drain_timeout_s:g} s)",
+              flush=True)
         await worker.shutdown()
         await running
     print("worker stopped", flush=True)
@@ -853,6 +861,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sticky-timeout", type=float, default=10.0, metavar="SECONDS",
                    help="how long a workflow task waits on this worker's sticky queue before any worker may take "
                         "it (default 10, the SDK's): after this worker dies, its workflows wait this long")
+    p.add_argument("--drain-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="on SIGTERM/Ctrl-C: stop polling and let in-flight model calls and tools finish for up to "
+                        "this long (default 30), then cancel the rest; 0 cancels at once")
     p.add_argument("--latency", default="0", help="latency of the worker's own scripted model server")
     p.add_argument("--fault", action="append", default=[], help="fault of the worker's own scripted model server")
     p.add_argument("--seed", type=int, default=0)

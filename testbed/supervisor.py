@@ -74,7 +74,8 @@ class Supervisor:
         code = w.process.returncode
         tail = w.process.output()[-400:]
         reason = "crash point" if "crash point" in tail else \
-            "fatal worker failure" if "failed fatally" in tail else "process died"
+            "fatal worker failure" if "failed fatally" in tail else \
+            "drained" if "worker stopped" in tail and code == 0 else "process died"
         op = self.history.invoke("supervisor", "restart_worker", {"worker": w.name, "exit_code": code,
                                                                   "reason": reason}) if self.history else None
         try:

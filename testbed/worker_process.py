@@ -8,7 +8,7 @@ A worker is a command *template* whose placeholders are filled per start:
 ``{python}`` (the interpreter: the harness's, or a target's own), ``{address}``
 ``{namespace}`` ``{task_queue}`` (Temporal, usually through a fault proxy),
 ``{identity}`` (``<prefix>-<generation>``, new at every start), ``{model_url}``,
-``{state_dir}``, ``{ledger}`` and ``{checkpoint_db}``. ``REFERENCE_WORKER`` and
+``{state_dir}``, ``{ledger}``, ``{checkpoint_db}`` and ``{sticky_timeout}``. ``REFERENCE_WORKER`` and
 ``CHECKPOINT_WORKER`` are the reference agent's two (Temporal, checkpoint);
 a target file names its own. Plain replacement, never ``str.format``: commands
 often carry code with literal braces.
@@ -34,18 +34,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.faults import NO_FAULTS, AgentFaults
+from testbed import forkserver
 from testbed.processes import spawn, stop
 
 log = logging.getLogger(__name__)
 
 PLACEHOLDERS = ("python", "address", "namespace", "task_queue", "identity", "model_url", "state_dir", "ledger",
-                "checkpoint_db")
+                "checkpoint_db", "sticky_timeout")
+#: placeholders a caller may leave out: their value when it does
+PLACEHOLDER_DEFAULTS = {"sticky_timeout": "1"}
 #: the reference agent's Temporal worker (``dah worker``): READY once polling, WARM once LiteLLM is loaded.
-#: Deployed with a 1 s sticky timeout: after a worker dies its workflows wait 1 s, not the SDK's 10 s, before
-#: another worker takes their next task (the price, on a busy live worker, is a replay elsewhere).
+#: Deployed with a short sticky timeout (``{sticky_timeout}``, 1 s unless the chaos timeouts profile says otherwise):
+#: after a worker dies its workflows wait that long, not the SDK's 10 s, before another worker takes their next
+#: task (the price, on a busy live worker, is a replay elsewhere).
 REFERENCE_WORKER = ("{python}", "-m", "testbed", "worker", "--address", "{address}", "--namespace", "{namespace}",
                     "--task-queue", "{task_queue}", "--identity", "{identity}", "--state-dir", "{state_dir}",
-                    "--model-base-url", "{model_url}", "--sticky-timeout", "1")
+                    "--model-base-url", "{model_url}", "--sticky-timeout", "{sticky_timeout}")
 #: the reference agent's checkpoint-backend worker (``dah checkpoint worker``)
 CHECKPOINT_WORKER = ("{python}", "-m", "testbed", "checkpoint", "worker", "--db", "{checkpoint_db}",
                      "--state-dir", "{state_dir}", "--identity", "{identity}", "--model-base-url", "{model_url}")
@@ -79,7 +83,7 @@ class WorkerProcess:
     start_timeout_s: float = 60.0
     warm_timeout_s: float = 90.0
     generation: int = field(default=0, init=False)
-    _proc: subprocess.Popen | None = field(default=None, init=False, repr=False)
+    _proc: subprocess.Popen | forkserver.ForkedProcess | None = field(default=None, init=False, repr=False)
     _log_path: Path | None = field(default=None, init=False, repr=False)
 
     @property
@@ -95,7 +99,8 @@ class WorkerProcess:
         return self._proc is not None and self._proc.poll() is None
 
     def argv(self) -> list[str]:
-        return fill(self.command, {"python": sys.executable, **self.values, "identity": self.identity})
+        return fill(self.command, {"python": sys.executable, **PLACEHOLDER_DEFAULTS, **self.values,
+                                   "identity": self.identity})
 
     def start(self, *, faults: AgentFaults | None = None) -> WorkerProcess:
         """Start a new process (a new generation and identity); return once it is ready (and warm). ``faults``:
@@ -108,10 +113,13 @@ class WorkerProcess:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._log_path = self.log_dir / f"{self.identity}.log"
         argv = self.argv()
+        env = {**os.environ, **(self.env or {}), **self.faults.environment()}
         try:
             with open(self._log_path, "wb") as out:
-                self._proc = spawn(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   cwd=self.cwd, env={**os.environ, **(self.env or {}), **self.faults.environment()})
+                self._proc = self._forked(argv, env) if forkserver.can_fork(argv) else None
+                if self._proc is None:
+                    self._proc = spawn(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       cwd=self.cwd, env=env)
         except OSError as exc:
             raise WorkerStartError(f"worker {self.identity}: cannot run {argv[0]!r} ({exc.strerror}); "
                                    f"the command was: {' '.join(argv)}") from None
@@ -120,6 +128,14 @@ class WorkerProcess:
             self._wait_for_line(self.warm_line, self.warm_timeout_s)
         log.info("worker %s ready (pid %s)", self.identity, self.pid)
         return self
+
+    def _forked(self, argv: list[str], env: dict[str, str]) -> forkserver.ForkedProcess | None:
+        """The reference worker forked from the warm fork server (None: it is unavailable; start it as usual)."""
+        try:
+            return forkserver.shared().fork(argv, env, self.cwd, self._log_path)  # type: ignore[arg-type]
+        except forkserver.ForkServerError as exc:
+            log.warning("worker %s: %s; starting it from scratch", self.identity, exc)
+            return None
 
     def _wait_for_line(self, line: str, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -159,6 +175,11 @@ class WorkerProcess:
             self._proc.kill()
             self._proc.wait()
 
+    def terminate(self) -> None:
+        """SIGTERM, without waiting: the worker drains (finishes what is in flight) and exits by itself."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGTERM)
+
     def pause(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
             self._proc.send_signal(signal.SIGSTOP)
@@ -171,7 +192,9 @@ class WorkerProcess:
         """Graceful: SIGTERM, wait for the worker to finish shutting down (SIGKILL after a grace period)."""
         if self._proc is not None:
             self.resume()  # a stopped process cannot handle SIGTERM
-            stop(self._proc, grace_s=15.0)
+            # The worker drains (up to 30 s); a harness tearing down waits 10 s for that, then SIGKILLs: the run is
+            # over, and a model call hung by a fault must not hold up every teardown.
+            stop(self._proc, grace_s=10.0)
 
     def __enter__(self) -> WorkerProcess:
         return self.start()

@@ -50,7 +50,10 @@ def test_quick_benchmark_then_report_from_the_saved_run(tmp_path: Path) -> None:
     assert all(len(s["turns"]) == 3 for s in table2)
     # The model's own latency is measured in both loops; the emulated 20 ms shows in model mode.
     assert all(t["model_ms"] >= 20 for s in table2 if s["model_mode"] == "model" for t in s["turns"])
-    assert len([s for s in series.values() if s["section"] == "tuning"]) == 6
+    tuning = [s for s in series.values() if s["section"] == "tuning"]
+    assert len(tuning) == 8  # stock and tuned, each: eager, no-eager, no-sandbox, local-tools
+    assert {tuple(s["local_tools"]) for s in tuning if s["variant"] == "local-tools"} == {("calculator",)}
+    assert all(s["local_tools"] == [] for s in tuning if s["variant"] != "local-tools")
 
     breakdown = {s["name"]: s["turns"] for s in json.loads((run_dir / "breakdown.json").read_text())["series"]}
     for turn in breakdown["durable/mock/reply"]:  # one model call: Update task, plan, reply task

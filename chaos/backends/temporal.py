@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.backends.base import Backend
-from chaos.client import Driver
+from chaos.client import TIMEOUTS, Driver, chaos_agent_config
 from chaos.nemesis import NemesisContext
 from chaos.scenarios import ChaosScenario
 from harness.operations import History
@@ -77,7 +77,8 @@ class ReferenceOnTemporal(Backend):
 
     def _process(self, name: str, at: Endpoints, task_queue: str, faults: Any, run: RunDir,
                  scenario: ChaosScenario) -> WorkerProcess:
-        values = {"python": self.target.interpreter, **self.worker_values(at, task_queue, str(run.state))}
+        values = {"python": self.target.interpreter, **self.worker_values(at, task_queue, str(run.state)),
+                  "sticky_timeout": f"{TIMEOUTS[scenario.timeouts].sticky_timeout_s:g}"}
         return WorkerProcess(self.worker_command(scenario), values, identity_prefix=name,
                              ready_line=self.target.ready_line, warm_line=self.target.warm_line, faults=faults,
                              cwd=self.target.cwd, env=self.worker_env(values), log_dir=run.logs)
@@ -89,7 +90,8 @@ class ReferenceOnTemporal(Backend):
 
         if not self.image:
             raise RuntimeError("the docker workers need an image with the worker installed (--image NAME)")
-        values = {"python": "python", **self.worker_values(at, task_queue, CONTAINER_STATE)}
+        values = {"python": "python", **self.worker_values(at, task_queue, CONTAINER_STATE),
+                  "sticky_timeout": f"{TIMEOUTS[scenario.timeouts].sticky_timeout_s:g}"}
         command = fill(self.worker_command(scenario), {k: v for k, v in values.items() if k != "identity"})
         worker = pool.worker(image=self.image, command=command, task_queue=task_queue, network="host",
                              identity_prefix=name, ready_line=self.target.ready_line,
@@ -97,8 +99,11 @@ class ReferenceOnTemporal(Backend):
         return ContainerWorker(worker, faults, warm_line=self.target.warm_line)
 
     def make_driver(self, stack: Stack, history: History, scenario: ChaosScenario, seed: int) -> Any:
+        timeouts = TIMEOUTS[scenario.timeouts]
         driver = Driver(client=stack.client, history=history, task_queue=self.task_queue(scenario),
-                        workload=scenario.workload, seed=seed)
+                        workload=scenario.workload, seed=seed, config=chaos_agent_config(scenario.timeouts),
+                        workflow_task_timeout_s=timeouts.workflow_task_timeout_s)
+        driver.config.local_tools = list(scenario.local_tools)
         if scenario.planning_max_attempts:
             driver.config.planning.maximum_attempts = scenario.planning_max_attempts
         if scenario.max_history_events:

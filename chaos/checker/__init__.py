@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from chaos.checker import effects, injection_evidence, lost, replay, stats, temporal_history, workflow_tasks
+from chaos.checker import drain, effects, injection_evidence, lost, replay, stats, temporal_history, workflow_tasks
 from chaos.checker.run_data import RunData
 from harness.verdict import UNKNOWN, CheckResult
 
@@ -31,8 +31,11 @@ CHECKERS: dict[str, Checker] = {
     "replay": replay.check,
     "injection_evidence": injection_evidence.check,
     "stats": stats.check,
+    "drain": drain.check,
 }
 ALL_CHECKERS = list(CHECKERS)
+#: checks of one fault's promise: not applicable to a run without that fault, whatever a target declares
+FAULT_CHECKERS = {"drain": "drain_worker"}
 
 
 def run_checkers(run_dir: Path, only: list[str] | None = None, target_here: dict | None = None) -> list[CheckResult]:

@@ -41,7 +41,7 @@ from harness.faults import MUTATION_ALIASES
 from harness.operations import pairs
 from harness.verdict import PASS, UNKNOWN, CheckResult
 
-FAULT_OPS = {"kill_worker", "pause_worker", "partition", "degrade_link", "restart_server", "model_outage", "deploy_fix"}
+FAULT_OPS = {"kill_worker", "pause_worker", "drain_worker", "partition", "degrade_link", "restart_server", "model_outage", "deploy_fix"}
 #: kill aims the ledger cannot witness (no activity execution need be running): checked on the event histories
 HISTORY_AIMS = ("workflow_task", "continue_as_new")
 
@@ -221,6 +221,14 @@ def check(data: RunData) -> CheckResult:
                 if isinstance(value.get("aim"), dict):
                     fault["aim"] = value["aim"].get("activity")
                 evidence = [{"unfinished_execution": e} for e in unfinished.get(value.get("identity"), [])]
+            elif inv.f == "drain_worker" and has_ledger and value.get("signalled_at") is not None:
+                # Landed if the ledger shows the victim running something when the SIGTERM came.
+                at = float(value["signalled_at"])
+                fault["nemesis_saw"] = evidence
+                evidence = [{"in_flight_at_signal": {"workflow_id": e["workflow_id"], "activity": e["tool"],
+                                                     "attempt": e["attempt"]}}
+                            for e in data.ledger_rows("executions") if e["worker"] == value.get("identity")
+                            and e["started_at"] <= at and (e["finished_at"] is None or e["finished_at"] > at)]
             elif inv.f == "kill_worker" and inv.value.get("when") != "idle":
                 # No ledger: what the nemesis saw is only a snapshot taken before the kill; the server's histories
                 # must confirm that work was in flight on the victim at the kill instant.

@@ -1,0 +1,73 @@
+"""drain: a worker stopped gracefully (SIGTERM, ``drain_worker``) hands back nothing and re-executes nothing.
+
+For each drained worker, from the run's own records: it exited by itself (exit 0) within the nemesis's
+window; every activity attempt the effect ledger shows it running when the signal came finished on it, and
+no later attempt of that activity ran anywhere (a drain that cancels work makes the server retry it
+elsewhere: a re-execution, and a model call paid twice); no workflow task it had started timed out after the
+signal (a task it abandoned). Work it started after the signal (an eager activity its last workflow task
+asked for) is allowed if it finished there too, and is counted.
+
+``not_applicable`` when no worker was drained; ``unknown`` without an effect ledger (nothing says what was
+in flight).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chaos.checker.run_data import RunData
+from harness.operations import pairs
+from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult
+
+
+def check(data: RunData) -> CheckResult:
+    drains = [(inv, done) for inv, done in pairs(data.ops) if inv.process == "nemesis" and inv.f == "drain_worker"]
+    if not drains:
+        return CheckResult("drain", NOT_APPLICABLE, "not applicable: no worker was drained in this run")
+    executions = data.ledger_rows("executions")
+    if not executions:
+        return CheckResult("drain", UNKNOWN, "no effect ledger: nothing says what the drained workers were running",
+                           {"drains": len(drains)})
+    problems: list[str] = []
+    rows: list[dict[str, Any]] = []
+    for inv, done in drains:
+        v = done.value if done is not None and isinstance(done.value, dict) else None
+        if not v or not v.get("identity") or v.get("signalled_at") is None:
+            problems.append(f"drain at t={inv.time:.1f}s: the nemesis did not record whom it signalled")
+            continue
+        identity, at = v["identity"], float(v["signalled_at"])
+        if v.get("exited_at") is None:
+            problems.append(f"{identity} did not exit within the drain window after SIGTERM (it was killed)")
+        elif v.get("exit_code") != 0:
+            problems.append(f"{identity} exited with {v.get('exit_code')} after SIGTERM, not 0")
+        mine = [e for e in executions if e["worker"] == identity]
+        caught = [e for e in mine if e["started_at"] <= at and (e["finished_at"] is None or e["finished_at"] > at)]
+        after = [e for e in mine if e["started_at"] > at]
+        for e in caught + after:
+            what = f"{e['tool']} attempt {e['attempt']} of {e['workflow_id']}"
+            if e["finished_at"] is None:
+                problems.append(f"{identity} never finished {what} (in flight at SIGTERM)")
+            # a later attempt, or the same activity id started again (a local activity restarts from attempt 1)
+            retried = [x for x in executions if x is not e and x["workflow_id"] == e["workflow_id"]
+                       and x["run_id"] == e["run_id"] and x["activity_id"] == e["activity_id"]
+                       and x["started_at"] > e["started_at"]]
+            if retried:
+                problems.append(f"{what}, in flight on {identity} at SIGTERM, ran again (attempt "
+                                f"{retried[0]['attempt']} on {retried[0]['worker']}): re-executed")
+        abandoned = [f"{wid}" for wid, chain in data.event_histories.items() for run in chain
+                     for t in run.workflow_tasks if t.identity == identity and t.outcome == "timed_out"
+                     and t.closed_at is not None and t.closed_at.timestamp() > at]
+        problems += [f"a workflow task of {wid} started on {identity} timed out after SIGTERM (abandoned)"
+                     for wid in abandoned]
+        rows.append({"identity": identity, "in_flight_at_signal": len(caught), "started_after_signal": len(after),
+                     "drained_in_s": v.get("drained_in_s"), "exit_code": v.get("exit_code")})
+    details = {"drains": rows, "problems": problems}
+    if problems:
+        return CheckResult("drain", FAIL, "; ".join(problems[:5]) + (f" (+{len(problems) - 5} more)"
+                                                                      if len(problems) > 5 else ""), details)
+    if not any(r["in_flight_at_signal"] for r in rows):
+        return CheckResult("drain", UNKNOWN, "no drained worker was running anything when signalled: the drain "
+                                             "proved nothing", details)
+    n = sum(r["in_flight_at_signal"] for r in rows)
+    return CheckResult("drain", PASS, f"{len(rows)} drain(s): the {n} attempt(s) in flight at SIGTERM finished on "
+                                      "the drained worker, none re-executed; each worker exited 0", details)

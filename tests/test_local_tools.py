@@ -1,0 +1,48 @@
+"""Short tools without side effects as local activities (``AgentConfig.local_tools``): only those may, the
+turn's answer is the same, and the history shows a local activity marker instead of a dispatched activity."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+
+from agent.config_file import ConfigFileError, load_agent_config
+from agent.contracts import AgentConfig
+from agent.tools import check_local_tools, local_tool_problem
+from testbed.stack import Stack
+
+
+def test_only_short_tools_without_side_effects_may_run_locally() -> None:
+    check_local_tools(["calculator", "weather", "read_file", "list_files"])
+    assert "side effects" in (local_tool_problem("append_file") or "")
+    assert "may take" in (local_tool_problem("slow_task") or "")
+    assert "workflow runs it itself" in (local_tool_problem("spawn") or "")
+    with pytest.raises(ValueError, match="write_file"):
+        check_local_tools(["calculator", "write_file"])
+
+
+def test_a_config_file_naming_an_effectful_local_tool_is_refused(tmp_path: Path) -> None:
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good.write_text("local_tools: [calculator]\n")
+    bad.write_text("local_tools: [append_file]\n")
+    assert load_agent_config(good).local_tools == ["calculator"]
+    with pytest.raises(ConfigFileError, match="append_file.*side effects"):
+        load_agent_config(bad)
+
+
+async def test_the_calculator_as_a_local_activity_answers_the_same_without_a_dispatch(stack: Stack) -> None:
+    answers, kinds = {}, {}
+    for local in ([], ["calculator"]):
+        cfg = AgentConfig(model="scripted", local_tools=local)
+        result, handle = await stack.run_prompt(cfg, "What is 25 * 4?")
+        answers[bool(local)] = result.reply
+        events = [e async for e in handle.fetch_history_events()]
+        scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name for e in events
+                     if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
+        markers = [e for e in events if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED]
+        kinds[bool(local)] = (scheduled, len(markers))
+    assert answers[False] == answers[True] == "25 * 4 = 100"
+    assert kinds[False] == (["plan_next_action", "calculator", "plan_next_action"], 0)
+    assert kinds[True] == (["plan_next_action", "plan_next_action"], 1)  # the calculator: one local-activity marker
