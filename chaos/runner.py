@@ -168,8 +168,8 @@ def check(path: Path, target_here: dict[str, Any] | None = None) -> tuple[str, l
     if not_applicable.keys() & {"temporal_history", "replay"}:
         not_applicable.setdefault("workflow_tasks", not_applicable.get("temporal_history") or
                                   not_applicable.get("replay"))
-    faults_run = {op.f for op in operations.load(run_dir.operations) if op.process == "nemesis"} \
-        if run_dir.operations.exists() else set()
+    ops = operations.load(run_dir.operations)
+    faults_run = {op.f for op in ops if op.process == "nemesis"}
     for checker, fault in FAULT_CHECKERS.items():
         if fault not in faults_run:
             not_applicable.setdefault(checker, f"no {fault} in this run")
@@ -180,7 +180,6 @@ def check(path: Path, target_here: dict[str, Any] | None = None) -> tuple[str, l
     checks += [CheckResult(c, NOT_APPLICABLE, f"not applicable: {why}") for c, why in not_applicable.items()]
     verdict = compose(checks)
     name = record.get("name") or run_dir.path.parent.name
-    ops = operations.load(run_dir.operations)
     row = summarise(name, ops, checks)
     try:
         decomposed = decompose(RunData(path, target_here))

@@ -405,16 +405,28 @@ def table1(runs: list[ChaosRun]) -> Table | None:
         s = r.summary
         scen = r.record.get("scenario") if isinstance(r.record.get("scenario"), dict) else {}
         rec = s.get("recovery_s")
+
+        def seconds(key: str) -> float:
+            value = s.get(key)
+            return float(value) if isinstance(value, (int, float)) else math.nan
+
         rows.append({"Scenario": r.scenario, "Fault": str(scen.get("description") or DASH), "Checked": checked(r),
                      "Outcome": outcome(r), "Faults landed": str(s.get("faults", "?")),
+                     "Timeouts": str(scen.get("timeouts") or DASH),
                      "Recovery (s)": float(rec) if isinstance(rec, (int, float)) else math.nan,
+                     "Model call held (s)": seconds("model_rec_s"), "Tool held (s)": seconds("tool_rec_s"),
+                     "Workflow task held (s)": seconds("wft_rec_s"),
                      "Duplicated effects": str(s.get("dup_effects", "?")), "ok": s.get("ok"),
                      "fail": s.get("fail"), "info": s.get("info"), "Run": str(r.path)})
     return Table("table1", "Fault scenarios: the fault injected, the checks run on the saved run (non-pass marked), "
-                 "the verdict, recovery (longest time from the end of a fault to the next acknowledged message), "
-                 "duplicated side effects, and client operation outcomes.", pd.DataFrame(rows),
-                 {"Recovery (s)": ".1f", "Duplicated effects": "", "Faults landed": "", "ok": "d", "fail": "d",
-                  "info": "d"}, hide=("Run",), colspec={"Fault": "p{4.2cm}", "Checked": "p{3.6cm}",
+                 "the verdict, the timeouts profile (fast or the untuned defaults; SCENARIO~defaults runs the same "
+                 "faults under the defaults), recovery (longest time from the end of a fault to the next "
+                 "acknowledged message), how long a fault held a model call, a tool and a workflow task up (the "
+                 "worst over the run, from the fault or from a replacement polling; empty: nothing of that kind was "
+                 "held), duplicated side effects, and client operation outcomes.", pd.DataFrame(rows),
+                 {"Recovery (s)": ".1f", "Model call held (s)": ".2f", "Tool held (s)": ".2f",
+                  "Workflow task held (s)": ".2f", "Duplicated effects": "", "Faults landed": "", "ok": "d",
+                  "fail": "d", "info": "d"}, hide=("Run",), colspec={"Fault": "p{4.2cm}", "Checked": "p{3.6cm}",
                                                         "Outcome": "p{2cm}"})
 
 

@@ -181,7 +181,7 @@ def write_chaos(runs: Path, scenario: str, *, complete=True, failing=(), fault="
     h, counts = chaos_history(fault, clients)
     h.write(run / ("operations.jsonl" if schema == 2 else "history.jsonl"))
     record = {"scenario": {"name": scenario, "description": f"{fault} 100% of the time & then heal_{scenario}",
-                           "events": [], "cluster": {}, "workload": {}},
+                           "events": [], "cluster": {}, "workload": {}, "timeouts": "fast"},
               "seed": 7, "reproduce": f"python -m chaos run {scenario} --seed 7",
               "machine": {"cores": 2, "memory_gb": 7.8, "cpu": "Test CPU", "python": "3.11.9",
                           "temporalio": "1.35.0"}}
@@ -192,7 +192,8 @@ def write_chaos(runs: Path, scenario: str, *, complete=True, failing=(), fault="
         record |= {"phases": PHASES, "wall_s": 17.0}
         checked = {"checks": checks, "verdict": "fail" if failing else "pass",
                    "summary": {"scenario": scenario, "faults": "1/1", **counts, "lost": 0, "dup_effects": 0,
-                               "recovery_s": 0.3, "verdict": "fail" if failing else "pass"}}
+                               "recovery_s": 0.3, "model_rec_s": 1.56, "tool_rec_s": None, "wft_rec_s": 1.01,
+                               "verdict": "fail" if failing else "pass"}}
     if schema == 1:
         (run / "journal.json").write_text(json.dumps(record | checked))
     else:
@@ -325,6 +326,10 @@ def test_table1_verdicts(built):
     assert t1.loc["kill_mid_turn", "Outcome"] == "pass"
     assert t1.loc["kill_mid_turn", "Checked"] == "lost, effects, temporal, replay, injection_evidence"
     assert t1.loc["kill_mid_turn", "Recovery (s)"] == pytest.approx(0.3)
+    assert t1.loc["kill_mid_turn", "Timeouts"] == "fast"
+    assert t1.loc["kill_mid_turn", "Model call held (s)"] == pytest.approx(1.56)
+    assert t1.loc["kill_mid_turn", "Workflow task held (s)"] == pytest.approx(1.01)
+    assert pd.isna(t1.loc["kill_mid_turn", "Tool held (s)"])  # nothing of that kind was held: empty, never 0
     c = built["counts"]
     assert (t1.loc["kill_mid_turn", ["ok", "fail", "info"]].tolist() == [c["ok"], c["fail"], c["info"]])
     assert t1.loc["model_outage", "Outcome"] == "FAIL"
