@@ -13,7 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from temporalio.client import Client
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+from temporalio.worker import PollerBehaviorSimpleMaximum, UnsandboxedWorkflowRunner, Worker
 
 from agent import llm
 from agent.activities import AgentActivities
@@ -56,6 +56,9 @@ class WorkerSettings:
     # On SIGTERM the worker drains: it stops polling, lets what it runs finish (and reports it) for up to this long,
     # then cancels what is left (the server retries that elsewhere). 0: cancel at once, as the SDK's default does.
     drain_timeout_s: float = 30.0
+    # Activity long polls open at once (the SDK's default 5). A frozen worker's open polls still take tasks (the server
+    # hands them over; the frozen process never runs them): each costs a retry one heartbeat timeout later.
+    activity_pollers: int = 5
 
     def __post_init__(self) -> None:
         self.sandbox_root = Path(self.sandbox_root)
@@ -63,6 +66,8 @@ class WorkerSettings:
             raise ValueError(f"--max-cached-workflows {self.max_cached_workflows}: must be 0 or more")
         if not self.sticky_timeout_s > 0:
             raise ValueError(f"--sticky-timeout {self.sticky_timeout_s}: must be more than 0 seconds")
+        if self.activity_pollers < 1:
+            raise ValueError(f"--activity-pollers {self.activity_pollers}: must be 1 or more")
         if not self.drain_timeout_s >= 0:
             raise ValueError(f"--drain-timeout {self.drain_timeout_s}: must be 0 seconds or more")
 
@@ -116,5 +121,6 @@ def build_worker(client: Client, settings: WorkerSettings, ledger: EffectLedger)
         max_cached_workflows=settings.max_cached_workflows,
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.sticky_timeout_s),
         graceful_shutdown_timeout=timedelta(seconds=settings.drain_timeout_s),
+        activity_task_poller_behavior=PollerBehaviorSimpleMaximum(maximum=settings.activity_pollers),
         **({} if settings.workflow_sandbox else {"workflow_runner": UnsandboxedWorkflowRunner()}),
     )

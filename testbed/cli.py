@@ -631,6 +631,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
             model_base_url=args.model_base_url, identity=args.identity or default_identity(),
             workflow=args.workflow, max_cached_workflows=args.max_cached_workflows,
             sticky_timeout_s=args.sticky_timeout, drain_timeout_s=0.0 if cancel_on_sigterm else args.drain_timeout,
+            activity_pollers=args.activity_pollers,
         )
         load_workflow(settings.workflow)  # a bad --workflow is a usage error, before connecting
     except ValueError as exc:
@@ -864,6 +865,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--drain-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="on SIGTERM/Ctrl-C: stop polling and let in-flight model calls and tools finish for up to "
                         "this long (default 30), then cancel the rest; 0 cancels at once")
+    p.add_argument("--activity-pollers", type=int, default=5, metavar="N",
+                   help="activity long polls open at once (default 5, the SDK's); a frozen worker's open polls "
+                        "still take tasks, each then retried a heartbeat timeout later")
     p.add_argument("--latency", default="0", help="latency of the worker's own scripted model server")
     p.add_argument("--fault", action="append", default=[], help="fault of the worker's own scripted model server")
     p.add_argument("--seed", type=int, default=0)

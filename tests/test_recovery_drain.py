@@ -183,3 +183,13 @@ def test_a_timed_out_task_belongs_to_the_fault_on_the_worker_that_started_it() -
                       Task("completed", at(11.5), at(11.52), at(11.6))]}
     waits = recovery.workflow_task_waits(faults, tasks)
     assert [[round(w, 2) for w in ws] for ws in waits] == [[1.52], []]  # the first kill's, though the second came later
+
+
+def test_worker_settings_refuse_a_negative_drain_and_no_activity_poller(tmp_path: Path) -> None:
+    from agent.worker import WorkerSettings
+
+    with pytest.raises(ValueError, match="--drain-timeout"):
+        WorkerSettings.in_state_dir(tmp_path, drain_timeout_s=-1.0)
+    with pytest.raises(ValueError, match="--activity-pollers"):
+        WorkerSettings.in_state_dir(tmp_path, activity_pollers=0)
+    assert WorkerSettings.in_state_dir(tmp_path).drain_timeout_s == 30.0  # drains by default
