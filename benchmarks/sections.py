@@ -2,7 +2,7 @@
 
 * ``table2``: the paper's Table 2: durable vs plain loop, mock vs model, per workload, on the tuned server.
 * ``tuning``: the per-step overhead before/after tuning: stock vs tuned server, eager activities on/off, the
-  workflow sandbox on/off, the calculator as a local activity.
+  workflow sandbox on/off, the calculator as a local activity, the worker in-process vs in its own process.
 * ``length``: per-turn latency and history size against conversation length, continue-as-new off/on.
 * ``throughput``: turns/s against concurrent conversations and worker processes.
 * ``recovery``: the time a worker SIGKILL adds to a turn, against the activity heartbeat timeout.
@@ -52,7 +52,10 @@ VARIANTS: dict[str, dict[str, bool]] = {
     "no-eager": {"eager_activities": False},
     "no-sandbox": {"workflow_sandbox": False},
     "local-tools": {},  # the default worker; the agent runs its calculator as a local activity (VARIANT_CONFIG)
+    "process": {},  # the reference worker in its own process (``dah worker``), as it is deployed
 }
+#: the variant served by a worker process instead of an in-process worker
+PROCESS_VARIANT = "process"
 #: agent configuration a variant changes (AgentConfig fields): what the conversations it measures ask for
 VARIANT_CONFIG: dict[str, dict[str, Any]] = {"local-tools": {"local_tools": ["calculator"]}}
 
@@ -86,13 +89,23 @@ async def local_server(run: RunDir, options: Any, *, tuned: bool, model: bool = 
     local = LocalServer(None, profile)  # type: ignore[arg-type]
     workers = [WorkerSettings.in_state_dir(run.state, task_queue=local.task_queue(variant), model_base_url=model_url,
                                            identity=f"bench-{profile}-{variant}", **overrides)
-               for variant, overrides in VARIANTS.items()] if temporal else []
+               for variant, overrides in VARIANTS.items() if variant != PROCESS_VARIANT] if temporal else []
     spec = StackSpec(state_dir=run.state, logs_dir=run.logs / profile, temporal="embedded" if temporal else "none",
                      tuned=tuned, quiet_client=True, model=model, model_url=model_url, seed=options.seed,
                      temporal_workers=workers, ledger=True, effect_ledger=ledger)
     async with stack(spec) as s:
         local.stack = s
-        yield local
+        process = None
+        if temporal:  # the same worker, in its own process (forked warm: see testbed/forkserver.py)
+            process = reference_worker(s.server.address, local.task_queue(PROCESS_VARIANT), model_url or s.model_url,
+                                       run.state, identity_prefix=f"bench-{profile}-{PROCESS_VARIANT}",
+                                       warm_line="WARM", log_dir=run.logs / profile)
+            await asyncio.to_thread(process.start)
+        try:
+            yield local
+        finally:
+            if process is not None:
+                await asyncio.to_thread(process.stop)
 
 
 def _processes(bench: Bench, *servers: LocalServer):
@@ -181,7 +194,8 @@ async def table2(bench: Bench) -> dict[str, Any]:
 
 
 async def tuning(bench: Bench) -> dict[str, Any]:
-    """Stock vs tuned dev server, and worker variants (eager activities off, sandbox off, local tools), side by side.
+    """Stock vs tuned dev server, and worker variants (eager activities off, sandbox off, local tools, the worker in its
+    own process), side by side.
 
     The tool workload with the mock model (four workflow tasks and three activities per turn, so the
     per-step costs dominate), ``tuning_concurrency`` conversations at once. Series alternate between

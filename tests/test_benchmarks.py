@@ -51,7 +51,8 @@ def test_quick_benchmark_then_report_from_the_saved_run(tmp_path: Path) -> None:
     # The model's own latency is measured in both loops; the emulated 20 ms shows in model mode.
     assert all(t["model_ms"] >= 20 for s in table2 if s["model_mode"] == "model" for t in s["turns"])
     tuning = [s for s in series.values() if s["section"] == "tuning"]
-    assert len(tuning) == 8  # stock and tuned, each: eager, no-eager, no-sandbox, local-tools
+    assert len(tuning) == 10  # stock and tuned, each: eager, no-eager, no-sandbox, local-tools, process
+    assert {s["variant"] for s in tuning} == {"eager", "no-eager", "no-sandbox", "local-tools", "process"}
     assert {tuple(s["local_tools"]) for s in tuning if s["variant"] == "local-tools"} == {("calculator",)}
     assert all(s["local_tools"] == [] for s in tuning if s["variant"] != "local-tools")
 
