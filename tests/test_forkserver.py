@@ -70,3 +70,17 @@ def test_without_the_fork_server_a_worker_starts_from_scratch(stack: Stack, tmp_
     w = worker(stack, tmp_path, "fd")
     with w:
         assert isinstance(w._proc, subprocess.Popen) and "WARM" in w.output()
+
+
+def test_the_private_bytecode_cache_is_the_users_own_and_refused_when_open_to_others(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
+    cache = forkserver.private_pycache()
+    assert cache == tmp_path / f"dah-pycache-{os.getuid()}" and (cache.stat().st_mode & 0o777) == 0o700
+    cache.chmod(0o777)  # open to others: bytecode from it could be anyone's
+    assert forkserver.private_pycache() is None
+    cache.rmdir()
+    cache.symlink_to(tmp_path)  # not a directory of its own
+    assert forkserver.private_pycache() is None
