@@ -83,23 +83,22 @@ class Timeouts:
 
     name: str
     description: str
-    heartbeat_s: float  # model calls and tools heartbeat four times in this (at most every second)
-    initial_interval_s: float  # the first retry's backoff (doubling, up to maximum_interval_s)
-    maximum_interval_s: float
     workflow_task_timeout_s: float  # a workflow task started on a worker that died is retried after this
     sticky_timeout_s: float  # a task waits this long on a dead worker's sticky queue before any worker may take it
-    planning_start_to_close_s: float
-    tool_start_to_close_s: float
+    # The activity policies of model calls and tools; None: the agent's own (agent.contracts) are kept.
+    heartbeat_s: float | None = None  # model calls and tools heartbeat four times in this (at most every second)
+    initial_interval_s: float | None = None  # the first retry's backoff (doubling, up to maximum_interval_s)
+    maximum_interval_s: float | None = None
+    start_to_close_s: float | None = None
 
 
 TIMEOUTS = {t.name: t for t in [
     Timeouts("fast", "tuned for recovery: heartbeat 1.5 s, retry after 0.1 s, workflow task 1.5 s, sticky 1 s",
-             heartbeat_s=1.5, initial_interval_s=0.1, maximum_interval_s=4.0, workflow_task_timeout_s=1.5,
-             sticky_timeout_s=1.0, planning_start_to_close_s=10.0, tool_start_to_close_s=10.0),
+             workflow_task_timeout_s=1.5, sticky_timeout_s=1.0, heartbeat_s=1.5, initial_interval_s=0.1,
+             maximum_interval_s=4.0, start_to_close_s=10.0),
     Timeouts("defaults", "the agent's and the SDK's defaults: heartbeat 20 s (tools 10 s), retry after 5 s "
              "(tools 2 s), workflow task 10 s, sticky 10 s",
-             heartbeat_s=20.0, initial_interval_s=5.0, maximum_interval_s=60.0, workflow_task_timeout_s=10.0,
-             sticky_timeout_s=10.0, planning_start_to_close_s=60.0, tool_start_to_close_s=30.0),
+             workflow_task_timeout_s=10.0, sticky_timeout_s=10.0),
 ]}
 DEFAULT_TIMEOUTS = "fast"
 
@@ -109,13 +108,10 @@ def chaos_agent_config(timeouts: str = DEFAULT_TIMEOUTS) -> AgentConfig:
     (``defaults``: the agent's own, untouched)."""
     cfg = AgentConfig(model="scripted", tools=list(TOOL_SETS["faults"]))
     t = TIMEOUTS[timeouts]
-    if t.name == "defaults":
-        return cfg
-    for policy, start_to_close in ((cfg.planning, t.planning_start_to_close_s), (cfg.tool, t.tool_start_to_close_s)):
-        policy.start_to_close_s = start_to_close
-        policy.heartbeat_s = t.heartbeat_s
-        policy.initial_interval_s = t.initial_interval_s
-        policy.maximum_interval_s = t.maximum_interval_s
+    for policy in (cfg.planning, cfg.tool):
+        for name in ("heartbeat_s", "initial_interval_s", "maximum_interval_s", "start_to_close_s"):
+            if getattr(t, name) is not None:
+                setattr(policy, name, getattr(t, name))
     return cfg
 
 

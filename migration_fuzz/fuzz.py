@@ -59,16 +59,6 @@ def shape_for(seed: int, kind: str, max_n: int) -> Shape:
     return Shape(chosen, n, writes)
 
 
-def _fast_task_timeout() -> timedelta:
-    from chaos.client import TIMEOUTS
-
-    return timedelta(seconds=TIMEOUTS["fast"].workflow_task_timeout_s)
-
-
-#: the parent's (and so its children's) workflow task timeout: a task held by a killed worker moves on after it
-FUZZ_TASK_TIMEOUT = _fast_task_timeout()
-
-
 def fuzz_config(max_n: int) -> AgentConfig:
     """The chaos suite's timeouts (a killed worker's work moves on within seconds), with fan-out tools."""
     from chaos.client import chaos_agent_config
@@ -235,6 +225,7 @@ def reproduce_run(opts: FuzzOptions) -> str:
 async def run_fuzz(opts: FuzzOptions, say: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
     """Start the cluster (testbed.stack), run every iteration, check it; the run directory (harness.rundir)
     gets ``run.json``, ``operations.jsonl``, ``results.json`` and ``table.txt``."""
+    from chaos.client import DEFAULT_TIMEOUTS, TIMEOUTS
     from chaos.nemesis import NemesisContext
     from testbed.model_server import LatencyModel
     from testbed.stack import StackSpec, stack
@@ -264,6 +255,9 @@ async def run_fuzz(opts: FuzzOptions, say: Callable[[str], None] = lambda m: Non
             client = s.client
             ledger = EffectLedger(s.settings.resolved_ledger_path, faults=NO_FAULTS)
             config = fuzz_config(opts.max_n)
+            # the chaos suite's workflow task timeout for the parent (and so its children): a task a killed worker
+            # held moves on after it
+            task_timeout = timedelta(seconds=TIMEOUTS[DEFAULT_TIMEOUTS].workflow_task_timeout_s)
             ready = time.monotonic() - started
             say(f"workers ready after {ready:.1f} s; running {opts.iterations} iteration(s)"
                 + (f", {opts.concurrency} at a time" if opts.concurrency > 1 else ""))
@@ -292,7 +286,7 @@ async def run_fuzz(opts: FuzzOptions, say: Callable[[str], None] = lambda m: Non
                     handle = await client.start_workflow(
                         AgentWorkflow.run, AgentInput(config=config, prompt=fuzz_prompt(shape.kind, shape.n,
                                                                                          shape.writes, tag)),
-                        id=workflow_id, task_queue=task_queue, task_timeout=FUZZ_TASK_TIMEOUT)
+                        id=workflow_id, task_queue=task_queue, task_timeout=task_timeout)
                     result = await asyncio.wait_for(handle.result(), opts.iteration_timeout_s)
                 except Exception as exc:  # recorded as a violation; the next iteration still runs
                     error = f"{type(exc).__name__}: {exc}"

@@ -56,9 +56,10 @@ class ReferenceOnTemporal(Backend):
             spec.make_worker = lambda name, at: self._process(name, at, task_queue, faults, run, scenario)
         return spec
 
-    def worker_values(self, at: Endpoints, task_queue: str, state_dir: str) -> dict[str, str]:
+    def worker_values(self, at: Endpoints, task_queue: str, state_dir: str, scenario: ChaosScenario) -> dict[str, str]:
         values = {"address": at.address, "namespace": at.namespace, "task_queue": task_queue,
-                  "model_url": at.model_url, "state_dir": state_dir}
+                  "model_url": at.model_url, "state_dir": state_dir,
+                  "sticky_timeout": f"{TIMEOUTS[scenario.timeouts].sticky_timeout_s:g}"}
         if self.target.ledger:
             values["ledger"] = str(Path(state_dir) / self.target.ledger)
         return values
@@ -77,8 +78,7 @@ class ReferenceOnTemporal(Backend):
 
     def _process(self, name: str, at: Endpoints, task_queue: str, faults: Any, run: RunDir,
                  scenario: ChaosScenario) -> WorkerProcess:
-        values = {"python": self.target.interpreter, **self.worker_values(at, task_queue, str(run.state)),
-                  "sticky_timeout": f"{TIMEOUTS[scenario.timeouts].sticky_timeout_s:g}"}
+        values = {"python": self.target.interpreter, **self.worker_values(at, task_queue, str(run.state), scenario)}
         return WorkerProcess(self.worker_command(scenario), values, identity_prefix=name,
                              ready_line=self.target.ready_line, warm_line=self.target.warm_line, faults=faults,
                              cwd=self.target.cwd, env=self.worker_env(values), log_dir=run.logs)
@@ -90,8 +90,7 @@ class ReferenceOnTemporal(Backend):
 
         if not self.image:
             raise RuntimeError("the docker workers need an image with the worker installed (--image NAME)")
-        values = {"python": "python", **self.worker_values(at, task_queue, CONTAINER_STATE),
-                  "sticky_timeout": f"{TIMEOUTS[scenario.timeouts].sticky_timeout_s:g}"}
+        values = {"python": "python", **self.worker_values(at, task_queue, CONTAINER_STATE, scenario)}
         command = fill(self.worker_command(scenario), {k: v for k, v in values.items() if k != "identity"})
         worker = pool.worker(image=self.image, command=command, task_queue=task_queue, network="host",
                              identity_prefix=name, ready_line=self.target.ready_line,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chaos.checker.run_data import RunData
+from chaos.checker.run_data import RunData, run_again, running_at
 from harness.operations import pairs
 from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult
 
@@ -40,17 +40,13 @@ def check(data: RunData) -> CheckResult:
             problems.append(f"{identity} did not exit within the drain window after SIGTERM (it was killed)")
         elif v.get("exit_code") != 0:
             problems.append(f"{identity} exited with {v.get('exit_code')} after SIGTERM, not 0")
-        mine = [e for e in executions if e["worker"] == identity]
-        caught = [e for e in mine if e["started_at"] <= at and (e["finished_at"] is None or e["finished_at"] > at)]
-        after = [e for e in mine if e["started_at"] > at]
+        caught = running_at(executions, at, identity)
+        after = [e for e in executions if e["worker"] == identity and e["started_at"] > at]
         for e in caught + after:
             what = f"{e['tool']} attempt {e['attempt']} of {e['workflow_id']}"
             if e["finished_at"] is None:
                 problems.append(f"{identity} never finished {what} (in flight at SIGTERM)")
-            # a later attempt, or the same activity id started again (a local activity restarts from attempt 1)
-            retried = [x for x in executions if x is not e and x["workflow_id"] == e["workflow_id"]
-                       and x["run_id"] == e["run_id"] and x["activity_id"] == e["activity_id"]
-                       and x["started_at"] > e["started_at"]]
+            retried = run_again(executions, e, e["started_at"])
             if retried:
                 problems.append(f"{what}, in flight on {identity} at SIGTERM, ran again (attempt "
                                 f"{retried[0]['attempt']} on {retried[0]['worker']}): re-executed")

@@ -35,13 +35,14 @@ from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 
-from chaos.checker.run_data import RunData
+from chaos.checker.run_data import RunData, running_at
 from harness.event_history import WORKFLOW_CLOSE, load_saved
 from harness.faults import MUTATION_ALIASES
 from harness.operations import pairs
 from harness.verdict import PASS, UNKNOWN, CheckResult
 
-FAULT_OPS = {"kill_worker", "pause_worker", "drain_worker", "partition", "degrade_link", "restart_server", "model_outage", "deploy_fix"}
+FAULT_OPS = {"kill_worker", "pause_worker", "drain_worker", "partition", "degrade_link", "restart_server",
+             "model_outage", "deploy_fix"}
 #: kill aims the ledger cannot witness (no activity execution need be running): checked on the event histories
 HISTORY_AIMS = ("workflow_task", "continue_as_new")
 
@@ -227,8 +228,7 @@ def check(data: RunData) -> CheckResult:
                 fault["nemesis_saw"] = evidence
                 evidence = [{"in_flight_at_signal": {"workflow_id": e["workflow_id"], "activity": e["tool"],
                                                      "attempt": e["attempt"]}}
-                            for e in data.ledger_rows("executions") if e["worker"] == value.get("identity")
-                            and e["started_at"] <= at and (e["finished_at"] is None or e["finished_at"] > at)]
+                            for e in running_at(data.ledger_rows("executions"), at, value.get("identity"))]
             elif inv.f == "kill_worker" and inv.value.get("when") != "idle":
                 # No ledger: what the nemesis saw is only a snapshot taken before the kill; the server's histories
                 # must confirm that work was in flight on the victim at the kill instant.

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from chaos.checker.run_data import RunData
+from chaos.checker.run_data import RunData, run_again, running_at
 from harness.operations import OK, Op
 
 WORKER_FAULTS = ("kill_worker", "pause_worker", "drain_worker")
@@ -82,25 +82,18 @@ def faults_from_ops(ops: list[Op], workers: int) -> list[dict[str, Any]]:
 def activity_waits(fault: dict[str, Any], executions: list[dict[str, Any]], is_model) -> dict[str, Any]:
     """The attempts the fault caught in flight, and how long each activity waited for its next attempt."""
     at, ref = fault["at"], fault["reference"]
-    caught = [e for e in executions
-              if (fault["identity"] is None or e["worker"] == fault["identity"])
-              and e["started_at"] <= at and (e["finished_at"] is None or e["finished_at"] > at)]
+    caught = running_at(executions, at, fault["identity"])
     waits: dict[str, list[float]] = {"model_call": [], "tool": []}
     finished = 0
     for e in caught:
-        # the next execution of that activity: a later attempt, or (a local activity, re-run by the next workflow
-        # task from attempt 1) the same activity id again
-        retry = min((x["started_at"] for x in executions
-                     if x is not e and x["workflow_id"] == e["workflow_id"] and x["activity_id"] == e["activity_id"]
-                     and x["run_id"] == e["run_id"] and x["started_at"] >= at), default=None)
+        retry = min((x["started_at"] for x in run_again(executions, e, at)), default=None)
         if retry is None:
             finished += e["finished_at"] is not None
             continue
         if ref is not None:
             waits["model_call" if is_model(e) else "tool"].append(max(0.0, retry - ref))
-    return {"caught": len(caught), "finished_in_place": finished,
-            "model_call_s": round(max(waits["model_call"]), 2) if waits["model_call"] else None,
-            "tool_s": round(max(waits["tool"]), 2) if waits["tool"] else None}
+    return {"caught": len(caught), "finished_in_place": finished, "model_call_s": _worst(waits["model_call"]),
+            "tool_s": _worst(waits["tool"])}
 
 
 def server_waits(fault: dict[str, Any], executions: list[dict[str, Any]], is_model) -> dict[str, Any]:
@@ -115,14 +108,14 @@ def server_waits(fault: dict[str, Any], executions: list[dict[str, Any]], is_mod
 def workflow_task_waits(faults: list[dict[str, Any]], tasks: dict[str, list[Any]]) -> list[list[float]]:
     """Per fault, each timed-out workflow task's wait: from the reference (or its scheduling, if later) to the
     start of that run's next workflow task. A timeout belongs to the latest fault before it on the worker that had
-started the task (if one had), else to the latest fault before it. A server restart
-    also holds up the tasks scheduled before it and started after it: each from the server's return."""
+    started the task (if one had), else to the latest fault before it. A server restart also holds up the tasks
+    scheduled before it and started after it: each from the server's return."""
     waits: list[list[float]] = [[] for _ in faults]
     starts = sorted((f["at"], i) for i, f in enumerate(faults))
     for records in tasks.values():
         for k, t in enumerate(records):
+            scheduled, started = _wall(t.scheduled_at), _wall(t.started_at)
             for i, f in enumerate(faults):
-                scheduled, started = _wall(t.scheduled_at), _wall(t.started_at)
                 if f["op"] == "restart_server" and scheduled is not None and started is not None \
                         and scheduled < f["at"] < started:
                     waits[i].append(max(0.0, started - f["reference"]))

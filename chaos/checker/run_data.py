@@ -27,6 +27,19 @@ _V1_TARGET = {"model_activity": "plan_next_action", "ledger": "sandbox/ledger.sq
               "workspace": "sandbox/{workflow_id}", "workflow": "agent.workflow:AgentWorkflow"}
 
 
+def running_at(executions: list[dict[str, Any]], at: float, worker: str | None = None) -> list[dict[str, Any]]:
+    """The ledger executions begun by ``at`` (wall seconds) and not finished by then (on ``worker``, if given)."""
+    return [e for e in executions if (worker is None or e["worker"] == worker)
+            and e["started_at"] <= at and (e["finished_at"] is None or e["finished_at"] > at)]
+
+
+def run_again(executions: list[dict[str, Any]], e: dict[str, Any], after: float) -> list[dict[str, Any]]:
+    """Executions of ``e``'s activity other than ``e`` that began after ``after``: a later attempt, or (a local
+    activity, re-run by the next workflow task from attempt 1) the same activity id again."""
+    return [x for x in executions if x is not e and x["workflow_id"] == e["workflow_id"]
+            and x["run_id"] == e["run_id"] and x["activity_id"] == e["activity_id"] and x["started_at"] > after]
+
+
 @dataclass
 class RunData:
     """A saved run, read lazily from its directory."""
