@@ -210,7 +210,7 @@ class AgentActivities:
         timeout = info.start_to_close_timeout.total_seconds() if info.start_to_close_timeout else 60.0
         # Model calls are recorded like side effects: they cost money, and a checker counts them. (The ledger is
         # also where harness.faults acts: a worker built to crash after a model call dies in end_execution.)
-        messages, specs = inp.messages, tool_specs(inp.tools)
+        messages, specs = inp.message_list(), tool_specs(inp.tools)
         env_state = env_record = env_note = None
         if inp.env is not None:
             # The environment's state is read here, in the activity, and shown to the model as the last message.

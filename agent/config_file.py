@@ -8,6 +8,8 @@
     env:
       name: shell_local        # base | shell_local | browser_local | browser_docker
       timeout_s: 30            # the environment's own options (see agent.envs)
+    local_tools: [calculator]  # short tools without side effects, run as local activities
+    local_model: false         # true: model calls as local activities too (README: "Local activities")
 
 Every key is optional. An unknown key, a wrong type, an unknown tool or
 environment is refused with a message naming the key and what is allowed.
@@ -32,6 +34,7 @@ KEYS: dict[str, str] = {
     "max_history_events": "an integer >= 0",
     "env": "a mapping with at least name",
     "local_tools": "a list of tool names without side effects, run as local activities",
+    "local_model": "true or false (model calls as local activities)",
 }
 
 
@@ -108,6 +111,10 @@ def load_agent_config(path: str | Path) -> AgentConfig:
         except ValueError as exc:
             raise ConfigFileError(f"{path}: {exc}") from None
         cfg.local_tools = names
+    if "local_model" in data:
+        if not isinstance(data["local_model"], bool):
+            raise ConfigFileError(f"{path}: local_model must be {KEYS['local_model']}, got {data['local_model']!r}")
+        cfg.local_model = data["local_model"]
     try:
         cfg.env = parse_env_config(data.get("env"))
     except EnvConfigError as exc:

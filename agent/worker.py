@@ -6,6 +6,9 @@ chaos and migration tooling), the ``demo``/``run`` commands and the tests.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import importlib.util
 import os
 import socket
 from dataclasses import dataclass, field
@@ -96,8 +99,30 @@ def load_workflow(spec: str) -> type:
         raise ValueError(f"--workflow {spec!r}: cannot load it ({exc})") from None
 
 
+#: the packages whose sources make a reference worker's build id (with the --workflow module's and the SDK version)
+BUILD_ID_PACKAGES = ("agent", "harness")
+
+
+@functools.lru_cache(maxsize=None)
+def source_build_id(workflow_spec: str = "agent.workflow:AgentWorkflow") -> str:
+    """The worker's build id: a hash of the code it runs (the agent's and harness's sources, the --workflow
+    module's, the SDK's version), a few ms. The SDK's default hashes the bytecode of every loaded module: ~0.35 s
+    on the way to READY, and it changes with whatever a background import (LiteLLM's) has loaded by then."""
+    import temporalio
+
+    digest = hashlib.md5(f"temporalio {temporalio.__version__}".encode(), usedforsecurity=False)
+    root = Path(__file__).resolve().parent.parent
+    files = sorted(f for pkg in BUILD_ID_PACKAGES for f in (root / pkg).rglob("*.py"))
+    spec = importlib.util.find_spec(workflow_spec.partition(":")[0])
+    if spec is not None and spec.origin and spec.origin.endswith(".py") and Path(spec.origin) not in files:
+        files.append(Path(spec.origin))
+    for f in files:
+        digest.update(str(f.relative_to(root) if f.is_relative_to(root) else f).encode())
+        digest.update(f.read_bytes())
+    return f"dah-{digest.hexdigest()[:16]}"
+
+
 def build_worker(client: Client, settings: WorkerSettings, ledger: EffectLedger) -> Worker:
-    llm.preload_in_background()
     activities = AgentActivities(
         sandbox_root=settings.sandbox_root,
         ledger=ledger,
@@ -110,12 +135,13 @@ def build_worker(client: Client, settings: WorkerSettings, ledger: EffectLedger)
 
     configure_worker(ledger=ledger, sandbox_root=settings.sandbox_root, model_base_url=settings.model_base_url,
                      identity=settings.identity)
-    return Worker(
+    worker = Worker(
         client,
         task_queue=settings.task_queue,
         workflows=[load_workflow(settings.workflow), DurableTaskWorkflow],
         activities=[*activities.all(), durable_step],
         identity=settings.identity,
+        build_id=source_build_id(settings.workflow),
         max_concurrent_activities=settings.max_concurrent_activities,
         disable_eager_activity_execution=not settings.eager_activities,
         max_cached_workflows=settings.max_cached_workflows,
@@ -124,3 +150,7 @@ def build_worker(client: Client, settings: WorkerSettings, ledger: EffectLedger)
         activity_task_poller_behavior=PollerBehaviorSimpleMaximum(maximum=settings.activity_pollers),
         **({} if settings.workflow_sandbox else {"workflow_runner": UnsandboxedWorkflowRunner()}),
     )
+    # LiteLLM's import (seconds of CPU) on a thread from now: after the worker is built, so that it does not
+    # compete for the GIL with the way to READY; model calls wait for it (llm.wait_loaded).
+    llm.preload_in_background()
+    return worker

@@ -74,6 +74,18 @@ def _activity_options(policy: ActivityPolicy) -> dict[str, Any]:
     }
 
 
+async def _run_activity(activity: str, arg: Any, result_type: type, summary: str, options: dict[str, Any], *,
+                        local: bool) -> Any:
+    """An activity, or (``local``) a local activity: run by the worker that runs the workflow task, no dispatch
+    through the server, its result recorded as a marker when the task completes. A local activity has no heartbeat
+    (the workflow task's own lease covers it) and the same retry policy."""
+    if local:
+        return await workflow.execute_local_activity(
+            activity, arg, result_type=result_type, summary=summary,
+            **{k: v for k, v in options.items() if k != "heartbeat_timeout"})
+    return await workflow.execute_activity(activity, arg, result_type=result_type, summary=summary, **options)
+
+
 def _cancelling() -> bool:
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
@@ -103,13 +115,9 @@ class _ActivityEffects:
         env = self._wf.env_ref()
         builtin = [t for t in tools if t not in self._wf.env_tool_names()]
         try:
-            out = await workflow.execute_activity(
-                "plan_next_action",
-                PlanInput(model=cfg.model, messages=list(messages), tools=builtin, env=env),
-                result_type=PlanOutput,
-                summary=f"model {cfg.model}",
-                **_activity_options(cfg.planning),
-            )
+            out = await _run_activity(
+                "plan_next_action", PlanInput.of(cfg.model, messages, builtin, env),
+                PlanOutput, f"model {cfg.model}", _activity_options(cfg.planning), local=cfg.local_model)
         except ActivityError as err:
             if is_cancelled_exception(err):
                 raise asyncio.CancelledError("model call cancelled") from err  # no further model turn
@@ -153,12 +161,7 @@ class _ActivityEffects:
         self._wf.state = "running_tools"
         args = json.dumps(call.arguments, sort_keys=True)
         try:
-            if local:  # no heartbeat (the workflow task's own lease covers it); the same retry policy
-                return await workflow.execute_local_activity(
-                    activity, arg, result_type=result_type, summary=f"{call.name}({args[:120]})",
-                    **{k: v for k, v in options.items() if k != "heartbeat_timeout"})
-            return await workflow.execute_activity(
-                activity, arg, result_type=result_type, summary=f"{call.name}({args[:120]})", **options)
+            return await _run_activity(activity, arg, result_type, f"{call.name}({args[:120]})", options, local=local)
         except ActivityError as err:
             if is_cancelled_exception(err):
                 raise asyncio.CancelledError(f"{call.name} cancelled") from err

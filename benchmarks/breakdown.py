@@ -12,7 +12,10 @@ schedule-to-start (waiting for a worker to pick the task up) and execution,
 activity schedule-to-start and execution (of which the model call's own
 latency, read from the ``plan_next_action`` result, is ``model_ms``), and
 ``other`` (the gaps between events). ``client_rtt`` is what the client saw
-beyond the server span: delivering the Update and its result.
+beyond the server span: delivering the Update and its result. Local
+activities (``AgentConfig.local_model``, ``local_tools``) run inside workflow
+tasks: their time is in ``wft_exec``, a local model call's latency is read from
+its marker into ``model_ms`` all the same, and ``local_count`` counts them.
 
 The input is Temporal's own history objects (``WorkflowHistory``), so the
 same function runs on live histories and on saved ones (``harness.event_history``).
@@ -28,7 +31,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHistory
 
-from harness.event_history import ACTIVITY_CLOSE
+from harness.event_history import ACTIVITY_CLOSE, LOCAL_ACTIVITY_MARKER
 
 COMPONENTS = ("client_rtt_ms", "wft_sched_to_start_ms", "wft_exec_ms", "act_sched_to_start_ms", "act_exec_ms",
               "other_ms")
@@ -50,6 +53,19 @@ def _model_latency_ms(event: HistoryEvent) -> float:
         payload = event.activity_task_completed_event_attributes.result.payloads[0]
         return float(json.loads(payload.data).get("latency_ms", 0.0))
     except (IndexError, ValueError, AttributeError, TypeError):
+        return 0.0
+
+
+def _local_model_latency_ms(event: HistoryEvent) -> float | None:
+    """A local ``plan_next_action``'s ``latency_ms`` from its marker; None for any other marker."""
+    a = event.marker_recorded_event_attributes
+    if a.marker_name != LOCAL_ACTIVITY_MARKER or "data" not in a.details:
+        return None
+    try:
+        if json.loads(a.details["data"].payloads[0].data).get("activity_type") != "plan_next_action":
+            return 0.0
+        return float(json.loads(a.details["result"].payloads[0].data).get("latency_ms", 0.0))
+    except (IndexError, KeyError, ValueError, AttributeError, TypeError):
         return 0.0
 
 
@@ -75,7 +91,8 @@ def turn_breakdown(events: list[HistoryEvent], start: int, end: int) -> dict[str
     """The server-side components of the events ``start..end`` (inclusive), in ms."""
     by_id = {ev.event_id: ev for ev in events}
     out = {"server_ms": _ms(events[end]) - _ms(events[start]), "wft_sched_to_start_ms": 0.0, "wft_exec_ms": 0.0,
-           "act_sched_to_start_ms": 0.0, "act_exec_ms": 0.0, "model_ms": 0.0, "wft_count": 0, "act_count": 0}
+           "act_sched_to_start_ms": 0.0, "act_exec_ms": 0.0, "model_ms": 0.0, "wft_count": 0, "act_count": 0,
+           "local_count": 0}
     for ev in events[start:end + 1]:
         t = ev.event_type
         if t == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
@@ -91,6 +108,11 @@ def turn_breakdown(events: list[HistoryEvent], start: int, end: int) -> dict[str
             elif (sched := by_id.get(attrs.scheduled_event_id)) is not None:
                 # Timed out before any worker took it (a dead worker's sticky queue): all of it was waiting.
                 out["wft_sched_to_start_ms"] += _ms(ev) - _ms(sched)
+        elif t == EventType.EVENT_TYPE_MARKER_RECORDED:
+            latency = _local_model_latency_ms(ev)
+            if latency is not None:
+                out["local_count"] += 1
+                out["model_ms"] += latency
         elif t in ACTIVITY_CLOSE:
             attrs = getattr(ev, ev.WhichOneof("attributes"))
             sched, started = by_id.get(attrs.scheduled_event_id), by_id.get(attrs.started_event_id)

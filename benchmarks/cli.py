@@ -21,6 +21,8 @@ EPILOG = """\
 sections:
   table2      the paper's Table 2: durable vs plain loop, mock vs model, per workload; and the overhead breakdown
   tuning      per-step overhead before/after tuning: stock vs tuned dev server, eager activities on/off
+  overhead    durable overhead per turn, the worker in its own process: dispatched vs local tools / model calls,
+              beside the floor of each shape (N trivial activities)
   length      per-turn latency and history bytes against conversation length, continue-as-new off/on
   throughput  turns/s against concurrent conversations and worker processes
   recovery    what a worker SIGKILL adds to a turn, against the activity heartbeat timeout

@@ -14,7 +14,7 @@ from harness.rundir import RunDir
 from testbed.model_server import ScriptedModelServer
 
 #: every section, in the order a run measures them
-SECTION_NAMES = ("table2", "tuning", "length", "throughput", "recovery", "micro", "checkpoint")
+SECTION_NAMES = ("table2", "tuning", "overhead", "length", "throughput", "recovery", "micro", "checkpoint")
 QUICK_SKIPS = ("recovery",)  # a worker kill costs the heartbeat and sticky timeouts: not within a minute
 #: what runs with --durability checkpoint (the others measure Temporal itself: its server, workers and histories)
 CHECKPOINT_SECTIONS = ("table2", "checkpoint", "micro")

@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 SECTIONS: dict[str, Callable[..., Any]] = {
     "table2": sections.table2,
     "tuning": sections.tuning,
+    "overhead": sections.overhead,
     "length": sections.length,
     "throughput": sections.throughput,
     "recovery": sections.recovery,
@@ -70,7 +71,7 @@ async def run(options: Options, say: Callable[[str], None], command: str) -> Pat
     say(f"benchmark run {run_dir.path} (profile {record['profile']}): {', '.join(wanted)}")
     with run_dir.ending_if_it_fails(started):
         temporal_table2 = options.durability == "temporal" and "table2" in wanted
-        needs_server = temporal_table2 or bool({"tuning", "length", "checkpoint"} & set(wanted))
+        needs_server = temporal_table2 or bool({"tuning", "overhead", "length", "checkpoint"} & set(wanted))
         if needs_server:
             say("starting the embedded Temporal server (tuned profile) and in-process workers")
         async with sections.local_server(run_dir, options, tuned=True, model=True, temporal=needs_server) as local:

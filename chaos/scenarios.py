@@ -53,6 +53,7 @@ class ChaosScenario:
     recovery_within_s: float = 45.0  # after the heal, each pending workflow task completes within this (liveness)
     timeouts: str = "fast"  # chaos.client.TIMEOUTS: how fast the agent notices a dead worker ("defaults": untuned)
     local_tools: tuple[str, ...] = ()  # tools the agent runs as local activities (AgentConfig.local_tools)
+    local_model: bool = False  # the agent's model calls run as local activities (AgentConfig.local_model)
 
 
 E = NemesisEvent
@@ -138,6 +139,15 @@ SCENARIOS: dict[str, ChaosScenario] = {
             (E(0.5, "kill_worker", {"when": "busy", "activity": "calculator", "down_s": 1.0}),
              E(3.5, "kill_worker", {"when": "busy", "activity": "model", "down_s": 1.0})),
             workload=Workload(append_ratio=0.3), local_tools=("calculator",), fault_s=6.0,
+        ),
+        ChaosScenario(
+            "kill_local_model", "Model calls and the calculator run as local activities (the whole turn in one workflow "
+                                "task); SIGKILL a worker mid model call, twice, then SIGSTOP one mid model call.",
+            (E(0.5, "kill_worker", {"when": "busy", "activity": "model", "down_s": 1.0}),
+             E(3.0, "kill_worker", {"when": "busy", "activity": "model", "down_s": 1.0}),
+             E(5.5, "pause_worker", {"pause_s": 4.0})),
+            cluster=ClusterSpec(model_latency="fixed:500"), workload=Workload(append_ratio=0.3),
+            local_tools=("calculator",), local_model=True, fault_s=10.0,
         ),
         ChaosScenario(
             "kill_workflow_task", "SIGKILL a worker holding a workflow task (frozen as a message's task reaches it).",

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
@@ -69,6 +69,48 @@ class ActivityRecord:
         if self.started_at and self.closed_at:
             return (self.closed_at - self.started_at).total_seconds() * 1000.0
         return None
+
+
+#: the marker the SDK records a local activity's result in (Temporal's sdk-core)
+LOCAL_ACTIVITY_MARKER = "core_local_activity"
+
+
+@dataclass
+class LocalActivityRecord:
+    """A local activity whose result the history recorded (a ``core_local_activity`` marker). One that ran but
+    was never recorded (its worker died or lost the workflow task first) leaves no event: only an execution log
+    shows it."""
+
+    activity_id: str
+    activity_type: str
+    attempt: int
+    outcome: str  # completed | failed | cancelled (what the marker carries)
+    recorded_at: datetime  # when the history recorded it (the marker event: its workflow task's completion)
+    completed_at: datetime | None = None  # when the worker finished it (the marker's own timestamp)
+    worker: str = ""  # the worker whose workflow task completion recorded it
+    result: object = None  # decoded like ``decode_payload`` (UNREADABLE under a codec)
+    failure: str = ""
+
+
+def _local_activity(ev: HistoryEvent, worker: str) -> LocalActivityRecord | None:
+    a = ev.marker_recorded_event_attributes
+    if a.marker_name != LOCAL_ACTIVITY_MARKER or "data" not in a.details:
+        return None
+    try:
+        data = json.loads(a.details["data"].payloads[0].data)
+    except (IndexError, ValueError, UnicodeDecodeError):
+        return None
+    done = data.get("complete_time") or {}
+    completed = (datetime.fromtimestamp(done.get("seconds", 0) + done.get("nanos", 0) / 1e9, tz=timezone.utc)
+                 .replace(tzinfo=None) if done else None)
+    result = a.details.get("result")
+    failure = a.failure.message if a.HasField("failure") else ""
+    outcome = "completed" if not a.HasField("failure") else (
+        "cancelled" if a.failure.HasField("canceled_failure_info") else "failed")
+    return LocalActivityRecord(str(data.get("activity_id", data.get("seq", ""))), str(data.get("activity_type", "")),
+                               int(data.get("attempt") or 1), outcome, ev.event_time.ToDatetime(), completed, worker,
+                               decode_payload(result.payloads[0]) if result is not None and result.payloads else None,
+                               failure)
 
 
 _CHILD_CLOSE = {
@@ -159,6 +201,7 @@ class RunRecord:
     events: int = 0
     history_bytes: int = 0
     activities: list[ActivityRecord] = field(default_factory=list)
+    local_activities: list[LocalActivityRecord] = field(default_factory=list)  # those recorded, in order
     updates: int = 0
     signals: int = 0
     next_run_id: str | None = None
@@ -231,6 +274,10 @@ def parse_events(workflow_id: str, run_id: str, events: list[HistoryEvent]) -> R
             rec.outcome, rec.closed_at = ACTIVITY_CLOSE[t], at
             if hasattr(attrs, "failure") and attrs.HasField("failure"):
                 rec.failure = attrs.failure.message
+        elif t == EventType.EVENT_TYPE_MARKER_RECORDED:
+            la = _local_activity(ev, run.workflow_task_workers[-1] if run.workflow_task_workers else "")
+            if la is not None:
+                run.local_activities.append(la)
         elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
             a = ev.workflow_task_scheduled_event_attributes
             run.workflow_tasks.append(WorkflowTaskRecord(ev.event_id, a.attempt or 1, scheduled_at=at))

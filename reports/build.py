@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 MANIFEST = ".reports-manifest.json"
 LATEX_TABLES = {"table1": r"\small", "table2": r"\small", "table2_overhead": r"\small", "breakdown": r"\small"}
-BENCH_SECTIONS = ["table2", "tuning", "breakdown", "length", "throughput", "recovery", "resources", "micro",
+BENCH_SECTIONS = ["table2", "tuning", "overhead", "breakdown", "length", "throughput", "recovery", "resources", "micro",
                   "checkpoint"]
 TITLE = "Durable agents on Temporal: benchmark and fault-injection report"
 
@@ -211,19 +211,27 @@ class Builder:
         self.emit_table(doc, t)
         self.emit_figure(doc, figs.plot_breakdown(series, self.fig_dir))
 
-    def tuning(self, doc: Doc) -> None:
-        series = self.bench_data(doc, "latency", "tuning")
+    def _latency_section(self, doc: Doc, section: str, table: Any, figure: Any = None) -> None:
+        """A section of ``latency.json`` with the breakdown beside it: its table, and its figure if it has one."""
+        series = self.bench_data(doc, "latency", section)
         if series is None:
             return
         bd = self.src.bench.data.get("breakdown")
-        t = tab.tuning(series, bd)
+        t = table(series, bd)
         if t is None:
-            doc.para(f"no data: `{self.src.bench.path}/latency.json` has no tuning series (run `make bench`, or "
-                     f"`python -m benchmarks --only tuning`)")
+            doc.para(f"no data: `{self.src.bench.path}/latency.json` has no {section} series (run `make bench`, or "
+                     f"`python -m benchmarks --only {section}`)")
             return
-        log.info("tuning: %d series", len(t.df))
+        log.info("%s: %d series", section, len(t.df))
         self.emit_table(doc, t)
-        self.emit_figure(doc, figs.plot_tuning(series, bd, self.fig_dir))
+        if figure is not None:
+            self.emit_figure(doc, figure(series, bd, self.fig_dir))
+
+    def tuning(self, doc: Doc) -> None:
+        self._latency_section(doc, "tuning", tab.tuning, figs.plot_tuning)
+
+    def overhead(self, doc: Doc) -> None:
+        self._latency_section(doc, "overhead", tab.overhead)
 
     def length(self, doc: Doc) -> None:
         series = self.bench_data(doc, "length", "length")
@@ -419,7 +427,7 @@ class Builder:
         out = []
         lat = b.data.get("latency") or []
         for sec in BENCH_SECTIONS:
-            if sec in ("table2", "tuning"):
+            if sec in ("table2", "tuning", "overhead"):
                 if any(s["section"] == sec for s in lat):
                     out.append(sec)
             elif {"checkpoint": "checkpoint_backend"}.get(sec, sec) in b.data:
@@ -434,6 +442,7 @@ class Builder:
             ("Table 2: per-turn latency, durable against plain", self.table2),
             ("Overhead breakdown", self.breakdown),
             ("Tuning: before and after", self.tuning),
+            ("Overhead per turn, the worker in its own process", self.overhead),
             ("Scaling with conversation length", self.length),
             ("Throughput", lambda d: self.points(d, "throughput", tab.throughput, figs.plot_throughput)),
             ("Recovery after a worker kill", lambda d: self.points(d, "recovery", tab.recovery, figs.plot_recovery)),

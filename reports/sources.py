@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 # bench file stem -> the benchmark sections (`python -m benchmarks --only ...`) whose data it holds
 BENCH_FILES: dict[str, tuple[str, ...]] = {
-    "latency": ("table2", "tuning"),
+    "latency": ("table2", "tuning", "overhead"),
     "breakdown": ("breakdown",),
     "length": ("length",),
     "throughput": ("throughput",),

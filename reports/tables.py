@@ -263,6 +263,43 @@ def tuning(series: list[dict[str, Any]], breakdown_series: list[dict[str, Any]] 
                  hide=hide)
 
 
+def overhead(series: list[dict[str, Any]], breakdown_series: list[dict[str, Any]] | None) -> Table | None:
+    """The overhead section: per configuration and workload, the durable overhead per turn (client minus the
+    model's own), the floor of the same number of dispatches beside it, and where the time went."""
+    mine = [s for s in series if s["section"] == "overhead"]
+    if not mine:
+        return None
+    by_name = {b["name"]: b for b in breakdown_series or []}
+    floors = {(s.get("floor_activities"), s.get("floor_local")): _median(column(s["turns"], "client_ms"))
+              for s in mine if s.get("loop") == "floor"}
+    rows = []
+    for s in mine:
+        t = s["turns"]
+        over = _median(column(t, "client_ms") - np.nan_to_num(column(t, "model_ms")))
+        if s.get("loop") == "floor":
+            shape = f"{s['floor_activities']} trivial activit{'y' if s['floor_activities'] == 1 else 'ies'}"
+            rows.append({"Series": s["name"], "Configuration": "floor", "Workload": shape, "n": len(t),
+                         "overhead p50": over, "floor p50": math.nan, "above floor": math.nan})
+            continue
+        steps = 1 if s["workload"] == "reply" else 3
+        # a tool turn's three steps (two model calls, the calculator): a floor only where all are alike
+        local_model, local_tool = bool(s.get("local_model")), bool(s.get("local_tools"))
+        shape = None if steps == 3 and local_model != local_tool else (steps, local_model)
+        floor = floors.get(shape, math.nan) if shape else math.nan
+        comps = component_medians(by_name[s["name"]]["turns"]) if s["name"] in by_name else {}
+        rows.append({"Series": s["name"], "Configuration": s.get("variant") or DASH, "Workload": s["workload"],
+                     "n": len(t), "overhead p50": over, "floor p50": floor, "above floor": over - floor,
+                     **{f"median {k}": v for k, v in comps.items()}})
+    df = pd.DataFrame(rows)
+    hide = tuple(c for c in df.columns if c.startswith("median "))
+    return Table("overhead", "Durable overhead per turn with the worker in its own process (ms, median of serial "
+                 "turns, instant model): client latency minus the model's own, per agent configuration (model calls "
+                 "and tools dispatched or local activities); 'floor' is an Update running the same number of trivial "
+                 "activities, all dispatched or all local like the turn's steps (none for a mix), on the same server.", df,
+                 {"n": "d", "overhead p50": MS, "floor p50": MS, "above floor": MS, **{c: MS for c in hide}},
+                 hide=hide)
+
+
 # ---------------------------------------------------------------- scaling, throughput, recovery, resources, micro
 
 def length_turns(series: list[dict[str, Any]]) -> pd.DataFrame:

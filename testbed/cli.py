@@ -49,7 +49,7 @@ def _add_agent_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("agent (explicit options override --config)")
     g.add_argument("--config", type=Path, metavar="FILE",
                    help="agent config file, YAML or JSON: model, tools, system_prompt, max_steps_per_turn, "
-                        "max_history_events and env (e.g. examples/shell.yaml)")
+                        "max_history_events, env, local_tools and local_model (e.g. examples/shell.yaml)")
     g.add_argument("--env", metavar="NAME",
                    help="environment: base (default), shell_local, browser_local or browser_docker "
                         "(its options come from --config's env section)")

@@ -76,12 +76,7 @@ def _serve() -> int:
     from agent import llm
 
     llm.preload()  # LiteLLM and what it imports lazily on the first call with tools
-    try:  # the SDK's default build id hashes every loaded module's code (~0.35 s); it memoises it: once, here
-        from temporalio.worker._worker import load_default_build_id
-
-        load_default_build_id()
-    except Exception:  # a newer SDK without it: each worker computes it, as it would anyway
-        pass
+    agent.worker.source_build_id()  # memoised: the forked workers share it
     if threading.active_count() != 1:  # forking a process with threads would copy their locks mid-use
         print(json.dumps({"error": f"{threading.active_count()} threads after import; cannot fork safely"}),
               flush=True)

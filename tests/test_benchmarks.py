@@ -30,15 +30,17 @@ def test_quick_benchmark_then_report_from_the_saved_run(tmp_path: Path) -> None:
     before = temporal_server_pids()
     runs = tmp_path / "runs"
     # checkpoint after tuning: the stock server's workers must leave the run's shared ledger open for it.
-    out = bench("--quick", "--only", "table2,tuning,length,checkpoint", "--turns", "3", "--out", str(runs / "bench"))
+    out = bench("--quick", "--only", "table2,tuning,overhead,length,checkpoint", "--turns", "3", "--out",
+                str(runs / "bench"))
     assert out.returncode == 0, out.stderr[-3000:]
     assert temporal_server_pids() <= before, "a temporal server was left running"
     run_dir = (runs / "bench" / "latest").resolve()
     assert_valid(run_dir)
     record = json.loads((run_dir / "run.json").read_text())
-    assert record["status"] == "complete" and record["sections"] == ["table2", "tuning", "length", "checkpoint"]
+    assert record["status"] == "complete" and record["sections"] == ["table2", "tuning", "overhead", "length",
+                                                                     "checkpoint"]
     assert record["machine"]["cores"] and record["machine"]["temporalio"]
-    assert record["reproduce"].startswith("python -m benchmarks --quick --only table2,tuning,length,checkpoint "
+    assert record["reproduce"].startswith("python -m benchmarks --quick --only table2,tuning,overhead,length,checkpoint "
                                           "--turns 3 ")
     checkpoint = json.loads((run_dir / "checkpoint_backend.json").read_text())
     assert {p["measure"] for p in checkpoint["points"]} == {"floor", "step", "turn"}
@@ -56,7 +58,17 @@ def test_quick_benchmark_then_report_from_the_saved_run(tmp_path: Path) -> None:
     assert {tuple(s["local_tools"]) for s in tuning if s["variant"] == "local-tools"} == {("calculator",)}
     assert all(s["local_tools"] == [] for s in tuning if s["variant"] != "local-tools")
 
+    # The overhead section: the worker in its own process, per configuration, and the floor of each shape.
+    overhead = {s["name"]: s for s in series.values() if s["section"] == "overhead"}
+    assert set(overhead) == {"process/activities/reply", "process/local-model/reply", "process/activities/tool",
+                             "process/local-tools/tool", "process/local-model/tool", "process/local-all/tool",
+                             "floor/1-dispatched", "floor/3-dispatched", "floor/1-local", "floor/3-local"}
+    assert all(len(s["turns"]) == 3 for s in overhead.values())
+
     breakdown = {s["name"]: s["turns"] for s in json.loads((run_dir / "breakdown.json").read_text())["series"]}
+    for turn in breakdown["process/local-all/tool"]:  # the whole turn in one task: two model calls and the tool
+        assert (turn["wft_count"], turn["act_count"], turn["local_count"]) == (1, 0, 3), turn
+        assert 0 < turn["model_ms"] < turn["wft_exec_ms"], turn  # read from the markers
     for turn in breakdown["durable/mock/reply"]:  # one model call: Update task, plan, reply task
         assert (turn["wft_count"], turn["act_count"]) == (2, 1), turn
     for turn in breakdown["durable/mock/tool"]:  # plan, calculator, plan
@@ -73,7 +85,7 @@ def test_quick_benchmark_then_report_from_the_saved_run(tmp_path: Path) -> None:
     report = subprocess.run([sys.executable, "-m", "reports", "--runs", str(runs), "--out", str(tmp_path / "out")],
                             capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert report.returncode == 0, report.stderr[-3000:]
-    for name in ("report.md", "table2.csv", "table2.tex", "breakdown.csv", "length.csv"):
+    for name in ("report.md", "table2.csv", "table2.tex", "breakdown.csv", "length.csv", "overhead.csv"):
         assert (tmp_path / "out" / name).exists(), name
     assert "\\toprule" in (tmp_path / "out" / "table2.tex").read_text()
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from chaos.checker import lost, temporal_history, workflow_tasks
 from chaos.checker.run_data import RunData
 from chaos.runner import check
-from harness.event_history import ActivityRecord, RunRecord, WorkflowTaskRecord
+from harness.event_history import ActivityRecord, LocalActivityRecord, RunRecord, WorkflowTaskRecord
 from harness.operations import FAIL, INFO, OK, History
 from harness.recording import EffectLedger, ExecutionIdentity
 from harness.verdict import PASS, UNKNOWN, CheckResult, summarise
@@ -130,6 +130,49 @@ def test_without_an_execution_log_nothing_is_claimed_about_re_execution(tmp_path
     data.__dict__["event_histories"] = {"c-0": [RunRecord("c-0", "r-1", activities=[_model_call(1)])]}
     result = temporal_history.check(data)
     assert "none executed after completing" not in result.summary and "not checked" in result.summary
+
+
+def _local_model_call(tmp_path: Path, executions: list[tuple[str, float]], tasks: list[tuple[str, float]]) -> RunData:
+    """A model call run as a local activity, recorded (its marker) at +4 s by w1's workflow task; its executions
+    (worker, started: each finished ok) and the workflow tasks each worker started (worker, started)."""
+    run = _run_dir(tmp_path, [], [], target={"ledger": "ledger.sqlite3", "model_activity": "plan"})
+    t = T0.timestamp()
+    with EffectLedger(run / "state" / "ledger.sqlite3") as ledger:
+        for worker, started in executions:
+            eid = ledger.begin_execution(ExecutionIdentity("c-0", "r-1", "3", 1, worker, None), "plan",
+                                         model_call=True)
+            ledger.end_execution(eid, "ok")
+            ledger._conn.execute("UPDATE executions SET started_at = ?, finished_at = ? WHERE id = ?",
+                                 (t + started, t + started + 0.1, eid))
+    la = LocalActivityRecord("3", "plan", 1, "completed", recorded_at=T0 + timedelta(seconds=4), worker="w1")
+    wfts = [WorkflowTaskRecord(i, identity=w, outcome="started", started_at=T0 + timedelta(seconds=at))
+            for i, (w, at) in enumerate(tasks)]
+    data = RunData(run)
+    data.__dict__["event_histories"] = {"c-0": [RunRecord("c-0", "r-1", local_activities=[la], workflow_tasks=wfts)]}
+    return data
+
+
+def test_a_local_activity_run_again_after_it_was_recorded_fails(tmp_path: Path) -> None:
+    # w2 took a workflow task at +4.5 s, after the marker, and ran the call again at +5 s: the history told it
+    data = _local_model_call(tmp_path, [("w1", 3.0), ("w2", 5.0)], [("w1", 2.9), ("w2", 4.5)])
+    result = temporal_history.check(data)
+    assert result.verdict == "fail" and "executed again after the history recorded it" in result.summary
+
+
+def test_a_local_activity_run_late_on_a_task_taken_before_the_recording_is_stale_not_failed(tmp_path: Path) -> None:
+    # w2 took the task at +1 s, was paused; w1 took it over and recorded the call at +4 s; w2 resumed at +5 s
+    data = _local_model_call(tmp_path, [("w2", 1.1), ("w1", 3.0), ("w2", 5.0)], [("w2", 1.0), ("w1", 2.9)])
+    result = temporal_history.check(data)
+    assert result.verdict == PASS, result.summary
+    assert result.details["stale_model_calls"] == 1 and result.details["local_repeated_before_recorded"] == 2
+
+
+def test_a_local_activity_finished_twice_before_it_was_recorded_is_counted(tmp_path: Path) -> None:
+    # w2 finished it at +1 s and died before its task completed; w1 ran it again and recorded it
+    data = _local_model_call(tmp_path, [("w2", 1.0), ("w1", 3.0)], [("w2", 0.9), ("w1", 2.9)])
+    result = temporal_history.check(data)
+    assert result.verdict == PASS, result.summary
+    assert result.details["local_repeated_before_recorded"] == 1 and "1 finished again" in result.summary
 
 
 def _tasks(*outcomes: tuple[str, str]) -> list[WorkflowTaskRecord]:

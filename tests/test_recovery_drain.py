@@ -152,9 +152,13 @@ def test_the_timeouts_profiles_reach_the_agent_config() -> None:
 async def test_a_drained_worker_hands_back_nothing_and_one_that_cancels_is_caught(tmp_path: Path) -> None:
     """On a real cluster: SIGTERM mid model call. The reference worker drains (the drain checker passes); the
     same worker built to cancel on SIGTERM (the SDK's default) has its model call re-executed (it fails)."""
-    scenario = replace(SCENARIOS["drain_worker"], name="drain_once",
+    # Model calls of 1.5 s: the SIGTERM lands with most of the call still to run (at the end of a 0.5 s call, the
+    # cancelling worker's call could finish in the milliseconds before the SDK cancels it, and nothing would show).
+    base = SCENARIOS["drain_worker"]
+    scenario = replace(base, name="drain_once",
                        events=(NemesisEvent(0.3, "drain_worker", {"activity": "model", "down_s": 0.5}),),
-                       workload=Workload(conversations=2, messages=2, append_ratio=0.0), fault_s=2.5, warmup_s=0.5)
+                       cluster=replace(base.cluster, model_latency="fixed:1500"),
+                       workload=Workload(conversations=2, messages=2, append_ratio=0.0), fault_s=3.0, warmup_s=0.5)
     good = await run(scenario, ReferenceOnTemporal(), seed=5, out_root=tmp_path)
     verdicts = {c.name: c.verdict for c in good.checks}
     assert verdicts["drain"] == PASS and good.verdict == PASS, good.checks

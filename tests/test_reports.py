@@ -36,7 +36,7 @@ def write_bench(run: Path, *, status="complete", files=None) -> None:
     record = {"schema": 2, "kind": "bench", "name": "bench", "profile": "quick", "seed": 0,
               "command": "python -m benchmarks --quick",
               "status": status, "started": "2026-11-22T10:00:00Z", "wall_s": 42.0,
-              "sections": ["table2", "tuning", "breakdown", "length", "throughput", "recovery", "micro"],
+              "sections": ["table2", "tuning", "overhead", "breakdown", "length", "throughput", "recovery", "micro"],
               "machine": {"cores": 2, "memory_gb": 7.8, "cpu": "Test CPU", "platform": "Linux-test",
                           "python": "3.11.9", "temporalio": "1.35.0",
                           "temporal_cli": "temporal version 1.9.1 (Server 1.32.0)"},
@@ -56,6 +56,17 @@ def write_bench(run: Path, *, status="complete", files=None) -> None:
                     [2, 2, 2], "stock", False),
             _series("tuning/tuned/eager", "tuning", "durable", "mock", "tool", "fixed:0", [15, 16, 17],
                     [2, 2, 2], "tuned", True),
+            # Overhead (client - model) medians 22 and 12; the floors of their shapes 16 and 9.
+            {**_series("process/activities/reply", "overhead", "durable", "mock", "reply", "fixed:0", [30, 32, 34],
+                       [10, 10, 10], "tuned", True), "variant": "activities", "local_model": False,
+             "local_tools": []},
+            {**_series("process/local-model/reply", "overhead", "durable", "mock", "reply", "fixed:0", [21, 22, 23],
+                       [10, 10, 10], "tuned", True), "variant": "local-model", "local_model": True,
+             "local_tools": []},
+            {**_series("floor/1-dispatched", "overhead", "floor", None, None, None, [15, 16, 17], [0, 0, 0], "tuned",
+                       True), "floor_activities": 1, "floor_local": False},
+            {**_series("floor/1-local", "overhead", "floor", None, None, None, [8, 9, 10], [0, 0, 0], "tuned",
+                       True), "floor_activities": 1, "floor_local": True},
         ]},
         "breakdown": {"series": [
             {"name": "durable/mock/reply", "turns": [_bd_turn(i, 10 + 2 * i, 2, 3, 2, 1, 2, 1, 1 + i)
@@ -319,6 +330,10 @@ def test_breakdown_tuning_micro_numbers(built):
     assert tuning.loc["tuning/stock/no-eager", "median wft_sched_to_start"] == pytest.approx(8.0)
     micro = pd.read_csv(built["out"] / "micro.csv")
     assert micro.loc[0, "mean (µs)"] == pytest.approx(2.5)
+    overhead = pd.read_csv(built["out"] / "overhead.csv").set_index("Series")
+    assert overhead.loc["process/activities/reply", "overhead p50"] == pytest.approx(22.0)
+    assert overhead.loc["process/activities/reply", "above floor"] == pytest.approx(22.0 - 16.0)
+    assert overhead.loc["process/local-model/reply", "above floor"] == pytest.approx(12.0 - 9.0)
 
 
 def test_table1_verdicts(built):

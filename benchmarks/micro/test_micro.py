@@ -90,8 +90,8 @@ def round_trip(value: Any, type_: type) -> tuple[Any, int]:
 @pytest.mark.benchmark(group="payload")
 @pytest.mark.parametrize("n_messages", [10, 200])
 def test_payload_plan_input_round_trip(benchmark: Any, n_messages: int) -> None:
-    value = PlanInput(model="scripted", messages=conversation(n_messages), tools=list(TOOLS))
-    assert len(value.messages) == n_messages
+    value = PlanInput.of("scripted", conversation(n_messages), list(TOOLS))
+    assert len(value.message_list()) == n_messages
     out, size = benchmark(round_trip, value, PlanInput)
     assert out == value
     assert isinstance(out, PlanInput)

@@ -103,6 +103,7 @@ class ReferenceOnTemporal(Backend):
                         workload=scenario.workload, seed=seed, config=chaos_agent_config(scenario.timeouts),
                         workflow_task_timeout_s=timeouts.workflow_task_timeout_s)
         driver.config.local_tools = list(scenario.local_tools)
+        driver.config.local_model = scenario.local_model
         if scenario.planning_max_attempts:
             driver.config.planning.maximum_attempts = scenario.planning_max_attempts
         if scenario.max_history_events:

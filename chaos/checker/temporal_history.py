@@ -5,6 +5,11 @@
   completed (the model call made before a crash is reused from history, not
   repeated), and no activity has more executions than the attempts its
   history records;
+- a local activity (a ``core_local_activity`` marker) is never executed after
+  the history recorded it; one that finished on a worker that died (or lost
+  its workflow task) before recording it runs again, which is its contract
+  (at-least-once until recorded): counted, not failed. A model call counts as
+  completed before a kill only once recorded;
 - a *stale* attempt is not that: an earlier attempt (one the server had
   already timed out and retried) that a paused or partitioned worker starts
   late is Temporal's at-least-once activity execution. It wastes a call but
@@ -110,6 +115,34 @@ def check(data: RunData) -> CheckResult:
                                 problems.append(f"{wid} {a.activity_type} #{a.activity_id}: attempts {k} and {k + 1} "
                                                 f"scheduled {gap:.2f}s apart by the server; the backoff is "
                                                 f"{backoff(initial, coef, maximum, k):.2f}s")
+    # Local activities: recorded as markers when their workflow task completes, so "completed" means recorded. One
+    # that finished but was not recorded (its worker died, or lost the task, first) runs again: at-least-once until
+    # recorded, counted. One that runs again after its marker was recorded is a replay bug.
+    local = local_repeated = 0
+    for wid, chain in data.event_histories.items():
+        for run in chain:
+            for la in run.local_activities:
+                local += 1
+                key = (run.run_id, la.activity_id)
+                execs = executions.get(key, [])
+                recorded = la.recorded_at.timestamp()
+                if la.activity_type == data.model_activity and la.outcome == "completed":
+                    completed_model_calls[key] = recorded
+                for e in execs:
+                    if e["started_at"] <= recorded + TOLERANCE_S:
+                        continue
+                    if _took_task_after(run, e["worker"], recorded, e["started_at"]):
+                        problems.append(f"{wid} {la.activity_type} (local activity) #{la.activity_id}: executed again "
+                                        f"after the history recorded it (by {e['worker']}, "
+                                        f"{e['started_at'] - recorded:.2f}s after, in a workflow task it took after "
+                                        "the recording)")
+                    else:  # a worker still on a task it took before the recording (paused, cut off): at-least-once
+                        stale.append({"workflow_id": wid, "activity": la.activity_type, "activity_id": la.activity_id,
+                                      "attempt": e["attempt"], "final_attempt": la.attempt, "worker": e["worker"],
+                                      "late_s": round(e["started_at"] - recorded, 3),
+                                      "seconds": round((e["finished_at"] or e["started_at"]) - e["started_at"], 3),
+                                      "model_call": data.is_model_call(e), "skipped": False, "local": True})
+                local_repeated += max(0, sum(1 for e in execs if e.get("outcome") == "ok") - 1)
     # The reference's claim: model calls completed before a worker died are not made again. Each completed call
     # counted once (whatever the number of kills), and only where an execution log can show it.
     kills = [(done.value or {}).get("killed_at", done.wall) for inv, done in pairs(data.ops)
@@ -134,6 +167,7 @@ def check(data: RunData) -> CheckResult:
     stale_model = [z for z in stale if z["model_call"]]
     details = {"activities": activities, "retried_activities": retried,
                "completed_activities_with_executions": reused_checked, "kills": len(kills),
+               "local_activities": local, "local_repeated_before_recorded": local_repeated if has_log else None,
                "execution_log": has_log,
                "model_calls_completed_before_kills": before_kill if has_log else None,
                "model_calls_re_executed_after_kills": again_after_kill if has_log else None,
@@ -143,11 +177,15 @@ def check(data: RunData) -> CheckResult:
                "model_requests": hidden, "not_checked": not_checked, "problems": problems[:50]}
     if problems:
         return CheckResult("temporal_history", FAIL, f"{len(problems)} problem(s); first: {problems[0]}", details)
-    if not activities:
+    if not activities and not local:
         return CheckResult("temporal_history", UNKNOWN, "the histories hold no activity: nothing to check", details)
     parts = [f"{activities} activities" + (": none executed after completing" if has_log else ""),
              f"{retried} retried activit{'y' if retried == 1 else 'ies'} spaced by the backoff policy "
              "(server clock)"]
+    if local:
+        parts.insert(1, f"{local} local activities recorded" + (
+            f": none executed after recording; {local_repeated} finished again because the first finish was never "
+            "recorded (a local activity is at-least-once until its workflow task completes)" if has_log else ""))
     if kills and has_log:
         parts.append(f"{before_kill} model call(s) completed before {len(kills)} kill(s), none executed again")
     if stale:
@@ -162,6 +200,15 @@ def check(data: RunData) -> CheckResult:
     if not_checked:
         parts.append("not checked: " + "; ".join(not_checked))
     return CheckResult("temporal_history", PASS, "; ".join(parts), details)
+
+
+def _took_task_after(run: Any, worker: str, recorded: float, started: float) -> bool:
+    """Whether ``worker`` started a workflow task of ``run`` after a local activity was recorded and before it ran
+    it again: the history then showed it the result, so running it was a replay bug. A worker whose latest task
+    started before the recording ran it on a task it took earlier (it was paused or cut off): at-least-once."""
+    return any(w.identity == worker and w.started_at is not None
+               and recorded - TOLERANCE_S < w.started_at.timestamp() <= started + TOLERANCE_S
+               for w in run.workflow_tasks)
 
 
 def _completing_attempt(data: RunData, key: tuple[str, str]) -> int:
