@@ -57,6 +57,10 @@ TUNED_DYNAMIC_CONFIG = {
 }
 
 
+#: what the dev server logs when a port it chose was taken before it could bind it
+PORT_TAKEN = "address already in use"
+
+
 class TemporalServerError(RuntimeError):
     pass
 
@@ -153,7 +157,7 @@ class EmbeddedTemporal:
                 self.stop()
                 # The dev server picks its internal services' ports (history, matching, ...) at start; another
                 # process can take one before it binds (a restart's down time is a window for that): try again.
-                if "address already in use" not in str(exc) or attempt == START_ATTEMPTS:
+                if PORT_TAKEN not in str(exc) or attempt == START_ATTEMPTS:
                     raise
                 log.warning("temporal dev server start-up lost a port race (attempt %d): starting it again", attempt)
             except BaseException:
@@ -172,9 +176,11 @@ class EmbeddedTemporal:
             if self._proc.poll() is not None:
                 self._log.flush()
                 self._log.seek(self._log_start)
-                err = self._log.read().decode(errors="replace")[-2000:]
-                raise TemporalServerError(
-                    f"temporal server exited with code {self._proc.returncode} during start-up: {err}")
+                err = self._log.read().decode(errors="replace")
+                # A lost port race is named first: the panic that follows it is long, and the tail alone hides it.
+                bind = next((line for line in err.splitlines() if PORT_TAKEN in line), "")
+                raise TemporalServerError(f"temporal server exited with code {self._proc.returncode} during start-up: "
+                                          + (f"{bind}\n... " if bind else "") + err[-2000:])
             try:
                 with urllib.request.urlopen(url, timeout=1.0) as resp:
                     if resp.status == 200:

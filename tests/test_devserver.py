@@ -101,3 +101,27 @@ def test_a_port_taken_at_start_up_is_retried_then_reported_with_the_servers_own_
         taken.close()
     # every attempt is in the log; the error names the last one's own output, not an I/O error of ours
     assert (tmp_path / "temporal.log").read_text().count("address already in use") >= 3
+
+
+def test_a_lost_port_race_is_retried_even_when_a_long_panic_follows_it(tmp_path: Path, monkeypatch) -> None:
+    # The dev server's own failure: the bind error first, then a panic trace far longer than the error's tail.
+    real, count = find_temporal_binary(), tmp_path / "started"
+    fake = tmp_path / "temporal"
+    fake.write_text(f"""#!/bin/sh
+if [ ! -e {count} ]; then
+  touch {count}
+  echo 'level=ERROR msg="Failed to start gRPC listener" error="listen tcp 127.0.0.1:1: bind: address already in use"'
+  echo 'panic: runtime error: invalid memory address or nil pointer dereference'
+  head -c 5000 /dev/zero | tr '\\0' 'x'; echo
+  exit 2
+fi
+exec {real} "$@"
+""")
+    fake.chmod(0o755)
+    monkeypatch.setenv("DAH_TEMPORAL_BIN", str(fake))
+    server = EmbeddedTemporal(log_file=tmp_path / "temporal.log")
+    try:
+        server.start()  # the second attempt runs the real server
+        assert count.exists() and server.address
+    finally:
+        server.stop()
