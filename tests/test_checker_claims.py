@@ -11,7 +11,7 @@ from chaos.checker import lost, temporal_history, workflow_tasks
 from chaos.checker.run_data import RunData
 from chaos.runner import check
 from harness.event_history import ActivityRecord, LocalActivityRecord, RunRecord, WorkflowTaskRecord
-from harness.operations import FAIL, INFO, OK, History
+from harness.operations import FAIL, INFO, OK, History, Op
 from harness.recording import EffectLedger, ExecutionIdentity
 from harness.verdict import PASS, UNKNOWN, CheckResult, summarise
 
@@ -164,7 +164,20 @@ def test_a_local_activity_run_late_on_a_task_taken_before_the_recording_is_stale
     data = _local_model_call(tmp_path, [("w2", 1.1), ("w1", 3.0), ("w2", 5.0)], [("w2", 1.0), ("w1", 2.9)])
     result = temporal_history.check(data)
     assert result.verdict == PASS, result.summary
-    assert result.details["stale_model_calls"] == 1 and result.details["local_repeated_before_recorded"] == 2
+    # w2's first finish (+1.1 s) was never recorded: one repeat before the recording; its run at +5 s is stale
+    assert result.details["stale_model_calls"] == 1 and result.details["local_repeated_before_recorded"] == 1
+
+
+def test_a_stale_local_activity_run_after_a_kill_is_not_called_a_repeat_of_a_recorded_call(tmp_path: Path) -> None:
+    # recorded at +4 s; a worker killed at +4.5 s; the paused w2 (its task taken at +1 s) ran the call at +5 s
+    data = _local_model_call(tmp_path, [("w2", 1.1), ("w1", 3.0), ("w2", 5.0)], [("w2", 1.0), ("w1", 2.9)])
+    t = T0.timestamp()
+    data.__dict__["ops"] = [Op(0, "nemesis", "invoke", "kill_worker", None, 4.4, t + 4.4),
+                            Op(1, "nemesis", OK, "kill_worker", {"identity": "w3-1", "killed_at": t + 4.5}, 4.5,
+                               t + 4.5, invoke_index=0)]
+    result = temporal_history.check(data)
+    assert result.verdict == PASS, result.summary
+    assert result.details["model_calls_completed_before_kills"] == 1 and result.details["stale_model_calls"] == 1
 
 
 def test_a_local_activity_finished_twice_before_it_was_recorded_is_counted(tmp_path: Path) -> None:
@@ -219,7 +232,6 @@ def test_a_property_the_target_left_unchecked_keeps_the_run_from_passing(tmp_pat
 
 
 def test_recovery_is_per_conversation_and_names_the_ones_that_never_recovered() -> None:
-    from harness.operations import Op
     from harness.verdict import recovery
 
     ops = [Op(0, "nemesis", "invoke", "kill_worker", {}, 1.0, 1.0),

@@ -119,6 +119,7 @@ def check(data: RunData) -> CheckResult:
     # that finished but was not recorded (its worker died, or lost the task, first) runs again: at-least-once until
     # recorded, counted. One that runs again after its marker was recorded is a replay bug.
     local = local_repeated = 0
+    recorded_model_calls: dict[tuple[str, str], float] = {}  # local model calls: run again only as a replay bug
     for wid, chain in data.event_histories.items():
         for run in chain:
             for la in run.local_activities:
@@ -127,7 +128,9 @@ def check(data: RunData) -> CheckResult:
                 execs = executions.get(key, [])
                 recorded = la.recorded_at.timestamp()
                 if la.activity_type == data.model_activity and la.outcome == "completed":
-                    completed_model_calls[key] = recorded
+                    recorded_model_calls[key] = recorded
+                local_repeated += max(0, sum(1 for e in execs if e.get("outcome") == "ok"
+                                             and e["started_at"] <= recorded + TOLERANCE_S) - 1)
                 for e in execs:
                     if e["started_at"] <= recorded + TOLERANCE_S:
                         continue
@@ -142,7 +145,6 @@ def check(data: RunData) -> CheckResult:
                                       "late_s": round(e["started_at"] - recorded, 3),
                                       "seconds": round((e["finished_at"] or e["started_at"]) - e["started_at"], 3),
                                       "model_call": data.is_model_call(e), "skipped": False, "local": True})
-                local_repeated += max(0, sum(1 for e in execs if e.get("outcome") == "ok") - 1)
     # The reference's claim: model calls completed before a worker died are not made again. Each completed call
     # counted once (whatever the number of kills), and only where an execution log can show it.
     kills = [(done.value or {}).get("killed_at", done.wall) for inv, done in pairs(data.ops)
@@ -157,6 +159,9 @@ def check(data: RunData) -> CheckResult:
             first_kill = min(killed_after)
             again_after_kill += sum(1 for e in executions.get(key, []) if e["started_at"] > first_kill
                                     and e["attempt"] >= _completing_attempt(data, key))
+        # a local one run after its recording is already a problem above, or a stale run (a local activity's
+        # attempt numbers restart with each workflow task, so they cannot tell the two apart: the tasks do)
+        before_kill += sum(1 for closed in recorded_model_calls.values() if any(k > closed for k in kills))
     if again_after_kill:
         problems.append(f"{again_after_kill} model call(s) completed before a kill were executed again after it")
     hidden = _hidden_retries(data, rows)
