@@ -134,6 +134,11 @@ def test_the_drain_checker_passes_only_what_finished_in_place() -> None:
     assert result.verdict == FAIL and "re-executed" in result.summary
     abandoned = [Task("timed_out", at(9.9), at(9.95), at(11.0), identity="w1-1")]
     assert drain.check(_Data(drain_ops(), finished, abandoned)).verdict == FAIL
+    # handed to the worker 12 ms after its SIGTERM, then dropped by the SDK's shutdown: shown, not the drain's fault
+    late = drain.check(_Data(drain_ops(), finished, [Task("timed_out", at(10.002), at(10.012), at(11.5),
+                                                          identity="w1-1")]))
+    assert late.verdict == PASS and late.details["dropped_after_signal"][0]["started_after_signal_s"] == 0.012
+    assert "handed a worker after its SIGTERM (+0.012s)" in late.summary
     assert drain.check(_Data(drain_ops(exit_code=None), finished)).verdict == FAIL  # never exited: killed
     assert drain.check(_Data(drain_ops(), [execution("w1-1", T0 + 9.0, T0 + 9.5)])).verdict == UNKNOWN  # idle
     assert drain.check(_Data(drain_ops(), [])).verdict == UNKNOWN  # no ledger: cannot tell

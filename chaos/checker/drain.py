@@ -5,7 +5,9 @@ window; every activity attempt the effect ledger shows it running when the signa
 no later attempt of that activity ran anywhere (a drain that cancels work makes the server retry it
 elsewhere: a re-execution, and a model call paid twice); no workflow task it had started timed out after the
 signal (a task it abandoned). Work it started after the signal (an eager activity its last workflow task
-asked for) is allowed if it finished there too, and is counted.
+asked for) is allowed if it finished there too, and is counted. A workflow task the server handed it only
+after the signal (a poll still open while the SDK shut down) that then timed out was never the worker's to
+drain: the SDK dropped it; it is counted and shown (``dropped_after_signal``), not failed.
 
 ``not_applicable`` when no worker was drained; ``unknown`` without an effect ledger (nothing says what was
 in flight).
@@ -30,6 +32,7 @@ def check(data: RunData) -> CheckResult:
                            {"drains": len(drains)})
     problems: list[str] = []
     rows: list[dict[str, Any]] = []
+    dropped: list[dict[str, Any]] = []
     for inv, done in drains:
         v = done.value if done is not None and isinstance(done.value, dict) else None
         if not v or not v.get("identity") or v.get("signalled_at") is None:
@@ -50,14 +53,21 @@ def check(data: RunData) -> CheckResult:
             if retried:
                 problems.append(f"{what}, in flight on {identity} at SIGTERM, ran again (attempt "
                                 f"{retried[0]['attempt']} on {retried[0]['worker']}): re-executed")
-        abandoned = [f"{wid}" for wid, chain in data.event_histories.items() for run in chain
+        timed_out = [(wid, t) for wid, chain in data.event_histories.items() for run in chain
                      for t in run.workflow_tasks if t.identity == identity and t.outcome == "timed_out"
                      and t.closed_at is not None and t.closed_at.timestamp() > at]
+        # A task the server handed the worker only after the signal (a poll still open while the SDK shut down)
+        # was never the worker's to drain: the SDK dropped it, and it waited out its timeout. Counted and shown.
+        late = [{"workflow_id": wid, "started_after_signal_s": round(t.started_at.timestamp() - at, 3),
+                 "timed_out_after_signal_s": round(t.closed_at.timestamp() - at, 3)}
+                for wid, t in timed_out if t.started_at is not None and t.started_at.timestamp() > at]
+        dropped += late
         problems += [f"a workflow task of {wid} started on {identity} timed out after SIGTERM (abandoned)"
-                     for wid in abandoned]
+                     for wid, t in timed_out if t.started_at is None or t.started_at.timestamp() <= at]
         rows.append({"identity": identity, "in_flight_at_signal": len(caught), "started_after_signal": len(after),
-                     "drained_in_s": v.get("drained_in_s"), "exit_code": v.get("exit_code")})
-    details = {"drains": rows, "problems": problems}
+                     "drained_in_s": v.get("drained_in_s"), "exit_code": v.get("exit_code"),
+                     "dropped_after_signal": len(late)})
+    details = {"drains": rows, "problems": problems, "dropped_after_signal": dropped}
     if problems:
         return CheckResult("drain", FAIL, "; ".join(problems[:5]) + (f" (+{len(problems) - 5} more)"
                                                                       if len(problems) > 5 else ""), details)
@@ -65,5 +75,9 @@ def check(data: RunData) -> CheckResult:
         return CheckResult("drain", UNKNOWN, "no drained worker was running anything when signalled: the drain "
                                              "proved nothing", details)
     n = sum(r["in_flight_at_signal"] for r in rows)
+    offsets = ", ".join(f"+{d['started_after_signal_s']}s" for d in dropped)
+    note = (f"; {len(dropped)} workflow task(s) the server handed a worker after its SIGTERM ({offsets}) were "
+            "dropped by the SDK's shutdown and waited out their timeout (nothing lost or re-executed)"
+            ) if dropped else ""
     return CheckResult("drain", PASS, f"{len(rows)} drain(s): the {n} attempt(s) in flight at SIGTERM finished on "
-                                      "the drained worker, none re-executed; each worker exited 0", details)
+                                      "the drained worker, none re-executed; each worker exited 0" + note, details)
