@@ -31,7 +31,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHistory
 
-from harness.event_history import ACTIVITY_CLOSE, LOCAL_ACTIVITY_MARKER
+from harness.event_history import ACTIVITY_CLOSE, local_activity
 
 COMPONENTS = ("client_rtt_ms", "wft_sched_to_start_ms", "wft_exec_ms", "act_sched_to_start_ms", "act_exec_ms",
               "other_ms")
@@ -57,15 +57,16 @@ def _model_latency_ms(event: HistoryEvent) -> float:
 
 
 def _local_model_latency_ms(event: HistoryEvent) -> float | None:
-    """A local ``plan_next_action``'s ``latency_ms`` from its marker; None for any other marker."""
-    a = event.marker_recorded_event_attributes
-    if a.marker_name != LOCAL_ACTIVITY_MARKER or "data" not in a.details:
+    """A local ``plan_next_action``'s ``latency_ms`` from its marker (0 for another local activity or an unreadable
+    result); None for a marker that records no local activity."""
+    la = local_activity(event)
+    if la is None:
         return None
+    if la.activity_type != "plan_next_action" or not isinstance(la.result, dict):
+        return 0.0
     try:
-        if json.loads(a.details["data"].payloads[0].data).get("activity_type") != "plan_next_action":
-            return 0.0
-        return float(json.loads(a.details["result"].payloads[0].data).get("latency_ms", 0.0))
-    except (IndexError, KeyError, ValueError, AttributeError, TypeError):
+        return float(la.result.get("latency_ms", 0.0))
+    except (TypeError, ValueError):
         return 0.0
 
 

@@ -293,10 +293,9 @@ async def _floor_series(bench: Bench, activities: int, is_local: bool) -> dict[s
         await handle.signal(FloorWorkflow.end)
         await handle.result()
     _say_series(bench, name, rows)
-    record = {"name": name, "section": "overhead", "loop": "floor", "model_mode": None, "workload": None,
-              "model_latency": None, "server": "tuned", "eager": True, "turns": rows, "variant": name,
-              "process": True, "floor_activities": activities, "floor_local": is_local}
-    return record
+    return {"name": name, "section": "overhead", "loop": "floor", "model_mode": None, "workload": None,
+            "model_latency": None, "server": "tuned", "eager": True, "turns": rows, "variant": name,
+            "process": True, "floor_activities": activities, "floor_local": is_local}
 
 
 async def length(bench: Bench) -> dict[str, Any]:

@@ -92,7 +92,8 @@ class LocalActivityRecord:
     failure: str = ""
 
 
-def _local_activity(ev: HistoryEvent, worker: str) -> LocalActivityRecord | None:
+def local_activity(ev: HistoryEvent, worker: str = "") -> LocalActivityRecord | None:
+    """The local activity a ``MarkerRecorded`` event records, or None for any other marker."""
     a = ev.marker_recorded_event_attributes
     if a.marker_name != LOCAL_ACTIVITY_MARKER or "data" not in a.details:
         return None
@@ -275,7 +276,7 @@ def parse_events(workflow_id: str, run_id: str, events: list[HistoryEvent]) -> R
             if hasattr(attrs, "failure") and attrs.HasField("failure"):
                 rec.failure = attrs.failure.message
         elif t == EventType.EVENT_TYPE_MARKER_RECORDED:
-            la = _local_activity(ev, run.workflow_task_workers[-1] if run.workflow_task_workers else "")
+            la = local_activity(ev, run.workflow_task_workers[-1] if run.workflow_task_workers else "")
             if la is not None:
                 run.local_activities.append(la)
         elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
