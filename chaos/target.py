@@ -6,7 +6,8 @@
     # {sticky_timeout}: seconds, the sticky schedule-to-start timeout the run's timeouts profile asks for
     worker = ["{python}", "-m", "my_agent.worker", "--address", "{address}", "--task-queue", "{task_queue}",
               "--identity", "{identity}", "--model-url", "{model_url}"]
-    ready_line = "READY"                 # the worker prints this once it polls
+    ready_line = "READY"                 # the worker prints this (in a line of its output) once it polls
+    ready_timeout_s = 60                 # seconds a worker has to print it (else: its log path and last lines)
     task_queue = "my-agent"
     driver = "my_agent.chaos_driver:make_driver"   # see Driver below; runs in the target's python
     workflow = "my_agent.workflows:AgentWorkflow"  # what the replay checker replays histories with
@@ -21,7 +22,11 @@
     data_converter = "my_agent.temporal:converter"       # e.g. with a payload codec, or pydantic_data_converter
     workflow_runner = "temporalio.worker:UnsandboxedWorkflowRunner"   # or a SandboxedWorkflowRunner with passthroughs
     [env]                                # extra environment for workers, the driver and the replayer
-    MY_FLAG = "1"
+    MY_FLAG = "1"                        # values are strings (run.json redacts *KEY*, *TOKEN*, *SECRET*... values)
+
+Types are strict (``TargetFile``): a string field takes a string, never a number; a list field takes a list,
+never one string; an unknown field is refused. Each mistake is one line naming the file, the field, the value
+and what is allowed; ``python -m chaos`` exits 2 on it.
 
 The target's own Python runs its workers, its driver and the replay of its
 histories (``harness/driver_host.py``, ``harness/replayer.py``), so the
@@ -61,20 +66,20 @@ count as passed.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
+from pydantic import AfterValidator, Field, ValidationError
+
+from agent.strict import NonEmpty, Spec, StrictModel, looks_secret, one_line
 from agent.worker import LEDGER, WORKSPACES
 from chaos.checker import ALL_CHECKERS
 from testbed.worker_process import PLACEHOLDER_DEFAULTS, PLACEHOLDERS, REFERENCE_WORKER, fill
-
-FIELDS = ("name", "python", "worker", "ready_line", "warm_line", "task_queue", "driver", "workflow", "model_activity",
-          "ledger", "workspace", "checkers", "cwd", "env", "replay_plugins", "data_converter", "workflow_runner")
-
 
 @dataclass(frozen=True)
 class Target:
@@ -82,6 +87,7 @@ class Target:
     worker: tuple[str, ...] = REFERENCE_WORKER
     ready_line: str = "READY"
     warm_line: str | None = "WARM"  # after READY: the model client is loaded (load starts only then)
+    ready_timeout_s: float = 60.0  # how long a worker has to print ready_line
     task_queue: str | None = None  # None: one per scenario
     driver: str = "chaos.client:Driver"
     workflow: str = "agent.workflow:AgentWorkflow"
@@ -114,8 +120,12 @@ class Target:
         return {"name": self.name, "python": self.python, "worker": list(self.worker), "ready_line": self.ready_line,
                 "warm_line": self.warm_line, "task_queue": self.task_queue, "driver": self.driver,
                 "workflow": self.workflow, "model_activity": self.model_activity, "ledger": self.ledger,
-                "workspace": self.workspace, "checkers": list(self.checkers), "cwd": self.cwd, "env": dict(self.env),
+                "workspace": self.workspace, "checkers": list(self.checkers), "cwd": self.cwd, "env": self.recorded_env(),
                 "source": self.source, **self.replay_declarations()}
+
+    def recorded_env(self) -> dict[str, str]:
+        """``env`` as run.json keeps it: a secret-looking variable's value (``*_API_KEY``, ``*TOKEN*``...) redacted."""
+        return {k: "(redacted)" if looks_secret(k) else v for k, v in self.env.items()}
 
     def replay_declarations(self) -> dict[str, Any]:
         """What the replayer is built with, as declared (only what is: run.json stays as it was without them)."""
@@ -127,84 +137,103 @@ class Target:
 REFERENCE = Target()
 
 
-def _string(path: Path, raw: dict[str, Any], name: str, default: Any = None, *, required: bool = False) -> Any:
-    if name not in raw:
-        if required:
-            raise ValueError(f"target file {path}: missing required field {name!r}")
-        return default
-    value = raw[name]
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"target file {path}: {name!r} must be a non-empty string, got {value!r}")
+#: an environment variable's name, as a shell would accept it
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _env_names(env: dict[str, str]) -> dict[str, str]:
+    bad = [k for k in env if not _ENV_NAME.fullmatch(k)]
+    if bad:
+        raise ValueError(f"must name each variable with letters, digits and _ (not a digit first); {bad[0]!r} is not such a name")
+    return env
+
+
+def _worker_placeholders(worker: list[str]) -> list[str]:
+    if not any("{address}" in p for p in worker) or not any("{task_queue}" in p for p in worker):
+        raise ValueError("must use {address} and {task_queue} so workers reach Temporal through the fault proxy "
+                         "on the run's task queue; placeholders: " + ", ".join("{" + p + "}" for p in PLACEHOLDERS))
+    return worker
+
+
+def _one_line(value: str) -> str:
+    if "\n" in value or "\r" in value:
+        raise ValueError("must be one line (workers are watched line by line)")
     return value
 
 
+#: what a worker prints: text within one line of its output
+OutputLine = Annotated[NonEmpty, AfterValidator(_one_line)]
+
+
+class TargetFile(StrictModel):
+    """A target file as written: each field's type, default and (``description``) what it allows."""
+
+    name: NonEmpty = Field(description="a non-empty string")
+    python: NonEmpty | None = Field(None, description="the path of the target's interpreter (a string)")
+    worker: Annotated[list[NonEmpty], Field(min_length=1), AfterValidator(_worker_placeholders)] = Field(
+        description="a non-empty list of strings (the command, with {placeholders})")
+    ready_line: OutputLine = Field("READY", description="a non-empty string (what a worker prints once it polls)")
+    warm_line: OutputLine | None = Field(None, description="a non-empty string (printed after ready_line)")
+    ready_timeout_s: float = Field(60.0, gt=0, description="a number of seconds > 0")
+    task_queue: NonEmpty | None = Field(None, description="a non-empty string")
+    driver: Spec = Field(description="MODULE:NAME (a string)")
+    workflow: Spec = Field(description="MODULE:NAME (a string)")
+    model_activity: NonEmpty = Field("plan_next_action", description="a non-empty string (an activity's name)")
+    ledger: NonEmpty | None = Field(None, description="a non-empty string (a path relative to the state dir)")
+    workspace: NonEmpty | None = Field(None, description="a non-empty string (a path relative to the state dir)")
+    checkers: list[Literal[tuple(ALL_CHECKERS)]] = Field(  # type: ignore[valid-type]
+        list(ALL_CHECKERS), min_length=1,
+        description=f"a non-empty list of checker names, each one of {', '.join(ALL_CHECKERS)}")
+    cwd: NonEmpty = Field(".", description="a directory, relative to this file (a string)")
+    env: Annotated[dict[str, str], AfterValidator(_env_names)] = Field(
+        {}, description='a table of NAME = "value" lines ([env] section), each value a string')
+    replay_plugins: list[Spec] = Field(
+        [], description="a list of MODULE:NAME strings (each a Temporal plugin, or a zero-argument callable "
+                        "returning one), e.g. [\"my_agent.temporal:make_plugin\"]")
+    data_converter: Spec | None = Field(None, description="MODULE:NAME (an instance, or a zero-argument callable "
+                                                           "returning one)")
+    workflow_runner: Spec | None = Field(None, description="MODULE:NAME (an instance, or a zero-argument callable "
+                                                            "returning one)")
+
+
+#: the fields a target file may have
+FIELDS = tuple(TargetFile.model_fields)
+
+
 def load_target(path: Path) -> Target:
-    """Read a target file; every mistake names the field, what is allowed and the file."""
+    """Read a target file; every mistake is one line naming the file, the field, the value and what is allowed."""
     try:
         raw = tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise ValueError(f"target file {path} does not exist") from None
+    except OSError as exc:
+        raise ValueError(f"target file {path}: cannot read it ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"target file {path}: not a text file (UTF-8)") from None
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"target file {path}: not valid TOML ({exc})") from None
-    unknown = sorted(set(raw) - set(FIELDS))
-    if unknown:
-        raise ValueError(f"target file {path}: unknown field(s) {', '.join(unknown)}; allowed: {', '.join(FIELDS)}")
-    name = _string(path, raw, "name", required=True)
-    if "worker" not in raw:
-        raise ValueError(f"target file {path}: missing required field 'worker'")
-    worker = raw["worker"]
-    if not isinstance(worker, list) or not worker or not all(isinstance(p, str) for p in worker):
-        raise ValueError(f"target file {path}: 'worker' must be a non-empty list of strings (the command), "
-                         f"got {worker!r}")
-    if not any("{address}" in p for p in worker) or not any("{task_queue}" in p for p in worker):
-        raise ValueError(f"target file {path}: 'worker' must use {{address}} and {{task_queue}} so workers reach "
-                         "Temporal through the fault proxy on the run's task queue; placeholders: "
-                         + ", ".join("{" + p + "}" for p in PLACEHOLDERS))
-    driver, workflow = _string(path, raw, "driver", required=True), _string(path, raw, "workflow", required=True)
-    for spec_field, value in (("driver", driver), ("workflow", workflow)):
-        if ":" not in value:
-            raise ValueError(f"target file {path}: {spec_field!r} must be MODULE:NAME, got {value!r}")
-    replay_plugins = raw.get("replay_plugins", [])
-    if not isinstance(replay_plugins, list) or not all(isinstance(p, str) and ":" in p for p in replay_plugins):
-        raise ValueError(f"target file {path}: 'replay_plugins' must be a list of MODULE:NAME strings (each a "
-                         "Temporal plugin, or a zero-argument callable returning one), e.g. "
-                         f"[\"my_agent.temporal:make_plugin\"], got {replay_plugins!r}")
-    replay_objects = {name: _string(path, raw, name) for name in ("data_converter", "workflow_runner")}
-    for spec_field, value in replay_objects.items():
-        if value is not None and ":" not in value:
-            raise ValueError(f"target file {path}: {spec_field!r} must be MODULE:NAME (an instance, or a "
-                             f"zero-argument callable returning one), got {value!r}")
-    checkers = raw.get("checkers", ALL_CHECKERS)
-    if not isinstance(checkers, list) or not all(isinstance(c, str) for c in checkers):
-        raise ValueError(f"target file {path}: 'checkers' must be a list of names such as [\"lost\", \"stats\"], "
-                         f"got {checkers!r}; allowed: {', '.join(ALL_CHECKERS)}")
-    bad = [c for c in checkers if c not in ALL_CHECKERS]
-    if bad or not checkers:
-        raise ValueError(f"target file {path}: unknown checker(s) {', '.join(bad) or '(none listed)'}; "
-                         f"allowed: {', '.join(ALL_CHECKERS)}")
-    env = raw.get("env", {})
-    if not isinstance(env, dict) or not all(isinstance(v, (str, int, float, bool)) for v in env.values()):
-        raise ValueError(f"target file {path}: 'env' must be a table of NAME = \"value\" lines ([env] section), "
-                         f"got {env!r}")
+    try:
+        t = TargetFile.model_validate(raw)
+    except ValidationError as exc:
+        raise ValueError(one_line(exc, f"target file {path}", TargetFile)) from None
     base = path.parent.resolve()
-    cwd = str((base / _string(path, raw, "cwd", ".")).resolve())
+    cwd = str((base / t.cwd).resolve())
     if not Path(cwd).is_dir():
-        raise ValueError(f"target file {path}: 'cwd' {raw.get('cwd')!r} is not a directory ({cwd})")
-    python = _string(path, raw, "python")
+        raise ValueError(f"target file {path}: 'cwd' {t.cwd!r} is not a directory ({cwd})")
+    python = t.python
     if python is not None:
         # A path is relative to this file (kept as given, not resolved: a venv's python is a symlink that
         # must stay one); a bare name is looked up on PATH.
         python = str(base / python) if "/" in python else shutil.which(python)
         if python is None or not os.access(python, os.X_OK):
-            raise ValueError(f"target file {path}: 'python' {raw['python']!r} is not an executable interpreter; "
+            raise ValueError(f"target file {path}: 'python' {t.python!r} is not an executable interpreter; "
                              "give the target's own, e.g. \"../my-agent/.venv/bin/python\"")
-    return Target(name=name, python=python, worker=tuple(worker),
-                  ready_line=_string(path, raw, "ready_line", "READY"), warm_line=_string(path, raw, "warm_line"),
-                  task_queue=_string(path, raw, "task_queue"), driver=driver, workflow=workflow,
-                  model_activity=_string(path, raw, "model_activity", "plan_next_action"),
-                  ledger=_string(path, raw, "ledger"), workspace=_string(path, raw, "workspace"),
-                  checkers=tuple(checkers), cwd=cwd, env={str(k): str(v) for k, v in env.items()},
-                  source=str(path), replay_plugins=tuple(replay_plugins), **replay_objects)
+    return Target(name=t.name, python=python, worker=tuple(t.worker), ready_line=t.ready_line,
+                  warm_line=t.warm_line, ready_timeout_s=t.ready_timeout_s, task_queue=t.task_queue,
+                  driver=t.driver, workflow=t.workflow, model_activity=t.model_activity, ledger=t.ledger,
+                  workspace=t.workspace, checkers=tuple(t.checkers), cwd=cwd, env=dict(t.env), source=str(path),
+                  replay_plugins=tuple(t.replay_plugins), data_converter=t.data_converter,
+                  workflow_runner=t.workflow_runner)
 
 
 def load_callable(spec: str) -> Any:

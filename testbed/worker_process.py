@@ -17,8 +17,9 @@ often carry code with literal braces.
 ``warm_line``, once that shows too (its model client is loaded: load can
 start). Faults the harness injects into the agent (``harness.faults``) reach
 the process through its environment. Output goes to a log file, never to a
-pipe nobody drains; a worker that cannot start raises ``WorkerStartError``
-with the tail of that log and its path.
+pipe nobody drains; a worker that cannot start (it exits first, or is silent
+for ``start_timeout_s``) raises ``WorkerStartError`` at once: one line naming
+that log's path, then the log's last lines.
 """
 
 from __future__ import annotations
@@ -55,8 +56,12 @@ CHECKPOINT_WORKER = ("{python}", "-m", "testbed", "checkpoint", "worker", "--db"
                      "--state-dir", "{state_dir}", "--identity", "{identity}", "--model-base-url", "{model_url}")
 
 
+#: how many of its log's last lines a worker that cannot start shows
+TAIL_LINES = 12
+
+
 class WorkerStartError(RuntimeError):
-    pass
+    """A worker that cannot start: the first line says why and names its log; the log's last lines follow."""
 
 
 def fill(template: tuple[str, ...] | list[str], values: Mapping[str, str]) -> list[str]:
@@ -138,18 +143,24 @@ class WorkerProcess:
             return None
 
     def _wait_for_line(self, line: str, timeout_s: float) -> None:
+        """Return once the output has ``line``; a worker that exits first, or is still silent at the deadline
+        (then stopped), raises: one line with its log's path, then that log's last lines."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if line in self.output():
                 return
             if self._proc is not None and self._proc.poll() is not None:
                 raise WorkerStartError(f"worker {self.identity} exited with {self._proc.returncode} before printing "
-                                       f"{line!r} (log {self._log_path}):\n{self.output()[-2000:]}")
+                                       f"{line!r} (log {self._log_path}):\n{self.log_tail()}")
             time.sleep(0.05)
-        tail = self.output()[-2000:]
         self.stop()
         raise WorkerStartError(f"worker {self.identity} did not print {line!r} within {timeout_s:g} s "
-                               f"(log {self._log_path}):\n{tail}")
+                               f"(log {self._log_path}):\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = TAIL_LINES) -> str:
+        """The last ``lines`` lines of this generation's output (each cut to 300 characters), or say it is empty."""
+        last = [t[:300] for t in self.output().splitlines()[-lines:]]
+        return "\n".join(last) if last else "(the log is empty)"
 
     @property
     def returncode(self) -> int | None:

@@ -47,7 +47,7 @@ def test_example_target_loads() -> None:
 @pytest.mark.parametrize("text, field", [
     (GOOD.replace(WORKER, ""), "'worker'"),  # missing
     (GOOD + 'checkers = ["lost", "effectz"]\n', "effectz"),
-    (GOOD + 'checkers = "lost"\n', "'checkers' must be a list"),
+    (GOOD + 'checkers = "lost"\n', "'checkers' must be a non-empty list"),
     (GOOD + 'colour = "blue"\n', "colour"),
     (GOOD + 'env = "FOO=1"\n', "'env' must be a table"),
     (GOOD + 'ready_line = ["x"]\n', "'ready_line' must be a non-empty string"),

@@ -74,7 +74,8 @@ class CheckpointBackend(Backend):
             values = {"model_url": at.model_url, "state_dir": str(run.state),
                       "checkpoint_db": str(run.state / CHECKPOINT_DB)}
             return WorkerProcess(self.target.worker, values, identity_prefix=name, ready_line=self.target.ready_line,
-                                 warm_line=self.target.warm_line, faults=scenario.cluster.faults, log_dir=run.logs)
+                                 warm_line=self.target.warm_line, faults=scenario.cluster.faults, log_dir=run.logs,
+                                 start_timeout_s=self.target.ready_timeout_s)
 
         return StackSpec(state_dir=run.state, logs_dir=run.logs, temporal="none", checkpoint=True,
                          model_latency=LatencyModel.parse(scenario.cluster.model_latency), seed=seed,

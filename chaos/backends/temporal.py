@@ -81,7 +81,8 @@ class ReferenceOnTemporal(Backend):
         values = {"python": self.target.interpreter, **self.worker_values(at, task_queue, str(run.state), scenario)}
         return WorkerProcess(self.worker_command(scenario), values, identity_prefix=name,
                              ready_line=self.target.ready_line, warm_line=self.target.warm_line, faults=faults,
-                             cwd=self.target.cwd, env=self.worker_env(values), log_dir=run.logs)
+                             cwd=self.target.cwd, env=self.worker_env(values), log_dir=run.logs,
+                             start_timeout_s=self.target.ready_timeout_s)
 
     def _container(self, pool: Any, name: str, at: Endpoints, task_queue: str, faults: Any,
                    scenario: ChaosScenario) -> Any:
@@ -94,7 +95,7 @@ class ReferenceOnTemporal(Backend):
         command = fill(self.worker_command(scenario), {k: v for k, v in values.items() if k != "identity"})
         worker = pool.worker(image=self.image, command=command, task_queue=task_queue, network="host",
                              identity_prefix=name, ready_line=self.target.ready_line,
-                             environment=self.worker_env(values))
+                             start_timeout_s=self.target.ready_timeout_s, environment=self.worker_env(values))
         return ContainerWorker(worker, faults, warm_line=self.target.warm_line)
 
     def make_driver(self, stack: Stack, history: History, scenario: ChaosScenario, seed: int) -> Any:
