@@ -11,35 +11,75 @@
     local_tools: [calculator]  # short tools without side effects, run as local activities
     local_model: false         # true: model calls as local activities too (README: "Local activities")
 
-Every key is optional. An unknown key, a wrong type, an unknown tool or
-environment is refused with a message naming the key and what is allowed.
-Command-line options given explicitly override the file.
+Every key is optional. Types are strict (``AgentConfigFile``): ``max_steps_per_turn: "5"`` is not 5, and
+``local_model: "yes"`` is not true. An unknown key, a wrong type, an unknown tool or environment is refused in one
+line naming the file, the key, the value and what is allowed. Command-line options given explicitly override the
+file.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, Field, ValidationError
 
 from agent.contracts import AgentConfig
 from agent.envs.base import EnvConfigError
 from agent.envs.registry import parse_env_config
-
-KEYS: dict[str, str] = {
-    "model": "a string",
-    "tools": "a tool set name or a list of tool names",
-    "system_prompt": "a string or null",
-    "max_steps_per_turn": "a positive integer",
-    "max_history_events": "an integer >= 0",
-    "env": "a mapping with at least name",
-    "local_tools": "a list of tool names without side effects, run as local activities",
-    "local_model": "true or false (model calls as local activities)",
-}
+from agent.strict import NonEmpty, StrictModel, one_line
 
 
 class ConfigFileError(ValueError):
     """The file cannot be used; the message names the file and the key."""
+
+
+def _tool_names(value: Any) -> list[str]:
+    """A tool set's name, a comma-separated string or a list of tool names -> the names (unknown ones refused)."""
+    from agent.tools import TOOL_SETS, known_tools
+
+    if isinstance(value, str) and value in TOOL_SETS:
+        return list(TOOL_SETS[value])
+    names = [t.strip() for t in value.split(",")] if isinstance(value, str) else value
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ValueError("must be a tool set name or a list of tool names")
+    unknown = [n for n in names if n not in known_tools()]
+    if unknown:
+        raise ValueError(f"names unknown tool(s) {', '.join(unknown)}; use a set ({', '.join(TOOL_SETS)}) or a list of: "
+                         f"{', '.join(known_tools())}")
+    return [n for n in names if n]
+
+
+def _local_tool_names(value: Any) -> list[str]:
+    from agent.tools import check_local_tools
+
+    names = _tool_names(value)
+    try:
+        check_local_tools(names)
+    except ValueError as exc:
+        raise ValueError(f"must be tools without side effects: {str(exc).removeprefix('local_tools: ')}") from None
+    return names
+
+
+class AgentConfigFile(StrictModel):
+    """An agent config file as written: each key's type and (``description``) what it allows."""
+
+    model: NonEmpty = Field("scripted", description="a non-empty string (scripted, scripted:<scenario> or a "
+                                                    "LiteLLM model)")
+    tools: Annotated[Any, AfterValidator(_tool_names)] = Field(
+        None, description="a tool set name or a list of tool names")
+    system_prompt: str | None = Field(None, description="a string or null")
+    max_steps_per_turn: int = Field(10, ge=1, description="a positive integer")
+    max_history_events: int = Field(0, ge=0, description="an integer >= 0")
+    env: Any = Field(None, description="a mapping with at least name")  # checked by agent.envs.parse_env_config
+    local_tools: Annotated[Any, AfterValidator(_local_tool_names)] = Field(
+        None, description="a list of tool names without side effects, run as local activities")
+    local_model: bool = Field(False, description="true or false (model calls as local activities)")
+
+
+#: the keys an agent config file may have
+KEYS = tuple(AgentConfigFile.model_fields)
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -47,6 +87,8 @@ def _load(path: Path) -> dict[str, Any]:
         text = path.read_text()
     except OSError as exc:
         raise ConfigFileError(f"{path}: cannot read it ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise ConfigFileError(f"{path}: not a text file (UTF-8)") from None
     try:
         if path.suffix.lower() == ".json":
             data = json.loads(text)
@@ -65,56 +107,23 @@ def _load(path: Path) -> dict[str, Any]:
 
 
 def resolve_tools(value: Any, where: str) -> list[str]:
-    from agent.tools import TOOL_SETS, known_tools
-
-    if isinstance(value, str) and value in TOOL_SETS:
-        return list(TOOL_SETS[value])
-    names = [t.strip() for t in value.split(",")] if isinstance(value, str) else value
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise ConfigFileError(f"{where}: must be {KEYS['tools']}, got {value!r}")
-    unknown = [n for n in names if n not in known_tools()]
-    if unknown:
-        raise ConfigFileError(f"{where}: unknown tool(s) {', '.join(unknown)}; use a set "
-                              f"({', '.join(TOOL_SETS)}) or a list of: {', '.join(known_tools())}")
-    return [n for n in names if n]
+    """``_tool_names`` for a command-line option: the error names ``where``."""
+    try:
+        return _tool_names(value)
+    except ValueError as exc:
+        raise ConfigFileError(f"{where}: {exc}, got {value!r}") from None
 
 
 def load_agent_config(path: str | Path) -> AgentConfig:
     path = Path(path)
     data = _load(path)
-    unknown = [k for k in data if k not in KEYS]
-    if unknown:
-        raise ConfigFileError(f"{path}: unknown key {unknown[0]!r}; allowed keys: {', '.join(KEYS)}")
+    try:
+        checked = AgentConfigFile.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigFileError(one_line(exc, str(path), AgentConfigFile, noun="key")) from None
     cfg = AgentConfig()
-    if "model" in data:
-        if not isinstance(data["model"], str) or not data["model"].strip():
-            raise ConfigFileError(f"{path}: model must be {KEYS['model']}, got {data['model']!r}")
-        cfg.model = data["model"]
-    if "tools" in data:
-        cfg.tools = resolve_tools(data["tools"], f"{path}: tools")
-    if "system_prompt" in data:
-        if data["system_prompt"] is not None and not isinstance(data["system_prompt"], str):
-            raise ConfigFileError(f"{path}: system_prompt must be {KEYS['system_prompt']}")
-        cfg.system_prompt = data["system_prompt"]
-    for key, minimum in (("max_steps_per_turn", 1), ("max_history_events", 0)):
-        if key in data:
-            value = data[key]
-            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-                raise ConfigFileError(f"{path}: {key} must be {KEYS[key]}, got {value!r}")
-            setattr(cfg, key, value)
-    if "local_tools" in data:
-        from agent.tools import check_local_tools
-
-        names = resolve_tools(data["local_tools"], f"{path}: local_tools")
-        try:
-            check_local_tools(names)
-        except ValueError as exc:
-            raise ConfigFileError(f"{path}: {exc}") from None
-        cfg.local_tools = names
-    if "local_model" in data:
-        if not isinstance(data["local_model"], bool):
-            raise ConfigFileError(f"{path}: local_model must be {KEYS['local_model']}, got {data['local_model']!r}")
-        cfg.local_model = data["local_model"]
+    for key in checked.model_fields_set - {"env"}:  # only what the file gives: AgentConfig's defaults stand
+        setattr(cfg, key, getattr(checked, key))
     try:
         cfg.env = parse_env_config(data.get("env"))
     except EnvConfigError as exc:

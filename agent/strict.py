@@ -74,7 +74,7 @@ def one_line(exc: ValidationError, where: str, model: type[BaseModel], noun: str
     value = "(hidden)" if any(looks_secret(str(p)) for p in loc) else repr(_shown(error.get("input")))
     kind = error["type"]
     if kind == "extra_forbidden":
-        line = f"unknown {noun} {field!r}; allowed: {', '.join(model.model_fields)}"
+        line = f"unknown {noun} {field!r}; allowed {noun}s: {', '.join(model.model_fields)}"
     elif kind == "missing":
         line = f"missing required {noun} {field!r} ({allowed})"
     elif kind == "value_error":  # a validator's message; a table it refused is not repeated back

@@ -57,7 +57,7 @@ def test_a_config_file_sets_local_model_only_to_a_boolean(tmp_path: Path) -> Non
     good.write_text("local_model: true\nlocal_tools: [calculator]\n")
     bad.write_text("local_model: 'yes'\n")
     assert load_agent_config(good).local_model is True
-    with pytest.raises(ConfigFileError, match="local_model must be true or false .*, got 'yes'"):
+    with pytest.raises(ConfigFileError, match="'local_model' must be true or false .*, got 'yes'"):
         load_agent_config(bad)
 
 
