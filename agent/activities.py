@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -40,6 +39,7 @@ from agent.contracts import (
     ToolOutput,
 )
 from agent.envs.base import Env, EnvConfigError, EnvContext, EnvUnavailableError
+from agent.env_options import option
 from agent.envs.registry import get_env
 from agent.errors import (
     ENV_UNAVAILABLE,
@@ -56,7 +56,7 @@ from agent.tools import TOOLS, Tool, ToolContext, run_tool, tool_specs, validate
 def stale_check_enabled() -> bool:
     """Check with the server that an attempt is still the live one before the model call (``DAH_STALE_CHECK=0``:
     don't). Read per call: a worker forked from a warm parent has its own environment."""
-    return os.environ.get("DAH_STALE_CHECK", "1") != "0"
+    return option("DAH_STALE_CHECK") == "1"
 
 
 #: the execution outcome of an attempt that found itself stale and did not call the model

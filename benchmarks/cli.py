@@ -105,7 +105,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from agent.env_options import EnvOptionError, check_environment
+
     args = build_parser().parse_args(argv)
+    try:
+        check_environment()
+    except EnvOptionError as exc:
+        print(f"python -m benchmarks: {exc}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     overrides = {k: v for k, v in {"turns": args.turns, "workloads": args.workloads, "model": args.model,

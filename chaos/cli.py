@@ -280,6 +280,13 @@ def _terminate_like_ctrl_c() -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     _terminate_like_ctrl_c()
+    from agent.env_options import EnvOptionError, check_environment
+
+    try:
+        check_environment()
+    except EnvOptionError as exc:
+        print(f"python -m chaos: {exc}", file=sys.stderr)
+        return 2
     if argv[:1] == ["planted"]:
         from chaos.planted import main as planted
 

@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from agent.env_options import check_environment
 from migration_fuzz.fuzz import KINDS, FuzzOptions, progress, run_fuzz, table
 
 
@@ -60,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
                        model_latency=args.model_latency, concurrency=args.concurrency)
     try:
         opts.validate()
-    except ValueError as exc:
+        check_environment()
+    except ValueError as exc:  # EnvOptionError is one
         print(f"migration_fuzz: {exc}", file=sys.stderr)
         return 2
     start = time.monotonic()

@@ -965,6 +965,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Their debug output can carry request headers, i.e. API keys: never below INFO.
         logging.getLogger(noisy).setLevel(max(logging.INFO, logging.getLogger().level))
     _load_dotenv()
+    from agent.env_options import EnvOptionError, check_environment
+
+    try:
+        check_environment()
+    except EnvOptionError as exc:
+        print(f"dah {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         if asyncio.iscoroutinefunction(args.func):
             return asyncio.run(_with_interrupt_watchdog(args.func(args)))

@@ -321,7 +321,9 @@ _server_lock = threading.Lock()
 
 
 def enabled() -> bool:
-    return os.environ.get("DAH_FORKSERVER", "1") != "0" and hasattr(os, "fork") and sys.platform.startswith("linux")
+    from agent.env_options import option
+
+    return option("DAH_FORKSERVER") == "1" and hasattr(os, "fork") and sys.platform.startswith("linux")
 
 
 def can_fork(argv: Sequence[str]) -> bool:

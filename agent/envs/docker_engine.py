@@ -7,7 +7,6 @@ never raises: it says whether an engine answers and, if not, why (tests skip on 
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
@@ -19,7 +18,9 @@ class DockerEngineUnavailable(RuntimeError):
 
 def docker_host() -> str:
     """The engine address the docker SDK will use (``DOCKER_HOST`` or the default socket)."""
-    return os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST
+    from agent.env_options import option
+
+    return option("DOCKER_HOST") or DEFAULT_DOCKER_HOST
 
 
 def connect(timeout_s: float = 60.0) -> Any:
