@@ -64,6 +64,12 @@ class WorkerStartError(RuntimeError):
     """A worker that cannot start: the first line says why and names its log; the log's last lines follow."""
 
 
+def tail(output: str, lines: int = TAIL_LINES) -> str:
+    """The last ``lines`` lines of a log (each cut to 300 characters), or that it is empty."""
+    last = [line[:300] for line in output.splitlines()[-lines:]]
+    return "\n".join(last) if last else "(the log is empty)"
+
+
 def fill(template: tuple[str, ...] | list[str], values: Mapping[str, str]) -> list[str]:
     """The command with every ``{placeholder}`` replaced (unknown braces are left alone)."""
     out = []
@@ -151,16 +157,11 @@ class WorkerProcess:
                 return
             if self._proc is not None and self._proc.poll() is not None:
                 raise WorkerStartError(f"worker {self.identity} exited with {self._proc.returncode} before printing "
-                                       f"{line!r} (log {self._log_path}):\n{self.log_tail()}")
+                                       f"{line!r} (log {self._log_path}):\n{tail(self.output())}")
             time.sleep(0.05)
         self.stop()
         raise WorkerStartError(f"worker {self.identity} did not print {line!r} within {timeout_s:g} s "
-                               f"(log {self._log_path}):\n{self.log_tail()}")
-
-    def log_tail(self, lines: int = TAIL_LINES) -> str:
-        """The last ``lines`` lines of this generation's output (each cut to 300 characters), or say it is empty."""
-        last = [t[:300] for t in self.output().splitlines()[-lines:]]
-        return "\n".join(last) if last else "(the log is empty)"
+                               f"(log {self._log_path}):\n{tail(self.output())}")
 
     @property
     def returncode(self) -> int | None:

@@ -32,6 +32,7 @@ from harness import target_pythonpath
 from harness.operations import History, Op
 from testbed.processes import spawn, stop
 from testbed.stack import Stack
+from testbed.worker_process import tail
 
 log = logging.getLogger(__name__)
 READY_TIMEOUT_S = 120.0  # the driver process imports the target's packages and connects to Temporal
@@ -95,7 +96,7 @@ class RemoteDriver:
         if not await asyncio.to_thread(self._ready.wait, READY_TIMEOUT_S) or not self._announced:
             self.close()
             raise RuntimeError(f"{self._describe} did not start (log {self.log_path}):\n"
-                               f"{self.log_path.read_text(errors='replace')[-2000:]}")
+                               f"{tail(self.log_path.read_text(errors='replace'))}")
 
     def _read(self) -> None:
         assert self._proc.stdout is not None
