@@ -636,6 +636,11 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         load_workflow(settings.workflow)  # a bad --workflow is a usage error, before connecting
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    try:
+        args.state_dir.mkdir(parents=True, exist_ok=True)  # a bad --state-dir: said now, not after seconds of start-up
+    except OSError as exc:
+        raise UsageError(f"cannot start the worker: {exc.filename}: {exc.strerror}; give a writable "
+                         f"--state-dir (now {args.state_dir})") from None
     stop = _stop_event()
     # The stack connects and, without --model-base-url, starts this worker's own scripted model server; the
     # worker itself runs here, not in the stack: a fatal failure must end this process (exit 3) for a supervisor.
@@ -646,6 +651,8 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     exits = contextlib.AsyncExitStack()
     try:
         s = await exits.enter_async_context(stack(spec))
+    except OSError as exc:  # a file under the state dir, the model server's port: not Temporal
+        raise UsageError(f"cannot start the worker: {exc}") from None
     except Exception as exc:
         raise UsageError(f"cannot reach Temporal at {conn.address} ({exc}); start one with 'dah server' "
                          "or pass --address") from None

@@ -156,3 +156,11 @@ def test_chaos_run_with_a_target_whose_worker_crashes_names_its_log(tmp_path: Pa
     assert out.returncode == 1 and "Traceback" not in out.stdout + out.stderr, out.stdout + out.stderr
     assert "WorkerStartError: worker w1-1 exited with 4 before printing 'UP' (log " in out.stdout
     assert "logs/w1-1.log" in out.stdout and "| crash-worker: no licence key" in out.stdout, out.stdout
+
+
+def test_dah_worker_that_cannot_start_says_why_in_one_line(tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    out = run("testbed", "worker", "--state-dir", str(blocked / "state"), "--address", "127.0.0.1:1")
+    assert_one_line_usage_error(out, f"dah worker: error: cannot start the worker: {blocked / 'state'}")
+    assert "give a writable --state-dir" in out.stderr and "Temporal" not in out.stderr
