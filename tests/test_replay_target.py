@@ -199,9 +199,10 @@ async def test_a_declared_object_that_does_not_load_is_unknown(agent: Agent, dec
 
 @pytest.mark.parametrize("text, field", [
     ('replay_plugins = "x:y"\n', "'replay_plugins' must be a list of MODULE:NAME"),
-    ('replay_plugins = ["no_colon"]\n', "'replay_plugins' must be a list of MODULE:NAME"),
+    ('replay_plugins = ["no_colon"]\n', "'replay_plugins[0]' must be MODULE:NAME"),
     ('data_converter = "no_colon"\n', "'data_converter' must be MODULE:NAME"),
-    ('workflow_runner = 3\n', "'workflow_runner' must be a non-empty string"),
+    ('workflow_runner = 3\n', "'workflow_runner' must be MODULE:NAME (an instance, or a zero-argument callable "
+                               "returning one), got 3"),
     ('replay_plugin = ["x:y"]\n', "replay_plugin"),  # a typo is an unknown field
 ], ids=["plugins-not-a-list", "plugin-not-module-name", "converter-not-module-name", "runner-not-a-string",
         "typo"])
