@@ -36,6 +36,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("LITELLM_TELEMETRY", "False")
 
 from agent.errors import ModelConfigurationError  # noqa: E402
+from agent.strict import looks_secret  # noqa: E402
 
 SCRIPTED_PREFIX = "scripted"
 
@@ -214,7 +215,6 @@ class ModelFailure:
         return ModelUnavailableError(self.kind, self.message, self.cause, self.error_type)
 
 
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.I)
 _SECRET_PATTERNS = [
     # key=value and "key": "value" shapes (api_key=..., 'x-api-key': '...', Authorization: Bearer ...)
     re.compile(r"(?i)((?:api[_-]?key|x-api-key|authorization|access[_-]?token|secret|password)['\"]?\s*[:=]\s*"
@@ -242,7 +242,7 @@ _LITELLM_NOISE = [
 def redact(text: str) -> str:
     """``text`` without the values of secret-looking environment variables and anything shaped like a key."""
     for name, value in os.environ.items():
-        if len(value) >= 8 and _SECRET_NAME.search(name) and value in text:
+        if len(value) >= 8 and looks_secret(name) and value in text:
             text = text.replace(value, "[redacted]")
     for pattern in _SECRET_PATTERNS:
         text = pattern.sub(lambda m: (m.group(1) if m.re.groups else "") + "[redacted]", text)
