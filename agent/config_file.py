@@ -62,20 +62,23 @@ def _local_tool_names(value: Any) -> list[str]:
     return names
 
 
-class AgentConfigFile(StrictModel):
-    """An agent config file as written: each key's type and (``description``) what it allows."""
+_DEFAULT = AgentConfig()
 
-    model: NonEmpty = Field("scripted", description="a non-empty string (scripted, scripted:<scenario> or a "
-                                                    "LiteLLM model)")
+
+class AgentConfigFile(StrictModel):
+    """An agent config file as written: each key's type, default and (``description``) what it allows."""
+
+    model: NonEmpty = Field(_DEFAULT.model,
+                            description="a non-empty string (scripted, scripted:<scenario> or a LiteLLM model)")
     tools: Annotated[Any, AfterValidator(_tool_names)] = Field(
-        None, description="a tool set name or a list of tool names")
+        _DEFAULT.tools, description="a tool set name or a list of tool names")
     system_prompt: str | None = Field(None, description="a string or null")
-    max_steps_per_turn: int = Field(10, ge=1, description="a positive integer")
-    max_history_events: int = Field(0, ge=0, description="an integer >= 0")
+    max_steps_per_turn: int = Field(_DEFAULT.max_steps_per_turn, ge=1, description="a positive integer")
+    max_history_events: int = Field(_DEFAULT.max_history_events, ge=0, description="an integer >= 0")
     env: Any = Field(None, description="a mapping with at least name")  # checked by agent.envs.parse_env_config
     local_tools: Annotated[Any, AfterValidator(_local_tool_names)] = Field(
-        None, description="a list of tool names without side effects, run as local activities")
-    local_model: bool = Field(False, description="true or false (model calls as local activities)")
+        _DEFAULT.local_tools, description="a list of tool names without side effects, run as local activities")
+    local_model: bool = Field(_DEFAULT.local_model, description="true or false (model calls as local activities)")
 
 
 #: the keys an agent config file may have

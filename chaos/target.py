@@ -174,7 +174,7 @@ class TargetFile(StrictModel):
         description="a non-empty list of strings (the command, with {placeholders})")
     ready_line: OutputLine = Field("READY", description="a non-empty string (what a worker prints once it polls)")
     warm_line: OutputLine | None = Field(None, description="a non-empty string (printed after ready_line)")
-    ready_timeout_s: float = Field(60.0, gt=0, description="a number of seconds > 0")
+    ready_timeout_s: float = Field(60.0, gt=0, allow_inf_nan=False, description="a finite number of seconds > 0")
     task_queue: NonEmpty | None = Field(None, description="a non-empty string")
     driver: Spec = Field(description="MODULE:NAME (a string)")
     workflow: Spec = Field(description="MODULE:NAME (a string)")

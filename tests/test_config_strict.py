@@ -42,7 +42,7 @@ def assert_one_line_usage_error(out: subprocess.CompletedProcess[str], expected:
                                     "got ['x']"),
     (GOOD.replace('name = "x"', "name = 5"), "'name' must be a non-empty string, got 5"),
     (GOOD + 'checker = ["lost"]\n', "unknown field 'checker'; allowed fields: name, python, worker"),
-    (GOOD + 'ready_timeout_s = "5"\n', "'ready_timeout_s' must be a number of seconds > 0, got '5'"),
+    (GOOD + 'ready_timeout_s = "5"\n', "'ready_timeout_s' must be a finite number of seconds > 0, got '5'"),
 ], ids=["checkers-a-string", "unknown-checker", "env-a-string", "env-value-a-number", "ready-line-a-list",
         "name-a-number", "unknown-field", "timeout-a-string"])
 def test_a_bad_target_file_is_one_line_and_exit_2(tmp_path: Path, text: str, expected: str) -> None:
