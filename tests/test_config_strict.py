@@ -13,7 +13,12 @@ from pathlib import Path
 import pytest
 
 from agent.env_options import EnvOptionError, check_environment, option
+from chaos.backends.byo import OwnAgentOnTemporal
+from chaos.scenarios import SCENARIOS
 from chaos.target import load_target
+from harness.faults import NO_FAULTS
+from harness.rundir import RunDir
+from testbed.stack import Endpoints
 from testbed.worker_process import WorkerProcess, WorkerStartError
 
 WORKER = 'worker = ["{python}", "-m", "x.worker", "--address", "{address}", "--task-queue", "{task_queue}"]\n'
@@ -119,6 +124,10 @@ def test_a_worker_is_started_by_the_ready_line_its_target_declares(tmp_path: Pat
     path.write_text(GOOD + 'ready_line = "CALC-UP"\nready_timeout_s = 3\n')
     t = load_target(path)
     says = "import time; print('READY? not yet', flush=True); time.sleep(0.3); print('CALC-UP on q', flush=True); "
+    # The chaos backend hands the target's line and timeout to every worker it makes.
+    made = OwnAgentOnTemporal(target=t)._process("w1", Endpoints("127.0.0.1:1", "default", "http://m/v1"), "q",
+                                                 NO_FAULTS, RunDir(tmp_path), SCENARIOS["kill_mid_turn"])
+    assert (made.ready_line, made.start_timeout_s) == ("CALC-UP", 3.0)
     w = worker(tmp_path, says + "time.sleep(60)", t.ready_line, t.ready_timeout_s)
     try:
         w.start()
