@@ -76,18 +76,37 @@ _stopping: dict[str, int] = {}
 
 
 def stop_on_sigterm() -> None:
-    """SIGTERM stops this process as Ctrl-C does (a ``KeyboardInterrupt``: every ``finally`` and ``async with``
-    stops what it started), and the runs it stops end ``terminated`` rather than ``interrupted``. A second
-    SIGTERM while it cleans up is ignored (a CI runner follows with SIGKILL if it must). A background job of a
-    non-interactive shell ignores SIGINT, so SIGTERM is how such a run is stopped. Main thread only."""
+    """SIGTERM (``kill PID``, a CI job's timeout) stops this process as Ctrl-C does, and the runs it stops end
+    ``terminated`` rather than ``interrupted``. Call it before ``asyncio.run``. Main thread only.
+
+    Inside ``asyncio.run`` the handler does what Ctrl-C does there: it cancels the main task, so every ``async
+    with`` stops what it started and ``asyncio.run`` then raises ``KeyboardInterrupt``. (A ``KeyboardInterrupt``
+    raised into the event loop instead leaves ``asyncio.run`` waiting forever on tasks it cancels, such as a
+    Temporal worker's.) Elsewhere it raises ``KeyboardInterrupt``. A second SIGTERM while it cleans up is ignored
+    (a CI runner follows with SIGKILL if it must). A background job of a non-interactive shell starts with
+    SIGINT ignored, and ``asyncio.run`` then has no Ctrl-C handler to call: SIGINT gets Python's default back."""
     def stop(signum: int, frame: Any) -> None:
         if _stopping:
             return
         _stopping["signal"] = signum
+        on_sigint = signal.getsignal(signal.SIGINT)
+        if _loop_running() and callable(on_sigint) and on_sigint is not signal.default_int_handler:
+            on_sigint(signal.SIGINT, frame)  # asyncio.run's Ctrl-C handler
+            return
         raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
     if threading.current_thread() is threading.main_thread():
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, stop)
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def stopped_status() -> str:

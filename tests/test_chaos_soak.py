@@ -218,7 +218,7 @@ def test_sigterm_stops_a_chaos_command_as_ctrl_c_does(monkeypatch: pytest.Monkey
     from harness import rundir
 
     monkeypatch.setattr(rundir, "_stopping", {})  # this process's record of the stop, put back afterwards
-    before = signal.getsignal(signal.SIGTERM)
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     try:
         assert rundir.stopped_status() == "interrupted" and rundir.stopped_exit_code() == 130
         rundir.stop_on_sigterm()
@@ -227,4 +227,5 @@ def test_sigterm_stops_a_chaos_command_as_ctrl_c_does(monkeypatch: pytest.Monkey
             time.sleep(1)  # the handler runs at the next bytecode boundary
         assert rundir.stopped_status() == "terminated" and rundir.stopped_exit_code() == 143
     finally:
-        signal.signal(signal.SIGTERM, before)
+        signal.signal(signal.SIGTERM, before[0])
+        signal.signal(signal.SIGINT, before[1])
