@@ -206,3 +206,9 @@ def test_a_sigtermed_suite_shard_ends_terminated_and_says_so_everywhere(tmp_path
     assert row["error"] == f"terminated during {record['stopped_during']}: never checked"
     [case] = _cases(tmp_path / "runs" / ci.SUITE_JUNIT).values()
     assert case.find("failure").get("type") == "terminated"
+
+    from reports.build import build
+
+    build(tmp_path / "runs", tmp_path / "report")
+    assert f"unknown (terminated during {record['stopped_during']}: the run was never checked)" in (
+        tmp_path / "report" / "report.md").read_text()
