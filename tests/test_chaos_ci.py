@@ -212,3 +212,17 @@ def test_a_sigtermed_suite_shard_ends_terminated_and_says_so_everywhere(tmp_path
     build(tmp_path / "runs", tmp_path / "report")
     assert f"unknown (terminated during {record['stopped_during']}: the run was never checked)" in (
         tmp_path / "report" / "report.md").read_text()
+
+
+def test_the_ci_example_shards_the_suite_and_merges_every_shard() -> None:
+    import yaml
+
+    workflow = yaml.safe_load((ROOT / "examples" / "ci" / "github-actions.yml").read_text())
+    shards = workflow["jobs"]["shard"]["strategy"]["matrix"]["shard"]
+    steps = " ".join(str(step.get("run", "")) for step in workflow["jobs"]["shard"]["steps"])
+    assert f"--shard ${{{{ matrix.shard }}}}/{len(shards)}" in steps and "make chaos CHAOS_ARGS=" in steps
+    parsed = cli.build_parser().parse_args(["suite", "--shard", f"{shards[-1]}/{len(shards)}", "--seeds", "1-3"])
+    assert parsed.shard == (len(shards), len(shards))
+    summary = workflow["jobs"]["summary"]
+    assert summary["needs"] == "shard" and summary["if"] == "always()"
+    assert "python -m chaos summary shards/*" in " ".join(str(s.get("run", "")) for s in summary["steps"])
