@@ -494,7 +494,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         from harness.rundir import stopped_exit_code, stopped_status
 
+        from chaos import ci
+
         status = stopped_status()
-        print(f"\n{status}; the cluster was stopped; partial runs are in {args.out} (status {status})",
-              file=sys.stderr)
+        print(f"\n{status}; the cluster was stopped; partial runs are in {args.out} (status {status})"
+              + (f"; the suite's summary: {args.summary or args.out / ci.SUITE_SUMMARY}" if args.command == "suite"
+                 else ""), file=sys.stderr)
         return stopped_exit_code()

@@ -226,3 +226,20 @@ def test_the_ci_example_shards_the_suite_and_merges_every_shard() -> None:
     summary = workflow["jobs"]["summary"]
     assert summary["needs"] == "shard" and summary["if"] == "always()"
     assert "python -m chaos summary shards/*" in " ".join(str(s.get("run", "")) for s in summary["steps"])
+
+
+def test_an_interrupted_suite_says_what_ran_and_skips_what_never_started(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.test_chaos_soak import _fake_run as interrupting_run
+
+    second = cli.SUITE[1]
+    monkeypatch.setattr(runner, "run", interrupting_run({second: "interrupt"}, []))
+    assert cli.main(["suite", "--out", str(tmp_path), "--parallel", "1"]) == 130
+    summary = json.loads((tmp_path / ci.SUITE_SUMMARY).read_text())
+    assert summary["status"] == "interrupted" and summary["all_passed"] is False
+    statuses = [r["status"] for r in summary["runs"]]
+    assert statuses[0] == "complete" and set(statuses[1:]) == {"not_run"}
+    assert summary["totals"]["incomplete"] == len(statuses) - 1
+    root = ET.parse(tmp_path / ci.SUITE_JUNIT).getroot()
+    assert (root.get("skipped"), root.get("failures")) == (str(len(statuses) - 1), "0")
+    assert _cases(tmp_path / ci.SUITE_JUNIT)[f"{second} seed 1"].find("skipped") is not None
