@@ -79,8 +79,9 @@ async def _run_many(items: list[tuple[str, Any, Any, int]], out: Path, parallel:
     async def one(i: int, label: str, scenario: Any, backend: Any, seed: int) -> None:
         async with slots:
             say(f"scenario {i}/{len(items)}: {label} (seed {seed})")
+            started = (lambda p: record.running(label, seed, p)) if record is not None else (lambda p: None)
             result = await run_captured(label, scenario, backend, seed=seed, out_root=out, progress=say, ui=ui,
-                                        on_run_dir=lambda p: record and record.running(label, seed, p))
+                                        on_run_dir=started)
             results[(label, seed)] = result
             if record is not None:
                 record.ended(result)
