@@ -193,12 +193,13 @@ class SoakRecord:
 
 
 def summary(label: str, seeds: list[int], outcomes: list[Outcome], wall_s: float, soak_dir: Path,
-            interrupted_seed: int | None = None) -> str:
-    """The verdict distribution, then every seed that did not pass: what went wrong, how to reproduce, where."""
+            interrupted_seed: int | None = None, how: str = "interrupted") -> str:
+    """The verdict distribution, then every seed that did not pass: what went wrong, how to reproduce, where.
+    ``how``: how the soak was stopped during ``interrupted_seed`` (``interrupted``, ``terminated``)."""
     dist, pct = distribution(outcomes), percentages(outcomes)
     done = len(outcomes)
     lines = [f"soak {label}: {done} of {len(seeds)} seed(s) in {wall_s:.0f}s"
-             + (f" (interrupted during seed {interrupted_seed})" if interrupted_seed is not None else ""), ""]
+             + (f" ({how} during seed {interrupted_seed})" if interrupted_seed is not None else ""), ""]
     lines.append(f"  {'verdict':<8} {'seeds':>5} {'%':>6}")
     for v in OUTCOMES:
         lines.append(f"  {v:<8} {dist[v]:>5} {pct[v]:>6.1f}")
@@ -248,8 +249,9 @@ async def soak(label: str, scenario: Any, backend: Any, seeds: list[int], out_ro
         record.finish(stopped_status() if interrupted else "failed",
                       None if interrupted else f"{type(exc).__name__}: {exc}")
         print()
-        print(summary(label, seeds, record.outcomes, time.monotonic() - record.started, record.path, current),
-              flush=True)
+        print(summary(label, seeds, record.outcomes, time.monotonic() - record.started, record.path, current,
+                      record.dir.run["status"]), flush=True)
+        print(f"CI files: {record.ci.paths()}", flush=True)
         raise
     record.finish("complete")
     print()
