@@ -243,3 +243,17 @@ def test_an_interrupted_suite_says_what_ran_and_skips_what_never_started(
     root = ET.parse(tmp_path / ci.SUITE_JUNIT).getroot()
     assert (root.get("skipped"), root.get("failures")) == (str(len(statuses) - 1), "0")
     assert _cases(tmp_path / ci.SUITE_JUNIT)[f"{second} seed 1"].find("skipped") is not None
+
+
+def test_check_on_a_run_killed_outright_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = RunDir.create(tmp_path / "kill_idle")  # as a SIGKILLed run leaves it: running, no final read
+    run.begin("chaos", "kill_idle", seed=1, reproduce="python -m chaos run kill_idle --seed 1")
+    run.operations.write_text("")
+    assert cli.main(["check", str(run.path)]) == 1
+    out = capsys.readouterr().out
+    assert "says running: it is still running, or was killed outright" in out and "verdict: unknown" in out
+    assert cli.main(["check", str(run.path), "--json"]) == 1
+    assert json.loads(capsys.readouterr().out) == {"verdict": "unknown", "status": "running", "checks": [],
+                                                   "note": out.split(";")[0]}
+    [row] = ci.merge([tmp_path]).rows
+    assert (row["status"], row["verdict"]) == ("running", "unknown") and ci.incomplete(row)
