@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.durable_files import write_atomic
-from harness.rundir import RUN_JSON, SCHEMA, STOPPED, RunDir, read_json, utc_now, write_json
+from harness.rundir import LATEST, RUN_JSON, SCHEMA, STOPPED, RunDir, read_json, utc_now, write_json
 from harness.verdict import FAIL, PASS, UNKNOWN, CheckResult, compose, worst
 
 ERROR = "error"
@@ -39,8 +39,9 @@ SUITE_SUMMARY, SUITE_JUNIT = "suite-summary.json", "suite-junit.xml"
 SOAK_SUMMARY, SOAK_JUNIT = "summary.json", "junit.xml"
 #: a planned run that has not ended (yet): never started, or absent from every input of a merge
 NOT_RUN, MISSING = "not_run", "missing"
-#: directories of a run directory a search for runs and summaries need not enter
-_NOT_RUNS = {"state", "logs", "event_histories", "histories"}
+#: directories a search for runs and summaries need not enter: a run directory's own, and ``latest`` (a
+#: symlink, but a copy of the run it points at once a CI artefact upload has followed it)
+_NOT_RUNS = {"state", "logs", "event_histories", "histories", LATEST}
 
 
 # --------------------------------------------------------------------------------------------------- shards
