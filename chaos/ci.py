@@ -109,12 +109,13 @@ def run_dir_row(path: Path) -> dict[str, Any] | None:
     else:
         verdict = UNKNOWN
     error = record.get("error")
-    if status in (*STOPPED, "running"):
+    if status == "running":
+        error = "still running, or killed outright (SIGKILL): it never recorded an end"
+    elif status in STOPPED:  # e.g. "terminated during faults: never checked"
         during = record.get("stopped_during")
-        error = (f"{status}" + (f" during {during}" if during else "")
-                 + ("" if checks else ": never checked") if status != "running"
-                 else "still running, or killed outright (SIGKILL): it never recorded an end")
-    return {"scenario": str(record.get("name") or path.parent.name), "seed": int(record.get("seed", 0)),
+        error = status + (f" during {during}" if during else "") + ("" if checks else ": never checked")
+    seed = record.get("seed")
+    return {"scenario": str(record.get("name") or path.parent.name), "seed": seed if isinstance(seed, int) else 0,
             "verdict": verdict, "status": status, "checkers": {c.name: c.verdict for c in checks},
             "non_pass": [{"check": c.name, "verdict": c.verdict, "summary": c.summary} for c in checks
                          if c.verdict in (FAIL, UNKNOWN)],
@@ -144,10 +145,12 @@ def reason(row: dict[str, Any]) -> str:
                 MISSING: "missing: planned, but no input has its run"}.get(row["status"])
         return what or (row.get("error") or row["status"])
     if row.get("verdict") == ERROR:
-        return f"error: {(row.get('error') or '').strip().splitlines()[0] if row.get('error') else '?'}"
+        lines = (row.get("error") or "").strip().splitlines()
+        return f"error: {lines[0] if lines else '?'}"
     bad = row.get("non_pass") or []
-    return f"{row['verdict']}: " + "; ".join(f"{c['check']}: {c['verdict']}: {c['summary']}" for c in bad) \
-        if bad else str(row.get("verdict"))
+    if not bad:
+        return str(row.get("verdict"))
+    return f"{row['verdict']}: " + "; ".join(f"{c['check']}: {c['verdict']}: {c['summary']}" for c in bad)
 
 
 # ----------------------------------------------------------------------------------------- files: summary
