@@ -5,18 +5,21 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: help venv demo test run clean chaos bench bench-quick report system-deps
+.PHONY: help venv demo test run clean clean-runs chaos bench bench-quick report system-deps
 
 help:
 	@echo "make demo   start the embedded Temporal server, a worker, the scripted model and a REPL"
-	@echo "make chaos  the chaos suite: every named fault scenario, checked; exit 1 on any fail or unknown"
+	@echo "make chaos  the chaos suite: every named fault scenario, checked; exit 1 on any fail or unknown (~3 min)"
+	@echo "           CHAOS_ARGS='--shard 2/4 --seeds 1-3' passes options (python -m chaos suite --help)"
 	@echo "make test   run the test suite against a real embedded Temporal dev server"
 	@echo "make bench  the benchmarks (Table 2, overhead breakdown, tuning, scaling, recovery, micro; < 10 min)"
+	@echo "           BENCH_ARGS='--only table2 --turns 20' passes options (python -m benchmarks --help)"
 	@echo "make bench-quick   the same pipeline in under a minute (proves it works, not the numbers)"
 	@echo "make report reports/out/: Markdown, HTML, CSV, LaTeX tables and figures from every saved run"
 	@echo "make run PROMPT='What is 25 * 4?'   one-shot run"
 	@echo "make system-deps   Debian packages of the environments: bubblewrap (shell_local), chromium (browser_local)"
-	@echo "make clean  remove the virtual environment and run artefacts"
+	@echo "make clean  remove the virtual environment and build clutter (keeps runs/ and reports/out/)"
+	@echo "make clean-runs   remove the saved runs (runs/), the built report (reports/out/) and the demo's state (.dah/)"
 
 venv: $(STAMP)
 
@@ -49,15 +52,21 @@ system-deps:
 		echo "cannot install bubblewrap/chromium here (needs root and apt-get); install them yourself"; exit 1; \
 	fi
 
+# Saved runs and reports are results, not clutter: only clean-runs removes them.
 clean:
-	rm -rf $(VENV) .dah runs reports/out *.egg-info
+	rm -rf $(VENV) *.egg-info build dist .pytest_cache .hypothesis
+	find . -name __pycache__ -type d -not -path './runs/*' -prune -exec rm -rf {} +
 
-.PHONY: chaos
+clean-runs:
+	rm -rf runs reports/out .dah
+
+CHAOS_ARGS ?=
 chaos: $(STAMP)
-	$(PY) -m chaos suite
+	$(PY) -m chaos suite $(CHAOS_ARGS)
 
+BENCH_ARGS ?=
 bench: $(STAMP)
-	$(PY) -m benchmarks
+	$(PY) -m benchmarks $(BENCH_ARGS)
 
 bench-quick: $(STAMP)
 	$(PY) -m benchmarks --quick

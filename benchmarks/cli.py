@@ -16,6 +16,7 @@ from testbed.model_server import LatencyModel
 from benchmarks.conversations import WORKLOADS, BenchError
 from benchmarks.options import CHECKPOINT_SECTIONS, SECTION_NAMES, Options
 from benchmarks.suite import run
+from harness.rundir import stop_on_sigterm, stopped_exit_code, stopped_status
 
 EPILOG = """\
 sections:
@@ -105,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    stop_on_sigterm()  # SIGTERM (kill PID, a CI job's timeout) stops the run as Ctrl-C does; it ends terminated
     from agent.env_options import EnvOptionError, check_environment
 
     args = build_parser().parse_args(argv)
@@ -140,10 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_dir = asyncio.run(run(options, say, command.strip()))
     except KeyboardInterrupt:
-        print("\ninterrupted: every process was stopped; finished sections are saved in the newest run under "
-              f"{options.out} (run.json status 'interrupted'; latest still points at the last complete run)",
+        status = stopped_status()
+        print(f"\n{status}: every process was stopped; finished sections are saved in the newest run under "
+              f"{options.out} (run.json status '{status}'; latest still points at the last complete run)",
               file=sys.stderr)
-        return 130
+        return stopped_exit_code()
     except BenchError as exc:
         print(f"benchmark failed: {exc}\nfinished sections are saved in the newest run under {options.out} "
               "(run.json status 'failed')", file=sys.stderr)

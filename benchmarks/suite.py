@@ -2,10 +2,11 @@
 
 The run directory is written as the run goes: ``run.json`` first (machine,
 versions, configuration, status ``running``), then each section's JSON file as
-soon as that section finishes. An interrupted or failed run keeps every
-finished section and says ``interrupted`` / ``failed`` in its ``run.json``, so
-the report can still use what was measured; ``latest`` moves only to a run
-that completed.
+soon as that section finishes. An interrupted (Ctrl-C), terminated (SIGTERM)
+or failed run keeps every finished section and says ``interrupted`` /
+``terminated`` / ``failed`` in its ``run.json``, with the section it was in
+(``stopped_during``), so the report can still use what was measured;
+``latest`` moves only to a run that completed.
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ async def run(options: Options, say: Callable[[str], None], command: str) -> Pat
             "recovery": "two worker processes; the one running the tool activity is SIGKILLed and restarted",
         })
     say(f"benchmark run {run_dir.path} (profile {record['profile']}): {', '.join(wanted)}")
-    with run_dir.ending_if_it_fails(started):
+    doing = ["setup"]  # run.json's stopped_during if the run is stopped
+    with run_dir.ending_if_it_fails(started, doing=lambda: doing[0]):
         temporal_table2 = options.durability == "temporal" and "table2" in wanted
         needs_server = temporal_table2 or bool({"tuning", "overhead", "length", "checkpoint"} & set(wanted))
         if needs_server:
@@ -83,6 +85,7 @@ async def run(options: Options, say: Callable[[str], None], command: str) -> Pat
             await llm.wait_loaded()  # LiteLLM takes seconds to import: not inside any timing
             for name in wanted:
                 t0 = time.monotonic()
+                doing[0] = f"section {name}"
                 say(f"[{name}]")
                 fn = SECTIONS[name]
                 result = await fn(bench) if inspect.iscoroutinefunction(fn) else await asyncio.to_thread(fn, bench)

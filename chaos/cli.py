@@ -3,6 +3,8 @@
     python -m chaos list
     python -m chaos run kill_mid_turn [--seed 7] [--durability checkpoint] [--target FILE] [--backend docker --image I]
     python -m chaos suite                     # what `make chaos` runs; exits 1 on any fail, unknown or error
+    python -m chaos suite --shard 2/4 --seeds 1-3   # CI job 2 of 4's share; summary JSON + JUnit XML in --out
+    python -m chaos summary job1/runs job2/runs ... # merge CI jobs' results: one table, summary JSON, JUnit XML
     python -m chaos soak kill_mid_turn --seeds 1-100    # one scenario over many seeds; the verdict distribution
     python -m chaos planted                   # every planted bug must be caught; the table of who caught it
     python -m chaos check runs/kill_mid_turn/latest     # the checkers again, offline, on a saved run (anywhere)
@@ -16,9 +18,7 @@ import asyncio
 import dataclasses
 import json
 import logging
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from chaos.checker import FAULT_CHECKERS
 from chaos.client import DEFAULT_TIMEOUTS, TIMEOUTS
 from chaos.scenarios import SCENARIOS, SUITE
 from chaos.soak import DEFAULT_SEEDS
-from harness.rundir import command_line
+from harness.rundir import command_line, stop_on_sigterm
 
 COLUMNS = [("scenario", 28), ("faults", 7), ("ok", 4), ("fail", 5), ("info", 5), ("lost", 5), ("dup_effects", 12),
            ("recovery_s", 11), ("model_rec_s", 12), ("tool_rec_s", 11),
@@ -38,11 +38,13 @@ TIMEOUTS_SEPARATOR = "~"
 CHECKPOINT_SUFFIX, OLD_SUFFIX = "@checkpoint", "@journal"
 
 
-def table(rows: list[dict[str, Any]]) -> str:
-    header = " ".join(f"{name:<{w}}" for name, w in COLUMNS)
+def table(rows: list[dict[str, Any]], with_seed: bool = False) -> str:
+    """The verdict table; ``with_seed``: a seed column (a suite over several seeds)."""
+    columns = [COLUMNS[0], ("seed", 5), *COLUMNS[1:]] if with_seed else COLUMNS
+    header = " ".join(f"{name:<{w}}" for name, w in columns)
     lines = [header, "-" * len(header)]
     for r in rows:
-        lines.append(" ".join(f"{'-' if r.get(name) is None else r.get(name)!s:<{w}}" for name, w in COLUMNS))
+        lines.append(" ".join(f"{'-' if r.get(name) is None else r.get(name)!s:<{w}}" for name, w in columns))
     return "\n".join(lines)
 
 
@@ -58,24 +60,31 @@ def _checkpoint_twins() -> list[str]:
     return list(CheckpointBackend().scenarios or ())
 
 
-async def _run_many(jobs: list[tuple[str, Any, Any]], seed: int, out: Path, parallel: int = 1,
-                    ui: bool = False) -> int:
-    """``jobs``: (label, scenario, backend); the table at the end; 1 if any did not pass.
+async def _run_many(items: list[tuple[str, Any, Any, int]], out: Path, parallel: int = 1, ui: bool = False,
+                    record: Any = None) -> int:
+    """``items``: (label, scenario, backend, seed); the table at the end; 1 if any did not pass. ``record``: a
+    ``chaos.ci.CiRecord`` told of each run as it starts and ends (the suite's summary JSON and JUnit XML).
 
     A scenario whose run raises (a worker dying at setup, a port clash, a harness bug) is recorded ``failed`` in
-    its own run directory and shows as ``error`` in its row; the others go on. Ctrl-C stops them all."""
-    from chaos.soak import PASS, run_captured
+    its own run directory and shows as ``error`` in its row; the others go on. Ctrl-C (SIGTERM) stops them all;
+    the record then says which runs were stopped and which never started."""
+    from chaos.soak import PASS, format_seeds, run_captured
+    from harness.rundir import stopped_status
 
     start = time.monotonic()
     say = _progress(start)
-    results: dict[str, Any] = {}
+    results: dict[tuple[str, int], Any] = {}
     slots = asyncio.Semaphore(max(1, parallel))
 
-    async def one(i: int, label: str, scenario: Any, backend: Any) -> None:
+    async def one(i: int, label: str, scenario: Any, backend: Any, seed: int) -> None:
         async with slots:
-            say(f"scenario {i}/{len(jobs)}: {label} (seed {seed})")
-            result = await run_captured(label, scenario, backend, seed=seed, out_root=out, progress=say, ui=ui)
-            results[label] = result
+            say(f"scenario {i}/{len(items)}: {label} (seed {seed})")
+            started = (lambda p: record.running(label, seed, p)) if record is not None else (lambda p: None)
+            result = await run_captured(label, scenario, backend, seed=seed, out_root=out, progress=say, ui=ui,
+                                        on_run_dir=started)
+            results[(label, seed)] = result
+            if record is not None:
+                record.ended(result)
             if result.error:
                 say(f"{label}: ERROR after {result.wall_s:.0f}s -> {result.run_dir}")
                 for line in result.lines():
@@ -87,27 +96,73 @@ async def _run_many(jobs: list[tuple[str, Any, Any]], seed: int, out: Path, para
                 if c.verdict != "pass" and not (c.verdict == "not_applicable" and c.name in FAULT_CHECKERS):
                     say(f"  {label} {c.name}: {c.verdict}: {c.summary}")
 
-    await asyncio.gather(*(one(i, *job) for i, job in enumerate(jobs, 1)))
-    labels = [label for label, _, _ in jobs]
-    failed = [(n, results[n]) for n in labels if results[n].verdict != PASS]
+    try:
+        await asyncio.gather(*(one(i, *item) for i, item in enumerate(items, 1)))
+    except BaseException as exc:
+        if record is not None:
+            stopped = isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError))
+            record.finish(stopped_status() if stopped else "failed")
+        raise
+    if record is not None:
+        record.finish("complete")
+    keys = [(label, seed) for label, _, _, seed in items]
+    seeds = list(dict.fromkeys(seed for _, seed in keys))
+    failed = [results[k] for k in keys if results[k].verdict != PASS]
     print()
-    print(table([results[n].row for n in labels]))
-    print(f"\n{len(labels)} scenario(s) in {time.monotonic() - start:.0f}s (seed {seed}); "
-          f"{len(labels) - len(failed)} passed, {len(failed)} not passed")
-    for name, result in failed:
+    print(table([{**results[k].row, "seed": k[1]} for k in keys], with_seed=len(seeds) > 1))
+    print(f"\n{len(keys)} scenario(s) in {time.monotonic() - start:.0f}s (seed{'s' if len(seeds) > 1 else ''} "
+          f"{format_seeds(seeds)}); {len(keys) - len(failed)} passed, {len(failed)} not passed")
+    for result in failed:
         why = f"error: {result.error_line}" if result.error else result.verdict
-        print(f"  {name}: {why}; reproduce with: {result.reproduce}; artefacts in {result.run_dir}")
+        print(f"  {result.label}{f' (seed {result.seed})' if len(seeds) > 1 else ''}: {why}; reproduce with: "
+              f"{result.reproduce}; artefacts in {result.run_dir}")
+    if record is not None:
+        print(f"CI files: {record.paths()}")
     return 1 if failed else 0
 
 
+async def _suite(args: argparse.Namespace, target: Any) -> int:
+    """The suite, or the shard of it ``--shard K/N`` names, with its summary JSON and JUnit XML."""
+    from chaos import ci
+    from chaos.soak import format_seeds
+
+    everything = [(label, scenario, backend, seed) for seed in args.seeds
+                  for label, scenario, backend in _jobs(args, target)]
+    mine = ci.shard(everything, *args.shard) if args.shard else everything
+    spec = f"{args.shard[0]}/{args.shard[1]}" if args.shard else None
+    name = f"chaos suite (seeds {format_seeds(args.seeds)}{f', shard {spec}' if spec else ''})"
+    record = ci.CiRecord("suite", name, [(label, seed) for label, _, _, seed in mine],
+                         args.summary or args.out / ci.SUITE_SUMMARY, args.junit or args.out / ci.SUITE_JUNIT,
+                         spec, [(label, seed) for label, _, _, seed in everything])
+    if spec:
+        print(f"shard {spec}: {len(mine)} of the suite's {len(everything)} run(s)", flush=True)
+    record.save()
+    if not mine:
+        print(f"shard {spec}: no runs fall to this shard (more shards than runs); nothing to do")
+        record.finish("complete")
+        return 0
+    return await _run_many(mine, args.out, args.parallel, record=record)
+
+
 async def _soak(args: argparse.Namespace, target: Any) -> int:
+    from chaos import ci
     from chaos.soak import format_seeds, soak
 
     [(label, scenario, backend)] = _jobs(args, target)
-    reproduce = command_line("python -m chaos soak", {"--seeds": format_seeds(args.seeds), **backend.reproduce()},
+    seeds = ci.shard(args.seeds, *args.shard) if args.shard else args.seeds
+    spec = f"{args.shard[0]}/{args.shard[1]}" if args.shard else None
+    if not seeds:
+        print(f"python -m chaos soak: shard {spec}: none of seeds {format_seeds(args.seeds)} fall to this shard "
+              "(more shards than seeds); nothing to do")
+        return 0
+    if spec:
+        print(f"shard {spec}: seeds {format_seeds(seeds)} of {format_seeds(args.seeds)}", flush=True)
+    reproduce = command_line("python -m chaos soak", {"--seeds": format_seeds(seeds), **backend.reproduce()},
                              [label])
-    return await soak(label, scenario, backend, args.seeds, args.out, reproduce=reproduce,
-                      say=_progress(time.monotonic()), verbose=args.verbose)
+    return await soak(label, scenario, backend, seeds, args.out, reproduce=reproduce,
+                      say=_progress(time.monotonic()), verbose=args.verbose,
+                      ci_files={"summary": args.summary, "junit": args.junit, "shard": spec,
+                                "all_items": [(label, s) for s in args.seeds]})
 
 
 def _jobs(args: argparse.Namespace, target: Any) -> list[tuple[str, Any, Any]]:
@@ -175,6 +230,56 @@ def _rerun(run_dir: Path) -> tuple[Any, Any, int]:
             int(record.get("seed", 1)))
 
 
+def _unfinished(run: Any) -> str | None:
+    """What ``chaos check`` says first of a run that did not complete (None: it completed)."""
+    record = run.read_run()
+    status = record.get("status")
+    if status in (None, "complete"):
+        return None
+    if status == "running":
+        return (f"{run.path} says running: it is still running, or was killed outright (SIGKILL, a lost machine) "
+                "and never recorded an end")
+    during = record.get("stopped_during")
+    error = record.get("error")
+    return f"{run.path} was {status}" + (f" during {during}" if during else "") + (f" ({error})" if error else "")
+
+
+def _summary(args: argparse.Namespace) -> int:
+    """``python -m chaos summary DIR ...``: merge CI jobs' runs; 0 only if every planned run passed."""
+    from chaos import ci
+
+    missing = [str(d) for d in args.dirs if not d.is_dir()]
+    if missing:
+        print(f"python -m chaos summary: not a directory: {', '.join(missing)}; give run roots (runs/), artefact "
+              "folders or run directories", file=sys.stderr)
+        return 2
+    merged = ci.merge(args.dirs)
+    if not merged.rows:
+        print(f"python -m chaos summary: no chaos runs or suite/soak summaries under {', '.join(map(str, args.dirs))}",
+              file=sys.stderr)
+        return 2
+    rows = merged.rows
+    print(ci.table(rows))
+    t = ci.totals(rows)
+    print(f"\n{len(rows)} run(s) from {len(merged.sources)} source(s): "
+          + ", ".join(f"{n} {v}" for v, n in t.items()))
+    bad = [r for r in rows if not ci.passed(r)]
+    for r in bad:
+        print(f"  {r['scenario']} seed {r['seed']}: {ci.reason(r)}"
+              + (f"; reproduce with: {r['reproduce']}" if r.get("reproduce") else ""))
+    unfinished = [r for r in rows if ci.incomplete(r)]
+    if unfinished:
+        print(f"incomplete: {len(unfinished)} run(s) did not finish: "
+              + ", ".join(f"{r['scenario']} seed {r['seed']} ({r['status']})" for r in unfinished))
+    for note in merged.notes:
+        print(f"note: {note}")
+    ci.write_outputs(rows, args.summary, args.junit, command="summary", status="complete", wall_s=sum(
+        float(r.get("wall_s") or 0) for r in rows), suite_name="chaos (merged)", extra={"sources": merged.sources,
+                                                                                     "notes": merged.notes})
+    print(f"CI files: {args.summary}, {args.junit}")
+    return 0 if not bad else 1
+
+
 def _check_engine(args: argparse.Namespace) -> str | None:
     if getattr(args, "backend", "process") != "docker":
         return None
@@ -194,6 +299,15 @@ def _timeouts(text: str) -> list[str]:
     if not names or unknown:
         raise argparse.ArgumentTypeError(f"{text!r}: profiles are {', '.join(TIMEOUTS)} (comma-separated)")
     return list(dict.fromkeys(names))
+
+
+def _shard(text: str) -> tuple[int, int]:
+    from chaos.ci import parse_shard
+
+    try:
+        return parse_shard(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _seeds(text: str) -> list[int]:
@@ -224,6 +338,20 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--seed", type=int, default=1, help="seed of the schedule, the load and the model (default 1)")
         out_and_target(p, parallel)
 
+    def ci_options(p: argparse.ArgumentParser, what: str) -> None:
+        from chaos import ci
+
+        items = "scenario x seed runs" if what == "suite" else "seeds"
+        where = "OUT/" if what == "suite" else "the soak's own directory, "
+        summary, junit = (ci.SUITE_SUMMARY, ci.SUITE_JUNIT) if what == "suite" else (ci.SOAK_SUMMARY, ci.SOAK_JUNIT)
+        p.add_argument("--shard", type=_shard, metavar="K/N",
+                       help=f"run only CI job K's share of the {items}, of N jobs (e.g. 2/4): the same split on "
+                            "every machine, each run in exactly one shard; merge with python -m chaos summary")
+        p.add_argument("--summary", type=Path, metavar="PATH",
+                       help=f"the summary JSON, one row per run (default: {where}{summary})")
+        p.add_argument("--junit", type=Path, metavar="PATH",
+                       help=f"the JUnit XML, one testcase per run (default: {where}{junit})")
+
     def backend_options(p: argparse.ArgumentParser) -> None:
         p.add_argument("--backend", choices=["process", "docker"], default="process",
                        help="where workers run: local processes (default) or Docker containers (needs an engine)")
@@ -245,6 +373,9 @@ def build_parser() -> argparse.ArgumentParser:
     backend_options(p)
     p = sub.add_parser("suite", help="the CI suite: every named scenario; exit 1 on any fail, unknown or error")
     common(p, 2)
+    p.add_argument("--seeds", type=_seeds, metavar="SEEDS",
+                   help="run every scenario on each of these seeds (e.g. 1-3; default: --seed)")
+    ci_options(p, "suite")
     p = sub.add_parser("soak", help="one scenario over many seeds, one after another; the verdict distribution; "
                                     "exit 1 unless every seed passed")
     p.add_argument("scenarios", nargs=1, metavar="SCENARIO", help=f"a name: {', '.join(SCENARIOS)}")
@@ -252,6 +383,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"the seeds: ranges and single seeds, e.g. 1-100 or 1-20,25,30-32 (default {DEFAULT_SEEDS})")
     out_and_target(p)
     backend_options(p)
+    ci_options(p, "soak")
+    p = sub.add_parser("summary", help="merge the run directories and summaries of several CI jobs (or machines) "
+                                       "into one verdict table, summary JSON and JUnit XML; exit 1 unless every "
+                                       "planned run passed")
+    p.add_argument("dirs", nargs="+", type=Path, metavar="DIR",
+                   help="run roots (e.g. each job's runs/), downloaded artefact folders, or single run directories")
+    p.add_argument("--summary", type=Path, default=Path("chaos-summary.json"),
+                   help="the merged summary JSON (default chaos-summary.json)")
+    p.add_argument("--junit", type=Path, default=Path("chaos-junit.xml"),
+                   help="the merged JUnit XML (default chaos-junit.xml)")
     p = sub.add_parser("planted", help="the planted-bug catalogue: broken agents that must not pass "
                                        "(python -m chaos planted --help)", add_help=False)
     p.add_argument("rest", nargs=argparse.REMAINDER)
@@ -266,20 +407,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _terminate_like_ctrl_c() -> None:
-    """SIGTERM (``kill PID``, a CI runner's timeout) stops a run as Ctrl-C does: the run directory says
-    ``interrupted``, a soak keeps its summary, and every process the run started is stopped. (A background job
-    of a non-interactive shell ignores SIGINT, so SIGTERM is how it is stopped.)"""
-    def stop(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, stop)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    _terminate_like_ctrl_c()
+    stop_on_sigterm()  # SIGTERM (kill PID, a CI job's timeout) stops a run as Ctrl-C does; it ends terminated
     from agent.env_options import EnvOptionError, check_environment
 
     try:
@@ -301,6 +431,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in _checkpoint_twins():
             print(f"{name + CHECKPOINT_SUFFIX:<30} {SCENARIOS[name].description} (on the checkpoint backend)")
         return 0
+    if args.command == "summary":
+        return _summary(args)
     if args.command == "check":
         from chaos.runner import check
 
@@ -311,6 +443,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{prog}: {args.run_dir} has no operations.jsonl (nor a history.jsonl); give a run directory "
                   "such as runs/<scenario>/latest", file=sys.stderr)
             return 2
+        unfinished = _unfinished(RunDir(run_dir))
+        if unfinished and not RunDir(run_dir).conversations.exists():
+            # Stopped before its final read: the checkers would only report the files it never wrote.
+            if args.json:
+                print(json.dumps({"verdict": "unknown", "status": RunDir(run_dir).read_run().get("status"),
+                                  "note": unfinished, "checks": []}))
+            else:
+                print(f"{unfinished}; it stopped before its final read (no conversations.json), so there is "
+                      f"nothing to check\n\nverdict: unknown")
+            return 1
+        if unfinished:
+            print(f"note: {unfinished}; checking what it recorded", file=sys.stderr)
         here = None
         if args.target:
             from chaos.target import load_target
@@ -332,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "rerun":
             scenario, backend, seed = _rerun(args.run_dir)
-            return asyncio.run(_run_many([(scenario.name + backend.suffix, scenario, backend)], seed, args.out))
+            return asyncio.run(_run_many([(scenario.name + backend.suffix, scenario, backend, seed)], args.out))
         if getattr(args, "parallel", 1) < 1:
             print(f"{prog}: --parallel {args.parallel}: must be 1 or more", file=sys.stderr)
             return 2
@@ -347,12 +491,21 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         if args.command == "soak":
             return asyncio.run(_soak(args, target))
-        jobs = _jobs(args, target)
-        return asyncio.run(_run_many(jobs, args.seed, args.out, args.parallel, getattr(args, "ui", False)))
+        if args.command == "suite":
+            args.seeds = args.seeds or [args.seed]
+            return asyncio.run(_suite(args, target))
+        jobs = [(*job, args.seed) for job in _jobs(args, target)]
+        return asyncio.run(_run_many(jobs, args.out, args.parallel, getattr(args, "ui", False)))
     except ValueError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"\ninterrupted; the cluster was stopped; partial runs are in {args.out} (status interrupted)",
-              file=sys.stderr)
-        return 130
+        from harness.rundir import stopped_exit_code, stopped_status
+
+        from chaos import ci
+
+        status = stopped_status()
+        print(f"\n{status}; the cluster was stopped; partial runs are in {args.out} (status {status})"
+              + (f"; the suite's summary: {args.summary or args.out / ci.SUITE_SUMMARY}" if args.command == "suite"
+                 else ""), file=sys.stderr)
+        return stopped_exit_code()

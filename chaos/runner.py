@@ -7,8 +7,8 @@ first (status ``running``, the scenario, seed, schedule, backend, target,
 machine, the command that reproduces it), ``operations.jsonl`` as each
 operation happens, then ``conversations.json``, ``event_histories/``,
 ``logs/`` and ``state/``; at the end ``run.json`` says ``complete`` (or
-``interrupted`` / ``failed``) with per-phase times, and the checkers write
-``verdict.json``. ``check`` does the last step alone, offline, on any run
+``interrupted`` / ``terminated`` / ``failed``, with ``stopped_during`` the
+phase) with per-phase times, and the checkers write ``verdict.json``. ``check`` does the last step alone, offline, on any run
 directory: it reads only saved files and names no backend.
 """
 
@@ -33,7 +33,7 @@ from chaos.generator import NemesisEvent, schedule
 from chaos.scenarios import SCENARIOS, ChaosScenario
 from harness import operations
 from harness.operations import History
-from harness.rundir import CONVERSATIONS, SCHEMA, VERDICT_JSON, RunDir, command_line, machine_info
+from harness.rundir import CONVERSATIONS, SCHEMA, VERDICT_JSON, RunDir, command_line, machine_info, stopped_status
 from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult, compose, recovery, summarise
 from testbed.stack import stack
 from testbed.temporal_server import temporal_binary_or_none
@@ -76,27 +76,42 @@ class RunFailed(Exception):
 
 
 async def run(scenario: ChaosScenario, backend: Backend, *, seed: int, out_root: Path,
-              progress: Progress = lambda s: None, ui: bool = False) -> RunResult:
+              progress: Progress = lambda s: None, ui: bool = False,
+              on_run_dir: Callable[[Path], None] = lambda p: None) -> RunResult:
     """One run, start to verdict. An error (a worker dying at setup, a port clash, a harness bug) ends the run
     ``failed`` in its directory (``run.json``: ``error``, ``reproduce``) and raises ``RunFailed``, which carries
     the run directory, the error and the reproduce command, so a suite or a soak reports it and goes on.
-    Ctrl-C and cancellation end it ``interrupted`` and propagate unchanged."""
+    Ctrl-C and cancellation end it ``interrupted`` (SIGTERM: ``terminated``) and propagate unchanged.
+    ``on_run_dir`` is told the run directory as soon as it exists."""
     started = time.monotonic()
     name = scenario.name + backend.suffix
     run_dir = RunDir.create(out_root / name)
+    on_run_dir(run_dir.path)
     reproduce = reproduce_command(scenario, seed, backend, run_dir)
     try:
         return await _run(scenario, backend, seed, progress, ui, started, name, run_dir, reproduce)
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
         with contextlib.suppress(Exception):  # recording the failure must not hide it
-            if run_dir.run.get("status") in (None, "running"):  # it failed where nothing recorded it yet
-                if not run_dir.run.get("kind"):
-                    run_dir.update(schema=SCHEMA, kind="chaos", name=name, seed=seed, reproduce=reproduce)
-                run_dir.finish("failed", time.monotonic() - started, error)
+            _end_unrecorded(run_dir, "failed", started, name, seed, reproduce, error)
             run_dir.logs.mkdir(parents=True, exist_ok=True)
             (run_dir.logs / RUNNER_ERROR).write_text("".join(traceback.format_exception(exc)))
         raise RunFailed(name, seed, run_dir.path, reproduce, error, time.monotonic() - started) from exc
+    except BaseException:  # Ctrl-C, SIGTERM, cancellation: where nothing recorded it yet (before run.json)
+        with contextlib.suppress(Exception):
+            _end_unrecorded(run_dir, stopped_status(), started, name, seed, reproduce)
+        raise
+
+
+def _end_unrecorded(run_dir: RunDir, status: str, started: float, name: str, seed: int, reproduce: str,
+                    error: str | None = None) -> None:
+    """End a run that ended where nothing recorded it (still ``running``, or no ``run.json`` yet: stopped while
+    it gathered the machine's facts): with ``status``, so no run directory is left without one."""
+    if run_dir.run.get("status") not in (None, "running"):
+        return
+    if not run_dir.run.get("kind"):
+        run_dir.update(schema=SCHEMA, kind="chaos", name=name, seed=seed, reproduce=reproduce)
+    run_dir.finish(status, time.monotonic() - started, error, run_dir.run.get("stopped_during") or "setup")
 
 
 async def _run(scenario: ChaosScenario, backend: Backend, seed: int, progress: Progress, ui: bool, started: float,
@@ -108,8 +123,11 @@ async def _run(scenario: ChaosScenario, backend: Backend, seed: int, progress: P
                   target=_target_record(scenario, backend), checkers=backend.checkers,
                   machine=await asyncio.to_thread(machine_info, temporal_binary_or_none()), phases={})
     phases: dict[str, float] = {}
+    doing = ["setup"]  # the phase under way: what run.json's stopped_during says if the run is stopped
 
     def phase(p: str) -> None:
+        if p != "stopped":
+            doing[0] = p
         phases[p] = round(history.now(), 3)
         history.event("nemesis" if p == "heal" else "generator", f"phase:{p}")
         progress(f"{name}: {p} (t={history.now():.1f}s)")
@@ -120,7 +138,7 @@ async def _run(scenario: ChaosScenario, backend: Backend, seed: int, progress: P
         run_dir.update(phases=phases)
 
     phase("setup")
-    with run_dir.ending_if_it_fails(started, stop_recording):
+    with run_dir.ending_if_it_fails(started, stop_recording, lambda: doing[0]):
         async with stack(backend.stack_spec(scenario, run_dir, seed, history, ui)) as s:
             if s.server is not None and s.server.ui_url:
                 progress(f"{name}: Temporal Web UI at {s.server.ui_url}/namespaces/{s.namespace}/workflows")
@@ -138,7 +156,7 @@ async def _run(scenario: ChaosScenario, backend: Backend, seed: int, progress: P
                            supervisor_restarts={w.name: w.restarts for w in s.workers})
     stop_recording()
     progress(f"{name}: checking")
-    with run_dir.ending_if_it_fails(started):
+    with run_dir.ending_if_it_fails(started, doing=lambda: "checking"):
         verdict, checks, row = check(run_dir.path)
     run_dir.finish("complete", time.monotonic() - started)
     return RunResult(name, run_dir.path, verdict, checks, seed, run_dir.run["wall_s"], row, run_dir.run["reproduce"])

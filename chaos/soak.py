@@ -3,11 +3,12 @@
 Each seed is an ordinary run (``chaos.runner.run``) with its own run directory under ``--out``, exactly as
 ``python -m chaos run SCENARIO --seed N`` makes it. A run that raises (a worker dying at setup, a port clash,
 a harness bug) is recorded ``failed`` in its own run directory and counts as ``error``; the soak goes on.
-Ctrl-C stops it, keeping what it did.
+Ctrl-C (or SIGTERM) stops it, keeping what it did.
 
 The soak's own run directory, ``<out>/soak-<scenario>/<UTC stamp>/`` (kind ``soak``), holds ``run.json`` and
 ``soak.json``: one row per seed finished, and the verdict distribution, rewritten after every seed
-(``RUN_DIRECTORY.md``). The exit status is 0 only when every seed passed.
+(``RUN_DIRECTORY.md``), and the CI files (``chaos.ci``): ``summary.json`` and ``junit.xml`` (or where
+``--summary`` / ``--junit`` say). The exit status is 0 only when every seed passed.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.rundir import SCHEMA, RunDir, command_line, machine_info, utc_now
+from chaos import ci
+from harness.rundir import SCHEMA, RunDir, command_line, machine_info, stopped_status, utc_now
 from harness.verdict import FAIL, PASS, UNKNOWN, CheckResult
 
 ERROR = "error"
@@ -109,14 +111,16 @@ class Outcome:
 
 
 async def run_captured(label: str, scenario: Any, backend: Any, *, seed: int, out_root: Path,
-                       progress: Callable[[str], None] = lambda s: None, ui: bool = False) -> Outcome:
+                       progress: Callable[[str], None] = lambda s: None, ui: bool = False,
+                       on_run_dir: Callable[[Path], None] = lambda p: None) -> Outcome:
     """``chaos.runner.run``, with an error turned into an ``error`` outcome (the run directory already says
     ``failed``, with the error and the reproduce command). Ctrl-C and cancellation still propagate."""
     from chaos import runner
 
     started = time.monotonic()
     try:
-        r = await runner.run(scenario, backend, seed=seed, out_root=out_root, progress=progress, ui=ui)
+        r = await runner.run(scenario, backend, seed=seed, out_root=out_root, progress=progress, ui=ui,
+                             on_run_dir=on_run_dir)
     except runner.RunFailed as exc:
         return Outcome(label, seed, ERROR, exc.run_dir, exc.wall_s, exc.reproduce,
                        row={"scenario": label, **ERROR_ROW, "verdict": ERROR}, error=exc.error)
@@ -144,13 +148,18 @@ def percentages(outcomes: list[Outcome]) -> dict[str, float]:
 class SoakRecord:
     """The soak's run directory: ``run.json`` (kind ``soak``) and ``soak.json``, rewritten after every seed."""
 
-    def __init__(self, out_root: Path, label: str, seeds: list[int], reproduce: str, **fields: Any) -> None:
+    def __init__(self, out_root: Path, label: str, seeds: list[int], reproduce: str, ci_files: dict[str, Any],
+                 **fields: Any) -> None:
         from testbed.temporal_server import temporal_binary_or_none
 
         self.label, self.seeds, self.outcomes = label, seeds, []
         self.interrupted_seed: int | None = None
         self.started = time.monotonic()
         self.dir = RunDir.create(Path(out_root) / f"{SOAK_PREFIX}{label}")
+        self.ci = ci.CiRecord("soak", f"chaos soak {label}", [(label, s) for s in seeds],
+                              ci_files.get("summary") or self.dir.path / ci.SOAK_SUMMARY,
+                              ci_files.get("junit") or self.dir.path / ci.SOAK_JUNIT,
+                              ci_files.get("shard"), ci_files.get("all_items"))
         # run.json as RunDir.begin writes it (kind "soak")
         self.dir.update(schema=SCHEMA, kind="soak", name=label, status="running", started=utc_now(), ended=None,
                         wall_s=None, seed=seeds[0], seeds=seeds, reproduce=reproduce,
@@ -163,6 +172,7 @@ class SoakRecord:
 
     def add(self, outcome: Outcome) -> None:
         self.outcomes.append(outcome)
+        self.ci.ended(outcome)
         self.save()
 
     def save(self) -> None:
@@ -176,17 +186,20 @@ class SoakRecord:
             "runs": [o.as_row() for o in self.outcomes]})
 
     def finish(self, status: str, error: str | None = None) -> None:
-        self.dir.finish(status, time.monotonic() - self.started, error)
+        during = f"seed {self.interrupted_seed}" if self.interrupted_seed is not None else None
+        self.dir.finish(status, time.monotonic() - self.started, error, during)
+        self.ci.finish(status)
         self.save()
 
 
 def summary(label: str, seeds: list[int], outcomes: list[Outcome], wall_s: float, soak_dir: Path,
-            interrupted_seed: int | None = None) -> str:
-    """The verdict distribution, then every seed that did not pass: what went wrong, how to reproduce, where."""
+            interrupted_seed: int | None = None, how: str = "interrupted") -> str:
+    """The verdict distribution, then every seed that did not pass: what went wrong, how to reproduce, where.
+    ``how``: how the soak was stopped during ``interrupted_seed`` (``interrupted``, ``terminated``)."""
     dist, pct = distribution(outcomes), percentages(outcomes)
     done = len(outcomes)
     lines = [f"soak {label}: {done} of {len(seeds)} seed(s) in {wall_s:.0f}s"
-             + (f" (interrupted during seed {interrupted_seed})" if interrupted_seed is not None else ""), ""]
+             + (f" ({how} during seed {interrupted_seed})" if interrupted_seed is not None else ""), ""]
     lines.append(f"  {'verdict':<8} {'seeds':>5} {'%':>6}")
     for v in OUTCOMES:
         lines.append(f"  {v:<8} {dist[v]:>5} {pct[v]:>6.1f}")
@@ -207,11 +220,14 @@ def summary(label: str, seeds: list[int], outcomes: list[Outcome], wall_s: float
 
 
 async def soak(label: str, scenario: Any, backend: Any, seeds: list[int], out_root: Path, *,
-               reproduce: str, say: Callable[[str], None], verbose: bool = False) -> int:
+               reproduce: str, say: Callable[[str], None], verbose: bool = False,
+               ci_files: dict[str, Any] | None = None) -> int:
     """Run ``scenario`` once per seed, in order; print progress and the summary; 0 only if every seed passed.
-    Ctrl-C: the soak's directory ends ``interrupted`` with the seeds it finished, the summary is printed and
-    the interrupt propagates."""
-    record = SoakRecord(out_root, label, seeds, reproduce, scenario=asdict(scenario), backend=backend.record())
+    Ctrl-C (SIGTERM): the soak's directory ends ``interrupted`` (``terminated``) with the seeds it finished, the
+    summary is printed and the interrupt propagates. ``ci_files``: ``summary`` and ``junit`` paths (default:
+    in the soak's directory), ``shard`` (``K/N``) and ``all_items`` (every shard's seeds), for ``chaos.ci``."""
+    record = SoakRecord(out_root, label, seeds, reproduce, ci_files or {}, scenario=asdict(scenario),
+                        backend=backend.record())
     say(f"soak {label}: {len(seeds)} seed(s) -> {record.path}")
     current: int | None = None
     try:
@@ -219,7 +235,8 @@ async def soak(label: str, scenario: Any, backend: Any, seeds: list[int], out_ro
             current = seed
             say(f"seed {i}/{len(seeds)} (seed {seed}): {label} starting")
             o = await run_captured(label, scenario, backend, seed=seed, out_root=out_root,
-                                   progress=say if verbose else (lambda s: None))
+                                   progress=say if verbose else (lambda s: None),
+                                   on_run_dir=lambda p, seed=seed: record.ci.running(label, seed, p))
             record.add(o)
             current = None
             say(f"seed {i}/{len(seeds)} (seed {seed}): {o.verdict.upper()} in {o.wall_s:.0f}s -> "
@@ -229,13 +246,15 @@ async def soak(label: str, scenario: Any, backend: Any, seeds: list[int], out_ro
     except BaseException as exc:
         interrupted = isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError))
         record.interrupted_seed = current
-        record.finish("interrupted" if interrupted else "failed",
+        record.finish(stopped_status() if interrupted else "failed",
                       None if interrupted else f"{type(exc).__name__}: {exc}")
         print()
-        print(summary(label, seeds, record.outcomes, time.monotonic() - record.started, record.path, current),
-              flush=True)
+        print(summary(label, seeds, record.outcomes, time.monotonic() - record.started, record.path, current,
+                      record.dir.run["status"]), flush=True)
+        print(f"CI files: {record.ci.paths()}", flush=True)
         raise
     record.finish("complete")
     print()
     print(summary(label, seeds, record.outcomes, time.monotonic() - record.started, record.path), flush=True)
+    print(f"CI files: {record.ci.paths()}", flush=True)
     return 0 if all(o.verdict == PASS for o in record.outcomes) else 1

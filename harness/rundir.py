@@ -26,8 +26,10 @@ Guarantees:
   old content or the new, never half of it; an interrupted run keeps what it
   wrote.
 * ``run.json`` has ``status`` ``running`` from the first moment, then
-  ``complete``, ``interrupted`` or ``failed`` (with ``error``), whatever ends
-  the run; ``latest`` moves only to a run that completed.
+  ``complete``, ``interrupted`` (Ctrl-C), ``terminated`` (SIGTERM, once
+  ``stop_on_sigterm`` is installed) or ``failed`` (with ``error``), whatever
+  ends the run, and ``stopped_during`` (what it was doing) if it did not
+  complete; ``latest`` moves only to a run that completed.
 * Schema 1 (before this module: ``journal.json``, ``history.jsonl``,
   ``histories/``, checks inside the journal) is still read.
 
@@ -42,8 +44,10 @@ import json
 import os
 import platform
 import shlex
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -59,10 +63,60 @@ OPERATIONS, CONVERSATIONS = "operations.jsonl", "conversations.json"
 EVENT_HISTORIES, LOGS, STATE = "event_histories", "logs", "state"
 LATEST = "latest"
 KINDS = ("chaos", "bench", "migration_fuzz")
-STATUSES = ("running", "complete", "interrupted", "failed")
+STATUSES = ("running", "complete", "interrupted", "terminated", "failed")
+#: the statuses of a run stopped from outside: Ctrl-C (SIGINT) or SIGTERM (``kill PID``, a CI job's timeout)
+STOPPED = ("interrupted", "terminated")
 #: schema 1's names for the files that were renamed
 _V1 = {RUN_JSON: "journal.json", OPERATIONS: "history.jsonl", EVENT_HISTORIES: "histories"}
 STAMP_FORMAT = "%Y%m%dT%H%M%SZ"
+
+
+#: the signal stopping this process, once ``stop_on_sigterm``'s handler has run
+_stopping: dict[str, int] = {}
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM (``kill PID``, a CI job's timeout) stops this process as Ctrl-C does, and the runs it stops end
+    ``terminated`` rather than ``interrupted``. Call it before ``asyncio.run``. Main thread only.
+
+    Inside ``asyncio.run`` the handler does what Ctrl-C does there: it cancels the main task, so every ``async
+    with`` stops what it started and ``asyncio.run`` then raises ``KeyboardInterrupt``. (A ``KeyboardInterrupt``
+    raised into the event loop instead leaves ``asyncio.run`` waiting forever on tasks it cancels, such as a
+    Temporal worker's.) Elsewhere it raises ``KeyboardInterrupt``. A second SIGTERM while it cleans up is ignored
+    (a CI runner follows with SIGKILL if it must). A background job of a non-interactive shell starts with
+    SIGINT ignored, and ``asyncio.run`` then has no Ctrl-C handler to call: SIGINT gets Python's default back."""
+    def stop(signum: int, frame: Any) -> None:
+        if _stopping:
+            return
+        _stopping["signal"] = signum
+        on_sigint = signal.getsignal(signal.SIGINT)
+        if _loop_running() and callable(on_sigint) and on_sigint is not signal.default_int_handler:
+            on_sigint(signal.SIGINT, frame)  # asyncio.run's Ctrl-C handler
+            return
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    if threading.current_thread() is threading.main_thread():
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, stop)
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def stopped_status() -> str:
+    """The status of a run this process stops: ``terminated`` after SIGTERM, else ``interrupted``."""
+    return "terminated" if _stopping.get("signal") == signal.SIGTERM else "interrupted"
+
+
+def stopped_exit_code() -> int:
+    """The shell's exit status for this stop: 143 (128 + SIGTERM) after SIGTERM, else 130 (128 + SIGINT)."""
+    return 128 + _stopping.get("signal", signal.SIGINT)
 
 
 def utc_now() -> str:
@@ -126,21 +180,27 @@ class RunDir:
     def save(self) -> None:
         write_json(self.path / RUN_JSON, self.run)
 
-    def finish(self, status: str, wall_s: float, error: str | None = None) -> None:
-        """The run ended: ``complete`` moves ``latest`` here; ``interrupted`` / ``failed`` never do."""
+    def finish(self, status: str, wall_s: float, error: str | None = None, stopped_during: str | None = None) -> None:
+        """The run ended: ``complete`` moves ``latest`` here; ``interrupted`` / ``terminated`` / ``failed`` never
+        do. ``stopped_during``: what a run that did not complete was doing (a phase, a section, a seed)."""
         assert status in STATUSES[1:], status
         self.run.update(status=status, ended=utc_now(), wall_s=round(wall_s, 1))
         if error:
             self.run["error"] = error
+        if stopped_during and status != "complete":
+            self.run["stopped_during"] = stopped_during
         self.save()
         if status == "complete":
             self.link_latest()
 
     @contextlib.contextmanager
-    def ending_if_it_fails(self, started: float, before_ending: Callable[[], None] = lambda: None) -> Iterator[None]:
-        """Run the body; if it raises, the run ends ``interrupted`` (Ctrl-C, cancellation) or ``failed`` (anything
-        else, with the error), after ``before_ending`` (e.g. close the operation log). A body that returns
-        leaves the run ``running``: the caller finishes it (``finish("complete", ...)``) once its work is saved."""
+    def ending_if_it_fails(self, started: float, before_ending: Callable[[], None] = lambda: None,
+                           doing: Callable[[], str | None] = lambda: None) -> Iterator[None]:
+        """Run the body; if it raises, the run ends ``interrupted`` (Ctrl-C, cancellation), ``terminated``
+        (SIGTERM, ``stop_on_sigterm``) or ``failed`` (anything else, with the error), after ``before_ending``
+        (e.g. close the operation log), with ``stopped_during`` what ``doing`` says it was doing. A body that
+        returns leaves the run ``running``: the caller finishes it (``finish("complete", ...)``) once its work
+        is saved."""
         try:
             yield
         except BaseException as exc:
@@ -148,8 +208,8 @@ class RunDir:
             interrupted = isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)) or (
                 task is not None and task.cancelling() > 0)  # a cancelled client call may raise its own error
             before_ending()
-            self.finish("interrupted" if interrupted else "failed", time.monotonic() - started,
-                        None if interrupted else f"{type(exc).__name__}: {exc}")
+            self.finish(stopped_status() if interrupted else "failed", time.monotonic() - started,
+                        None if interrupted else f"{type(exc).__name__}: {exc}", doing())
             if interrupted and not isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
                 raise asyncio.CancelledError() from exc
             raise

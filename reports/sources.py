@@ -304,14 +304,19 @@ def _load_history(path: Path, where: Path, sources: Sources) -> list[hist.Op]:
     return good
 
 
-def _verdict(checked: dict[str, Any] | None) -> tuple[str, str, list[dict[str, Any]]]:
-    """The run's verdict from what its checkers wrote (verdict.json; schema 1: its journal)."""
+def _verdict(checked: dict[str, Any] | None, record: dict[str, Any]) -> tuple[str, str, list[dict[str, Any]]]:
+    """The run's verdict from what its checkers wrote (verdict.json; schema 1: its journal); ``record`` (run.json)
+    says how a run that was never checked ended (``terminated during settle``)."""
+    status = record.get("status")
+    how = str(status) if status in ("interrupted", "terminated", "failed", "running") else "interrupted"
+    if record.get("stopped_during"):
+        how += f" during {record['stopped_during']}"
     checks = (checked or {}).get("checks")
     if not isinstance(checks, list) or not checks:
-        return "unknown", "interrupted: the run was never checked", []
+        return "unknown", f"{how}: the run was never checked", []
     checks = [c for c in checks if isinstance(c, dict)]
     if not isinstance(checked.get("summary"), dict):
-        return "unknown", "interrupted: no summary among its checks", checks
+        return "unknown", f"{how}: no summary among its checks", checks
     # The worst of the checks and the recorded verdict (harness.verdict's rules): a hand-edited or stale record
     # never reads better than it is.
     recorded = [checked["verdict"]] if isinstance(checked.get("verdict"), str) else []
@@ -333,7 +338,7 @@ def _load_chaos(path: Path, scenario_dir: str, sources: Sources) -> ChaosRun:
     except (OSError, ValueError):
         sources.warn(f"partly used {path}: {VERDICT_JSON} is damaged; the run counts as unchecked")
         checked = None
-    verdict, note, checks = _verdict(checked if isinstance(checked, dict) else None)
+    verdict, note, checks = _verdict(checked if isinstance(checked, dict) else None, record)
     summary = checked.get("summary") if isinstance(checked, dict) and isinstance(checked.get("summary"), dict) \
         else None
     from_history = summary is None

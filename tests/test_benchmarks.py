@@ -126,6 +126,31 @@ def test_interrupted_run_keeps_finished_sections_and_stops_everything(tmp_path: 
     assert temporal_server_pids() <= before, "a temporal server was left running"
 
 
+def test_sigtermed_run_ends_terminated_in_its_section_and_stops_everything(tmp_path: Path) -> None:
+    before = temporal_server_pids()
+    log = tmp_path / "bench.log"
+    with log.open("w") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "benchmarks", "--quick", "--only", "table2", "--turns", "2",
+                                 "--out", str(tmp_path / "runs")], cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 180
+        while "[table2]" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)  # what `kill PID` and a CI job's timeout send
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, log.read_text()[-2000:]
+    assert "terminated: every process was stopped" in log.read_text()
+    [run_dir] = [p for p in (tmp_path / "runs").iterdir() if p.is_dir() and not p.is_symlink()]
+    record = json.loads((run_dir / "run.json").read_text())
+    assert (record["status"], record["stopped_during"], record["sections"]) == ("terminated", "section table2", [])
+    assert_valid(run_dir)
+    assert temporal_server_pids() <= before, "a temporal server was left running"
+
+
 def test_proxy_benchmark_measures_every_path_and_stops_what_it_started(tmp_path: Path, capsys) -> None:
     import threading
 

@@ -53,7 +53,7 @@ def _fake_run(plan: dict[Any, str], calls: list[tuple[str, int]]):
     ``error`` (a recorded RunFailed), ``crash`` (an exception before any run directory) or ``interrupt``."""
 
     async def fake(scenario: Any, backend: Any, *, seed: int, out_root: Path, progress: Any = None,
-                   ui: bool = False) -> RunResult:
+                   ui: bool = False, on_run_dir: Any = None) -> RunResult:
         name = scenario.name + backend.suffix
         calls.append((name, seed))
         what = plan.get(seed, plan.get(name, "pass"))
@@ -161,7 +161,7 @@ def test_the_suite_records_an_error_and_goes_on_to_the_next_scenario(
     calls: list[tuple[str, int]] = []
     monkeypatch.setattr(runner, "run", _fake_run({"model_outage": "error", "pause_worker": "crash"}, calls))
     jobs = [(n, SCENARIOS[n], ReferenceOnTemporal()) for n in ("kill_idle", "model_outage", "pause_worker", "hotfix")]
-    assert asyncio.run(cli._run_many(jobs, 1, tmp_path, parallel=2)) == 1
+    assert asyncio.run(cli._run_many([(*job, 1) for job in jobs], tmp_path, parallel=2)) == 1
     out = capsys.readouterr().out
     assert sorted(n for n, _ in calls) == ["hotfix", "kill_idle", "model_outage", "pause_worker"]
     table = out[out.index("scenario "):]
@@ -211,18 +211,21 @@ async def test_a_run_that_raises_is_recorded_failed_with_its_error_and_reproduce
          "checked"), "?"), "verdict": "error"}
 
 
-def test_sigterm_stops_a_chaos_command_as_ctrl_c_does() -> None:
+def test_sigterm_stops_a_chaos_command_as_ctrl_c_does(monkeypatch: pytest.MonkeyPatch) -> None:
     import os
-    import signal
     import time
 
-    from chaos.cli import _terminate_like_ctrl_c
+    from harness import rundir
 
-    before = signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(rundir, "_stopping", {})  # this process's record of the stop, put back afterwards
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     try:
-        _terminate_like_ctrl_c()
+        assert rundir.stopped_status() == "interrupted" and rundir.stopped_exit_code() == 130
+        rundir.stop_on_sigterm()
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(1)  # the handler runs at the next bytecode boundary
+        assert rundir.stopped_status() == "terminated" and rundir.stopped_exit_code() == 143
     finally:
-        signal.signal(signal.SIGTERM, before)
+        signal.signal(signal.SIGTERM, before[0])
+        signal.signal(signal.SIGINT, before[1])

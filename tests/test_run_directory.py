@@ -50,6 +50,23 @@ def test_names_are_utc_and_never_shared_and_latest_moves_only_to_a_complete_run(
     assert record["status"] == "failed" and record["error"] == "RuntimeError: boom" and record["ended"]
 
 
+def test_runs_started_in_the_same_second_by_several_processes_never_share_a_directory(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import time
+
+    start = time.time() + 2.0  # every process creates its directories from the same instant
+    script = ("import sys, time; from pathlib import Path; from harness.rundir import RunDir\n"
+              "while time.time() < float(sys.argv[2]): pass\n"
+              "print(*(RunDir.create(Path(sys.argv[1])).path.name for _ in range(5)))")
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path), str(start)], stdout=subprocess.PIPE,
+                              text=True, cwd=Path(__file__).resolve().parent.parent) for _ in range(4)]
+    names = [name for p in procs for name in p.communicate(timeout=60)[0].split()]
+    assert all(p.returncode == 0 for p in procs)
+    assert len(names) == 20 and len(set(names)) == 20 and len(list(tmp_path.iterdir())) == 20
+    assert len({n.split("-")[0] for n in names}) < 20  # they did meet in one second (and got -2, -3, ...)
+
+
 def test_a_reproduce_command_quotes_what_the_shell_would_split() -> None:
     cmd = command_line("python -m chaos run", {"--seed": 3, "--image": "my image", "--ui": True, "--x": None},
                        ["kill_mid_turn"])
