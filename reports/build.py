@@ -39,7 +39,8 @@ from reports.sources import BENCH_SECTIONS, BenchRun, Sources, load, safe_name, 
 log = logging.getLogger(__name__)
 
 MANIFEST = ".reports-manifest.json"
-LATEX_TABLES = {"table1": r"\small", "table2": r"\small", "table2_overhead": r"\small", "breakdown": r"\small"}
+LATEX_TABLES = {"table1": r"\footnotesize", "table2": r"\small", "table2_overhead": r"\small",
+                "breakdown": r"\small"}
 QUICK = ("a `--quick` run: a few turns per series, meant to prove the pipeline works, not to be cited; run "
          "`python -m benchmarks` (the default profile) for numbers")
 TITLE = "Durable agents on Temporal: benchmark and fault-injection report"
@@ -137,6 +138,8 @@ class Builder:
         self.src = sources
         self.st = staging
         self.fig_dir = staging.path("figures/.keep").parent
+        self.tex_tables: list[str] = []
+        self.figures: list[figs.Figure] = []
 
     def warn(self, message: str) -> None:
         self.src.warn(message)
@@ -151,10 +154,29 @@ class Builder:
             t.csv.to_csv(self.st.path(f"{t.name}.csv"), index=False)
         if t.name in LATEX_TABLES:
             self.st.write_text(f"{t.name}.tex", tab.latex(t, LATEX_TABLES[t.name]))
+            self.tex_tables.append(t.name)
 
     def emit_figure(self, doc: Doc, f: figs.Figure | None) -> None:
         if f is not None:
             doc.figure(f.name, f.title, f.caption)
+            self.figures.append(f)
+
+    def preview(self) -> str:
+        """``preview.tex``: a two-column article with every LaTeX table and every figure (PDF) at its print size,
+        to check that they fit (``pdflatex preview.tex``, then look for "Overfull \\hbox")."""
+        lines = [r"\documentclass[twocolumn]{article}", r"\usepackage[margin=0.75in]{geometry}",
+                 r"\usepackage{booktabs}", r"\usepackage{graphicx}",
+                 r"\begin{document}", f"\\section*{{{tab.latex_escape(TITLE)}}}", "Preview of the generated tables "
+                 r"and figures at their print sizes (\texttt{python -m reports})."]
+        lines += [rf"\input{{{name}.tex}}" for name in self.tex_tables]
+        for n, f in enumerate(self.figures):
+            if n and n % 8 == 0:
+                lines.append(r"\clearpage")  # flush: LaTeX holds at most 18 floats waiting for a place
+            env, width = ("figure*", r"\textwidth") if f.wide else ("figure", r"\columnwidth")
+            lines += [rf"\begin{{{env}}}[t]", r"\centering", rf"\includegraphics[width={width}]{{figures/{f.name}.pdf}}",
+                      rf"\caption{{{tab.latex_escape(f.caption)}}}", rf"\end{{{env}}}"]
+        lines += [r"\clearpage", r"\end{document}", ""]
+        return "\n".join(lines)
 
     def section(self, doc: Doc, title: str, fill: Callable[[Doc], None], level: int = 2) -> None:
         """A heading and its content; a section that fails becomes a warning, not a failed build."""
@@ -483,6 +505,8 @@ class Builder:
             head.heading(2, "Notes")
             head.bullets(self.src.notes)
         head.extend(body)
+        if self.tex_tables or self.figures:
+            self.st.write_text("preview.tex", self.preview())
         self.st.write_text("report.html", head.html(TITLE))
         self.st.write_text("report.md", head.markdown())
 

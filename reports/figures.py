@@ -51,6 +51,7 @@ class Figure:
     name: str  # file stem under figures/
     title: str
     caption: str
+    wide: bool = False  # drawn style.DOUBLE wide: figure* across both columns
 
 
 def _log(axis: Any) -> None:
@@ -155,7 +156,7 @@ def plot_chaos(run: ChaosRun, out: Path, stem: str) -> list[Figure]:
                        f"red, info orange); shaded spans are nemesis fault windows (solid line: injection), dashed "
                        f"lines the faults and heal phases."
                        + (f" {n_never} operation(s) never completed: drawn as triangles with their latency taken to "
-                          f"the end of the run ({run.end_s:.1f} s)." if n_never else "")))
+                          f"the end of the run ({run.end_s:.1f} s)." if n_never else ""), wide=True))
 
     # (b) quantiles per window, by invoke time
     width = _buckets(run.end_s)
@@ -178,7 +179,7 @@ def plot_chaos(run: ChaosRun, out: Path, stem: str) -> list[Figure]:
     style.save(fig, out, f"{stem}-latency-quantiles")
     figs.append(Figure(f"{stem}-latency-quantiles", f"{run.scenario}: latency quantiles",
                        f"Latency quantiles (p50, p95, p99, max) of the completed send_message operations of "
-                       f"`{run.scenario}` invoked in each {width:g} s window, with the same fault shading."))
+                       f"`{run.scenario}` invoked in each {width:g} s window, with the same fault shading.", wide=True))
 
     # (c) completions per second, by completion time
     fig, ax = style.new(style.DOUBLE)
@@ -201,7 +202,7 @@ def plot_chaos(run: ChaosRun, out: Path, stem: str) -> list[Figure]:
     style.save(fig, out, f"{stem}-rate")
     figs.append(Figure(f"{stem}-rate", f"{run.scenario}: throughput",
                        f"Completed send_message operations per second of `{run.scenario}` ({width:g} s windows, by "
-                       f"completion time and outcome), with the same fault shading."))
+                       f"completion time and outcome), with the same fault shading.", wide=True))
     return figs
 
 
@@ -225,7 +226,7 @@ def plot_breakdown(series: list[dict[str, Any]], out: Path) -> Figure | None:
                    ms=14, mew=1.4, color="black", elinewidth=0.8, capsize=2, zorder=3,
                    label="median client latency [95% CI]")
     whole.set_ylabel("median time per turn (ms)")
-    style.legend(whole, above=True, ncols=1)
+    style.legend(whole, above=True, loc="upper left", ncols=3)
     bottom = np.zeros(len(series))
     for (label, _), colour in zip(COMPONENTS, COMPONENT_COLOURS):
         if label == MODEL:
@@ -244,7 +245,7 @@ def plot_breakdown(series: list[dict[str, Any]], out: Path) -> Figure | None:
     return Figure("breakdown", "Latency breakdown", "Where a durable turn's time goes, per series. Left: the median "
                   "model time and the sum of the median overhead components, stacked; the black mark is the median "
                   "client latency with its 95% bootstrap interval (medians of parts need not add up to it exactly). "
-                  "Right: the overhead alone on its own scale, each component's median stacked (ms).")
+                  "Right: the overhead alone on its own scale, each component's median stacked (ms).", wide=True)
 
 
 def _tuning_label(s: dict[str, Any]) -> str:
@@ -287,7 +288,7 @@ def plot_tuning(series: list[dict[str, Any]], breakdown_series: list[dict[str, A
     return Figure("tuning", "Tuning", "Median client latency per turn (ms) for each tuning series (server "
                   "dynamic-config profile, eager activity execution, workflow sandbox), with its 95% bootstrap "
                   "interval" + ("; where the run has its breakdown, the components' medians are stacked inside the "
-                                "outlined total." if stacked else "."))
+                                "outlined total." if stacked else "."), wide=True)
 
 
 def plot_latency_cdf(series: list[dict[str, Any]], out: Path) -> Figure | None:
@@ -445,7 +446,7 @@ def plot_resources(doc: dict[str, Any], out: Path) -> Figure | None:
     style.legend(axes[1], outside=True)
     style.save(fig, out, "resources")
     return Figure("resources", "Resources", "Left: mean CPU per process (% of one core; 200 % = two cores); right: "
-                  "peak resident memory (MB), during each benchmark section (psutil samples).")
+                  "peak resident memory (MB), during each benchmark section (psutil samples).", wide=True)
 
 
 def plot_checkpoint(points: list[dict[str, Any]], out: Path) -> Figure | None:

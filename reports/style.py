@@ -107,5 +107,8 @@ def legend(ax: Any, handles: list[Any] | None = None, outside: bool = False, abo
     if outside:
         kw = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), **kw}
     elif above:
-        kw = {"loc": "lower left", "bbox_to_anchor": (0.0, 1.01, 1.0, 0.1), "mode": "expand", "ncols": 2, **kw}
+        # A figure legend in constrained layout's "outside" place: the axes shrink to make room for it.
+        loc = kw.pop("loc", "upper center")
+        ax.figure.legend(handles=h, loc=f"outside {loc}", handlelength=2.2, **{"ncols": 2, **kw})
+        return
     ax.legend(handles=h, handlelength=2.2, borderaxespad=0.3, **kw)

@@ -116,7 +116,8 @@ def _tex_header(text: str, align: str) -> str:
     lines = [latex_escape(x) for x in str(text).split("\n")]
     if len(lines) == 1:
         return lines[0]
-    return rf"\begin{{tabular}}[b]{{@{{}}{align}@{{}}}}" + r" \\ ".join(lines) + r"\end{tabular}"
+    # "\\{}": a line that starts with "[" (e.g. "[95% CI]") must not be read as \\'s optional argument
+    return rf"\begin{{tabular}}[b]{{@{{}}{align}@{{}}}}" + r" \\{} ".join(lines) + r"\end{tabular}"
 
 
 def latex(t: Table, size: str = r"\small") -> str:
@@ -223,6 +224,8 @@ def table2(series: list[dict[str, Any]]) -> Table | None:
                  headers={"mean [95% CI]": "mean (ms) [95% CI]", "median [95% CI]": "median (ms) [95% CI]",
                           "sd": "sd (ms)", "min": "min (ms)", "p95": "p95 (ms)", "max": "max (ms)"},
                  display=("mean [95% CI]", "median [95% CI]", "p99 (ms)"),
+                 tex_cols=("Workload", "Model", "Loop", "n", "mean [95% CI]", "median [95% CI]", "sd", "p95",
+                           "p99 (ms)", "max"), colspec={"Model": "p{2.6cm}"},
                  tex_headers={"mean [95% CI]": "mean (ms)\n[95% CI]", "median [95% CI]": "median (ms)\n[95% CI]",
                               "sd": "sd\n(ms)", "min": "min\n(ms)", "p95": "p95\n(ms)", "p99 (ms)": "p99\n(ms)",
                               "max": "max\n(ms)"},
@@ -271,11 +274,14 @@ def table2_overhead(series: list[dict[str, Any]]) -> tuple[Table | None, list[st
                  "(turns paired by index), difference of means (ms), and loop overhead = mean(client_ms - model_ms) "
                  "(ms).", pd.DataFrame(rows), fm, hide=("Durable", "Plain"),
                  headers={c: f"{c} (ms)" for c in fm if fm[c] == MS},
-                 tex_headers={"paired turns": "paired\nturns", "durable mean": "durable\nmean (ms)",
-                              "plain mean": "plain\nmean (ms)", "ratio of means": "ratio\nof means",
-                              "median turn ratio": "median\nturn ratio", "difference": "difference\n(ms)",
-                              "durable overhead": "durable\noverhead (ms)", "plain overhead": "plain\noverhead (ms)",
-                              "overhead difference": "overhead\ndifference (ms)"},
+                 tex_cols=("Workload", "Model", "durable mean", "plain mean", "ratio of means", "median turn ratio",
+                           "durable overhead", "plain overhead", "overhead difference"),
+                 colspec={"Model": "p{2.6cm}"},
+                 tex_headers={"durable mean": "durable\nmean\n(ms)", "plain mean": "plain\nmean\n(ms)",
+                              "ratio of means": "ratio\nof\nmeans", "median turn ratio": "median\nturn\nratio",
+                              "durable overhead": "durable\noverhead\n(ms)",
+                              "plain overhead": "plain\noverhead\n(ms)",
+                              "overhead difference": "overhead\ndifference\n(ms)"},
                  wide=True), problems
 
 
@@ -557,13 +563,13 @@ def table1(runs: list[ChaosRun]) -> Table | None:
                  {"Recovery (s)": ".1f", "Model call held (s)": ".2f", "Tool held (s)": ".2f",
                   "Workflow task held (s)": ".2f", "Duplicated effects": "", "Faults landed": "", "ok": "d",
                   "fail": "d", "info": "d"}, hide=("Run",),
-                 colspec={"Scenario": "p{2.3cm}", "Fault": "p{3.4cm}", "Checked": "p{3cm}", "Outcome": "p{1.5cm}"},
+                 colspec={"Scenario": "p{1.8cm}", "Fault": "p{2.6cm}", "Checked": "p{2.4cm}", "Outcome": "p{1.4cm}"},
                  tex_cols=("Scenario", "Fault", "Checked", "Outcome", "Faults landed", "Recovery (s)",
                            "Model call held (s)", "Tool held (s)", "Workflow task held (s)", "Duplicated effects",
                            "ok", "fail", "info"),
-                 tex_headers={"Faults landed": "faults\nlanded", "Recovery (s)": "recovery\n(s)",
-                              "Model call held (s)": "model\nheld (s)", "Tool held (s)": "tool\nheld (s)",
-                              "Workflow task held (s)": "WFT\nheld (s)", "Duplicated effects": "dup.\neffects"},
+                 tex_headers={"Faults landed": "faults\nlanded", "Recovery (s)": "recov-\nery\n(s)",
+                              "Model call held (s)": "model\nheld\n(s)", "Tool held (s)": "tool\nheld\n(s)",
+                              "Workflow task held (s)": "WFT\nheld\n(s)", "Duplicated effects": "dup.\neffects"},
                  wide=True)
 
 
