@@ -197,6 +197,9 @@ class Builder:
         which run that is; or None after saying why there is none."""
         run = self.src.bench_for(section)
         self.run = run
+        if not self.src.bench_runs:
+            doc.para("no data (run `make bench`)")
+            return None
         if run is None:
             doc.para(f"no data: no complete bench run has this section (run `python -m benchmarks --only {section}`; "
                      f"the report takes each section from the newest complete run that has it, so the other "

@@ -36,7 +36,7 @@ DOUBLE = 7.0  # in: both columns (\textwidth, figure*)
 HEIGHT = {SINGLE: 2.3, DOUBLE: 2.6}  # in, the default height for each width
 FONT_PT = 8.0  # labels
 SMALL_PT = 7.0  # ticks, legends, annotations: the smallest text in any figure
-PNG_DPI = 300
+PNG_DPI = 200  # for the Markdown report on screen; print uses the PDF
 FORMATS = ("pdf", "png", "svg")
 
 #: The loop is the line style; the colour belongs to the workload/model pair.
