@@ -12,7 +12,7 @@ Every figure of ``reports.figures`` is made with ``new()`` and saved with
 * A durable/plain pair shares a colour (``pair_colour``); the loop is the line
   style (``LOOP_STYLE``: durable solid, plain dashed).
 * Integer axes (turns, workers, conversations) get integer ticks (``integer_ticks``).
-* Every figure is written as PDF (for pdflatex), PNG (300 dpi) and SVG (for
+* Every figure is written as PDF (for pdflatex), PNG (200 dpi, for screens) and SVG (for
   the HTML report), with no dates inside, so rebuilding the same data gives the
   same SVG and PDF files.
 """
