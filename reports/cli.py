@@ -29,6 +29,8 @@ OUTPUTS = """outputs (under --out):
   table1.tex, table2.tex,    booktabs LaTeX tables sized for a two-column page (table* where wide, \\small)
   table2_overhead.tex, breakdown.tex
   figures/*.pdf, .png, .svg  every figure at its print size (3.3 in single column or 7 in double), no titles
+  preview.tex                every table and PDF figure in a two-column article: `pdflatex preview.tex` checks
+                             that they fit (no "Overfull \\hbox")
 
 inputs:
   bench runs                 each report section comes from the newest *complete* bench run that has it, over
