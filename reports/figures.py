@@ -37,7 +37,7 @@ from reports.tables import COMPONENTS, column, component_medians, recovery_waits
 
 log = logging.getLogger(__name__)
 
-TYPE_COLOURS = {"ok": "#0072B2", "fail": "#D55E00", "info": "#E69F00"}
+TYPE_COLOURS = {"ok": "#1f77b4", "fail": "#d62728", "info": "#ff9f1c"}  # Jepsen's
 FAULT_COLOURS = {"kill_worker": "#9467bd", "model_outage": "#8c564b", "partition": "#e377c2",
                  "pause_worker": "#7f7f7f", "restart_server": "#bcbd22", "degrade_link": "#17becf",
                  "deploy_fix": "#2ca02c"}
@@ -249,9 +249,9 @@ def plot_breakdown(series: list[dict[str, Any]], out: Path) -> Figure | None:
 
 
 def _tuning_label(s: dict[str, Any]) -> str:
-    eager = {True: "eager", False: "no eager"}.get(s.get("eager"), "eager ?")
-    sandbox = {True: "", False: "no sandbox"}.get(s.get("sandbox"), "")
-    return "\n".join(p for p in (s.get("server") or "?", eager, sandbox) if p)
+    """The server profile and the worker variant (eager, no-eager, no-sandbox, ...)."""
+    variant = s.get("variant") or {True: "eager", False: "no-eager"}.get(s.get("eager"), "?")
+    return f"{s.get('server') or '?'} {variant}"
 
 
 def plot_tuning(series: list[dict[str, Any]], breakdown_series: list[dict[str, Any]] | None, out: Path
@@ -278,7 +278,7 @@ def plot_tuning(series: list[dict[str, Any]], breakdown_series: list[dict[str, A
            label="median client latency")
     ax.errorbar(x, medians, yerr=[[m[1] for m in med], [m[2] for m in med]], fmt="none", ecolor="black",
                 elinewidth=0.8, capsize=2, label="95% CI of the median")
-    ax.set_xticks(x, [_tuning_label(s) for s in tuned])
+    ax.set_xticks(x, [_tuning_label(s) for s in tuned], rotation=25, ha="right", rotation_mode="anchor")
     ax.set_ylabel("median client latency per turn (ms)")
     ax.set_xlabel("server profile and worker options (tool workload, mock model)")
     ax.set_ylim(bottom=0)
