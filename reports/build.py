@@ -109,7 +109,8 @@ class Staging:
 
 def _source_line(run: BenchRun) -> str:
     """Where a section's data comes from, as its first line."""
-    text = (f"Source: `{run.path}`, started {run.started}, profile {run.profile}, status **{run.status}**"
+    text = (f"Source: `{run.path}`, started {run.started}, profile {run.profile}, durability {run.durability}, "
+            f"status **{run.status}**"
             + ("" if run.status == "complete" else " (not a complete run: named on the command line)") + ".")
     if run.profile == "quick":
         text += f" **Quick profile**: {QUICK}."
@@ -291,9 +292,21 @@ class Builder:
         self.emit_figure(doc, plot(pts, self.fig_dir))
 
     def resources(self, doc: Doc) -> None:
-        res = self.bench_data(doc, "resources", "resources")
-        if res is None:
+        """CPU and memory per benchmark section: each section's samples from the newest complete run that
+        measured that section (a later ``--only`` run replaces only the sections it ran)."""
+        if self.bench_data(doc, "resources", "resources") is None:
             return
+        merged: dict[str, Any] = {}
+        taken: dict[str, BenchRun] = {}
+        for run in self.src.bench_runs:
+            for sec, procs in (run.data.get("resources") or {}).get("sections", {}).items():
+                if procs and sec not in merged:
+                    merged[sec], taken[sec] = procs, run
+        others = {run.path: run for run in taken.values() if run is not self.run}
+        for path, run in others.items():
+            doc.para(f"Also from `{path}` (started {run.started}, profile {run.profile}): the samples of "
+                     + ", ".join(sec for sec, r in taken.items() if r is run) + ".")
+        res = {"interval_s": self.run.data["resources"].get("interval_s"), "sections": merged}
         t = tab.resources(res)
         if t is None:
             return
@@ -440,6 +453,7 @@ class Builder:
             r = src.bench_for(sec)
             rows.append({"Section": sec, "Run": f"{r.path}" if r else "none: no complete run has it",
                          "Started": r.started if r else tab.DASH, "Profile": r.profile if r else tab.DASH,
+                         "Durability": r.durability if r else tab.DASH,
                          "Status": r.status if r else tab.DASH})
         doc.table(tab.Table("provenance-bench", "The benchmark run each section of this report comes from.",
                             pd.DataFrame(rows), saved=False))

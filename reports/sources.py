@@ -99,6 +99,12 @@ class BenchRun:
         return str(self.record.get("profile") or "?")
 
     @property
+    def durability(self) -> str:
+        """The durable loop it measured (``--durability``): temporal unless its configuration says otherwise."""
+        cfg = self.record.get("config") if isinstance(self.record.get("config"), dict) else {}
+        return str(cfg.get("durability") or self.record.get("durability") or "temporal")
+
+    @property
     def started(self) -> str:
         return str(self.record.get("started") or stamp_time(self.path.name))
 

@@ -499,10 +499,10 @@ def test_report_from_several_roots_shows_each_sections_run(tmp_path):
     assert cli.main(["--runs", str(a), str(b), "--out", str(out)]) == 0
     md = (out / "report.md").read_text()
     micro = md.split("## Micro-benchmarks")[1].split("\n## ")[0]
-    assert (f"Source: `{b / 'bench' / '20261122T110000Z'}`, started 2026-11-22T11:00:00Z, profile quick, status "
-            f"**complete**. **Quick profile**") in micro
+    assert (f"Source: `{b / 'bench' / '20261122T110000Z'}`, started 2026-11-22T11:00:00Z, profile quick, "
+            f"durability temporal, status **complete**. **Quick profile**") in micro
     assert md.startswith("# ") and "**QUICK PROFILE: the sections micro come from a `--quick` run" in md
-    assert f"| micro | {b / 'bench' / '20261122T110000Z'} | 2026-11-22T11:00:00Z | quick | complete |" in md
+    assert f"| micro | {b / 'bench' / '20261122T110000Z'} | 2026-11-22T11:00:00Z | quick | temporal | complete |" in md
     assert f"`{b / 'bench' / '20261122T120000Z'}` (status **failed**): skipped, did not complete" in md
     assert f"`{a / 'bench' / '20261122T100000Z'}` (status **complete**" in md  # not used: a newer run has micro
     # The hint for an absent section does not send the reader into a run that empties the others.
@@ -566,3 +566,21 @@ def test_bootstrap_ci_brackets_the_estimate_and_is_deterministic():
     assert bootstrap_ci([5.0] * 10, "median") == (5.0, 5.0)
     assert with_ci(47.8, (45.1, 50.2)) == "47.8 [45.1, 50.2]"
     assert with_ci(47.8, (math.nan, math.nan)) == "47.8"
+
+
+def test_resources_of_each_section_come_from_the_newest_run_that_measured_it(tmp_path):
+    runs = tmp_path / "runs"
+    old, new = runs / "bench" / "20261122T100000Z", runs / "bench" / "20261122T110000Z"
+    write_bench(old, files=["resources"], started="2026-11-22T10:00:00Z")  # table2 and throughput
+    write_bench(new, files=["resources"], started="2026-11-22T11:00:00Z")
+    doc = json.loads((new / "resources.json").read_text())
+    doc["sections"] = {"table2": {"temporal-server": {**doc["sections"]["table2"]["temporal-server"],
+                                                      "cpu_mean_pct": 99.0}}}
+    (new / "resources.json").write_text(json.dumps(doc))  # a later `--only table2` run
+    out = tmp_path / "out"
+    assert cli.main(["--runs", str(runs), "--out", str(out)]) == 0
+    res = pd.read_csv(out / "resources.csv")
+    assert res[(res["section"] == "table2")]["cpu_mean_pct"].tolist() == [99.0]
+    assert res[(res["section"] == "throughput")]["cpu_mean_pct"].tolist() == [60.0]
+    md = (out / "report.md").read_text()
+    assert f"Also from `{old}` (started 2026-11-22T10:00:00Z, profile quick): the samples of throughput." in md
