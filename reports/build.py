@@ -305,7 +305,8 @@ class Builder:
         others = {run.path: run for run in taken.values() if run is not self.run}
         for path, run in others.items():
             doc.para(f"Also from `{path}` (started {run.started}, profile {run.profile}): the samples of "
-                     + ", ".join(sec for sec, r in taken.items() if r is run) + ".")
+                     + ", ".join(sec for sec, r in taken.items() if r is run) + "."
+                     + (" **Quick profile**: not for citation." if run.profile == "quick" else ""))
         res = {"interval_s": self.run.data["resources"].get("interval_s"), "sections": merged}
         t = tab.resources(res)
         if t is None:

@@ -583,4 +583,4 @@ def test_resources_of_each_section_come_from_the_newest_run_that_measured_it(tmp
     assert res[(res["section"] == "table2")]["cpu_mean_pct"].tolist() == [99.0]
     assert res[(res["section"] == "throughput")]["cpu_mean_pct"].tolist() == [60.0]
     md = (out / "report.md").read_text()
-    assert f"Also from `{old}` (started 2026-11-22T10:00:00Z, profile quick): the samples of throughput." in md
+    assert f"Also from `{old}` (started 2026-11-22T10:00:00Z, profile quick): the samples of throughput. **Quick profile**: not for citation." in md
