@@ -1,7 +1,11 @@
 """Assembling the report: sources in, ``report.md``, ``report.html``, CSV, LaTeX and figures out.
 
-Contract: ``build(runs_dir, out_dir, bench_dir)`` reads only saved files
-(``reports.sources``), never Temporal or the network. Every section is built
+Contract: ``build(runs_dirs, out_dir, bench_dirs)`` reads only saved files
+(``reports.sources``), never Temporal or the network. Each bench section
+comes from its own run (``Sources.bench_for``: the newest complete run that
+has it) and says which, with that run's start time, profile and status; a
+section from a ``--quick`` run is marked so, and the report opens with a
+banner saying so. Every section is built
 on its own: a section whose data is absent says "no data (run ...)", and one
 that fails while being built adds a warning line to the report instead of
 stopping the build. Everything is written to a staging directory inside
@@ -30,14 +34,15 @@ import pandas as pd
 from reports import figures as figs
 from reports import tables as tab
 from reports.document import Doc
-from reports.sources import BENCH_FILES, Sources, load, safe_name, stamp_time
+from reports.sources import BENCH_SECTIONS, BenchRun, Sources, load, safe_name, stamp_time
 
 log = logging.getLogger(__name__)
 
 MANIFEST = ".reports-manifest.json"
-LATEX_TABLES = {"table1": r"\small", "table2": r"\small", "table2_overhead": r"\small", "breakdown": r"\small"}
-BENCH_SECTIONS = ["table2", "tuning", "overhead", "breakdown", "length", "throughput", "recovery", "resources", "micro",
-                  "checkpoint"]
+LATEX_TABLES = {"table1": r"\footnotesize", "table2": r"\small", "table2_overhead": r"\small",
+                "breakdown": r"\small"}
+QUICK = ("a `--quick` run: a few turns per series, meant to prove the pipeline works, not to be cited; run "
+         "`python -m benchmarks` (the default profile) for numbers")
 TITLE = "Durable agents on Temporal: benchmark and fault-injection report"
 
 
@@ -102,6 +107,16 @@ class Staging:
                 pass
 
 
+def _source_line(run: BenchRun) -> str:
+    """Where a section's data comes from, as its first line."""
+    text = (f"Source: `{run.path}`, started {run.started}, profile {run.profile}, durability {run.durability}, "
+            f"status **{run.status}**"
+            + ("" if run.status == "complete" else " (not a complete run: named on the command line)") + ".")
+    if run.profile == "quick":
+        text += f" **Quick profile**: {QUICK}."
+    return text
+
+
 def _machine(m: Any) -> str:
     if not isinstance(m, dict) or not m:
         return "unknown"
@@ -124,6 +139,8 @@ class Builder:
         self.src = sources
         self.st = staging
         self.fig_dir = staging.path("figures/.keep").parent
+        self.tex_tables: list[str] = []
+        self.figures: list[figs.Figure] = []
 
     def warn(self, message: str) -> None:
         self.src.warn(message)
@@ -135,13 +152,32 @@ class Builder:
             return
         doc.table(t)
         if t.saved:
-            t.df.to_csv(self.st.path(f"{t.name}.csv"), index=False)
+            t.csv.to_csv(self.st.path(f"{t.name}.csv"), index=False)
         if t.name in LATEX_TABLES:
             self.st.write_text(f"{t.name}.tex", tab.latex(t, LATEX_TABLES[t.name]))
+            self.tex_tables.append(t.name)
 
     def emit_figure(self, doc: Doc, f: figs.Figure | None) -> None:
         if f is not None:
             doc.figure(f.name, f.title, f.caption)
+            self.figures.append(f)
+
+    def preview(self) -> str:
+        """``preview.tex``: a two-column article with every LaTeX table and every figure (PDF) at its print size,
+        to check that they fit (``pdflatex preview.tex``, then look for "Overfull \\hbox")."""
+        lines = [r"\documentclass[twocolumn]{article}", r"\usepackage[margin=0.75in]{geometry}",
+                 r"\usepackage{booktabs}", r"\usepackage{graphicx}",
+                 r"\begin{document}", f"\\section*{{{tab.latex_escape(TITLE)}}}", "Preview of the generated tables "
+                 r"and figures at their print sizes (\texttt{python -m reports})."]
+        lines += [rf"\input{{{name}.tex}}" for name in self.tex_tables]
+        for n, f in enumerate(self.figures):
+            if n and n % 8 == 0:
+                lines.append(r"\clearpage")  # flush: LaTeX holds at most 18 floats waiting for a place
+            env, width = ("figure*", r"\textwidth") if f.wide else ("figure", r"\columnwidth")
+            lines += [rf"\begin{{{env}}}[t]", r"\centering", rf"\includegraphics[width={width}]{{figures/{f.name}.pdf}}",
+                      rf"\caption{{{tab.latex_escape(f.caption)}}}", rf"\end{{{env}}}"]
+        lines += [r"\clearpage", r"\end{document}", ""]
+        return "\n".join(lines)
 
     def section(self, doc: Doc, title: str, fill: Callable[[Doc], None], level: int = 2) -> None:
         """A heading and its content; a section that fails becomes a warning, not a failed build."""
@@ -158,16 +194,20 @@ class Builder:
         doc.extend(sub)
 
     def bench_data(self, doc: Doc, stem: str, section: str) -> Any:
-        """The bench run's data for ``stem``, or None after saying in ``doc`` why there is none."""
-        b = self.src.bench
-        if b is None:
+        """The data for ``stem`` of the bench run ``section`` comes from (``self.run``), after saying in ``doc``
+        which run that is; or None after saying why there is none."""
+        run = self.src.bench_for(section)
+        self.run = run
+        if not self.src.bench_runs:
             doc.para("no data (run `make bench`)")
             return None
-        if stem not in b.data:
-            doc.para(f"no data: `{b.path}` has no usable {stem}.json (run `make bench`, or "
-                     f"`python -m benchmarks --only {section}`)")
+        if run is None:
+            doc.para(f"no data: no complete bench run has this section (run `python -m benchmarks --only {section}`; "
+                     f"the report takes each section from the newest complete run that has it, so the other "
+                     f"sections keep their data)")
             return None
-        return b.data[stem]
+        doc.para(_source_line(run))
+        return run.data[stem]
 
     # ------------------------------------------------------------ sections
 
@@ -177,11 +217,9 @@ class Builder:
             return
         t = tab.table2(series)
         if t is None:
-            doc.para(f"no data: `{self.src.bench.path}/latency.json` has no table2 series (run `make bench`, or "
-                     f"`python -m benchmarks --only table2`)")
             return
         log.info("table 2: %d series", len(t.df))
-        cfg = self.src.bench.record.get("config") or {}
+        cfg = self.run.record.get("config") or {}
         if isinstance(cfg, dict) and cfg.get("warmup_turns") is not None:
             doc.para(f"The first {cfg['warmup_turns']} turn(s) of each series were warm-up and are excluded.")
         self.emit_table(doc, t)
@@ -205,7 +243,6 @@ class Builder:
             return
         t = tab.breakdown(series)
         if t is None:
-            doc.para(f"no data: `{self.src.bench.path}/breakdown.json` has no series (run `make bench`)")
             return
         log.info("breakdown: %d series", len(t.df))
         self.emit_table(doc, t)
@@ -216,11 +253,9 @@ class Builder:
         series = self.bench_data(doc, "latency", section)
         if series is None:
             return
-        bd = self.src.bench.data.get("breakdown")
+        bd = self.run.data.get("breakdown")
         t = table(series, bd)
         if t is None:
-            doc.para(f"no data: `{self.src.bench.path}/latency.json` has no {section} series (run `make bench`, or "
-                     f"`python -m benchmarks --only {section}`)")
             return
         log.info("%s: %d series", section, len(t.df))
         self.emit_table(doc, t)
@@ -239,7 +274,6 @@ class Builder:
             return
         t = tab.length(series)
         if t is None:
-            doc.para(f"no data: `{self.src.bench.path}/length.json` has no turns (run `make bench`)")
             return
         self.emit_table(doc, t)
         tab.length_turns(series).to_csv(self.st.path("length_turns.csv"), index=False)
@@ -253,18 +287,29 @@ class Builder:
             return
         t = table(pts)
         if t is None:
-            doc.para(f"no data: `{self.src.bench.path}/{stem}.json` has no points (run `make bench`)")
             return
         self.emit_table(doc, t)
         self.emit_figure(doc, plot(pts, self.fig_dir))
 
     def resources(self, doc: Doc) -> None:
-        res = self.bench_data(doc, "resources", "resources")
-        if res is None:
+        """CPU and memory per benchmark section: each section's samples from the newest complete run that
+        measured that section (a later ``--only`` run replaces only the sections it ran)."""
+        if self.bench_data(doc, "resources", "resources") is None:
             return
+        merged: dict[str, Any] = {}
+        taken: dict[str, BenchRun] = {}
+        for run in self.src.bench_runs:
+            for sec, procs in (run.data.get("resources") or {}).get("sections", {}).items():
+                if procs and sec not in merged:
+                    merged[sec], taken[sec] = procs, run
+        others = {run.path: run for run in taken.values() if run is not self.run}
+        for path, run in others.items():
+            doc.para(f"Also from `{path}` (started {run.started}, profile {run.profile}): the samples of "
+                     + ", ".join(sec for sec, r in taken.items() if r is run) + "."
+                     + (" **Quick profile**: not for citation." if run.profile == "quick" else ""))
+        res = {"interval_s": self.run.data["resources"].get("interval_s"), "sections": merged}
         t = tab.resources(res)
         if t is None:
-            doc.para(f"no data: `{self.src.bench.path}/resources.json` has no samples (run `make bench`)")
             return
         self.emit_table(doc, t)
         self.emit_figure(doc, figs.plot_resources(res, self.fig_dir))
@@ -275,7 +320,6 @@ class Builder:
             return
         t = tab.micro(m)
         if t is None:
-            doc.para(f"no data: `{self.src.bench.path}/micro.json` has no benchmarks (run `make bench`)")
             return
         mi = m.get("machine_info") or {}
         cpu = mi.get("cpu") if isinstance(mi.get("cpu"), dict) else {}
@@ -378,24 +422,51 @@ class Builder:
     def provenance(self, doc: Doc) -> None:
         src = self.src
         doc.heading(2, "Provenance")
+        roots = ", ".join(f"`{r}`" for r in src.runs_dirs)
         doc.para(f"Generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S UTC} by `python -m reports` from the "
-                 f"saved run directories under `{src.runs_dir}` (no Temporal server involved).")
+                 f"saved run directories under {roots} (no Temporal server involved).")
         if src.empty:
-            doc.para(f"**No runs found under `{src.runs_dir}`**: nothing to report yet. Run `make bench`, "
+            doc.para(f"**No runs found under {roots}**: nothing to report yet. Run `make bench`, "
                      "`make chaos` or `python -m migration_fuzz`, then `python -m reports` again.")
-        b = src.bench
-        if b is not None:
-            j = b.record
-            present = self.bench_present()
-            absent = [s for s in BENCH_SECTIONS if s not in present]
-            items = [f"run: `{b.path}`, started {j.get('started') or stamp_time(b.path.name)}, "
-                     f"status **{j.get('status', 'unknown')}**, profile {j.get('profile', '?')}, seed "
-                     f"{j.get('seed', '?')}, {j.get('wall_s', '?')} s",
+        if src.bench_runs or src.bench_skipped:
+            self.bench_provenance(doc)
+        if src.chaos:
+            doc.heading(3, "Chaos runs")
+            rows = [{"Scenario": r.scenario, "Run": str(r.path), "When": stamp_time(r.path.name),
+                     "Status": str(r.record.get("status") or "unknown"), "Seed": r.record.get("seed"),
+                     "Wall (s)": r.record.get("wall_s"), "Machine": _machine(r.record.get("machine")),
+                     "Versions": _versions(r.record.get("machine"))}
+                    for r in src.chaos]
+            doc.table(tab.Table("provenance-chaos", "The chaos run used for each scenario.", pd.DataFrame(rows),
+                                {"Seed": "d", "Wall (s)": ".1f"}, saved=False))
+        if src.fuzz is not None:
+            doc.heading(3, "Migration fuzz run")
+            doc.bullets([f"run: `{src.fuzz.path}` ({stamp_time(src.fuzz.path.name)})"])
+
+    def bench_provenance(self, doc: Doc) -> None:
+        """Which run each bench section comes from; each run used; the runs not used and why."""
+        src = self.src
+        doc.heading(3, "Benchmark sections and their runs")
+        doc.para("Each section comes from the newest complete benchmark run that has it; runs that did not "
+                 "complete are never used unless named on the command line.")
+        rows = []
+        for sec in BENCH_SECTIONS:
+            r = src.bench_for(sec)
+            rows.append({"Section": sec, "Run": f"{r.path}" if r else "none: no complete run has it",
+                         "Started": r.started if r else tab.DASH, "Profile": r.profile if r else tab.DASH,
+                         "Durability": r.durability if r else tab.DASH,
+                         "Status": r.status if r else tab.DASH})
+        doc.table(tab.Table("provenance-bench", "The benchmark run each section of this report comes from.",
+                            pd.DataFrame(rows), saved=False))
+        for r in src.bench_used:
+            j = r.record
+            items = [f"started {r.started}, status **{r.status}**, profile {r.profile}"
+                     + (" (**quick: not for citation**)" if r.profile == "quick" else "")
+                     + f", seed {j.get('seed', '?')}, {j.get('wall_s', '?')} s",
                      f"command: `{j.get('command', '?')}`",
                      f"machine: {_machine(j.get('machine'))}",
                      f"versions: {_versions(j.get('machine'))}",
-                     "sections in this run: " + (", ".join(present) or "none")
-                     + ("; **absent: " + ", ".join(absent) + "**" if absent else "")]
+                     "sections used from it: " + ", ".join(s for s in BENCH_SECTIONS if src.bench_for(s) is r)]
             if j.get("error"):
                 items.append(f"error: `{j['error']}`")
             cfg = j.get("config")
@@ -406,33 +477,14 @@ class Builder:
                 items.append("server profiles: " + "; ".join(
                     f"{name}: " + (", ".join(f"{k}={v}" for k, v in (p or {}).items()) or "stock dynamic config")
                     for name, p in sp.items()))
-            doc.heading(3, "Benchmark run")
+            doc.heading(4, f"Benchmark run `{r.path}`")
             doc.bullets(items)
-        if src.chaos:
-            doc.heading(3, "Chaos runs")
-            rows = [{"Scenario": r.scenario, "Run": str(r.path), "When": stamp_time(r.path.name),
-                     "Seed": r.record.get("seed"), "Wall (s)": r.record.get("wall_s"),
-                     "Machine": _machine(r.record.get("machine")), "Versions": _versions(r.record.get("machine"))}
-                    for r in src.chaos]
-            doc.table(tab.Table("provenance-chaos", "The chaos run used for each scenario.", pd.DataFrame(rows),
-                                {"Seed": "d", "Wall (s)": ".1f"}, saved=False))
-        if src.fuzz is not None:
-            doc.heading(3, "Migration fuzz run")
-            doc.bullets([f"run: `{src.fuzz.path}` ({stamp_time(src.fuzz.path.name)})"])
-
-    def bench_present(self) -> list[str]:
-        b = self.src.bench
-        if b is None:
-            return []
-        out = []
-        lat = b.data.get("latency") or []
-        for sec in BENCH_SECTIONS:
-            if sec in ("table2", "tuning", "overhead"):
-                if any(s["section"] == sec for s in lat):
-                    out.append(sec)
-            elif {"checkpoint": "checkpoint_backend"}.get(sec, sec) in b.data:
-                out.append(sec)
-        return out
+        unused = [r for r in src.bench_runs if r not in src.bench_used]
+        if unused or src.bench_skipped:
+            doc.heading(3, "Benchmark runs not used")
+            doc.bullets([f"`{r.path}` (status **{r.status}**, started {r.started}): every section it has "
+                         f"({', '.join(r.sections)}) comes from a newer run" for r in unused]
+                        + [f"`{k.path}` (status **{k.status}**): skipped, {k.reason}" for k in src.bench_skipped])
 
     # ------------------------------------------------------------ the whole report
 
@@ -459,6 +511,9 @@ class Builder:
             self.section(body, title, fill)
         head = Doc()
         head.heading(1, TITLE)
+        quick = [s for s in BENCH_SECTIONS if (r := self.src.bench_for(s)) is not None and r.profile == "quick"]
+        if quick:
+            head.para(f"**QUICK PROFILE: the sections {', '.join(quick)} come from {QUICK}.**")
         self.provenance(head)
         # Warnings last of the header but built after the body: sections add their own.
         if self.src.warnings:
@@ -468,15 +523,21 @@ class Builder:
             head.heading(2, "Notes")
             head.bullets(self.src.notes)
         head.extend(body)
+        if self.tex_tables or self.figures:
+            self.st.write_text("preview.tex", self.preview())
         self.st.write_text("report.html", head.html(TITLE))
         self.st.write_text("report.md", head.markdown())
 
 
-def build(runs_dir: Path, out_dir: Path, bench_dir: Path | None = None) -> BuildResult:
-    log.info("reading runs from %s", runs_dir)
-    sources = load(runs_dir, bench_dir)
-    if sources.bench is not None:
-        log.info("bench run: %s (%d of %d data files)", sources.bench.path, len(sources.bench.data), len(BENCH_FILES))
+def build(runs_dirs: Path | list[Path], out_dir: Path, bench_dirs: Path | list[Path] | None = None) -> BuildResult:
+    roots = [runs_dirs] if isinstance(runs_dirs, Path) else list(runs_dirs)
+    log.info("reading runs from %s", ", ".join(map(str, roots)))
+    sources = load(roots, bench_dirs)
+    for sec in BENCH_SECTIONS:
+        run = sources.bench_for(sec)
+        log.info("bench %s: %s", sec, f"{run.path} ({run.status}, profile {run.profile})" if run else "no data")
+    for k in sources.bench_skipped:
+        log.info("bench run skipped: %s (status %s: %s)", k.path, k.status, k.reason)
     log.info("chaos runs: %d%s", len(sources.chaos),
              f" ({', '.join(r.scenario for r in sources.chaos)})" if sources.chaos else "")
     if sources.fuzz is not None:

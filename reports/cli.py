@@ -3,11 +3,13 @@
     python -m reports                                   # runs/ -> reports/out/
     python -m reports --runs /data/runs --out /tmp/report
     python -m reports --bench runs/bench/20261122T100000Z
+    python -m reports --runs ci-linux/runs ci-mac/runs          # runs from several machines, one report
+    python -m reports --bench ci-a/bench ci-b/bench/20261122T100000Z
 
 Reads only saved files (no Temporal, no network), so a copied ``runs/`` can be
 reported anywhere. Exit status: 0 when the report was written (also when there
 was nothing to report, or some runs were skipped: the report says which), 2
-when --runs or --bench does not exist, 1 when the report could not be written.
+when a --runs or --bench directory does not exist, 1 when the report could not be written.
 """
 
 from __future__ import annotations
@@ -21,15 +23,21 @@ from pathlib import Path
 from reports.build import build
 
 OUTPUTS = """outputs (under --out):
-  report.md, report.html     the report: provenance, then every section (absent ones say how to get data)
-  *.csv                      every table at full precision (table1, table2, table2_overhead, breakdown, ...)
-  table1.tex, table2.tex,    booktabs LaTeX tables
+  report.md, report.html     the report: provenance (which run each section comes from), then every section
+                             (absent ones say how to get data)
+  *.csv                      every table at full precision, with bootstrap CI bounds (table2, breakdown, ...)
+  table1.tex, table2.tex,    booktabs LaTeX tables sized for a two-column page (table* where wide, \\small)
   table2_overhead.tex, breakdown.tex
-  figures/*.png, *.svg       every figure, PNG (150 dpi) and SVG
+  figures/*.pdf, .png, .svg  every figure at its print size (3.3 in single column or 7 in double), no titles
+  preview.tex                every table and PDF figure in a two-column article: `pdflatex preview.tex` checks
+                             that they fit (no "Overfull \\hbox")
 
-inputs (under --runs):
-  bench/<stamp>/             `make bench` (RUN_DIRECTORY.md); --bench, else bench/latest, else newest
-  <scenario>/<stamp>/        `make chaos` (run.json, operations.jsonl, verdict.json); <scenario>/latest, else newest
+inputs:
+  bench runs                 each report section comes from the newest *complete* bench run that has it, over
+                             every <runs>/bench/<stamp>/ (or the --bench directories): a later `--only micro` or
+                             an interrupted run never empties the other sections. Runs that did not complete are
+                             listed as skipped; a run directory named with --bench is used whatever its status.
+  <scenario>/<stamp>/        `make chaos`: <scenario>/latest, else newest; the newest over several --runs roots
   migration_fuzz/<stamp>/    `python -m migration_fuzz` (results.json); latest, else newest
 damaged or partial runs are skipped or partly used, with a warning line in the report."""
 
@@ -37,18 +45,19 @@ damaged or partial runs are skipped or partly used, with a warning line in the r
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m reports",
-        description="Build a paper-ready report (Markdown, HTML, CSV, LaTeX tables, PNG and SVG figures) from "
+        description="Build a paper-ready report (Markdown, HTML, CSV, LaTeX tables, PDF/PNG/SVG figures) from "
                     "saved benchmark, chaos and migration-fuzz run directories. Uses the saved files only: no "
                     "Temporal server, no network.",
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=OUTPUTS)
-    p.add_argument("--runs", type=Path, default=Path("runs"), metavar="DIR",
-                   help="directory holding the saved runs (default: runs)")
+    p.add_argument("--runs", type=Path, nargs="+", default=[Path("runs")], metavar="DIR",
+                   help="directories holding saved runs, e.g. one per CI machine (default: runs)")
     p.add_argument("--out", type=Path, default=Path("reports/out"), metavar="DIR",
                    help="where to write the report (default: reports/out); only files a previous report wrote "
                         "there are replaced or removed")
-    p.add_argument("--bench", type=Path, default=None, metavar="RUN_DIR",
-                   help="the benchmark run to report (default: <runs>/bench/latest, else the newest "
-                        "<runs>/bench/<stamp> with a run.json)")
+    p.add_argument("--bench", type=Path, nargs="+", default=None, metavar="DIR",
+                   help="benchmark runs to report instead of those under <runs>/bench: each a run directory "
+                        "(used whatever its status) or a directory of them (only complete runs used); each "
+                        "section comes from the newest of them that has it")
     p.add_argument("-v", "--verbose", action="store_true", help="also print debug messages")
     return p
 
@@ -61,13 +70,16 @@ class _Lines(logging.Formatter):
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if not args.runs.is_dir():
-        print(f"reports: --runs {args.runs}: no such directory (run `make bench`, `make chaos` or "
-              f"`python -m migration_fuzz` first, or pass --runs DIR)", file=sys.stderr)
-        return 2
-    if args.bench is not None and not args.bench.is_dir():
-        print(f"reports: --bench {args.bench}: no such directory", file=sys.stderr)
-        return 2
+    for d in args.runs:
+        if not d.is_dir():
+            print(f"reports: --runs {d}: no such directory (run `make bench`, `make chaos` or "
+                  f"`python -m migration_fuzz` first, or pass --runs DIR)", file=sys.stderr)
+            return 2
+    for d in args.bench or []:
+        if not d.is_dir():
+            print(f"reports: --bench {d}: no such directory (pass a bench run directory such as "
+                  f"runs/bench/<stamp>, or a directory of them such as runs/bench)", file=sys.stderr)
+            return 2
     # Progress and warnings are the library's log records, printed here as plain lines.
     logger = logging.getLogger("reports")
     handler = logging.StreamHandler(sys.stdout)
@@ -92,6 +104,6 @@ def main(argv: list[str] | None = None) -> int:
     if result.warnings:
         print(f"{len(result.warnings)} warning(s): see the Warnings section of {result.out_dir / 'report.md'}")
     if result.empty:
-        print(f"reports: no runs found under {args.runs}; the report says so (run `make bench`, `make chaos` or "
+        print(f"reports: no runs found under {' '.join(map(str, args.runs))}; the report says so (run `make bench`, `make chaos` or "
               f"`python -m migration_fuzz` first)")
     return 0

@@ -3,7 +3,8 @@
 Contract: one ``Doc`` gives both ``report.md`` and ``report.html`` with the
 same content. Paragraph text is a small Markdown subset (`code`, **bold**),
 which the HTML renderer converts; everything else is escaped. Figures are
-referenced relative to the report: PNG in Markdown, SVG in HTML.
+referenced relative to the report: PNG in Markdown, SVG in HTML, each with
+a link to its PDF (for LaTeX).
 """
 
 from __future__ import annotations
@@ -52,10 +53,11 @@ class Doc:
             elif kind == "ul":
                 out.append("\n".join(f"- {item}" for item in v))
             elif kind == "table":
-                out.append(markdown(v) + f"\n\n*{v.caption}*" + (f" (`{v.name}.csv`)" if v.saved else ""))
+                out.append(markdown(v) + f"\n\n*{v.full_caption}*" + (f" (`{v.name}.csv`)" if v.saved else ""))
             elif kind == "figure":
                 name, title, caption = v
-                out.append(f"![{title}](figures/{name}.png)\n\n*Figure: {caption}*")
+                out.append(f"![{title}](figures/{name}.png)\n\n*Figure ({title}): {caption}* "
+                           f"([PDF](figures/{name}.pdf))")
             elif kind == "code":
                 out.append(f"```\n{v}\n```")
         return "\n\n".join(out) + "\n"
@@ -71,11 +73,12 @@ class Doc:
                 body.append("<ul>\n" + "\n".join(f"<li>{inline(i)}</li>" for i in v) + "\n</ul>")
             elif kind == "table":
                 csv = f" (<code>{html.escape(v.name)}.csv</code>)" if v.saved else ""
-                body.append(f"{html_table(v)}\n<p class=\"caption\">{html.escape(v.caption)}{csv}</p>")
+                body.append(f"{html_table(v)}\n<p class=\"caption\">{html.escape(v.full_caption)}{csv}</p>")
             elif kind == "figure":
                 name, title_, caption = v
                 body.append(f'<figure><img src="figures/{html.escape(name)}.svg" alt="{html.escape(title_)}">'
-                            f"<figcaption>{inline(caption)}</figcaption></figure>")
+                            f"<figcaption>{inline(title_)}: {inline(caption)} "
+                            f'(<a href="figures/{html.escape(name)}.pdf">PDF</a>)</figcaption></figure>')
             elif kind == "code":
                 body.append(f"<pre>{html.escape(v)}</pre>")
         return _PAGE.format(title=html.escape(title), body="\n".join(body))

@@ -1,13 +1,18 @@
-"""The report's figures (matplotlib, Agg backend: no display needed).
+"""The report's figures (matplotlib, Agg backend: no display needed), in the one style of ``reports.style``.
 
 Contract: each ``plot_*`` function takes normalised data from
 ``reports.sources`` / ``reports.tables`` and a directory, saves
-``<dir>/<name>.png`` (150 dpi) and ``<dir>/<name>.svg``, and returns a
-``Figure`` record (name, title, caption) for the report, or None when there
-is nothing to plot. Every axis is labelled with its unit. Chaos figures follow
-Jepsen's conventions: ok blue, fail red, info orange; each nemesis fault window
-shaded in a colour per fault kind, a solid line where it was injected, dashed
-lines at the faults and heal phases.
+``<dir>/<name>.pdf``, ``.png`` and ``.svg`` at the figure's print size
+(``style.SINGLE`` or ``style.DOUBLE`` wide), and returns a ``Figure`` record
+(name, title, caption) for the report, or None when there is nothing to plot.
+Images carry no titles: the caption says what a figure shows. Every axis is
+labelled with its unit; integer axes have integer ticks; a durable/plain pair
+shares a colour and the loop is the line style; a median or mean drawn as a
+bar or point carries its 95 % bootstrap interval as an error bar
+(``reports.stats``). Chaos figures follow Jepsen's conventions: ok blue, fail
+red, info orange; each nemesis fault window shaded in a colour per fault kind,
+a solid line where it was injected, dashed lines at the faults and heal phases.
+Length figures mark each continue-as-new (a new run of the workflow).
 """
 
 from __future__ import annotations
@@ -18,30 +23,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-matplotlib.use("Agg")  # headless: the report is built on CI machines and servers
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
-
-from reports import ops as opsmod  # noqa: E402
-from reports.sources import ChaosRun  # noqa: E402
-from reports.tables import COMPONENTS, column, component_medians, recovery_waits  # noqa: E402
+from reports import ops as opsmod
+from reports import style
+from reports.sources import ChaosRun
+from reports.stats import bootstrap_ci
+from reports.tables import COMPONENTS, column, component_medians, recovery_waits
 
 log = logging.getLogger(__name__)
 
-plt.rcParams["svg.hashsalt"] = "reports"  # stable SVG ids: rebuilding the same data gives the same files
-SIZE = (8, 4.5)
-TYPE_COLOURS = {"ok": "#1f77b4", "fail": "#d62728", "info": "#ff9f1c"}
+TYPE_COLOURS = {"ok": "#1f77b4", "fail": "#d62728", "info": "#ff9f1c"}  # Jepsen's
 FAULT_COLOURS = {"kill_worker": "#9467bd", "model_outage": "#8c564b", "partition": "#e377c2",
                  "pause_worker": "#7f7f7f", "restart_server": "#bcbd22", "degrade_link": "#17becf",
                  "deploy_fix": "#2ca02c"}
 _SPARE = ["#aec7e8", "#98df8a", "#c5b0d5", "#c49c94", "#f7b6d2", "#dbdb8d", "#9edae5"]
 COMPONENT_COLOURS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3"]
+MODEL = "model"  # the component that is the model's own time, not the loop's overhead
 
 
 @dataclass
@@ -49,15 +51,7 @@ class Figure:
     name: str  # file stem under figures/
     title: str
     caption: str
-
-
-def _save(fig: plt.Figure, out: Path, name: str) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(out / f"{name}.png", dpi=150)
-    fig.savefig(out / f"{name}.svg", metadata={"Date": None})
-    plt.close(fig)
-    log.debug("figure %s", name)
+    wide: bool = False  # drawn style.DOUBLE wide: figure* across both columns
 
 
 def _log(axis: Any) -> None:
@@ -67,13 +61,25 @@ def _log(axis: Any) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
+def _median_err(values: np.ndarray) -> tuple[float, float, float]:
+    """The median of ``values`` and its distance to the bootstrap interval's ends (0 when there is none)."""
+    x = values[~np.isnan(values)]
+    if x.size == 0:
+        return math.nan, 0.0, 0.0
+    med = float(np.median(x))
+    lo, hi = bootstrap_ci(x, "median")
+    if math.isnan(lo):
+        return med, 0.0, 0.0
+    return med, max(med - lo, 0.0), max(hi - med, 0.0)
+
+
 def fault_colour(f: str, seen: dict[str, str]) -> str:
     if f not in seen:
         seen[f] = FAULT_COLOURS.get(f) or _SPARE[len([k for k in seen if k not in FAULT_COLOURS]) % len(_SPARE)]
     return seen[f]
 
 
-def _shade(ax: plt.Axes, run: ChaosRun, colours: dict[str, str]) -> list[Any]:
+def _shade(ax: Any, run: ChaosRun, colours: dict[str, str]) -> list[Any]:
     """Fault windows, injections, phases and supervisor restarts on ``ax``; returns their legend handles."""
     handles: dict[str, Any] = {}
     for w in opsmod.fault_windows(run.ops, run.end_s):
@@ -88,7 +94,7 @@ def _shade(ax: plt.Axes, run: ChaosRun, colours: dict[str, str]) -> list[Any]:
         if name in phases:
             ax.axvline(phases[name], color="0.25", ls="--", lw=1)
             ax.annotate(name, (phases[name], 1.0), xycoords=("data", "axes fraction"), xytext=(2, -10),
-                        textcoords="offset points", fontsize=8, color="0.25")
+                        textcoords="offset points", fontsize=style.SMALL_PT, color="0.25")
     if any(k in phases for k in ("faults", "heal")):
         handles["_phase"] = Line2D([], [], color="0.25", ls="--", lw=1, label="phase (faults, heal)")
     restarts = opsmod.supervisor_restarts(run.ops)
@@ -99,18 +105,16 @@ def _shade(ax: plt.Axes, run: ChaosRun, colours: dict[str, str]) -> list[Any]:
     return list(handles.values())
 
 
-def _legend(ax: plt.Axes, extra: list[Any]) -> None:
-    h, _ = ax.get_legend_handles_labels()
-    ax.legend(handles=h + extra, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+def _legend(ax: Any, extra: list[Any]) -> None:
+    style.legend(ax, ax.get_legend_handles_labels()[0] + extra, outside=True)
 
 
-def _stack_legend(ax: plt.Axes, extra: Any) -> None:
+def _stack_legend(ax: Any, extra: Any) -> None:
     """Stacked components listed top to bottom, as they are drawn, then ``extra``."""
     h, labels = ax.get_legend_handles_labels()
     comps = [x for x, lab in zip(h, labels) if lab in {c for c, _ in COMPONENTS}][::-1]
     rest = [x for x, lab in zip(h, labels) if lab not in {c for c, _ in COMPONENTS}]
-    ax.legend(handles=comps + rest + ([extra] if extra is not None else []), loc="upper left",
-              bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    style.legend(ax, comps + rest + ([extra] if extra is not None else []), outside=True)
 
 
 def _buckets(end_s: float) -> float:
@@ -123,65 +127,62 @@ def plot_chaos(run: ChaosRun, out: Path, stem: str) -> list[Figure]:
     if clients.empty:
         return []
     colours: dict[str, str] = {}
-    title = f"{run.scenario}"
     figs = []
     floor = 1e-3  # log axes: a 0 s latency is drawn at 1 ms
 
     # (a) every operation
-    fig, ax = plt.subplots(figsize=SIZE)
+    fig, ax = style.new(style.DOUBLE)
     for kind in ("ok", "fail", "info"):
         sel = clients[(clients["type"] == kind) & clients["completed"]]
         if len(sel):
-            ax.scatter(sel["invoke_s"], sel["latency_s"].clip(lower=floor), s=12, color=TYPE_COLOURS[kind],
+            ax.scatter(sel["invoke_s"], sel["latency_s"].clip(lower=floor), s=7, color=TYPE_COLOURS[kind],
                        alpha=0.75, lw=0, label=f"{kind} ({len(sel)})")
     never = clients[~clients["completed"]]
     if len(never):
-        ax.scatter(never["invoke_s"], never["latency_s"].clip(lower=floor), s=30, marker="^",
-                   facecolor="none", edgecolor=TYPE_COLOURS["info"], lw=1.2,
+        ax.scatter(never["invoke_s"], never["latency_s"].clip(lower=floor), s=16, marker="^",
+                   facecolor="none", edgecolor=TYPE_COLOURS["info"], lw=0.9,
                    label=f"info, never completed ({len(never)})")
     ax.set_yscale("log")
     _log(ax.yaxis)
     ax.set_xlim(0, max(run.end_s, 1e-3) * 1.01)
     ax.set_xlabel("time since run start (s)")
     ax.set_ylabel("latency (s, log scale)")
-    ax.set_title(f"{title}: latency of every send_message")
     ax.grid(alpha=0.3, which="both")
     _legend(ax, _shade(ax, run, colours))
-    _save(fig, out, f"{stem}-latency-raw")
+    style.save(fig, out, f"{stem}-latency-raw")
     n_never = len(never)
     figs.append(Figure(f"{stem}-latency-raw", f"{run.scenario}: raw latency",
                        f"Every client send_message of `{run.scenario}`, at its invoke time, by outcome (ok blue, fail "
                        f"red, info orange); shaded spans are nemesis fault windows (solid line: injection), dashed "
                        f"lines the faults and heal phases."
                        + (f" {n_never} operation(s) never completed: drawn as triangles with their latency taken to "
-                          f"the end of the run ({run.end_s:.1f} s)." if n_never else "")))
+                          f"the end of the run ({run.end_s:.1f} s)." if n_never else ""), wide=True))
 
     # (b) quantiles per window, by invoke time
     width = _buckets(run.end_s)
     done = clients[clients["completed"]].copy()
-    fig, ax = plt.subplots(figsize=SIZE)
+    fig, ax = style.new(style.DOUBLE)
     if len(done):
         done["bucket"] = (done["invoke_s"] // width) * width
         g = done.groupby("bucket")["latency_s"]
         q = pd.DataFrame({"p50": g.quantile(0.5), "p95": g.quantile(0.95), "p99": g.quantile(0.99), "max": g.max()})
         for col, colour in zip(q.columns, ("#1f77b4", "#2ca02c", "#ff7f0e", "#444444")):
-            ax.plot(q.index + width / 2, q[col].clip(lower=floor), marker="o", ms=3, lw=1.2, color=colour,
+            ax.plot(q.index + width / 2, q[col].clip(lower=floor), marker="o", ms=2.5, lw=1.0, color=colour,
                     label=col)
     ax.set_yscale("log")
     _log(ax.yaxis)
     ax.set_xlim(0, max(run.end_s, 1e-3) * 1.01)
     ax.set_xlabel("time since run start (s)")
     ax.set_ylabel("latency (s, log scale)")
-    ax.set_title(f"{title}: latency quantiles per {width:g} s window")
     ax.grid(alpha=0.3, which="both")
     _legend(ax, _shade(ax, run, colours))
-    _save(fig, out, f"{stem}-latency-quantiles")
+    style.save(fig, out, f"{stem}-latency-quantiles")
     figs.append(Figure(f"{stem}-latency-quantiles", f"{run.scenario}: latency quantiles",
                        f"Latency quantiles (p50, p95, p99, max) of the completed send_message operations of "
-                       f"`{run.scenario}` invoked in each {width:g} s window, with the same fault shading."))
+                       f"`{run.scenario}` invoked in each {width:g} s window, with the same fault shading.", wide=True))
 
     # (c) completions per second, by completion time
-    fig, ax = plt.subplots(figsize=SIZE)
+    fig, ax = style.new(style.DOUBLE)
     edges = np.arange(0.0, run.end_s + width, width)
     if len(edges) < 2:
         edges = np.array([0.0, width])
@@ -190,52 +191,67 @@ def plot_chaos(run: ChaosRun, out: Path, stem: str) -> list[Figure]:
         if len(t) == 0:
             continue
         hist, _ = np.histogram(t, bins=edges)
-        ax.step(edges, np.append(hist, hist[-1]) / width, where="post", color=TYPE_COLOURS[kind], lw=1.4,
+        ax.step(edges, np.append(hist, hist[-1]) / width, where="post", color=TYPE_COLOURS[kind], lw=1.1,
                 label=kind)
     ax.set_xlim(0, max(run.end_s, 1e-3) * 1.01)
     ax.set_ylim(bottom=0)
     ax.set_xlabel("time since run start (s)")
     ax.set_ylabel("completions per second (ops/s)")
-    ax.set_title(f"{title}: throughput by outcome")
     ax.grid(alpha=0.3)
     _legend(ax, _shade(ax, run, colours))
-    _save(fig, out, f"{stem}-rate")
+    style.save(fig, out, f"{stem}-rate")
     figs.append(Figure(f"{stem}-rate", f"{run.scenario}: throughput",
                        f"Completed send_message operations per second of `{run.scenario}` ({width:g} s windows, by "
-                       f"completion time and outcome), with the same fault shading."))
+                       f"completion time and outcome), with the same fault shading.", wide=True))
     return figs
 
 
 def plot_breakdown(series: list[dict[str, Any]], out: Path) -> Figure | None:
+    """Two panels: the whole turn (the model's own time and the loop's overhead, with the median client
+    latency), and the overhead alone on its own scale, component by component: the model's time would
+    otherwise dwarf every overhead component."""
     if not series:
         return None
-    fig, ax = plt.subplots(figsize=SIZE)
+    fig, (whole, over) = style.new(style.DOUBLE, 2.8, ncols=2, width_ratios=[1, 2])
     x = np.arange(len(series))
-    bottom = np.zeros(len(series))
+    names = [s["name"] for s in series]
     meds = [component_medians(s["turns"]) for s in series]
+    model = np.nan_to_num(np.array([m[MODEL] for m in meds]))
+    overhead = np.array([float(np.nansum([v for k, v in m.items() if k != MODEL])) for m in meds])
+    model_colour = COMPONENT_COLOURS[[label for label, _ in COMPONENTS].index(MODEL)]
+    whole.bar(x, model, 0.6, color=model_colour, label="model")
+    whole.bar(x, overhead, 0.6, bottom=model, color="0.6", label="overhead (sum of the rest)")
+    client = [_median_err(column(s["turns"], "client_ms")) for s in series]
+    whole.errorbar(x, [c[0] for c in client], yerr=[[c[1] for c in client], [c[2] for c in client]], fmt="_",
+                   ms=14, mew=1.4, color="black", elinewidth=0.8, capsize=2, zorder=3,
+                   label="median client latency [95% CI]")
+    whole.set_ylabel("median time per turn (ms)")
+    style.legend(whole, above=True, loc="upper left", ncols=3)
+    bottom = np.zeros(len(series))
     for (label, _), colour in zip(COMPONENTS, COMPONENT_COLOURS):
+        if label == MODEL:
+            continue
         vals = np.nan_to_num(np.array([m[label] for m in meds]))
-        ax.bar(x, vals, 0.6, bottom=bottom, color=colour, label=label)
+        over.bar(x, vals, 0.6, bottom=bottom, color=colour, label=label)
         bottom += vals
-    client = [float(np.nanmedian(column(s["turns"], "client_ms"))) for s in series]
-    ax.scatter(x, client, marker="_", s=900, color="black", lw=2, zorder=3)
-    ax.set_xticks(x, [s["name"] for s in series], rotation=15 if len(series) > 3 else 0, ha="right"
-                  if len(series) > 3 else "center", fontsize=8)
-    ax.set_ylabel("median time per turn (ms)")
-    ax.set_xlabel("durable series")
-    ax.set_title("Where a durable turn's time goes")
-    ax.grid(alpha=0.3, axis="y")
-    _stack_legend(ax, Line2D([], [], color="black", lw=2, label="median client_ms"))
-    _save(fig, out, "breakdown")
-    return Figure("breakdown", "Latency breakdown", "Median per turn of each component of a durable turn (ms), "
-                  "stacked, per series; the black bar is the median client latency (medians of parts need not add "
-                  "up to it exactly).")
+    over.set_ylabel("median overhead per turn (ms)")
+    for ax in (whole, over):
+        ax.set_xticks(x, names, rotation=30 if len(series) > 2 else 0, ha="right" if len(series) > 2 else "center")
+        ax.grid(axis="y")
+        ax.set_ylim(bottom=0)
+        ax.margins(y=0.15)
+    _stack_legend(over, None)
+    style.save(fig, out, "breakdown")
+    return Figure("breakdown", "Latency breakdown", "Where a durable turn's time goes, per series. Left: the median "
+                  "model time and the sum of the median overhead components, stacked; the black mark is the median "
+                  "client latency with its 95% bootstrap interval (medians of parts need not add up to it exactly). "
+                  "Right: the overhead alone on its own scale, each component's median stacked (ms).", wide=True)
 
 
 def _tuning_label(s: dict[str, Any]) -> str:
-    eager = {True: "eager on", False: "eager off"}.get(s.get("eager"), "eager ?")
-    sandbox = {True: "sandbox on", False: "sandbox off"}.get(s.get("sandbox"), "")
-    return f"{s.get('server') or '?'} server\n{eager}\n{sandbox}".rstrip()
+    """The server profile and the worker variant (eager, no-eager, no-sandbox, ...)."""
+    variant = s.get("variant") or {True: "eager", False: "no-eager"}.get(s.get("eager"), "?")
+    return f"{s.get('server') or '?'} {variant}"
 
 
 def plot_tuning(series: list[dict[str, Any]], breakdown_series: list[dict[str, Any]] | None, out: Path
@@ -244,9 +260,9 @@ def plot_tuning(series: list[dict[str, Any]], breakdown_series: list[dict[str, A
     if not tuned:
         return None
     by_name = {b["name"]: b for b in breakdown_series or []}
-    fig, ax = plt.subplots(figsize=SIZE)
+    fig, ax = style.new(style.DOUBLE, 2.8)
     x = np.arange(len(tuned))
-    medians = [float(np.nanmedian(column(s["turns"], "client_ms"))) if s["turns"] else 0.0 for s in tuned]
+    med = [_median_err(column(s["turns"], "client_ms")) for s in tuned]
     stacked = False
     for j, s in enumerate(tuned):
         if s["name"] in by_name:
@@ -257,32 +273,35 @@ def plot_tuning(series: list[dict[str, Any]], breakdown_series: list[dict[str, A
                 ax.bar(j, v, 0.6, bottom=bottom, color=colour, label=label if not stacked else None)
                 bottom += v
             stacked = True
-    ax.bar(x, medians, 0.6, facecolor="none" if stacked else "#4c72b0", edgecolor="black", lw=1.2,
-           label="median client_ms")
-    for j, m in enumerate(medians):
-        ax.annotate(f"{m:.1f}", (j, m), xytext=(0, 3), textcoords="offset points", ha="center", fontsize=8)
-    ax.set_xticks(x, [_tuning_label(s) for s in tuned], fontsize=8)
+    medians = [0.0 if math.isnan(m[0]) else m[0] for m in med]
+    ax.bar(x, medians, 0.6, facecolor="none" if stacked else style.PALETTE[0], edgecolor="black", lw=0.8,
+           label="median client latency")
+    ax.errorbar(x, medians, yerr=[[m[1] for m in med], [m[2] for m in med]], fmt="none", ecolor="black",
+                elinewidth=0.8, capsize=2, label="95% CI of the median")
+    ax.set_xticks(x, [_tuning_label(s) for s in tuned], rotation=25, ha="right", rotation_mode="anchor")
     ax.set_ylabel("median client latency per turn (ms)")
-    ax.set_xlabel("tuning series (server profile, worker options; tool workload, mock model)")
-    ax.set_title("Tuning: server profile and worker options")
-    ax.grid(alpha=0.3, axis="y")
+    ax.set_xlabel("server profile and worker options (tool workload, mock model)")
+    ax.set_ylim(bottom=0)
+    ax.grid(axis="y")
     _stack_legend(ax, None)
-    _save(fig, out, "tuning")
+    style.save(fig, out, "tuning")
     return Figure("tuning", "Tuning", "Median client latency per turn (ms) for each tuning series (server "
-                  "dynamic-config profile, eager activity execution, workflow sandbox)"
-                  + ("; where the run has its breakdown, the components' medians are stacked inside the outlined "
-                     "total." if stacked else "."))
+                  "dynamic-config profile, eager activity execution, workflow sandbox), with its 95% bootstrap "
+                  "interval" + ("; where the run has its breakdown, the components' medians are stacked inside the "
+                                "outlined total." if stacked else "."), wide=True)
 
 
 def plot_latency_cdf(series: list[dict[str, Any]], out: Path) -> Figure | None:
     t2 = [s for s in series if s["section"] == "table2" and s["turns"]]
     if not t2:
         return None
-    fig, ax = plt.subplots(figsize=SIZE)
+    fig, ax = style.new(style.SINGLE, 2.6)
+    colours: dict[Any, str] = {}
     lo, hi = math.inf, 0.0
-    for s in t2:
+    for s in sorted(t2, key=lambda s: (s["workload"], s["model_mode"], s["loop"])):
         x = np.sort(column(s["turns"], "client_ms"))
-        ax.ecdf(x, lw=1.5, ls="-" if s["loop"] == "durable" else "--", label=s["name"])
+        colour = style.pair_colour((s["workload"], s["model_mode"], s["model_latency"]), colours)
+        ax.ecdf(x, color=colour, ls=style.LOOP_STYLE.get(s["loop"], ":"))
         lo, hi = min(lo, x[0]), max(hi, x[-1])
     wide = lo > 0 and hi / lo > 20
     if wide:
@@ -291,38 +310,60 @@ def plot_latency_cdf(series: list[dict[str, Any]], out: Path) -> Figure | None:
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("client latency per turn (ms" + (", log scale)" if wide else ")"))
     ax.set_ylabel("fraction of turns")
-    ax.set_title("Table 2 series: latency distribution (ECDF)")
-    ax.grid(alpha=0.3, which="both")
-    _legend(ax, [])
-    _save(fig, out, "latency-cdf")
-    return Figure("latency-cdf", "Latency CDF", "Empirical CDF of per-turn client latency for each Table 2 series "
-                  "(solid: durable, dashed: plain)" + (", log x axis." if wide else "."))
+    ax.grid(which="both")
+    handles = [Line2D([], [], color=c, label=f"{w}, {m}") for (w, m, _), c in colours.items()]
+    handles += [Line2D([], [], color="0.3", ls=ls, label=loop) for loop, ls in style.LOOP_STYLE.items()]
+    style.legend(ax, handles, above=True)
+    style.save(fig, out, "latency-cdf")
+    return Figure("latency-cdf", "Latency CDF", "Empirical CDF of per-turn client latency of the Table 2 series: "
+                  "one colour per workload and model, solid durable, dashed plain" + (", log x axis." if wide else "."))
+
+
+def _can_boundaries(turns: list[dict[str, Any]]) -> list[float]:
+    """Turn positions where a new run of the workflow began (continue-as-new): between turn i-1 and turn i."""
+    out = []
+    for prev, cur in zip(turns, turns[1:]):
+        a, b = prev.get("run_index", math.nan), cur.get("run_index", math.nan)
+        if not (math.isnan(a) or math.isnan(b)) and b != a:
+            out.append(cur["i"] - 0.5)
+    return out
 
 
 def plot_length(series: list[dict[str, Any]], out: Path) -> list[Figure]:
     if not any(s["turns"] for s in series):
         return []
     figs = []
+    colours: dict[Any, str] = {}
     for key, stem, ylabel, title, caption in (
             ("client_ms", "scaling-length", "client latency (ms)", "Latency against conversation length",
-             "Client latency of each turn (ms) against the turn number, without and with continue-as-new."),
+             "Client latency of each turn (ms) against the turn number, without and with continue-as-new"),
             ("history_bytes", "scaling-history-bytes", "history size (KiB)", "History size against conversation "
              "length", "Event history size (KiB) of the run that answered each turn, at the end of the turn; "
-             "continue-as-new starts a new, small history.")):
-        fig, ax = plt.subplots(figsize=SIZE)
+             "continue-as-new starts a new, small history")):
+        fig, ax = style.new(style.SINGLE, 2.4)
+        marked = 0
         for s in series:
             t = sorted(s["turns"], key=lambda t: t["i"])
             y = column(t, key) / (1024 if key == "history_bytes" else 1)
-            ax.plot(column(t, "i"), y, lw=1.2, marker="." if len(t) < 80 else None,
+            colour = style.pair_colour(s["name"], colours)
+            ax.plot(column(t, "i"), y, color=colour, marker="." if len(t) < 80 else None,
                     label=f"{s['name']} ({s.get('continue_as_new') or '?'})")
-        ax.set_xlabel("turn number i")
+            for b in _can_boundaries(t):
+                ax.axvline(b, color=colour, ls=":", lw=0.7, alpha=0.8)
+                marked += 1
+        ax.set_xlabel("turn number")
+        style.integer_ticks(ax.xaxis)
         ax.set_ylabel(ylabel)
         ax.set_ylim(bottom=0)
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-        _legend(ax, [])
-        _save(fig, out, stem)
-        figs.append(Figure(stem, title, caption))
+        ax.margins(y=0.3)
+        ax.grid()
+        handles = ax.get_legend_handles_labels()[0]
+        if marked:
+            handles.append(Line2D([], [], color=style.MARK_COLOUR, ls=":", lw=0.7, label="continue-as-new"))
+        style.legend(ax, handles, above=True, ncols=1)
+        style.save(fig, out, stem)
+        figs.append(Figure(stem, title, caption + (f"; dotted lines mark each continue-as-new ({marked})." if marked
+                                                   else ".")))
     return figs
 
 
@@ -330,24 +371,25 @@ def plot_throughput(points: list[dict[str, Any]], out: Path) -> Figure | None:
     pts = [p for p in points if not math.isnan(p["conversations"]) and not math.isnan(p["turns_per_s"])]
     if not pts:
         return None
-    fig, ax = plt.subplots(figsize=SIZE)
+    fig, ax = style.new(style.SINGLE)
+    colours: dict[Any, str] = {}
     for w in sorted({p["workers"] for p in pts}, key=lambda v: (math.isnan(v), v)):
         sel = sorted((p for p in pts if p["workers"] == w or (math.isnan(w) and math.isnan(p["workers"]))),
                      key=lambda p: p["conversations"])
         label = "? workers" if math.isnan(w) else f"{w:g} worker{'s' if w != 1 else ''}"
-        ax.plot([p["conversations"] for p in sel], [p["turns_per_s"] for p in sel], marker="o", label=label)
-    convs = [p["conversations"] for p in pts]
+        ax.plot([p["conversations"] for p in sel], [p["turns_per_s"] for p in sel], marker="o",
+                color=style.pair_colour(w, colours), label=label)
+    convs = sorted({p["conversations"] for p in pts})
     if min(convs) > 0 and max(convs) / min(convs) >= 8:
         ax.set_xscale("log", base=2)
         ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_xticks(sorted(set(convs)), [f"{c:g}" for c in sorted(set(convs))])
+    ax.set_xticks(convs, [f"{c:g}" for c in convs])  # the measured counts: whole numbers
     ax.set_xlabel("concurrent conversations")
     ax.set_ylabel("throughput (turns/s)")
     ax.set_ylim(bottom=0)
-    ax.set_title("Throughput against concurrency and worker processes")
-    ax.grid(alpha=0.3)
-    _legend(ax, [])
-    _save(fig, out, "throughput")
+    ax.grid()
+    style.legend(ax, above=True)
+    style.save(fig, out, "throughput")
     return Figure("throughput", "Throughput", "Turns per second against the number of concurrent conversations, "
                   "one line per number of worker processes.")
 
@@ -357,30 +399,29 @@ def plot_recovery(points: list[dict[str, Any]], out: Path) -> Figure | None:
                  key=lambda p: p["heartbeat_s"])
     if not pts:
         return None
-    fig, ax = plt.subplots(figsize=SIZE)
+    fig, ax = style.new(style.SINGLE, 2.6)
     hb = [p["heartbeat_s"] for p in pts]
-    ax.plot(hb, [p["recovery_s"] for p in pts], marker="o", color="#1f77b4", label="measured recovery")
+    ax.plot(hb, [p["recovery_s"] for p in pts], marker="o", color=style.PALETTE[0], label="measured recovery")
     waits = [recovery_waits(p) for p in pts]
     if any(not math.isnan(w["activity wait_s"]) for w in waits):
-        ax.plot(hb, [w["activity wait_s"] for w in waits], marker="s", ls=":", color="#2ca02c",
-                label="activity wait (dead attempt + heartbeat timeout + backoff)")
-        ax.plot(hb, [w["workflow task wait_s"] for w in waits], marker="^", ls=":", color="#d62728",
-                label="workflow task wait (sticky queue timeout)")
+        ax.plot(hb, [w["activity wait_s"] for w in waits], marker="s", ls=":", color=style.PALETTE[2],
+                label="activity wait")
+        ax.plot(hb, [w["workflow task wait_s"] for w in waits], marker="^", ls=":", color=style.PALETTE[5],
+                label="workflow task wait")
     top = max(max(hb), max(p["recovery_s"] for p in pts)) * 1.1
-    ax.plot([0, top], [0, top], ls="--", color="0.4", label="heartbeat timeout (y = x)")
+    ax.plot([0, top], [0, top], ls="--", color="0.4", label="y = x")
     ax.set_xlim(0, max(hb) * 1.1)
     ax.set_ylim(0, top)
     ax.set_xlabel("activity heartbeat timeout (s)")
-    ax.set_ylabel("time added by the worker kill (s)")
-    ax.set_title("Recovery after a worker SIGKILL")
-    ax.grid(alpha=0.3)
-    _legend(ax, [])
-    _save(fig, out, "recovery")
+    ax.set_ylabel("time added by the kill (s)")
+    ax.grid()
+    style.legend(ax, above=True)
+    style.save(fig, out, "recovery")
     return Figure("recovery", "Recovery", "Time a worker SIGKILL added to a turn whose tool activity was running on "
-                  "it (s), against the activity heartbeat timeout (s); the dashed line is y = x. Dotted: the killed turn's "
-                  "activity wait and workflow-task wait from its history; a workflow task sent to the killed "
-                  "worker's sticky queue waits out the sticky schedule-to-start timeout (10 s) when that worker "
-                  "also held the workflow.")
+                  "it (s), against the activity heartbeat timeout (s); the dashed line is y = x. Dotted: the killed "
+                  "turn's activity wait (the dead attempt, the heartbeat timeout and the retry backoff) and "
+                  "workflow-task wait from its history; a workflow task sent to the killed worker's sticky queue "
+                  "waits out the sticky schedule-to-start timeout (10 s) when that worker also held the workflow.")
 
 
 def plot_resources(doc: dict[str, Any], out: Path) -> Figure | None:
@@ -388,7 +429,7 @@ def plot_resources(doc: dict[str, Any], out: Path) -> Figure | None:
     if not sections:
         return None
     procs = sorted({p for s in sections for p in doc["sections"][s]})
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    fig, axes = style.new(style.DOUBLE, 2.6, ncols=2)
     width = 0.8 / len(procs)
     x = np.arange(len(sections))
     for ax, key, ylabel in ((axes[0], "cpu_mean_pct", "mean CPU (% of one core)"),
@@ -397,16 +438,15 @@ def plot_resources(doc: dict[str, Any], out: Path) -> Figure | None:
             vals = [doc["sections"][s].get(p, {}).get(key, math.nan) for s in sections]
             ax.bar(x + (j - (len(procs) - 1) / 2) * width, np.nan_to_num(vals), width, label=p,
                    color=COMPONENT_COLOURS[j % len(COMPONENT_COLOURS)])
-        ax.set_xticks(x, sections, rotation=20 if len(sections) > 3 else 0, fontsize=8)
+        ax.set_xticks(x, sections, rotation=30 if len(sections) > 3 else 0, ha="right" if len(sections) > 3
+                      else "center")
         ax.set_xlabel("benchmark section")
         ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3, axis="y")
-    axes[0].set_title("CPU per process")
-    axes[1].set_title("Memory per process")
-    axes[1].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
-    _save(fig, out, "resources")
-    return Figure("resources", "Resources", "Mean CPU (% of one core; 200 % = two cores) and peak resident memory "
-                  "(MB) of each process during each benchmark section (psutil samples).")
+        ax.grid(axis="y")
+    style.legend(axes[1], outside=True)
+    style.save(fig, out, "resources")
+    return Figure("resources", "Resources", "Left: mean CPU per process (% of one core; 200 % = two cores); right: "
+                  "peak resident memory (MB), during each benchmark section (psutil samples).", wide=True)
 
 
 def plot_checkpoint(points: list[dict[str, Any]], out: Path) -> Figure | None:
@@ -414,16 +454,16 @@ def plot_checkpoint(points: list[dict[str, Any]], out: Path) -> Figure | None:
             and p["p50_ms"] > 0]
     if not rows:
         return None
-    fig, ax = plt.subplots(figsize=SIZE)
+    fig, ax = style.new(style.SINGLE, 0.6 + 0.25 * len(rows))
     labels = [f"{p['measure']}: {p['backend']}" for p in rows]
-    colours = ["0.6" if p["measure"] == "floor" else "#1f77b4" for p in rows]
+    colours = ["0.6" if p["measure"] == "floor" else style.PALETTE[0] for p in rows]
     ax.barh(labels, [p["p50_ms"] for p in rows], color=colours)
     ax.set_xscale("log")
+    _log(ax.xaxis)
     ax.invert_yaxis()
     ax.set_xlabel("median per step (ms, log scale)")
-    ax.set_title("What a checkpointed step costs, against the fsync floor")
-    ax.grid(alpha=0.3, axis="x")
-    _save(fig, out, "checkpoint")
-    return Figure("checkpoint", "Checkpoint backend", "Median cost of one no-op checkpointed step on each backend (blue) "
-                  "and the physical floor of one durable write on this disk (grey), log scale. The plain loop's "
-                  "step is a bare await.")
+    ax.grid(axis="x")
+    style.save(fig, out, "checkpoint")
+    return Figure("checkpoint", "Checkpoint backend", "What a checkpointed step costs: the median of one no-op "
+                  "checkpointed step on each backend (blue) against the physical floor of one durable write on "
+                  "this disk (grey), log scale. The plain loop's step is a bare await.")

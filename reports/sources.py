@@ -7,12 +7,24 @@ Layout (``RUN_DIRECTORY.md``; read through ``harness.rundir``, either schema)::
     <runs>/migration_fuzz/<stamp>/run.json + results.json
     <runs>/soak-<scenario>/<stamp>/run.json + soak.json                     (``python -m chaos soak``)
 
-Which run of each kind is used: an explicit ``bench_dir``; else the
-``latest`` symlink of the kind (or scenario); else the newest stamp directory
-by name that has the kind's marker file. A chaos scenario whose chosen run is
-unusable falls back to the next newest usable one, and says so.
+Which bench run is used, per report section: the newest (by its run.json
+``started``) *complete* bench run that has the section's data, among the bench
+runs under every ``<runs>/bench/`` (or the ``bench_dirs`` given: each a run
+directory, or a directory of run directories such as ``runs/bench``). So a
+later ``--only micro`` run, an interrupted run or a run copied in from another
+machine never empties the sections it did not measure. A discovered run whose
+status is not ``complete`` (running, interrupted, failed, ...) is never used:
+it is listed in ``Sources.bench_skipped`` with its status. A run directory
+named itself in ``bench_dirs`` is used whatever its status (the report shows
+the status beside every section taken from it, and warns).
 
-Contract: ``load(runs_dir, bench_dir)`` never raises on damaged data. Each run
+Chaos runs, per scenario (over every runs root): the ``latest`` symlink's
+target (the newest of the roots' when several roots have the scenario); else
+the newest stamp directory by name. A scenario whose chosen run is unusable
+falls back to the next newest usable one, and says so. Migration fuzz and
+soaks: the same, per root; the newest over the roots.
+
+Contract: ``load(runs_dirs, bench_dirs)`` never raises on damaged data. Each run
 directory or file it could not use, or used only in part, adds one line to
 ``Sources.warnings`` ("skipped <path>: <reason>" / "partly used <path>:
 <reason>"), which the report prints verbatim. What it returns is normalised
@@ -60,12 +72,74 @@ class Unusable(Exception):
     """A run directory or file that cannot be used; the message is the reason."""
 
 
+#: the report's bench sections, in report order, and the file stem holding each one's data
+BENCH_SECTIONS = ["table2", "tuning", "overhead", "breakdown", "length", "throughput", "recovery", "resources", "micro",
+                  "checkpoint"]
+SECTION_FILE = {sec: stem for stem, secs in BENCH_FILES.items() for sec in secs}
+
+
 @dataclass
 class BenchRun:
     path: Path
     record: dict[str, Any]  # its run.json
     data: dict[str, Any] = field(default_factory=dict)  # file stem -> normalised content
     missing: list[str] = field(default_factory=list)  # file stems absent or unusable
+    named: bool = False  # named itself on the command line (used whatever its status)
+    warnings: list[str] = field(default_factory=list)  # problems with its files; reported only if it is used
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
+
+    @property
+    def status(self) -> str:
+        return str(self.record.get("status") or "unknown")
+
+    @property
+    def profile(self) -> str:
+        return str(self.record.get("profile") or "?")
+
+    @property
+    def durability(self) -> str:
+        """The durable loop it measured (``--durability``): temporal unless its configuration says otherwise."""
+        cfg = self.record.get("config") if isinstance(self.record.get("config"), dict) else {}
+        return str(cfg.get("durability") or self.record.get("durability") or "temporal")
+
+    @property
+    def started(self) -> str:
+        return str(self.record.get("started") or stamp_time(self.path.name))
+
+    @property
+    def when(self) -> datetime:
+        """When it started (run.json's ``started``, else its directory name), for "newest"."""
+        for text in (self.record.get("started"), stamp_time(self.path.name).replace(" UTC", "Z")):
+            try:
+                t = datetime.fromisoformat(str(text).replace(" ", "T"))
+                return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+            except ValueError:
+                continue
+        return datetime.min.replace(tzinfo=timezone.utc)
+
+    @property
+    def sections(self) -> list[str]:
+        """The report sections this run has data for."""
+        out = []
+        lat = self.data.get("latency") or []
+        for sec in BENCH_SECTIONS:
+            stem = SECTION_FILE[sec]
+            if stem == "latency":
+                if any(s["section"] == sec for s in lat):
+                    out.append(sec)
+            elif self.data.get(stem):
+                out.append(sec)
+        return out
+
+
+@dataclass
+class Skipped:
+    """A bench run not used: its status is not complete, or it could not be read."""
+    path: Path
+    status: str
+    reason: str
 
 
 @dataclass
@@ -100,8 +174,9 @@ class SoakRun:
 
 @dataclass
 class Sources:
-    runs_dir: Path
-    bench: BenchRun | None = None
+    runs_dirs: list[Path]
+    bench_runs: list[BenchRun] = field(default_factory=list)  # usable bench runs, newest first
+    bench_skipped: list[Skipped] = field(default_factory=list)
     chaos: list[ChaosRun] = field(default_factory=list)
     fuzz: FuzzRun | None = None
     soaks: list[SoakRun] = field(default_factory=list)
@@ -110,7 +185,17 @@ class Sources:
 
     @property
     def empty(self) -> bool:
-        return self.bench is None and not self.chaos and self.fuzz is None and not self.soaks
+        return not self.bench_runs and not self.chaos and self.fuzz is None and not self.soaks
+
+    def bench_for(self, section: str) -> BenchRun | None:
+        """The bench run a report section's data comes from: the newest usable run that has it."""
+        return next((r for r in self.bench_runs if section in r.sections), None)
+
+    @property
+    def bench_used(self) -> list[BenchRun]:
+        """The bench runs at least one section comes from, newest first."""
+        used = {id(r) for r in (self.bench_for(sec) for sec in BENCH_SECTIONS) if r is not None}
+        return [r for r in self.bench_runs if id(r) in used]
 
     def warn(self, message: str) -> None:
         log.warning(message)
@@ -179,7 +264,7 @@ def _num(value: Any) -> float:
 
 
 def _series(doc: Any, required: tuple[str, ...], numeric: tuple[str, ...], where: str,
-            sources: Sources) -> list[dict[str, Any]]:
+            sources: BenchRun) -> list[dict[str, Any]]:
     """Validated ``{"series": [...]}``: bad series are dropped, turns lacking a required number are dropped."""
     if not isinstance(doc, dict) or not isinstance(doc.get("series"), list):
         raise Unusable("no 'series' list")
@@ -207,7 +292,7 @@ def _points(doc: Any, numeric: tuple[str, ...]) -> list[dict[str, Any]]:
     return [{**p, **{k: _num(p.get(k)) for k in numeric}} for p in doc["points"] if isinstance(p, dict)]
 
 
-def _normalise_bench(stem: str, doc: Any, where: str, sources: Sources) -> Any:
+def _normalise_bench(stem: str, doc: Any, where: str, sources: BenchRun) -> Any:
     if stem == "latency":
         series = _series(doc, ("i", "client_ms"), ("i", "client_ms", "model_ms"), where, sources)
         for s in series:
@@ -246,41 +331,77 @@ def _normalise_bench(stem: str, doc: Any, where: str, sources: Sources) -> Any:
     raise AssertionError(stem)
 
 
-def _load_bench(path: Path, sources: Sources) -> BenchRun:
+def _load_bench(path: Path, named: bool = False) -> BenchRun:
+    """A bench run and whatever of its data files can be used; problems go to its ``warnings``."""
+    run = BenchRun(path, {}, named=named)
     try:
         record, name = _record(path)
+        run.record = record
         if record.get("kind", "bench") != "bench":
-            sources.warn(f"partly used {path}: {name} kind is {record.get('kind')!r}, not 'bench'")
+            run.warn(f"partly used {path}: {name} kind is {record.get('kind')!r}, not 'bench'")
     except Unusable as exc:
-        sources.warn(f"partly used {path}: {exc}; no provenance for this bench run")
-        record = {}
-    run = BenchRun(path, record)
+        run.warn(f"partly used {path}: {exc}; no provenance for this bench run")
     for stem in BENCH_FILES:
         file = path / f"{stem}.json"
         if not file.exists():
             run.missing.append(stem)
             continue
         try:
-            run.data[stem] = _normalise_bench(stem, read_json(file), str(file), sources)
+            run.data[stem] = _normalise_bench(stem, read_json(file), str(file), run)
         except Unusable as exc:
-            sources.warn(f"skipped {file}: {exc}")
+            run.warn(f"skipped {file}: {exc}")
             run.missing.append(stem)
     return run
 
 
-def _find_bench(runs_dir: Path, bench_dir: Path | None, sources: Sources) -> None:
-    if bench_dir is not None:
-        sources.bench = _load_bench(bench_dir, sources)
-        return
-    parent = runs_dir / "bench"
-    if not parent.is_dir():
-        return
-    latest = parent / "latest"
-    if latest.is_symlink() and not latest.resolve().is_dir():
-        sources.warn(f"skipped {latest}: dangling symlink; using the newest run instead")
-    found = _candidates(parent, RUN_JSON)
-    if found:
-        sources.bench = _load_bench(found[0], sources)
+def _is_bench_run(path: Path) -> bool:
+    return _is_run(path, RUN_JSON) or any((path / f"{stem}.json").exists() for stem in BENCH_FILES)
+
+
+def _bench_dirs(parent: Path) -> list[Path]:
+    """The run directories in a directory of bench runs (``latest`` and hidden ones aside)."""
+    return sorted(p for p in parent.iterdir() if p.is_dir() and not p.is_symlink() and not p.name.startswith(".")
+                  and _is_bench_run(p))
+
+
+def _find_bench(runs_dirs: list[Path], bench_dirs: list[Path] | None, sources: Sources) -> None:
+    """Every bench run: those named (a run directory, or a directory of them), else those under <runs>/bench."""
+    found: list[tuple[Path, bool]] = []
+    if bench_dirs:
+        for d in bench_dirs:
+            if _is_bench_run(d):
+                found.append((d, True))
+            else:
+                runs = _bench_dirs(d)
+                if not runs:
+                    sources.warn(f"skipped {d}: neither a bench run directory (no run.json) nor a directory of them")
+                found += [(p, False) for p in runs]
+    else:
+        found = [(p, False) for root in runs_dirs if (root / "bench").is_dir() for p in _bench_dirs(root / "bench")]
+    seen: set[Path] = set()
+    runs = []
+    for path, named in found:
+        if path.resolve() in seen:
+            continue
+        seen.add(path.resolve())
+        run = _load_bench(path, named)
+        if run.status != "complete" and not named:
+            why = {"running": "still running, or killed before it could record its end",
+                   "unknown": "its run.json has no status"}.get(run.status, "did not complete")
+            sources.bench_skipped.append(Skipped(path, run.status, why))
+        elif not run.sections:
+            sources.bench_skipped.append(Skipped(path, run.status, "no usable section data"))
+            for w in run.warnings:
+                sources.warn(w)
+        else:
+            runs.append(run)
+    sources.bench_runs = sorted(runs, key=lambda r: (r.when, r.path.name), reverse=True)
+    for run in sources.bench_used:
+        for w in run.warnings:
+            sources.warn(w)
+        if run.status != "complete":
+            sources.warn(f"using {run.path} although its status is {run.status} (named on the command line): its "
+                         f"sections may be partial")
 
 
 def _load_history(path: Path, where: Path, sources: Sources) -> list[hist.Op]:
@@ -417,19 +538,45 @@ def _find_soaks(runs_dir: Path, sources: Sources) -> None:
             break
 
 
-def load(runs_dir: Path, bench_dir: Path | None = None) -> Sources:
-    """Every usable run under ``runs_dir`` (which must exist); problems become warnings, never exceptions."""
-    sources = Sources(runs_dir)
-    for what, find in (("bench", lambda: _find_bench(runs_dir, bench_dir, sources)),
-                       ("chaos", lambda: _find_chaos(runs_dir, sources)),
-                       ("migration_fuzz", lambda: _find_fuzz(runs_dir, sources)),
-                       ("soak", lambda: _find_soaks(runs_dir, sources))):
-        try:
-            find()
-        except OSError as exc:
-            sources.warn(f"skipped the {what} runs under {runs_dir}: {exc}")
-    sources.chaos.sort(key=lambda r: r.scenario)
-    sources.soaks.sort(key=lambda r: r.scenario)
+def _newest(runs: list[Any], what: str, sources: Sources) -> Any:
+    """Of one kind's runs found under several roots, the newest (by directory name, a UTC stamp); notes the rest."""
+    best = max(runs, key=lambda r: r.path.name)
+    for r in runs:
+        if r is not best:
+            sources.notes.append(f"{what}: using {best.path}, the newest of the runs roots; not {r.path}")
+    return best
+
+
+def load(runs_dirs: Path | list[Path], bench_dirs: Path | list[Path] | None = None) -> Sources:
+    """Every usable run under ``runs_dirs`` (each must exist), bench runs from ``bench_dirs`` when given;
+    problems become warnings, never exceptions."""
+    roots = [runs_dirs] if isinstance(runs_dirs, Path) else list(runs_dirs)
+    benches = [bench_dirs] if isinstance(bench_dirs, Path) else bench_dirs
+    sources = Sources(roots)
+    try:
+        _find_bench(roots, benches, sources)
+    except OSError as exc:
+        sources.warn(f"skipped the bench runs: {exc}")
+    chaos: dict[str, list[ChaosRun]] = {}
+    soaks: dict[str, list[SoakRun]] = {}
+    fuzz: list[FuzzRun] = []
+    for root in roots:
+        one = Sources([root])
+        for what, find in (("chaos", _find_chaos), ("migration_fuzz", _find_fuzz), ("soak", _find_soaks)):
+            try:
+                find(root, one)
+            except OSError as exc:
+                one.warn(f"skipped the {what} runs under {root}: {exc}")
+        sources.warnings += one.warnings
+        sources.notes += one.notes
+        for r in one.chaos:
+            chaos.setdefault(r.scenario, []).append(r)
+        for r in one.soaks:
+            soaks.setdefault(r.scenario, []).append(r)
+        fuzz += [one.fuzz] if one.fuzz else []
+    sources.chaos = [_newest(runs, name, sources) for name, runs in sorted(chaos.items())]
+    sources.soaks = [_newest(runs, f"soak {name}", sources) for name, runs in sorted(soaks.items())]
+    sources.fuzz = _newest(fuzz, "migration_fuzz", sources) if fuzz else None
     return sources
 
 

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from reports.sources import ChaosRun, FuzzRun, SoakRun
+from reports.stats import FEW_FOR_P99, bootstrap_ci, with_ci
 
 DASH = "—"
 
@@ -36,6 +37,12 @@ class Table:
     hide: tuple[str, ...] = ()  # CSV-only columns
     colspec: dict[str, str] = field(default_factory=dict)  # LaTeX column type overrides, e.g. p{4cm}
     saved: bool = True  # False: shown in the report only, no CSV
+    headers: dict[str, str] = field(default_factory=dict)  # column -> its header in the text forms (with units)
+    display: tuple[str, ...] = ()  # columns of text made for reading (e.g. "47.8 [45.1, 50.2]"): not in the CSV
+    tex_cols: tuple[str, ...] = ()  # the columns of the LaTeX table (default: every shown column)
+    tex_headers: dict[str, str] = field(default_factory=dict)  # LaTeX header overrides; a newline breaks the header
+    wide: bool = False  # LaTeX: table* (both columns of a two-column page)
+    notes: list[str] = field(default_factory=list)  # footnotes under the table (e.g. what a mark means)
 
     @property
     def label(self) -> str:
@@ -44,6 +51,18 @@ class Table:
     @property
     def shown(self) -> list[str]:
         return [c for c in self.df.columns if c not in self.hide]
+
+    def header(self, column: str) -> str:
+        return self.headers.get(column, column)
+
+    @property
+    def csv(self) -> pd.DataFrame:
+        """The full-precision data: every column but the display-only ones."""
+        return self.df[[c for c in self.df.columns if c not in self.display]]
+
+    @property
+    def full_caption(self) -> str:
+        return " ".join([self.caption, *self.notes])
 
 
 # ---------------------------------------------------------------- formatting
@@ -77,8 +96,8 @@ def cell(value: Any, fmt: str | None) -> str:
     return str(value)
 
 
-def _rows(t: Table) -> list[list[str]]:
-    return [[cell(row[c], t.formats.get(c)) for c in t.shown] for _, row in t.df.iterrows()]
+def _rows(t: Table, cols: list[str] | None = None) -> list[list[str]]:
+    return [[cell(row[c], t.formats.get(c)) for c in cols or t.shown] for _, row in t.df.iterrows()]
 
 
 def markdown(t: Table) -> str:
@@ -86,29 +105,42 @@ def markdown(t: Table) -> str:
 
     def esc(s: str) -> str:
         return s.replace("|", r"\|").replace("\n", " ")
-    lines = ["| " + " | ".join(esc(str(c)) for c in cols) + " |",
+    lines = ["| " + " | ".join(esc(t.header(c)) for c in cols) + " |",
              "|" + "|".join("---:" if c in t.formats else ":---" for c in cols) + "|"]
     lines += ["| " + " | ".join(esc(v) for v in r) + " |" for r in _rows(t)]
     return "\n".join(lines)
 
 
-def latex(t: Table, size: str = "") -> str:
-    cols = t.shown
-    spec = " ".join(t.colspec.get(c, "r" if c in t.formats else "l") for c in cols)
-    out = [r"\begin{table}[t]", r"\centering"]
+def _tex_header(text: str, align: str) -> str:
+    """A header cell; a newline in ``text`` stacks its lines (a nested tabular: no extra LaTeX package)."""
+    lines = [latex_escape(x) for x in str(text).split("\n")]
+    if len(lines) == 1:
+        return lines[0]
+    # "\\{}": a line that starts with "[" (e.g. "[95% CI]") must not be read as \\'s optional argument
+    return rf"\begin{{tabular}}[b]{{@{{}}{align}@{{}}}}" + r" \\{} ".join(lines) + r"\end{tabular}"
+
+
+def latex(t: Table, size: str = r"\small") -> str:
+    """A booktabs table meant to fit a two-column page: ``table`` (one column) or ``table*`` (both) when
+    ``t.wide``, ``size`` (\\small) type, 4 pt column gaps, the caption above."""
+    cols = list(t.tex_cols) or t.shown
+    aligns = [t.colspec.get(c, "r" if c in t.formats else "l") for c in cols]
+    env = "table*" if t.wide else "table"
+    heads = [_tex_header(t.tex_headers.get(c, t.header(c)), "r" if a == "r" else "l") for c, a in zip(cols, aligns)]
+    out = [rf"\begin{{{env}}}[t]", r"\centering"]
     if size:
         out.append(size)
-    out += [rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
-            " & ".join(latex_escape(c) for c in cols) + r" \\", r"\midrule"]
-    out += [" & ".join(latex_escape("---" if v == DASH else v) for v in r) + r" \\" for r in _rows(t)]
-    out += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{latex_escape(t.caption)}}}", rf"\label{{{t.label}}}",
-            r"\end{table}", ""]
+    out += [r"\setlength{\tabcolsep}{4pt}", rf"\caption{{{latex_escape(t.full_caption)}}}", rf"\label{{{t.label}}}",
+            rf"\begin{{tabular}}{{@{{}}{' '.join(aligns)}@{{}}}}", r"\toprule", " & ".join(heads) + r" \\",
+            r"\midrule"]
+    out += [" & ".join(latex_escape("---" if v == DASH else v) for v in r) + r" \\" for r in _rows(t, cols)]
+    out += [r"\bottomrule", r"\end{tabular}", rf"\end{{{env}}}", ""]
     return "\n".join(out)
 
 
 def html_table(t: Table) -> str:
     cols = t.shown
-    head = "".join(f'<th class="{"num" if c in t.formats else "txt"}">{html.escape(str(c))}</th>' for c in cols)
+    head = "".join(f'<th class="{"num" if c in t.formats else "txt"}">{html.escape(t.header(c))}</th>' for c in cols)
     body = "".join("<tr>" + "".join(f'<td class="{"num" if c in t.formats else "txt"}">{html.escape(v)}</td>'
                                     for c, v in zip(cols, r)) + "</tr>\n" for r in _rows(t))
     return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody>\n</table>"
@@ -144,17 +176,60 @@ STAT_COLS = ["mean", "sd", "min", "max", "p50", "p95", "p99"]
 
 # ---------------------------------------------------------------- Table 2 and overhead
 
+def _few_p99(n: int) -> bool:
+    return 0 < n < FEW_FOR_P99
+
+
+def _ci_columns(x: np.ndarray, name: str, statistic: str, point: float) -> dict[str, Any]:
+    """``<name> CI low``/``high`` (CSV) and ``<name> [95% CI]`` (display) for ``statistic`` of ``x``."""
+    lo, hi = bootstrap_ci(x, statistic)
+    return {f"{name} CI low": lo, f"{name} CI high": hi, f"{name} [95% CI]": with_ci(point, (lo, hi))}
+
+
+P99_NOTE = (f"* p99 of fewer than {FEW_FOR_P99} turns: interpolated between the largest few values (close to "
+            f"the maximum), not a tail estimate.")
+CI_NOTE = ("Brackets: 95% percentile-bootstrap confidence interval (2000 resamples, fixed seed; none for fewer than "
+           "5 turns).")
+
+
+def _p99_cells(df: pd.DataFrame) -> tuple[pd.Series, list[str]]:
+    """The p99 column as text, marked ``*`` where it comes from few turns; and the note saying what that means."""
+    few = [_few_p99(int(n)) for n in df["n"]]
+    text = pd.Series([cell(v, MS) + ("*" if f and not _missing(v) else "") for v, f in zip(df["p99"], few)],
+                     index=df.index)
+    return text, [P99_NOTE] if any(few) else []
+
+
 def table2(series: list[dict[str, Any]]) -> Table | None:
     rows = []
     for s in (s for s in series if s["section"] == "table2"):
-        st = stats(column(s["turns"], "client_ms"))
+        x = column(s["turns"], "client_ms")
+        st = stats(x)
         rows.append({"Series": s["name"], "Loop": s["loop"].capitalize(), "Model": model_label(s),
-                     "Workload": s["workload"], **st})
+                     "Workload": s["workload"], **st, **_ci_columns(x, "mean", "mean", st["mean"]),
+                     **_ci_columns(x, "median", "median", st["p50"])})
     if not rows:
         return None
     df = pd.DataFrame(rows).sort_values(["Workload", "Model", "Loop"], kind="stable").reset_index(drop=True)
+    df["p99 (ms)"], notes = _p99_cells(df)
+    cols = ["Series", "Workload", "Model", "Loop", "n", "mean [95% CI]", "median [95% CI]", "sd", "min", "p95",
+            "p99 (ms)", "max", "mean", "mean CI low", "mean CI high", "p50", "median CI low", "median CI high", "p99"]
+    df = df[cols]
     return Table("table2", "Per-turn client latency (ms), durable (Temporal workflow) and plain (asyncio) agent "
-                 "loops; warm-up turns excluded.", df, {"n": "d", **{c: MS for c in STAT_COLS}}, hide=("Series",))
+                 "loops; warm-up turns excluded. " + CI_NOTE, df,
+                 {"n": "d", **{c: MS for c in STAT_COLS}, "mean [95% CI]": "", "median [95% CI]": "",
+                  "p99 (ms)": ""},
+                 hide=("Series", "mean", "mean CI low", "mean CI high", "p50", "median CI low", "median CI high",
+                       "p99"),
+                 headers={"mean [95% CI]": "mean (ms) [95% CI]", "median [95% CI]": "median (ms) [95% CI]",
+                          "sd": "sd (ms)", "min": "min (ms)", "p95": "p95 (ms)", "max": "max (ms)"},
+                 display=("mean [95% CI]", "median [95% CI]", "p99 (ms)"),
+                 tex_cols=("Workload", "Model", "Loop", "n", "mean [95% CI]", "median [95% CI]", "sd", "p95",
+                           "p99 (ms)", "max"), colspec={"Model": "p{2.6cm}"},
+                 tex_headers={"mean [95% CI]": "mean (ms)\n[95% CI]", "median [95% CI]": "median (ms)\n[95% CI]",
+                              "sd": "sd\n(ms)", "min": "min\n(ms)", "p95": "p95\n(ms)", "p99 (ms)": "p99\n(ms)",
+                              "max": "max\n(ms)"},
+                 wide=True, notes=notes)
 
 
 def table2_overhead(series: list[dict[str, Any]]) -> tuple[Table | None, list[str]]:
@@ -197,7 +272,17 @@ def table2_overhead(series: list[dict[str, Any]]) -> tuple[Table | None, list[st
                            "overhead difference")}
     return Table("table2_overhead", "Durable against plain: means (ms), ratio of means, median of per-turn ratios "
                  "(turns paired by index), difference of means (ms), and loop overhead = mean(client_ms - model_ms) "
-                 "(ms).", pd.DataFrame(rows), fm, hide=("Durable", "Plain")), problems
+                 "(ms).", pd.DataFrame(rows), fm, hide=("Durable", "Plain"),
+                 headers={c: f"{c} (ms)" for c in fm if fm[c] == MS},
+                 tex_cols=("Workload", "Model", "durable mean", "plain mean", "ratio of means", "median turn ratio",
+                           "durable overhead", "plain overhead", "overhead difference"),
+                 colspec={"Model": "p{2.6cm}"},
+                 tex_headers={"durable mean": "durable\nmean\n(ms)", "plain mean": "plain\nmean\n(ms)",
+                              "ratio of means": "ratio\nof\nmeans", "median turn ratio": "median\nturn\nratio",
+                              "durable overhead": "durable\noverhead\n(ms)",
+                              "plain overhead": "plain\noverhead\n(ms)",
+                              "overhead difference": "overhead\ndifference\n(ms)"},
+                 wide=True), problems
 
 
 # ---------------------------------------------------------------- breakdown and tuning
@@ -223,15 +308,26 @@ def breakdown(series: list[dict[str, Any]]) -> Table | None:
     for s in series:
         t = s["turns"]
         comps = component_medians(t)
-        rows.append({"Series": s["name"], "n": len(t), "client": _median(column(t, "client_ms")),
+        client = column(t, "client_ms")
+        med = _median(client)
+        rows.append({"Series": s["name"], "n": len(t), "client": med, **_ci_columns(client, "client", "median", med),
                      "server": _median(column(t, "server_ms")), **comps,
                      "sum of components": float(np.nansum(list(comps.values())))})
     if not rows:
         return None
     cols = ["n", "client", "server", *(c for c, _ in COMPONENTS), "sum of components"]
+    df = pd.DataFrame(rows)[["Series", "n", "client [95% CI]", *cols[1:], "client CI low", "client CI high"]]
     return Table("breakdown", "Where a durable turn's time goes: median per turn of each component (ms), from the "
-                 "Temporal event histories. Medians do not add up exactly to the median client latency.",
-                 pd.DataFrame(rows), {c: ("d" if c == "n" else MS) for c in cols})
+                 "Temporal event histories. Medians do not add up exactly to the median client latency. " + CI_NOTE,
+                 df, {**{c: ("d" if c == "n" else MS) for c in cols}, "client [95% CI]": ""},
+                 hide=("client", "client CI low", "client CI high"), display=("client [95% CI]",),
+                 headers={"client [95% CI]": "client (ms) [95% CI]"} | {c: f"{c} (ms)" for c in cols[1:]},
+                 tex_headers={"client [95% CI]": "client (ms)\n[95% CI]", "server": "server\n(ms)",
+                              "client_rtt": "client\nRTT", "wft_sched_to_start": "WFT\nwait",
+                              "wft_exec": "WFT\nexec", "act_sched_to_start": "activity\nwait",
+                              "act_exec - model": "activity exec\n- model", "model": "model\n(ms)",
+                              "other": "other\n(ms)", "sum of components": "sum\n(ms)"},
+                 wide=True)
 
 
 def tuning(series: list[dict[str, Any]], breakdown_series: list[dict[str, Any]] | None) -> Table | None:
@@ -245,22 +341,25 @@ def tuning(series: list[dict[str, Any]], breakdown_series: list[dict[str, Any]] 
     base_median = _median(column(base["turns"], "client_ms"))
     rows = []
     for s in tuned:
-        st = stats(column(s["turns"], "client_ms"))
+        x = column(s["turns"], "client_ms")
+        st = stats(x)
         comps = component_medians(by_name[s["name"]]["turns"]) if s["name"] in by_name else {}
         rows.append({"Series": s["name"], "Server": s.get("server") or DASH,
                      "Worker": s.get("variant") or DASH,
                      "Eager": {True: "on", False: "off"}.get(s.get("eager"), DASH),
                      "Sandbox": {True: "on", False: "off"}.get(s.get("sandbox"), DASH), "Workload": s["workload"],
-                     "n": st["n"], "median": st["p50"], "mean": st["mean"], "p95": st["p95"],
+                     "n": st["n"], **_ci_columns(x, "median", "median", st["p50"]), "median": st["p50"],
+                     "mean": st["mean"], "p95": st["p95"],
                      "vs baseline": st["p50"] / base_median if base_median > 0 else math.nan,
                      **{f"median {k}": v for k, v in comps.items()}})
     df = pd.DataFrame(rows)
-    hide = tuple(c for c in df.columns if c.startswith("median ") and c != "median")
-    return Table("tuning", f"Tuning: client latency (ms) per server profile and worker options (eager activities, workflow "
-                 f"sandbox); "
-                 f"'vs baseline' is the median relative to {base['name']}.", df,
-                 {"n": "d", "median": MS, "mean": MS, "p95": MS, "vs baseline": ".2f", **{c: MS for c in hide}},
-                 hide=hide)
+    hide = tuple(c for c in df.columns if c.startswith("median ") and c != "median [95% CI]") + ("median",)
+    return Table("tuning", f"Tuning: client latency (ms) per server profile and worker options (eager activities, "
+                 f"workflow sandbox); 'vs baseline' is the median relative to {base['name']}. " + CI_NOTE, df,
+                 {"n": "d", "median [95% CI]": "", "median": MS, "mean": MS, "p95": MS, "vs baseline": ".2f",
+                  **{c: MS for c in hide}},
+                 hide=hide, display=("median [95% CI]",),
+                 headers={"median [95% CI]": "median (ms) [95% CI]", "mean": "mean (ms)", "p95": "p95 (ms)"})
 
 
 def overhead(series: list[dict[str, Any]], breakdown_series: list[dict[str, Any]] | None) -> Table | None:
@@ -463,8 +562,15 @@ def table1(runs: list[ChaosRun]) -> Table | None:
                  "held), duplicated side effects, and client operation outcomes.", pd.DataFrame(rows),
                  {"Recovery (s)": ".1f", "Model call held (s)": ".2f", "Tool held (s)": ".2f",
                   "Workflow task held (s)": ".2f", "Duplicated effects": "", "Faults landed": "", "ok": "d",
-                  "fail": "d", "info": "d"}, hide=("Run",), colspec={"Fault": "p{4.2cm}", "Checked": "p{3.6cm}",
-                                                        "Outcome": "p{2cm}"})
+                  "fail": "d", "info": "d"}, hide=("Run",),
+                 colspec={"Scenario": "p{1.8cm}", "Fault": "p{2.6cm}", "Checked": "p{2.4cm}", "Outcome": "p{1.4cm}"},
+                 tex_cols=("Scenario", "Fault", "Checked", "Outcome", "Faults landed", "Recovery (s)",
+                           "Model call held (s)", "Tool held (s)", "Workflow task held (s)", "Duplicated effects",
+                           "ok", "fail", "info"),
+                 tex_headers={"Faults landed": "faults\nlanded", "Recovery (s)": "recov-\nery\n(s)",
+                              "Model call held (s)": "model\nheld\n(s)", "Tool held (s)": "tool\nheld\n(s)",
+                              "Workflow task held (s)": "WFT\nheld\n(s)", "Duplicated effects": "dup.\neffects"},
+                 wide=True)
 
 
 FUZZ_COLS = ["iterations", "completed", "children", "cross_worker_children", "cross_worker_children_pct",

@@ -31,11 +31,12 @@ def _bd_turn(i, client, rtt, wss, wex, ass, aex, model, other):
             "model_ms": model, "other_ms": other, "wft_count": 3, "act_count": 3}
 
 
-def write_bench(run: Path, *, status="complete", files=None) -> None:
+def write_bench(run: Path, *, status="complete", files=None, started="2026-11-22T10:00:00Z", profile="quick"
+                ) -> None:
     run.mkdir(parents=True)
-    record = {"schema": 2, "kind": "bench", "name": "bench", "profile": "quick", "seed": 0,
+    record = {"schema": 2, "kind": "bench", "name": "bench", "profile": profile, "seed": 0,
               "command": "python -m benchmarks --quick",
-              "status": status, "started": "2026-11-22T10:00:00Z", "wall_s": 42.0,
+              "status": status, "started": started, "wall_s": 42.0,
               "sections": ["table2", "tuning", "overhead", "breakdown", "length", "throughput", "recovery", "micro"],
               "machine": {"cores": 2, "memory_gb": 7.8, "cpu": "Test CPU", "platform": "Linux-test",
                           "python": "3.11.9", "temporalio": "1.35.0",
@@ -275,6 +276,8 @@ def test_every_output_file_exists(built):
         png, svg = out / "figures" / f"{name}.png", out / "figures" / f"{name}.svg"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
         assert b"<svg" in svg.read_bytes()[:2000], name
+        assert (out / "figures" / f"{name}.pdf").read_bytes()[:5] == b"%PDF-", name
+        assert f"figures/{name}.pdf" in built["md"]
         assert f"figures/{name}.png" in built["md"]
         assert f'src="figures/{name}.svg"' in (out / "report.html").read_text()
     assert not list(out.glob(".building-*")), "the staging directory is removed"
@@ -290,7 +293,8 @@ def test_latex_tables_are_booktabs_and_escaped(built):
     assert r"100\% of the time \& then heal\_kill\_mid\_turn" in t1
     assert r"effects (FAIL)" in t1
     t2 = (built["out"] / "table2.tex").read_text()
-    assert "Durable & mock (fixed:0) & reply & 4 & 13.0 & 2.6 & 10.0 & 16.0 & 13.0 & 15.7 & 15.9" in t2
+    # n = 4: too few turns for an interval; p99 marked as coming from few turns
+    assert "reply & mock (fixed:0) & Durable & 4 & 13.0 & 13.0 & 2.6 & 15.7 & 15.9* & 16.0" in t2
     assert "lognormal:300,0.3" in t2
 
 
@@ -363,9 +367,13 @@ def test_table1_verdicts(built):
 def test_damaged_and_unused_runs_are_reported(built):
     md = built["md"]
     assert f"skipped {built['damaged']}: run.json is not valid JSON" in md
-    assert "20250101T000000000000Z" not in md  # the older bench run is not the one reported
-    assert f"run: `{built['runs'] / 'bench' / STAMP}`" in md
-    assert "absent" not in md.split("## Warnings")[0]  # every bench section is present
+    # The older bench run is listed as not used: every section it has comes from the newer one.
+    older = built["runs"] / "bench" / "20250101T000000000000Z"
+    assert f"`{older}` (status **complete**, started 2026-11-22T10:00:00Z): every section it has (table2, tuning, " \
+           f"overhead) comes from a newer run" in md
+    assert md.count(str(older)) == 1
+    assert f"Source: `{built['runs'] / 'bench' / STAMP}`" in md.split("## Table 2")[1]
+    assert "none: no complete run has it" not in md  # every bench section is present
 
 
 def test_never_completed_op_is_info_with_latency_to_the_end(built):
@@ -392,9 +400,11 @@ def test_interrupted_bench_renders_what_exists(tmp_path):
     md = (out / "report.md").read_text()
     assert (out / "table2.csv").is_file() and not (out / "breakdown.csv").exists()
     assert f"skipped {bench / 'breakdown.json'}: breakdown.json is not valid JSON" in md
-    assert "status **interrupted**" in md
-    assert "absent: breakdown, length, throughput, recovery, resources, micro, checkpoint" in md
-    assert "no data: " in md.split("## Overhead breakdown")[1].split("##")[0]
+    # Named on the command line: used although interrupted, and said so beside its sections and in the warnings.
+    assert "status **interrupted** (not a complete run: named on the command line)" in md.split("## Table 2")[1]
+    assert f"using {bench} although its status is interrupted" in md
+    assert "| breakdown | none: no complete run has it |" in md
+    assert "no data: no complete bench run has this section" in md.split("## Overhead breakdown")[1].split("##")[0]
     assert "no data (run `make chaos`)" in md
 
 
@@ -445,3 +455,132 @@ def test_rebuild_replaces_only_its_own_files_and_a_failed_build_keeps_the_old_re
     assert not (out / "figures" / "recovery.png").exists() and not (out / "recovery.csv").exists()
     assert (out / "mine.txt").read_text() == "not the report's"
     assert os.path.getsize(out / "report.md") > 0
+
+
+# ---------------------------------------------------------------- reports from several runs
+
+def test_each_section_comes_from_the_newest_complete_run_that_has_it(tmp_path):
+    """Two roots (two CI machines): table2 only in an older run, micro in a newer one; an interrupted and a
+    running newer run that have both are never used, and are listed with their status."""
+    from reports.sources import load
+
+    a, b = tmp_path / "machine-a", tmp_path / "machine-b"
+    write_bench(a / "bench" / "20261122T100000Z", files=["latency", "micro"], started="2026-11-22T10:00:00Z")
+    write_bench(b / "bench" / "20261122T110000Z", files=["micro"], started="2026-11-22T11:00:00Z")
+    write_bench(a / "bench" / "20261122T120000Z", files=["latency", "micro"], status="interrupted",
+                started="2026-11-22T12:00:00Z")
+    write_bench(b / "bench" / "20261122T130000Z", status="running", started="2026-11-22T13:00:00Z")
+    (a / "bench" / "latest").symlink_to("20261122T120000Z")  # even a (wrong) latest link does not decide
+    src = load([a, b])
+    assert src.bench_for("table2").path == a / "bench" / "20261122T100000Z"
+    assert src.bench_for("tuning").path == a / "bench" / "20261122T100000Z"
+    assert src.bench_for("micro").path == b / "bench" / "20261122T110000Z"
+    assert src.bench_for("throughput") is None
+    assert {(k.path.name, k.status) for k in src.bench_skipped} == {("20261122T120000Z", "interrupted"),
+                                                                    ("20261122T130000Z", "running")}
+    assert [r.path.name for r in src.bench_used] == ["20261122T110000Z", "20261122T100000Z"]
+
+    # --bench: a directory of runs is scanned the same way; a run directory named itself is used as it is.
+    named = a / "bench" / "20261122T120000Z"
+    src = load([tmp_path], [b / "bench", named])
+    assert src.bench_for("table2").path == named and src.bench_for("micro").path == named
+    assert [k.path.name for k in src.bench_skipped] == ["20261122T130000Z"]
+    assert any(f"using {named} although its status is interrupted" in w for w in src.warnings)
+
+
+def test_report_from_several_roots_shows_each_sections_run(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    # Tables without figures (micro, overhead): a fast build.
+    write_bench(a / "bench" / "20261122T100000Z", files=["micro"], started="2026-11-22T10:00:00Z",
+                profile="default")
+    write_bench(b / "bench" / "20261122T110000Z", files=["micro"], started="2026-11-22T11:00:00Z")
+    write_bench(b / "bench" / "20261122T120000Z", files=["micro"], status="failed", started="2026-11-22T12:00:00Z")
+    out = tmp_path / "out"
+    assert cli.main(["--runs", str(a), str(b), "--out", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    micro = md.split("## Micro-benchmarks")[1].split("\n## ")[0]
+    assert (f"Source: `{b / 'bench' / '20261122T110000Z'}`, started 2026-11-22T11:00:00Z, profile quick, "
+            f"durability temporal, status **complete**. **Quick profile**") in micro
+    assert md.startswith("# ") and "**QUICK PROFILE: the sections micro come from a `--quick` run" in md
+    assert f"| micro | {b / 'bench' / '20261122T110000Z'} | 2026-11-22T11:00:00Z | quick | temporal | complete |" in md
+    assert f"`{b / 'bench' / '20261122T120000Z'}` (status **failed**): skipped, did not complete" in md
+    assert f"`{a / 'bench' / '20261122T100000Z'}` (status **complete**" in md  # not used: a newer run has micro
+    # The hint for an absent section does not send the reader into a run that empties the others.
+    assert "the report takes each section from the newest complete run that has it" in md
+    assert f"- {b / 'bench' / '20261122T120000Z'}" not in md
+
+    # A default-profile run alone: no quick banner.
+    out2 = tmp_path / "out2"
+    assert cli.main(["--runs", str(tmp_path / "none"), "--out", str(out2)]) == 2
+    assert cli.main(["--runs", str(a), "--out", str(out2)]) == 0
+    assert "QUICK PROFILE" not in (out2 / "report.md").read_text()
+
+
+def _tex_rows(tex: str) -> tuple[str, int, list[str]]:
+    """The environment, the tabular's column count and its body rows (header included) of a generated table."""
+    import re
+
+    env = re.search(r"\\begin\{(table\*?)\}", tex).group(1)
+    spec = re.search(r"\\begin\{tabular\}\{@\{\}(.*?)@\{\}\}\n", tex).group(1)
+    cols = len(re.findall(r"[lrc]|p\{[^}]*\}", spec))
+    body = tex.split("\\toprule\n")[1].split("\\bottomrule")[0].replace("\\midrule\n", "")
+    # A stacked header cell is a nested tabular: its \\ are not row ends.
+    body = re.sub(r"\\begin\{tabular\}\[b\].*?\\end\{tabular\}", "H", body)
+    return env, cols, [r for r in body.split("\\\\\n") if r.strip()]
+
+
+def test_latex_tables_fit_a_two_column_page(built):
+    for name in ("table1", "table2", "table2_overhead", "breakdown"):
+        tex = (built["out"] / f"{name}.tex").read_text()
+        env, cols, rows = _tex_rows(tex)
+        assert env == "table*", name  # wider than one column: across both
+        assert rows and all(r.count(" & ") + 1 == cols for r in rows), (name, cols, rows)
+        assert cols <= 13 and ("\\small" in tex or "\\footnotesize" in tex), name
+        assert "\\setlength{\\tabcolsep}{4pt}" in tex
+    t2 = (built["out"] / "table2.tex").read_text()
+    assert "mean (ms) \\\\{} [95\\% CI]" in t2  # units in headers; "\\{}" keeps "[" from being \\'s argument
+    assert "* p99 of fewer than 100 turns" in t2
+    # The model/plain durable series have 5 turns: an interval, which brackets the mean.
+    assert "360.0 [" in t2
+    preview = (built["out"] / "preview.tex").read_text()
+    assert "\\documentclass[twocolumn]{article}" in preview
+    for name in ("table1", "table2", "table2_overhead", "breakdown"):
+        assert f"\\input{{{name}.tex}}" in preview
+    assert "\\includegraphics[width=\\columnwidth]{figures/latency-cdf.pdf}" in preview
+    assert "\\includegraphics[width=\\textwidth]{figures/breakdown.pdf}" in preview
+
+
+def test_bootstrap_ci_brackets_the_estimate_and_is_deterministic():
+    import numpy as np
+
+    from reports.stats import bootstrap_ci, with_ci
+
+    x = np.random.default_rng(7).lognormal(3.0, 0.4, 40)
+    for stat, point in (("mean", float(np.mean(x))), ("median", float(np.median(x)))):
+        lo, hi = bootstrap_ci(x, stat)
+        assert lo < point < hi, stat
+        assert (lo, hi) == bootstrap_ci(x, stat)  # same seed, same interval
+        assert (lo, hi) != bootstrap_ci(x, stat, seed=1)
+        assert hi - lo < point  # a real interval, not the range of the data
+    assert bootstrap_ci(x[:4]) == (pytest.approx(math.nan, nan_ok=True), pytest.approx(math.nan, nan_ok=True))
+    assert bootstrap_ci([5.0] * 10, "median") == (5.0, 5.0)
+    assert with_ci(47.8, (45.1, 50.2)) == "47.8 [45.1, 50.2]"
+    assert with_ci(47.8, (math.nan, math.nan)) == "47.8"
+
+
+def test_resources_of_each_section_come_from_the_newest_run_that_measured_it(tmp_path):
+    runs = tmp_path / "runs"
+    old, new = runs / "bench" / "20261122T100000Z", runs / "bench" / "20261122T110000Z"
+    write_bench(old, files=["resources"], started="2026-11-22T10:00:00Z")  # table2 and throughput
+    write_bench(new, files=["resources"], started="2026-11-22T11:00:00Z")
+    doc = json.loads((new / "resources.json").read_text())
+    doc["sections"] = {"table2": {"temporal-server": {**doc["sections"]["table2"]["temporal-server"],
+                                                      "cpu_mean_pct": 99.0}}}
+    (new / "resources.json").write_text(json.dumps(doc))  # a later `--only table2` run
+    out = tmp_path / "out"
+    assert cli.main(["--runs", str(runs), "--out", str(out)]) == 0
+    res = pd.read_csv(out / "resources.csv")
+    assert res[(res["section"] == "table2")]["cpu_mean_pct"].tolist() == [99.0]
+    assert res[(res["section"] == "throughput")]["cpu_mean_pct"].tolist() == [60.0]
+    md = (out / "report.md").read_text()
+    assert f"Also from `{old}` (started 2026-11-22T10:00:00Z, profile quick): the samples of throughput. **Quick profile**: not for citation." in md
