@@ -4,6 +4,8 @@
     python -m reports --runs /data/runs --out /tmp/report
     python -m reports --bench runs/bench/20261122T100000Z
 
+Also installed as the command dah-report. Progress and warnings go to stderr; the list of files written to stdout.
+
 Reads only saved files (no Temporal, no network), so a copied ``runs/`` can be
 reported anywhere. Exit status: 0 when the report was written (also when there
 was nothing to report, or some runs were skipped: the report says which), 2
@@ -68,9 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.bench is not None and not args.bench.is_dir():
         print(f"reports: --bench {args.bench}: no such directory", file=sys.stderr)
         return 2
-    # Progress and warnings are the library's log records, printed here as plain lines.
+    # Progress and warnings are the library's log records, printed here as plain lines on stderr (stdout: what
+    # was written).
     logger = logging.getLogger("reports")
-    handler = logging.StreamHandler(sys.stdout)
+    handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_Lines())
     old_level, old_propagate = logger.level, logger.propagate
     logger.addHandler(handler)
@@ -95,3 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"reports: no runs found under {args.runs}; the report says so (run `make bench`, `make chaos` or "
               f"`python -m migration_fuzz` first)")
     return 0
+
+
+def entry() -> None:
+    """The ``dah-report`` console script (``python -m reports``)."""
+    raise SystemExit(main())
