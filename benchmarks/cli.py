@@ -8,13 +8,12 @@ import logging
 import os
 import shlex
 import sys
-import time
-from pathlib import Path
 
 from agent.llm import is_scripted
-from testbed.model_server import LatencyModel
+from testbed.cli_options import add_durability, add_out, progress, runs_root
+from testbed.model_server import add_model_latency
 from benchmarks.conversations import WORKLOADS, BenchError
-from benchmarks.options import CHECKPOINT_SECTIONS, SECTION_NAMES, Options
+from benchmarks.options import BENCH_FOLDER, CHECKPOINT_SECTIONS, SECTION_NAMES, Options
 from benchmarks.suite import run
 from harness.rundir import stop_on_sigterm, stopped_exit_code, stopped_status
 
@@ -38,6 +37,8 @@ examples:
   python -m benchmarks --only table2 --turns 100 --model-latency normal:800,200
   OPENAI_API_KEY=... python -m benchmarks --only table2 --model openai/gpt-4o-mini
 
+progress goes to stderr; the results folder to stdout. Also installed as the command dah-bench.
+
 not a section of a run (its own command, a few seconds, no Temporal):
   python -m benchmarks.proxy   what the fault proxy (testbed/net.py) adds to a link: round-trip latency and
                                throughput against a direct connection; goal <= 100 us added at the median
@@ -52,14 +53,6 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be at least 1")
     return value
-
-
-def _latency(text: str) -> str:
-    try:
-        LatencyModel.parse(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
 
 
 def _sections(text: str) -> tuple[str, ...]:
@@ -92,15 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="scripted",
                    help="model for the 'model' mode: 'scripted' (default: the scripted server with --model-latency) "
                         "or a LiteLLM model such as openai/gpt-4o-mini (needs its API key in the environment)")
-    p.add_argument("--model-latency", type=_latency,
-                   help="the scripted model's latency in model mode (default lognormal:300,0.25; quick fixed:20)")
-    p.add_argument("--durability", "--backend", dest="durability", choices=("temporal", "checkpoint", "journal"),
-                   default="temporal",
+    add_model_latency(p, default=None, default_text="lognormal:300,0.25; --quick fixed:20",
+                      what="the scripted model's response latency in model mode")
+    add_durability(p, "--backend",
                    help="the durable loop of Table 2: temporal (default) or checkpoint (each step checkpointed in "
-                        "SQLite); with checkpoint the default sections are table2, checkpoint and micro ('journal' "
-                        "and --backend are the old names)")
+                        "SQLite); with checkpoint the default sections are table2, checkpoint and micro")
     p.add_argument("--seed", type=int, default=0, help="seed of the emulated model latencies (default 0)")
-    p.add_argument("--out", type=Path, default=Path("runs/bench"), help="where runs are written (default runs/bench)")
+    add_out(p, BENCH_FOLDER)
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
     return p
 
@@ -117,11 +108,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    out = runs_root(args.out, BENCH_FOLDER, "python -m benchmarks")
     overrides = {k: v for k, v in {"turns": args.turns, "workloads": args.workloads, "model": args.model,
-                                   "model_latency": args.model_latency, "seed": args.seed, "out": args.out,
+                                   "model_latency": args.model_latency, "seed": args.seed, "out": out,
                                    "only": args.only, "durability": args.durability}.items() if v is not None}
-    if overrides["durability"] == "journal":
-        overrides["durability"] = "checkpoint"
     if overrides["durability"] == "checkpoint":
         bad = [s for s in args.only if s not in CHECKPOINT_SECTIONS]
         if bad:
@@ -133,23 +123,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--model {options.model}: no *_API_KEY variable is set; set the provider's key (e.g. OPENAI_API_KEY) "
               "or leave --model at 'scripted'", file=sys.stderr)
         return 2
-    start = time.monotonic()
-
-    def say(message: str) -> None:
-        print(f"[{time.monotonic() - start:6.1f}s] {message}", file=sys.stderr, flush=True)
-
+    say = progress()
     command = "python -m benchmarks " + shlex.join(argv if argv is not None else sys.argv[1:])
     try:
         run_dir = asyncio.run(run(options, say, command.strip()))
     except KeyboardInterrupt:
         status = stopped_status()
         print(f"\n{status}: every process was stopped; finished sections are saved in the newest run under "
-              f"{options.out} (run.json status '{status}'; latest still points at the last complete run)",
+              f"{options.out / BENCH_FOLDER} (run.json status '{status}'; latest still points at the last complete run)",
               file=sys.stderr)
         return stopped_exit_code()
     except BenchError as exc:
-        print(f"benchmark failed: {exc}\nfinished sections are saved in the newest run under {options.out} "
-              "(run.json status 'failed')", file=sys.stderr)
+        print(f"benchmark failed: {exc}\nfinished sections are saved in the newest run under "
+              f"{options.out / BENCH_FOLDER} (run.json status 'failed')", file=sys.stderr)
         return 1
     print(f"results: {run_dir}\nreport:  make report   (or: python -m reports --bench {run_dir})")
     return 0
+
+
+def entry() -> None:
+    """The ``dah-bench`` console script (``python -m benchmarks``)."""
+    raise SystemExit(main())

@@ -18,11 +18,11 @@ import asyncio
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from chaos.client import TIMEOUTS, Workload
+from testbed.cli_options import add_out, progress, runs_root
 
 HOG = "while True:\n    pass\n"
 
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hogs", type=int, default=4, help="CPU-spinning processes during each run (default 4)")
     p.add_argument("--duration", type=float, default=30.0, help="seconds of load per profile (default 30)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--out", type=Path, default=Path("runs/false_timeouts"))
+    add_out(p, "false_timeouts/<scenario>")
     args = p.parse_args(argv)
     profiles = [n.strip() for n in args.timeouts.split(",") if n.strip()]
     bad = [n for n in profiles if n not in TIMEOUTS]
@@ -78,12 +78,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     rows = []
+    out = runs_root(args.out, "false_timeouts", p.prog) / "false_timeouts"
+    say = progress()
     for profile in profiles:
-        started = time.monotonic()
-        print(f"{profile}: {args.duration:g} s of load, {args.hogs} CPU hog(s) on {os.cpu_count()} CPU(s) ...",
-              flush=True)
-        row = asyncio.run(one(profile, args.hogs, args.duration, args.seed, args.out))
-        print(f"{profile}: done in {time.monotonic() - started:.0f} s -> {row['run_dir']}", flush=True)
+        say(f"{profile}: {args.duration:g} s of load, {args.hogs} CPU hog(s) on {os.cpu_count()} CPU(s) ...")
+        row = asyncio.run(one(profile, args.hogs, args.duration, args.seed, out))
+        say(f"{profile}: done -> {row['run_dir']}")
         rows.append(row)
     cols = ["profile", "hogs", "messages_ok", "messages_not_ok", "activity_attempts", "retried_attempts",
             "retried_model_calls", "workflow_tasks", "workflow_tasks_timed_out", "verdict"]

@@ -18,6 +18,8 @@ SECTION_NAMES = ("table2", "tuning", "overhead", "length", "throughput", "recove
 QUICK_SKIPS = ("recovery",)  # a worker kill costs the heartbeat and sticky timeouts: not within a minute
 #: what runs with --durability checkpoint (the others measure Temporal itself: its server, workers and histories)
 CHECKPOINT_SECTIONS = ("table2", "checkpoint", "micro")
+#: a run's folder under the runs root (--out): runs/bench/<stamp>/
+BENCH_FOLDER = "bench"
 
 
 @dataclass
@@ -40,7 +42,7 @@ class Options:
     recovery_tool_s: float = 4.0
     kill_after_s: float = 1.0
     seed: int = 0
-    out: Path = Path("runs/bench")
+    out: Path = Path("runs")  # the runs root: a run is written to out/bench/<stamp>/
     durability: str = "temporal"  # the durable loop of Table 2: "temporal" or "checkpoint" (agent/checkpoint)
 
     @classmethod

@@ -22,7 +22,7 @@ from typing import Any
 from agent import llm
 from agent.checkpoint.steps import configure_worker
 from benchmarks import checkpoint_bench, sections
-from benchmarks.options import SECTION_NAMES, Bench, Options
+from benchmarks.options import BENCH_FOLDER, SECTION_NAMES, Bench, Options
 from harness.rundir import RunDir, command_line, machine_info
 from testbed.temporal_server import TUNED_DYNAMIC_CONFIG, temporal_binary_or_none
 
@@ -53,7 +53,7 @@ def reproduce_command(options: Options) -> str:
 
 async def run(options: Options, say: Callable[[str], None], command: str) -> Path:
     """Run the profile's sections; the run directory (complete, or partial with the reason in its run.json)."""
-    run_dir = RunDir.create(options.out)
+    run_dir = RunDir.create(options.out / BENCH_FOLDER)
     started = time.monotonic()
     wanted = options.sections()
     record = run_dir.begin(

@@ -1,7 +1,7 @@
 """``python -m chaos``: run chaos scenarios, the CI suite, or re-check a saved run.
 
     python -m chaos list
-    python -m chaos run kill_mid_turn [--seed 7] [--durability checkpoint] [--target FILE] [--backend docker --image I]
+    python -m chaos run kill_mid_turn [--seed 7] [--durability checkpoint] [--target FILE] [--placement docker --image I]
     python -m chaos suite                     # what `make chaos` runs; exits 1 on any fail, unknown or error
     python -m chaos suite --shard 2/4 --seeds 1-3   # CI job 2 of 4's share; summary JSON + JUnit XML in --out
     python -m chaos summary job1/runs job2/runs ... # merge CI jobs' results: one table, summary JSON, JUnit XML
@@ -9,6 +9,8 @@
     python -m chaos planted                   # every planted bug must be caught; the table of who caught it
     python -m chaos check runs/kill_mid_turn/latest     # the checkers again, offline, on a saved run (anywhere)
     python -m chaos rerun runs/mutant/20261122T201530Z  # a run again, from the scenario its run.json saved
+
+Progress goes to stderr; the results table to stdout. Also installed as the command dah-chaos.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ from chaos.client import DEFAULT_TIMEOUTS, TIMEOUTS
 from chaos.scenarios import SCENARIOS, SUITE
 from chaos.soak import DEFAULT_SEEDS
 from harness.rundir import command_line, stop_on_sigterm
+from testbed.cli_options import add_durability, add_out, add_renamed, deprecated
+from testbed.cli_options import progress as _progress
+from testbed.model_server import add_model_latency
 
 COLUMNS = [("scenario", 28), ("faults", 7), ("ok", 4), ("fail", 5), ("info", 5), ("lost", 5), ("dup_effects", 12),
            ("recovery_s", 11), ("model_rec_s", 12), ("tool_rec_s", 11),
@@ -46,12 +51,6 @@ def table(rows: list[dict[str, Any]], with_seed: bool = False) -> str:
     for r in rows:
         lines.append(" ".join(f"{'-' if r.get(name) is None else r.get(name)!s:<{w}}" for name, w in columns))
     return "\n".join(lines)
-
-
-def _progress(start: float):
-    def say(message: str) -> None:
-        print(f"[{time.monotonic() - start:6.1f}s] {message}", flush=True)
-    return say
 
 
 def _checkpoint_twins() -> list[str]:
@@ -135,10 +134,10 @@ async def _suite(args: argparse.Namespace, target: Any) -> int:
                          args.summary or args.out / ci.SUITE_SUMMARY, args.junit or args.out / ci.SUITE_JUNIT,
                          spec, [(label, seed) for label, _, _, seed in everything])
     if spec:
-        print(f"shard {spec}: {len(mine)} of the suite's {len(everything)} run(s)", flush=True)
+        print(f"shard {spec}: {len(mine)} of the suite's {len(everything)} run(s)", file=sys.stderr, flush=True)
     record.save()
     if not mine:
-        print(f"shard {spec}: no runs fall to this shard (more shards than runs); nothing to do")
+        print(f"shard {spec}: no runs fall to this shard (more shards than runs); nothing to do", file=sys.stderr)
         record.finish("complete")
         return 0
     return await _run_many(mine, args.out, args.parallel, record=record)
@@ -153,11 +152,12 @@ async def _soak(args: argparse.Namespace, target: Any) -> int:
     spec = f"{args.shard[0]}/{args.shard[1]}" if args.shard else None
     if not seeds:
         print(f"python -m chaos soak: shard {spec}: none of seeds {format_seeds(args.seeds)} fall to this shard "
-              "(more shards than seeds); nothing to do")
+              "(more shards than seeds); nothing to do", file=sys.stderr)
         return 0
     if spec:
-        print(f"shard {spec}: seeds {format_seeds(seeds)} of {format_seeds(args.seeds)}", flush=True)
-    reproduce = command_line("python -m chaos soak", {"--seeds": format_seeds(seeds), **backend.reproduce()},
+        print(f"shard {spec}: seeds {format_seeds(seeds)} of {format_seeds(args.seeds)}", file=sys.stderr, flush=True)
+    reproduce = command_line("python -m chaos soak", {"--seeds": format_seeds(seeds), **backend.reproduce(),
+                                                      "--model-latency": args.model_latency},
                              [label])
     return await soak(label, scenario, backend, seeds, args.out, reproduce=reproduce,
                       say=_progress(time.monotonic()), verbose=args.verbose,
@@ -170,7 +170,7 @@ def _jobs(args: argparse.Namespace, target: Any) -> list[tuple[str, Any, Any]]:
     from chaos.backends import make_backend
 
     twins = _checkpoint_twins()
-    checkpoint = getattr(args, "durability", "temporal") in ("checkpoint", "journal")
+    checkpoint = getattr(args, "durability", "temporal") == "checkpoint"
     if args.command == "soak" and args.scenarios == ["all"]:
         raise ValueError("soak runs one scenario; name it (python -m chaos list)")
     if args.command == "suite":
@@ -178,6 +178,9 @@ def _jobs(args: argparse.Namespace, target: Any) -> list[tuple[str, Any, Any]]:
     elif args.scenarios == ["all"]:
         names = [n + CHECKPOINT_SUFFIX for n in twins] if checkpoint else list(SUITE)
     else:
+        for n in args.scenarios:
+            if n.endswith(OLD_SUFFIX):
+                deprecated(f"python -m chaos {args.command}", n, n.removesuffix(OLD_SUFFIX) + CHECKPOINT_SUFFIX)
         names = [n.removesuffix(OLD_SUFFIX) + CHECKPOINT_SUFFIX if n.endswith(OLD_SUFFIX) else n
                  for n in args.scenarios]
         names = [n + CHECKPOINT_SUFFIX if checkpoint and not n.endswith(CHECKPOINT_SUFFIX) else n for n in names]
@@ -195,18 +198,23 @@ def _jobs(args: argparse.Namespace, target: Any) -> list[tuple[str, Any, Any]]:
         raise ValueError(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(known)}")
     jobs = []
     profiles = getattr(args, "timeouts", [DEFAULT_TIMEOUTS])
+    latency = getattr(args, "model_latency", None)
     for label in names:
         base = label.removesuffix(CHECKPOINT_SUFFIX)
         checkpoint_twin = label.endswith(CHECKPOINT_SUFFIX)
         backend = make_backend("checkpoint" if checkpoint_twin else "temporal",
-                               getattr(args, "backend", "process"), getattr(args, "image", None), target,
+                               getattr(args, "placement", "process"), getattr(args, "image", None), target,
                                getattr(args, "target", None))
+        scenario = SCENARIOS[base]
+        if latency:  # the scenario's own model latency otherwise; run.json records the one used
+            scenario = dataclasses.replace(scenario, cluster=dataclasses.replace(scenario.cluster,
+                                                                                 model_latency=latency))
         for profile in ([DEFAULT_TIMEOUTS] if checkpoint_twin else pinned.get(label, profiles)):  # Temporal only
             if profile == DEFAULT_TIMEOUTS:
-                jobs.append((label, SCENARIOS[base], backend))
+                jobs.append((label, scenario, backend))
                 continue
             name = f"{base}{TIMEOUTS_SEPARATOR}{profile}"  # its own runs/<name>/, its own row
-            jobs.append((name, dataclasses.replace(SCENARIOS[base], name=name, timeouts=profile), backend))
+            jobs.append((name, dataclasses.replace(scenario, name=name, timeouts=profile), backend))
     return jobs
 
 
@@ -281,15 +289,15 @@ def _summary(args: argparse.Namespace) -> int:
 
 
 def _check_engine(args: argparse.Namespace) -> str | None:
-    if getattr(args, "backend", "process") != "docker":
+    if getattr(args, "placement", "process") != "docker":
         return None
     from agent.envs.docker_engine import docker_engine_available
 
     ok, reason = docker_engine_available()
     if not ok:
-        return f"--backend docker: {reason}; the process backend (the default) needs no engine"
+        return f"--placement docker: {reason}; --placement process (the default) needs no engine"
     if not args.image:
-        return "--backend docker needs --image NAME (an image with the worker installed)"
+        return "--placement docker needs --image NAME (an image with the worker installed)"
     return None
 
 
@@ -327,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("list", help="the named scenarios")
 
     def out_and_target(p: argparse.ArgumentParser, parallel: int | None = None) -> None:
-        p.add_argument("--out", type=Path, default=Path("runs"), help="where runs are written (default runs/)")
+        add_out(p, "<scenario>")
         if parallel is not None:
             p.add_argument("--parallel", type=int, default=parallel,
                            help=f"scenarios run at once, each its own cluster (default {parallel})")
@@ -353,18 +361,18 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"the JUnit XML, one testcase per run (default: {where}{junit})")
 
     def backend_options(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--backend", choices=["process", "docker"], default="process",
-                       help="where workers run: local processes (default) or Docker containers (needs an engine)")
-        p.add_argument("--image", help="docker backend: an image with the worker installed")
+        add_renamed(p, "--placement", "--backend", choices=("process", "docker"), default="process",
+                    help="where workers run: local processes (default) or Docker containers (needs an engine)")
+        p.add_argument("--image", help="--placement docker: an image with the worker installed")
         p.add_argument("--timeouts", type=_timeouts, default=[DEFAULT_TIMEOUTS], metavar="PROFILE[,PROFILE]",
                        help="how fast the agent notices a dead worker (Temporal backend): "
                             + "; ".join(f"{t.name}: {t.description}" for t in TIMEOUTS.values())
                             + f" (default {DEFAULT_TIMEOUTS}). Two, comma-separated, run every scenario under each, "
                               "side by side in one table (e.g. fast,defaults)")
-        p.add_argument("--durability", choices=["temporal", "checkpoint", "journal"], default="temporal",
-                       help="the agent's durability backend: temporal (default) or checkpoint (the step-checkpointed "
-                            "SQLite substrate; scenarios " + ", ".join(_checkpoint_twins()) + "; journal is its old "
-                            "name)")
+        add_durability(p, help="the agent's durability backend: temporal (default) or checkpoint (the "
+                               "step-checkpointed SQLite substrate; scenarios " + ", ".join(_checkpoint_twins()) + ")")
+        add_model_latency(p, default=None, default_text="each scenario's own: fixed:100, or fixed:500 where a kill "
+                                                        "must land mid-call")
 
     p = sub.add_parser("run", help="run named scenarios (or 'all')")
     p.add_argument("scenarios", nargs="+", help=f"names: {', '.join(SCENARIOS)}, or 'all'")
@@ -403,7 +411,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p = sub.add_parser("rerun", help="run a saved run's scenario again (its seed, backend and target)")
     p.add_argument("run_dir", type=Path, help="a chaos run directory, e.g. runs/kill_mid_turn/latest")
-    p.add_argument("--out", type=Path, default=Path("runs"), help="where the new run is written (default runs/)")
+    add_out(p, "<scenario>")
     return parser
 
 
@@ -509,3 +517,10 @@ def main(argv: list[str] | None = None) -> int:
               + (f"; the suite's summary: {args.summary or args.out / ci.SUITE_SUMMARY}" if args.command == "suite"
                  else ""), file=sys.stderr)
         return stopped_exit_code()
+
+
+def entry() -> None:
+    """The ``dah-chaos`` console script (``python -m chaos``)."""
+    from harness.exit import exit_now
+
+    exit_now(main())

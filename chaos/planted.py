@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from chaos.client import Workload
 from chaos.generator import NemesisEvent
 from chaos.scenarios import SCENARIOS, ChaosScenario, ClusterSpec
 from harness.verdict import FAIL, PASS, UNKNOWN
+from testbed.cli_options import add_out, progress
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_TARGET = ROOT / "examples" / "third_party_agent" / "chaos-target.toml"
@@ -114,12 +114,11 @@ async def run_catalogue(bugs: list[PlantedBug], out: Path, target: Path) -> list
     from chaos.target import load_target
 
     rows = []
-    start = time.monotonic()
+    say = progress()
     for i, bug in enumerate(bugs, 1):
         backend = make_backend(target=load_target(target), target_file=target) if bug.agent == "third_party" \
             else make_backend()
-        print(f"[{time.monotonic() - start:6.1f}s] {i}/{len(bugs)} {bug.name} on {bug.agent}: "
-              f"{bug.scenario.name} (seed {bug.seed})", flush=True)
+        say(f"{i}/{len(bugs)} {bug.name} on {bug.agent}: {bug.scenario.name} (seed {bug.seed})")
         result = await run_captured(bug.scenario.name, bug.scenario, backend, seed=bug.seed, out_root=out)
         checks = {c.name: c.verdict for c in result.checks}
         hit = [c for c in result.checks if c.name in bug.caught_by and c.verdict != PASS]
@@ -130,8 +129,8 @@ async def run_catalogue(bugs: list[PlantedBug], out: Path, target: Path) -> list
                                                                    if c.verdict != PASS), "")[:160]),
                "run_dir": str(result.run_dir)}
         rows.append(row)
-        print(f"          -> {row['verdict']} ({'caught' if row['caught'] else 'NOT CAUGHT'}) by {row['checker']}: "
-              f"{row['evidence']}", flush=True)
+        say(f"  -> {row['verdict']} ({'caught' if row['caught'] else 'NOT CAUGHT'}) by {row['checker']}: "
+            f"{row['evidence']}")
     return rows
 
 
@@ -147,7 +146,7 @@ def table(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m chaos planted", description=__doc__.split("\n\n")[0])
     p.add_argument("names", nargs="*", help=f"entries to run (default all): {', '.join(b.name for b in CATALOGUE)}")
-    p.add_argument("--out", type=Path, default=Path("runs"), help="where runs are written (default runs/)")
+    add_out(p, "<scenario>")
     p.add_argument("--target", type=Path, default=EXAMPLE_TARGET,
                    help="the third-party agent's target file (default: the example's)")
     p.add_argument("--list", action="store_true", help="list the catalogue and exit")

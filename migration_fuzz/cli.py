@@ -4,7 +4,8 @@
     python -m migration_fuzz --kind ptc-spawns --iterations 10
     python -m migration_fuzz --iterations 20 --chaos      # SIGKILL a random worker in every iteration
 
-Exit status: 0 when every invariant held, 1 when one was violated, 2 on bad options.
+Exit status: 0 when every invariant held, 1 when one was violated, 2 on bad options. Progress goes to stderr,
+the results table to stdout. Also installed as the command dah-fuzz.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import logging
 import os
 import sys
 import time
-from pathlib import Path
 
 from agent.env_options import check_environment
-from migration_fuzz.fuzz import KINDS, FuzzOptions, progress, run_fuzz, table
+from migration_fuzz.fuzz import FUZZ_FOLDER, KINDS, FuzzOptions, run_fuzz, table
+from testbed.cli_options import add_out, progress, runs_root
+from testbed.model_server import add_model_latency
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,7 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Families: direct-spawns (N parallel spawn calls), ptc-spawns (one run_ptc gathering N spawns), "
                "ptc-mixed (one run_ptc gathering file writes and N spawns).\n"
-               "Results: <out>/<timestamp>/results.json and table.txt (and <out>/latest).",
+               "Results: <out>/migration_fuzz/<timestamp>/results.json and table.txt (and "
+               "<out>/migration_fuzz/latest).",
     )
     p.add_argument("--iterations", type=int, default=10, help="parent runs to fuzz (default 10)")
     p.add_argument("--workers", type=int, default=3, help="worker processes on the task queue (default 3)")
@@ -44,11 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=1, metavar="N",
                    help="iterations in flight at once (default 1); with --chaos each still schedules its own kill, "
                         "which may land on another iteration's work")
-    p.add_argument("--out", type=Path, default=Path("runs/migration_fuzz"), help="results directory")
+    add_out(p, FUZZ_FOLDER)
     p.add_argument("--iteration-timeout", type=float, default=120.0,
                    help="seconds one parent run may take before it counts as a violation (default 120)")
-    p.add_argument("--model-latency", default="fixed:20",
-                   help="scripted model latency, e.g. fixed:20 or lognormal:50,0.5 (default fixed:20 ms)")
+    add_model_latency(p, default="fixed:20", default_text="fixed:20")
     return p
 
 
@@ -56,8 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    out = runs_root(args.out, FUZZ_FOLDER, "python -m migration_fuzz")
     opts = FuzzOptions(iterations=args.iterations, workers=args.workers, max_n=args.max_n, kind=args.kind,
-                       seed=args.seed, chaos=args.chaos, out=args.out, iteration_timeout_s=args.iteration_timeout,
+                       seed=args.seed, chaos=args.chaos, out=out, iteration_timeout_s=args.iteration_timeout,
                        model_latency=args.model_latency, concurrency=args.concurrency)
     try:
         opts.validate()
@@ -77,3 +80,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{report['iterations_per_minute']} per minute after the cluster was up ({report['startup_seconds']} s), "
           f"{report['iterations_per_minute_overall']} overall (results: {report['run_dir']}/results.json)")
     return 0 if report["invariants_held"] else 1
+
+
+def entry() -> None:
+    """The ``dah-fuzz`` console script (``python -m migration_fuzz``)."""
+    from harness.exit import exit_now
+
+    exit_now(main())

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -38,6 +37,8 @@ from testbed.scripted_routes import FUZZ_KINDS, fuzz_file, fuzz_prompt
 from testbed.temporal_server import temporal_binary_or_none
 
 KINDS = FUZZ_KINDS
+#: a run's folder under the runs root (--out): runs/migration_fuzz/<stamp>/
+FUZZ_FOLDER = "migration_fuzz"
 
 
 @dataclass(frozen=True)
@@ -178,7 +179,7 @@ class FuzzOptions:
     kind: str = "all"
     seed: int = 0
     chaos: bool = False
-    out: Path = Path("runs/migration_fuzz")
+    out: Path = Path("runs")  # the runs root: a run is written to out/migration_fuzz/<stamp>/
     iteration_timeout_s: float = 120.0
     model_latency: str = "fixed:20"
     concurrency: int = 1  # iterations in flight at once (each its own parent workflow; kills hit whichever is running)
@@ -232,7 +233,7 @@ async def run_fuzz(opts: FuzzOptions, say: Callable[[str], None] = lambda m: Non
     from testbed.worker_process import reference_worker
 
     opts.validate()
-    run = RunDir.create(opts.out)
+    run = RunDir.create(opts.out / FUZZ_FOLDER)
     run.begin("migration_fuzz", "migration_fuzz", seed=opts.seed, reproduce=reproduce_run(opts),
               options={k: str(v) if isinstance(v, Path) else v for k, v in asdict(opts).items()},
               machine=await asyncio.to_thread(machine_info, temporal_binary_or_none()))
@@ -389,9 +390,3 @@ def table(summary: dict[str, dict[str, Any]]) -> str:
                  s["worker_kills"], s["violations"], s["mean_seconds"]]
         lines.append(" ".join(f"{c!s:<{w}}" for c, (_, w) in zip(cells, TABLE_COLUMNS)))
     return "\n".join(lines)
-
-
-def progress(start: float) -> Callable[[str], None]:
-    def say(message: str) -> None:
-        print(f"[{time.monotonic() - start:6.1f}s] {message}", file=sys.stderr, flush=True)
-    return say

@@ -6,6 +6,8 @@
     python -m reports --runs ci-linux/runs ci-mac/runs          # runs from several machines, one report
     python -m reports --bench ci-a/bench ci-b/bench/20261122T100000Z
 
+Also installed as the command dah-report. Progress and warnings go to stderr; the list of files written to stdout.
+
 Reads only saved files (no Temporal, no network), so a copied ``runs/`` can be
 reported anywhere. Exit status: 0 when the report was written (also when there
 was nothing to report, or some runs were skipped: the report says which), 2
@@ -80,9 +82,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"reports: --bench {d}: no such directory (pass a bench run directory such as "
                   f"runs/bench/<stamp>, or a directory of them such as runs/bench)", file=sys.stderr)
             return 2
-    # Progress and warnings are the library's log records, printed here as plain lines.
+    # Progress and warnings are the library's log records, printed here as plain lines on stderr (stdout: what
+    # was written).
     logger = logging.getLogger("reports")
-    handler = logging.StreamHandler(sys.stdout)
+    handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_Lines())
     old_level, old_propagate = logger.level, logger.propagate
     logger.addHandler(handler)
@@ -107,3 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"reports: no runs found under {' '.join(map(str, args.runs))}; the report says so (run `make bench`, `make chaos` or "
               f"`python -m migration_fuzz` first)")
     return 0
+
+
+def entry() -> None:
+    """The ``dah-report`` console script (``python -m reports``)."""
+    raise SystemExit(main())

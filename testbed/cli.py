@@ -137,20 +137,19 @@ def _check_model(model: str) -> None:
 
 
 def _add_stack_options(p: argparse.ArgumentParser) -> None:
+    from testbed.cli_options import add_durability
+    from testbed.model_server import add_model_latency
+
     g = p.add_argument_group("local stack")
-    g.add_argument("--durability", "--backend", dest="durability", choices=("temporal", "checkpoint", "journal"),
-                   default="temporal",
+    add_durability(g, "--backend",
                    help="durability backend: temporal (default: the workflow on a Temporal server) or checkpoint "
-                        "(the same agent loop, each step checkpointed in STATE_DIR/checkpoint.sqlite3; 'journal' "
-                        "and --backend are its old names)")
+                        "(the same agent loop, each step checkpointed in STATE_DIR/checkpoint.sqlite3)")
     g.add_argument("--state-dir", type=Path, default=Path(".dah"),
                    help="where workspaces and the effect ledger live (default .dah)")
     g.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE, help=f"(default {DEFAULT_TASK_QUEUE})")
     g.add_argument("--no-worker", action="store_true",
                    help="do not start an in-process worker (one runs elsewhere on --address)")
-    g.add_argument("--latency", default="0",
-                   help="scripted model latency: 'fixed:120', 'uniform:50,150', 'normal:100,20', "
-                        "'lognormal:100,0.5' or 'exponential:100' (ms; default 0)")
+    add_model_latency(g, "--latency", default="0", default_text="0")
     g.add_argument("--fault", action="append", default=[],
                    help="scripted model fault, repeatable: 'status:503,first_n=3', 'hang,first_n=1', "
                         "'reset,first_n=2', 'malformed_json,first_n=1', 'malformed_output,first_n=1'")
@@ -161,10 +160,7 @@ def _model_knobs(args: argparse.Namespace) -> tuple[Any, list[Any]]:
     from harness.faults import FaultRule
     from testbed.model_server import LatencyModel
 
-    try:
-        latency = LatencyModel.parse(args.latency)
-    except ValueError as exc:
-        raise UsageError(f"--latency: {exc}") from None
+    latency = LatencyModel.parse(args.model_latency)  # checked by the parser (testbed.cli_options)
     faults = []
     for spec in args.fault:
         try:
@@ -811,10 +807,14 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from testbed.connection import add_connection_arguments
+    from testbed.model_server import add_model_latency
 
     parser = argparse.ArgumentParser(prog="dah", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="Run 'dah COMMAND --help' for a command's options.")
+                                     epilog="Run 'dah COMMAND --help' for a command's options. The other tools "
+                                            "are installed beside dah: dah-chaos (python -m chaos), dah-bench "
+                                            "(python -m benchmarks), dah-fuzz (python -m migration_fuzz) and "
+                                            "dah-report (python -m reports).")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-v info, -vv debug)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -875,7 +875,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--activity-pollers", type=int, default=5, metavar="N",
                    help="activity long polls open at once (default 5, the SDK's); a frozen worker's open polls "
                         "still take tasks, each then retried a heartbeat timeout later")
-    p.add_argument("--latency", default="0", help="latency of the worker's own scripted model server")
+    add_model_latency(p, "--latency", default="0", default_text="0",
+                      what="the response latency of the worker's own scripted model server")
     p.add_argument("--fault", action="append", default=[], help="fault of the worker's own scripted model server")
     p.add_argument("--seed", type=int, default=0)
     add_connection_arguments(p, embedded_default=False)

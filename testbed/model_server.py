@@ -679,6 +679,29 @@ def _arg_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return convert
 
 
+LATENCY_GRAMMAR = ("MS or fixed:MS, uniform:LO,HI, normal:MEAN,SD, lognormal:MEDIAN,SIGMA or exponential:MEAN "
+                   "(milliseconds)")
+
+
+def latency_spec(text: str) -> str:
+    """argparse type of a latency SPEC: checked now (a bad one is a usage error naming it), kept as text."""
+    try:
+        LatencyModel.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def add_model_latency(parser: Any, *old_flags: str, default: str | None, default_text: str,
+                      what: str = "the scripted model's response latency") -> argparse.Action:
+    """``--model-latency SPEC`` (testbed.cli_options): one grammar everywhere; each command documents its own
+    default. ``old_flags``: deprecated spellings (``--latency``)."""
+    from testbed.cli_options import add_renamed
+
+    return add_renamed(parser, "--model-latency", *old_flags, type=latency_spec, default=default, metavar="SPEC",
+                       help=f"{what}: {LATENCY_GRAMMAR} (default {default_text})")
+
+
 def build_arg_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m testbed.model_server",
@@ -698,8 +721,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default: %(default)s)")
     parser.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free port (default: 0)")
-    parser.add_argument("--latency", type=_arg_type(LatencyModel.parse), default=LatencyModel(), metavar="SPEC",
-                        help="response latency distribution in ms (default: 0)")
+    add_model_latency(parser, "--latency", default="0", default_text="0", what="response latency distribution")
     parser.add_argument("--fault", type=_arg_type(FaultRule.parse), action="append", default=[], metavar="SPEC",
                         help="fault rule, repeatable; rules are checked in order, first match applies")
     parser.add_argument("--seed", type=int, default=0, help="seed for latency sampling (default: 0)")
@@ -728,7 +750,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
-    server = ScriptedModelServer(responder, host=args.host, port=args.port, latency=args.latency,
+    server = ScriptedModelServer(responder, host=args.host, port=args.port,
+                                 latency=LatencyModel.parse(args.model_latency),
                                  faults=args.fault, seed=args.seed)
     try:
         server.start()

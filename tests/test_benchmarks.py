@@ -31,7 +31,7 @@ def test_quick_benchmark_then_report_from_the_saved_run(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     # checkpoint after tuning: the stock server's workers must leave the run's shared ledger open for it.
     out = bench("--quick", "--only", "table2,tuning,overhead,length,checkpoint", "--turns", "3", "--out",
-                str(runs / "bench"))
+                str(runs))
     assert out.returncode == 0, out.stderr[-3000:]
     assert temporal_server_pids() <= before, "a temporal server was left running"
     run_dir = (runs / "bench" / "latest").resolve()
@@ -106,7 +106,7 @@ def test_interrupted_run_keeps_finished_sections_and_stops_everything(tmp_path: 
         record_path = None
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
-            runs = [p / "run.json" for p in tmp_path.iterdir() if (p / "run.json").exists()]
+            runs = [p / "run.json" for p in (tmp_path / "bench").glob("*") if (p / "run.json").exists()]
             if runs and "table2" in json.loads(runs[0].read_text())["sections"]:
                 record_path = runs[0]
                 break
@@ -121,7 +121,7 @@ def test_interrupted_run_keeps_finished_sections_and_stops_everything(tmp_path: 
     record = json.loads(record_path.read_text())
     assert record["status"] == "interrupted" and record["sections"] == ["table2"]
     assert len(json.loads((record_path.parent / "latency.json").read_text())["series"]) == 8
-    assert not (tmp_path / "latest").exists()  # latest points only at a complete run
+    assert not (tmp_path / "bench" / "latest").exists()  # latest points only at a complete run
     assert_valid(record_path.parent)
     assert temporal_server_pids() <= before, "a temporal server was left running"
 

@@ -87,11 +87,13 @@ def test_a_soak_counts_every_seed_and_lists_each_that_did_not_pass(
     calls: list[tuple[str, int]] = []
     monkeypatch.setattr(runner, "run", _fake_run({2: "fail", 3: "error", 5: "unknown", 6: "crash"}, calls))
     rc = cli.main(["soak", "kill_idle", "--seeds", "1-5,6", "--out", str(tmp_path)])
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert rc == 1
     assert calls == [("kill_idle", s) for s in range(1, 7)]  # one after another; an error does not stop it
-    assert "seed 2/6 (seed 2): FAIL" in out and "[1 pass, 1 fail, 0 unknown, 0 error]" in out
-    assert "seed 3/6 (seed 3): ERROR" in out and "[1 pass, 1 fail, 0 unknown, 1 error]" in out
+    # progress on stderr, the summary on stdout
+    assert "seed 2/6 (seed 2): FAIL" in err and "[1 pass, 1 fail, 0 unknown, 0 error]" in err
+    assert "seed 3/6 (seed 3): ERROR" in err and "[1 pass, 1 fail, 0 unknown, 1 error]" in err
+    assert "seed 2/6" not in out
     summary = out[out.index("soak kill_idle: 6 of 6 seed(s)"):]
     for line in ("pass         2   33.3", "fail         1   16.7", "unknown      1   16.7", "error        2   33.3"):
         assert line in summary
@@ -162,7 +164,7 @@ def test_the_suite_records_an_error_and_goes_on_to_the_next_scenario(
     monkeypatch.setattr(runner, "run", _fake_run({"model_outage": "error", "pause_worker": "crash"}, calls))
     jobs = [(n, SCENARIOS[n], ReferenceOnTemporal()) for n in ("kill_idle", "model_outage", "pause_worker", "hotfix")]
     assert asyncio.run(cli._run_many([(*job, 1) for job in jobs], tmp_path, parallel=2)) == 1
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()  # progress on stderr, the table and the verdicts on stdout
     assert sorted(n for n, _ in calls) == ["hotfix", "kill_idle", "model_outage", "pause_worker"]
     table = out[out.index("scenario "):]
     assert [line.split() for line in table.splitlines() if line.startswith("model_outage")] == [
@@ -170,7 +172,8 @@ def test_the_suite_records_an_error_and_goes_on_to_the_next_scenario(
     assert [line.split()[-1] for line in table.splitlines() if line.startswith(("kill_idle", "hotfix"))] == [
         "pass", "pass"]
     assert "4 scenario(s)" in out and "2 passed, 2 not passed" in out
-    assert "model_outage error: WorkerStartError: worker w1-1 exited with 3" in out and "model_outage   | boom" in out
+    assert "model_outage error: WorkerStartError: worker w1-1 exited with 3" in err and "model_outage   | boom" in err
+    assert "scenario 1/4" in err and "scenario 1/4" not in out
     assert "model_outage: error: WorkerStartError: worker w1-1 exited with 3 before printing 'READY' (log " \
            "logs/w1-1.log): (...); reproduce with: python -m chaos run model_outage --seed 1; artefacts in " \
            f"{tmp_path.resolve() / 'model_outage'}" in out

@@ -254,7 +254,7 @@ def test_chaos_refuses_the_docker_backend_clearly_without_an_engine() -> None:
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "chaos", "run", "kill_mid_turn", "--backend", "docker", "--image", "x"],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-m", "chaos", "run", "kill_mid_turn", "--placement", "docker", "--image",
+                          "x"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
-    assert "--backend docker:" in out.stderr and "the process backend (the default) needs no engine" in out.stderr
+    assert "--placement docker:" in out.stderr and "--placement process (the default) needs no engine" in out.stderr

@@ -413,7 +413,7 @@ def _env() -> dict[str, str]:
 
 def test_subprocess_ready_serves_and_exits_on_sigterm() -> None:
     cmd = [sys.executable, "-m", "testbed.model_server", "--responder", "tests.test_model_server:echo_responder",
-           "--fault", "status:503,first_n=1", "--latency", "fixed:0"]
+           "--fault", "status:503,first_n=1", "--model-latency", "fixed:0"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 10)
@@ -437,7 +437,7 @@ def test_subprocess_ready_serves_and_exits_on_sigterm() -> None:
 
 
 @pytest.mark.parametrize(("args", "needle"), [
-    (["--latency", "gamma:1"], "gamma:1"),
+    (["--model-latency", "gamma:1"], "gamma:1"),
     (["--fault", "status:503,frist_n=3"], "frist_n=3"),
     (["--responder", "no_such_module_xyz:respond"], "no_such_module_xyz"),
 ])
@@ -452,5 +452,5 @@ def test_subprocess_help() -> None:
     done = subprocess.run([sys.executable, "-m", "testbed.model_server", "--help"], cwd=ROOT, env=_env(),
                           capture_output=True, text=True, timeout=20)
     assert done.returncode == 0
-    for flag in ("--host", "--port", "--latency", "--fault", "--seed", "--responder"):
+    for flag in ("--host", "--port", "--model-latency", "--fault", "--seed", "--responder"):
         assert flag in done.stdout

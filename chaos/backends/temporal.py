@@ -38,7 +38,7 @@ class ReferenceOnTemporal(Backend):
         return {**super().record(), "workers": self.workers, "image": self.image}
 
     def reproduce(self) -> dict[str, Any]:
-        return {"--backend": "docker", "--image": self.image} if self.workers == "docker" else {}
+        return {"--placement": "docker", "--image": self.image} if self.workers == "docker" else {}
 
     def stack_spec(self, scenario: ChaosScenario, run: RunDir, seed: int, history: History, ui: bool) -> StackSpec:
         spec = StackSpec(state_dir=run.state, logs_dir=run.logs, server_db=run.state / "temporal.db", ui=ui,
