@@ -36,6 +36,8 @@ COLUMNS = [("scenario", 28), ("faults", 7), ("ok", 4), ("fail", 5), ("info", 5),
 TIMEOUTS_SEPARATOR = "~"
 #: a scenario's twin on the checkpoint backend is SCENARIO@checkpoint (@journal: its old name)
 CHECKPOINT_SUFFIX, OLD_SUFFIX = "@checkpoint", "@journal"
+#: a scenario's row when its cluster cannot have its faults (a server restart of an external cluster): not run
+SKIPPED = "skipped"
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -71,7 +73,12 @@ async def _run_many(jobs: list[tuple[str, Any, Any]], seed: int, out: Path, para
     results: dict[str, Any] = {}
     slots = asyncio.Semaphore(max(1, parallel))
 
+    skipped = {label: why for label, scenario, backend in jobs if (why := backend.skip_reason(scenario))}
+
     async def one(i: int, label: str, scenario: Any, backend: Any) -> None:
+        if label in skipped:
+            say(f"scenario {i}/{len(jobs)}: {label}: SKIPPED: {skipped[label]}")
+            return
         async with slots:
             say(f"scenario {i}/{len(jobs)}: {label} (seed {seed})")
             result = await run_captured(label, scenario, backend, seed=seed, out_root=out, progress=say, ui=ui)
@@ -89,29 +96,37 @@ async def _run_many(jobs: list[tuple[str, Any, Any]], seed: int, out: Path, para
 
     await asyncio.gather(*(one(i, *job) for i, job in enumerate(jobs, 1)))
     labels = [label for label, _, _ in jobs]
-    failed = [(n, results[n]) for n in labels if results[n].verdict != PASS]
+    failed = [(n, results[n]) for n in labels if n in results and results[n].verdict != PASS]
     print()
-    print(table([results[n].row for n in labels]))
+    print(table([results[n].row if n in results else {"scenario": n, "verdict": SKIPPED} for n in labels]))
     print(f"\n{len(labels)} scenario(s) in {time.monotonic() - start:.0f}s (seed {seed}); "
-          f"{len(labels) - len(failed)} passed, {len(failed)} not passed")
+          f"{len(results) - len(failed)} passed, {len(failed)} not passed"
+          + (f", {len(skipped)} skipped (not run, not passed)" if skipped else ""))
     for name, result in failed:
         why = f"error: {result.error_line}" if result.error else result.verdict
         print(f"  {name}: {why}; reproduce with: {result.reproduce}; artefacts in {result.run_dir}")
-    return 1 if failed else 0
+    for name, why in skipped.items():
+        print(f"  {name}: skipped: {why}")
+    if not results:
+        print("nothing ran: every scenario asked for was skipped", file=sys.stderr)
+    return 1 if failed or not results else 0
 
 
-async def _soak(args: argparse.Namespace, target: Any) -> int:
+async def _soak(args: argparse.Namespace, target: Any, connection: Any = None) -> int:
     from chaos.soak import format_seeds, soak
 
-    [(label, scenario, backend)] = _jobs(args, target)
+    [(label, scenario, backend)] = _jobs(args, target, connection)
+    if why := backend.skip_reason(scenario):
+        raise ValueError(f"{label}: skipped: {why}")
     reproduce = command_line("python -m chaos soak", {"--seeds": format_seeds(args.seeds), **backend.reproduce()},
                              [label])
     return await soak(label, scenario, backend, args.seeds, args.out, reproduce=reproduce,
                       say=_progress(time.monotonic()), verbose=args.verbose)
 
 
-def _jobs(args: argparse.Namespace, target: Any) -> list[tuple[str, Any, Any]]:
-    """(label, scenario, backend) for every scenario asked for; raises ValueError naming an unknown one."""
+def _jobs(args: argparse.Namespace, target: Any, connection: Any = None) -> list[tuple[str, Any, Any]]:
+    """(label, scenario, backend) for every scenario asked for, on ``connection``'s cluster (None: the embedded
+    server); raises ValueError naming an unknown one."""
     from chaos.backends import make_backend
 
     twins = _checkpoint_twins()
@@ -145,7 +160,7 @@ def _jobs(args: argparse.Namespace, target: Any) -> list[tuple[str, Any, Any]]:
         checkpoint_twin = label.endswith(CHECKPOINT_SUFFIX)
         backend = make_backend("checkpoint" if checkpoint_twin else "temporal",
                                getattr(args, "backend", "process"), getattr(args, "image", None), target,
-                               getattr(args, "target", None))
+                               getattr(args, "target", None), connection)
         for profile in ([DEFAULT_TIMEOUTS] if checkpoint_twin else pinned.get(label, profiles)):  # Temporal only
             if profile == DEFAULT_TIMEOUTS:
                 jobs.append((label, SCENARIOS[base], backend))
@@ -155,8 +170,9 @@ def _jobs(args: argparse.Namespace, target: Any) -> list[tuple[str, Any, Any]]:
     return jobs
 
 
-def _rerun(run_dir: Path) -> tuple[Any, Any, int]:
-    """(scenario, backend, seed) as a saved run recorded them."""
+def _rerun(run_dir: Path, connection: Any = None) -> tuple[Any, Any, int]:
+    """(scenario, backend, seed) as a saved run recorded them, on ``connection``'s cluster (None: the embedded
+    server; the saved run's cluster is not reused: its address may not be this machine's to reach)."""
     from chaos.backends import make_backend
     from chaos.scenarios import scenario_from_dict
     from chaos.target import load_target
@@ -171,8 +187,21 @@ def _rerun(run_dir: Path) -> tuple[Any, Any, int]:
     durability = "checkpoint" if backend.get("name") == "checkpoint" else "temporal"
     return (scenario_from_dict(record["scenario"]),
             make_backend(durability, backend.get("workers") or "process", backend.get("image"), target,
-                         Path(target_file) if target_file else None),
+                         Path(target_file) if target_file else None, connection),
             int(record.get("seed", 1)))
+
+
+def _connection(args: argparse.Namespace) -> Any:
+    """The Temporal cluster the run, suite, soak or rerun attacks (None: the embedded server; ValueError naming a
+    bad setting): the connection flags over $TEMPORAL_* over a temporal.toml profile (testbed.connection)."""
+    from testbed.connection import connection_from_args
+
+    connection = connection_from_args(args)
+    if connection.embedded:
+        return None
+    print(f"Temporal: external cluster {connection.address}, namespace {connection.namespace} (nothing starts or "
+          f"stops a server; scenarios that need the embedded one are skipped)", file=sys.stderr)
+    return connection
 
 
 def _check_engine(args: argparse.Namespace) -> str | None:
@@ -206,6 +235,8 @@ def _seeds(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from testbed.connection import add_connection_arguments
+
     parser = argparse.ArgumentParser(prog="python -m chaos", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
@@ -238,13 +269,18 @@ def build_parser() -> argparse.ArgumentParser:
                             "SQLite substrate; scenarios " + ", ".join(_checkpoint_twins()) + "; journal is its old "
                             "name)")
 
+    def cluster(p: argparse.ArgumentParser) -> None:
+        add_connection_arguments(p, embedded_default=True)
+
     p = sub.add_parser("run", help="run named scenarios (or 'all')")
     p.add_argument("scenarios", nargs="+", help=f"names: {', '.join(SCENARIOS)}, or 'all'")
     common(p, 1)
     p.add_argument("--ui", action="store_true", help="start the Temporal Web UI and print its address, to watch")
     backend_options(p)
+    cluster(p)
     p = sub.add_parser("suite", help="the CI suite: every named scenario; exit 1 on any fail, unknown or error")
     common(p, 2)
+    cluster(p)
     p = sub.add_parser("soak", help="one scenario over many seeds, one after another; the verdict distribution; "
                                     "exit 1 unless every seed passed")
     p.add_argument("scenarios", nargs=1, metavar="SCENARIO", help=f"a name: {', '.join(SCENARIOS)}")
@@ -252,6 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"the seeds: ranges and single seeds, e.g. 1-100 or 1-20,25,30-32 (default {DEFAULT_SEEDS})")
     out_and_target(p)
     backend_options(p)
+    cluster(p)
     p = sub.add_parser("planted", help="the planted-bug catalogue: broken agents that must not pass "
                                        "(python -m chaos planted --help)", add_help=False)
     p.add_argument("rest", nargs=argparse.REMAINDER)
@@ -263,6 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("rerun", help="run a saved run's scenario again (its seed, backend and target)")
     p.add_argument("run_dir", type=Path, help="a chaos run directory, e.g. runs/kill_mid_turn/latest")
     p.add_argument("--out", type=Path, default=Path("runs"), help="where the new run is written (default runs/)")
+    cluster(p)
     return parser
 
 
@@ -323,8 +361,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nverdict: {verdict}")
         return 0 if verdict == "pass" else 1
     try:
+        connection = _connection(args)
         if args.command == "rerun":
-            scenario, backend, seed = _rerun(args.run_dir)
+            scenario, backend, seed = _rerun(args.run_dir, connection)
             return asyncio.run(_run_many([(scenario.name + backend.suffix, scenario, backend)], seed, args.out))
         if getattr(args, "parallel", 1) < 1:
             print(f"{prog}: --parallel {args.parallel}: must be 1 or more", file=sys.stderr)
@@ -339,8 +378,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{prog}: {problem}", file=sys.stderr)
             return 2
         if args.command == "soak":
-            return asyncio.run(_soak(args, target))
-        jobs = _jobs(args, target)
+            return asyncio.run(_soak(args, target, connection))
+        jobs = _jobs(args, target, connection)
         return asyncio.run(_run_many(jobs, args.seed, args.out, args.parallel, getattr(args, "ui", False)))
     except ValueError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)

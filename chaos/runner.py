@@ -102,7 +102,7 @@ async def run(scenario: ChaosScenario, backend: Backend, *, seed: int, out_root:
 async def _run(scenario: ChaosScenario, backend: Backend, seed: int, progress: Progress, ui: bool, started: float,
                name: str, run_dir: RunDir, reproduce: str) -> RunResult:
     history = History(run_dir.operations)
-    events = schedule(scenario.events, scenario.random_events, scenario.fault_s, seed)
+    events = schedule(scenario.events, scenario.random_events, scenario.fault_s, seed, backend.unavailable_nemeses)
     run_dir.begin("chaos", name, seed=seed, reproduce=reproduce,
                   scenario=asdict(scenario), schedule=[e.as_dict() for e in events], backend=backend.record(),
                   target=_target_record(scenario, backend), checkers=backend.checkers,
