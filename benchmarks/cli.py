@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from agent.llm import is_scripted
+from testbed.connection import add_connection_arguments, connection_from_args, redact_argv
 from testbed.model_server import LatencyModel
 from benchmarks.conversations import WORKLOADS, BenchError
 from benchmarks.options import CHECKPOINT_SECTIONS, SECTION_NAMES, Options
@@ -101,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the emulated model latencies (default 0)")
     p.add_argument("--out", type=Path, default=Path("runs/bench"), help="where runs are written (default runs/bench)")
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
+    add_connection_arguments(p, embedded_default=True)
     return p
 
 
@@ -119,6 +121,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"python -m benchmarks: --durability checkpoint: section(s) {', '.join(bad)} measure Temporal "
                   f"itself; with checkpoint use {', '.join(CHECKPOINT_SECTIONS)}", file=sys.stderr)
             return 2
+    try:
+        connection = connection_from_args(args)
+    except ValueError as exc:
+        print(f"python -m benchmarks: {exc}", file=sys.stderr)
+        return 2
+    if not connection.embedded:
+        overrides["connection"] = connection
     options = Options.quick_profile(**overrides) if args.quick else Options(**overrides)
     if not is_scripted(options.model) and not any(k.endswith("_API_KEY") and os.environ.get(k) for k in os.environ):
         print(f"--model {options.model}: no *_API_KEY variable is set; set the provider's key (e.g. OPENAI_API_KEY) "
@@ -129,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     def say(message: str) -> None:
         print(f"[{time.monotonic() - start:6.1f}s] {message}", file=sys.stderr, flush=True)
 
-    command = "python -m benchmarks " + shlex.join(argv if argv is not None else sys.argv[1:])
+    command = "python -m benchmarks " + shlex.join(redact_argv(argv if argv is not None else sys.argv[1:]))
     try:
         run_dir = asyncio.run(run(options, say, command.strip()))
     except KeyboardInterrupt:

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from migration_fuzz.fuzz import KINDS, FuzzOptions, progress, run_fuzz, table
+from testbed.connection import add_connection_arguments, connection_from_args
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds one parent run may take before it counts as a violation (default 120)")
     p.add_argument("--model-latency", default="fixed:20",
                    help="scripted model latency, e.g. fixed:20 or lognormal:50,0.5 (default fixed:20 ms)")
+    add_connection_arguments(p, embedded_default=True)
     return p
 
 
@@ -55,10 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    opts = FuzzOptions(iterations=args.iterations, workers=args.workers, max_n=args.max_n, kind=args.kind,
-                       seed=args.seed, chaos=args.chaos, out=args.out, iteration_timeout_s=args.iteration_timeout,
-                       model_latency=args.model_latency, concurrency=args.concurrency)
     try:
+        connection = connection_from_args(args)
+        opts = FuzzOptions(iterations=args.iterations, workers=args.workers, max_n=args.max_n, kind=args.kind,
+                           seed=args.seed, chaos=args.chaos, out=args.out, iteration_timeout_s=args.iteration_timeout,
+                           model_latency=args.model_latency, concurrency=args.concurrency,
+                           connection=None if connection.embedded else connection)
         opts.validate()
     except ValueError as exc:
         print(f"migration_fuzz: {exc}", file=sys.stderr)
