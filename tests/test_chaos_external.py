@@ -15,6 +15,7 @@ from temporalio.service import RPCError
 from chaos import cli
 from testbed.connection import CHILD_ENV
 from testbed.temporal_server import EmbeddedTemporal
+from tests.run_directory import assert_valid
 
 NAMESPACE = "dah-ext"
 
@@ -45,7 +46,8 @@ def test_chaos_runs_against_an_external_cluster_and_skips_what_needs_the_embedde
         in printed.out
     assert not (out / "server_restart").exists()  # nothing ran for it
 
-    run = out / "kill_idle" / "latest"
+    run = (out / "kill_idle" / "latest").resolve()
+    assert_valid(run)
     record = json.loads((run / "run.json").read_text())
     assert record["backend"]["temporal"]["address"] == external.address
     assert record["backend"]["temporal"]["namespace"] == NAMESPACE
