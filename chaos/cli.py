@@ -201,6 +201,8 @@ def _connection(args: argparse.Namespace) -> Any:
         return None
     print(f"Temporal: external cluster {connection.address}, namespace {connection.namespace} (nothing starts or "
           f"stops a server; scenarios that need the embedded one are skipped)", file=sys.stderr)
+    if getattr(args, "ui", False):
+        print("--ui: no Web UI is started for an external cluster; use the cluster's own", file=sys.stderr)
     return connection
 
 

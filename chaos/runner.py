@@ -58,7 +58,8 @@ def reproduce_command(scenario: ChaosScenario, seed: int, backend: Backend, run:
     """The command that runs this again: the named scenario's, or ``rerun`` of this run's saved definition."""
     if SCENARIOS.get(scenario.name) == scenario:
         return command_line("python -m chaos run", {"--seed": seed, **backend.reproduce()}, [scenario.name])
-    return command_line("python -m chaos rerun", {}, [str(run.path)])
+    cluster = {k: v for k, v in backend.reproduce().items() if k in ("--address", "--namespace")}
+    return command_line("python -m chaos rerun", cluster, [str(run.path)])
 
 
 #: in a failed run's logs/: the harness's traceback of the error that ended it
