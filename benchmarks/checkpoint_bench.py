@@ -154,7 +154,7 @@ async def checkpoint(bench: Any) -> dict[str, Any]:
     n_turns = 5 if quick else 30
     work = bench.run.state / "checkpoint-bench"
     work.mkdir(parents=True, exist_ok=True)
-    with bench.sampler.section("checkpoint", lambda: {"temporal-server (tuned)": bench.tuned.server.pid,
+    with bench.sampler.section("checkpoint", lambda: {**bench.tuned.pids(),
                                                     "bench (client + worker + model)": os.getpid()}):
         floor = _floor(work, n_steps)
         bench.say(f"  floor: fsync'd SQLite commit p50 {floor['sqlite_commit_fsync_ms']['p50']:.3f} ms, "

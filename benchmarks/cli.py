@@ -12,6 +12,7 @@ import sys
 from agent.llm import is_scripted
 from testbed.cli_options import add_durability, add_out, progress, runs_root
 from testbed.model_server import add_model_latency
+from testbed.connection import add_connection_arguments, connection_from_args, redact_argv
 from benchmarks.conversations import WORKLOADS, BenchError
 from benchmarks.options import BENCH_FOLDER, CHECKPOINT_SECTIONS, SECTION_NAMES, Options
 from benchmarks.suite import run
@@ -93,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the emulated model latencies (default 0)")
     add_out(p, BENCH_FOLDER)
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
+    add_connection_arguments(p, embedded_default=True)
     return p
 
 
@@ -118,13 +120,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"python -m benchmarks: --durability checkpoint: section(s) {', '.join(bad)} measure Temporal "
                   f"itself; with checkpoint use {', '.join(CHECKPOINT_SECTIONS)}", file=sys.stderr)
             return 2
+    try:
+        connection = connection_from_args(args)
+    except ValueError as exc:
+        print(f"python -m benchmarks: {exc}", file=sys.stderr)
+        return 2
+    if not connection.embedded:
+        overrides["connection"] = connection
     options = Options.quick_profile(**overrides) if args.quick else Options(**overrides)
     if not is_scripted(options.model) and not any(k.endswith("_API_KEY") and os.environ.get(k) for k in os.environ):
         print(f"--model {options.model}: no *_API_KEY variable is set; set the provider's key (e.g. OPENAI_API_KEY) "
               "or leave --model at 'scripted'", file=sys.stderr)
         return 2
     say = progress()
-    command = "python -m benchmarks " + shlex.join(argv if argv is not None else sys.argv[1:])
+    command = "python -m benchmarks " + shlex.join(redact_argv(argv if argv is not None else sys.argv[1:]))
     try:
         run_dir = asyncio.run(run(options, say, command.strip()))
     except KeyboardInterrupt:

@@ -11,6 +11,7 @@ from agent.worker import WorkerSettings
 from benchmarks.resources import ResourceSampler
 from harness.recording import EffectLedger
 from harness.rundir import RunDir
+from testbed.connection import TemporalConnection
 from testbed.model_server import ScriptedModelServer
 
 #: every section, in the order a run measures them
@@ -20,6 +21,9 @@ QUICK_SKIPS = ("recovery",)  # a worker kill costs the heartbeat and sticky time
 CHECKPOINT_SECTIONS = ("table2", "checkpoint", "micro")
 #: a run's folder under the runs root (--out): runs/bench/<stamp>/
 BENCH_FOLDER = "bench"
+#: sections that measure the embedded dev server itself, and why an external cluster cannot stand in for it
+EMBEDDED_SECTIONS = {"tuning": "needs the embedded server: it compares the stock and tuned dev-server profiles, "
+                               "which only a server this run starts can have"}
 
 
 @dataclass
@@ -44,6 +48,7 @@ class Options:
     seed: int = 0
     out: Path = Path("runs")  # the runs root: a run is written to out/bench/<stamp>/
     durability: str = "temporal"  # the durable loop of Table 2: "temporal" or "checkpoint" (agent/checkpoint)
+    connection: TemporalConnection | None = None  # an external cluster (None: the embedded server, tuned)
 
     @classmethod
     def quick_profile(cls, **overrides: Any) -> Options:
@@ -51,6 +56,16 @@ class Options:
                     length_turns=20, can_every_events=40, worker_counts=(1,), concurrency=(1, 4), throughput_turns=3,
                     heartbeats=(1.0,), recovery_tool_s=1.0, kill_after_s=0.3)
         return cls(**{**base, **overrides})
+
+    @property
+    def external(self) -> bool:
+        return self.connection is not None and not self.connection.embedded
+
+    def unavailable(self) -> dict[str, str]:
+        """Sections asked for that this run cannot measure (section -> why): reported skipped, never run."""
+        if not self.external:
+            return {}
+        return {s: why for s, why in EMBEDDED_SECTIONS.items() if s in self.sections()}
 
     def sections(self) -> list[str]:
         if self.only:
@@ -60,7 +75,10 @@ class Options:
         return [s for s in SECTION_NAMES if not (self.quick and s in QUICK_SKIPS)]
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items()}
+        """The options for ``run.json``: the connection as its redacted dump (no secret is ever written)."""
+        out = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items() if k != "connection"}
+        out["temporal"] = self.connection.redacted() if self.external else {"address": "embedded"}
+        return out
 
 
 @dataclass

@@ -42,6 +42,7 @@ from benchmarks.stats import percentile, summarise
 from harness.event_history import fetch_histories
 from harness.operations import History
 from harness.rundir import LOGS, OPERATIONS, STATE, RunDir
+from testbed.connection import TemporalConnection
 from testbed.model_server import LatencyModel
 from testbed.stack import Endpoints, Stack, StackSpec, stack
 from testbed.worker_process import reference_worker
@@ -68,7 +69,8 @@ class LocalServer:
     """An embedded server with one in-process worker per variant (see ``VARIANTS``), on a ``testbed.stack``."""
 
     stack: Stack
-    profile: str  # "tuned" | "stock"
+    profile: str  # "tuned" | "stock" | "external" (a cluster given by --address / $TEMPORAL_ADDRESS / a profile)
+    run_tag: str = ""  # on an external cluster: in every task queue, so another run's workers never take its tasks
 
     @property
     def server(self) -> Any:
@@ -79,7 +81,16 @@ class LocalServer:
         return self.stack.client
 
     def task_queue(self, variant: str = "eager") -> str:
-        return f"bench-{self.profile}-{variant}"
+        return f"bench-{self.profile}{self.run_tag}-{variant}"
+
+    @property
+    def address(self) -> str:
+        """Where a worker process reaches this server."""
+        return self.stack.endpoints.address
+
+    def pids(self) -> dict[str, int]:
+        """The server's process, for the resource sampler (an external cluster's is not on this machine)."""
+        return {f"temporal-server ({self.profile})": self.server.pid} if self.server else {}
 
 
 @contextlib.asynccontextmanager
@@ -88,21 +99,26 @@ async def local_server(run: RunDir, options: Any, *, tuned: bool, model: bool = 
     """The embedded server (tuned or stock) with the variants' workers; ``model``: start the run's model server
     and open its effect ledger too (the first local server does; the others use its ``model_url`` and
     ``ledger``: every in-process worker of the run shares one). ``temporal=False``: only the model."""
-    profile = "tuned" if tuned else "stock"
-    local = LocalServer(None, profile)  # type: ignore[arg-type]
+    connection = getattr(options, "connection", None)
+    external = temporal and connection is not None and not connection.embedded
+    profile = "external" if external else "tuned" if tuned else "stock"
+    local = LocalServer(None, profile, f"-{uuid.uuid4().hex[:8]}" if external else "")  # type: ignore[arg-type]
     workers = [WorkerSettings.in_state_dir(run.state, task_queue=local.task_queue(variant), model_base_url=model_url,
                                            identity=f"bench-{profile}-{variant}", **overrides)
                for variant, overrides in VARIANTS.items() if variant != PROCESS_VARIANT] if temporal else []
-    spec = StackSpec(state_dir=run.state, logs_dir=run.logs / profile, temporal="embedded" if temporal else "none",
+    spec = StackSpec(state_dir=run.state, logs_dir=run.logs / profile,
+                     temporal="external" if external else "embedded" if temporal else "none",
+                     connection=connection if external else TemporalConnection(),
                      tuned=tuned, quiet_client=True, model=model, model_url=model_url, seed=options.seed,
                      temporal_workers=workers, ledger=True, effect_ledger=ledger)
     async with stack(spec) as s:
         local.stack = s
         process = None
         if temporal:  # the same worker, in its own process (forked warm: see testbed/forkserver.py)
-            process = reference_worker(s.server.address, local.task_queue(PROCESS_VARIANT), model_url or s.model_url,
-                                       run.state, identity_prefix=f"bench-{profile}-{PROCESS_VARIANT}",
-                                       warm_line="WARM", log_dir=run.logs / profile)
+            process = reference_worker(local.address, local.task_queue(PROCESS_VARIANT), model_url or s.model_url,
+                                       run.state, namespace=s.namespace,
+                                       identity_prefix=f"bench-{profile}-{PROCESS_VARIANT}", warm_line="WARM",
+                                       log_dir=run.logs / profile, env=s.endpoints.env)
             await asyncio.to_thread(process.start)
         try:
             yield local
@@ -112,7 +128,7 @@ async def local_server(run: RunDir, options: Any, *, tuned: bool, model: bool = 
 
 
 def _processes(bench: Bench, *servers: LocalServer):
-    return lambda: {**{f"temporal-server ({s.profile})": s.server.pid for s in servers},
+    return lambda: {**{k: v for s in servers for k, v in s.pids().items()},
                     "bench (client + worker + model)": os.getpid()}
 
 
@@ -230,7 +246,7 @@ OVERHEAD_CONFIGS: dict[str, dict[str, Any]] = {
 OVERHEAD_REPLY_SKIPS = ("local-tools", "local-all")
 #: the floor's shapes: (activities per Update, local); a reply turn has 1 model call, a tool turn 3 steps
 FLOOR_SHAPES = ((1, False), (3, False), (1, True), (3, True))
-FLOOR_TASK_QUEUE = "bench-tuned-floor"
+FLOOR_VARIANT = "floor"  # the floor worker's task queue: LocalServer.task_queue(FLOOR_VARIANT)
 
 
 async def overhead(bench: Bench) -> dict[str, Any]:
@@ -240,14 +256,14 @@ async def overhead(bench: Bench) -> dict[str, Any]:
     model's own (read from the history, markers included)."""
     local = bench.tuned
     bench.model.set_latency(LatencyModel.parse(MOCK_LATENCY), seed=bench.options.seed)
-    floor = reference_worker(local.server.address, FLOOR_TASK_QUEUE, bench.model.url, bench.run.state,
-                             identity_prefix="bench-floor", extra_args=("--workflow", "benchmarks.floor:FloorWorkflow"),
-                             warm_line="WARM", log_dir=bench.run.logs / "tuned")
+    floor = reference_worker(local.address, local.task_queue(FLOOR_VARIANT), bench.model.url, bench.run.state,
+                             namespace=local.stack.namespace, identity_prefix="bench-floor",
+                             extra_args=("--workflow", "benchmarks.floor:FloorWorkflow"), warm_line="WARM",
+                             log_dir=bench.run.logs / local.profile, env=local.stack.endpoints.env)
     await asyncio.to_thread(floor.start)
     series, breakdowns = [], []
     try:
-        with bench.sampler.section("overhead", lambda: {"temporal-server (tuned)": local.server.pid,
-                                                         "bench (client + model)": os.getpid()}):
+        with bench.sampler.section("overhead", lambda: {**local.pids(), "bench (client + model)": os.getpid()}):
             for workload_name in bench.options.workloads:
                 for name, fields in OVERHEAD_CONFIGS.items():
                     if workload_name == "reply" and name in OVERHEAD_REPLY_SKIPS:
@@ -260,7 +276,7 @@ async def overhead(bench: Bench) -> dict[str, Any]:
                                                        histories_dir=bench.run.event_histories)
                     _say_series(bench, series_name, rows)
                     record = series_record(series_name, "overhead", "durable", "mock", workload, MOCK_LATENCY,
-                                           "tuned", True, rows)
+                                           local.profile, True, rows)
                     record.update(variant=name, process=True, local_tools=list(config.local_tools),
                                   local_model=config.local_model)
                     series.append(record)
@@ -280,7 +296,7 @@ async def _floor_series(bench: Bench, activities: int, is_local: bool) -> dict[s
     client = bench.tuned.client
     name = f"floor/{activities}-{'local' if is_local else 'dispatched'}"
     wid = f"bench-{name.replace('/', '-')}-{uuid.uuid4().hex[:8]}"
-    handle = await client.start_workflow(FloorWorkflow.run, id=wid, task_queue=FLOOR_TASK_QUEUE)
+    handle = await client.start_workflow(FloorWorkflow.run, id=wid, task_queue=bench.tuned.task_queue(FLOOR_VARIANT))
     rows = []
     try:
         for n in range(1, bench.options.warmup + bench.options.turns + 1):
@@ -294,7 +310,7 @@ async def _floor_series(bench: Bench, activities: int, is_local: bool) -> dict[s
         await handle.result()
     _say_series(bench, name, rows)
     return {"name": name, "section": "overhead", "loop": "floor", "model_mode": None, "workload": None,
-            "model_latency": None, "server": "tuned", "eager": True, "turns": rows, "variant": name,
+            "model_latency": None, "server": bench.tuned.profile, "eager": True, "turns": rows, "variant": name,
             "process": True, "floor_activities": activities, "floor_local": is_local}
 
 
@@ -341,15 +357,19 @@ async def cluster(bench: Bench, name: str, workers: int) -> AsyncIterator[tuple[
     Each cluster keeps its own state, logs and operation log under ``clusters/<name>/``."""
     base = bench.run_dir / "clusters" / name
     history = History(base / OPERATIONS)
-    task_queue = f"bench-{name}"
+    connection = getattr(bench.options, "connection", None)
+    external = connection is not None and not connection.embedded
+    task_queue = f"bench-{name}" + (f"-{uuid.uuid4().hex[:8]}" if external else "")  # a shared cluster: its own
 
     def worker(slot: str, at: Endpoints) -> Any:
         return reference_worker(at.address, task_queue, at.model_url, base / STATE, namespace=at.namespace,
-                                identity_prefix=slot, warm_line="WARM", log_dir=base / LOGS)
+                                identity_prefix=slot, warm_line="WARM", log_dir=base / LOGS, env=at.env)
 
     spec = StackSpec(state_dir=base / STATE, logs_dir=base / LOGS, quiet_client=True,
                      model_latency=LatencyModel.parse(MOCK_LATENCY), seed=bench.options.seed, proxies=True,
                      worker_processes=workers, make_worker=worker, history=history)
+    if external:  # the workers reach the cluster through the proxy, as chaos runs do
+        spec.temporal, spec.connection = "external", connection
     bench.say(f"  starting {workers} worker process(es) ({name})")
     try:
         async with stack(spec) as s:
@@ -359,7 +379,8 @@ async def cluster(bench: Bench, name: str, workers: int) -> AsyncIterator[tuple[
 
 
 def _cluster_processes(c: Any):
-    return lambda: {"temporal-server": c.server.pid, **{f"worker {w.name}": w.process.pid for w in c.workers},
+    return lambda: {**({"temporal-server": c.server.pid} if c.server else {}),
+                    **{f"worker {w.name}": w.process.pid for w in c.workers},
                     "bench (client + model)": os.getpid()}
 
 

@@ -48,18 +48,22 @@ def reproduce_command(options: Options) -> str:
     return command_line("python -m benchmarks", {
         "--quick": options.quick, "--only": ",".join(options.only) or None, "--turns": options.turns,
         "--workloads": ",".join(options.workloads), "--model": options.model, "--model-latency": options.model_latency,
-        "--durability": options.durability, "--seed": options.seed, "--out": str(options.out)})
+        "--durability": options.durability, "--seed": options.seed, "--out": str(options.out),
+        # an external cluster's address and namespace; its TLS and API key come from the environment or a profile
+        "--address": options.connection.address if options.external else None,
+        "--namespace": options.connection.namespace if options.external else None})
 
 
 async def run(options: Options, say: Callable[[str], None], command: str) -> Path:
     """Run the profile's sections; the run directory (complete, or partial with the reason in its run.json)."""
     run_dir = RunDir.create(options.out / BENCH_FOLDER)
     started = time.monotonic()
-    wanted = options.sections()
+    unavailable = options.unavailable()
+    wanted = [s for s in options.sections() if s not in unavailable]
     record = run_dir.begin(
         "bench", "bench", profile="quick" if options.quick else "default", seed=options.seed, command=command,
         reproduce=reproduce_command(options), planned=wanted, sections=[], section_wall_s={},
-        skipped=[s for s in SECTION_NAMES if s not in wanted],
+        skipped=[s for s in SECTION_NAMES if s not in wanted], skipped_why=unavailable,
         machine=await asyncio.to_thread(machine_info, temporal_binary_or_none()),
         config={**options.as_dict(), "warmup_turns": options.warmup},
         server_profiles={"tuned": dict(TUNED_DYNAMIC_CONFIG), "stock": {}},
@@ -70,12 +74,20 @@ async def run(options: Options, say: Callable[[str], None], command: str) -> Pat
             "recovery": "two worker processes; the one running the tool activity is SIGKILLed and restarted",
         })
     say(f"benchmark run {run_dir.path} (profile {record['profile']}): {', '.join(wanted)}")
+    for name, why in unavailable.items():
+        say(f"[{name}] skipped: {why}")
+    if options.external:
+        record["notes"]["table2"] = (f"in-process worker, model server and client on the external cluster "
+                                     f"{options.connection.address} (namespace {options.connection.namespace}); "
+                                     "no proxies")
     doing = ["setup"]  # run.json's stopped_during if the run is stopped
     with run_dir.ending_if_it_fails(started, doing=lambda: doing[0]):
         temporal_table2 = options.durability == "temporal" and "table2" in wanted
         needs_server = temporal_table2 or bool({"tuning", "overhead", "length", "checkpoint"} & set(wanted))
         if needs_server:
-            say("starting the embedded Temporal server (tuned profile) and in-process workers")
+            say(f"connecting to {options.connection.address} (namespace {options.connection.namespace}) and starting "
+                "in-process workers" if options.external else
+                "starting the embedded Temporal server (tuned profile) and in-process workers")
         async with sections.local_server(run_dir, options, tuned=True, model=True, temporal=needs_server) as local:
             bench = Bench(options, run_dir, say, local.stack.model_server, local.stack.ledger,
                           tuned=local if needs_server else None)

@@ -11,7 +11,8 @@
 
 The summary JSON (``kind`` ``chaos-summary``; RUN_DIRECTORY.md) has one row per planned run: ``scenario``,
 ``seed``, ``verdict`` (pass, fail, unknown, error), ``status`` (complete, failed, interrupted, terminated,
-running, not_run, missing), ``checkers`` (checker -> verdict), ``non_pass``, ``wall_s``, ``run_dir`` (relative
+running, not_run, missing, skipped: not run because its cluster cannot have its faults, e.g. a
+server restart on an external cluster; never a pass, never a failure), ``checkers`` (checker -> verdict), ``non_pass``, ``wall_s``, ``run_dir`` (relative
 to the summary file's directory, so the pair can be moved together), ``reproduce`` and ``error``.
 
 Standard library only (with ``harness``).
@@ -39,6 +40,8 @@ SUITE_SUMMARY, SUITE_JUNIT = "suite-summary.json", "suite-junit.xml"
 SOAK_SUMMARY, SOAK_JUNIT = "summary.json", "junit.xml"
 #: a planned run that has not ended (yet): never started, or absent from every input of a merge
 NOT_RUN, MISSING = "not_run", "missing"
+#: a planned run its cluster cannot have (a server restart of an external cluster): neither pass nor failure
+SKIPPED = "skipped"
 #: directories a search for runs and summaries need not enter: a run directory's own, and ``latest`` (a
 #: symlink, but a copy of the run it points at once a CI artefact upload has followed it)
 _NOT_RUNS = {"state", "logs", "event_histories", "histories", LATEST}
@@ -128,18 +131,26 @@ def passed(row: dict[str, Any]) -> bool:
 
 
 def incomplete(row: dict[str, Any]) -> bool:
-    """A run that did not end with a verdict of its own: stopped, never started, not found, still running."""
-    return row.get("status") not in ("complete", "failed")
+    """A run that did not end with a verdict of its own: stopped, never started, not found, still running (a
+    skipped one was never meant to run)."""
+    return row.get("status") not in ("complete", "failed", SKIPPED)
+
+
+def skipped(row: dict[str, Any]) -> bool:
+    return row.get("status") == SKIPPED
 
 
 def totals(rows: list[dict[str, Any]]) -> dict[str, int]:
     out = {v: sum(1 for r in rows if r.get("verdict") == v and not incomplete(r)) for v in (PASS, FAIL, UNKNOWN, ERROR)}
     out["incomplete"] = sum(1 for r in rows if incomplete(r))
+    out[SKIPPED] = sum(1 for r in rows if skipped(r))
     return out
 
 
 def reason(row: dict[str, Any]) -> str:
     """One line: why this run did not pass."""
+    if skipped(row):
+        return f"skipped: {row.get('error') or '?'}"
     if incomplete(row):
         what = {NOT_RUN: "not run: the run stopped before it started",
                 MISSING: "missing: planned, but no input has its run"}.get(row["status"])
@@ -169,7 +180,7 @@ def summary_doc(rows: list[dict[str, Any]], *, command: str, status: str, wall_s
     return {"schema": SCHEMA, "kind": SUMMARY_KIND, "command": command, "status": status,
             "written": utc_now(), "wall_s": round(wall_s, 1), "shard": shard_spec,
             "all_items": [list(i) for i in all_items] if shard_spec and all_items is not None else None,
-            "totals": totals(rows), "all_passed": bool(rows) and all(passed(r) for r in rows),
+            "totals": totals(rows), "all_passed": any(passed(r) for r in rows) and all(passed(r) or skipped(r) for r in rows),
             **(extra or {}),
             "runs": [{**{k: v for k, v in r.items() if k != "started"}, "run_dir": _relative(r.get("run_dir"), base)}
                      for r in rows]}
@@ -190,7 +201,7 @@ def junit_xml(rows: list[dict[str, Any]], suite_name: str, wall_s: float, base: 
             *([r["error"]] if r.get("error") else []),
             f"reproduce: {r.get('reproduce') or '(unknown)'}",
             f"run dir: {run_dir or '(none)'}") if line)
-        if r.get("status") == NOT_RUN:
+        if r.get("status") in (NOT_RUN, SKIPPED):
             ET.SubElement(case, "skipped", message=reason(r))
             counts["skipped"] += 1
         elif passed(r):
@@ -242,6 +253,11 @@ class CiRecord:
 
     def running(self, scenario: str, seed: int, run_dir: Path) -> None:
         self.rows[(scenario, seed)] = {**planned_row(scenario, seed, "running"), "run_dir": str(run_dir)}
+        self.save()
+
+    def skipped(self, scenario: str, seed: int, why: str) -> None:
+        """A planned run its cluster cannot have: JUnit ``skipped``, never a pass."""
+        self.rows[(scenario, seed)] = {**planned_row(scenario, seed, SKIPPED), "verdict": SKIPPED, "error": why}
         self.save()
 
     def ended(self, outcome: Any) -> None:

@@ -41,6 +41,8 @@ COLUMNS = [("scenario", 28), ("faults", 7), ("ok", 4), ("fail", 5), ("info", 5),
 TIMEOUTS_SEPARATOR = "~"
 #: a scenario's twin on the checkpoint backend is SCENARIO@checkpoint (@journal: its old name)
 CHECKPOINT_SUFFIX, OLD_SUFFIX = "@checkpoint", "@journal"
+#: a scenario's row when its cluster cannot have its faults (a server restart of an external cluster): not run
+SKIPPED = "skipped"
 
 
 def table(rows: list[dict[str, Any]], with_seed: bool = False) -> str:
@@ -75,7 +77,15 @@ async def _run_many(items: list[tuple[str, Any, Any, int]], out: Path, parallel:
     results: dict[tuple[str, int], Any] = {}
     slots = asyncio.Semaphore(max(1, parallel))
 
+    skipped = {(label, seed): why for label, scenario, backend, seed in items
+               if (why := backend.skip_reason(scenario))}
+
     async def one(i: int, label: str, scenario: Any, backend: Any, seed: int) -> None:
+        if (label, seed) in skipped:
+            say(f"scenario {i}/{len(items)}: {label}: SKIPPED: {skipped[(label, seed)]}")
+            if record is not None:
+                record.skipped(label, seed, skipped[(label, seed)])
+            return
         async with slots:
             say(f"scenario {i}/{len(items)}: {label} (seed {seed})")
             started = (lambda p: record.running(label, seed, p)) if record is not None else (lambda p: None)
@@ -106,27 +116,34 @@ async def _run_many(items: list[tuple[str, Any, Any, int]], out: Path, parallel:
         record.finish("complete")
     keys = [(label, seed) for label, _, _, seed in items]
     seeds = list(dict.fromkeys(seed for _, seed in keys))
-    failed = [results[k] for k in keys if results[k].verdict != PASS]
+    failed = [results[k] for k in keys if k in results and results[k].verdict != PASS]
     print()
-    print(table([{**results[k].row, "seed": k[1]} for k in keys], with_seed=len(seeds) > 1))
+    print(table([{**results[k].row, "seed": k[1]} if k in results else {"scenario": k[0], "seed": k[1],
+                                                                        "verdict": SKIPPED} for k in keys],
+                with_seed=len(seeds) > 1))
     print(f"\n{len(keys)} scenario(s) in {time.monotonic() - start:.0f}s (seed{'s' if len(seeds) > 1 else ''} "
-          f"{format_seeds(seeds)}); {len(keys) - len(failed)} passed, {len(failed)} not passed")
+          f"{format_seeds(seeds)}); {len(results) - len(failed)} passed, {len(failed)} not passed"
+          + (f", {len(skipped)} skipped (not run, not passed)" if skipped else ""))
     for result in failed:
         why = f"error: {result.error_line}" if result.error else result.verdict
         print(f"  {result.label}{f' (seed {result.seed})' if len(seeds) > 1 else ''}: {why}; reproduce with: "
               f"{result.reproduce}; artefacts in {result.run_dir}")
+    for (label, seed), why in skipped.items():
+        print(f"  {label}{f' (seed {seed})' if len(seeds) > 1 else ''}: skipped: {why}")
     if record is not None:
         print(f"CI files: {record.paths()}")
-    return 1 if failed else 0
+    if not results:
+        print("nothing ran: every scenario asked for was skipped", file=sys.stderr)
+    return 1 if failed or not results else 0
 
 
-async def _suite(args: argparse.Namespace, target: Any) -> int:
+async def _suite(args: argparse.Namespace, target: Any, connection: Any = None) -> int:
     """The suite, or the shard of it ``--shard K/N`` names, with its summary JSON and JUnit XML."""
     from chaos import ci
     from chaos.soak import format_seeds
 
     everything = [(label, scenario, backend, seed) for seed in args.seeds
-                  for label, scenario, backend in _jobs(args, target)]
+                  for label, scenario, backend in _jobs(args, target, connection)]
     mine = ci.shard(everything, *args.shard) if args.shard else everything
     spec = f"{args.shard[0]}/{args.shard[1]}" if args.shard else None
     name = f"chaos suite (seeds {format_seeds(args.seeds)}{f', shard {spec}' if spec else ''})"
@@ -143,11 +160,13 @@ async def _suite(args: argparse.Namespace, target: Any) -> int:
     return await _run_many(mine, args.out, args.parallel, record=record)
 
 
-async def _soak(args: argparse.Namespace, target: Any) -> int:
+async def _soak(args: argparse.Namespace, target: Any, connection: Any = None) -> int:
     from chaos import ci
     from chaos.soak import format_seeds, soak
 
-    [(label, scenario, backend)] = _jobs(args, target)
+    [(label, scenario, backend)] = _jobs(args, target, connection)
+    if why := backend.skip_reason(scenario):
+        raise ValueError(f"{label}: skipped: {why}")
     seeds = ci.shard(args.seeds, *args.shard) if args.shard else args.seeds
     spec = f"{args.shard[0]}/{args.shard[1]}" if args.shard else None
     if not seeds:
@@ -165,8 +184,9 @@ async def _soak(args: argparse.Namespace, target: Any) -> int:
                                 "all_items": [(label, s) for s in args.seeds]})
 
 
-def _jobs(args: argparse.Namespace, target: Any) -> list[tuple[str, Any, Any]]:
-    """(label, scenario, backend) for every scenario asked for; raises ValueError naming an unknown one."""
+def _jobs(args: argparse.Namespace, target: Any, connection: Any = None) -> list[tuple[str, Any, Any]]:
+    """(label, scenario, backend) for every scenario asked for, on ``connection``'s cluster (None: the embedded
+    server); raises ValueError naming an unknown one."""
     from chaos.backends import make_backend
 
     twins = _checkpoint_twins()
@@ -204,7 +224,7 @@ def _jobs(args: argparse.Namespace, target: Any) -> list[tuple[str, Any, Any]]:
         checkpoint_twin = label.endswith(CHECKPOINT_SUFFIX)
         backend = make_backend("checkpoint" if checkpoint_twin else "temporal",
                                getattr(args, "placement", "process"), getattr(args, "image", None), target,
-                               getattr(args, "target", None))
+                               getattr(args, "target", None), connection)
         scenario = SCENARIOS[base]
         if latency:  # the scenario's own model latency otherwise; run.json records the one used
             scenario = dataclasses.replace(scenario, cluster=dataclasses.replace(scenario.cluster,
@@ -218,8 +238,9 @@ def _jobs(args: argparse.Namespace, target: Any) -> list[tuple[str, Any, Any]]:
     return jobs
 
 
-def _rerun(run_dir: Path) -> tuple[Any, Any, int]:
-    """(scenario, backend, seed) as a saved run recorded them."""
+def _rerun(run_dir: Path, connection: Any = None) -> tuple[Any, Any, int]:
+    """(scenario, backend, seed) as a saved run recorded them, on ``connection``'s cluster (None: the embedded
+    server; the saved run's cluster is not reused: its address may not be this machine's to reach)."""
     from chaos.backends import make_backend
     from chaos.scenarios import scenario_from_dict
     from chaos.target import load_target
@@ -234,7 +255,7 @@ def _rerun(run_dir: Path) -> tuple[Any, Any, int]:
     durability = "checkpoint" if backend.get("name") == "checkpoint" else "temporal"
     return (scenario_from_dict(record["scenario"]),
             make_backend(durability, backend.get("workers") or "process", backend.get("image"), target,
-                         Path(target_file) if target_file else None),
+                         Path(target_file) if target_file else None, connection),
             int(record.get("seed", 1)))
 
 
@@ -271,7 +292,7 @@ def _summary(args: argparse.Namespace) -> int:
     t = ci.totals(rows)
     print(f"\n{len(rows)} run(s) from {len(merged.sources)} source(s): "
           + ", ".join(f"{n} {v}" for v, n in t.items()))
-    bad = [r for r in rows if not ci.passed(r)]
+    bad = [r for r in rows if not ci.passed(r) and not ci.skipped(r)]
     for r in bad:
         print(f"  {r['scenario']} seed {r['seed']}: {ci.reason(r)}"
               + (f"; reproduce with: {r['reproduce']}" if r.get("reproduce") else ""))
@@ -285,7 +306,22 @@ def _summary(args: argparse.Namespace) -> int:
         float(r.get("wall_s") or 0) for r in rows), suite_name="chaos (merged)", extra={"sources": merged.sources,
                                                                                      "notes": merged.notes})
     print(f"CI files: {args.summary}, {args.junit}")
-    return 0 if not bad else 1
+    return 0 if not bad and any(ci.passed(r) for r in rows) else 1
+
+
+def _connection(args: argparse.Namespace) -> Any:
+    """The Temporal cluster the run, suite, soak or rerun attacks (None: the embedded server; ValueError naming a
+    bad setting): the connection flags over $TEMPORAL_* over a temporal.toml profile (testbed.connection)."""
+    from testbed.connection import connection_from_args
+
+    connection = connection_from_args(args)
+    if connection.embedded:
+        return None
+    print(f"Temporal: external cluster {connection.address}, namespace {connection.namespace} (nothing starts or "
+          f"stops a server; scenarios that need the embedded one are skipped)", file=sys.stderr)
+    if getattr(args, "ui", False):
+        print("--ui: no Web UI is started for an external cluster; use the cluster's own", file=sys.stderr)
+    return connection
 
 
 def _check_engine(args: argparse.Namespace) -> str | None:
@@ -328,6 +364,8 @@ def _seeds(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from testbed.connection import add_connection_arguments
+
     parser = argparse.ArgumentParser(prog="python -m chaos", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
@@ -374,16 +412,21 @@ def build_parser() -> argparse.ArgumentParser:
         add_model_latency(p, default=None, default_text="each scenario's own: fixed:100, or fixed:500 where a kill "
                                                         "must land mid-call")
 
+    def cluster(p: argparse.ArgumentParser) -> None:
+        add_connection_arguments(p, embedded_default=True)
+
     p = sub.add_parser("run", help="run named scenarios (or 'all')")
     p.add_argument("scenarios", nargs="+", help=f"names: {', '.join(SCENARIOS)}, or 'all'")
     common(p, 1)
     p.add_argument("--ui", action="store_true", help="start the Temporal Web UI and print its address, to watch")
     backend_options(p)
+    cluster(p)
     p = sub.add_parser("suite", help="the CI suite: every named scenario; exit 1 on any fail, unknown or error")
     common(p, 2)
     p.add_argument("--seeds", type=_seeds, metavar="SEEDS",
                    help="run every scenario on each of these seeds (e.g. 1-3; default: --seed)")
     ci_options(p, "suite")
+    cluster(p)
     p = sub.add_parser("soak", help="one scenario over many seeds, one after another; the verdict distribution; "
                                     "exit 1 unless every seed passed")
     p.add_argument("scenarios", nargs=1, metavar="SCENARIO", help=f"a name: {', '.join(SCENARIOS)}")
@@ -391,6 +434,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"the seeds: ranges and single seeds, e.g. 1-100 or 1-20,25,30-32 (default {DEFAULT_SEEDS})")
     out_and_target(p)
     backend_options(p)
+    cluster(p)
     ci_options(p, "soak")
     p = sub.add_parser("summary", help="merge the run directories and summaries of several CI jobs (or machines) "
                                        "into one verdict table, summary JSON and JUnit XML; exit 1 unless every "
@@ -412,6 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("rerun", help="run a saved run's scenario again (its seed, backend and target)")
     p.add_argument("run_dir", type=Path, help="a chaos run directory, e.g. runs/kill_mid_turn/latest")
     add_out(p, "<scenario>")
+    cluster(p)
     return parser
 
 
@@ -482,8 +527,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nverdict: {verdict}")
         return 0 if verdict == "pass" else 1
     try:
+        connection = _connection(args)
         if args.command == "rerun":
-            scenario, backend, seed = _rerun(args.run_dir)
+            scenario, backend, seed = _rerun(args.run_dir, connection)
             return asyncio.run(_run_many([(scenario.name + backend.suffix, scenario, backend, seed)], args.out))
         if getattr(args, "parallel", 1) < 1:
             print(f"{prog}: --parallel {args.parallel}: must be 1 or more", file=sys.stderr)
@@ -498,11 +544,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{prog}: {problem}", file=sys.stderr)
             return 2
         if args.command == "soak":
-            return asyncio.run(_soak(args, target))
+            return asyncio.run(_soak(args, target, connection))
         if args.command == "suite":
             args.seeds = args.seeds or [args.seed]
-            return asyncio.run(_suite(args, target))
-        jobs = [(*job, args.seed) for job in _jobs(args, target)]
+            return asyncio.run(_suite(args, target, connection))
+        jobs = [(*job, args.seed) for job in _jobs(args, target, connection)]
         return asyncio.run(_run_many(jobs, args.out, args.parallel, getattr(args, "ui", False)))
     except ValueError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)

@@ -41,12 +41,14 @@ def _menu(rng: random.Random) -> list[tuple[str, dict[str, Any]]]:
     ]
 
 
-def schedule(fixed: tuple[NemesisEvent, ...], random_events: int, fault_s: float, seed: int) -> list[NemesisEvent]:
-    """Fixed events plus ``random_events`` drawn from the menu, ordered by time. Pure function of its inputs."""
+def schedule(fixed: tuple[NemesisEvent, ...], random_events: int, fault_s: float, seed: int,
+             exclude: frozenset[str] = frozenset()) -> list[NemesisEvent]:
+    """Fixed events plus ``random_events`` drawn from the menu (less the ops in ``exclude``: those the cluster
+    cannot have, e.g. a server restart of an external cluster), ordered by time. Pure function of its inputs."""
     rng = random.Random(f"schedule-{seed}")
     events = list(fixed)
     for _ in range(random_events):
-        op, args = rng.choice(_menu(rng))
+        op, args = rng.choice([(op, args) for op, args in _menu(rng) if op not in exclude])
         events.append(NemesisEvent(round(rng.uniform(0, max(fault_s - 2, 0)), 2), op,
                                    {k: round(v, 2) if isinstance(v, float) else v for k, v in args.items()}))
     return sorted(events, key=lambda e: e.at_s)

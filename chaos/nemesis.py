@@ -635,6 +635,10 @@ async def deploy_fix(ctx: NemesisContext, activity: str = "calculator", min_atte
     return value
 
 
+#: nemeses that need the embedded dev server (this harness owns its process), and why: an external cluster's
+#: scenarios that use them are skipped, and random schedules against one never draw them
+EMBEDDED_ONLY = {"restart_server": "needs the embedded server: cannot restart an external cluster"}
+
 NEMESES = {
     "kill_worker": kill_worker,
     "pause_worker": pause_worker,

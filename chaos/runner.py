@@ -58,7 +58,8 @@ def reproduce_command(scenario: ChaosScenario, seed: int, backend: Backend, run:
     """The command that runs this again: the named scenario's, or ``rerun`` of this run's saved definition."""
     if SCENARIOS.get(scenario.name) == scenario:
         return command_line("python -m chaos run", {"--seed": seed, **backend.reproduce()}, [scenario.name])
-    return command_line("python -m chaos rerun", {}, [str(run.path)])
+    cluster = {k: v for k, v in backend.reproduce().items() if k in ("--address", "--namespace")}
+    return command_line("python -m chaos rerun", cluster, [str(run.path)])
 
 
 #: in a failed run's logs/: the harness's traceback of the error that ended it
@@ -117,7 +118,7 @@ def _end_unrecorded(run_dir: RunDir, status: str, started: float, name: str, see
 async def _run(scenario: ChaosScenario, backend: Backend, seed: int, progress: Progress, ui: bool, started: float,
                name: str, run_dir: RunDir, reproduce: str) -> RunResult:
     history = History(run_dir.operations)
-    events = schedule(scenario.events, scenario.random_events, scenario.fault_s, seed)
+    events = schedule(scenario.events, scenario.random_events, scenario.fault_s, seed, backend.unavailable_nemeses)
     run_dir.begin("chaos", name, seed=seed, reproduce=reproduce,
                   scenario=asdict(scenario), schedule=[e.as_dict() for e in events], backend=backend.record(),
                   target=_target_record(scenario, backend), checkers=backend.checkers,

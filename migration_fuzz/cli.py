@@ -21,6 +21,7 @@ from agent.env_options import check_environment
 from migration_fuzz.fuzz import FUZZ_FOLDER, KINDS, FuzzOptions, run_fuzz, table
 from testbed.cli_options import add_out, progress, runs_root
 from testbed.model_server import add_model_latency
+from testbed.connection import add_connection_arguments, connection_from_args
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iteration-timeout", type=float, default=120.0,
                    help="seconds one parent run may take before it counts as a violation (default 120)")
     add_model_latency(p, default="fixed:20", default_text="fixed:20")
+    add_connection_arguments(p, embedded_default=True)
     return p
 
 
@@ -59,10 +61,12 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     out = runs_root(args.out, FUZZ_FOLDER, "python -m migration_fuzz")
-    opts = FuzzOptions(iterations=args.iterations, workers=args.workers, max_n=args.max_n, kind=args.kind,
-                       seed=args.seed, chaos=args.chaos, out=out, iteration_timeout_s=args.iteration_timeout,
-                       model_latency=args.model_latency, concurrency=args.concurrency)
     try:
+        connection = connection_from_args(args)
+        opts = FuzzOptions(iterations=args.iterations, workers=args.workers, max_n=args.max_n, kind=args.kind,
+                           seed=args.seed, chaos=args.chaos, out=out, iteration_timeout_s=args.iteration_timeout,
+                           model_latency=args.model_latency, concurrency=args.concurrency,
+                           connection=None if connection.embedded else connection)
         opts.validate()
         check_environment()
     except ValueError as exc:  # EnvOptionError is one

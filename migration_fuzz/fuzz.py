@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import random
+import shlex
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
@@ -183,6 +185,17 @@ class FuzzOptions:
     iteration_timeout_s: float = 120.0
     model_latency: str = "fixed:20"
     concurrency: int = 1  # iterations in flight at once (each its own parent workflow; kills hit whichever is running)
+    connection: Any = None  # testbed.connection.TemporalConnection of an external cluster (None: the embedded server)
+
+    @property
+    def external(self) -> bool:
+        return self.connection is not None and not self.connection.embedded
+
+    def record(self) -> dict[str, Any]:
+        """The options for ``run.json``: the connection as its redacted dump (no secret is ever written)."""
+        out = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items() if k != "connection"}
+        out["temporal"] = self.connection.redacted() if self.external else {"address": "embedded"}
+        return out
 
     def validate(self) -> None:
         if self.iterations < 1:
@@ -199,9 +212,17 @@ class FuzzOptions:
             raise ValueError("--chaos needs at least 2 workers (one is killed at a time)")
 
 
+def _cluster_flags(opts: FuzzOptions) -> dict[str, Any]:
+    """An external cluster's address and namespace (its TLS and API key come from the environment or a profile)."""
+    if not opts.external:
+        return {}
+    return {"--address": opts.connection.address, "--namespace": opts.connection.namespace}
+
+
 def reproduce_command(opts: FuzzOptions, seed: int, shape: Shape) -> str:
     return (f"python -m migration_fuzz --seed {seed} --iterations 1 --kind {shape.kind} --max-n {opts.max_n} "
-            f"--workers {opts.workers}" + (" --chaos" if opts.chaos else ""))
+            f"--workers {opts.workers}" + (" --chaos" if opts.chaos else "")
+            + "".join(f" {flag} {shlex.quote(value)}" for flag, value in _cluster_flags(opts).items()))
 
 
 async def _kill_during(ctx: Any, kills: list[dict[str, Any]], done: asyncio.Event) -> None:
@@ -220,7 +241,7 @@ def reproduce_run(opts: FuzzOptions) -> str:
     return command_line("python -m migration_fuzz", {
         "--iterations": opts.iterations, "--workers": opts.workers, "--max-n": opts.max_n, "--kind": opts.kind,
         "--seed": opts.seed, "--model-latency": opts.model_latency, "--iteration-timeout": opts.iteration_timeout_s,
-        "--chaos": opts.chaos, "--concurrency": opts.concurrency, "--out": str(opts.out)})
+        "--chaos": opts.chaos, "--concurrency": opts.concurrency, "--out": str(opts.out), **_cluster_flags(opts)})
 
 
 async def run_fuzz(opts: FuzzOptions, say: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
@@ -235,22 +256,29 @@ async def run_fuzz(opts: FuzzOptions, say: Callable[[str], None] = lambda m: Non
     opts.validate()
     run = RunDir.create(opts.out / FUZZ_FOLDER)
     run.begin("migration_fuzz", "migration_fuzz", seed=opts.seed, reproduce=reproduce_run(opts),
-              options={k: str(v) if isinstance(v, Path) else v for k, v in asdict(opts).items()},
+              options=opts.record(),
               machine=await asyncio.to_thread(machine_info, temporal_binary_or_none()))
     history = History(run.operations)
     task_queue, stamp = "migration-fuzz", run.path.name
+    if opts.external:  # a shared cluster: this run's own task queue and workflow ids
+        tag = uuid.uuid4().hex[:8]
+        task_queue, stamp = f"{task_queue}-{tag}", f"{stamp}-{tag}"
     started = time.monotonic()
     ready = iterating = 0.0
     results: list[IterationResult] = []
 
     def worker(name: str, at: Any) -> Any:
         return reference_worker(at.address, task_queue, at.model_url, run.state, namespace=at.namespace,
-                                identity_prefix=name, warm_line="WARM", log_dir=run.logs)
+                                identity_prefix=name, warm_line="WARM", log_dir=run.logs, env=at.env)
 
     spec = StackSpec(state_dir=run.state, logs_dir=run.logs, server_db=run.state / "temporal.db", quiet_client=True,
                      model_latency=LatencyModel.parse(opts.model_latency), seed=opts.seed, proxies=True,
                      worker_processes=opts.workers, make_worker=worker, history=history)
-    say(f"starting Temporal, the scripted model and {opts.workers} worker processes in {run.path}")
+    if opts.external:  # nothing starts a server; the workers reach the cluster through the proxy
+        spec.temporal, spec.connection, spec.server_db = "external", opts.connection, None
+    where = (f"connecting to {opts.connection.address} (namespace {opts.connection.namespace}), starting"
+             if opts.external else "starting Temporal,")
+    say(f"{where} the scripted model and {opts.workers} worker processes in {run.path}")
     with run.ending_if_it_fails(started, history.close):
         async with stack(spec) as s:
             client = s.client

@@ -170,15 +170,24 @@ def _model_knobs(args: argparse.Namespace) -> tuple[Any, list[Any]]:
     return latency, faults
 
 
+def _connection(args: argparse.Namespace, *, embedded_default: bool = True) -> Any:
+    """The Temporal connection: the flags over the environment over a temporal.toml profile (testbed.connection)."""
+    from testbed.connection import connection_from_args
+
+    try:
+        return connection_from_args(args, embedded_default=embedded_default)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def _stack(args: argparse.Namespace, *, ui: bool) -> Any:
     """What demo and run start (testbed.stack): Temporal (embedded unless --address) or the checkpoint backend,
     the scripted model and an in-process worker (unless --no-worker: one runs elsewhere)."""
     from agent.worker import WorkerSettings
-    from testbed.connection import connection_from_args
     from testbed.stack import StackSpec, stack
 
     latency, faults = _model_knobs(args)
-    conn = connection_from_args(args)
+    conn = _connection(args)
     worker = not args.no_worker
     spec = StackSpec(state_dir=args.state_dir, ui=ui, connection=conn, model=worker, model_latency=latency,
                      model_faults=faults, seed=args.seed, task_queue=args.task_queue, ledger=True)
@@ -608,11 +617,10 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     from agent.tools import TOOLS
     from agent.worker import SANDBOX, WorkerSettings, build_worker, default_identity, load_workflow
     from harness.faults import AgentFaults
-    from testbed.connection import connection_from_args
     from testbed.stack import StackSpec, stack
 
     latency, faults = _model_knobs(args)
-    conn = connection_from_args(args)
+    conn = _connection(args, embedded_default=False)
     try:
         # The flags, and whatever the environment asks for (how the chaos harness hands faults to any worker).
         env_faults = AgentFaults.from_environment()
@@ -697,13 +705,12 @@ async def cmd_chat(args: argparse.Namespace) -> int:
     from temporalio.client import WorkflowUpdateFailedError
     from temporalio.service import RPCError
 
-    from testbed.connection import connection_from_args
     from agent.contracts import AgentInput
     from agent.messaging import MessageNotDelivered, send_message
     from agent.workflow import AgentWorkflow
 
     cfg = _agent_config(args)
-    conn = connection_from_args(args)
+    conn = _connection(args, embedded_default=False)
     try:
         client = await conn.connect()
     except Exception as exc:

@@ -47,11 +47,14 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Endpoints:
-    """Where a worker process reaches Temporal and the model (through the fault proxies, when there are any)."""
+    """Where a worker process reaches Temporal and the model (through the fault proxies, when there are any);
+    ``env``: what its environment must add so it connects as this stack does (TLS, API key: see
+    ``TemporalConnection.child_environment``)."""
 
     address: str
     namespace: str
     model_url: str
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -126,7 +129,8 @@ class Stack:
         address = self.temporal_proxy.address if self.temporal_proxy else (
             self.server.address if self.server else self.spec.connection.address or "")
         model = f"http://{self.model_proxy.address}/v1" if self.model_proxy else (self.model_url or "")
-        return Endpoints(address, self.namespace, model)
+        env = self.spec.connection.child_environment(address) if address else {}
+        return Endpoints(address, self.namespace, model, env)
 
     @property
     def settings(self) -> WorkerSettings:
@@ -234,9 +238,10 @@ async def stack(spec: StackSpec) -> AsyncIterator[Stack]:
                                                  seed=spec.seed)
             exits.enter_context(s.model_server)
         if spec.proxies:
-            if s.server is not None:
-                s.temporal_proxy = exits.enter_context(
-                    FaultProxy("temporal", ("127.0.0.1", s.server.port), seed=spec.seed))
+            upstream = (("127.0.0.1", s.server.port) if s.server is not None else
+                        _host_port(spec.connection.address) if spec.temporal == "external" else None)
+            if upstream is not None:  # an external cluster's link is attacked on this machine's side of it
+                s.temporal_proxy = exits.enter_context(FaultProxy("temporal", upstream, seed=spec.seed))
             if s.model_server is not None:
                 s.model_proxy = exits.enter_context(
                     FaultProxy("model", ("127.0.0.1", s.model_server.port), seed=spec.seed + 1))
@@ -265,6 +270,14 @@ async def stack(spec: StackSpec) -> AsyncIterator[Stack]:
             supervisor = Supervisor(s.workers, spec.history).start()
             exits.callback(supervisor.stop)  # runs before _stop_workers: nothing restarts what is being stopped
         yield s
+
+
+def _host_port(address: str | None) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` too) as a proxy's upstream; ValueError naming a malformed address."""
+    host, sep, port = (address or "").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"--address {address!r}: expected HOST:PORT, e.g. temporal.example.com:7233")
+    return host.strip("[]"), int(port)
 
 
 def _start_workers(workers: list[SupervisedWorker]) -> None:

@@ -29,15 +29,20 @@ from chaos.backends.byo import OwnAgentOnTemporal
 from chaos.backends.checkpoint import CheckpointBackend
 from chaos.backends.temporal import ReferenceOnTemporal
 from chaos.target import Target
+from testbed.connection import TemporalConnection
 
 __all__ = ["Backend", "CheckpointBackend", "OwnAgentOnTemporal", "ReferenceOnTemporal", "make_backend"]
 
 
 def make_backend(durability: str = "temporal", workers: str = "process", image: str | None = None,
-                 target: Target | None = None, target_file: Path | None = None) -> Backend:
-    """The backend the command line asked for (its choices were validated by the CLI)."""
+                 target: Target | None = None, target_file: Path | None = None,
+                 connection: TemporalConnection | None = None) -> Backend:
+    """The backend the command line asked for (its choices were validated by the CLI); ``connection``: an
+    external cluster (default: the embedded server; the checkpoint backend has no Temporal)."""
     if durability == "checkpoint":
         return CheckpointBackend()
+    connection = connection or TemporalConnection()
     if target is not None and not target.is_reference:
-        return OwnAgentOnTemporal(target, workers=workers, image=image, target_file=target_file)
-    return ReferenceOnTemporal(workers=workers, image=image)
+        return OwnAgentOnTemporal(target, workers=workers, image=image, target_file=target_file,
+                                  connection=connection)
+    return ReferenceOnTemporal(workers=workers, image=image, connection=connection)

@@ -31,7 +31,7 @@ from chaos.target import Target
 from harness import target_pythonpath
 from harness.operations import History, Op
 from testbed.processes import spawn, stop
-from testbed.stack import Stack
+from testbed.stack import Endpoints, Stack
 from testbed.worker_process import tail
 
 log = logging.getLogger(__name__)
@@ -54,12 +54,12 @@ class OwnAgentOnTemporal(ReferenceOnTemporal):
     def reproduce(self) -> dict[str, Any]:
         return {**super().reproduce(), "--target": self.target_file or self.target.source}
 
-    def worker_env(self, values: dict[str, str]) -> dict[str, str]:
-        return {**super().worker_env(values), **target_environment(self.target)}
+    def worker_env(self, values: dict[str, str], at: Endpoints | None = None) -> dict[str, str]:
+        return {**super().worker_env(values, at), **target_environment(self.target)}
 
     async def make_driver(self, stack: Stack, history: History, scenario: ChaosScenario, seed: int) -> RemoteDriver:
         driver = RemoteDriver(self.target, history, stack.server.address if stack.server else
-                              stack.spec.connection.address or "", stack.namespace, self.task_queue(scenario),
+                              stack.spec.connection.address or "", stack.namespace, stack.spec.task_queue,
                               asdict(scenario.workload), seed, stack.spec.logs / "driver.log")
         await driver.started()
         return driver

@@ -67,7 +67,7 @@ class CheckpointBackend(Backend):
         return {"--durability": "checkpoint"}
 
     def record(self) -> dict[str, Any]:
-        return {**super().record(), "lease_ms": LEASE_MS}
+        return {**super().record(), "lease_ms": LEASE_MS, "temporal": None}  # no Temporal on this backend
 
     def stack_spec(self, scenario: ChaosScenario, run: RunDir, seed: int, history: History, ui: bool) -> StackSpec:
         def worker(name: str, at: Endpoints) -> WorkerProcess:

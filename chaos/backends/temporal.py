@@ -38,13 +38,17 @@ class ReferenceOnTemporal(Backend):
         return {**super().record(), "workers": self.workers, "image": self.image}
 
     def reproduce(self) -> dict[str, Any]:
-        return {"--placement": "docker", "--image": self.image} if self.workers == "docker" else {}
+        docker = {"--placement": "docker", "--image": self.image} if self.workers == "docker" else {}
+        return {**super().reproduce(), **docker}
 
     def stack_spec(self, scenario: ChaosScenario, run: RunDir, seed: int, history: History, ui: bool) -> StackSpec:
         spec = StackSpec(state_dir=run.state, logs_dir=run.logs, server_db=run.state / "temporal.db", ui=ui,
                          quiet_client=True, model_latency=LatencyModel.parse(scenario.cluster.model_latency),
-                         seed=seed, proxies=True, worker_processes=scenario.cluster.workers, history=history)
-        task_queue, faults = self.task_queue(scenario), scenario.cluster.faults
+                         seed=seed, proxies=True, worker_processes=scenario.cluster.workers, history=history,
+                         task_queue=self.task_queue(scenario))
+        if self.external:  # nothing starts a server: the workers' link to the cluster goes through the proxy
+            spec.temporal, spec.connection, spec.server_db, spec.ui = "external", self.connection, None, False
+        task_queue, faults = spec.task_queue, scenario.cluster.faults
         if self.workers == "docker":
             from testbed.containers import ContainerPool
 
@@ -70,8 +74,8 @@ class ReferenceOnTemporal(Backend):
             return (*self.target.worker, "--workflow", scenario.cluster.workflow)
         return self.target.worker
 
-    def worker_env(self, values: dict[str, str]) -> dict[str, str]:
-        env = dict(self.target.env)
+    def worker_env(self, values: dict[str, str], at: Endpoints | None = None) -> dict[str, str]:
+        env = {**(at.env if at else {}), **self.target.env}  # the connection (TLS, API key), then the target's
         if "ledger" in values:
             env[ENV_LEDGER] = values["ledger"]  # where harness.recording.EffectLedger.from_environment() writes
         return env
@@ -81,7 +85,7 @@ class ReferenceOnTemporal(Backend):
         values = {"python": self.target.interpreter, **self.worker_values(at, task_queue, str(run.state), scenario)}
         return WorkerProcess(self.worker_command(scenario), values, identity_prefix=name,
                              ready_line=self.target.ready_line, warm_line=self.target.warm_line, faults=faults,
-                             cwd=self.target.cwd, env=self.worker_env(values), log_dir=run.logs,
+                             cwd=self.target.cwd, env=self.worker_env(values, at), log_dir=run.logs,
                              start_timeout_s=self.target.ready_timeout_s)
 
     def _container(self, pool: Any, name: str, at: Endpoints, task_queue: str, faults: Any,
@@ -95,12 +99,12 @@ class ReferenceOnTemporal(Backend):
         command = fill(self.worker_command(scenario), {k: v for k, v in values.items() if k != "identity"})
         worker = pool.worker(image=self.image, command=command, task_queue=task_queue, network="host",
                              identity_prefix=name, ready_line=self.target.ready_line,
-                             start_timeout_s=self.target.ready_timeout_s, environment=self.worker_env(values))
+                             start_timeout_s=self.target.ready_timeout_s, environment=self.worker_env(values, at))
         return ContainerWorker(worker, faults, warm_line=self.target.warm_line)
 
     def make_driver(self, stack: Stack, history: History, scenario: ChaosScenario, seed: int) -> Any:
         timeouts = TIMEOUTS[scenario.timeouts]
-        driver = Driver(client=stack.client, history=history, task_queue=self.task_queue(scenario),
+        driver = Driver(client=stack.client, history=history, task_queue=stack.spec.task_queue,
                         workload=scenario.workload, seed=seed, config=chaos_agent_config(scenario.timeouts),
                         workflow_task_timeout_s=timeouts.workflow_task_timeout_s)
         driver.config.local_tools = list(scenario.local_tools)
