@@ -89,9 +89,9 @@ def test_the_suite_shard_writes_junit_and_a_summary_with_a_testcase_per_run(
     monkeypatch.setattr(runner, "run", _fake_run(plan))
     junit = tmp_path / "ci" / "junit.xml"
     rc = cli.main(["suite", "--seeds", "1-2", "--shard", "2/5", "--out", str(tmp_path / "runs"), "--junit", str(junit)])
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()  # progress (the shard's share) on stderr; the table and verdicts on stdout
     assert rc == 1
-    assert f"shard 2/5: {len(mine)} of the suite's {len(everything)} run(s)" in out
+    assert f"shard 2/5: {len(mine)} of the suite's {len(everything)} run(s)" in err
     assert f"{mine[0][0]} (seed {mine[0][1]}): fail; reproduce with: python -m chaos run {mine[0][0]}" in out
 
     cases = _cases(junit)
