@@ -70,7 +70,7 @@ class BrowserLocalSettings:
 
 @dataclasses.dataclass
 class BrowserDockerSettings:
-    image: str  # an image with this project, Playwright and Chromium (agent/envs/browser.Dockerfile)
+    image: str  # an image with this project, Playwright and Chromium (docker/browser.Dockerfile, built by python -m testbed.images)
     start_url: str | None = None
     action_timeout_s: float = 10.0
     max_state_chars: int = 4000
