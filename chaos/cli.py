@@ -176,15 +176,24 @@ def _rerun(run_dir: Path) -> tuple[Any, Any, int]:
 
 
 def _check_engine(args: argparse.Namespace) -> str | None:
+    """For --backend docker: an engine (started here if installed and not running) and an image (the reference
+    agent's worker image, built from this checkout if missing, unless --image names one). None, or the problem."""
     if getattr(args, "backend", "process") != "docker":
         return None
-    from agent.envs.docker_engine import docker_engine_available
+    from testbed.dockerd import ensure_engine
 
-    ok, reason = docker_engine_available()
-    if not ok:
-        return f"--backend docker: {reason}; the process backend (the default) needs no engine"
+    engine = ensure_engine()  # an engine started here is stopped when this command exits
+    if not engine.available:
+        return f"--backend docker: {engine.reason}; the process backend (the default) needs no engine"
     if not args.image:
-        return "--backend docker needs --image NAME (an image with the worker installed)"
+        if getattr(args, "target", None):
+            return "--backend docker with --target needs --image NAME (an image with your agent's worker installed)"
+        from testbed.images import ImageBuildError, worker_image
+
+        try:
+            args.image = worker_image()
+        except ImageBuildError as exc:
+            return f"--backend docker: could not build the worker image: {exc}; or pass --image NAME"
     return None
 
 
@@ -227,7 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
     def backend_options(p: argparse.ArgumentParser) -> None:
         p.add_argument("--backend", choices=["process", "docker"], default="process",
                        help="where workers run: local processes (default) or Docker containers (needs an engine)")
-        p.add_argument("--image", help="docker backend: an image with the worker installed")
+        p.add_argument("--image", help="docker backend: an image with the worker installed (default: dah-worker, "
+                                       "built from this checkout and this machine's files: python -m testbed.images)")
         p.add_argument("--timeouts", type=_timeouts, default=[DEFAULT_TIMEOUTS], metavar="PROFILE[,PROFILE]",
                        help="how fast the agent notices a dead worker (Temporal backend): "
                             + "; ".join(f"{t.name}: {t.description}" for t in TIMEOUTS.values())
@@ -325,6 +335,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "rerun":
             scenario, backend, seed = _rerun(args.run_dir)
+            if getattr(backend, "workers", "process") == "docker":
+                problem = _check_engine(argparse.Namespace(backend="docker", image=backend.image, target=None))
+                if problem:
+                    print(f"{prog}: {problem}", file=sys.stderr)
+                    return 2
             return asyncio.run(_run_many([(scenario.name + backend.suffix, scenario, backend)], seed, args.out))
         if getattr(args, "parallel", 1) < 1:
             print(f"{prog}: --parallel {args.parallel}: must be 1 or more", file=sys.stderr)
@@ -349,3 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\ninterrupted; the cluster was stopped; partial runs are in {args.out} (status interrupted)",
               file=sys.stderr)
         return 130
+    finally:
+        from testbed.dockerd import stop_started_engines
+
+        stop_started_engines()  # python -m chaos leaves through os._exit, which runs no atexit hooks
