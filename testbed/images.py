@@ -342,13 +342,26 @@ def runtime_rootfs() -> Rootfs:
     for name in ("python", "python3"):  # `python` on any PATH
         rootfs.add_bytes(f"usr/local/bin/{name}", Symlink(f"{prefix}/bin/{version}"))
 
-    own = str(prefix).lstrip("/")
-    elves = [p for rel, p in rootfs.files.items() if isinstance(p, str) and rel.startswith(own)
-             and (p.endswith(".so") or ".so." in p or "/bin/" in rel) and os.path.isfile(p)]
-    for lib in sorted(_elf_needs(elves)):
-        if not str(lib).startswith(str(prefix)):
-            rootfs.add(lib)
+    add_shared_libraries(rootfs)
     return rootfs
+
+
+def add_shared_libraries(rootfs: Rootfs) -> None:
+    """The host libraries that the Python tree's ELF files (interpreter, extension modules, bundled
+    binaries such as Playwright's node) link to, as ldd resolves them here."""
+    prefix = sys.base_prefix.lstrip("/") + "/"
+    elves = []
+    for rel, src in list(rootfs.files.items()):
+        if not (isinstance(src, str) and rel.startswith(prefix)) or os.path.islink(src):
+            continue
+        mode = os.stat(src).st_mode
+        if stat.S_ISREG(mode) and (mode & 0o111 or ".so" in rel):
+            with open(src, "rb") as f:
+                if f.read(4) == b"\x7fELF":
+                    elves.append(src)
+    for lib in sorted(_elf_needs(elves)):
+        if not lib.startswith("/" + prefix):
+            rootfs.add(lib)
 
 
 def app_rootfs() -> Rootfs:
@@ -365,6 +378,7 @@ def browser_rootfs(runtime: Rootfs) -> Rootfs:
     add_packages(rootfs, package_closure(BROWSER_PACKAGES, _installed_packages(), skip=BROWSER_SKIP_PACKAGES))
     in_runtime = {_normalize(d.metadata["Name"]) for d in runtime_distributions()}
     add_distributions(rootfs, [d for n, d in distributions(BROWSER_DISTRIBUTIONS).items() if n not in in_runtime])
+    add_shared_libraries(rootfs)
     for rel in list(rootfs.files):
         if rel in runtime.files:
             del rootfs.files[rel]
