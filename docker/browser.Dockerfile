@@ -1,10 +1,9 @@
-# The browser service for env `browser_docker`: the runtime image plus this host's Chromium (Debian's
-# chromium package and its dependencies, copied from this machine) driven by Playwright's Python API.
+# The browser service for env `browser_docker`: the browser runtime (Chromium driven by Playwright's Python API;
+# docker/browser-runtime.Dockerfile) plus this project's packages. Nothing is pulled: RUNTIME is a local image.
 #   python -m testbed.images build browser
 # then in the agent config:  env: {name: browser_docker, image: dah-browser}
 ARG RUNTIME
 FROM ${RUNTIME}
-COPY chromium/ /
 COPY app/ /app/
 ENV PYTHONPATH=/app
 WORKDIR /app

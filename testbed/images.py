@@ -2,7 +2,7 @@
 
     python -m testbed.images build [worker|browser|all]     # prints the tags; cached: rebuilt only on change
 
-Three images, each tagged by a hash of its inputs (so a tag names exactly one content, and an image is
+Four images, each tagged by a hash of its inputs (so a tag names exactly one content, and an image is
 rebuilt only when something it is made of changed):
 
 ``dah-runtime:<hash>``
@@ -14,9 +14,12 @@ rebuilt only when something it is made of changed):
     interpreter's site-packages. Imported as one layer (``docker import``).
 ``dah-worker:<hash>``
     ``docker/worker.Dockerfile``: the runtime plus this project's packages in ``/app``.
+``dah-browser-runtime:<hash>``
+    ``docker/browser-runtime.Dockerfile``: the runtime plus the host's ``chromium`` package and its
+    dependencies (less Mesa's GPU drivers) and Playwright.
 ``dah-browser:<hash>``
-    ``docker/browser.Dockerfile``: the runtime plus the host's ``chromium`` package and its dependencies,
-    plus the project; runs the browser service (env ``browser_docker``).
+    ``docker/browser.Dockerfile``: the browser runtime plus the project; runs the browser service (env
+    ``browser_docker``). The project is the last, small layer: editing a source rebuilds only that.
 
 Each is also tagged ``:latest``. The hash covers every input file's path, mode, size, modification time and
 symlink target, the Dockerfile and this module's recipe version; ``RECIPE_VERSION`` must change when the
@@ -27,6 +30,7 @@ engine, and for the browser image the ``chromium`` package (``make system-deps``
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import functools
 import hashlib
 import importlib.metadata as metadata
@@ -492,11 +496,12 @@ def worker_image(client: Any = None) -> str:
 
 
 def browser_image(client: Any = None) -> str:
-    """The tag of the browser-service image for the current sources, built (with its runtime) if missing."""
+    """The tag of the browser-service image for the current sources, built (with its runtimes) if missing."""
     client = client or _connect()
     runtime = runtime_rootfs()
-    return _build(client, "dah-browser", "browser.Dockerfile", runtime_image(client, runtime),
-                  {"chromium": browser_rootfs(runtime), "app": app_rootfs()})
+    browser_runtime = _build(client, "dah-browser-runtime", "browser-runtime.Dockerfile",
+                             runtime_image(client, runtime), {"browser": browser_rootfs(runtime)})
+    return _build(client, "dah-browser", "browser.Dockerfile", browser_runtime, {"app": app_rootfs()})
 
 
 def _connect() -> Any:
@@ -506,6 +511,14 @@ def _connect() -> Any:
 
 
 BUILDERS = {"worker": worker_image, "browser": browser_image}
+# One build at a time: two at once would both import the shared runtime.
+_background = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="image-build")
+
+
+def build_in_background(which: str) -> concurrent.futures.Future[str]:
+    """Start building an image (queued behind any other) and return the future of its tag. The tests start
+    their images' builds when they are collected, so the builds overlap the tests that run before them."""
+    return _background.submit(BUILDERS[which])
 
 
 def main(argv: list[str] | None = None) -> int:
