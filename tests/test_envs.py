@@ -343,6 +343,12 @@ def _engine() -> tuple[bool, str]:
 
 
 ENGINE = _engine()
+# Built while the tests collected before test_browser_docker_scenario run (cold: ~40 s, from this machine's files).
+BROWSER_IMAGE = None
+if ENGINE[0]:
+    from testbed.images import build_in_background
+
+    BROWSER_IMAGE = build_in_background("browser")
 
 
 @pytest.fixture(scope="module")
@@ -366,9 +372,8 @@ def docker_site() -> Iterator[str]:
 @pytest.mark.slow
 @pytest.mark.skipif(not ENGINE[0], reason=f"no Docker engine: {ENGINE[1]}")
 async def test_browser_docker_scenario(tmp_path: Path, docker_site: str) -> None:
-    from testbed.images import browser_image
-
-    image = await asyncio.to_thread(browser_image)  # built from this machine's Chromium once, then cached
+    assert BROWSER_IMAGE is not None
+    image = await asyncio.to_thread(BROWSER_IMAGE.result)  # built from this machine's Chromium once, then cached
     ctx, ledger = _ctx(tmp_path)
     env = get_env(parse_env_config({"name": "browser_docker", "image": image}), ctx, "run-9")
     record = await env.build()
