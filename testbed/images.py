@@ -10,8 +10,8 @@ rebuilt only when something it is made of changed):
     essential packages and everything they depend on), the Python interpreter that runs the harness (its
     ``sys.base_prefix``, without its tests and static library) at the same path, the shared libraries its
     extension modules link to, and the harness's runtime dependencies (the installed distributions that
-    ``durable-agent-harness`` requires, transitively, without the Temporal server binary) in that
-    interpreter's site-packages. Imported as one layer (``docker import``).
+    ``durable-agent-harness`` requires, transitively, without the Temporal server binary, and Playwright,
+    which only the browser image has) in that interpreter's site-packages. Imported as one layer (``docker import``).
 ``dah-worker:<hash>``
     ``docker/worker.Dockerfile``: the runtime plus this project's packages in ``/app``.
 ``dah-browser-runtime:<hash>``
@@ -152,12 +152,8 @@ class Rootfs:
                 total += st.st_size
         return total
 
-    def write_tar(self, out: Any, prefix: str = "") -> None:
-        """Write the files as a tar stream (parents first; root-owned, as in the image)."""
-        with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-            self.add_to(tar, prefix)
-
     def add_to(self, tar: tarfile.TarFile, prefix: str = "") -> None:
+        """Write the entries into ``tar`` under ``prefix``: parents first, root-owned, as in the image."""
         done: set[str] = set()
         for rel in sorted(self.files):
             parts = rel.split("/")
