@@ -14,6 +14,7 @@ after a grace period) when the run ends. An engine that was already running is u
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import signal
@@ -53,7 +54,8 @@ class Engine:
         try:
             proc.wait(STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            with contextlib.suppress(ProcessLookupError):  # its session: dockerd and the containerd it started
+                os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(5)
         self.available = False
         print(f"stopped the Docker engine this run started (dockerd pid {proc.pid})", file=sys.stderr)
