@@ -346,12 +346,12 @@ def test_a_worker_that_exits_before_ready_raises_with_its_log_tail(backend: Cont
     assert not _exists(backend, w.container_ids[-1])  # a failed start leaves nothing behind
 
 
-@pytest.mark.skipif(docker_engine_available()[0], reason="an engine is reachable: the refusal path does not apply")
 def test_chaos_refuses_the_docker_backend_clearly_without_an_engine() -> None:
     import subprocess
-    import sys
 
-    out = subprocess.run([sys.executable, "-m", "chaos", "run", "kill_mid_turn", "--backend", "docker", "--image", "x"],
-                         capture_output=True, text=True, timeout=60)
+    no_engine = "unix:///nonexistent/dah-test-docker.sock"  # another address: nothing is started for it
+    out = subprocess.run([sys.executable, "-m", "chaos", "run", "kill_mid_turn", "--backend", "docker"],
+                         capture_output=True, text=True, timeout=60, env={**os.environ, "DOCKER_HOST": no_engine})
     assert out.returncode == 2
     assert "--backend docker:" in out.stderr and "the process backend (the default) needs no engine" in out.stderr
+    assert no_engine in out.stderr and "started the Docker engine" not in out.stderr

@@ -322,12 +322,11 @@ async def test_browser_lifecycle_reattach_rebuild_and_cleanup(tmp_path: Path, si
     assert not env.directory.exists()
 
 
-async def test_browser_docker_without_an_engine_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from agent.envs.docker_engine import docker_engine_available
+NO_ENGINE = "unix:///nonexistent/dah-no-engine.sock"  # DOCKER_HOST where no engine answers, on any machine
 
-    available, reason = docker_engine_available()
-    if available:
-        pytest.skip(f"a Docker engine is reachable ({reason}); this test is for machines without one")
+
+async def test_browser_docker_without_an_engine_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", NO_ENGINE)
     ctx, _ = _ctx(tmp_path)
     env = get_env(parse_env_config({"name": "browser_docker", "image": "dah-browser"}), ctx, "run-8")
     with pytest.raises(EnvUnavailableError, match="browser_docker needs a Docker engine"):
@@ -463,9 +462,9 @@ async def test_cancelled_run_cleans_up_its_environment(stack: Stack) -> None:
     assert list(envs.glob(f"{wid}-*")) == []  # keep_workspace: false removed it
 
 
-async def test_an_environment_this_machine_cannot_build_fails_the_run_with_the_reason(stack: Stack) -> None:
-    if ENGINE[0]:
-        pytest.skip("a Docker engine is reachable here")
+async def test_an_environment_this_machine_cannot_build_fails_the_run_with_the_reason(
+        stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", NO_ENGINE)  # the session's worker runs in this process
     wid = f"docker-{uuid.uuid4().hex[:8]}"
     handle = await stack.start_prompt(_config("scripted", {"name": "browser_docker", "image": "dah-browser"}),
                                       "hello", wid)
