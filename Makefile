@@ -11,13 +11,13 @@ help:
 	@echo "make demo   start the embedded Temporal server, a worker, the scripted model and a REPL"
 	@echo "make chaos  the chaos suite: every named fault scenario, checked; exit 1 on any fail or unknown (~3 min)"
 	@echo "           CHAOS_ARGS='--shard 2/4 --seeds 1-3' passes options (python -m chaos suite --help)"
-	@echo "make test   run the test suite against a real embedded Temporal dev server"
+	@echo "make test   run the test suite against a real embedded Temporal dev server (installs system-deps first)"
 	@echo "make bench  the benchmarks (Table 2, overhead breakdown, tuning, scaling, recovery, micro; < 10 min)"
 	@echo "           BENCH_ARGS='--only table2 --turns 20' passes options (python -m benchmarks --help)"
 	@echo "make bench-quick   the same pipeline in under a minute (proves it works, not the numbers)"
 	@echo "make report reports/out/: Markdown, HTML, CSV, LaTeX tables and figures from every saved run"
 	@echo "make run PROMPT='What is 25 * 4?'   one-shot run"
-	@echo "make system-deps   Debian packages of the environments: bubblewrap (shell_local), chromium (browser_local)"
+	@echo "make system-deps   Debian packages: bubblewrap (shell_local), chromium (browser_local), docker.io (Docker backend)"
 	@echo "make clean  remove the virtual environment and build clutter (keeps runs/ and reports/out/)"
 	@echo "make clean-runs   remove the saved runs (runs/), the built report (reports/out/) and the demo's state (.dah/)"
 
@@ -36,20 +36,31 @@ PROMPT ?= What is 25 * 4?
 run: $(STAMP)
 	$(PY) -m agent run "$(PROMPT)"
 
+# The system packages first (installed where this is root with apt-get), so nothing skips for want of one;
+# SYSTEM_DEPS=no runs the suite without them (their tests skip, each with the reason).
+SYSTEM_DEPS ?= yes
 test: $(STAMP)
+	@if [ "$(SYSTEM_DEPS)" != no ]; then $(MAKE) --no-print-directory system-deps; fi
 	$(PY) -m pytest -q
 
-# The environments' system packages (root, Debian/Ubuntu). Without them the shell and browser tests skip
-# with the reason, and shell_local refuses to run unisolated unless the config says isolation: none.
+# The environments' system packages (Debian/Ubuntu): bubblewrap (shell_local), chromium (browser_local, and the
+# browser image's Chromium), docker.io (the Docker backend and browser_docker: the engine; the harness starts
+# dockerd when it needs it and stops it after, and builds its images from this machine's files: testbed/images.py).
+# Installed with apt-get where this is root; otherwise the exact command is printed and the target fails.
 system-deps:
-	@if command -v bwrap >/dev/null && command -v chromium >/dev/null; then \
-		echo "bubblewrap and chromium are installed"; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "installing bubblewrap and chromium (apt-get) ..."; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-			bubblewrap chromium >/dev/null && echo "installed: $$(bwrap --version), $$(chromium --version 2>/dev/null)"; \
+	@missing=""; \
+	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v dockerd >/dev/null || missing="$$missing docker.io"; \
+	if [ -z "$$missing" ]; then \
+		echo "system packages present: bubblewrap, chromium, docker.io"; \
+	elif [ "$$(id -u 2>/dev/null)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing$$missing (apt-get) ..."; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq$$missing >/dev/null \
+			&& echo "installed:$$missing"; \
 	else \
-		echo "cannot install bubblewrap/chromium here (needs root and apt-get); install them yourself"; exit 1; \
+		echo "missing system packages:$$missing; install them (as root): apt-get install -y$$missing" >&2; \
+		echo "(or run the suite without them, their tests skipped: make test SYSTEM_DEPS=no)" >&2; exit 1; \
 	fi
 
 # Saved runs and reports are results, not clutter: only clean-runs removes them.

@@ -325,15 +325,24 @@ def _connection(args: argparse.Namespace) -> Any:
 
 
 def _check_engine(args: argparse.Namespace) -> str | None:
+    """For --placement docker: an engine (started here if installed and not running) and an image (the reference
+    agent's worker image, built from this checkout if missing, unless --image names one). None, or the problem."""
     if getattr(args, "placement", "process") != "docker":
         return None
-    from agent.envs.docker_engine import docker_engine_available
+    from testbed.dockerd import ensure_engine
 
-    ok, reason = docker_engine_available()
-    if not ok:
-        return f"--placement docker: {reason}; --placement process (the default) needs no engine"
+    engine = ensure_engine()  # an engine started here is stopped when this command exits
+    if not engine.available:
+        return f"--placement docker: {engine.reason}; --placement process (the default) needs no engine"
     if not args.image:
-        return "--placement docker needs --image NAME (an image with the worker installed)"
+        if getattr(args, "target", None):
+            return "--placement docker with --target needs --image NAME (an image with your agent's worker installed)"
+        from testbed.images import ImageBuildError, worker_image
+
+        try:
+            args.image = worker_image()
+        except ImageBuildError as exc:
+            return f"--placement docker: could not build the worker image: {exc}; or pass --image NAME"
     return None
 
 
@@ -401,7 +410,8 @@ def build_parser() -> argparse.ArgumentParser:
     def backend_options(p: argparse.ArgumentParser) -> None:
         add_renamed(p, "--placement", "--backend", choices=("process", "docker"), default="process",
                     help="where workers run: local processes (default) or Docker containers (needs an engine)")
-        p.add_argument("--image", help="--placement docker: an image with the worker installed")
+        p.add_argument("--image", help="--placement docker: an image with the worker installed (default: dah-worker, "
+                                       "built from this checkout and this machine's files: python -m testbed.images)")
         p.add_argument("--timeouts", type=_timeouts, default=[DEFAULT_TIMEOUTS], metavar="PROFILE[,PROFILE]",
                        help="how fast the agent notices a dead worker (Temporal backend): "
                             + "; ".join(f"{t.name}: {t.description}" for t in TIMEOUTS.values())
@@ -530,6 +540,11 @@ def main(argv: list[str] | None = None) -> int:
         connection = _connection(args)
         if args.command == "rerun":
             scenario, backend, seed = _rerun(args.run_dir, connection)
+            if getattr(backend, "workers", "process") == "docker":
+                problem = _check_engine(argparse.Namespace(placement="docker", image=backend.image, target=None))
+                if problem:
+                    print(f"{prog}: {problem}", file=sys.stderr)
+                    return 2
             return asyncio.run(_run_many([(scenario.name + backend.suffix, scenario, backend, seed)], args.out))
         if getattr(args, "parallel", 1) < 1:
             print(f"{prog}: --parallel {args.parallel}: must be 1 or more", file=sys.stderr)
@@ -563,6 +578,10 @@ def main(argv: list[str] | None = None) -> int:
               + (f"; the suite's summary: {args.summary or args.out / ci.SUITE_SUMMARY}" if args.command == "suite"
                  else ""), file=sys.stderr)
         return stopped_exit_code()
+    finally:
+        from testbed.dockerd import stop_started_engines
+
+        stop_started_engines()  # python -m chaos leaves through os._exit, which runs no atexit hooks
 
 
 def entry() -> None:

@@ -13,6 +13,9 @@
 Everything goes through the docker SDK (``pip install 'docker>=7'``), imported
 lazily so the rest of the harness works without it; the engine connection is
 ``agent.envs.docker_engine`` (shared with the ``browser_docker`` environment).
+Images are never pulled: ``testbed.images`` builds the harness's worker image
+locally (``python -m testbed.images build worker``), and ``testbed.dockerd``
+starts an installed engine that is not running.
 ``ContainerPool.cleanup`` removes only containers this pool started (tracked by
 id), never anything matched by name.
 """
@@ -58,6 +61,7 @@ class DockerWorker:
     network: str | None = None
     identity_prefix: str = "worker"
     environment: dict[str, str] = field(default_factory=dict)
+    volumes: dict[str, str] = field(default_factory=dict)  # host path -> container path, bind-mounted read-write
     labels: dict[str, str] = field(default_factory=lambda: {LABEL: "worker"})
     start_timeout_s: float = 60.0
     ready_line: str = "READY"
@@ -120,6 +124,8 @@ class DockerWorker:
         }
         if self.network is not None:
             spec["network"] = self.network
+        if self.volumes:
+            spec["volumes"] = {host: {"bind": inside, "mode": "rw"} for host, inside in self.volumes.items()}
         return spec
 
     def _client(self) -> Any:
@@ -139,21 +145,15 @@ class DockerWorker:
             ) from e
 
     def _ensure_image(self) -> None:
-        from docker.errors import APIError, ImageNotFound
+        """The image must be on this engine already: nothing is pulled (no registry need be reachable)."""
+        from docker.errors import ImageNotFound
 
-        images = self._client().images
         try:
-            images.get(self.image)
-            return
-        except ImageNotFound:
-            pass
-        log.info("image %s not present locally; pulling it", self.image)
-        try:
-            images.pull(self.image)
-        except APIError as e:
+            self._client().images.get(self.image)
+        except ImageNotFound as e:
             raise WorkerStartError(
-                f"docker image {self.image!r} is not available locally and could not be pulled ({e}); "
-                f"build it (`docker build -t {self.image} .`) or fix the image name"
+                f"docker image {self.image!r} is not on this engine (nothing is pulled); build the harness's worker "
+                f"image with `python -m testbed.images build worker`, or `docker build`/`docker load` {self.image!r}"
             ) from e
 
     def start(self) -> DockerWorker:
@@ -371,9 +371,9 @@ class ContainerWorker:
     """A ``DockerWorker`` with the surface the cluster's supervisor and nemeses use on a ``WorkerProcess``.
 
     Containers run on the host network so they reach the fault proxies on 127.0.0.1; the image must contain
-    this project (``pip install .``) or the target's own worker. The reference agent's effect ledger lives
-    inside the container, so the effects checker reports unknown for container runs unless the target
-    mounts it where the orchestrator can read it.
+    this project (``testbed.images.worker_image``) or the target's own worker. The chaos backend bind-mounts
+    the run's state dir into each container at the same path, so what the tools write and the effect ledger
+    outlive a killed container and the checkers read them as they do a process worker's.
     """
 
     worker: DockerWorker

@@ -109,7 +109,7 @@ def test_the_suite_shard_writes_junit_and_a_summary_with_a_testcase_per_run(
 
     summary = json.loads((tmp_path / "runs" / ci.SUITE_SUMMARY).read_text())  # the default path
     assert (summary["kind"], summary["status"], summary["shard"]) == ("chaos-summary", "complete", "2/5")
-    assert summary["totals"] == {"pass": len(mine) - 3, "fail": 1, "unknown": 1, "error": 1, "incomplete": 0}
+    assert summary["totals"] == {"pass": len(mine) - 3, "fail": 1, "unknown": 1, "error": 1, "incomplete": 0, "skipped": 0}
     rows = {(r["scenario"], r["seed"]): r for r in summary["runs"]}
     assert set(rows) == set(mine) and summary["all_items"] == [list(i) for i in everything]
     row = rows[mine[0]]
@@ -137,7 +137,7 @@ def test_summary_merges_two_ci_jobs_and_names_what_is_missing(
     assert [(r["seed"], r["verdict"], r["status"]) for r in doc["runs"]] == [
         (1, "pass", "complete"), (2, "pass", "complete"), (3, "unknown", "missing"), (4, "pass", "complete"),
         (5, "pass", "complete")]
-    assert doc["totals"] == {"pass": 4, "fail": 0, "unknown": 0, "error": 0, "incomplete": 1}
+    assert doc["totals"] == {"pass": 4, "fail": 0, "unknown": 0, "error": 0, "incomplete": 1, "skipped": 0}
     assert (merged_json.parent / doc["runs"][0]["run_dir"] / "run.json").exists()
     assert _cases(merged_xml)["kill_idle seed 3"].find("failure").get("type") == "missing"
 

@@ -1,25 +1,34 @@
-"""DockerWorker / ContainerPool: the worker fault surface, applied to containers.
+"""DockerWorker / ContainerPool: the worker fault surface, applied to containers; the locally built images.
 
-Tests marked ``needs_engine`` run real containers and skip (with the reason
-from ``docker_engine_available``) where no Docker engine is reachable; the
-rest need neither the engine nor, for the availability checks, the SDK.
+Tests marked ``needs_engine`` run real containers in the harness's worker image
+(``testbed.images``, built from this checkout and this machine's files once per
+session, cached by a hash of its inputs). Collecting this module starts an
+installed ``dockerd`` that is not running (``testbed.dockerd``; stopped when
+pytest exits); where no engine can run they skip with the reason. The rest need
+neither the engine nor, for the availability checks, the SDK.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
 from testbed.worker_process import WorkerStartError
 from agent.envs.docker_engine import DockerEngineUnavailable, docker_engine_available
+from testbed import images
 from testbed.containers import IDENTITY_LABEL, LABEL, ContainerPool, DockerWorker
+from testbed.dockerd import ensure_engine
 
-AVAILABLE, REASON = docker_engine_available()
-needs_engine = pytest.mark.skipif(not AVAILABLE, reason=f"no Docker engine reachable: {REASON}")
+ENGINE = ensure_engine()
+needs_engine = pytest.mark.skipif(not ENGINE.available, reason=f"no Docker engine: {ENGINE.reason}")
+# Built while the tests collected before these run (a cold build is ~20 s; cached, ~2 s to check).
+WORKER_IMAGE = images.build_in_background("worker") if ENGINE.available else None
 
-IMAGE = "python:3.11-slim"
+IMAGE = "dah-worker:never-built"  # for the tests that never reach an engine
 # PID 1 ignores SIGTERM unless it installs a handler; the dict literal checks braces survive formatting.
 READY_SCRIPT = (
     "import os, signal, sys, time\n"
@@ -113,7 +122,95 @@ def test_backend_is_lazy_and_names_the_engine_it_cannot_reach(monkeypatch: pytes
             backend.worker(image=IMAGE, command=READY_COMMAND, task_queue="q")
 
 
+def test_ensure_engine_starts_nothing_for_another_engine_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/dah-test-docker.sock")
+    engine = ensure_engine()
+    assert not engine.available and not engine.started_here
+    assert "dah-test-docker.sock" in engine.reason or "docker SDK not installed" in engine.reason
+
+
+# --- the images' inputs (no engine) ---------------------------------------------
+
+
+def test_an_image_digest_changes_with_its_files_and_only_then(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("A = 1\n")
+    (tmp_path / "pkg" / "__pycache__").mkdir()
+
+    def digest() -> str:
+        rootfs = images.Rootfs()
+        rootfs.add_tree(tmp_path / "pkg", "pkg", skip=lambda d, n: n == "__pycache__")
+        return rootfs.digest()
+
+    first = digest()
+    assert digest() == first
+    (tmp_path / "pkg" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"cache")  # skipped: no change
+    assert digest() == first
+    (tmp_path / "pkg" / "a.py").write_text("A = 2\n")
+    os.utime(tmp_path / "pkg" / "a.py", ns=(1, 1))
+    second = digest()
+    assert second != first
+    (tmp_path / "pkg" / "b.py").write_text("")
+    assert digest() not in (first, second)
+    assert images.Rootfs({"x": b"1"}).digest() != images.Rootfs({"x": b"2"}).digest()
+
+
+def test_package_closure_follows_depends_alternatives_and_provides_and_skips() -> None:
+    packages = {
+        "app": {"depends": "libc6 (>= 2.35), missing-lib | libalt, virtual-thing, gpu-drivers", "provides": ""},
+        "libc6": {"depends": "", "provides": ""},
+        "libalt": {"depends": "libc6", "provides": ""},
+        "real-thing": {"depends": "", "provides": "virtual-thing (= 1)"},
+        "gpu-drivers": {"depends": "llvm", "provides": ""},
+        "llvm": {"depends": "", "provides": ""},
+        "unrelated": {"depends": "", "provides": ""},
+    }
+    assert images.package_closure(["app"], packages) == ["app", "gpu-drivers", "libalt", "libc6", "llvm",
+                                                         "real-thing"]
+    import re
+
+    assert images.package_closure(["app"], packages, skip=re.compile("gpu-drivers")) == [
+        "app", "libalt", "libc6", "real-thing"]
+    with pytest.raises(images.ImageBuildError, match="not-installed.*apt-get install not-installed"):
+        images.package_closure(["not-installed"], packages)
+
+
+def test_the_app_layer_holds_the_sources_without_caches() -> None:
+    app = images.app_rootfs()
+    assert "testbed/images.py" in app.files and "agent/workflow.py" in app.files
+    assert not [rel for rel in app.files if "__pycache__" in rel or rel.endswith(".pyc")]
+    assert not [rel for rel in app.files if rel.startswith("tests/")]
+
+
 # --- with an engine ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    """The worker image for these sources: built once (cached by its inputs' hash across sessions)."""
+    assert WORKER_IMAGE is not None
+    return WORKER_IMAGE.result()
+
+
+@needs_engine
+@pytest.mark.slow
+def test_the_worker_image_is_cached_and_holds_the_harness(image: str) -> None:
+    from agent.envs.docker_engine import connect
+
+    client = connect()
+    try:
+        runtime = client.images.get("dah-runtime:latest").id
+        assert images.worker_image() == image  # inputs unchanged: same tag
+        assert client.images.get("dah-runtime:latest").id == runtime  # and nothing was rebuilt
+        assert client.images.get(image).id == client.images.get("dah-worker:latest").id
+        # LiteLLM is found, not imported (5 s or more); the chaos run with --placement docker runs the whole worker.
+        out = client.containers.run(image, ["python", "-c", "import importlib.util, sys, temporalio.worker, "
+                                            "agent.workflow, testbed.worker_process; assert importlib.util."
+                                            "find_spec('litellm'); print(sys.version_info[:2])"], remove=True)
+        assert out.decode().strip() == str(sys.version_info[:2])  # the harness's own interpreter
+        assert client.containers.run(image, ["sh", "-c", "echo shell ok"], remove=True) == b"shell ok\n"
+    finally:
+        client.close()
 
 
 @pytest.fixture
@@ -142,8 +239,8 @@ def _exists(backend: ContainerPool, container_id: str) -> bool:
 
 @needs_engine
 @pytest.mark.slow
-def test_start_passes_identity_and_restart_is_a_new_generation(backend: ContainerPool) -> None:
-    w = backend.worker(image=IMAGE, command=READY_COMMAND, task_queue="q-start")
+def test_start_passes_identity_and_restart_is_a_new_generation(backend: ContainerPool, image: str) -> None:
+    w = backend.worker(image=image, command=READY_COMMAND, task_queue="q-start")
     with w:
         assert w.alive and w.status == "running"
         assert "'identity': 'worker-1', 'task_queue': 'q-start', 'env': 'worker-1'" in w.output()
@@ -157,8 +254,8 @@ def test_start_passes_identity_and_restart_is_a_new_generation(backend: Containe
 
 @needs_engine
 @pytest.mark.slow
-def test_kill_leaves_a_dead_container(backend: ContainerPool) -> None:
-    with backend.worker(image=IMAGE, command=READY_COMMAND, task_queue="q") as w:
+def test_kill_leaves_a_dead_container(backend: ContainerPool, image: str) -> None:
+    with backend.worker(image=image, command=READY_COMMAND, task_queue="q") as w:
         w.kill()
         assert not w.alive and w.status == "exited"
         assert "READY" in w.output()  # a killed worker's logs stay readable
@@ -167,8 +264,8 @@ def test_kill_leaves_a_dead_container(backend: ContainerPool) -> None:
 
 @needs_engine
 @pytest.mark.slow
-def test_pause_and_resume(backend: ContainerPool) -> None:
-    with backend.worker(image=IMAGE, command=READY_COMMAND, task_queue="q") as w:
+def test_pause_and_resume(backend: ContainerPool, image: str) -> None:
+    with backend.worker(image=image, command=READY_COMMAND, task_queue="q") as w:
         w.pause()
         assert w.status == "paused" and w.alive
         w.resume()
@@ -181,7 +278,7 @@ def test_pause_and_resume(backend: ContainerPool) -> None:
 
 @needs_engine
 @pytest.mark.slow
-def test_network_partition_and_heal(backend: ContainerPool, network: str) -> None:
+def test_network_partition_and_heal(backend: ContainerPool, network: str, image: str) -> None:
     def interfaces(w: DockerWorker) -> set[str]:
         code, out = backend.client.containers.get(w.container_id).exec_run(["ls", "/sys/class/net"])
         assert code == 0
@@ -190,7 +287,7 @@ def test_network_partition_and_heal(backend: ContainerPool, network: str) -> Non
     def networks(w: DockerWorker) -> set[str]:
         return set(backend.client.containers.get(w.container_id).attrs["NetworkSettings"]["Networks"])
 
-    with backend.worker(image=IMAGE, command=READY_COMMAND, task_queue="q", network=network) as w:
+    with backend.worker(image=image, command=READY_COMMAND, task_queue="q", network=network) as w:
         assert networks(w) == {network} and interfaces(w) - {"lo"}
         w.disconnect_network()
         assert w.partitioned and networks(w) == set() and interfaces(w) == {"lo"}
@@ -201,8 +298,8 @@ def test_network_partition_and_heal(backend: ContainerPool, network: str) -> Non
 
 @needs_engine
 @pytest.mark.slow
-def test_stop_removes_the_container_and_is_idempotent(backend: ContainerPool) -> None:
-    w = backend.worker(image=IMAGE, command=READY_COMMAND, task_queue="q").start()
+def test_stop_removes_the_container_and_is_idempotent(backend: ContainerPool, image: str) -> None:
+    w = backend.worker(image=image, command=READY_COMMAND, task_queue="q").start()
     cid = w.container_id
     w.pause()  # stop must thaw it to deliver SIGTERM
     w.stop()
@@ -213,12 +310,12 @@ def test_stop_removes_the_container_and_is_idempotent(backend: ContainerPool) ->
 
 @needs_engine
 @pytest.mark.slow
-def test_cleanup_removes_only_what_this_backend_started(backend: ContainerPool) -> None:
-    a = backend.worker(image=IMAGE, command=READY_COMMAND, task_queue="q", identity_prefix="a").start()
-    b = backend.worker(image=IMAGE, command=READY_COMMAND, task_queue="q", identity_prefix="b").start()
+def test_cleanup_removes_only_what_this_backend_started(backend: ContainerPool, image: str) -> None:
+    a = backend.worker(image=image, command=READY_COMMAND, task_queue="q", identity_prefix="a").start()
+    b = backend.worker(image=image, command=READY_COMMAND, task_queue="q", identity_prefix="b").start()
     b.kill()
     ours = [a.container_id, b.container_id]
-    foreign = backend.client.containers.run(IMAGE, ["sleep", "600"], detach=True, labels={LABEL: "worker"})
+    foreign = backend.client.containers.run(image, ["sleep", "600"], detach=True, labels={LABEL: "worker"})
     try:
         assert backend.cleanup() == 2
         assert not any(_exists(backend, cid) for cid in ours)
@@ -231,30 +328,30 @@ def test_cleanup_removes_only_what_this_backend_started(backend: ContainerPool) 
 
 @needs_engine
 @pytest.mark.slow
-def test_user_errors_name_the_image_and_the_network(backend: ContainerPool) -> None:
+def test_user_errors_name_the_image_and_the_network(backend: ContainerPool, image: str) -> None:
     missing_net = f"dah-no-such-network-{uuid.uuid4().hex[:6]}"
     with pytest.raises(WorkerStartError, match=f"{missing_net}.*docker network create"):
-        backend.worker(image=IMAGE, command=READY_COMMAND, task_queue="q", network=missing_net).start()
+        backend.worker(image=image, command=READY_COMMAND, task_queue="q", network=missing_net).start()
     missing_image = f"dah-no-such-image-{uuid.uuid4().hex[:6]}:never"
-    with pytest.raises(WorkerStartError, match=f"{missing_image}.*docker build"):
+    with pytest.raises(WorkerStartError, match=f"{missing_image}.*nothing is pulled.*python -m testbed.images build"):
         backend.worker(image=missing_image, command=READY_COMMAND, task_queue="q").start()
 
 
 @needs_engine
 @pytest.mark.slow
-def test_a_worker_that_exits_before_ready_raises_with_its_log_tail(backend: ContainerPool) -> None:
-    w = backend.worker(image=IMAGE, command=["python", "-c", "print('boom'); raise SystemExit(3)"], task_queue="q")
+def test_a_worker_that_exits_before_ready_raises_with_its_log_tail(backend: ContainerPool, image: str) -> None:
+    w = backend.worker(image=image, command=["python", "-c", "print('boom'); raise SystemExit(3)"], task_queue="q")
     with pytest.raises(WorkerStartError, match=r"exited with 3: boom"):
         w.start()
     assert not _exists(backend, w.container_ids[-1])  # a failed start leaves nothing behind
 
 
-@pytest.mark.skipif(docker_engine_available()[0], reason="an engine is reachable: the refusal path does not apply")
 def test_chaos_refuses_the_docker_backend_clearly_without_an_engine() -> None:
     import subprocess
-    import sys
 
-    out = subprocess.run([sys.executable, "-m", "chaos", "run", "kill_mid_turn", "--placement", "docker", "--image",
-                          "x"], capture_output=True, text=True, timeout=60)
+    no_engine = "unix:///nonexistent/dah-test-docker.sock"  # another address: nothing is started for it
+    out = subprocess.run([sys.executable, "-m", "chaos", "run", "kill_mid_turn", "--placement", "docker"],
+                         capture_output=True, text=True, timeout=60, env={**os.environ, "DOCKER_HOST": no_engine})
     assert out.returncode == 2
     assert "--placement docker:" in out.stderr and "--placement process (the default) needs no engine" in out.stderr
+    assert no_engine in out.stderr and "started the Docker engine" not in out.stderr

@@ -322,12 +322,11 @@ async def test_browser_lifecycle_reattach_rebuild_and_cleanup(tmp_path: Path, si
     assert not env.directory.exists()
 
 
-async def test_browser_docker_without_an_engine_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from agent.envs.docker_engine import docker_engine_available
+NO_ENGINE = "unix:///nonexistent/dah-no-engine.sock"  # DOCKER_HOST where no engine answers, on any machine
 
-    available, reason = docker_engine_available()
-    if available:
-        pytest.skip(f"a Docker engine is reachable ({reason}); this test is for machines without one")
+
+async def test_browser_docker_without_an_engine_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", NO_ENGINE)
     ctx, _ = _ctx(tmp_path)
     env = get_env(parse_env_config({"name": "browser_docker", "image": "dah-browser"}), ctx, "run-8")
     with pytest.raises(EnvUnavailableError, match="browser_docker needs a Docker engine"):
@@ -335,26 +334,60 @@ async def test_browser_docker_without_an_engine_says_so(tmp_path: Path, monkeypa
 
 
 def _engine() -> tuple[bool, str]:
-    from agent.envs.docker_engine import docker_engine_available
+    """An engine: the running one, or the installed dockerd started now (stopped when pytest exits)."""
+    from testbed.dockerd import ensure_engine
 
-    return docker_engine_available()
+    engine = ensure_engine()
+    return engine.available, engine.reason
 
 
-@pytest.mark.skipif(not _engine()[0], reason=f"no Docker engine reachable: {_engine()[1]}")
-async def test_browser_docker_scenario(tmp_path: Path, site: str) -> None:  # pragma: no cover - needs an engine
-    image = os.environ.get("DAH_BROWSER_IMAGE", "dah-browser")
+ENGINE = _engine()
+# Built while the tests collected before test_browser_docker_scenario run (cold: ~40 s, from this machine's files).
+BROWSER_IMAGE = None
+if ENGINE[0]:
+    from testbed.images import build_in_background
+
+    BROWSER_IMAGE = build_in_background("browser")
+
+
+@pytest.fixture(scope="module")
+def docker_site() -> Iterator[str]:
+    """The test site, served where a container on Docker's default bridge reaches this host: its gateway."""
+    from agent.envs.docker_engine import connect
+
+    client = connect()
+    try:
+        gateway = client.networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"]
+    finally:
+        client.close()
+    server = HTTPServer((gateway, 0), _Site)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://{gateway}:{server.server_address[1]}/"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not ENGINE[0], reason=f"no Docker engine: {ENGINE[1]}")
+async def test_browser_docker_scenario(tmp_path: Path, docker_site: str) -> None:
+    assert BROWSER_IMAGE is not None
+    image = await asyncio.to_thread(BROWSER_IMAGE.result)  # built from this machine's Chromium once, then cached
     ctx, ledger = _ctx(tmp_path)
     env = get_env(parse_env_config({"name": "browser_docker", "image": image}), ctx, "run-9")
-    await env.build()
+    record = await env.build()
     try:
+        assert record.data["backend"] == "docker" and record.tool_names()[0] == "go_to_url"
         tools = {t.name: t for t in env.get_tools()}
         tctx = ToolContext(workspace=env.directory, ledger=ledger, ident=ExecutionIdentity("wf", "r", "1", 1, "w"))
-        # The container reaches the host's page through the Docker host gateway.
-        url = site.replace("127.0.0.1", os.environ.get("DAH_DOCKER_HOST_IP", "172.17.0.1"))
-        await run_tool(tools["go_to_url"], {"url": url}, tctx)
-        assert "Greeter" in await env.get_state()
+        assert "HTTP 200" in await run_tool(tools["go_to_url"], {"url": docker_site}, tctx)
+        assert "Title: Greeter" in await env.get_state()  # numbers the page's elements, as before a model call
+        await run_tool(tools["input_text"], {"index": 0, "text": "Ada"}, tctx)
+        await run_tool(tools["click_element"], {"index": 1}, tctx)
+        assert "Hello, Ada!" in await env.get_state()
     finally:
-        await env.cleanup()
+        note = await env.cleanup()
+    assert f"container {record.data['container'][:12]} removed" in note
 
 
 # -- the scripted scenarios on Temporal -----------------------------------------------------------------
@@ -429,9 +462,9 @@ async def test_cancelled_run_cleans_up_its_environment(stack: Stack) -> None:
     assert list(envs.glob(f"{wid}-*")) == []  # keep_workspace: false removed it
 
 
-async def test_an_environment_this_machine_cannot_build_fails_the_run_with_the_reason(stack: Stack) -> None:
-    if _engine()[0]:
-        pytest.skip("a Docker engine is reachable here")
+async def test_an_environment_this_machine_cannot_build_fails_the_run_with_the_reason(
+        stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", NO_ENGINE)  # the session's worker runs in this process
     wid = f"docker-{uuid.uuid4().hex[:8]}"
     handle = await stack.start_prompt(_config("scripted", {"name": "browser_docker", "image": "dah-browser"}),
                                       "hello", wid)

@@ -70,7 +70,7 @@ class BrowserLocalSettings:
 
 @dataclasses.dataclass
 class BrowserDockerSettings:
-    image: str  # an image with this project, Playwright and Chromium (agent/envs/browser.Dockerfile)
+    image: str  # an image with this project, Playwright and Chromium (docker/browser.Dockerfile, built by python -m testbed.images)
     start_url: str | None = None
     action_timeout_s: float = 10.0
     max_state_chars: int = 4000
@@ -342,7 +342,12 @@ class BrowserDockerEnv(_BrowserEnv):
                 return f"the browser container {container.short_id} exited:\n{logs}"
             return None
 
-        await self._wait_healthy(url, session, alive)
+        try:
+            await self._wait_healthy(url, session, alive)
+        except BaseException:
+            with contextlib.suppress(Exception):  # a service that never came up leaves no container behind
+                await asyncio.to_thread(container.remove, force=True)
+            raise
         return {"url": url, "session": session, "container": container.id, "backend": "docker"}
 
     async def _stop(self, data: dict[str, Any]) -> str:

@@ -25,9 +25,6 @@ from testbed.model_server import LatencyModel
 from testbed.stack import Endpoints, Stack, StackSpec
 from testbed.worker_process import WorkerProcess
 
-CONTAINER_STATE = "/tmp/dah-state"  # a container worker's state dir, inside its container
-
-
 @dataclass
 class ReferenceOnTemporal(Backend):
     name: str = "temporal"
@@ -55,7 +52,7 @@ class ReferenceOnTemporal(Backend):
             pool = ContainerPool()
             spec.cleanup.append(pool.close)
             spec.cleanup.append(pool.cleanup)
-            spec.make_worker = lambda name, at: self._container(pool, name, at, task_queue, faults, scenario)
+            spec.make_worker = lambda name, at: self._container(pool, name, at, task_queue, faults, run, scenario)
         else:
             spec.make_worker = lambda name, at: self._process(name, at, task_queue, faults, run, scenario)
         return spec
@@ -88,18 +85,22 @@ class ReferenceOnTemporal(Backend):
                              cwd=self.target.cwd, env=self.worker_env(values, at), log_dir=run.logs,
                              start_timeout_s=self.target.ready_timeout_s)
 
-    def _container(self, pool: Any, name: str, at: Endpoints, task_queue: str, faults: Any,
+    def _container(self, pool: Any, name: str, at: Endpoints, task_queue: str, faults: Any, run: RunDir,
                    scenario: ChaosScenario) -> Any:
+        """A worker in a container on the host network, with the run's state dir bind-mounted at the same path:
+        what its tools write and its effect ledger outlive the container, as a process worker's do."""
         from testbed.containers import ContainerWorker
         from testbed.worker_process import fill
 
         if not self.image:
             raise RuntimeError("the docker workers need an image with the worker installed (--image NAME)")
-        values = {"python": "python", **self.worker_values(at, task_queue, CONTAINER_STATE, scenario)}
+        state = str(run.state.resolve())
+        values = {"python": "python", **self.worker_values(at, task_queue, state, scenario)}
         command = fill(self.worker_command(scenario), {k: v for k, v in values.items() if k != "identity"})
         worker = pool.worker(image=self.image, command=command, task_queue=task_queue, network="host",
                              identity_prefix=name, ready_line=self.target.ready_line,
-                             start_timeout_s=self.target.ready_timeout_s, environment=self.worker_env(values, at))
+                             start_timeout_s=self.target.ready_timeout_s, environment=self.worker_env(values, at),
+                             volumes={state: state})
         return ContainerWorker(worker, faults, warm_line=self.target.warm_line)
 
     def make_driver(self, stack: Stack, history: History, scenario: ChaosScenario, seed: int) -> Any:
@@ -116,10 +117,10 @@ class ReferenceOnTemporal(Backend):
         return driver
 
     def nemesis_context(self, stack: Stack, history: History, driver: Any, seed: int) -> NemesisContext:
-        """The shared context, plus what aimed kills read: the effect ledger (process workers share the run's
-        state dir with this process; a container's is its own) and the conversations' continue-as-new threshold."""
+        """The shared context, plus what aimed kills read: the effect ledger (workers share the run's state dir
+        with this process; a container has it bind-mounted) and the conversations' continue-as-new threshold."""
         ctx = super().nemesis_context(stack, history, driver, seed)
-        if self.target.ledger and self.workers == "process":
+        if self.target.ledger:
             ctx.ledger = stack.spec.state_dir / self.target.ledger
         config = getattr(driver, "config", None)
         ctx.continue_as_new_events = getattr(config, "max_history_events", 0) or 0

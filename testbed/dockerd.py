@@ -1,0 +1,121 @@
+"""The Docker engine on this machine: use the one that answers, or start the installed ``dockerd`` and stop it after.
+
+    engine = ensure_engine()        # None where no engine can run here; engine.reason says why
+    ...
+    engine.stop()                   # stops dockerd only if ensure_engine started it (also at exit;
+                                    # stop_started_engines() where the process leaves by os._exit)
+
+Nothing starts ``dockerd`` on a fresh machine (Debian's ``docker.io`` installs it but the harness's hosts often
+have no init system), so the harness starts it itself when it is installed, this process is root and
+``DOCKER_HOST`` names the default socket; it says so in one line on stderr and stops it (SIGTERM, then SIGKILL
+after a grace period) when the run ends. An engine that was already running is used and left alone.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.envs.docker_engine import DEFAULT_DOCKER_HOST, docker_engine_available, docker_host
+
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 20.0
+_started: list[Engine] = []  # engines this process started, for stop_started_engines
+
+
+@dataclass
+class Engine:
+    """The engine this process uses: available or not (``reason`` says which), and whether we started it."""
+
+    available: bool
+    reason: str
+    process: subprocess.Popen | None = field(default=None, repr=False)  # set only when we started dockerd
+    log_path: Path | None = None
+
+    @property
+    def started_here(self) -> bool:
+        return self.process is not None
+
+    def stop(self) -> None:
+        """Stop dockerd if this process started it (idempotent); an engine found running is left alone."""
+        proc, self.process = self.process, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)  # dockerd stops its containers and the containerd it started
+        try:
+            proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):  # its session: dockerd and the containerd it started
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+        self.available = False
+        print(f"stopped the Docker engine this run started (dockerd pid {proc.pid})", file=sys.stderr)
+
+
+def ensure_engine(*, log_dir: Path | None = None) -> Engine:
+    """An engine that answers: the running one, or ``dockerd`` started now (and stopped at exit). Never raises."""
+    available, reason = docker_engine_available()
+    if available:
+        return Engine(True, reason)
+    why_not = _cannot_start(reason)
+    if why_not:
+        return Engine(False, why_not)
+    log_dir = log_dir or Path(tempfile.gettempdir())
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"dah-dockerd-{os.getpid()}.log"
+    with open(log_path, "ab") as log:
+        # Its own session: a Ctrl-C meant for the harness must not kill the engine under its containers.
+        proc = subprocess.Popen(["dockerd"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    engine = Engine(False, "starting", process=proc, log_path=log_path)
+    _started.append(engine)
+    atexit.register(engine.stop)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        available, reason = docker_engine_available()
+        if available:
+            engine.available, engine.reason = True, reason
+            print(f"started the Docker engine (dockerd pid {proc.pid}, log {log_path}); it stops when this run ends",
+                  file=sys.stderr)
+            return engine
+        if proc.poll() is not None:  # e.g. another process's dockerd won the start: use that one if it answers
+            engine.process = None
+            available, reason = docker_engine_available()
+            if available:
+                engine.available, engine.reason = True, reason
+                return engine
+            break
+        time.sleep(0.2)
+    engine.stop()
+    tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
+    engine.reason = (f"dockerd (pid {proc.pid}) did not come up within {START_TIMEOUT_S:g} s "
+                     f"(exit {proc.returncode}); its log {log_path} ends: {' | '.join(tail)}")
+    return engine
+
+
+def _cannot_start(reason: str) -> str | None:
+    """Why this process cannot start an engine (None if it can), given why none answered."""
+    if docker_host() != DEFAULT_DOCKER_HOST:
+        return f"{reason} (DOCKER_HOST names another engine, so none is started here)"
+    if shutil.which("dockerd") is None:
+        return f"{reason}; dockerd is not installed (as root on Debian: make system-deps, or apt-get install docker.io)"
+    if os.geteuid() != 0:
+        return f"{reason}; dockerd is installed but only root can start it (sudo dockerd &)"
+    if "docker SDK not installed" in reason:
+        return reason
+    return None
+
+
+def stop_started_engines() -> None:
+    """Stop every engine this process started: for entry points that leave through ``os._exit`` (no atexit)."""
+    while _started:
+        _started.pop().stop()
