@@ -1,4 +1,3 @@
-from harness.exit import exit_now
-from chaos.cli import main
+from chaos.cli import entry
 
-exit_now(main())
+entry()

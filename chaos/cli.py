@@ -578,14 +578,16 @@ def main(argv: list[str] | None = None) -> int:
               + (f"; the suite's summary: {args.summary or args.out / ci.SUITE_SUMMARY}" if args.command == "suite"
                  else ""), file=sys.stderr)
         return stopped_exit_code()
-    finally:
-        from testbed.dockerd import stop_started_engines
-
-        stop_started_engines()  # python -m chaos leaves through os._exit, which runs no atexit hooks
 
 
 def entry() -> None:
-    """The ``dah-chaos`` console script (``python -m chaos``)."""
+    """``python -m chaos`` and the ``dah-chaos`` console script: ``main``, then leave through ``os._exit`` (no
+    atexit hooks: a worker thread left behind by a client library cannot hold the exit), after stopping any
+    Docker engine this process started. Not in ``main``: a caller of ``main`` in the same process (a test) may
+    own an engine it started earlier."""
     from harness.exit import exit_now
+    from testbed.dockerd import stop_started_engines
 
-    exit_now(main())
+    code = main()
+    stop_started_engines()
+    exit_now(code)

@@ -144,7 +144,7 @@ def test_sigtermed_run_ends_terminated_in_its_section_and_stops_everything(tmp_p
             proc.kill()
     assert proc.returncode == 143, log.read_text()[-2000:]
     assert "terminated: every process was stopped" in log.read_text()
-    [run_dir] = [p for p in (tmp_path / "runs").iterdir() if p.is_dir() and not p.is_symlink()]
+    [run_dir] = [p for p in (tmp_path / "runs" / "bench").iterdir() if p.is_dir() and not p.is_symlink()]
     record = json.loads((run_dir / "run.json").read_text())
     assert (record["status"], record["stopped_during"], record["sections"]) == ("terminated", "section table2", [])
     assert_valid(run_dir)
