@@ -5,6 +5,10 @@ the server, ~5 s to import LiteLLM)."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import tempfile
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -49,6 +53,92 @@ def temporal_server_pids() -> set[int]:
             orphan = parent is None or parent.pid == 1 or "python" not in Path((parent.cmdline() or [""])[0]).name
         except psutil.Error:
             continue
-        if me in ancestors or orphan:
+        if (me in ancestors and not _BACKGROUND_PIDS & set(ancestors)) or orphan:
             pids.add(p.info["pid"])
     return pids
+
+
+# -- tests that mostly wait, run alongside the others ----------------------------------------------------------------
+
+#: set in the child pytest that runs the background tests (it must not start a child of its own)
+BACKGROUND_CHILD_ENV = "DAH_PYTEST_BACKGROUND_CHILD"
+BACKGROUND_TIMEOUT_S = 240.0  # counted from when the session reaches the first of them: the child started at collection
+_BACKGROUND_PIDS: set[int] = set()  # the child pytest: its servers are its own, not leaks of this process
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "background: a test that mostly waits (kills, partitions, timeouts). In a run with other tests, "
+                   "the background tests run one after another in one child pytest started at collection, alongside "
+                   "the others; their items, moved to the end, report the child's result for each (with the "
+                   "child's output on failure). Run on their own, they run here.")
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get(BACKGROUND_CHILD_ENV) or config.getoption("collectonly"):
+        return
+    background = [item for item in items if item.get_closest_marker("background")]
+    if not background or len(background) == len(items):
+        return
+    for item in background:
+        items.remove(item)
+    items.extend(background)
+    _run_in_background(config, background)
+
+
+def _run_in_background(config: pytest.Config, items: list[pytest.Item]) -> None:
+    import xml.etree.ElementTree as ET
+
+    workdir = Path(tempfile.mkdtemp(prefix="dah-background-"))
+    log, junit = workdir / "output.log", workdir / "junit.xml"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
+                                 *(item.nodeid for item in items)], cwd=config.rootpath,
+                                env={**os.environ, BACKGROUND_CHILD_ENV: "1"}, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    _BACKGROUND_PIDS.add(proc.pid)
+
+    def outcome(item: pytest.Item) -> tuple[str, str]:
+        """(passed | failed | skipped | missing, detail) of ``item`` in the child's JUnit file."""
+        if proc.poll() is None:
+            try:
+                proc.wait(timeout=BACKGROUND_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                stop()
+                return "failed", f"the background pytest ran over {BACKGROUND_TIMEOUT_S:g} s here and was stopped"
+        if not junit.exists():
+            return "failed", f"the background pytest exited {proc.returncode} without a JUnit file"
+        module, _, name = item.nodeid.partition("::")
+        classname = module.removesuffix(".py").replace("/", ".")
+        for case in ET.parse(junit).iter("testcase"):
+            if case.get("classname") == classname and case.get("name") == name:
+                bad = case.find("failure") if case.find("failure") is not None else case.find("error")
+                if bad is not None:
+                    return "failed", f"{bad.get('message', '')}\n{bad.text or ''}"
+                skipped = case.find("skipped")
+                return ("skipped", skipped.get("message", "")) if skipped is not None else ("passed", "")
+        return "missing", ""
+
+    def report(item: pytest.Item) -> None:
+        status, detail = outcome(item)
+        if status == "skipped":
+            pytest.skip(f"(in the background pytest) {detail}")
+        if status != "passed":
+            output = log.read_text(errors="replace")
+            pytest.fail(f"{item.nodeid}: {status} in the background pytest (exit {proc.returncode}; output "
+                        f"{log}):\n{detail[-6000:] or output[-6000:]}", pytrace=False)
+
+    def stop() -> None:
+        """Ctrl-C first (pytest then stops the clusters its tests started), the whole group if that hangs."""
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+    for item in items:
+        item.setup = lambda: None  # type: ignore[method-assign]  # its fixtures are the child's
+        item.runtest = (lambda i=item: report(i))  # type: ignore[method-assign]
+    config.add_cleanup(stop)

@@ -1,6 +1,7 @@
 """The chaos harness on the checkpoint backend: the same load, faults and checkers, with Temporal-only
 checkers reported as not applicable (never as a pass)."""
 
+
 from __future__ import annotations
 
 import json
@@ -10,6 +11,8 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+
+import pytest
 
 from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult, compose
 from chaos.client import Workload
@@ -27,6 +30,7 @@ def test_not_applicable_checks_count_neither_way() -> None:
     assert compose([na]) == UNKNOWN  # nothing that applies was checked: never a pass
 
 
+@pytest.mark.background  # mostly waiting on kills: alongside the other tests (conftest)
 async def test_a_worker_kill_on_the_checkpoint_backend_loses_nothing(tmp_path: Path) -> None:
     scenario = replace(SCENARIOS["kill_mid_turn"],
                        events=(NemesisEvent(0.5, "kill_worker", {"when": "busy", "activity": "model", "down_s": 0.5}),),

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from harness.verdict import PASS
 from chaos.client import Workload
 from chaos.generator import NemesisEvent
@@ -20,6 +22,7 @@ from chaos.runner import run
 from chaos.scenarios import ChaosScenario
 
 
+@pytest.mark.background  # 78 s, nearly all of it waiting out the partition: alongside the other tests (conftest)
 async def test_a_partition_longer_than_a_minute_loses_nothing(tmp_path: Path) -> None:
     scenario = ChaosScenario(
         "long_partition", "worker<->Temporal refused for 65 s",
