@@ -407,11 +407,15 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--junit", type=Path, metavar="PATH",
                        help=f"the JUnit XML, one testcase per run (default: {where}{junit})")
 
-    def backend_options(p: argparse.ArgumentParser) -> None:
+    def placement_options(p: argparse.ArgumentParser) -> None:
         add_renamed(p, "--placement", "--backend", choices=("process", "docker"), default="process",
-                    help="where workers run: local processes (default) or Docker containers (needs an engine)")
+                    help="where workers run: local processes (default) or Docker containers (needs an engine; "
+                         "the checkpoint backend's workers stay processes)")
         p.add_argument("--image", help="--placement docker: an image with the worker installed (default: dah-worker, "
                                        "built from this checkout and this machine's files: python -m testbed.images)")
+
+    def backend_options(p: argparse.ArgumentParser) -> None:
+        placement_options(p)
         p.add_argument("--timeouts", type=_timeouts, default=[DEFAULT_TIMEOUTS], metavar="PROFILE[,PROFILE]",
                        help="how fast the agent notices a dead worker (Temporal backend): "
                             + "; ".join(f"{t.name}: {t.description}" for t in TIMEOUTS.values())
@@ -436,6 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=_seeds, metavar="SEEDS",
                    help="run every scenario on each of these seeds (e.g. 1-3; default: --seed)")
     ci_options(p, "suite")
+    placement_options(p)
     cluster(p)
     p = sub.add_parser("soak", help="one scenario over many seeds, one after another; the verdict distribution; "
                                     "exit 1 unless every seed passed")

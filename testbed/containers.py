@@ -224,6 +224,13 @@ class DockerWorker:
             time.sleep(0.05)
         log.info("worker %s killed (container %s: %s)", self.identity, self.container_id[:12], self.status)
 
+    def terminate(self) -> None:
+        """SIGTERM, as ``docker stop`` sends first: a graceful stop (the reference worker drains); returns at once,
+        the container exits when its process does. A no-op unless it is running."""
+        if self.status == "running":
+            self._container.kill(signal="SIGTERM")
+            log.info("worker %s signalled SIGTERM", self.identity)
+
     def pause(self) -> None:
         """Freeze every process of the container (cgroup freezer); a no-op unless it is running."""
         if self.status == "running":
@@ -429,6 +436,9 @@ class ContainerWorker:
 
     def kill(self) -> None:
         self.worker.kill()
+
+    def terminate(self) -> None:
+        self.worker.terminate()
 
     def pause(self) -> None:
         self.worker.pause()

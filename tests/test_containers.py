@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -260,6 +261,20 @@ def test_kill_leaves_a_dead_container(backend: ContainerPool, image: str) -> Non
         assert not w.alive and w.status == "exited"
         assert "READY" in w.output()  # a killed worker's logs stay readable
         w.kill()  # killing the dead is a no-op
+
+
+@needs_engine
+@pytest.mark.slow
+def test_terminate_is_a_graceful_stop_the_worker_exits_by_itself(backend: ContainerPool, image: str) -> None:
+    with backend.worker(image=image, command=READY_COMMAND, task_queue="q") as w:
+        w.terminate()  # the drain nemesis's SIGTERM: the process's own handler exits 0
+        deadline = time.monotonic() + 20
+        while w.alive and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not w.alive and w.status == "exited"
+        w._container.reload()
+        assert w._container.attrs["State"]["ExitCode"] == 0
+        w.terminate()  # no longer running: a no-op
 
 
 @needs_engine

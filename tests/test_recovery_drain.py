@@ -143,6 +143,12 @@ def test_the_drain_checker_passes_only_what_finished_in_place() -> None:
     assert drain.check(_Data(drain_ops(), [execution("w1-1", T0 + 9.0, T0 + 9.5)])).verdict == UNKNOWN  # idle
     assert drain.check(_Data(drain_ops(), [])).verdict == UNKNOWN  # no ledger: cannot tell
     assert drain.check(_Data(kill_ops(T0 + 10.0, None), finished)).verdict == NOT_APPLICABLE
+    # a drain the nemesis could not carry out (it raised: no completion recorded): nothing seen, so not a pass,
+    # and not a failure of the agent either; with a recorded drain that failed, the failure wins
+    unrecorded = [op(5, "nemesis", "invoke", "drain_worker", T0 + 20.0)]
+    result = drain.check(_Data(drain_ops() + unrecorded, finished))
+    assert result.verdict == UNKNOWN and "did not record whom it signalled" in result.summary
+    assert drain.check(_Data(drain_ops() + unrecorded, retried)).verdict == FAIL
 
 
 def test_the_timeouts_profiles_reach_the_agent_config() -> None:
