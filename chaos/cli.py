@@ -41,8 +41,6 @@ COLUMNS = [("scenario", 28), ("faults", 7), ("ok", 4), ("fail", 5), ("info", 5),
 TIMEOUTS_SEPARATOR = "~"
 #: a scenario's twin on the checkpoint backend is SCENARIO@checkpoint (@journal: its old name)
 CHECKPOINT_SUFFIX, OLD_SUFFIX = "@checkpoint", "@journal"
-#: a scenario's row when its cluster cannot have its faults (a server restart of an external cluster): not run
-SKIPPED = "skipped"
 
 
 def table(rows: list[dict[str, Any]], with_seed: bool = False) -> str:
@@ -69,6 +67,7 @@ async def _run_many(items: list[tuple[str, Any, Any, int]], out: Path, parallel:
     A scenario whose run raises (a worker dying at setup, a port clash, a harness bug) is recorded ``failed`` in
     its own run directory and shows as ``error`` in its row; the others go on. Ctrl-C (SIGTERM) stops them all;
     the record then says which runs were stopped and which never started."""
+    from chaos import ci
     from chaos.soak import PASS, format_seeds, run_captured
     from harness.rundir import stopped_status
 
@@ -119,7 +118,7 @@ async def _run_many(items: list[tuple[str, Any, Any, int]], out: Path, parallel:
     failed = [results[k] for k in keys if k in results and results[k].verdict != PASS]
     print()
     print(table([{**results[k].row, "seed": k[1]} if k in results else {"scenario": k[0], "seed": k[1],
-                                                                        "verdict": SKIPPED} for k in keys],
+                                                                        "verdict": ci.SKIPPED} for k in keys],
                 with_seed=len(seeds) > 1))
     print(f"\n{len(keys)} scenario(s) in {time.monotonic() - start:.0f}s (seed{'s' if len(seeds) > 1 else ''} "
           f"{format_seeds(seeds)}); {len(results) - len(failed)} passed, {len(failed)} not passed"
