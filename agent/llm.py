@@ -25,6 +25,7 @@ import json
 import os
 import re
 import socket
+import sys
 import threading
 import time
 import types
@@ -84,6 +85,7 @@ def resolve_model(model: str, scripted_base_url: str | None) -> ModelTarget:
 _loaded = threading.Event()
 _loader_lock = threading.Lock()
 _loader: threading.Thread | None = None
+_load_error: str | None = None
 
 
 def preload_in_background() -> None:
@@ -92,8 +94,14 @@ def preload_in_background() -> None:
     with _loader_lock:
         if _loader is None:
             def load() -> None:
+                global _load_error
                 try:
                     preload()
+                except Exception as e:  # the first model call imports what is left, on the event loop
+                    _load_error = f"{type(e).__name__}: {e}"
+                    print(f"the model client's preload failed ({_load_error}); the first model call will import "
+                          "the rest on the worker's event loop, holding up its heartbeats", file=sys.stderr,
+                          flush=True)
                 finally:
                     _loaded.set()
 
@@ -105,6 +113,11 @@ async def wait_loaded() -> None:
     preload_in_background()
     if not _loaded.is_set():
         await asyncio.to_thread(_loaded.wait)
+
+
+def load_error() -> str | None:
+    """Why the background preload failed (``Type: message``), or None: it succeeded or has not finished."""
+    return _load_error
 
 
 def preload() -> None:

@@ -62,6 +62,11 @@ class WorkerSettings:
     # Activity long polls open at once (the SDK's default 5). A frozen worker's open polls still take tasks (the server
     # hands them over; the frozen process never runs them): each costs a retry one heartbeat timeout later.
     activity_pollers: int = 5
+    # The longest the SDK holds back an activity's heartbeats (it sends at most one per 80% of the heartbeat
+    # timeout, capped by this). At the SDK's cap of 60 s, a 1.5 s heartbeat timeout (chaos's fast profile) leaves
+    # 0.3 s for a busy event loop or a CPU-starved container before the server gives the attempt to another
+    # worker (a model call paid twice); at 0.5 s it leaves 1 s. Each running activity then heartbeats <= 2/s.
+    heartbeat_throttle_s: float = 0.5
 
     def __post_init__(self) -> None:
         self.sandbox_root = Path(self.sandbox_root)
@@ -73,6 +78,8 @@ class WorkerSettings:
             raise ValueError(f"--activity-pollers {self.activity_pollers}: must be 1 or more")
         if not self.drain_timeout_s >= 0:
             raise ValueError(f"--drain-timeout {self.drain_timeout_s}: must be 0 seconds or more")
+        if not self.heartbeat_throttle_s > 0:
+            raise ValueError(f"--heartbeat-throttle {self.heartbeat_throttle_s}: must be more than 0 seconds")
 
     @property
     def resolved_ledger_path(self) -> Path:
@@ -147,6 +154,7 @@ def build_worker(client: Client, settings: WorkerSettings, ledger: EffectLedger)
         max_cached_workflows=settings.max_cached_workflows,
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.sticky_timeout_s),
         graceful_shutdown_timeout=timedelta(seconds=settings.drain_timeout_s),
+        max_heartbeat_throttle_interval=timedelta(seconds=settings.heartbeat_throttle_s),
         activity_task_poller_behavior=PollerBehaviorSimpleMaximum(maximum=settings.activity_pollers),
         **({} if settings.workflow_sandbox else {"workflow_runner": UnsandboxedWorkflowRunner()}),
     )

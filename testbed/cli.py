@@ -635,7 +635,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
             model_base_url=args.model_base_url, identity=args.identity or default_identity(),
             workflow=args.workflow, max_cached_workflows=args.max_cached_workflows,
             sticky_timeout_s=args.sticky_timeout, drain_timeout_s=0.0 if cancel_on_sigterm else args.drain_timeout,
-            activity_pollers=args.activity_pollers,
+            activity_pollers=args.activity_pollers, heartbeat_throttle_s=args.heartbeat_throttle,
         )
         load_workflow(settings.workflow)  # a bad --workflow is a usage error, before connecting
     except ValueError as exc:
@@ -673,7 +673,8 @@ async def cmd_worker(args: argparse.Namespace) -> int:
             from agent import llm
 
             await llm.wait_loaded()
-            print("WARM model client loaded", flush=True)  # supervisors may wait for this before sending load
+            failed = llm.load_error()  # supervisors may wait for this line before sending load
+            print("WARM model client loaded" + (f" (preload incomplete: {failed})" if failed else ""), flush=True)
 
         warm = asyncio.create_task(announce_warm())
         await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -882,6 +883,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--activity-pollers", type=int, default=5, metavar="N",
                    help="activity long polls open at once (default 5, the SDK's); a frozen worker's open polls "
                         "still take tasks, each then retried a heartbeat timeout later")
+    p.add_argument("--heartbeat-throttle", type=float, default=0.5, metavar="SECONDS",
+                   help="send an activity's heartbeats at least this often while it beats (default 0.5; the "
+                        "SDK's own cap is 60, which leaves a 1.5 s heartbeat timeout 0.3 s of slack)")
     add_model_latency(p, "--latency", default="0", default_text="0",
                       what="the response latency of the worker's own scripted model server")
     p.add_argument("--fault", action="append", default=[], help="fault of the worker's own scripted model server")

@@ -27,6 +27,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from agent.envs.docker_engine import connect
@@ -66,6 +67,8 @@ class DockerWorker:
     start_timeout_s: float = 60.0
     ready_line: str = "READY"
     client: Any = field(default=None, repr=False)  # a docker.DockerClient; connected on first use if None
+    # where each container's output is written when it is removed (``<identity>.log``, as a worker process's log)
+    log_dir: Path | None = None
     generation: int = field(default=0, init=False)
     container_ids: list[str] = field(default_factory=list, init=False)  # every container started, all generations
     _container: Any = field(default=None, init=False, repr=False)
@@ -284,6 +287,7 @@ class DockerWorker:
         from docker.errors import NotFound
 
         self._final_output = self.output()
+        self._save_log()
         try:
             self._container.remove(force=True)
             log.info("worker %s: container %s removed", self.identity, self._container.id[:12])
@@ -291,6 +295,16 @@ class DockerWorker:
             pass
         self._container = None
         self._partitioned = False
+
+    def _save_log(self) -> None:
+        """Keep the container's output beside the run's other logs: it is the evidence of what that worker did."""
+        if self.log_dir is None or not self._final_output:
+            return
+        try:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            (self.log_dir / f"{self.identity}.log").write_text(self._final_output)
+        except OSError as e:
+            log.warning("worker %s: could not write its log to %s (%s)", self.identity, self.log_dir, e)
 
     def forget_container(self) -> None:
         """Drop the handle on a container someone else removed (``ContainerPool.cleanup``)."""
@@ -337,9 +351,18 @@ class ContainerPool:
         ids = self.tracked_container_ids()
         if not ids:
             return 0
-        from docker.errors import NotFound
+        from docker.errors import DockerException, NotFound
 
         removed = 0
+        for w in self._workers:  # the current containers first, through their workers: their logs are kept
+            if w.container_id is None:
+                continue
+            try:
+                w._remove()
+                removed += 1
+            except DockerException as e:
+                log.warning("worker %s: could not remove its container (%s); removing by id", w.identity, e)
+
         for cid in ids:
             try:
                 container = self.client.containers.get(cid)

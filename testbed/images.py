@@ -260,28 +260,33 @@ def add_packages(rootfs: Rootfs, names: Iterable[str]) -> None:
 
 
 def distributions(roots: Iterable[str], skip: Iterable[str] = ()) -> dict[str, metadata.Distribution]:
-    """The installed distributions ``roots`` need at run time (no extras), transitively, by normalized name
-    (less ``skip`` and what only they need)."""
+    """The installed distributions ``roots`` need at run time, transitively, by normalized name (less ``skip``
+    and what only they need). A requirement's extras are followed (``pyjwt[crypto]`` brings ``cryptography``);
+    the roots' own optional extras are not."""
     from packaging.requirements import Requirement
 
     seen: dict[str, metadata.Distribution] = {}
+    done: dict[str, set[str]] = {}  # the extras each distribution's requirements were read for ("" = none)
     skipped = {_normalize(n) for n in skip}
-    todo = list(roots)
+    todo: list[tuple[str, frozenset[str]]] = [(name, frozenset()) for name in roots]
     while todo:
-        name = todo.pop()
+        name, extras = todo.pop()
         key = _normalize(name)
-        if key in seen or key in skipped:
+        wanted = {""} | {_normalize(e) for e in extras}
+        if key in skipped or wanted <= done.get(key, set()):
             continue
-        try:
-            dist = metadata.distribution(name)
-        except metadata.PackageNotFoundError as e:
-            raise ImageBuildError(f"{name} is required by {PROJECT} but not installed in {sys.prefix}; "
-                                  "run make venv (or pip install -e .)") from e
-        seen[key] = dist
-        for text in dist.requires or []:
+        if key not in seen:
+            try:
+                seen[key] = metadata.distribution(name)
+            except metadata.PackageNotFoundError as e:
+                raise ImageBuildError(f"{name} is required by {PROJECT} but not installed in {sys.prefix}; "
+                                      "run make venv (or pip install -e .)") from e
+        new = wanted - done.get(key, set())
+        done.setdefault(key, set()).update(new)
+        for text in seen[key].requires or []:
             req = Requirement(text)
-            if req.marker is None or req.marker.evaluate({"extra": ""}):
-                todo.append(req.name)
+            if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in new):
+                todo.append((req.name, frozenset(req.extras)))
     return seen
 
 

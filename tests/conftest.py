@@ -68,10 +68,12 @@ _BACKGROUND_PIDS: set[int] = set()  # the child pytest: its servers are its own,
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "background: a test that mostly waits (kills, partitions, timeouts). In a run with other tests, "
-                   "the background tests run one after another in one child pytest started at collection, alongside "
-                   "the others; their items, moved to the end, report the child's result for each (with the "
-                   "child's output on failure). Run on their own, they run here.")
+        "markers", "background: a long test that mostly waits on other processes (kills, partitions, timeouts, "
+                   "whole benchmark or CLI runs). In a run with other tests, the background tests run one after "
+                   "another in one child pytest started at collection, alongside the others (the two share the "
+                   "machine's cores: make test's wall time is the longer of the two); their items, moved to the "
+                   "end, report the child's result for each (with the child's output on failure). Run on their "
+                   "own, they run here.")
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:

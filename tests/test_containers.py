@@ -204,10 +204,12 @@ def test_the_worker_image_is_cached_and_holds_the_harness(image: str) -> None:
         assert images.worker_image() == image  # inputs unchanged: same tag
         assert client.images.get("dah-runtime:latest").id == runtime  # and nothing was rebuilt
         assert client.images.get(image).id == client.images.get("dah-worker:latest").id
-        # LiteLLM is found, not imported (5 s or more); the chaos run with --placement docker runs the whole worker.
-        out = client.containers.run(image, ["python", "-c", "import importlib.util, sys, temporalio.worker, "
-                                            "agent.workflow, testbed.worker_process; assert importlib.util."
-                                            "find_spec('litellm'); print(sys.version_info[:2])"], remove=True)
+        # The worker's model client loads whole (what its preload thread imports, ~5 s): a distribution missing
+        # from the image (one a requirement's extra brings, as pyjwt[crypto] brings cryptography) would make each
+        # container's first model call import on the event loop, starving its heartbeats.
+        out = client.containers.run(image, ["python", "-c", "import sys, temporalio.worker, agent.workflow, "
+                                            "testbed.worker_process; from agent import llm; llm.preload(); "
+                                            "print(sys.version_info[:2])"], remove=True)
         assert out.decode().strip() == str(sys.version_info[:2])  # the harness's own interpreter
         assert client.containers.run(image, ["sh", "-c", "echo shell ok"], remove=True) == b"shell ok\n"
     finally:

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import psutil
@@ -353,11 +354,11 @@ if ENGINE[0]:
 @pytest.fixture(scope="module")
 def docker_site() -> Iterator[str]:
     """The test site, served where a container on Docker's default bridge reaches this host: its gateway."""
-    from agent.envs.docker_engine import connect
+    from agent.envs.docker_engine import bridge_gateway, connect
 
     client = connect()
     try:
-        gateway = client.networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"]
+        gateway = bridge_gateway(client)
     finally:
         client.close()
     server = HTTPServer((gateway, 0), _Site)
@@ -532,3 +533,21 @@ async def _env_note(stack: Stack, wid: str, scheduled_event_id: int) -> str:
             if attrs.scheduled_event_id == scheduled_event_id:
                 return json.loads(attrs.result.payloads[0].data)["env_note"]
     return ""
+
+
+def test_the_bridge_gateway_is_read_from_ipam_or_from_the_subnet_when_the_engine_has_not_named_it_yet() -> None:
+    from types import SimpleNamespace
+
+    from agent.envs.docker_engine import DockerEngineUnavailable, bridge_gateway
+
+    def client(*configs: dict[str, str]) -> Any:
+        network = SimpleNamespace(attrs={"IPAM": {"Config": list(configs)}})
+        return SimpleNamespace(networks=SimpleNamespace(get=lambda name: network))
+
+    assert bridge_gateway(client({"Subnet": "172.17.0.0/16", "Gateway": "172.17.0.1"})) == "172.17.0.1"
+    # seen on an engine's first start: the bridge listed before its gateway is
+    assert bridge_gateway(client({"Subnet": "172.18.0.0/16"}), wait_s=0) == "172.18.0.1"
+    assert bridge_gateway(client({"Subnet": "fd00::/64", "Gateway": "fd00::1"}, {"Subnet": "10.9.0.0/24"}),
+                          wait_s=0) == "10.9.0.1"
+    with pytest.raises(DockerEngineUnavailable, match="no IPv4 gateway"):
+        bridge_gateway(client(), wait_s=0)

@@ -111,9 +111,11 @@ def test_a_server_restart_holds_what_was_scheduled_before_it_and_started_after()
 class _Data:
     """What the drain checker reads of a run (``RunData``'s surface)."""
 
-    def __init__(self, ops: list[Op], executions: list[dict[str, Any]], tasks: list[Task] = ()) -> None:
+    def __init__(self, ops: list[Op], executions: list[dict[str, Any]], tasks: list[Task] = (),
+                 activities: list[Any] = ()) -> None:
         self.ops, self._executions = ops, executions
-        self.event_histories = {"wf": [type("Run", (), {"workflow_tasks": list(tasks)})()]}
+        self.event_histories = {"wf": [type("Run", (), {"run_id": "r", "workflow_tasks": list(tasks),
+                                                        "activities": list(activities)})()]}
 
     def ledger_rows(self, table: str) -> list[dict[str, Any]]:
         return self._executions if table == "executions" else []
@@ -131,7 +133,15 @@ def test_the_drain_checker_passes_only_what_finished_in_place() -> None:
     assert drain.check(_Data(drain_ops(), finished)).verdict == PASS
     retried = [execution("w1-1", T0 + 9.8, None), execution("w2-1", T0 + 11.7, T0 + 12.0, attempt=2)]
     result = drain.check(_Data(drain_ops(), retried))
-    assert result.verdict == FAIL and "re-executed" in result.summary
+    assert result.verdict == FAIL and "re-executed" in result.summary and "server's" not in result.summary
+    # the history says why the server started attempt 2: a heartbeat that came late, named with what can cause it
+    from harness.event_history import ActivityRecord
+
+    late_beat = ActivityRecord("1", "t", 5, attempts=2, outcome="completed", failure="activity Heartbeat timeout")
+    result = drain.check(_Data(drain_ops(), retried, activities=[late_beat]))
+    assert result.verdict == FAIL
+    assert "(attempt 2 on w2-1, after the server's 'activity Heartbeat timeout'): re-executed" in result.summary
+    assert "a worker short of CPU" in result.summary
     abandoned = [Task("timed_out", at(9.9), at(9.95), at(11.0), identity="w1-1")]
     assert drain.check(_Data(drain_ops(), finished, abandoned)).verdict == FAIL
     # handed to the worker 12 ms after its SIGTERM, then dropped by the SDK's shutdown: shown, not the drain's fault
@@ -160,6 +170,7 @@ def test_the_timeouts_profiles_reach_the_agent_config() -> None:
         chaos_agent_config("nonsense")
 
 
+@pytest.mark.background  # mostly waiting on drains: in the second pytest (conftest)
 async def test_a_drained_worker_hands_back_nothing_and_one_that_cancels_is_caught(tmp_path: Path) -> None:
     """On a real cluster: SIGTERM mid model call. The reference worker drains (the drain checker passes); the
     same worker built to cancel on SIGTERM (the SDK's default) has its model call re-executed (it fails)."""
@@ -207,4 +218,6 @@ def test_worker_settings_refuse_a_negative_drain_and_no_activity_poller(tmp_path
         WorkerSettings.in_state_dir(tmp_path, drain_timeout_s=-1.0)
     with pytest.raises(ValueError, match="--activity-pollers"):
         WorkerSettings.in_state_dir(tmp_path, activity_pollers=0)
+    with pytest.raises(ValueError, match="--heartbeat-throttle"):
+        WorkerSettings.in_state_dir(tmp_path, heartbeat_throttle_s=0.0)
     assert WorkerSettings.in_state_dir(tmp_path).drain_timeout_s == 30.0  # drains by default

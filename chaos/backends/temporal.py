@@ -100,7 +100,7 @@ class ReferenceOnTemporal(Backend):
         worker = pool.worker(image=self.image, command=command, task_queue=task_queue, network="host",
                              identity_prefix=name, ready_line=self.target.ready_line,
                              start_timeout_s=self.target.ready_timeout_s, environment=self.worker_env(values, at),
-                             volumes={state: state})
+                             volumes={state: state}, log_dir=run.logs)
         return ContainerWorker(worker, faults, warm_line=self.target.warm_line)
 
     def make_driver(self, stack: Stack, history: History, scenario: ChaosScenario, seed: int) -> Any:

@@ -34,6 +34,7 @@ def check(data: RunData) -> CheckResult:
     unrecorded: list[str] = []  # drains the nemesis could not carry out or record: nothing seen, nothing claimed
     rows: list[dict[str, Any]] = []
     dropped: list[dict[str, Any]] = []
+    heartbeat_timeouts = 0  # re-executions the server started because a heartbeat was late
     for inv, done in drains:
         v = done.value if done is not None and isinstance(done.value, dict) else None
         if not v or not v.get("identity") or v.get("signalled_at") is None:
@@ -52,8 +53,12 @@ def check(data: RunData) -> CheckResult:
                 problems.append(f"{identity} never finished {what} (in flight at SIGTERM)")
             retried = run_again(executions, e, e["started_at"])
             if retried:
+                cause = _retry_cause(data, e)
                 problems.append(f"{what}, in flight on {identity} at SIGTERM, ran again (attempt "
-                                f"{retried[0]['attempt']} on {retried[0]['worker']}): re-executed")
+                                f"{retried[0]['attempt']} on {retried[0]['worker']}"
+                                + (f", after the server's {cause!r}" if cause else "") + "): re-executed")
+                if cause and "heartbeat" in cause.lower():
+                    heartbeat_timeouts += 1
         timed_out = [(wid, t) for wid, chain in data.event_histories.items() for run in chain
                      for t in run.workflow_tasks if t.identity == identity and t.outcome == "timed_out"
                      and t.closed_at is not None and t.closed_at.timestamp() > at]
@@ -70,8 +75,12 @@ def check(data: RunData) -> CheckResult:
                      "dropped_after_signal": len(late)})
     details = {"drains": rows, "problems": problems, "unrecorded": unrecorded, "dropped_after_signal": dropped}
     if problems:
+        hint = (" (the server retried an attempt whose heartbeat came late: a drain that stops heartbeating "
+                "does that, and so does a worker short of CPU, e.g. a container on a loaded machine; the worker's "
+                "log in logs/ and the --timeouts profile's heartbeat timeout help tell which)"
+                ) if heartbeat_timeouts else ""
         return CheckResult("drain", FAIL, "; ".join(problems[:5]) + (f" (+{len(problems) - 5} more)"
-                                                                      if len(problems) > 5 else ""), details)
+                                                                      if len(problems) > 5 else "") + hint, details)
     if unrecorded:
         return CheckResult("drain", UNKNOWN, "; ".join(unrecorded[:3]) + " (see the nemesis_error operations): "
                            "what those workers ran was not checked", details)
@@ -85,3 +94,16 @@ def check(data: RunData) -> CheckResult:
             ) if dropped else ""
     return CheckResult("drain", PASS, f"{len(rows)} drain(s): the {n} attempt(s) in flight at SIGTERM finished on "
                                       "the drained worker, none re-executed; each worker exited 0" + note, details)
+
+
+def _retry_cause(data: RunData, e: dict[str, Any]) -> str | None:
+    """Why the server started the attempt after ``e``, as the event history says: the failure it recorded for the
+    attempt before its last (``activity Heartbeat timeout``, ``activity StartToClose timeout``, an error message),
+    when the activity's last attempt is the one right after ``e``; None when the history does not say."""
+    for run in data.event_histories.get(e["workflow_id"], []):
+        if run.run_id != e["run_id"]:
+            continue
+        for a in run.activities:
+            if a.activity_id == str(e["activity_id"]) and a.attempts == int(e["attempt"]) + 1 and a.failure:
+                return a.failure
+    return None
