@@ -23,14 +23,16 @@ id), never anything matched by name.
 from __future__ import annotations
 
 import logging
+import os
 import re
+import signal
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.envs.docker_engine import connect
+from agent.envs.docker_engine import connect, docker_host
 from harness.faults import ENV_BUGS, ENV_CRASH_AT, ENV_MUTATIONS, NO_FAULTS, AgentFaults
 from testbed.worker_process import WorkerStartError
 
@@ -74,6 +76,7 @@ class DockerWorker:
     _container: Any = field(default=None, init=False, repr=False)
     _partitioned: bool = field(default=False, init=False, repr=False)
     _final_output: str = field(default="", init=False, repr=False)  # logs of the last removed container
+    _stopped: list[int] = field(default_factory=list, init=False, repr=False)  # host pids SIGSTOPped by pause
 
     @property
     def identity(self) -> str:
@@ -98,8 +101,50 @@ class DockerWorker:
 
     @property
     def alive(self) -> bool:
-        """Running or paused (a paused worker is frozen, not dead, like a SIGSTOPped process)."""
+        """Running or paused (a paused worker is frozen, not dead, like a SIGSTOPped process). Asked of this host's
+        process table where the engine is local (no API round trip: the aimed faults ask it just before they
+        freeze a worker); of the engine otherwise."""
+        pid = self._local_pid()
+        if pid is not None:
+            import psutil
+
+            try:
+                return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+            except psutil.Error:
+                return False
         return self.status in ("running", "paused")
+
+    def exit_code(self, wait_s: float = 5.0) -> int | None:
+        """The exit code of the current container, once the engine has recorded its exit (its process can be gone
+        from this host a moment before); None if it is still running after ``wait_s`` or is gone."""
+        if self._container is None:
+            return None
+        try:
+            deadline = time.monotonic() + wait_s
+            while True:
+                self._container.reload()
+                state = self._container.attrs.get("State", {})
+                if state.get("Status") not in ("running", "paused"):
+                    return state.get("ExitCode")
+                if time.monotonic() > deadline:
+                    return None
+                time.sleep(0.05)
+        except Exception:  # the container is gone: its code is unknown
+            return None
+
+    def _local_pid(self) -> int | None:
+        """The container's init as this host sees it, when the engine is local and this is root; else None."""
+        if self._container is None or os.geteuid() != 0 or not docker_host().startswith("unix://"):
+            return None
+        if not self._container.attrs.get("State", {}).get("Pid"):
+            from docker.errors import NotFound
+
+            try:
+                self._container.reload()
+            except NotFound:
+                return None
+        pid = self._container.attrs.get("State", {}).get("Pid")
+        return int(pid) if pid else None
 
     @property
     def partitioned(self) -> bool:
@@ -186,7 +231,7 @@ class DockerWorker:
                 log.info("worker %s ready (container %s)", self.identity, self._container.id[:12])
                 return self
             if not self.alive:
-                code = self._container.attrs.get("State", {}).get("ExitCode")
+                code = self.exit_code()
                 self._remove()
                 raise WorkerStartError(f"worker {self.identity} exited with {code}: {text[-2000:]}")
             time.sleep(0.1)
@@ -225,6 +270,7 @@ class DockerWorker:
         deadline = time.monotonic() + 10.0
         while self.alive and time.monotonic() < deadline:
             time.sleep(0.05)
+        self._stopped = []  # SIGKILL ends stopped processes too
         log.info("worker %s killed (container %s: %s)", self.identity, self.container_id[:12], self.status)
 
     def terminate(self) -> None:
@@ -235,16 +281,63 @@ class DockerWorker:
             log.info("worker %s signalled SIGTERM", self.identity)
 
     def pause(self) -> None:
-        """Freeze every process of the container (cgroup freezer); a no-op unless it is running."""
-        if self.status == "running":
+        """Freeze every process of the container; a no-op unless it is running. Where the engine runs on this
+        host and this process may signal the container's processes (root), SIGSTOP to each of them from here, as
+        a process worker is frozen, at once; otherwise the engine's cgroup freezer (``docker pause``), which
+        takes an API round trip or two (tens of milliseconds) and can miss a short tool call."""
+        if self._stopped:
+            return
+        pids = self._host_processes()
+        if pids:
+            stopped = []
+            for pid in pids:  # the container's init first: it cannot start a process it has not started yet
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped.append(pid)
+                except ProcessLookupError:
+                    pass
+            self._stopped = stopped
+            log.info("worker %s paused (SIGSTOP to %d process(es))", self.identity, len(stopped))
+        elif self.status == "running":
             self._container.pause()
             log.info("worker %s paused", self.identity)
 
     def resume(self) -> None:
         """Thaw a paused container; a no-op if it is not paused."""
-        if self.status == "paused":
+        if self._stopped:
+            for pid in self._stopped:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+            self._stopped = []
+            log.info("worker %s resumed (SIGCONT)", self.identity)
+        elif self.status == "paused":
             self._container.unpause()
             log.info("worker %s resumed", self.identity)
+
+    @property
+    def frozen(self) -> bool:
+        """Paused by ``pause``: SIGSTOPped from here, or frozen by the engine."""
+        return bool(self._stopped) or self.status == "paused"
+
+    def _host_processes(self) -> list[int]:
+        """The container's processes as this host sees them (its init first), when the engine is local and this
+        process may signal them; [] otherwise (a remote or rootless engine: the engine freezes them instead)."""
+        import psutil
+
+        try:
+            pid = self._local_pid()
+            if pid is None:
+                return []
+            init = psutil.Process(pid)
+            if init.status() == psutil.STATUS_ZOMBIE:
+                return []
+            return [init.pid, *(c.pid for c in init.children(recursive=True))]
+        except (psutil.Error, OSError, ValueError) as e:
+            log.info("worker %s: cannot signal its processes from here (%s); using the engine's freezer",
+                     self.identity, e)
+            return []
 
     def disconnect_network(self) -> None:
         """Partition: take the container off ``network`` (its only network), so it reaches nothing."""
@@ -295,6 +388,7 @@ class DockerWorker:
             pass
         self._container = None
         self._partitioned = False
+        self._stopped = []
 
     def _save_log(self) -> None:
         """Keep the container's output beside the run's other logs: it is the evidence of what that worker did."""
@@ -426,11 +520,7 @@ class ContainerWorker:
     def returncode(self) -> int | None:
         if self.worker.alive or self.worker._container is None:
             return None
-        try:
-            self.worker._container.reload()
-            return self.worker._container.attrs.get("State", {}).get("ExitCode")
-        except Exception:  # the container is gone: its code is unknown
-            return None
+        return self.worker.exit_code()
 
     def start(self, *, faults: AgentFaults | None = None) -> ContainerWorker:
         if faults is not None:

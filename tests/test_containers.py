@@ -282,15 +282,27 @@ def test_terminate_is_a_graceful_stop_the_worker_exits_by_itself(backend: Contai
 @needs_engine
 @pytest.mark.slow
 def test_pause_and_resume(backend: ContainerPool, image: str) -> None:
+    import psutil
+
     with backend.worker(image=image, command=READY_COMMAND, task_queue="q") as w:
         w.pause()
-        assert w.status == "paused" and w.alive
+        assert w.frozen and w.alive
+        if os.geteuid() == 0:  # a local engine and root: SIGSTOP from here, at once, as a process worker's
+            assert w._stopped and all(psutil.Process(p).status() == psutil.STATUS_STOPPED for p in w._stopped)
+        else:
+            assert w.status == "paused"
         w.resume()
-        assert w.status == "running"
+        assert not w.frozen and w.status == "running"
         w.resume()  # not paused: a no-op
         w.pause()
         w.kill()  # a paused worker can be killed
         assert not w.alive
+    with backend.worker(image=image, command=READY_COMMAND, task_queue="q") as w:
+        w._host_processes = lambda: []  # a remote or rootless engine: its cgroup freezer
+        w.pause()
+        assert w.status == "paused" and w.frozen and w.alive
+        w.resume()
+        assert w.status == "running" and not w.frozen
 
 
 @needs_engine
