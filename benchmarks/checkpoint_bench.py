@@ -63,7 +63,9 @@ def _floor(directory: Path, n: int) -> dict[str, Any]:
             f.flush()
             os.fsync(f.fileno())
             raw.append((time.perf_counter() - t0) * 1000)
-    return {"sqlite_commit_fsync_ms": summarise(commits), "write_fsync_ms": summarise(raw)}
+    return {"sqlite_commit_fsync_ms": summarise(commits), "write_fsync_ms": summarise(raw),
+            "raw_ms": {"sqlite_commit_fsync_ms": [round(v, 4) for v in commits],
+                       "write_fsync_ms": [round(v, 4) for v in raw]}}
 
 
 async def _checkpoint_steps(store: Any, n: int) -> list[float]:
@@ -176,14 +178,18 @@ async def checkpoint(bench: Any) -> dict[str, Any]:
         per_turn = {name: summarise(values) for name, values in turns.items()}
         for name, s in per_turn.items():
             bench.say(f"  turn {name:<30} p50 {s['p50']:8.1f} ms  mean {s['mean']:8.1f}")
+    # Each point carries its samples (samples_ms): the report's confidence intervals are computed from them.
+    raw_floor = floor.pop("raw_ms")
     points = [{"measure": "floor", "backend": name, "n": stats["n"], "p50_ms": stats["p50"], "mean_ms": stats["mean"],
-               "p95_ms": stats["p95"], "vs_floor": stats["p50"] / floor_p50}
-              for name, stats in (("fsync'd SQLite commit", floor["sqlite_commit_fsync_ms"]),
-                                  ("write + fsync", floor["write_fsync_ms"]))]
+               "p95_ms": stats["p95"], "vs_floor": stats["p50"] / floor_p50, "samples_ms": raw_floor[key]}
+              for name, key, stats in (("fsync'd SQLite commit", "sqlite_commit_fsync_ms",
+                                        floor["sqlite_commit_fsync_ms"]),
+                                       ("write + fsync", "write_fsync_ms", floor["write_fsync_ms"]))]
     points += [{"measure": "step", "backend": name, "n": st["n"], "p50_ms": st["p50"], "mean_ms": st["mean"],
-                "p95_ms": st["p95"], "vs_floor": st["p50"] / floor_p50} for name, st in per_step.items()]
+                "p95_ms": st["p95"], "vs_floor": st["p50"] / floor_p50,
+                "samples_ms": [round(v, 4) for v in steps[name]]} for name, st in per_step.items()]
     points += [{"measure": "turn", "backend": name, "n": st["n"], "p50_ms": st["p50"], "mean_ms": st["mean"],
-                "p95_ms": st["p95"], "vs_floor": None} for name, st in per_turn.items()]
+                "p95_ms": st["p95"], "vs_floor": None, "samples_ms": turns[name]} for name, st in per_turn.items()]
     result = {
         "points": points,
         "floor": floor, "n_steps": n_steps, "n_turns": n_turns, "prompt": PROMPT,

@@ -462,15 +462,42 @@ def recovery(points: list[dict[str, Any]]) -> Table | None:
 
 
 def checkpoint(points: list[dict[str, Any]]) -> Table | None:
-    cols = ["measure", "backend", "n", "p50_ms", "mean_ms", "p95_ms", "vs_floor"]
+    """One row per point; the p50 and the mean with their bootstrap 95 % intervals where the run saved the
+    samples (``samples_ms``; runs before it: the points alone)."""
     if not points:
         return None
-    df = pd.DataFrame([{c: p.get(c) for c in cols} for p in points], columns=cols)
+    rows = []
+    for p in points:
+        x = np.asarray(p.get("samples_ms") or [], dtype=float)
+        row = {c: p.get(c) for c in ("measure", "backend", "n")}
+        for name, statistic, key in (("p50", "median", "p50_ms"), ("mean", "mean", "mean_ms")):
+            point = _num_or_nan(p.get(key))
+            row[key] = point
+            row.update(_ci_columns(x, name, statistic, point) if x.size else
+                       {f"{name} CI low": math.nan, f"{name} CI high": math.nan,
+                        f"{name} [95% CI]": with_ci(point, (math.nan, math.nan), ".3f")})
+        row["p95_ms"], row["vs_floor"] = _num_or_nan(p.get("p95_ms")), _num_or_nan(p.get("vs_floor"))
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    for name in ("p50", "mean"):  # three decimals: a step is a fraction of a millisecond
+        df[f"{name} [95% CI]"] = [with_ci(pt, (lo, hi), ".3f") for pt, lo, hi in
+                                  zip(df[f"{name}_ms"], df[f"{name} CI low"], df[f"{name} CI high"])]
+    cols = ["measure", "backend", "n", "p50 [95% CI]", "mean [95% CI]", "p95_ms", "vs_floor",
+            "p50_ms", "p50 CI low", "p50 CI high", "mean_ms", "mean CI low", "mean CI high"]
     return Table("checkpoint", "The checkpoint backend against the plain loop and Temporal, in one run. floor: one "
                  "fsync'd SQLite commit (WAL, synchronous=FULL, one-row insert) and a raw write + fsync; step: a "
                  "no-op checkpointed step (vs_floor = p50 / the SQLite floor); turn: one prompt answered by the "
-                 "reference agent (model, calculator, model; scripted model, no added latency).", df,
-                 {"n": "d", "p50_ms": ".3f", "mean_ms": ".3f", "p95_ms": ".3f", "vs_floor": ".2f"})
+                 "reference agent (model, calculator, model; scripted model, no added latency). Bootstrap 95 % "
+                 "intervals of the p50 and the mean.", df[cols],
+                 {"n": "d", "p50 [95% CI]": "", "mean [95% CI]": "", "p95_ms": ".3f", "vs_floor": ".2f",
+                  "p50_ms": ".3f", "mean_ms": ".3f"},
+                 hide=("p50_ms", "p50 CI low", "p50 CI high", "mean_ms", "mean CI low", "mean CI high"),
+                 display=("p50 [95% CI]", "mean [95% CI]"),
+                 headers={"p50 [95% CI]": "p50 (ms) [95% CI]", "mean [95% CI]": "mean (ms) [95% CI]",
+                          "p95_ms": "p95 (ms)"},
+                 tex_headers={"p50 [95% CI]": "p50 (ms)\n[95% CI]", "mean [95% CI]": "mean (ms)\n[95% CI]",
+                              "p95_ms": "p95 (ms)", "vs_floor": "vs floor"},
+                 wide=True)
 
 
 def recovery_waits(point: dict[str, Any]) -> dict[str, float]:

@@ -102,7 +102,10 @@ def write_bench(run: Path, *, status="complete", files=None, started="2026-11-22
                                                "rss_max_mb": 160.0, "samples": 40}}}},
         "checkpoint_backend": {"points": [
             {"measure": m, "backend": b, "n": 300, "p50_ms": p50, "mean_ms": p50 * 1.1, "p95_ms": p50 * 2,
-             "vs_floor": None if m == "turn" else p50 / 0.3}
+             "vs_floor": None if m == "turn" else p50 / 0.3,
+             # the samples the report's intervals come from (one point without: a run from before they were kept)
+             **({} if m == "turn" else {"samples_ms": [p50 * (0.8 + 0.4 * ((i * 37) % 100) / 100)
+                                                        for i in range(300)]})}
             for m, b, p50 in [("floor", "fsync'd SQLite commit", 0.3), ("step", "checkpoint (sqlite)", 0.55),
                               ("step", "temporal (activity per step)", 19.0), ("turn", "checkpoint (sqlite)", 25.0)]]},
         "micro": {"machine_info": {"python_version": "3.11.9", "cpu": {"brand_raw": "Test CPU"}},
@@ -584,3 +587,15 @@ def test_resources_of_each_section_come_from_the_newest_run_that_measured_it(tmp
     assert res[(res["section"] == "throughput")]["cpu_mean_pct"].tolist() == [60.0]
     md = (out / "report.md").read_text()
     assert f"Also from `{old}` (started 2026-11-22T10:00:00Z, profile quick): the samples of throughput. **Quick profile**: not for citation." in md
+
+
+def test_the_checkpoint_table_gives_intervals_from_the_saved_samples_and_the_points_alone_without(built) -> None:
+    import csv
+
+    rows = {(r["measure"], r["backend"]): r for r in csv.DictReader((built["out"] / "checkpoint.csv").open())}
+    step = rows[("step", "checkpoint (sqlite)")]
+    lo, hi = float(step["p50 CI low"]), float(step["p50 CI high"])
+    assert lo < float(step["p50_ms"]) < hi and float(step["mean CI low"]) < float(step["mean CI high"])
+    turn = rows[("turn", "checkpoint (sqlite)")]
+    assert turn["p50 CI low"] in ("", "nan") and float(turn["p50_ms"]) == 25.0  # no samples: no interval
+    assert "p50 (ms) [95% CI]" in built["md"] and "0.550 [" in built["md"]
