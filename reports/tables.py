@@ -438,7 +438,9 @@ def throughput(points: list[dict[str, Any]]) -> Table | None:
         return None
     df = pd.DataFrame([{c: p.get(c) for c in cols} for p in points], columns=cols)
     df = df.sort_values(["workers", "conversations"], kind="stable").reset_index(drop=True)
-    return Table("throughput", "Throughput: turns per second against concurrent conversations and worker processes.",
+    return Table("throughput", "Throughput: turns per second against concurrent conversations and worker processes. "
+                 "Each row is one measurement (turns over one wall-clock window), so it has no confidence "
+                 "interval; repeat the run to see its spread.",
                  df, {"workers": "d", "conversations": "d", "turns_per_conversation": "d", "turns": "d",
                       "wall_s": ".1f", "turns_per_s": ".1f", "p50_ms": MS, "p95_ms": MS, "errors": "d"})
 

@@ -297,6 +297,7 @@ class DockerWorker:
                 except ProcessLookupError:
                     pass
             self._stopped = stopped
+            self._wait_stopped(stopped)
             log.info("worker %s paused (SIGSTOP to %d process(es))", self.identity, len(stopped))
         elif self.status == "running":
             self._container.pause()
@@ -315,6 +316,22 @@ class DockerWorker:
         elif self.status == "paused":
             self._container.unpause()
             log.info("worker %s resumed", self.identity)
+
+    @staticmethod
+    def _wait_stopped(pids: list[int], timeout_s: float = 0.5) -> None:
+        """Until the kernel shows each process stopped (a signal is delivered asynchronously: microseconds, more
+        on a loaded machine), so that what the caller reads next is read of a frozen worker."""
+        import psutil
+
+        deadline = time.monotonic() + timeout_s
+        for pid in pids:
+            while time.monotonic() < deadline:
+                try:
+                    if psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE):
+                        break
+                except psutil.Error:
+                    break
+                time.sleep(0.0005)
 
     @property
     def frozen(self) -> bool:
