@@ -231,7 +231,8 @@ class DockerWorker:
                 log.info("worker %s ready (container %s)", self.identity, self._container.id[:12])
                 return self
             if not self.alive:
-                code = self.exit_code()
+                code = self.exit_code()  # once the engine has recorded the exit, it has all of the output too
+                text = self.output()
                 self._remove()
                 raise WorkerStartError(f"worker {self.identity} exited with {code}: {text[-2000:]}")
             time.sleep(0.1)
@@ -556,8 +557,9 @@ class ContainerWorker:
         while time.monotonic() < deadline:
             if text in self.worker.output():
                 return True
-            if not self.worker.alive:
-                return False
+            if not self.worker.alive:  # gone: its last words, once the engine has recorded the exit
+                self.worker.exit_code()
+                return text in self.worker.output()
             time.sleep(0.1)
         return False
 
