@@ -51,12 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
                     "saved benchmark, chaos and migration-fuzz run directories. Uses the saved files only: no "
                     "Temporal server, no network.",
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=OUTPUTS)
-    p.add_argument("--runs", type=Path, nargs="+", default=[Path("runs")], metavar="DIR",
-                   help="directories holding saved runs, e.g. one per CI machine (default: runs)")
+    p.add_argument("--runs", type=Path, nargs="+", action="extend", default=None, metavar="DIR",
+                   help="directories holding saved runs, e.g. one per CI machine; repeat it or name several "
+                        "(default: runs)")
     p.add_argument("--out", type=Path, default=Path("reports/out"), metavar="DIR",
                    help="where to write the report (default: reports/out); only files a previous report wrote "
                         "there are replaced or removed")
-    p.add_argument("--bench", type=Path, nargs="+", default=None, metavar="DIR",
+    p.add_argument("--bench", type=Path, nargs="+", action="extend", default=None, metavar="DIR",
                    help="benchmark runs to report instead of those under <runs>/bench: each a run directory "
                         "(used whatever its status) or a directory of them (only complete runs used); each "
                         "section comes from the newest of them that has it")
@@ -72,6 +73,7 @@ class _Lines(logging.Formatter):
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.runs = args.runs or [Path("runs")]  # several --runs add up; none: the default
     for d in args.runs:
         if not d.is_dir():
             print(f"reports: --runs {d}: no such directory (run `make bench`, `make chaos` or "

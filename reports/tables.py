@@ -67,7 +67,10 @@ class Table:
 
 # ---------------------------------------------------------------- formatting
 
-_LATEX = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
+# After "_" and "@" a line may break (``\allowbreak``): identifiers such as kill_mid_turn@checkpoint fit a narrow
+# p{} column; in other columns nothing breaks.
+_LATEX = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_\allowbreak{}", "@": r"@\allowbreak{}",
+          "{": r"\{", "}": r"\}",
           "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}",
           "—": "---", "–": "--", "µ": r"\textmu{}", "×": r"$\times$", "−": "-", "≥": r"$\geq$", "≤": r"$\leq$"}
 
