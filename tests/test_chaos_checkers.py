@@ -67,6 +67,7 @@ async def test_an_agent_that_gives_up_on_the_model_after_one_attempt_fails_the_l
     assert result.verdict == FAIL
 
 
+@pytest.mark.background  # a chaos run that waits out its work: in the second pytest (conftest)
 async def test_a_kill_that_lands_after_all_work_finished_is_unknown_not_pass(tmp_path: Path) -> None:
     scenario = ChaosScenario(
         "mutant_idle_kill", "the only fault lands after the load is done",
