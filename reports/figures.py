@@ -460,11 +460,10 @@ def plot_checkpoint(points: list[dict[str, Any]], out: Path) -> Figure | None:
     fig, ax = style.new(style.SINGLE, 0.6 + 0.25 * len(rows))
     labels = [f"{p['measure']}: {p['backend']}" for p in rows]
     colours = ["0.6" if p["measure"] == "floor" else style.PALETTE[0] for p in rows]
-    medians = [p["p50_ms"] for p in rows]
-    cis = [bootstrap_ci(p.get("samples_ms") or [], "median") for p in rows]  # (nan, nan) without samples
-    xerr = np.array([[0.0 if math.isnan(lo) else max(0.0, m - lo) for m, (lo, _) in zip(medians, cis)],
-                     [0.0 if math.isnan(hi) else max(0.0, hi - m) for m, (_, hi) in zip(medians, cis)]])
-    ax.barh(labels, medians, color=colours, xerr=xerr if xerr.any() else None, ecolor="0.2", capsize=2)
+    # the interval of each median, from the samples the run kept (none: no whisker)
+    xerr = np.array([_median_err(np.asarray(p.get("samples_ms") or [], dtype=float))[1:] for p in rows]).T
+    ax.barh(labels, [p["p50_ms"] for p in rows], color=colours, xerr=xerr if xerr.any() else None, ecolor="0.2",
+            capsize=2)
     ax.set_xscale("log")
     _log(ax.xaxis)
     ax.invert_yaxis()

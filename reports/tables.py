@@ -478,9 +478,7 @@ def checkpoint(points: list[dict[str, Any]]) -> Table | None:
         for name, statistic, key in (("p50", "median", "p50_ms"), ("mean", "mean", "mean_ms")):
             point = _num_or_nan(p.get(key))
             row[key] = point
-            row.update(_ci_columns(x, name, statistic, point) if x.size else
-                       {f"{name} CI low": math.nan, f"{name} CI high": math.nan,
-                        f"{name} [95% CI]": with_ci(point, (math.nan, math.nan), ".3f")})
+            row.update(_ci_columns(x, name, statistic, point))  # no samples: no interval (NaN)
         row["p95_ms"], row["vs_floor"] = _num_or_nan(p.get("p95_ms")), _num_or_nan(p.get("vs_floor"))
         rows.append(row)
     df = pd.DataFrame(rows)
