@@ -19,7 +19,9 @@ from typing import Any
 
 from agent import loop
 from agent.contracts import WORKFLOW_NATIVE_TOOLS, ActivityPolicy, AgentConfig
-from agent.errors import ModelConfigurationError, ToolExecutionError, ToolRetryableError, ToolValidationError
+from agent.engines import steps
+from agent.engines.steps import StepResources
+from agent.errors import ModelConfigurationError
 from agent.checkpoint.records import DurableRunManifest
 from agent.checkpoint.durable_run import StepRetry
 from agent.checkpoint.steps import current_step, step_call, worker_resources
@@ -52,7 +54,7 @@ def _retry(policy: ActivityPolicy, non_retryable: tuple[str, ...] = ()) -> StepR
                      non_retryable=non_retryable)
 
 
-def _identity(name: str) -> Any:
+def _identity() -> Any:
     from harness.recording import ExecutionIdentity
 
     info = current_step()
@@ -60,63 +62,22 @@ def _identity(name: str) -> Any:
                              attempt=info.attempt, worker=info.worker_id)
 
 
+def _resources() -> StepResources:
+    r = worker_resources()
+    return StepResources(ledger=r.get("ledger"), sandbox_root=r.get("sandbox_root"),
+                         model_base_url=r.get("model_base_url"), worker=current_step().worker_id)
+
+
 async def plan_step(model: str, messages: list[dict[str, Any]], tools: list[str], timeout_s: float) -> dict[str, Any]:
     """One model call (a step of kind ``llm``), recorded in the ledger like the plan_next_action activity:
     ``{"message": <assistant message>, "latency_ms": <the call's own latency>}``."""
-    from agent import llm
-    from agent.tools import tool_specs
-
-    resources = worker_resources()
-    ledger = resources.get("ledger")
-    execution = (ledger.begin_execution(_identity("plan_next_action"), "plan_next_action", model_call=True)
-                 if ledger else None)
-    outcome = "error"
-    try:
-        message, _, latency_ms = await llm.complete(model, messages, tool_specs(tools),
-                                                    scripted_base_url=resources.get("model_base_url"),
-                                                    run_key=current_step().run_id, timeout_s=timeout_s)
-        outcome = "ok"
-        return {"message": message, "latency_ms": round(latency_ms, 3)}
-    except llm.ModelUnavailableError as exc:  # retried by the step's policy
-        outcome = exc.kind
-        raise
-    finally:
-        if execution is not None:
-            ledger.end_execution(execution, outcome)
+    return await steps.plan(_resources(), _identity(), model, messages, tools, timeout_s)
 
 
 async def tool_step(name: str, arguments: dict[str, Any], max_attempts: int, workspace: str | None = None
                     ) -> dict[str, str]:
     """One tool call (a step of kind ``tool``): ``{"status", "content"}`` as the model will see it."""
-    from agent.tools import TOOLS, ToolContext, run_tool, validate_arguments, workspace_for
-
-    resources = worker_resources()
-    ledger = resources["ledger"]
-    ident = _identity(name)
-    tool = TOOLS[name]
-    ctx = ToolContext(workspace=workspace_for(resources["sandbox_root"], workspace or ident.workflow_id),
-                      ledger=ledger, ident=ident)
-    execution = ledger.begin_execution(ident, name)
-    outcome = "error"
-    try:
-        validate_arguments(tool, arguments)
-        ctx.workspace.mkdir(parents=True, exist_ok=True)
-        content = await run_tool(tool, arguments, ctx)
-        outcome = "ok"
-        return {"status": loop.OK, "content": content}
-    except ToolValidationError as exc:
-        outcome = loop.VALIDATION_ERROR
-        return {"status": loop.VALIDATION_ERROR, "content": str(exc)}
-    except ToolExecutionError as exc:
-        outcome = "execution_error"
-        return {"status": loop.EXECUTION_ERROR, "content": str(exc)}
-    except ToolRetryableError as exc:
-        outcome = "retryable_error"
-        if max_attempts and ident.attempt >= max_attempts:  # the last attempt: give up, the model decides
-            return {"status": loop.FAILED, "content": f"{name} failed after {ident.attempt} attempts: {exc}"}
-        raise
-    finally:
-        ledger.end_execution(execution, outcome)
+    return await steps.tool(_resources(), _identity(), name, arguments, max_attempts, workspace)
 
 
 class StepEffects:
@@ -155,6 +116,4 @@ async def agent_task(ctx: Any) -> dict[str, Any]:
     messages = loop.initial_messages(cfg.system_prompt)
     result = await loop.run_turn(messages, ctx.input["prompt"], StepEffects(ctx, cfg, ctx.input.get("workspace")),
                                  cfg.tools, cfg.max_steps_per_turn)
-    return {"reply": result.reply, "steps": result.steps, "stopped_early": result.stopped_early,
-            "tool_calls": [[r.name, r.status, r.content] for r in result.tool_results],
-            "messages": messages[1:]}  # the turn, without the system prompt
+    return steps.turn_result(result, messages)

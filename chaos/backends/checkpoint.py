@@ -22,9 +22,7 @@ the reason, which is neither a pass nor counted in the verdict.
 from __future__ import annotations
 
 import asyncio
-import random
 import sqlite3
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -33,11 +31,11 @@ from agent.checkpoint.agent_task import TASK, manifest_for
 from agent.checkpoint.service import CheckpointQueue
 from agent.worker import CHECKPOINT_DB
 from chaos.backends.base import Backend
-from chaos.client import Conversation, Driver
+from chaos.backends.oneshot import OneShotDriver, RunFailedError
 from chaos.nemesis import NemesisContext
 from chaos.scenarios import ChaosScenario
 from chaos.target import REFERENCE, Target
-from harness.operations import FAIL, INFO, OK, History
+from harness.operations import History
 from harness.rundir import RunDir
 from testbed.model_server import LatencyModel
 from testbed.stack import Endpoints, Stack, StackSpec
@@ -110,62 +108,28 @@ def _unfinished(ledger: Path) -> list[dict[str, Any]]:
 
 
 @dataclass
-class CheckpointDriver(Driver):
-    """The chaos client on the checkpoint backend: the same seeded messages, each a one-shot run submitted to the
-    checkpoint queue (``client`` and ``task_queue`` are unused)."""
+class CheckpointDriver(OneShotDriver):
+    """The chaos client on the checkpoint backend: each message a one-shot run submitted to the checkpoint queue."""
 
+    engine: str = "checkpoint"
     db: Path | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        # The workflow-native tools (spawn, wait, run_ptc) are Temporal's.
-        self.config.tools = [t for t in self.config.tools if t not in ("spawn", "wait", "run_ptc")]
-        self._runs: dict[str, list[str]] = {c.workflow_id: [] for c in self.conversations}
         assert self.db is not None, "CheckpointDriver needs db (the checkpoint backend's SQLite file)"
         self.queue = CheckpointQueue(self.db)
 
-    async def _drive(self, i: int, conv: Conversation) -> None:
-        process = f"client-{i}"
-        rng = random.Random(f"{self.seed}-{i}")
-        conv.started = True
-        async for n, msg in self._messages(conv, rng):
-            run_id = f"{conv.workflow_id}-msg-{n}"
-            self._runs[conv.workflow_id].append(run_id)
-            op = self.history.invoke(process, "send_message", {"conversation": conv.workflow_id, "n": n,
-                                                               "text": msg.text, "expect": msg.expect,
-                                                               "match": msg.match, "run_id": run_id})
-            try:
-                self.queue.submit(run_id, TASK, manifest_for(self.config, msg.text, workspace=conv.workflow_id))
-                result = await self.queue.wait(run_id, timeout_s=self.workload.op_timeout_s)
-                self.history.complete(op, OK, {"reply": result["reply"], "turn": n + 1})
-            except RuntimeError as exc:  # the run failed (a step gave up)
-                self.history.complete(op, FAIL, error=str(exc))
-            except Exception as exc:  # timed out: processed or not, nobody knows yet
-                self.history.complete(op, INFO, error=f"{type(exc).__name__}: {exc}")
+    async def submit(self, run_id: str, prompt: str, workspace: str) -> None:
+        self.queue.submit(run_id, TASK, manifest_for(self.config, prompt, workspace=workspace))
 
-    async def finish(self, timeout_s: float = 60.0) -> None:
-        """Wait for every submitted run, then read each conversation back from the queue (the final read)."""
-        for i, conv in enumerate(self.conversations):
-            op = self.history.invoke(f"client-{i}", "read_conversation", {"conversation": conv.workflow_id})
-            deadline = time.monotonic() + timeout_s
-            outcomes = {}
-            while time.monotonic() < deadline:
-                outcomes = {r: self.queue.outcome(r) for r in self._runs[conv.workflow_id]}
-                if all(o is not None and o[0] != "queued" for o in outcomes.values()):
-                    break
-                await asyncio.sleep(0.05)
-            messages: list[dict[str, Any]] = []
-            done = True
-            for run_id in self._runs[conv.workflow_id]:
-                outcome = outcomes.get(run_id)
-                if outcome is None or outcome[0] == "queued":
-                    done = False
-                elif outcome[0] == "done":
-                    messages.extend(outcome[1]["messages"])
-            conv.final_history = messages
-            conv.final_status = "COMPLETED" if done else "RUNNING"
-            self.history.complete(op, OK, {"messages": len(messages), "status": conv.final_status})
+    async def wait(self, run_id: str, timeout_s: float) -> dict[str, Any]:
+        try:
+            return await self.queue.wait(run_id, timeout_s=timeout_s)
+        except RuntimeError as exc:  # the run failed (a step gave up)
+            raise RunFailedError(str(exc)) from exc
+
+    async def outcome(self, run_id: str) -> tuple[str, Any, str | None] | None:
+        return self.queue.outcome(run_id)
+
+    async def close_client(self) -> None:
         self.queue.close()
-
-    def to_json(self) -> dict[str, Any]:
-        return {**super().to_json(), "backend": "checkpoint", "runs": self._runs}
