@@ -63,6 +63,10 @@ class StackSpec:
     logs_dir: Path | None = None  # default: <state_dir>/logs
     # -- Temporal
     temporal: str = "embedded"  # "embedded", "external" (connection.address) or "none"
+    #: with temporal "none": another engine's server or database (Restate, PostgreSQL), started here and exposed
+    #: as ``Stack.server`` so the server nemeses work on it unchanged: a context manager with ``start()``,
+    #: ``kill()``, ``pid``, ``port`` and ``ui_url`` (None); made from the logs directory
+    engine_server: Callable[[Path], Any] | None = None
     connection: TemporalConnection = field(default_factory=TemporalConnection)
     server_db: Path | None = None  # embedded: keep the server's state in this file (it survives a restart)
     server_port: int = 0
@@ -106,7 +110,7 @@ class StackSpec:
 @dataclass
 class Stack:
     spec: StackSpec
-    server: EmbeddedTemporal | None = None
+    server: EmbeddedTemporal | Any | None = None  # Any: StackSpec.engine_server's (Restate, PostgreSQL)
     client: Client | None = None
     model_server: ScriptedModelServer | None = None
     temporal_proxy: FaultProxy | None = None
@@ -233,6 +237,9 @@ async def stack(spec: StackSpec) -> AsyncIterator[Stack]:
                                         tuned=spec.tuned, namespace=spec.connection.namespace,
                                         log_level=spec.server_log_level, log_file=spec.logs / "temporal.log")
             await exits.enter_async_context(s.server)
+        elif spec.engine_server is not None:
+            s.server = spec.engine_server(spec.logs)
+            await asyncio.to_thread(exits.enter_context, s.server)
         if spec.model:
             s.model_server = ScriptedModelServer(respond, latency=spec.model_latency, faults=spec.model_faults,
                                                  seed=spec.seed)
