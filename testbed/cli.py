@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -142,8 +142,9 @@ def _add_stack_options(p: argparse.ArgumentParser) -> None:
 
     g = p.add_argument_group("local stack")
     add_durability(g, "--backend",
-                   help="durability backend: temporal (default: the workflow on a Temporal server) or checkpoint "
-                        "(the same agent loop, each step checkpointed in STATE_DIR/checkpoint.sqlite3)")
+                   help="durability backend: temporal (default: the workflow on a Temporal server), checkpoint "
+                        "(the same agent loop, each step checkpointed in STATE_DIR/checkpoint.sqlite3) or restate "
+                        "(the same loop as a Restate service; a restate-server keeps its journal in STATE_DIR/restate)")
     g.add_argument("--state-dir", type=Path, default=Path(".dah"),
                    help="where workspaces and the effect ledger live (default .dah)")
     g.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE, help=f"(default {DEFAULT_TASK_QUEUE})")
@@ -361,6 +362,8 @@ async def cmd_run(args: argparse.Namespace) -> int:
     from temporalio.client import WorkflowFailureError
 
     cfg = _agent_config(args)
+    if args.durability == "restate":
+        return await _restate_run(args, cfg)
     if args.durability != "temporal":
         return await _checkpoint_run(args, cfg)
     if args.scenario:
@@ -468,6 +471,8 @@ async def cmd_demo(args: argparse.Namespace) -> int:
     from testbed.walkthroughs import SCENARIOS, run_scenario
 
     cfg = _agent_config(args)
+    if args.durability == "restate":
+        return await _restate_demo(args, cfg)
     if args.durability != "temporal":
         return await _checkpoint_demo(args, cfg)
     if args.scenario:
@@ -532,10 +537,11 @@ async def _demo_prompt(stack: Any, cfg: AgentConfig, prompt: str) -> None:
 
 def _checkpoint_checks(args: argparse.Namespace, cfg: AgentConfig) -> None:
     if args.scenario:
-        raise UsageError("--scenario runs on the Temporal backend only; on --durability checkpoint give a prompt with "
-                         "--model scripted:<scenario>")
+        raise UsageError(f"--scenario runs on the Temporal backend only; on --durability {args.durability} give a "
+                         "prompt with --model scripted:<scenario>")
     if cfg.env.name != "base":
-        raise UsageError(f"env {cfg.env.name}: environments run on the Temporal backend only (not --durability checkpoint)")
+        raise UsageError(f"env {cfg.env.name}: environments run on the Temporal backend only "
+                         f"(not --durability {args.durability})")
 
 
 async def _checkpoint_answer(s: Any, cfg: AgentConfig, prompt: str, run_id: str, *, quiet: bool = False) -> dict:
@@ -578,25 +584,91 @@ async def _checkpoint_demo(args: argparse.Namespace, cfg: AgentConfig) -> int:
     async with _stack(args, ui=False) as s:
         print("durable-agent-harness demo: the agent loop on the checkpoint backend (steps checkpointed in SQLite)")
         print(f"Checkpoints: {s.spec.checkpoint_db}   Model: {cfg.model}   ledger: {s.ledger.path}")
-        prompts = [args.prompt] if args.prompt else None
-        reader = None if prompts else _LineReader(asyncio.get_running_loop())
-        while True:
-            if prompts is not None:
-                if not prompts:
-                    break
-                line = prompts.pop()
-            else:
-                line = await reader.readline("\nyou> ")
-                if line is None or line.strip().lower() in QUIT_WORDS:
-                    break
-                line = line.strip()
-                if not line:
-                    continue
-            try:
-                result = await _checkpoint_answer(s, cfg, line, f"demo-{uuid.uuid4().hex[:10]}", quiet=True)
-                print(f"agent> {result['reply']}")
-            except RuntimeError as exc:
-                print(f"agent> (the run failed: {exc})")
+        await _prompt_loop(args, lambda line: _checkpoint_answer(s, cfg, line, f"demo-{uuid.uuid4().hex[:10]}",
+                                                                 quiet=True))
+    print("stopped.")
+    return 0
+
+
+async def _prompt_loop(args: argparse.Namespace, answer: Callable[[str], Awaitable[dict]]) -> None:
+    """The one-shot demos' conversation: --prompt once, else lines from the terminal until quit; each answered
+    by a run of its own (``answer``)."""
+    prompts = [args.prompt] if args.prompt else None
+    reader = None if prompts else _LineReader(asyncio.get_running_loop())
+    while True:
+        if prompts is not None:
+            if not prompts:
+                break
+            line = prompts.pop()
+        else:
+            line = await reader.readline("\nyou> ")
+            if line is None or line.strip().lower() in QUIT_WORDS:
+                break
+            line = line.strip()
+            if not line:
+                continue
+        try:
+            result = await answer(line)
+            print(f"agent> {result['reply']}")
+        except RuntimeError as exc:
+            print(f"agent> (the run failed: {exc})")
+
+
+# -- the restate backend ----------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def _restate_engine(args: argparse.Namespace) -> AsyncIterator[Any]:
+    """The scripted model (unless --no-worker: a live model) and the agent on a Restate server this process starts
+    (agent.engines.restate_agent.engine), both stopped on exit."""
+    from agent import llm
+    from agent.engines.restate_agent import engine
+    from testbed.stack import StackSpec, stack
+
+    if args.no_worker:
+        raise UsageError("--no-worker: on --durability restate the endpoint runs in this process")
+    latency, faults = _model_knobs(args)
+    spec = StackSpec(state_dir=args.state_dir, temporal="none", model_latency=latency, model_faults=faults,
+                     seed=args.seed, ledger=True)
+    async with stack(spec) as s, engine(args.state_dir, s.model_url, ledger=s.ledger) as e:
+        await llm.wait_loaded()
+        yield e
+
+
+def _print_restate_steps(e: Any, run_id: str) -> None:
+    """The run's journaled actions, as the Restate server reports them (sys_journal)."""
+    rows = e.server.query("SELECT j.index, j.entry_type, j.name FROM sys_journal j JOIN sys_invocation i "
+                          "ON j.id = i.id WHERE i.idempotency_key = '" + run_id.replace("'", "''") + "' ORDER BY j.index")
+    for row in rows:
+        print(f"  ├─ journal {row['index']:<3} {row['entry_type']:<28} {row.get('name') or ''}")
+
+
+async def _restate_run(args: argparse.Namespace, cfg: AgentConfig) -> int:
+    _checkpoint_checks(args, cfg)
+    if not args.prompt:
+        raise UsageError("run needs a prompt, e.g. dah run --durability restate \"What is 25 * 4?\"")
+    run_id = args.workflow_id or f"restate-{uuid.uuid4().hex[:12]}"
+    async with _restate_engine(args) as e:
+        try:
+            result = await e.run_turn(cfg, args.prompt, run_id)
+        except RuntimeError as exc:
+            print(f"the run failed: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        if args.json:
+            print(json.dumps({"run_id": run_id, "durability": "restate", **result}))
+            return 0
+        print(f"answer:      {result['reply']}")
+        print(f"run id:      {run_id} (journal in {e.server.base_dir}; admin API {e.server.admin_url})")
+        _print_restate_steps(e, run_id)
+    return 0
+
+
+async def _restate_demo(args: argparse.Namespace, cfg: AgentConfig) -> int:
+    _checkpoint_checks(args, cfg)
+    async with _restate_engine(args) as e:
+        print("durable-agent-harness demo: the agent loop as a Restate service (each step a journaled ctx.run)")
+        print(f"Restate: {e.server.admin_url} (state {e.server.base_dir})   Model: {cfg.model}")
+        await _prompt_loop(args, lambda line: e.run_turn(cfg, line, f"demo-{uuid.uuid4().hex[:10]}"))
     print("stopped.")
     return 0
 

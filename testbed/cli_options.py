@@ -1,6 +1,7 @@
 """The options every command spells the same way (README, "One interface across the commands").
 
-    --durability {temporal,checkpoint}   the agent's durability backend (dah, python -m benchmarks, python -m chaos)
+    --durability {temporal,checkpoint,restate}   the agent's durability backend (dah, python -m benchmarks,
+                                         python -m chaos)
     --model-latency SPEC                 the scripted model's response latency, one grammar
                                          (testbed.model_server.add_model_latency)
     --out DIR                            the runs root (default runs/); each command writes into its own folder
@@ -19,7 +20,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-DURABILITY = ("temporal", "checkpoint")
+DURABILITY = (
+    "temporal",
+    "checkpoint",
+    "restate",
+)
 #: old durability values -> their names now
 OLD_DURABILITY = {"journal": "checkpoint"}
 RUNS = Path("runs")
@@ -70,7 +75,7 @@ def add_renamed(parser: Any, flag: str, *old_flags: str, choices: Sequence[str] 
 
 
 def add_durability(parser: Any, *old_flags: str, help: str) -> argparse.Action:
-    """``--durability {temporal,checkpoint}`` (default temporal; ``journal``: checkpoint's old name)."""
+    """``--durability {temporal,checkpoint,restate}`` (default temporal; ``journal``: checkpoint's old name)."""
     return add_renamed(parser, "--durability", *old_flags, choices=DURABILITY, old_values=OLD_DURABILITY,
                        default="temporal", help=help)
 
