@@ -41,6 +41,8 @@ COLUMNS = [("scenario", 28), ("faults", 7), ("ok", 4), ("fail", 5), ("info", 5),
 TIMEOUTS_SEPARATOR = "~"
 #: a scenario's twin on the checkpoint backend is SCENARIO@checkpoint (@journal: its old name)
 CHECKPOINT_SUFFIX, OLD_SUFFIX = "@checkpoint", "@journal"
+#: the backends other than Temporal; a scenario's twin on one of them is SCENARIO@<backend>
+TWIN_BACKENDS = ("checkpoint", "restate")
 
 
 def table(rows: list[dict[str, Any]], with_seed: bool = False) -> str:
@@ -53,10 +55,11 @@ def table(rows: list[dict[str, Any]], with_seed: bool = False) -> str:
     return "\n".join(lines)
 
 
-def _checkpoint_twins() -> list[str]:
-    from chaos.backends.checkpoint import CheckpointBackend
+def _twins(durability: str = "checkpoint") -> list[str]:
+    """The scenarios with a twin on that backend (one of TWIN_BACKENDS)."""
+    from chaos.backends import make_backend
 
-    return list(CheckpointBackend().scenarios or ())
+    return list(make_backend(durability).scenarios or ())
 
 
 async def _run_many(items: list[tuple[str, Any, Any, int]], out: Path, parallel: int = 1, ui: bool = False,
@@ -188,22 +191,23 @@ def _jobs(args: argparse.Namespace, target: Any, connection: Any = None) -> list
     server); raises ValueError naming an unknown one."""
     from chaos.backends import make_backend
 
-    twins = _checkpoint_twins()
-    checkpoint = getattr(args, "durability", "temporal") == "checkpoint"
+    twins = _twins()
+    durability = getattr(args, "durability", "temporal")
+    twin = f"@{durability}" if durability in TWIN_BACKENDS else None
     if args.command == "soak" and args.scenarios == ["all"]:
         raise ValueError("soak runs one scenario; name it (python -m chaos list)")
     if args.command == "suite":
         names = [*SUITE, *(n + CHECKPOINT_SUFFIX for n in twins)]
     elif args.scenarios == ["all"]:
-        names = [n + CHECKPOINT_SUFFIX for n in twins] if checkpoint else list(SUITE)
+        names = [n + twin for n in _twins(durability)] if twin else list(SUITE)
     else:
         for n in args.scenarios:
             if n.endswith(OLD_SUFFIX):
                 deprecated(f"python -m chaos {args.command}", n, n.removesuffix(OLD_SUFFIX) + CHECKPOINT_SUFFIX)
         names = [n.removesuffix(OLD_SUFFIX) + CHECKPOINT_SUFFIX if n.endswith(OLD_SUFFIX) else n
                  for n in args.scenarios]
-        names = [n + CHECKPOINT_SUFFIX if checkpoint and not n.endswith(CHECKPOINT_SUFFIX) else n for n in names]
-    known = [*SCENARIOS, *(n + CHECKPOINT_SUFFIX for n in twins)]
+        names = [n + twin if twin and "@" not in n else n for n in names]
+    known = [*SCENARIOS, *(f"{n}@{b}" for b in TWIN_BACKENDS for n in _twins(b))]
     pinned = {}  # NAME~PROFILE (as a run under another profile names itself): that profile only
     for i, n in enumerate(names):
         base, sep, profile = n.partition(TIMEOUTS_SEPARATOR)
@@ -219,16 +223,15 @@ def _jobs(args: argparse.Namespace, target: Any, connection: Any = None) -> list
     profiles = getattr(args, "timeouts", [DEFAULT_TIMEOUTS])
     latency = getattr(args, "model_latency", None)
     for label in names:
-        base = label.removesuffix(CHECKPOINT_SUFFIX)
-        checkpoint_twin = label.endswith(CHECKPOINT_SUFFIX)
-        backend = make_backend("checkpoint" if checkpoint_twin else "temporal",
+        base, _, on = label.partition("@")
+        backend = make_backend(on or "temporal",
                                getattr(args, "placement", "process"), getattr(args, "image", None), target,
                                getattr(args, "target", None), connection)
         scenario = SCENARIOS[base]
         if latency:  # the scenario's own model latency otherwise; run.json records the one used
             scenario = dataclasses.replace(scenario, cluster=dataclasses.replace(scenario.cluster,
                                                                                  model_latency=latency))
-        for profile in ([DEFAULT_TIMEOUTS] if checkpoint_twin else pinned.get(label, profiles)):  # Temporal only
+        for profile in ([DEFAULT_TIMEOUTS] if on else pinned.get(label, profiles)):  # Temporal only
             if profile == DEFAULT_TIMEOUTS:
                 jobs.append((label, scenario, backend))
                 continue
@@ -251,7 +254,7 @@ def _rerun(run_dir: Path, connection: Any = None) -> tuple[Any, Any, int]:
     backend = record.get("backend") or {}
     target_file = backend.get("target_file")
     target = load_target(Path(target_file)) if target_file else None
-    durability = "checkpoint" if backend.get("name") == "checkpoint" else "temporal"
+    durability = backend.get("name") if backend.get("name") in TWIN_BACKENDS else "temporal"
     return (scenario_from_dict(record["scenario"]),
             make_backend(durability, backend.get("workers") or "process", backend.get("image"), target,
                          Path(target_file) if target_file else None, connection),
@@ -420,8 +423,9 @@ def build_parser() -> argparse.ArgumentParser:
                             + "; ".join(f"{t.name}: {t.description}" for t in TIMEOUTS.values())
                             + f" (default {DEFAULT_TIMEOUTS}). Two, comma-separated, run every scenario under each, "
                               "side by side in one table (e.g. fast,defaults)")
-        add_durability(p, help="the agent's durability backend: temporal (default) or checkpoint (the "
-                               "step-checkpointed SQLite substrate; scenarios " + ", ".join(_checkpoint_twins()) + ")")
+        add_durability(p, help="the agent's durability backend: temporal (default), checkpoint (the "
+                               "step-checkpointed SQLite substrate; scenarios " + ", ".join(_twins()) + ") or restate "
+                               "(a Restate server; scenarios " + ", ".join(_twins("restate")) + ")")
         add_model_latency(p, default=None, default_text="each scenario's own: fixed:100, or fixed:500 where a kill "
                                                         "must land mid-call")
 
@@ -495,8 +499,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "list":
         for s in SCENARIOS.values():
             print(f"{s.name:<30} {s.description}")
-        for name in _checkpoint_twins():
-            print(f"{name + CHECKPOINT_SUFFIX:<30} {SCENARIOS[name].description} (on the checkpoint backend)")
+        for durability in TWIN_BACKENDS:
+            for name in _twins(durability):
+                print(f"{name + '@' + durability:<30} {SCENARIOS[name].description} (on the {durability} backend)")
         return 0
     if args.command == "summary":
         return _summary(args)

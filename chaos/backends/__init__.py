@@ -16,7 +16,8 @@ The runner (``chaos/runner.py``) knows no backend by name. A backend says:
 Implementations: ``temporal.ReferenceOnTemporal`` (the reference agent; its
 workers are processes, or Docker containers with ``workers="docker"``),
 ``checkpoint.CheckpointBackend`` (the reference agent on the checkpoint
-backend) and ``byo.OwnAgentOnTemporal`` (an agent described by a target file,
+backend), ``restate.RestateBackend`` (the reference agent as a Restate
+service) and ``byo.OwnAgentOnTemporal`` (an agent described by a target file,
 in its own Python). ``make_backend`` picks one from the command line's choices.
 """
 
@@ -27,11 +28,13 @@ from pathlib import Path
 from chaos.backends.base import Backend
 from chaos.backends.byo import OwnAgentOnTemporal
 from chaos.backends.checkpoint import CheckpointBackend
+from chaos.backends.restate import RestateBackend
 from chaos.backends.temporal import ReferenceOnTemporal
 from chaos.target import Target
 from testbed.connection import TemporalConnection
 
-__all__ = ["Backend", "CheckpointBackend", "OwnAgentOnTemporal", "ReferenceOnTemporal", "make_backend"]
+__all__ = ["Backend", "CheckpointBackend", "OwnAgentOnTemporal", "ReferenceOnTemporal", "RestateBackend",
+           "make_backend"]
 
 
 def make_backend(durability: str = "temporal", workers: str = "process", image: str | None = None,
@@ -41,6 +44,8 @@ def make_backend(durability: str = "temporal", workers: str = "process", image: 
     external cluster (default: the embedded server; the checkpoint backend has no Temporal)."""
     if durability == "checkpoint":
         return CheckpointBackend()
+    if durability == "restate":
+        return RestateBackend()
     connection = connection or TemporalConnection()
     if target is not None and not target.is_reference:
         return OwnAgentOnTemporal(target, workers=workers, image=image, target_file=target_file,

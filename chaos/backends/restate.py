@@ -1,0 +1,188 @@
+"""The reference agent on Restate: the same load, faults and checkers, with a Restate server holding the journal.
+
+    python -m chaos run kill_mid_turn model_outage --durability restate
+
+The cluster is a ``restate-server`` (``testbed.restate_server``, its state in ``<run>/state/restate``, exposed as
+``Stack.server`` so ``restart_server`` SIGKILLs it and starts it again from that base dir), the scripted model
+server, and one supervised endpoint process (``python -m agent.engines.restate_agent endpoint``) serving the
+``DahAgent`` service on a fixed port behind a ``FaultProxy``; the deployment registered with the server is the
+proxy's address. Each message is one invocation of ``DahAgent/run`` sent through the ingress with the run id as
+its idempotency key (``RestateDriver``).
+
+One endpoint, whatever the scenario's ``cluster.workers``: Restate sends every new invocation of a service to its
+latest deployment, so a second endpoint registered for ``DahAgent`` would receive nothing but the invocations
+pinned to it. An invocation is pinned to its deployment's URI, which is why the endpoint restarts on the same
+port (behind the same proxy): after a kill, the server retries the invocation there (its default retry policy,
+capped at 2 s here: ``testbed.restate_server.RETRY_POLICY``) and replays its journal; completed ``ctx.run``
+actions are not run again.
+
+Faults, as on the other backends: ``kill_mid_turn`` (SIGKILL the endpoint while the effect ledger shows a model
+call in flight on it), ``model_outage`` (the model refuses requests), ``crash_after_effect`` (the endpoint
+SIGKILLs itself right after a tool's side effect, before its ``ctx.run`` completes), ``server_restart`` (SIGKILL
+``restate-server`` and start it from its base dir) and ``partition_temporal_blackhole`` / ``_reset``, whose
+"temporal" link is here the server <-> endpoint link (the proxy in front of the endpoint: Restate's server calls
+the endpoint, not the other way round).
+
+What the checkers see: ``lost`` reads each conversation's runs back through the ingress (a run's output, in
+order); ``effects`` and ``injection_evidence`` read the effect ledger and the nemeses' records, as on every
+backend; ``stats`` the operation log. ``temporal_history``, ``workflow_tasks`` and ``replay`` read Temporal event
+histories, which Restate does not have: ``not_applicable``. Restate's own journal is read at the end
+(``save``): ``restate_journal.json`` in the run directory lists every action the journal shows completed and any
+ledger execution of that action that started after its completion (there must be none: a journaled action is
+replayed, never run again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from agent.engines.restate_agent import request_body
+from agent.engines.restate_client import RestateClient, RestateRunError
+from chaos.backends.base import Backend
+from chaos.backends.checkpoint import NO_EVENT_HISTORIES, _unfinished
+from chaos.backends.oneshot import OneShotDriver, RunFailedError
+from chaos.nemesis import NemesisContext
+from chaos.scenarios import ChaosScenario
+from chaos.target import REFERENCE, Target
+from harness.operations import History
+from harness.rundir import RunDir
+from testbed.model_server import LatencyModel
+from testbed.net import FaultProxy
+from testbed.processes import free_port
+from testbed.restate_server import RestateServer
+from testbed.stack import Endpoints, Stack, StackSpec
+from testbed.worker_process import WorkerProcess
+
+#: the endpoint process (its ``--port`` is added per run: fixed for the run, see the module docstring)
+RESTATE_ENDPOINT = ("{python}", "-m", "agent.engines.restate_agent", "endpoint", "--state-dir", "{state_dir}",
+                    "--identity", "{identity}", "--model-base-url", "{model_url}")
+RESTATE_TARGET = replace(REFERENCE, name="reference-agent (restate)", worker=RESTATE_ENDPOINT,
+                         driver="chaos.backends.restate:RestateDriver")
+NO_HISTORIES = NO_EVENT_HISTORIES.replace("the checkpoint backend", "Restate")
+JOURNAL_FILE = "restate_journal.json"
+
+
+@dataclass
+class RestateBackend(Backend):
+    name: str = "restate"
+    suffix: str = "@restate"
+    target: Target = field(default_factory=lambda: RESTATE_TARGET)
+    not_applicable: dict[str, str] = field(default_factory=lambda: {"temporal_history": NO_HISTORIES,
+                                                                    "workflow_tasks": NO_HISTORIES,
+                                                                    "replay": NO_HISTORIES})
+    scenarios: tuple[str, ...] | None = ("kill_mid_turn", "model_outage", "crash_after_effect", "server_restart",
+                                         "partition_temporal_blackhole", "partition_temporal_reset")
+    #: this run's endpoint link (made in stack_spec, registered in make_driver)
+    _proxy: FaultProxy | None = field(default=None, init=False, repr=False)
+
+    def reproduce(self) -> dict[str, Any]:
+        return {"--durability": "restate"}
+
+    def record(self) -> dict[str, Any]:
+        return {**super().record(), "temporal": None, "endpoints": 1,
+                "endpoint_link": "the proxy in front of the endpoint is the 'temporal' link of partition nemeses"}
+
+    def stack_spec(self, scenario: ChaosScenario, run: RunDir, seed: int, history: History, ui: bool) -> StackSpec:
+        port = free_port("127.0.0.1")
+        self._proxy = FaultProxy("endpoint", ("127.0.0.1", port), seed=seed)
+        self._proxy.__enter__()
+
+        def endpoint(name: str, at: Endpoints) -> WorkerProcess:
+            values = {"model_url": at.model_url, "state_dir": str(run.state)}
+            return WorkerProcess((*self.target.worker, "--port", str(port)), values, identity_prefix=name,
+                                 ready_line=self.target.ready_line, warm_line=self.target.warm_line,
+                                 faults=scenario.cluster.faults, log_dir=run.logs,
+                                 start_timeout_s=self.target.ready_timeout_s)
+
+        return StackSpec(state_dir=run.state, logs_dir=run.logs, temporal="none",
+                         engine_server=lambda logs: RestateServer(run.state / "restate", log_file=logs / "restate.log"),
+                         model_latency=LatencyModel.parse(scenario.cluster.model_latency), seed=seed,
+                         worker_processes=1, make_worker=endpoint, history=history, ledger=True,
+                         cleanup=[self._proxy.stop])
+
+    async def make_driver(self, stack: Stack, history: History, scenario: ChaosScenario, seed: int) -> Any:
+        """Register the endpoint (through its proxy), then the driver; the proxy is the stack's endpoint link."""
+        assert self._proxy is not None, "stack_spec makes the endpoint's proxy first"
+        stack.temporal_proxy = self._proxy
+        await asyncio.to_thread(stack.server.register, f"http://{self._proxy.address}")
+        driver = RestateDriver(client=None, history=history, task_queue="", workload=scenario.workload, seed=seed,
+                               ingress_url=stack.server.ingress_url)
+        if scenario.planning_max_attempts:
+            driver.config.planning.maximum_attempts = scenario.planning_max_attempts
+        return driver
+
+    async def running(self, ctx: NemesisContext) -> list[dict[str, Any]]:
+        """The ledger's unfinished executions: the model calls and tools in flight right now."""
+        return await asyncio.to_thread(_unfinished, ctx.stack.spec.state_dir / self.target.ledger)
+
+    async def save(self, stack: Stack, run: RunDir, driver: Any) -> None:
+        """Restate's journal against the ledger (``restate_journal.json``; see the module docstring)."""
+        report = await asyncio.to_thread(journal_check, stack.server, stack.ledger)
+        (run.path / JOURNAL_FILE).write_text(json.dumps(report, indent=2))
+
+
+def journal_check(server: RestateServer, ledger: Any) -> dict[str, Any]:
+    """Every ``ctx.run`` the journal shows completed, and the ledger executions of it that started after that
+    completion (``re_executed_after_completion``: must be empty). The k-th Run command of an invocation is the
+    action with ``activity_id`` k (the handler journals nothing but its actions); its completion is the Run
+    notification carrying the command's ``completion_id``."""
+    rows = server.query(
+        "SELECT i.idempotency_key AS run_id, j.entry_type, j.entry_lite_json, j.appended_at FROM sys_journal j "
+        "JOIN sys_invocation i ON j.id = i.id WHERE j.entry_type IN ('Command: Run', 'Notification: Run') "
+        "ORDER BY i.idempotency_key, j.index")
+    actions: dict[tuple[str, int], str] = {}  # (run id, completion id) -> activity id
+    completed: dict[tuple[str, str], float] = {}  # (run id, activity id) -> when the journal completed it
+    for row in rows:
+        entry = json.loads(row["entry_lite_json"])
+        if row["entry_type"] == "Command: Run":
+            ordinal = sum(1 for run_id, _ in actions if run_id == row["run_id"])
+            actions[(row["run_id"], entry["Command"]["Run"]["completion_id"])] = str(ordinal)
+        else:
+            activity = actions.get((row["run_id"], entry["Notification"]["id"]["CompletionId"]))
+            if activity is not None:
+                completed[(row["run_id"], activity)] = _epoch(row["appended_at"])
+    late = [{**{k: e[k] for k in ("workflow_id", "activity_id", "attempt", "tool", "worker", "started_at")},
+             "journal_completed_at": completed[(e["workflow_id"], e["activity_id"])]}
+            for e in ledger.executions()
+            if (e["workflow_id"], e["activity_id"]) in completed
+            and e["started_at"] > completed[(e["workflow_id"], e["activity_id"])]]
+    return {"actions_journaled": len(actions), "actions_completed": len(completed),
+            "re_executed_after_completion": late, "verdict": "fail" if late else "pass"}
+
+
+def _epoch(value: Any) -> float:
+    """The query API's timestamp (ISO 8601, UTC) as seconds since the epoch."""
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+
+
+@dataclass
+class RestateDriver(OneShotDriver):
+    """The chaos client on Restate: each message an invocation of ``DahAgent/run`` keyed by its run id."""
+
+    engine: str = "restate"
+    ingress_url: str = ""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        assert self.ingress_url, "RestateDriver needs ingress_url (the Restate server's ingress)"
+        self.restate = RestateClient(self.ingress_url)
+
+    async def submit(self, run_id: str, prompt: str, workspace: str) -> None:
+        await self.restate.submit(run_id, request_body(self.config, prompt, run_id, workspace))
+
+    async def wait(self, run_id: str, timeout_s: float) -> dict[str, Any]:
+        try:
+            return await self.restate.wait(run_id, timeout_s)
+        except RestateRunError as exc:
+            raise RunFailedError(str(exc)) from exc
+
+    async def outcome(self, run_id: str) -> tuple[str, Any, str | None] | None:
+        return await self.restate.outcome(run_id)
+
+    async def close_client(self) -> None:
+        await self.restate.close()
