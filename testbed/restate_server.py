@@ -106,6 +106,11 @@ class RestateServer:
         return self.admin_port
 
     @property
+    def address(self) -> str:
+        """``host:port`` of the admin API (``Stack.endpoints`` hands a server's address to worker processes)."""
+        return f"{self.ip}:{self.admin_port}"
+
+    @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 

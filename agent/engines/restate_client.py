@@ -1,6 +1,7 @@
 """A client for ``DahAgent/run`` invocations, addressed by their idempotency key (the run id).
 
-* ``submit``: ``POST /DahAgent/run/send`` with ``idempotency-key: <run id>``. A second submission with the same
+* ``submit``: ``POST /DahAgent/run/send`` with ``idempotency-key: <run id>`` (again while the server is
+  unreachable). A second submission with the same
   key does not start a second run: the ingress answers ``PreviouslyAccepted`` with the first one's invocation id
   (``tests/test_engine_restate.py`` checks it), whatever its body says;
 * ``wait``: attach to the invocation (``GET /restate/invocation/DahAgent/run/<key>/attach``), again after a
@@ -39,11 +40,20 @@ class RestateClient:
     def _invocation(self, run_id: str) -> str:
         return f"{self.ingress_url}/restate/invocation/{SERVICE}/{HANDLER}/{quote(run_id, safe='')}"
 
-    async def submit(self, run_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def submit(self, run_id: str, body: dict[str, Any], timeout_s: float = 30.0) -> dict[str, Any]:
         """Start the run ``run_id`` unless it exists; the ingress's answer (``invocationId``, ``status``:
-        ``Accepted`` or ``PreviouslyAccepted``)."""
-        resp = await self._http.post(f"{self.ingress_url}/{SERVICE}/{HANDLER}/send", json=body,
-                                     headers={"idempotency-key": run_id})
+        ``Accepted`` or ``PreviouslyAccepted``). A connection that fails (the server restarting) is tried again
+        until ``timeout_s``, as a Temporal client does: the idempotency key makes a repeat the same submission."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                resp = await self._http.post(f"{self.ingress_url}/{SERVICE}/{HANDLER}/send", json=body,
+                                             headers={"idempotency-key": run_id})
+                break
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
         if resp.status_code >= 300:
             raise RuntimeError(f"restate ingress refused run {run_id!r}: HTTP {resp.status_code}: {resp.text[:300]}")
         return resp.json()
