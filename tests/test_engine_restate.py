@@ -1,0 +1,67 @@
+"""The agent on Restate: a real restate-server, the scripted model, the endpoint served by hypercorn (in process for
+the engine, a supervised process under chaos)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from agent.contracts import AgentConfig
+from agent.engines.restate_agent import engine, request_body
+from chaos.backends.restate import JOURNAL_FILE, RestateBackend
+from chaos.client import Workload
+from chaos.generator import NemesisEvent
+from chaos.runner import run
+from chaos.scenarios import SCENARIOS
+from harness.recording import EffectLedger
+from harness.verdict import NOT_APPLICABLE, PASS
+from testbed.model_server import ScriptedModelServer
+from testbed.restate_server import restate_server_or_none
+from testbed.scripted_routes import respond
+
+pytestmark = pytest.mark.skipif(restate_server_or_none() is None,
+                                reason="no restate-server binary; `make restate-server` installs it")
+
+
+async def test_a_run_answers_with_its_tool_calls_in_the_ledger(tmp_path: Path) -> None:
+    with ScriptedModelServer(respond) as model, EffectLedger(tmp_path / "ledger.sqlite3") as ledger:
+        async with engine(tmp_path, model.url, ledger=ledger) as e:
+            assert e.name == "restate" and e.record()["server"]["durability"]["log_rocksdb_wal_fsync"] is True
+            result = await e.run_turn(AgentConfig(model="scripted"), "What is 25 * 4?", "run-1")
+            assert "100" in result["reply"] and result["tool_calls"] == [["calculator", "ok", "100"]]
+            # The same run id again is the same run, whatever the prompt: the first one's invocation and result.
+            again = await e.client.submit("run-1", request_body(AgentConfig(model="scripted"), "What is 1 + 1?",
+                                                                "run-1"))
+            assert again["status"] == "PreviouslyAccepted"
+            assert (await e.client.wait("run-1", 30))["reply"] == result["reply"]
+            # Three tool calls at once: run concurrently, journaled and recorded in the model's order.
+            parallel = await e.run_turn(AgentConfig(model="scripted:parallel"), "several", "run-2")
+            assert [name for name, _, _ in parallel["tool_calls"]] == ["calculator", "weather", "calculator"]
+    steps = [(x["workflow_id"], x["activity_id"], x["tool"], x["attempt"], x["outcome"]) for x in
+             EffectLedger(tmp_path / "ledger.sqlite3").executions()]
+    assert steps == [("run-1", "0", "plan_next_action", 1, "ok"), ("run-1", "1", "calculator", 1, "ok"),
+                     ("run-1", "2", "plan_next_action", 1, "ok"),
+                     ("run-2", "0", "plan_next_action", 1, "ok"), ("run-2", "1", "calculator", 1, "ok"),
+                     ("run-2", "2", "weather", 1, "ok"), ("run-2", "3", "calculator", 1, "ok"),
+                     ("run-2", "4", "plan_next_action", 1, "ok")]
+
+
+@pytest.mark.background  # mostly waiting on kills: alongside the other tests (conftest)
+async def test_an_endpoint_kill_mid_model_call_loses_nothing(tmp_path: Path) -> None:
+    scenario = replace(SCENARIOS["kill_mid_turn"],
+                       events=(NemesisEvent(0.5, "kill_worker", {"when": "busy", "activity": "model", "down_s": 0.5}),),
+                       workload=Workload(conversations=2, messages=3), fault_s=2.5)
+    result = await run(scenario, RestateBackend(), seed=3, out_root=tmp_path)
+    verdicts = {c.name: c.verdict for c in result.checks}
+    assert verdicts == {"lost": PASS, "effects": PASS, "injection_evidence": PASS, "stats": PASS,
+                        "temporal_history": NOT_APPLICABLE, "workflow_tasks": NOT_APPLICABLE,
+                        "replay": NOT_APPLICABLE, "drain": NOT_APPLICABLE}, result.checks
+    assert result.verdict == PASS and result.row["faults"] == "1/1" and result.row["lost"] == 0
+    kill = [json.loads(line) for line in (result.run_dir / "operations.jsonl").read_text().splitlines()
+            if '"kill_worker"' in line and '"ok"' in line][0]
+    assert kill["value"]["evidence"] and all(a["activity"] == "plan_next_action" for a in kill["value"]["evidence"])
+    journal = json.loads((result.run_dir / JOURNAL_FILE).read_text())
+    assert journal["verdict"] == "pass" and journal["actions_completed"] > 0
