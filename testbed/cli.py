@@ -620,9 +620,9 @@ async def _prompt_loop(args: argparse.Namespace, answer: Callable[[str], Awaitab
 @contextlib.asynccontextmanager
 async def _restate_engine(args: argparse.Namespace) -> AsyncIterator[Any]:
     """The scripted model (unless --no-worker: a live model) and the agent on a Restate server this process starts
-    (agent.engines.restate_agent.engine), both stopped on exit."""
+    (testbed.restate_engine.engine), both stopped on exit."""
     from agent import llm
-    from agent.engines.restate_agent import engine
+    from testbed.restate_engine import engine
     from testbed.stack import StackSpec, stack
 
     if args.no_worker:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agent.contracts import AgentConfig
-from agent.engines.restate_agent import engine, request_body
+from agent.engines.restate_agent import request_body
 from chaos.backends.restate import JOURNAL_FILE, RestateBackend
 from chaos.client import Workload
 from chaos.generator import NemesisEvent
@@ -19,6 +19,7 @@ from chaos.scenarios import SCENARIOS
 from harness.recording import EffectLedger
 from harness.verdict import NOT_APPLICABLE, PASS
 from testbed.model_server import ScriptedModelServer
+from testbed.restate_engine import engine
 from testbed.restate_server import restate_server_or_none
 from testbed.scripted_routes import respond
 
@@ -40,8 +41,9 @@ async def test_a_run_answers_with_its_tool_calls_in_the_ledger(tmp_path: Path) -
             # Three tool calls at once: run concurrently, journaled and recorded in the model's order.
             parallel = await e.run_turn(AgentConfig(model="scripted:parallel"), "several", "run-2")
             assert [name for name, _, _ in parallel["tool_calls"]] == ["calculator", "weather", "calculator"]
-    steps = [(x["workflow_id"], x["activity_id"], x["tool"], x["attempt"], x["outcome"]) for x in
-             EffectLedger(tmp_path / "ledger.sqlite3").executions()]
+    # Each action once, with its position in the run as its id (the parallel tools start in any order).
+    steps = sorted(((x["workflow_id"], x["activity_id"], x["tool"], x["attempt"], x["outcome"]) for x in
+                    EffectLedger(tmp_path / "ledger.sqlite3").executions()), key=lambda s: (s[0], int(s[1])))
     assert steps == [("run-1", "0", "plan_next_action", 1, "ok"), ("run-1", "1", "calculator", 1, "ok"),
                      ("run-1", "2", "plan_next_action", 1, "ok"),
                      ("run-2", "0", "plan_next_action", 1, "ok"), ("run-2", "1", "calculator", 1, "ok"),

@@ -1,7 +1,9 @@
 """The reference agent's loop on Restate: one prompt to a final answer as one invocation of ``DahAgent/run``.
 
     python -m agent.engines.restate_agent endpoint --port 9080 --state-dir .dah --identity e1 --model-base-url URL
-    async with engine(state_dir, model_url) as e: await e.run_turn(config, "What is 25 * 4?", "run-1")
+
+(``testbed.restate_engine.engine`` runs it in process, with a Restate server it starts: ``dah run --durability
+restate``.)
 
 The handler runs ``loop.run_turn`` unchanged; its two effects are ``ctx.run_typed`` actions calling
 ``agent.engines.steps.plan`` and ``steps.tool``, so the Restate server journals each model call and tool call and
@@ -33,12 +35,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
 import signal
 import sys
 import uuid
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -193,83 +193,6 @@ async def serve(port: int, stop: asyncio.Event, host: str = "127.0.0.1") -> None
     await hypercorn_serve(asgi_app(), config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
 
 
-# -- the in-process engine (dah run, benchmarks) ----------------------------------------------------------------
-
-@dataclasses.dataclass
-class RestateEngine:
-    """The agent on a Restate server this process started: ``run_turn`` submits and waits for one run."""
-
-    server: Any  # testbed.restate_server.RestateServer
-    client: Any  # agent.engines.restate_client.RestateClient
-    endpoint_url: str
-    name: str = NAME
-
-    def record(self) -> dict[str, Any]:
-        return {"name": self.name, "endpoint": self.endpoint_url, "server": self.server.record()}
-
-    async def run_turn(self, config: AgentConfig, prompt: str, run_id: str, workspace: str | None = None
-                       ) -> dict[str, Any]:
-        """Run ``prompt`` as the run ``run_id`` (idempotent: the same id again is the same run) and return its
-        result; RuntimeError if it failed."""
-        await self.client.submit(run_id, request_body(config, prompt, run_id, workspace))
-        return await self.client.wait(run_id, timeout_s=max(60.0, config.planning.start_to_close_s * 10))
-
-
-@contextlib.asynccontextmanager
-async def engine(state_dir: Path, model_url: str, *, ledger: EffectLedger | None = None
-                 ) -> AsyncIterator[RestateEngine]:
-    """A Restate server (its state in ``state_dir/restate``), this process serving the endpoint on a free port,
-    registered; all stopped on exit. ``ledger``: an open effect ledger (default: the state dir's, opened here)."""
-    from agent import llm
-    from agent.engines.restate_client import RestateClient
-    from agent.worker import WorkerSettings
-    from testbed.processes import free_port
-    from testbed.restate_server import RestateServer
-
-    settings = WorkerSettings.in_state_dir(state_dir)
-    llm.preload_in_background()
-    async with contextlib.AsyncExitStack() as exits:
-        if ledger is None:
-            ledger = exits.enter_context(EffectLedger(settings.resolved_ledger_path))
-        configure(StepResources(ledger=ledger, sandbox_root=settings.sandbox_root, model_base_url=model_url,
-                                worker="in-process"))
-        server = RestateServer(Path(state_dir) / "restate", log_file=Path(state_dir) / "logs" / "restate.log")
-        (Path(state_dir) / "logs").mkdir(parents=True, exist_ok=True)
-        await asyncio.to_thread(exits.enter_context, server)
-        port = free_port("127.0.0.1")
-        stop = asyncio.Event()
-        serving = asyncio.create_task(serve(port, stop))
-
-        async def halt() -> None:
-            stop.set()
-            await serving
-
-        exits.push_async_callback(halt)
-        url = f"http://127.0.0.1:{port}"
-        await _register_when_up(server, url, serving)
-        client = RestateClient(server.ingress_url, server.admin_url)
-        exits.push_async_callback(client.close)
-        yield RestateEngine(server=server, client=client, endpoint_url=url)
-
-
-async def _register_when_up(server: Any, url: str, serving: asyncio.Task, timeout_s: float = 30.0) -> None:
-    """Register the endpoint once it answers (hypercorn binds a moment after the task starts)."""
-    from testbed.restate_server import RestateServerError
-
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while True:
-        if serving.done():
-            serving.result()  # raises why it stopped
-            raise RuntimeError(f"the Restate endpoint at {url} stopped before it was registered")
-        try:
-            await asyncio.to_thread(server.register, url)
-            return
-        except RestateServerError:
-            if asyncio.get_running_loop().time() > deadline:
-                raise
-            await asyncio.sleep(0.1)
-
-
 # -- the endpoint process (chaos workers) -----------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -282,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state-dir", type=Path, default=Path(".dah"),
                    help="tool workspaces and the effect ledger live in STATE_DIR/sandbox (default .dah)")
     p.add_argument("--identity", help="this process's identity in the effect ledger (default host:pid)")
-    p.add_argument("--model-base-url", help="scripted model server URL (default: start one in this process)")
+    p.add_argument("--model-base-url", help="the scripted model server's URL (default none: live models only)")
     return parser
 
 
@@ -291,18 +214,16 @@ async def _endpoint(args: argparse.Namespace) -> int:
 
     from agent import llm
     from agent.worker import WorkerSettings
-    from testbed.stack import StackSpec, stack
 
     identity = args.identity or f"{socket.gethostname()}:{uuid.uuid4().hex[:6]}"
     stop = asyncio.Event()
     running = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         running.add_signal_handler(sig, stop.set)
-    spec = StackSpec(state_dir=args.state_dir, temporal="none", model=args.model_base_url is None,
-                     model_url=args.model_base_url, ledger=True)
-    async with stack(spec) as s:
-        configure(StepResources(ledger=s.ledger, sandbox_root=WorkerSettings.in_state_dir(args.state_dir).sandbox_root,
-                                model_base_url=s.model_url, worker=identity))
+    settings = WorkerSettings.in_state_dir(args.state_dir)
+    with EffectLedger(settings.resolved_ledger_path) as ledger:
+        configure(StepResources(ledger=ledger, sandbox_root=settings.sandbox_root, model_base_url=args.model_base_url,
+                                worker=identity))
         llm.preload_in_background()  # LiteLLM's import takes seconds: not inside the first model step
         serving = asyncio.create_task(serve(args.port, stop))
 
@@ -312,7 +233,7 @@ async def _endpoint(args: argparse.Namespace) -> int:
 
         warm = asyncio.create_task(announce_warm())
         await _wait_listening(args.port, serving)
-        print(f"READY restate endpoint identity={identity} port={args.port} model={s.model_url}", flush=True)
+        print(f"READY restate endpoint identity={identity} port={args.port} model={args.model_base_url}", flush=True)
         try:
             await serving
         finally:

@@ -29,9 +29,8 @@ class RestateRunError(RuntimeError):
 
 
 class RestateClient:
-    def __init__(self, ingress_url: str, admin_url: str | None = None) -> None:
+    def __init__(self, ingress_url: str) -> None:
         self.ingress_url = ingress_url.rstrip("/")
-        self.admin_url = admin_url
         self._http = httpx.AsyncClient(timeout=httpx.Timeout(30.0))
 
     async def close(self) -> None:

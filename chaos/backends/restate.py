@@ -38,7 +38,6 @@ import asyncio
 import json
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from agent.engines.restate_agent import request_body
