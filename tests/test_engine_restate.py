@@ -4,6 +4,7 @@ the engine, a supervised process under chaos)."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,22 +12,23 @@ import pytest
 
 from agent.contracts import AgentConfig
 from agent.engines.restate_agent import request_body
-from chaos.backends.restate import JOURNAL_FILE, RestateBackend
+from chaos.backends.restate import JOURNAL_FILE, RestateBackend, journal_check
 from chaos.client import Workload
 from chaos.generator import NemesisEvent
 from chaos.runner import run
 from chaos.scenarios import SCENARIOS
-from harness.recording import EffectLedger
+from harness.recording import EffectLedger, ExecutionIdentity
 from harness.verdict import NOT_APPLICABLE, PASS
 from testbed.model_server import ScriptedModelServer
 from testbed.restate_engine import engine
 from testbed.restate_server import restate_server_or_none
 from testbed.scripted_routes import respond
 
-pytestmark = pytest.mark.skipif(restate_server_or_none() is None,
-                                reason="no restate-server binary; `make restate-server` installs it")
+needs_server = pytest.mark.skipif(restate_server_or_none() is None,
+                                  reason="no restate-server binary; `make restate-server` installs it")
 
 
+@needs_server
 async def test_a_run_answers_with_its_tool_calls_in_the_ledger(tmp_path: Path) -> None:
     with ScriptedModelServer(respond) as model, EffectLedger(tmp_path / "ledger.sqlite3") as ledger:
         async with engine(tmp_path, model.url, ledger=ledger) as e:
@@ -51,6 +53,7 @@ async def test_a_run_answers_with_its_tool_calls_in_the_ledger(tmp_path: Path) -
                      ("run-2", "4", "plan_next_action", 1, "ok")]
 
 
+@needs_server
 @pytest.mark.background  # mostly waiting on kills: alongside the other tests (conftest)
 async def test_an_endpoint_kill_mid_model_call_loses_nothing(tmp_path: Path) -> None:
     scenario = replace(SCENARIOS["kill_mid_turn"],
@@ -67,3 +70,30 @@ async def test_an_endpoint_kill_mid_model_call_loses_nothing(tmp_path: Path) -> 
     assert kill["value"]["evidence"] and all(a["activity"] == "plan_next_action" for a in kill["value"]["evidence"])
     journal = json.loads((result.run_dir / JOURNAL_FILE).read_text())
     assert journal["verdict"] == "pass" and journal["actions_completed"] > 0
+
+
+class _Journal:
+    """What ``journal_check`` asks the server: one run's journal, two actions completed at 100.0 and 200.0."""
+
+    def query(self, sql: str) -> list[dict]:
+        def row(kind: str, entry: dict, at: str) -> dict:
+            return {"run_id": "r", "entry_type": kind, "entry_lite_json": json.dumps(entry), "appended_at": at}
+
+        return [row("Command: Run", {"Command": {"Run": {"completion_id": 1}}}, "1970-01-01T00:01:40.000Z"),
+                row("Notification: Run", {"Notification": {"id": {"CompletionId": 1}}}, "1970-01-01T00:01:40.000Z"),
+                row("Command: Run", {"Command": {"Run": {"completion_id": 2}}}, "1970-01-01T00:03:20.000Z"),
+                row("Notification: Run", {"Notification": {"id": {"CompletionId": 2}}}, "1970-01-01T00:03:20.000Z")]
+
+
+def test_the_journal_check_sees_an_action_run_again_after_the_journal_completed_it(tmp_path: Path) -> None:
+    with EffectLedger(tmp_path / "ledger.sqlite3") as ledger:
+        for activity in ("0", "0", "1"):  # action 0 once more after it completed; action 1 once, before
+            ledger.end_execution(ledger.begin_execution(ExecutionIdentity("r", "restate", activity, 1, "w"), "t"),
+                                 "ok")
+        with sqlite3.connect(tmp_path / "ledger.sqlite3") as db:  # when each ran, against the journal's clock
+            for execution_id, (start, end) in enumerate([(99.0, 99.5), (150.0, 150.5), (199.9, 200.0)], 1):
+                db.execute("UPDATE executions SET started_at = ?, finished_at = ? WHERE id = ?",
+                           (start, end, execution_id))
+        report = journal_check(_Journal(), ledger)
+    assert report["verdict"] == "fail" and report["actions_completed"] == 2
+    assert [(x["activity_id"], x["started_at"]) for x in report["re_executed_after_completion"]] == [("0", 150.0)]
