@@ -10,7 +10,7 @@ npm). The node keeps its state (metadata, the log, the partition stores: RocksDB
 SIGKILL followed by ``start()`` resumes every invocation from disk, on the same ports (chosen once, at the first
 start). ``port`` is the admin API's port: the one a "server" nemesis needs to know (it is the process that
 holds the journal; the ingress is on ``ingress_url``). ``record()`` states the durability settings the server
-itself reports (``--dump-config``).
+itself reports (``--dump-config``; ``settings`` without a server).
 
 Besides ports, the configuration sets only what a test bed needs: no telemetry, TCP only (no Unix sockets
 under the base dir: their path length is limited), 4 partitions (one node), plain log lines, and a default
@@ -26,6 +26,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import tomllib
 import urllib.error
@@ -83,6 +84,30 @@ def _toml(config: dict[str, Any]) -> str:
         if isinstance(entries, dict):
             lines += ["", f"[{table}]"] + [f"{k} = {value(v)}" for k, v in entries.items()]
     return "\n".join(lines) + "\n"
+
+
+def settings(config: dict[str, Any]) -> dict[str, Any]:
+    """The binary, its version, the retry policy and the storage settings that decide what a crash can lose, as
+    ``restate-server --dump-config`` reports them for ``config`` (no server is started)."""
+    binary = find_restate_server()
+    version = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
+    with tempfile.NamedTemporaryFile("w", suffix=".toml") as f:
+        f.write(_toml(config))
+        f.flush()
+        out = subprocess.run([binary, "--config-file", f.name, "--dump-config"], capture_output=True, text=True,
+                             timeout=30, check=True).stdout
+    dumped = tomllib.loads(out)
+    provider = dumped.get("bifrost", {}).get("default-provider")
+    log_store = dumped.get("log-server", {}) if provider == "replicated" else dumped.get("bifrost", {}).get("local", {})
+    fsync = not log_store.get("rocksdb-disable-wal-fsync", False)
+    return {"binary": binary, "version": version, "default_retry_policy": dict(RETRY_POLICY),
+            "durability": {
+                "log_provider": provider, "replication": dumped.get("default-replication"),
+                "log_rocksdb_wal": not log_store.get("rocksdb-disable-wal", False), "log_rocksdb_wal_fsync": fsync,
+                "partitions": dumped.get("default-num-partitions"),
+                "statement": (f"the log (bifrost, provider {provider!r}, replication "
+                              f"{dumped.get('default-replication')}) is RocksDB with its write-ahead log "
+                              f"{'fsynced' if fsync else 'NOT fsynced'} on each write (batch)")}}
 
 
 @dataclass
@@ -233,30 +258,6 @@ class RestateServer:
         """Rows of an SQL query on the server's introspection tables (``sys_invocation``, ``sys_journal``...)."""
         return self.admin("POST", "/query", {"query": sql})["rows"]
 
-    def durability(self) -> dict[str, Any]:
-        """The storage settings that decide what a crash can lose, as ``restate-server --dump-config`` reports
-        them with this configuration."""
-        out = subprocess.run([find_restate_server(), "--config-file", str(self.config_file), "--dump-config"],
-                             capture_output=True, text=True, timeout=30, check=True).stdout
-        dumped = tomllib.loads(out)
-        bifrost = dumped.get("bifrost", {})
-        provider = bifrost.get("default-provider")
-        log_store = dumped.get("log-server", {}) if provider == "replicated" else bifrost.get("local", {})
-        return {
-            "log_provider": provider,
-            "log_rocksdb_wal_fsync": not log_store.get("rocksdb-disable-wal-fsync", False),
-            "log_rocksdb_wal": not log_store.get("rocksdb-disable-wal", False),
-            "replication": dumped.get("default-replication"),
-            "partitions": dumped.get("default-num-partitions"),
-            "statement": (f"the log (bifrost, provider {provider!r}, replication "
-                          f"{dumped.get('default-replication')}) is RocksDB with its write-ahead log "
-                          f"{'fsynced' if not log_store.get('rocksdb-disable-wal-fsync', False) else 'NOT fsynced'}"
-                          " on each write"),
-        }
-
     def record(self) -> dict[str, Any]:
-        binary = find_restate_server()
-        version = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
-        return {"binary": binary, "version": version, "base_dir": str(self.base_dir),
-                "admin_url": self.admin_url, "ingress_url": self.ingress_url,
-                "default_retry_policy": dict(RETRY_POLICY), "durability": self.durability()}
+        return {**settings(self.config()), "base_dir": str(self.base_dir), "admin_url": self.admin_url,
+                "ingress_url": self.ingress_url}

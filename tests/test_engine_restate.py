@@ -23,6 +23,7 @@ from testbed.model_server import ScriptedModelServer
 from testbed.restate_engine import engine
 from testbed.restate_server import restate_server_or_none
 from testbed.scripted_routes import respond
+from tests.run_directory import assert_valid
 
 needs_server = pytest.mark.skipif(restate_server_or_none() is None,
                                   reason="no restate-server binary; `make restate-server` installs it")
@@ -70,6 +71,7 @@ async def test_an_endpoint_kill_mid_model_call_loses_nothing(tmp_path: Path) -> 
     assert kill["value"]["evidence"] and all(a["activity"] == "plan_next_action" for a in kill["value"]["evidence"])
     journal = json.loads((result.run_dir / JOURNAL_FILE).read_text())
     assert journal["verdict"] == "pass" and journal["actions_completed"] > 0
+    assert_valid(result.run_dir)
 
 
 class _Journal:

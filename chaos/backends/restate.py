@@ -38,6 +38,7 @@ import asyncio
 import json
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from agent.engines.restate_agent import request_body
@@ -53,7 +54,7 @@ from harness.rundir import RunDir
 from testbed.model_server import LatencyModel
 from testbed.net import FaultProxy
 from testbed.processes import free_port
-from testbed.restate_server import RestateServer
+from testbed.restate_server import RestateServer, settings
 from testbed.stack import Endpoints, Stack, StackSpec
 from testbed.worker_process import WorkerProcess
 
@@ -87,7 +88,8 @@ class RestateBackend(Backend):
 
     def record(self) -> dict[str, Any]:
         return {**super().record(), "temporal": None, "endpoints": 1,
-                "endpoint_link": "the proxy in front of the endpoint is the 'temporal' link of partition nemeses"}
+                "endpoint_link": "the proxy in front of the endpoint is the 'temporal' link of partition nemeses",
+                "restate_server": settings(RestateServer(Path(".")).config())}
 
     def stack_spec(self, scenario: ChaosScenario, run: RunDir, seed: int, history: History, ui: bool) -> StackSpec:
         port = free_port("127.0.0.1")
