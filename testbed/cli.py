@@ -623,10 +623,15 @@ async def _restate_engine(args: argparse.Namespace) -> AsyncIterator[Any]:
     (testbed.restate_engine.engine), both stopped on exit."""
     from agent import llm
     from testbed.restate_engine import engine
+    from testbed.restate_server import RestateServerError, find_restate_server
     from testbed.stack import StackSpec, stack
 
     if args.no_worker:
         raise UsageError("--no-worker: on --durability restate the endpoint runs in this process")
+    try:
+        find_restate_server()
+    except RestateServerError as exc:
+        raise UsageError(str(exc)) from None
     latency, faults = _model_knobs(args)
     spec = StackSpec(state_dir=args.state_dir, temporal="none", model_latency=latency, model_faults=faults,
                      seed=args.seed, ledger=True)
