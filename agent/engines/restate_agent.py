@@ -212,14 +212,17 @@ def build_parser() -> argparse.ArgumentParser:
 async def _endpoint(args: argparse.Namespace) -> int:
     import socket
 
+    from restate.server import install_shutdown_hook
+
     from agent import llm
     from agent.worker import WorkerSettings
 
     identity = args.identity or f"{socket.gethostname()}:{uuid.uuid4().hex[:6]}"
     stop = asyncio.Event()
-    running = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        running.add_signal_handler(sig, stop.set)
+        # The SDK's app takes over SIGTERM when its first request arrives (one handler per signal and loop): hooks
+        # registered here run from its dispatcher too.
+        install_shutdown_hook(asyncio.get_running_loop(), stop.set, sig)
     settings = WorkerSettings.in_state_dir(args.state_dir)
     with EffectLedger(settings.resolved_ledger_path) as ledger:
         configure(StepResources(ledger=ledger, sandbox_root=settings.sandbox_root, model_base_url=args.model_base_url,
