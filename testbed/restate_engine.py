@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import signal
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from restate.server import install_shutdown_hook
 
 from agent import llm
 from agent.contracts import AgentConfig
@@ -66,6 +69,7 @@ async def engine(state_dir: Path, model_url: str, *, ledger: EffectLedger | None
         (state_dir / "logs").mkdir(parents=True, exist_ok=True)
         server = RestateServer(state_dir / "restate", log_file=state_dir / "logs" / "restate.log")
         await asyncio.to_thread(exits.enter_context, server)
+        exits.callback(_keep_sigterm(asyncio.get_running_loop()))
         port = free_port("127.0.0.1")
         stop = asyncio.Event()
         serving = asyncio.create_task(restate_agent.serve(port, stop))
@@ -80,6 +84,27 @@ async def engine(state_dir: Path, model_url: str, *, ledger: EffectLedger | None
         client = RestateClient(server.ingress_url)
         exits.push_async_callback(client.close)
         yield RestateEngine(server=server, client=client, endpoint_url=url)
+
+
+def _keep_sigterm(loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
+    """The SDK's app takes SIGTERM over when its first request arrives (``loop.add_signal_handler``); give it back
+    to what handled it before the engine (``dah``'s, the benchmarks' ``stop_on_sigterm``, or the default: exit).
+    Returns the undo, for the engine's exit."""
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def restore() -> None:
+        loop.remove_signal_handler(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, previous)
+
+    def pass_on() -> None:
+        restore()
+        signal.raise_signal(signal.SIGTERM)
+
+    try:
+        install_shutdown_hook(loop, pass_on)
+    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread: signals are not ours to route
+        return lambda: None
+    return restore
 
 
 async def _register_when_up(server: RestateServer, url: str, serving: asyncio.Task, timeout_s: float = 30.0) -> None:
