@@ -3,10 +3,10 @@
     async with engine(state_dir, model_url) as e:
         result = await e.run_turn(AgentConfig(), "What is 25 * 4?", "run-1")   # steps.turn_result's shape
 
-``engine`` starts a ``restate-server`` (``testbed.restate_server``, its state in ``STATE_DIR/restate``), serves the
+``engine`` (also ``agent.engines.restate_agent.engine``) starts a ``restate-server`` (``testbed.restate_server``, its state in ``STATE_DIR/restate``), serves the
 ``DahAgent`` endpoint (``agent.engines.restate_agent``) with hypercorn on a free port in this process, registers
-it, and stops everything on exit. It lives in the test bed, not next to the service: the agent never imports the
-test bed (tests/test_layout.py), and starting a server is the test bed's job.
+it, and stops everything on exit. It lives in the test bed, not next to the service: starting a server is the test
+bed's job (tests/test_layout.py allows the agent that one import).
 """
 
 from __future__ import annotations

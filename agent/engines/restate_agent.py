@@ -2,8 +2,8 @@
 
     python -m agent.engines.restate_agent endpoint --port 9080 --state-dir .dah --identity e1 --model-base-url URL
 
-(``testbed.restate_engine.engine`` runs it in process, with a Restate server it starts: ``dah run --durability
-restate``.)
+``engine(state_dir, model_url)`` runs it in this process, with a Restate server it starts (``dah run --durability
+restate``, the benchmarks; the server is the test bed's: ``testbed.restate_engine``).
 
 The handler runs ``loop.run_turn`` unchanged; its two effects are ``ctx.run_typed`` actions calling
 ``agent.engines.steps.plan`` and ``steps.tool``, so the Restate server journals each model call and tool call and
@@ -191,6 +191,15 @@ async def serve(port: int, stop: asyncio.Event, host: str = "127.0.0.1") -> None
     config.errorlog = None
     config.graceful_timeout = 0.5
     await hypercorn_serve(asgi_app(), config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+
+
+def engine(state_dir: Path, model_url: str, *, ledger: EffectLedger | None = None) -> Any:
+    """The agent on a Restate server this process starts, as an async context manager (``dah run``, the
+    benchmarks): ``testbed.restate_engine.engine``, which starts the server (the test bed's job; the one import of
+    the test bed here, see tests/test_layout.py)."""
+    from testbed.restate_engine import engine as on_restate
+
+    return on_restate(state_dir, model_url, ledger=ledger)
 
 
 # -- the endpoint process (chaos workers) -----------------------------------------------------------------------
