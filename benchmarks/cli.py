@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                                    "only": args.only, "durability": args.durability}.items() if v is not None}
     if overrides["durability"] not in ("temporal", "checkpoint"):
         print(f"python -m benchmarks: --durability {args.durability}: the benchmarks do not run on it yet (its "
-              "in-process engine is testbed.restate_engine.engine); use temporal or checkpoint",
+              "in-process engine is agent.engines.restate_agent.engine); use temporal or checkpoint",
               file=sys.stderr)
         return 2
     if overrides["durability"] == "checkpoint":

@@ -620,9 +620,9 @@ async def _prompt_loop(args: argparse.Namespace, answer: Callable[[str], Awaitab
 @contextlib.asynccontextmanager
 async def _restate_engine(args: argparse.Namespace) -> AsyncIterator[Any]:
     """The scripted model (unless --no-worker: a live model) and the agent on a Restate server this process starts
-    (testbed.restate_engine.engine), both stopped on exit."""
+    (agent.engines.restate_agent.engine), both stopped on exit."""
     from agent import llm
-    from testbed.restate_engine import engine
+    from agent.engines.restate_agent import engine
     from testbed.restate_server import RestateServerError, find_restate_server
     from testbed.stack import StackSpec, stack
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agent.contracts import AgentConfig
-from agent.engines.restate_agent import request_body
+from agent.engines.restate_agent import engine, request_body
 from chaos.backends.restate import JOURNAL_FILE, RestateBackend, journal_check
 from chaos.client import Workload
 from chaos.generator import NemesisEvent
@@ -20,7 +20,6 @@ from chaos.scenarios import SCENARIOS
 from harness.recording import EffectLedger, ExecutionIdentity
 from harness.verdict import NOT_APPLICABLE, PASS
 from testbed.model_server import ScriptedModelServer
-from testbed.restate_engine import engine
 from testbed.restate_server import restate_server_or_none
 from testbed.scripted_routes import respond
 from tests.run_directory import assert_valid

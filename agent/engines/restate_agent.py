@@ -3,7 +3,7 @@
     python -m agent.engines.restate_agent endpoint --port 9080 --state-dir .dah --identity e1 --model-base-url URL
 
 ``engine(state_dir, model_url)`` runs it in this process, with a Restate server it starts (``dah run --durability
-restate``, the benchmarks; the server is the test bed's: ``testbed.restate_engine``).
+restate``, the benchmarks): the agent's one use of the test bed (``testbed.restate_server``; tests/test_layout.py).
 
 The handler runs ``loop.run_turn`` unchanged; its two effects are ``ctx.run_typed`` actions calling
 ``agent.engines.steps.plan`` and ``steps.tool``, so the Restate server journals each model call and tool call and
@@ -35,21 +35,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import signal
 import sys
 import uuid
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import restate
 from restate.exceptions import TerminalError
+from restate.server import install_shutdown_hook
 
 from agent import loop
 from agent.checkpoint.agent_task import config_from
 from agent.contracts import WORKFLOW_NATIVE_TOOLS, ActivityPolicy, AgentConfig
 from agent.engines import steps
+from agent.engines.restate_client import RestateClient
 from agent.engines.steps import StepResources
 from agent.errors import ModelConfigurationError
 from harness.recording import EffectLedger, ExecutionIdentity
@@ -193,13 +197,104 @@ async def serve(port: int, stop: asyncio.Event, host: str = "127.0.0.1") -> None
     await hypercorn_serve(asgi_app(), config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
 
 
-def engine(state_dir: Path, model_url: str, *, ledger: EffectLedger | None = None) -> Any:
-    """The agent on a Restate server this process starts, as an async context manager (``dah run``, the
-    benchmarks): ``testbed.restate_engine.engine``, which starts the server (the test bed's job; the one import of
-    the test bed here, see tests/test_layout.py)."""
-    from testbed.restate_engine import engine as on_restate
+# -- the in-process engine (dah run, the benchmarks) ------------------------------------------------------------
 
-    return on_restate(state_dir, model_url, ledger=ledger)
+@dataclasses.dataclass
+class RestateEngine:
+    """The agent on a Restate server this process started: ``run_turn`` submits one run and waits for it."""
+
+    server: Any  # testbed.restate_server.RestateServer
+    client: RestateClient
+    endpoint_url: str
+    name: str = NAME
+
+    def record(self) -> dict[str, Any]:
+        """What ran: the endpoint, and the server with its durability settings (``RestateServer.record``)."""
+        return {"name": self.name, "endpoint": self.endpoint_url, "server": self.server.record()}
+
+    async def run_turn(self, config: AgentConfig, prompt: str, run_id: str, workspace: str | None = None
+                       ) -> dict[str, Any]:
+        """Run ``prompt`` as the run ``run_id`` (idempotent: the same id again is the same run) and return its
+        result; RuntimeError (``RestateRunError``) if it failed."""
+        await self.client.submit(run_id, request_body(config, prompt, run_id, workspace))
+        return await self.client.wait(run_id, timeout_s=max(60.0, config.planning.start_to_close_s * 10))
+
+
+@contextlib.asynccontextmanager
+async def engine(state_dir: Path, model_url: str, *, ledger: EffectLedger | None = None
+                 ) -> AsyncIterator[RestateEngine]:
+    """A Restate server (its state in ``state_dir/restate``), this process serving the endpoint on a free port,
+    registered; all stopped on exit. ``ledger``: an open effect ledger (default: the state dir's, opened here)."""
+    from agent import llm
+    from agent.worker import WorkerSettings
+    from testbed.processes import free_port
+    from testbed.restate_server import RestateServer
+
+    state_dir = Path(state_dir)
+    settings = WorkerSettings.in_state_dir(state_dir)
+    llm.preload_in_background()
+    async with contextlib.AsyncExitStack() as exits:
+        if ledger is None:
+            ledger = exits.enter_context(EffectLedger(settings.resolved_ledger_path))
+        configure(StepResources(ledger=ledger, sandbox_root=settings.sandbox_root, model_base_url=model_url,
+                                worker="in-process"))
+        (state_dir / "logs").mkdir(parents=True, exist_ok=True)
+        server = RestateServer(state_dir / "restate", log_file=state_dir / "logs" / "restate.log")
+        await asyncio.to_thread(exits.enter_context, server)
+        exits.callback(_keep_sigterm(asyncio.get_running_loop()))
+        port = free_port("127.0.0.1")
+        stop = asyncio.Event()
+        serving = asyncio.create_task(serve(port, stop))
+
+        async def halt() -> None:
+            stop.set()
+            await serving
+
+        exits.push_async_callback(halt)
+        url = f"http://127.0.0.1:{port}"
+        await _register_when_up(server, url, serving)
+        client = RestateClient(server.ingress_url)
+        exits.push_async_callback(client.close)
+        yield RestateEngine(server=server, client=client, endpoint_url=url)
+
+
+def _keep_sigterm(loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
+    """The SDK's app takes SIGTERM over when its first request arrives (``loop.add_signal_handler``); give it back
+    to what handled it before the engine (``dah``'s, the benchmarks' ``stop_on_sigterm``, or the default: exit).
+    Returns the undo, for the engine's exit."""
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def restore() -> None:
+        loop.remove_signal_handler(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, previous)
+
+    def pass_on() -> None:
+        restore()
+        signal.raise_signal(signal.SIGTERM)
+
+    try:
+        install_shutdown_hook(loop, pass_on)
+    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread: signals are not ours to route
+        return lambda: None
+    return restore
+
+
+async def _register_when_up(server: Any, url: str, serving: asyncio.Task, timeout_s: float = 30.0) -> None:
+    """Register the endpoint once it answers (hypercorn binds a moment after its task starts)."""
+    from testbed.restate_server import RestateServerError
+
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        if serving.done():
+            serving.result()  # raises why it stopped
+            raise RuntimeError(f"the Restate endpoint at {url} stopped before it was registered")
+        try:
+            await asyncio.to_thread(server.register, url)
+            return
+        except RestateServerError:
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.1)
 
 
 # -- the endpoint process (chaos workers) -----------------------------------------------------------------------
@@ -220,8 +315,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 async def _endpoint(args: argparse.Namespace) -> int:
     import socket
-
-    from restate.server import install_shutdown_hook
 
     from agent import llm
     from agent.worker import WorkerSettings
