@@ -85,7 +85,8 @@ async def run(options: Options, say: Callable[[str], None], command: str) -> Pat
     doing = ["setup"]  # run.json's stopped_during if the run is stopped
     with run_dir.ending_if_it_fails(started, doing=lambda: doing[0]):
         temporal_table2 = options.durability == "temporal" and "table2" in wanted
-        needs_server = temporal_table2 or bool({"tuning", "overhead", "length", "checkpoint", "engines"} & set(wanted))
+        needs_server = temporal_table2 or bool({"tuning", "overhead", "length", "checkpoint"} & set(wanted) \
+            or ("engines" in wanted and "temporal" in options.engines))
         if needs_server:
             say(f"connecting to {options.connection.address} (namespace {options.connection.namespace}) and starting "
                 "in-process workers" if options.external else
