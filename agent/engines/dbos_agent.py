@@ -63,6 +63,13 @@ from agent.engines.steps import StepResources
 from agent.errors import ModelConfigurationError
 from harness.recording import EffectLedger, ExecutionIdentity
 
+if __name__ == "__main__":
+    # ``python -m agent.engines.dbos_agent``: run as the module ``agent.engines.dbos_agent``, before anything below
+    # registers with DBOS here, so the process has one copy of the workflow and of the resources its steps use.
+    from agent.engines.dbos_agent import main as _main
+
+    sys.exit(_main())
+
 APP = "durable-agent"
 WORKFLOW = "agent_turn"
 QUEUE = "agent-turns"
@@ -420,11 +427,3 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(_worker(args))
     except KeyboardInterrupt:
         return 130
-
-
-if __name__ == "__main__":
-    # Run as the module ``agent.engines.dbos_agent`` (the one DBOS registers last and every import shares), not as
-    # ``__main__``, so there is one copy of the workflow and of its resources.
-    from agent.engines import dbos_agent
-
-    sys.exit(dbos_agent.main())
