@@ -335,6 +335,22 @@ class DbosClient:
             return FAILED, None, f"{status.status}: {status.error}"
         return QUEUED, None, None
 
+    async def step_log(self, run_ids: list[str]) -> list[dict[str, Any]]:
+        """Each run's status and the steps DBOS recorded for it (ids, names, errors, times; not the outputs)."""
+        out = []
+        for run_id in run_ids:
+            try:
+                status = await (await self.client.retrieve_workflow_async(run_id)).get_status()
+            except DBOSNonExistentWorkflowError:
+                continue
+            steps_ = await self.client.list_workflow_steps_async(run_id)
+            out.append({"workflow_id": run_id, "status": status.status, "executor_id": status.executor_id,
+                        "steps": [{"function_id": s["function_id"], "function_name": s["function_name"],
+                                   "error": None if s["error"] is None else str(s["error"]),
+                                   "started_at_epoch_ms": s["started_at_epoch_ms"],
+                                   "completed_at_epoch_ms": s["completed_at_epoch_ms"]} for s in steps_]})
+        return out
+
     async def wait(self, run_id: str, timeout_s: float, poll_s: float = 0.05) -> dict[str, Any]:
         """The run's result; ``RuntimeError`` if it failed, ``TimeoutError`` if it is still running after
         ``timeout_s``."""

@@ -24,8 +24,10 @@ What each checker sees here:
 * ``temporal_history``, ``workflow_tasks``, ``replay``: they read Temporal event histories. DBOS has none: it keeps
   each workflow's step outputs (``operation_outputs``) and re-runs the workflow function from the start on
   recovery, returning recorded outputs for the steps that completed; there is no history to replay against the
-  code. They are ``not_applicable``, with that reason. (A check that every step DBOS recorded as complete ran
-  once in the ledger would be the step-log twin; it is not written yet.)
+  code. They are ``not_applicable``, with that reason;
+* ``dbos_steps`` is their twin here: at the end of the run every run's status and recorded steps are read from the
+  system database (``dbos_steps.json``) and held against the ledger: no step ran again once DBOS had recorded it,
+  every recorded step was executed, and a completed run executed no step it did not record.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from agent.engines import dbos_agent
 from agent.worker import LEDGER
 from chaos.backends.base import Backend
 from chaos.backends.oneshot import OneShotDriver, RunFailedError
+from chaos.checker.dbos_steps import STEPS_FILE
 from chaos.nemesis import NemesisContext, ledger_in_flight
 from chaos.scenarios import ChaosScenario
 from chaos.target import REFERENCE, Target
@@ -55,7 +58,7 @@ DBOS_WORKER = ("{python}", "-m", "agent.engines.dbos_agent", "worker", "--databa
 DBOS_TARGET = replace(REFERENCE, name="reference-agent (dbos)", worker=DBOS_WORKER, ready_line=dbos_agent.READY,
                       warm_line=dbos_agent.WARM, driver="chaos.backends.dbos:DbosDriver")
 NO_EVENT_HISTORIES = ("reads Temporal event histories; DBOS keeps step outputs (operation_outputs), not an event "
-                      "history to replay (its runs are checked by lost, effects and injection_evidence)")
+                      "history to replay (its step log is checked by dbos_steps)")
 #: the scenarios with a twin on each database (the others fault Temporal itself, or need it to observe)
 SCENARIOS = {"sqlite": ("kill_mid_turn", "model_outage", "crash_after_effect", "partition_model"),
              "postgres": ("kill_mid_turn", "model_outage", "crash_after_effect", "partition_model", "server_restart",
@@ -133,10 +136,18 @@ class DbosBackend(Backend):
         return await asyncio.to_thread(ledger_in_flight, ctx.stack.spec.state_dir / LEDGER) or []
 
     async def save(self, stack: Stack, run: RunDir, driver: Any) -> None:
-        """The system database's durability settings, as the database reports them, into ``run.json``."""
+        """The system database's durability settings, as the database reports them, into ``run.json``; every
+        run's status and recorded steps into ``dbos_steps.json`` (what the ``dbos_steps`` checker reads)."""
         url = self.database_url(run, stack)
         measured = await asyncio.to_thread(dbos_agent.durability, url)
         run.update(backend={**run.run.get("backend", {}), "durability": measured})
+        client = dbos_agent.DbosClient(url)
+        try:
+            runs = [r for conv in driver.to_json().get("runs", {}).values() for r in conv]
+            run.write_json(STEPS_FILE, {"engine_run_id": dbos_agent.ENGINE_RUN_ID,
+                                        "workflows": await client.step_log(runs)})
+        finally:
+            await asyncio.to_thread(client.close)
 
 
 @dataclass
