@@ -393,24 +393,22 @@ def _claim_executor(state_dir: Path, executor_id: str) -> Any:
 async def _worker(args: argparse.Namespace) -> int:
     from agent import llm
     from agent.worker import WorkerSettings
-    from testbed.stack import StackSpec, stack
 
     lock = _claim_executor(args.state_dir, args.executor_id)
     stop = asyncio.Event()
     running = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         running.add_signal_handler(sig, stop.set)
-    spec = StackSpec(state_dir=args.state_dir, temporal="none", model=args.model_base_url is None,
-                     model_url=args.model_base_url, ledger=True)
+    settings = WorkerSettings.in_state_dir(args.state_dir)
     try:
-        async with stack(spec) as s:
-            configure(StepResources(ledger=s.ledger,
-                                    sandbox_root=WorkerSettings.in_state_dir(args.state_dir).sandbox_root,
-                                    model_base_url=s.model_url, worker=args.identity))
+        # The ledger carries the in-agent faults the harness asks for in this process's environment (crash points).
+        with EffectLedger(settings.resolved_ledger_path) as ledger:
+            configure(StepResources(ledger=ledger, sandbox_root=settings.sandbox_root,
+                                    model_base_url=args.model_base_url, worker=args.identity))
             llm.preload_in_background()  # LiteLLM's import takes seconds: not inside the first model step
             async with launched(args.database_url, args.executor_id, queue=True):
                 print(f"{READY} identity={args.identity} executor_id={args.executor_id} "
-                      f"database={args.database_url} model={s.model_url}", flush=True)
+                      f"database={args.database_url} model={args.model_base_url}", flush=True)
                 await llm.wait_loaded()
                 print(WARM, flush=True)  # supervisors may wait for this before sending load
                 await stop.wait()
@@ -432,7 +430,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--executor-id", required=True,
                    help="the DBOS executor id: stable across restarts of one worker (its PENDING runs are recovered "
                         "by the next process with this id), never shared by two live workers")
-    p.add_argument("--model-base-url", help="scripted model server URL (default: start one in this process)")
+    p.add_argument("--model-base-url", required=True,
+                   help="the scripted model server's URL, e.g. http://127.0.0.1:PORT/v1 (dah server starts one)")
     return parser
 
 
