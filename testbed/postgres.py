@@ -1,4 +1,5 @@
-"""A PostgreSQL server this harness owns: a data dir it creates, a free TCP port, a unix-socket dir of its own.
+"""A PostgreSQL server this harness owns: a data dir it creates, a free TCP port, a unix-socket dir of its own
+(a short temporary directory: a socket's path may not exceed 107 bytes; removed on exit).
 
     with PostgresServer(state_dir / "postgres") as pg:      # initdb on first use, then postgres
         url = pg.url                                        # postgresql://postgres@127.0.0.1:PORT/postgres
@@ -20,6 +21,7 @@ import pwd
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -58,7 +60,7 @@ class PostgresServer:
 
     def __init__(self, data_dir: Path, log_dir: Path | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
         self.data_dir = Path(data_dir).resolve()
-        self.socket_dir = self.data_dir.parent / f"{self.data_dir.name}-socket"
+        self.socket_dir: Path | None = None  # made at the first start: short, as a socket's path must be (107 bytes)
         self.log_file = Path(log_dir or self.data_dir.parent).resolve() / "postgres.log"
         self.host, self.port = host, port
         self.ui_url: str | None = None
@@ -84,8 +86,10 @@ class PostgresServer:
 
     def _prepare(self) -> None:
         """The data dir (initdb on first use) and the socket dir, owned by the user the server runs as."""
-        for d in (self.data_dir, self.socket_dir, self.log_file.parent):
+        for d in (self.data_dir, self.log_file.parent):
             d.mkdir(parents=True, exist_ok=True)
+        if self.socket_dir is None:
+            self.socket_dir = Path(tempfile.mkdtemp(prefix="dah-pg-"))
         if os.geteuid() == 0:
             try:
                 user = pwd.getpwnam(USER)
@@ -93,7 +97,7 @@ class PostgresServer:
                 raise PostgresError(f"running as root, PostgreSQL needs the OS user {USER!r}, which does not exist; "
                                     "install PostgreSQL's package (it creates it) or run as another user") from None
             for d in (self.data_dir, self.socket_dir):
-                os.chown(d, user.pw_uid, user.pw_gid)
+                os.chown(d, user.pw_uid, user.pw_gid)  # type: ignore[arg-type]
             os.chmod(self.data_dir, 0o700)
             self._check_searchable(user.pw_uid)
         if (self.data_dir / "PG_VERSION").exists():
@@ -172,3 +176,6 @@ class PostgresServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+        if self.socket_dir is not None:
+            shutil.rmtree(self.socket_dir, ignore_errors=True)
+            self.socket_dir = None

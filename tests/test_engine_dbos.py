@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -128,3 +129,48 @@ async def test_a_worker_kill_on_dbos_loses_nothing_and_its_run_is_recovered(tmp_
         assert again, f"{e['workflow_id']}: the killed model call never ran again"
     backend = json.loads((result.run_dir / "run.json").read_text())["backend"]
     assert backend["durability"]["database"] == "sqlite"
+
+
+async def test_two_live_processes_sharing_an_executor_id_run_one_step_twice(tmp_path: Path) -> None:
+    """Why a worker claims its executor id (``_claim_executor``): DBOS's own behaviour without the claim. A process
+    starting with a live one's executor id recovers (re-enqueues) the workflows that one is running, and runs them:
+    the same step executes in both processes. Here the claim is sidestepped (the second worker has another state
+    dir: its lock, and its own ledger) to show what it prevents."""
+    from testbed.model_server import LatencyModel, ScriptedModelServer
+    from testbed.scripted_routes import respond
+
+    url = dbos_agent.sqlite_url(tmp_path / "dbos.sqlite3")
+    with ScriptedModelServer(respond, latency=LatencyModel.parse("fixed:4000")) as model:
+        def worker(state: Path) -> tuple[subprocess.Popen, Path]:
+            log = tmp_path / f"{state.name}.log"
+            with open(log, "wb") as out:
+                proc = spawn([sys.executable, "-m", "agent.engines.dbos_agent", "worker", "--database-url", url,
+                              "--state-dir", str(state), "--identity", state.name, "--executor-id", "w1",
+                              "--model-base-url", model.url], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+            deadline = time.monotonic() + 40
+            while dbos_agent.READY not in log.read_text():
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.05)
+            return proc, log
+
+        first, _ = worker(tmp_path / "a")
+        client = dbos_agent.DbosClient(url)
+        try:
+            await client.submit("shared-1", AgentConfig(model="scripted"), PROMPT)
+            deadline = time.monotonic() + 30
+            while not (tmp_path / "a" / "sandbox" / "ledger.sqlite3").exists() or not _executions(
+                    tmp_path / "a" / "sandbox" / "ledger.sqlite3", "shared-1"):
+                assert time.monotonic() < deadline, "the first worker never started the run"
+                await asyncio.sleep(0.05)
+            second, _ = worker(tmp_path / "b")  # the first is mid model call (4 s)
+            try:
+                result = await client.wait("shared-1", 60)
+            finally:
+                stop(second)
+        finally:
+            stop(first)
+            client.close()
+    assert "100" in result["reply"]
+    in_a = _executions(tmp_path / "a" / "sandbox" / "ledger.sqlite3", "shared-1")
+    in_b = _executions(tmp_path / "b" / "sandbox" / "ledger.sqlite3", "shared-1")
+    assert ("dbos", "1", 1, "plan_next_action") in in_a and any(e[1] == "1" for e in in_b), (in_a, in_b)

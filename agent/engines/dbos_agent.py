@@ -25,11 +25,14 @@ running ``agent.engines.steps.plan`` / ``tool``:
 Workers take runs from the DBOS queue ``QUEUE`` in one system database (SQLite file or PostgreSQL). Recovery:
 at launch DBOS re-enqueues the PENDING workflows whose ``executor_id`` is its own, and nobody else's. So each
 supervised worker uses its stable name (``w1``, ``w2``) as executor id and keeps it across restarts (its identity,
-``w1-<generation>``, changes): a killed worker's runs are recovered when the supervisor restarts it, by that
-worker. Two live processes sharing one executor id would be wrong: a starting one re-enqueues the runs the other
+``w1-<generation>``, changes): a killed worker's runs are put back on the queue when the supervisor restarts it,
+and any worker takes them from there. Two live processes sharing one executor id would be wrong: a starting one re-enqueues the runs the other
 is still running, and both run them (DBOS checks ownership only when a step's output is recorded: the step itself,
 and its side effect, would run twice). ``worker`` refuses to start while another live worker holds its executor
-id (``_claim_executor``), and the supervisor restarts a name only after its previous process is dead.
+id in the same state dir (``_claim_executor``: a lock file there; workers on another machine sharing only the
+database are not covered), and the supervisor restarts a name only after its previous process is dead. DBOS has
+no lease: a dead worker's PENDING runs wait until a process with its executor id starts again (or someone calls
+DBOS's recovery for that id); live workers with other ids never take them over.
 
 ``engine()`` runs the same workflow in this process (``dah run --durability dbos``, the benchmarks); ``DbosClient``
 submits and watches runs for the chaos driver.
