@@ -60,6 +60,7 @@ from dbos import DBOS, DBOSClient, SetWorkflowID
 from dbos._error import DBOSNonExistentWorkflowError
 
 from agent import loop
+from agent.checkpoint.agent_task import config_from  # the config a run's input carries, as the checkpoint task reads it
 from agent.contracts import WORKFLOW_NATIVE_TOOLS, ActivityPolicy, AgentConfig
 from agent.engines import steps
 from agent.engines.steps import StepResources
@@ -83,7 +84,6 @@ QUEUE_POLL_S = 0.05  # how often a worker looks for queued runs (DBOS's default 
 UNLIMITED = 1_000_000
 READY, WARM = "READY dbos worker", "WARM model client loaded"
 
-log = logging.getLogger(__name__)
 _resources: StepResources | None = None
 
 
@@ -164,13 +164,6 @@ class DbosEffects:
         out = await DBOS.run_step_async(step_options(f"tool:{call.name}", self.config.tool), tool_step, call.name,
                                         call.arguments, self.config.tool.maximum_attempts, self.workspace)
         return loop.ToolResult(call.id, call.name, out["status"], out["content"])
-
-
-def config_from(data: dict[str, Any]) -> AgentConfig:
-    """The agent config a run's input carries (``dataclasses.asdict`` of an ``AgentConfig``)."""
-    from agent.checkpoint.agent_task import config_from as checkpoint_config_from
-
-    return checkpoint_config_from(data)
 
 
 def run_input(config: AgentConfig, prompt: str, workspace: str | None = None) -> dict[str, Any]:
