@@ -247,7 +247,7 @@ class Engine:
     ledger: EffectLedger
 
     def record(self) -> dict[str, Any]:
-        return {"engine": self.name, "dbos": _dbos_version(), "workflow": WORKFLOW, "executor_id": "in-process",
+        return {"engine": self.name, "dbos": dbos_version(), "workflow": WORKFLOW, "executor_id": "in-process",
                 "retry": "DBOS step retries: interval * backoff ** attempt (no maximum interval; capped at 1 h)",
                 "durability": durability(self.database_url)}
 
@@ -263,7 +263,7 @@ class Engine:
         return await DBOS.list_workflow_steps_async(run_id)
 
 
-def _dbos_version() -> str:
+def dbos_version() -> str:
     from importlib.metadata import version
 
     return version("dbos")

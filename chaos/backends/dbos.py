@@ -88,7 +88,7 @@ class DbosBackend(Backend):
 
     def record(self) -> dict[str, Any]:
         """What ran (the system database's measured durability settings are added by ``save``)."""
-        return {**super().record(), "temporal": None, "database": self.database, "dbos": dbos_agent._dbos_version(),
+        return {**super().record(), "temporal": None, "database": self.database, "dbos": dbos_agent.dbos_version(),
                 "executor_ids": "each worker's stable name (w1, w2), kept across its restarts"}
 
     def database_url(self, run: RunDir | Path, stack: Stack | None = None, at: Endpoints | None = None) -> str:
@@ -113,14 +113,14 @@ class DbosBackend(Backend):
                                  warm_line=self.target.warm_line, faults=scenario.cluster.faults, log_dir=run.logs,
                                  start_timeout_s=self.target.ready_timeout_s)
 
-        server = None
+        engine_server = None
         if self.database == "postgres":
             from testbed.postgres import PostgresServer
 
-            def server(logs: Path) -> PostgresServer:
-                return PostgresServer(run.state / "postgres", log_dir=logs)
+            engine_server = lambda logs: PostgresServer(run.state / "postgres", log_dir=logs)  # noqa: E731
 
-        return StackSpec(state_dir=run.state, logs_dir=run.logs, temporal="none", engine_server=server, proxies=True,
+        return StackSpec(state_dir=run.state, logs_dir=run.logs, temporal="none", engine_server=engine_server,
+                         proxies=True,
                          model_latency=LatencyModel.parse(scenario.cluster.model_latency), seed=seed,
                          worker_processes=scenario.cluster.workers, make_worker=worker, history=history)
 
