@@ -18,7 +18,7 @@ from chaos.cli import build_parser as chaos_parser
 from migration_fuzz.cli import build_parser as fuzz_parser
 from reports.cli import build_parser as reports_parser
 from testbed.cli import build_parser as dah_parser
-from testbed.cli_options import progress, runs_root
+from testbed.cli_options import DURABILITY, progress, runs_root
 from testbed.model_server import LATENCY_GRAMMAR, build_arg_parser as model_server_parser
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,7 +55,9 @@ def test_every_help_renders_and_each_concept_has_one_flag() -> None:
             assert not flags & {"--latency", "--backend"}, f"{name}: {flags}: an old spelling shown in --help"
             if action.dest == "durability":
                 seen["durability"].add(name)
-                assert flags == {"--durability"} and action.metavar == "{temporal,checkpoint}", name
+                # every command spells it the same; each lists the backends it supports (of DURABILITY, in its order)
+                assert flags == {"--durability"} and action.metavar == "{" + ",".join(action.allowed) + "}", name
+                assert list(action.allowed) == [d for d in DURABILITY if d in action.allowed], name
                 assert action.default == "temporal", name
             if action.dest == "model_latency":
                 seen["model_latency"].add(name)
