@@ -738,4 +738,8 @@ def engines_steps(doc: dict[str, Any]) -> Table | None:
 
 def _durability(config: dict[str, Any]) -> str:
     """An engine's recorded configuration in one cell: its durability settings, in its own words."""
-    return "; ".join(f"{k}: {v}" for k, v in config.items() if not isinstance(v, (dict, list)))
+    flat = {k: v for k, v in config.items() if not isinstance(v, (dict, list))}
+    for key in ("durability", "server_durability"):  # an engine's durability settings, one level down
+        if isinstance(config.get(key), dict):
+            flat.update({k: v for k, v in config[key].items() if not isinstance(v, (dict, list)) and k != "url"})
+    return "; ".join(f"{k}: {v}" for k, v in flat.items())

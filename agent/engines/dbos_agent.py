@@ -50,6 +50,8 @@ import os
 import signal
 import sqlite3
 import sys
+import time
+import uuid
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -181,6 +183,21 @@ async def agent_turn(data: dict[str, Any]) -> dict[str, Any]:
     return steps.turn_result(result, messages)
 
 
+async def _noop(i: int) -> int:
+    return i
+
+
+@DBOS.workflow(name="noop_steps")
+async def noop_steps(n: int) -> list[float]:
+    """``n`` no-op steps, each timed (ms): what a step costs DBOS itself (the engines benchmark)."""
+    timings = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        await DBOS.run_step_async({"name": "noop"}, _noop, i)
+        timings.append((time.perf_counter() - t0) * 1000.0)
+    return timings
+
+
 # -- DBOS in this process -----------------------------------------------------------------------------------------
 
 
@@ -256,6 +273,12 @@ class Engine:
         """The run ``run_id`` to its result (``steps.turn_result``); the same id again returns the same run."""
         with SetWorkflowID(run_id):
             handle = await DBOS.start_workflow_async(agent_turn, run_input(config, prompt, workspace))
+        return await handle.get_result()
+
+    async def noop_steps(self, n: int) -> list[float]:
+        """The time of each of ``n`` no-op steps of one workflow (ms)."""
+        with SetWorkflowID(f"noop-steps-{uuid.uuid4().hex[:12]}"):
+            handle = await DBOS.start_workflow_async(noop_steps, n)
         return await handle.get_result()
 
     async def steps(self, run_id: str) -> list[dict[str, Any]]:
