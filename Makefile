@@ -4,8 +4,11 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# Restate's server (agent/engines/restate_agent.py) comes from npm: a Linux x64 binary in the package's platform part.
+RESTATE_VERSION ?= 1.7.12
+RESTATE := $(VENV)/restate/.installed
 
-.PHONY: help venv demo test run clean clean-runs chaos bench bench-quick report system-deps
+.PHONY: help venv demo test run clean clean-runs chaos bench bench-quick report system-deps restate-server
 
 help:
 	@echo "make demo   start the embedded Temporal server, a worker, the scripted model and a REPL"
@@ -17,7 +20,9 @@ help:
 	@echo "make bench-quick   the same pipeline in under a minute (proves it works, not the numbers)"
 	@echo "make report reports/out/: Markdown, HTML, CSV, LaTeX tables and figures from every saved run"
 	@echo "make run PROMPT='What is 25 * 4?'   one-shot run"
-	@echo "make system-deps   Debian packages: bubblewrap (shell_local), chromium (browser_local), docker.io (Docker backend)"
+	@echo "make system-deps   Debian packages: bubblewrap (shell_local), chromium (browser_local), docker.io (Docker backend),"
+	@echo "           postgresql (DBOS on PostgreSQL), npm (Restate's server)"
+	@echo "make restate-server   Restate's server binary from npm into .venv/restate (make test and make chaos do it)"
 	@echo "make clean  remove the virtual environment and build clutter (keeps runs/ and reports/out/)"
 	@echo "make clean-runs   remove the saved runs (runs/), the built report (reports/out/) and the demo's state (.dah/)"
 
@@ -28,6 +33,15 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
 	@touch $(STAMP)
+
+restate-server: $(RESTATE)
+
+$(RESTATE):
+	@command -v npm >/dev/null || { echo "Restate's server comes from npm, which is missing: make system-deps (or apt-get install -y npm)" >&2; exit 1; }
+	npm install --silent --no-audit --no-fund --prefix $(VENV)/restate @restatedev/restate-server@$(RESTATE_VERSION)
+	@test -x $(VENV)/restate/node_modules/@restatedev/restate-server-linux-x64/bin/restate-server \
+		|| { echo "npm installed no restate-server binary for this platform (Linux x64 only)" >&2; exit 1; }
+	@touch $(RESTATE)
 
 demo: $(STAMP)
 	$(PY) -m agent demo
@@ -40,7 +54,7 @@ run: $(STAMP)
 # SYSTEM_DEPS=no runs the suite without them (their tests skip, each with the reason).
 SYSTEM_DEPS ?= yes
 test: $(STAMP)
-	@if [ "$(SYSTEM_DEPS)" != no ]; then $(MAKE) --no-print-directory system-deps; fi
+	@if [ "$(SYSTEM_DEPS)" != no ]; then $(MAKE) --no-print-directory system-deps restate-server; fi
 	$(PY) -m pytest -q
 
 # The environments' system packages (Debian/Ubuntu): bubblewrap (shell_local), chromium (browser_local, and the
@@ -52,8 +66,10 @@ system-deps:
 	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v dockerd >/dev/null || missing="$$missing docker.io"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	command -v npm >/dev/null || missing="$$missing npm"; \
 	if [ -z "$$missing" ]; then \
-		echo "system packages present: bubblewrap, chromium, docker.io"; \
+		echo "system packages present: bubblewrap, chromium, docker.io, postgresql, npm"; \
 	elif [ "$$(id -u 2>/dev/null)" = 0 ] && command -v apt-get >/dev/null; then \
 		echo "installing$$missing (apt-get) ..."; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq$$missing >/dev/null \
@@ -72,14 +88,14 @@ clean-runs:
 	rm -rf runs reports/out .dah
 
 CHAOS_ARGS ?=
-chaos: $(STAMP)
+chaos: $(STAMP) $(RESTATE)
 	$(PY) -m chaos suite $(CHAOS_ARGS)
 
 BENCH_ARGS ?=
-bench: $(STAMP)
+bench: $(STAMP) $(RESTATE)
 	$(PY) -m benchmarks $(BENCH_ARGS)
 
-bench-quick: $(STAMP)
+bench-quick: $(STAMP) $(RESTATE)
 	$(PY) -m benchmarks --quick
 
 report: $(STAMP)

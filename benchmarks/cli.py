@@ -28,6 +28,9 @@ sections:
   throughput  turns/s against concurrent conversations and worker processes
   recovery    what a worker SIGKILL adds to a turn, against the activity heartbeat timeout
   micro       pytest-benchmark micro-benchmarks (payload conversion, PTC interpreter, checkers)
+  engines     the same agent on every engine side by side: plain, checkpoint, Temporal, DBOS (SQLite and PostgreSQL),
+              Restate; Table 2 per engine and a no-op step's cost against the fsync floor (--engines picks some);
+              run only when asked: --only engines
 
 profiles: the default takes under 10 minutes on 2 cores; --quick (for CI) under 1 minute, skips recovery,
 and proves the pipeline works, not the numbers.
@@ -75,6 +78,17 @@ def _workloads(text: str) -> tuple[str, ...]:
     return names
 
 
+def _engines(text: str) -> tuple[str, ...]:
+    from benchmarks.engines_bench import ENGINE_NAMES
+
+    names = tuple(s.strip() for s in text.split(",") if s.strip())
+    bad = [s for s in names if s not in ENGINE_NAMES]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"unknown engine(s) {', '.join(bad) or '(none given)'}; "
+                                         f"engines are {', '.join(ENGINE_NAMES)}")
+    return names
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0].strip("`"),
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -83,12 +97,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"comma-separated sections to run ({','.join(SECTION_NAMES)})")
     p.add_argument("--turns", type=_positive, help="measured turns per Table 2 series (default 50; quick 5)")
     p.add_argument("--workloads", type=_workloads, help="Table 2 workloads (default reply,tool)")
+    p.add_argument("--engines", type=_engines, metavar="ENGINES",
+                   help="the engines section's engines, comma-separated (default all: plain,checkpoint,temporal,"
+                        "dbos-sqlite,dbos-postgres,restate)")
+    p.add_argument("--engines-turns", type=_positive, metavar="N",
+                   help="measured turns per series of the engines section (default 20; quick 3)")
     p.add_argument("--model", default="scripted",
                    help="model for the 'model' mode: 'scripted' (default: the scripted server with --model-latency) "
                         "or a LiteLLM model such as openai/gpt-4o-mini (needs its API key in the environment)")
     add_model_latency(p, default=None, default_text="lognormal:300,0.25; --quick fixed:20",
                       what="the scripted model's response latency in model mode")
-    add_durability(p, "--backend",
+    add_durability(p, "--backend", choices=("temporal", "checkpoint"),
                    help="the durable loop of Table 2: temporal (default) or checkpoint (each step checkpointed in "
                         "SQLite); with checkpoint the default sections are table2, checkpoint and micro")
     p.add_argument("--seed", type=int, default=0, help="seed of the emulated model latencies (default 0)")
@@ -113,12 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     out = runs_root(args.out, BENCH_FOLDER, "python -m benchmarks")
     overrides = {k: v for k, v in {"turns": args.turns, "workloads": args.workloads, "model": args.model,
                                    "model_latency": args.model_latency, "seed": args.seed, "out": out,
-                                   "only": args.only, "durability": args.durability}.items() if v is not None}
-    if overrides["durability"] not in ("temporal", "checkpoint"):
-        print(f"python -m benchmarks: --durability {args.durability}: the benchmarks do not run on it yet (its "
-              "in-process engine is agent.engines.restate_agent.engine); use temporal or checkpoint",
-              file=sys.stderr)
-        return 2
+                                   "only": args.only, "durability": args.durability, "engines": args.engines,
+                                   "engines_turns": args.engines_turns}.items() if v is not None}
     if overrides["durability"] == "checkpoint":
         bad = [s for s in args.only if s not in CHECKPOINT_SECTIONS]
         if bad:

@@ -15,8 +15,10 @@ from testbed.connection import TemporalConnection
 from testbed.model_server import ScriptedModelServer
 
 #: every section, in the order a run measures them
-SECTION_NAMES = ("table2", "tuning", "overhead", "length", "throughput", "recovery", "micro", "checkpoint")
-QUICK_SKIPS = ("recovery",)  # a worker kill costs the heartbeat and sticky timeouts: not within a minute
+SECTION_NAMES = ("table2", "tuning", "overhead", "length", "throughput", "recovery", "micro", "checkpoint", "engines")
+QUICK_SKIPS = ("recovery",)
+#: sections a run measures only when asked (--only): the engines section starts PostgreSQL and Restate servers
+OPT_IN = ("engines",)  # a worker kill costs the heartbeat and sticky timeouts: not within a minute
 #: what runs with --durability checkpoint (the others measure Temporal itself: its server, workers and histories)
 CHECKPOINT_SECTIONS = ("table2", "checkpoint", "micro")
 #: a run's folder under the runs root (--out): runs/bench/<stamp>/
@@ -36,6 +38,9 @@ class Options:
     model: str = "scripted"  # or a LiteLLM model for the model mode (a live provider; needs its key)
     model_latency: str = "lognormal:300,0.25"  # the scripted model's emulated latency in model mode
     tuning_turns: int = 30
+    engines_turns: int = 20  # measured turns per series of the engines section (6 engines x 4 series)
+    #: the engines section's engines (benchmarks.engines_bench.ENGINE_NAMES)
+    engines: tuple[str, ...] = ("plain", "checkpoint", "temporal", "dbos-sqlite", "dbos-postgres", "restate")
     tuning_concurrency: int = 2  # conversations at once in the tuning section (more saturates one Python process)
     length_turns: int = 200
     can_every_events: int = 200
@@ -53,7 +58,7 @@ class Options:
     @classmethod
     def quick_profile(cls, **overrides: Any) -> Options:
         base = dict(quick=True, turns=5, warmup=2, model_latency="fixed:20", tuning_turns=3, tuning_concurrency=2,
-                    length_turns=20, can_every_events=40, worker_counts=(1,), concurrency=(1, 4), throughput_turns=3,
+                    engines_turns=3, length_turns=20, can_every_events=40, worker_counts=(1,), concurrency=(1, 4), throughput_turns=3,
                     heartbeats=(1.0,), recovery_tool_s=1.0, kill_after_s=0.3)
         return cls(**{**base, **overrides})
 
@@ -72,7 +77,7 @@ class Options:
             return [s for s in SECTION_NAMES if s in self.only]
         if self.durability == "checkpoint":
             return [s for s in SECTION_NAMES if s in CHECKPOINT_SECTIONS]
-        return [s for s in SECTION_NAMES if not (self.quick and s in QUICK_SKIPS)]
+        return [s for s in SECTION_NAMES if not (self.quick and s in QUICK_SKIPS) and s not in OPT_IN]
 
     def as_dict(self) -> dict[str, Any]:
         """The options for ``run.json``: the connection as its redacted dump (no secret is ever written)."""

@@ -21,7 +21,7 @@ from typing import Any
 
 from agent import llm
 from agent.checkpoint.steps import configure_worker
-from benchmarks import checkpoint_bench, sections
+from benchmarks import checkpoint_bench, engines_bench, sections
 from benchmarks.options import BENCH_FOLDER, SECTION_NAMES, Bench, Options
 from harness.rundir import RunDir, command_line, machine_info
 from testbed.temporal_server import TUNED_DYNAMIC_CONFIG, temporal_binary_or_none
@@ -38,16 +38,18 @@ SECTIONS: dict[str, Callable[..., Any]] = {
     "recovery": sections.recovery,
     "micro": sections.micro,
     "checkpoint": checkpoint_bench.checkpoint,
+    "engines": engines_bench.engines,
 }
 SECTION_FILES = {"length": "length.json", "throughput": "throughput.json", "recovery": "recovery.json",
-                 "checkpoint": "checkpoint_backend.json"}
+                 "checkpoint": "checkpoint_backend.json", "engines": "engines.json"}
 
 
 def reproduce_command(options: Options) -> str:
     """The command line of this run with every option explicit (defaults may change; this will not)."""
     return command_line("python -m benchmarks", {
         "--quick": options.quick, "--only": ",".join(options.only) or None, "--turns": options.turns,
-        "--workloads": ",".join(options.workloads), "--model": options.model, "--model-latency": options.model_latency,
+        "--workloads": ",".join(options.workloads), "--engines": ",".join(options.engines),
+        "--engines-turns": options.engines_turns, "--model": options.model, "--model-latency": options.model_latency,
         "--durability": options.durability, "--seed": options.seed, "--out": str(options.out),
         # an external cluster's address and namespace; its TLS and API key come from the environment or a profile
         "--address": options.connection.address if options.external else None,
@@ -83,7 +85,8 @@ async def run(options: Options, say: Callable[[str], None], command: str) -> Pat
     doing = ["setup"]  # run.json's stopped_during if the run is stopped
     with run_dir.ending_if_it_fails(started, doing=lambda: doing[0]):
         temporal_table2 = options.durability == "temporal" and "table2" in wanted
-        needs_server = temporal_table2 or bool({"tuning", "overhead", "length", "checkpoint"} & set(wanted))
+        needs_server = temporal_table2 or bool({"tuning", "overhead", "length", "checkpoint"} & set(wanted) \
+            or ("engines" in wanted and "temporal" in options.engines))
         if needs_server:
             say(f"connecting to {options.connection.address} (namespace {options.connection.namespace}) and starting "
                 "in-process workers" if options.external else

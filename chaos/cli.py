@@ -1,7 +1,7 @@
 """``python -m chaos``: run chaos scenarios, the CI suite, or re-check a saved run.
 
     python -m chaos list
-    python -m chaos run kill_mid_turn [--seed 7] [--durability checkpoint] [--target FILE] [--placement docker --image I]
+    python -m chaos run kill_mid_turn [--seed 7] [--durability checkpoint|dbos|dbos-postgres|restate] [--target FILE] [--placement docker --image I]
     python -m chaos suite                     # what `make chaos` runs; exits 1 on any fail, unknown or error
     python -m chaos suite --shard 2/4 --seeds 1-3   # CI job 2 of 4's share; summary JSON + JUnit XML in --out
     python -m chaos summary job1/runs job2/runs ... # merge CI jobs' results: one table, summary JSON, JUnit XML
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from chaos.checker import FAULT_CHECKERS
+from chaos.checker import ENGINE_CHECKERS, FAULT_CHECKERS
 from chaos.client import DEFAULT_TIMEOUTS, TIMEOUTS
 from chaos.scenarios import SCENARIOS, SUITE
 from chaos.soak import DEFAULT_SEEDS
@@ -41,8 +41,9 @@ COLUMNS = [("scenario", 28), ("faults", 7), ("ok", 4), ("fail", 5), ("info", 5),
 TIMEOUTS_SEPARATOR = "~"
 #: a scenario's twin on the checkpoint backend is SCENARIO@checkpoint (@journal: its old name)
 CHECKPOINT_SUFFIX, OLD_SUFFIX = "@checkpoint", "@journal"
-#: the backends other than Temporal; a scenario's twin on one of them is SCENARIO@<backend>
-TWIN_BACKENDS = ("checkpoint", "restate")
+#: the backends other than Temporal, by their twins' suffix (SCENARIO@dbos runs SCENARIO on DBOS)
+TWIN_SUFFIXES = {CHECKPOINT_SUFFIX: "checkpoint", "@dbos": "dbos", "@dbos-postgres": "dbos-postgres",
+                 "@restate": "restate"}
 
 
 def table(rows: list[dict[str, Any]], with_seed: bool = False) -> str:
@@ -55,11 +56,23 @@ def table(rows: list[dict[str, Any]], with_seed: bool = False) -> str:
     return "\n".join(lines)
 
 
-def _twins(durability: str = "checkpoint") -> list[str]:
-    """The scenarios with a twin on that backend (one of TWIN_BACKENDS)."""
+def _checkpoint_twins() -> list[str]:
+    return _twins("checkpoint")
+
+
+def _twins(durability: str) -> list[str]:
+    """The scenarios with a twin on ``durability``'s backend."""
     from chaos.backends import make_backend
 
     return list(make_backend(durability).scenarios or ())
+
+
+def _split_twin(label: str) -> tuple[str, str]:
+    """(the scenario, its durability) of a label: ``kill_mid_turn@dbos`` -> (kill_mid_turn, dbos)."""
+    for suffix, durability in TWIN_SUFFIXES.items():
+        if label.endswith(suffix):
+            return label.removesuffix(suffix), durability
+    return label, "temporal"
 
 
 async def _run_many(items: list[tuple[str, Any, Any, int]], out: Path, parallel: int = 1, ui: bool = False,
@@ -104,7 +117,8 @@ async def _run_many(items: list[tuple[str, Any, Any, int]], out: Path, parallel:
                 return
             say(f"{label}: {result.verdict.upper()} in {result.wall_s:.0f}s -> {result.run_dir}")
             for c in result.checks:
-                if c.verdict != "pass" and not (c.verdict == "not_applicable" and c.name in FAULT_CHECKERS):
+                if c.verdict != "pass" and not (c.verdict == "not_applicable" and
+                                                (c.name in FAULT_CHECKERS or c.name in ENGINE_CHECKERS)):
                     say(f"  {label} {c.name}: {c.verdict}: {c.summary}")
 
     try:
@@ -191,23 +205,23 @@ def _jobs(args: argparse.Namespace, target: Any, connection: Any = None) -> list
     server); raises ValueError naming an unknown one."""
     from chaos.backends import make_backend
 
-    twins = _twins()
+    twins = _checkpoint_twins()
     durability = getattr(args, "durability", "temporal")
-    twin = f"@{durability}" if durability in TWIN_BACKENDS else None
+    suffix = {d: sfx for sfx, d in TWIN_SUFFIXES.items()}.get(durability)
     if args.command == "soak" and args.scenarios == ["all"]:
         raise ValueError("soak runs one scenario; name it (python -m chaos list)")
     if args.command == "suite":
         names = [*SUITE, *(n + CHECKPOINT_SUFFIX for n in twins)]
     elif args.scenarios == ["all"]:
-        names = [n + twin for n in _twins(durability)] if twin else list(SUITE)
+        names = [n + suffix for n in _twins(durability)] if suffix else list(SUITE)
     else:
         for n in args.scenarios:
             if n.endswith(OLD_SUFFIX):
                 deprecated(f"python -m chaos {args.command}", n, n.removesuffix(OLD_SUFFIX) + CHECKPOINT_SUFFIX)
         names = [n.removesuffix(OLD_SUFFIX) + CHECKPOINT_SUFFIX if n.endswith(OLD_SUFFIX) else n
                  for n in args.scenarios]
-        names = [n + twin if twin and "@" not in n else n for n in names]
-    known = [*SCENARIOS, *(f"{n}@{b}" for b in TWIN_BACKENDS for n in _twins(b))]
+        names = [n + suffix if suffix and _split_twin(n)[1] == "temporal" else n for n in names]
+    known = [*SCENARIOS, *(n + sfx for sfx, d in TWIN_SUFFIXES.items() for n in _twins(d))]
     pinned = {}  # NAME~PROFILE (as a run under another profile names itself): that profile only
     for i, n in enumerate(names):
         base, sep, profile = n.partition(TIMEOUTS_SEPARATOR)
@@ -223,15 +237,16 @@ def _jobs(args: argparse.Namespace, target: Any, connection: Any = None) -> list
     profiles = getattr(args, "timeouts", [DEFAULT_TIMEOUTS])
     latency = getattr(args, "model_latency", None)
     for label in names:
-        base, _, on = label.partition("@")
-        backend = make_backend(on or "temporal",
+        base, twin_of = _split_twin(label)
+        checkpoint_twin = twin_of != "temporal"  # no Temporal: its timeouts profiles do not apply
+        backend = make_backend(twin_of,
                                getattr(args, "placement", "process"), getattr(args, "image", None), target,
                                getattr(args, "target", None), connection)
         scenario = SCENARIOS[base]
         if latency:  # the scenario's own model latency otherwise; run.json records the one used
             scenario = dataclasses.replace(scenario, cluster=dataclasses.replace(scenario.cluster,
                                                                                  model_latency=latency))
-        for profile in ([DEFAULT_TIMEOUTS] if on else pinned.get(label, profiles)):  # Temporal only
+        for profile in ([DEFAULT_TIMEOUTS] if checkpoint_twin else pinned.get(label, profiles)):  # Temporal only
             if profile == DEFAULT_TIMEOUTS:
                 jobs.append((label, scenario, backend))
                 continue
@@ -254,7 +269,7 @@ def _rerun(run_dir: Path, connection: Any = None) -> tuple[Any, Any, int]:
     backend = record.get("backend") or {}
     target_file = backend.get("target_file")
     target = load_target(Path(target_file)) if target_file else None
-    durability = backend.get("name") if backend.get("name") in TWIN_BACKENDS else "temporal"
+    durability = backend.get("name") if backend.get("name") in TWIN_SUFFIXES.values() else "temporal"
     return (scenario_from_dict(record["scenario"]),
             make_backend(durability, backend.get("workers") or "process", backend.get("image"), target,
                          Path(target_file) if target_file else None, connection),
@@ -424,8 +439,11 @@ def build_parser() -> argparse.ArgumentParser:
                             + f" (default {DEFAULT_TIMEOUTS}). Two, comma-separated, run every scenario under each, "
                               "side by side in one table (e.g. fast,defaults)")
         add_durability(p, help="the agent's durability backend: temporal (default), checkpoint (the "
-                               "step-checkpointed SQLite substrate; scenarios " + ", ".join(_twins()) + ") or restate "
-                               "(a Restate server; scenarios " + ", ".join(_twins("restate")) + ")")
+                               "step-checkpointed SQLite substrate; scenarios " + ", ".join(_checkpoint_twins()) + "), "
+                               "dbos (DBOS Transact on SQLite; " + ", ".join(_twins("dbos")) + "), dbos-postgres "
+                               "(on PostgreSQL; also " + ", ".join(sorted(set(_twins("dbos-postgres")) -
+                                                                          set(_twins("dbos")))) + ") or restate "
+                               "(a Restate server; " + ", ".join(_twins("restate")) + ")")
         add_model_latency(p, default=None, default_text="each scenario's own: fixed:100, or fixed:500 where a kill "
                                                         "must land mid-call")
 
@@ -499,9 +517,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "list":
         for s in SCENARIOS.values():
             print(f"{s.name:<30} {s.description}")
-        for durability in TWIN_BACKENDS:
+        for suffix, durability in TWIN_SUFFIXES.items():
             for name in _twins(durability):
-                print(f"{name + '@' + durability:<30} {SCENARIOS[name].description} (on the {durability} backend)")
+                print(f"{name + suffix:<30} {SCENARIOS[name].description} (on {durability})")
         return 0
     if args.command == "summary":
         return _summary(args)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.backends import Backend
-from chaos.checker import ALL_CHECKERS, FAULT_CHECKERS, run_checkers
+from chaos.checker import ALL_CHECKERS, ENGINE_CHECKERS, FAULT_CHECKERS, run_checkers
 from chaos.checker.recovery import decompose
 from chaos.checker.run_data import RunData
 from chaos.generator import NemesisEvent, schedule
@@ -192,6 +192,11 @@ def check(path: Path, target_here: dict[str, Any] | None = None) -> tuple[str, l
     for checker, fault in FAULT_CHECKERS.items():
         if fault not in faults_run:
             not_applicable.setdefault(checker, f"no {fault} in this run")
+    backend_name = (record.get("backend") or {}).get("name") or "temporal"
+    for checker, engines in ENGINE_CHECKERS.items():
+        if backend_name not in engines:
+            not_applicable.setdefault(checker, f"reads {' or '.join(engines)}'s own records; this run is on "
+                                               f"{backend_name}")
     opted_out = [c for c in ALL_CHECKERS if c not in declared and c not in not_applicable]
     checks = run_checkers(path, [c for c in ALL_CHECKERS if c in declared and c not in not_applicable], target_here)
     checks += [CheckResult(c, UNKNOWN, "not checked: the target's 'checkers' leaves it out, so this property is "

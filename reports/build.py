@@ -291,6 +291,18 @@ class Builder:
         self.emit_table(doc, t)
         self.emit_figure(doc, plot(pts, self.fig_dir))
 
+    def engines(self, doc: Doc) -> None:
+        """Table 2 and the per-step cost on every engine of one run, with each engine's configuration."""
+        data = self.bench_data(doc, "engines", "engines")
+        if data is None:
+            return
+        for table in (tab.engines_turns(data), tab.engines_steps(data)):
+            if table is not None:
+                self.emit_table(doc, table)
+        self.emit_figure(doc, figs.plot_engines(data, self.fig_dir))
+        if data["unavailable"]:
+            doc.bullets([f"**{name}** not measured: {why}" for name, why in data["unavailable"].items()])
+
     def resources(self, doc: Doc) -> None:
         """CPU and memory per benchmark section: each section's samples from the newest complete run that
         measured that section (a later ``--only`` run replaces only the sections it ran)."""
@@ -502,6 +514,7 @@ class Builder:
             ("Micro-benchmarks", self.micro),
             ("Checkpoint backend against Temporal", lambda d: self.points(d, "checkpoint_backend", tab.checkpoint,
                                                                            figs.plot_checkpoint, "checkpoint")),
+            ("Engines side by side", self.engines),
             ("Table 1: fault scenarios", self.table1),
             ("Chaos runs", self.chaos_runs),
             ("Soak runs", self.soaks),

@@ -474,3 +474,50 @@ def plot_checkpoint(points: list[dict[str, Any]], out: Path) -> Figure | None:
                   "checkpointed step on each backend (blue) against the physical floor of one durable write on "
                   "this disk (grey), log scale, with the bootstrap 95 % interval of the median where the run "
                   "kept its samples. The plain loop's step is a bare await.")
+
+
+def plot_engines(doc: dict[str, Any], out: Path) -> Figure | None:
+    """Left: each engine's median turn minus model time per workload and model mode; right: a no-op step's median
+    against the disk's floor (log scale). Whiskers: bootstrap 95 % intervals of the medians."""
+    from reports.tables import _engine_rank
+
+    series = [s for s in doc["series"] if s["turns"]]
+    steps = [p for p in doc["steps"] if not math.isnan(p["p50_ms"]) and p["p50_ms"] > 0]
+    if not series and not steps:
+        return None
+    engines = sorted({s["engine"] for s in series}, key=_engine_rank)
+    groups = sorted({(s["workload"], s["model_mode"]) for s in series})
+    fig, (left, right) = style.new(style.DOUBLE, 2.4, ncols=2)
+    width = 0.8 / max(1, len(groups))
+    x = np.arange(len(engines))
+    for j, (workload, mode) in enumerate(groups):
+        meds, errs = [], []
+        for e in engines:
+            s = next((s for s in series if s["engine"] == e and s["workload"] == workload and s["model_mode"] == mode),
+                     None)
+            over = (column(s["turns"], "client_ms") - column(s["turns"], "model_ms")) if s else np.array([])
+            med, lo, hi = _median_err(over)
+            meds.append(med)
+            errs.append((lo, hi))
+        left.bar(x + (j - (len(groups) - 1) / 2) * width, np.nan_to_num(meds), width, label=f"{workload}, {mode}",
+                 yerr=np.array(errs).T, ecolor="0.2", capsize=2, color=style.PALETTE[j % len(style.PALETTE)])
+    left.set_xticks(x, engines, rotation=30, ha="right")
+    left.set_ylabel("median turn minus model (ms)")
+    left.grid(axis="y")
+    style.legend(left)
+    labels = [p["engine"] for p in steps]
+    colours = ["0.6" if p["measure"] == "floor" else style.PALETTE[0] for p in steps]
+    xerr = np.array([_median_err(np.asarray(p.get("samples_ms") or [], dtype=float))[1:] for p in steps]).T
+    right.barh(labels, [p["p50_ms"] for p in steps], color=colours, xerr=xerr if xerr.any() else None,
+               ecolor="0.2", capsize=2)
+    right.set_xscale("log")
+    _log(right.xaxis)
+    right.invert_yaxis()
+    right.set_xlabel("median per no-op step (ms)")
+    right.grid(axis="x")
+    style.save(fig, out, "engines")
+    return Figure("engines", "Engines side by side", "The same agent loop on each engine, in one run. Left: the "
+                  "median turn minus the time inside model steps, per workload and model mode (what the engine and "
+                  "the loop add); right: the median of one no-op durable step on each engine (blue) against the "
+                  "floor of one durable write on this disk (grey), log scale. Whiskers: bootstrap 95 % intervals of "
+                  "the medians.", wide=True)

@@ -62,6 +62,7 @@ BENCH_FILES: dict[str, tuple[str, ...]] = {
     "resources": ("resources",),
     "micro": ("micro",),
     "checkpoint_backend": ("checkpoint",),
+    "engines": ("engines",),
 }
 NOT_CHAOS = {"bench", "migration_fuzz"}
 #: ``python -m chaos soak``'s own run directories: <runs>/soak-<scenario>/<stamp>/soak.json
@@ -74,7 +75,7 @@ class Unusable(Exception):
 
 #: the report's bench sections, in report order, and the file stem holding each one's data
 BENCH_SECTIONS = ["table2", "tuning", "overhead", "breakdown", "length", "throughput", "recovery", "resources", "micro",
-                  "checkpoint"]
+                  "checkpoint", "engines"]
 SECTION_FILE = {sec: stem for stem, secs in BENCH_FILES.items() for sec in secs}
 
 
@@ -314,6 +315,19 @@ def _normalise_bench(stem: str, doc: Any, where: str, sources: BenchRun) -> Any:
         return _points(doc, ("heartbeat_s", "tool_s", "baseline_ms", "killed_ms", "recovery_s", "kill_after_s"))
     if stem == "checkpoint_backend":
         return _points(doc, ("n", "p50_ms", "mean_ms", "p95_ms", "vs_floor"))
+    if stem == "engines":
+        if not isinstance(doc, dict) or not isinstance(doc.get("series"), list) or not isinstance(doc.get("steps"), list):
+            raise Unusable("no 'series' and 'steps' lists")
+        series = _series({"series": doc["series"]}, ("i", "client_ms"), ("i", "client_ms", "model_ms"), where, sources)
+        for s in series:
+            for key in ("engine", "model_mode", "workload", "model_latency"):
+                s[key] = str(s.get(key) or "?")
+        num = ("n", "p50_ms", "mean_ms", "p95_ms", "vs_floor")
+        steps = [{**p, "measure": measure, **{k: _num(p.get(k)) for k in num}}
+                 for measure, key in (("floor", "floor"), ("step", "steps"))
+                 for p in doc.get(key) or [] if isinstance(p, dict)]
+        return {"series": series, "steps": steps, "configs": doc.get("configs") or {},
+                "unavailable": doc.get("unavailable") or {}, "engines": doc.get("engines") or []}
     if stem == "resources":
         if not isinstance(doc, dict) or not isinstance(doc.get("sections"), dict):
             raise Unusable("no 'sections' object")

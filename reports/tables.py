@@ -660,3 +660,86 @@ def soak_non_pass(run: SoakRun) -> Table | None:
         return None
     return Table(f"soak-{run.scenario}-non-pass", f"Soak of {run.scenario}: the seeds that did not pass.",
                  pd.DataFrame(rows), {"seed": "d"}, saved=False)
+
+
+# ---------------------------------------------------------------- engines side by side
+
+ENGINE_ORDER = ("plain", "checkpoint", "temporal", "dbos-sqlite", "dbos-postgres", "restate")
+
+
+def _engine_rank(name: str) -> int:
+    return ENGINE_ORDER.index(name) if name in ENGINE_ORDER else len(ENGINE_ORDER)
+
+
+def engines_turns(doc: dict[str, Any]) -> Table | None:
+    """Table 2 per engine: per-turn latency, and the turn minus the time inside model steps (what the engine and
+    the loop cost), each median with its bootstrap interval."""
+    rows = []
+    for s in doc["series"]:
+        x = column(s["turns"], "client_ms")
+        over = x - column(s["turns"], "model_ms")
+        st = stats(x)
+        rows.append({"Engine": s["engine"], "Workload": s["workload"], "Model": model_label(s), "n": st["n"],
+                     **_ci_columns(x, "median", "median", st["p50"]), "p95": st["p95"],
+                     **_ci_columns(over, "minus model", "median", float(np.nanmedian(over)) if over.size else math.nan),
+                     "p50": st["p50"], "minus model p50": float(np.nanmedian(over)) if over.size else math.nan,
+                     "_rank": _engine_rank(s["engine"])})
+    if not rows:
+        return None
+    df = pd.DataFrame(rows).sort_values(["Workload", "Model", "_rank"], kind="stable").reset_index(drop=True)
+    cols = ["Workload", "Model", "Engine", "n", "median [95% CI]", "p95", "minus model [95% CI]",
+            "p50", "median CI low", "median CI high", "minus model p50", "minus model CI low", "minus model CI high"]
+    return Table("engines_turns", "The same agent loop on each engine, one run: per-turn client latency (ms) of a "
+                 "one-shot run per turn (warm-up turns excluded), and the turn minus the time spent inside model "
+                 "steps (the effect ledger's model-call executions: the model and its client library), which is what "
+                 "the engine and the loop cost. Engines ran one after another in one process, with the same seeded "
+                 "model latencies. " + CI_NOTE, df[cols],
+                 {"n": "d", "median [95% CI]": "", "p95": MS, "minus model [95% CI]": "", "p50": MS,
+                  "minus model p50": MS},
+                 hide=("p50", "median CI low", "median CI high", "minus model p50", "minus model CI low",
+                       "minus model CI high"),
+                 display=("median [95% CI]", "minus model [95% CI]"),
+                 headers={"median [95% CI]": "median (ms) [95% CI]", "p95": "p95 (ms)",
+                          "minus model [95% CI]": "minus model (ms) [95% CI]"},
+                 tex_headers={"median [95% CI]": "median (ms)\n[95% CI]", "p95": "p95\n(ms)",
+                              "minus model [95% CI]": "minus model (ms)\n[95% CI]"},
+                 colspec={"Model": "p{2.6cm}"}, wide=True)
+
+
+def engines_steps(doc: dict[str, Any]) -> Table | None:
+    """A no-op step on each engine against the disk's floor, with each engine's durability settings."""
+    rows = []
+    for p in doc["steps"]:
+        x = np.asarray(p.get("samples_ms") or [], dtype=float)
+        point = _num_or_nan(p.get("p50_ms"))
+        name = p.get("engine") or "?"
+        config = (doc["configs"].get(name) or {}) if p["measure"] == "step" else {}
+        rows.append({"measure": p["measure"], "engine": name, "n": p.get("n"), "p50_ms": point,
+                     **_ci_columns(x, "p50", "median", point), "p95_ms": _num_or_nan(p.get("p95_ms")),
+                     "vs_floor": _num_or_nan(p.get("vs_floor")), "durability": _durability(config)})
+    if not rows:
+        return None
+    df = pd.DataFrame(rows)
+    for row in df.index:  # three decimals: a step may be a fraction of a millisecond
+        df.loc[row, "p50 [95% CI]"] = with_ci(df.loc[row, "p50_ms"], (df.loc[row, "p50 CI low"],
+                                                                      df.loc[row, "p50 CI high"]), ".3f")
+    cols = ["measure", "engine", "n", "p50 [95% CI]", "p95_ms", "vs_floor", "durability", "p50_ms", "p50 CI low",
+            "p50 CI high"]
+    notes = [f"{name}: not measured ({why})" for name, why in doc["unavailable"].items()]
+    return Table("engines_steps", "What one durable step costs on each engine: a no-op step (nothing but the "
+                 "engine's bookkeeping), against the floor of one durable write on this disk (floor: one fsync'd "
+                 "SQLite commit, WAL, synchronous=FULL; and a raw write + fsync); vs_floor = p50 / the SQLite floor. "
+                 "durability: the settings each engine ran with, as read from it.", df[cols],
+                 {"n": "d", "p50 [95% CI]": "", "p95_ms": ".3f", "vs_floor": ".2f", "p50_ms": ".3f"},
+                 hide=("p50_ms", "p50 CI low", "p50 CI high"), display=("p50 [95% CI]",),
+                 headers={"p50 [95% CI]": "p50 (ms) [95% CI]", "p95_ms": "p95 (ms)"},
+                 colspec={"durability": "p{6cm}"}, wide=True, notes=notes)
+
+
+def _durability(config: dict[str, Any]) -> str:
+    """An engine's recorded configuration in one cell: its durability settings, in its own words."""
+    flat = {k: v for k, v in config.items() if not isinstance(v, (dict, list))}
+    for key in ("durability", "server_durability"):  # an engine's durability settings, one level down
+        if isinstance(config.get(key), dict):
+            flat.update({k: v for k, v in config[key].items() if not isinstance(v, (dict, list)) and k != "url"})
+    return "; ".join(f"{k}: {v}" for k, v in flat.items())

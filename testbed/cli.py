@@ -143,8 +143,10 @@ def _add_stack_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("local stack")
     add_durability(g, "--backend",
                    help="durability backend: temporal (default: the workflow on a Temporal server), checkpoint "
-                        "(the same agent loop, each step checkpointed in STATE_DIR/checkpoint.sqlite3) or restate "
-                        "(the same loop as a Restate service; a restate-server keeps its journal in STATE_DIR/restate)")
+                        "(the same agent loop, each step checkpointed in STATE_DIR/checkpoint.sqlite3), dbos (a DBOS "
+                        "workflow, its system database STATE_DIR/dbos.sqlite3), dbos-postgres (DBOS on a "
+                        "PostgreSQL server started in STATE_DIR/postgres) or restate (the same loop as a Restate "
+                        "service; a restate-server keeps its journal in STATE_DIR/restate)")
     g.add_argument("--state-dir", type=Path, default=Path(".dah"),
                    help="where workspaces and the effect ledger live (default .dah)")
     g.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE, help=f"(default {DEFAULT_TASK_QUEUE})")
@@ -362,6 +364,8 @@ async def cmd_run(args: argparse.Namespace) -> int:
     from temporalio.client import WorkflowFailureError
 
     cfg = _agent_config(args)
+    if args.durability.startswith("dbos"):
+        return await _dbos_run(args, cfg)
     if args.durability == "restate":
         return await _restate_run(args, cfg)
     if args.durability != "temporal":
@@ -471,6 +475,8 @@ async def cmd_demo(args: argparse.Namespace) -> int:
     from testbed.walkthroughs import SCENARIOS, run_scenario
 
     cfg = _agent_config(args)
+    if args.durability.startswith("dbos"):
+        return await _dbos_demo(args, cfg)
     if args.durability == "restate":
         return await _restate_demo(args, cfg)
     if args.durability != "temporal":
@@ -674,6 +680,86 @@ async def _restate_demo(args: argparse.Namespace, cfg: AgentConfig) -> int:
         print("durable-agent-harness demo: the agent loop as a Restate service (each step a journaled ctx.run)")
         print(f"Restate: {e.server.admin_url} (state {e.server.base_dir})   Model: {cfg.model}")
         await _prompt_loop(args, lambda line: e.run_turn(cfg, line, f"demo-{uuid.uuid4().hex[:10]}"))
+    print("stopped.")
+    return 0
+
+
+# -- DBOS Transact -------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def _dbos_engine(args: argparse.Namespace, cfg: AgentConfig) -> Any:
+    """The scripted model and DBOS in this process (``agent.engines.dbos_agent.engine``): SQLite in STATE_DIR, or a
+    PostgreSQL server of ours (``--durability dbos-postgres``)."""
+    from agent.engines.dbos_agent import engine
+    from testbed.stack import StackSpec, stack
+
+    _checkpoint_checks(args, cfg)
+    if args.no_worker:
+        raise UsageError(f"--no-worker: --durability {args.durability} runs its workflow in this process "
+                         "(workers of its own: python -m agent.engines.dbos_agent worker)")
+    latency, faults = _model_knobs(args)
+    spec = StackSpec(state_dir=args.state_dir, temporal="none", model_latency=latency, model_faults=faults,
+                     seed=args.seed, ledger=True)
+    database = "postgres" if args.durability == "dbos-postgres" else "sqlite"
+    async with stack(spec) as s, engine(args.state_dir, s.model_url or "", database=database, ledger=s.ledger) as e:
+        await _model_client_ready(args)
+        yield e
+
+
+async def _dbos_answer(e: Any, cfg: AgentConfig, prompt: str, run_id: str, *, quiet: bool = False) -> dict:
+    result = await e.run_turn(cfg, prompt, run_id)
+    if not quiet:
+        print(f"answer:      {result['reply']}")
+        print(f"run id:      {run_id} (DBOS workflow; system database {e.database_url})")
+        for step in await e.steps(run_id):
+            took = (step["completed_at_epoch_ms"] or 0) - (step["started_at_epoch_ms"] or 0)
+            status = "error" if step["error"] is not None else "ok"
+            print(f"  ├─ step {step['function_id']:<3} {step['function_name']:<28} {status:<6} {took:8.0f} ms")
+    return result
+
+
+async def _dbos_run(args: argparse.Namespace, cfg: AgentConfig) -> int:
+    if not args.prompt:
+        raise UsageError(f"run needs a prompt, e.g. dah run --durability {args.durability} \"What is 25 * 4?\"")
+    run_id = args.workflow_id or f"dbos-{uuid.uuid4().hex[:12]}"
+    async with _dbos_engine(args, cfg) as e:
+        try:
+            if args.json:
+                result = await e.run_turn(cfg, args.prompt, run_id)
+                print(json.dumps({"run_id": run_id, "durability": args.durability, **result}))
+            else:
+                await _dbos_answer(e, cfg, args.prompt, run_id)
+        except Exception as exc:  # a step gave up: DBOS raises its error here
+            print(f"the run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+    return 0
+
+
+async def _dbos_demo(args: argparse.Namespace, cfg: AgentConfig) -> int:
+    async with _dbos_engine(args, cfg) as e:
+        print(f"durable-agent-harness demo: the agent loop on DBOS Transact ({e.name}: each model and tool call a "
+              "step)")
+        print(f"System database: {e.database_url}   Model: {cfg.model}   ledger: {e.ledger.path}")
+        prompts = [args.prompt] if args.prompt else None
+        reader = None if prompts else _LineReader(asyncio.get_running_loop())
+        while True:
+            if prompts is not None:
+                if not prompts:
+                    break
+                line = prompts.pop()
+            else:
+                line = await reader.readline("\nyou> ")
+                if line is None or line.strip().lower() in QUIT_WORDS:
+                    break
+                line = line.strip()
+                if not line:
+                    continue
+            try:
+                result = await _dbos_answer(e, cfg, line, f"demo-{uuid.uuid4().hex[:10]}", quiet=True)
+                print(f"agent> {result['reply']}")
+            except Exception as exc:  # a step gave up
+                print(f"agent> (the run failed: {type(exc).__name__}: {exc})")
     print("stopped.")
     return 0
 

@@ -1,7 +1,7 @@
 """The options every command spells the same way (README, "One interface across the commands").
 
-    --durability {temporal,checkpoint,restate}   the agent's durability backend (dah, python -m benchmarks,
-                                         python -m chaos)
+    --durability {temporal,checkpoint,dbos,dbos-postgres,restate}   the agent's durability backend (dah,
+                                         python -m chaos; python -m benchmarks: temporal and checkpoint)
     --model-latency SPEC                 the scripted model's response latency, one grammar
                                          (testbed.model_server.add_model_latency)
     --out DIR                            the runs root (default runs/); each command writes into its own folder
@@ -20,11 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-DURABILITY = (
-    "temporal",
-    "checkpoint",
-    "restate",
-)
+DURABILITY = ("temporal", "checkpoint", "dbos", "dbos-postgres", "restate")
 #: old durability values -> their names now
 OLD_DURABILITY = {"journal": "checkpoint"}
 RUNS = Path("runs")
@@ -74,9 +70,10 @@ def add_renamed(parser: Any, flag: str, *old_flags: str, choices: Sequence[str] 
     return action
 
 
-def add_durability(parser: Any, *old_flags: str, help: str) -> argparse.Action:
-    """``--durability {temporal,checkpoint,restate}`` (default temporal; ``journal``: checkpoint's old name)."""
-    return add_renamed(parser, "--durability", *old_flags, choices=DURABILITY, old_values=OLD_DURABILITY,
+def add_durability(parser: Any, *old_flags: str, help: str, choices: Sequence[str] = DURABILITY) -> argparse.Action:
+    """``--durability {temporal,checkpoint,...}`` (default temporal; ``journal``: checkpoint's old name);
+    ``choices``: the backends this command supports (default all)."""
+    return add_renamed(parser, "--durability", *old_flags, choices=choices, old_values=OLD_DURABILITY,
                        default="temporal", help=help)
 
 

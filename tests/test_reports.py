@@ -108,6 +108,19 @@ def write_bench(run: Path, *, status="complete", files=None, started="2026-11-22
                                                         for i in range(300)]})}
             for m, b, p50 in [("floor", "fsync'd SQLite commit", 0.3), ("step", "checkpoint (sqlite)", 0.55),
                               ("step", "temporal (activity per step)", 19.0), ("turn", "checkpoint (sqlite)", 25.0)]]},
+        # Hand-checkable: per engine, turns 20, 22, 24, 26, 28 ms with 10 ms inside model steps (minus model: 14).
+        "engines": {
+            "series": [{"name": f"{e}/{m}/reply", "engine": e, "model_mode": m, "workload": "reply",
+                        "model_latency": "fixed:0", "turns": [{"i": i, "client_ms": k + 18 + 2 * i, "model_ms": 10}
+                                                              for i in range(1, 6)]}
+                       for k, e in ((0, "plain"), (40, "dbos-sqlite"), (100, "restate")) for m in ("mock", "model")],
+            "floor": [{"engine": "fsync'd SQLite commit", "n": 50, "p50_ms": 0.5, "mean_ms": 0.55, "p95_ms": 1.0,
+                       "vs_floor": 1.0, "samples_ms": [0.4 + 0.2 * (i % 10) / 10 for i in range(50)]}],
+            "steps": [{"engine": e, "n": 50, "p50_ms": v, "mean_ms": v, "p95_ms": 2 * v, "vs_floor": v / 0.5,
+                       "samples_ms": [v] * 50} for e, v in (("plain", 0.001), ("dbos-sqlite", 1.5), ("restate", 4.0))],
+            "configs": {"dbos-sqlite": {"system_database": "SQLite", "synchronous": "FULL"}},
+            "unavailable": {"dbos-postgres": "PostgreSQL is not installed: make system-deps"},
+            "engines": ["plain", "dbos-sqlite", "dbos-postgres", "restate"]},
         "micro": {"machine_info": {"python_version": "3.11.9", "cpu": {"brand_raw": "Test CPU"}},
                   "datetime": "2026-11-22T10:05:00", "version": "5.3.1",
                   "benchmarks": [{"name": "test_encode_payload", "fullname": "benchmarks/micro/test_x.py::test_encode",
@@ -265,7 +278,7 @@ def built(tmp_path_factory):
 # ---------------------------------------------------------------- tests
 
 FIGURES = ["breakdown", "tuning", "latency-cdf", "scaling-length", "scaling-history-bytes", "throughput", "recovery",
-           "resources", "checkpoint", *(f"chaos-{s}-{k}" for s in ("kill_mid_turn", "kill_idle")
+           "resources", "checkpoint", "engines", *(f"chaos-{s}-{k}" for s in ("kill_mid_turn", "kill_idle")
                           for k in ("latency-raw", "latency-quantiles", "rate"))]
 
 
@@ -273,7 +286,7 @@ def test_every_output_file_exists(built):
     out = built["out"]
     for name in ["report.md", "report.html", "table1.csv", "table2.csv", "table2_overhead.csv", "breakdown.csv",
                  "tuning.csv", "length.csv", "throughput.csv", "recovery.csv", "resources.csv", "micro.csv",
-                 "checkpoint.csv", "migration_fuzz.csv", "table1.tex", "table2.tex", "breakdown.tex"]:
+                 "checkpoint.csv", "engines_turns.csv", "engines_steps.csv", "migration_fuzz.csv", "table1.tex", "table2.tex", "breakdown.tex"]:
         assert (out / name).is_file(), name
     for name in FIGURES:
         png, svg = out / "figures" / f"{name}.png", out / "figures" / f"{name}.svg"
@@ -606,3 +619,16 @@ def test_the_checkpoint_table_gives_intervals_from_the_saved_samples_and_the_poi
     turn = rows[("turn", "checkpoint (sqlite)")]
     assert turn["p50 CI low"] in ("", "nan") and float(turn["p50_ms"]) == 25.0  # no samples: no interval
     assert "p50 (ms) [95% CI]" in built["md"] and "0.550 [" in built["md"]
+
+
+def test_the_engines_tables_compare_every_engine_and_name_the_one_not_measured(built) -> None:
+    import csv
+
+    turns = {(r["Engine"], r["Model"]): r for r in csv.DictReader((built["out"] / "engines_turns.csv").open())}
+    assert {e for e, _ in turns} == {"plain", "dbos-sqlite", "restate"}
+    assert float(turns[("dbos-sqlite", "mock (fixed:0)")]["p50"]) == 64.0  # 60..68 ms: median 64
+    assert float(turns[("dbos-sqlite", "mock (fixed:0)")]["minus model p50"]) == 54.0
+    steps = {r["engine"]: r for r in csv.DictReader((built["out"] / "engines_steps.csv").open())}
+    assert float(steps["restate"]["vs_floor"]) == 8.0 and steps["fsync'd SQLite commit"]["measure"] == "floor"
+    assert "synchronous: FULL" in steps["dbos-sqlite"]["durability"]
+    assert "**dbos-postgres** not measured: PostgreSQL is not installed" in built["md"]

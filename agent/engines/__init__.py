@@ -11,3 +11,8 @@ steps of one engine and runs the same ``run_turn``:
 ``agent.engines.steps`` holds what a step does, the same on every engine: the model call and the tool call,
 each recorded in the effect ledger under an identity stable across retries and recoveries.
 """
+
+
+class EngineUnavailable(RuntimeError):
+    """An engine cannot run on this machine (its server binary or database is not installed): the message says
+    what is missing and how to install it. Benchmarks report such an engine ``unavailable``, never leave it out."""

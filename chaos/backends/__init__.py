@@ -16,9 +16,9 @@ The runner (``chaos/runner.py``) knows no backend by name. A backend says:
 Implementations: ``temporal.ReferenceOnTemporal`` (the reference agent; its
 workers are processes, or Docker containers with ``workers="docker"``),
 ``checkpoint.CheckpointBackend`` (the reference agent on the checkpoint
-backend), ``restate.RestateBackend`` (the reference agent as a Restate
-service) and ``byo.OwnAgentOnTemporal`` (an agent described by a target file,
-in its own Python). ``make_backend`` picks one from the command line's choices.
+backend), ``dbos.DbosBackend`` (the reference agent on DBOS Transact, SQLite or
+PostgreSQL), ``restate.RestateBackend`` (the reference agent as a Restate service) and
+``byo.OwnAgentOnTemporal`` (an agent described by a target file, in its own Python). ``make_backend`` picks one from the command line's choices.
 """
 
 from __future__ import annotations
@@ -28,13 +28,14 @@ from pathlib import Path
 from chaos.backends.base import Backend
 from chaos.backends.byo import OwnAgentOnTemporal
 from chaos.backends.checkpoint import CheckpointBackend
+from chaos.backends.dbos import DbosBackend
 from chaos.backends.restate import RestateBackend
 from chaos.backends.temporal import ReferenceOnTemporal
 from chaos.target import Target
 from testbed.connection import TemporalConnection
 
-__all__ = ["Backend", "CheckpointBackend", "OwnAgentOnTemporal", "ReferenceOnTemporal", "RestateBackend",
-           "make_backend"]
+__all__ = ["Backend", "CheckpointBackend", "DbosBackend", "OwnAgentOnTemporal", "ReferenceOnTemporal",
+           "RestateBackend", "make_backend"]
 
 
 def make_backend(durability: str = "temporal", workers: str = "process", image: str | None = None,
@@ -44,6 +45,8 @@ def make_backend(durability: str = "temporal", workers: str = "process", image: 
     external cluster (default: the embedded server; the checkpoint backend has no Temporal)."""
     if durability == "checkpoint":
         return CheckpointBackend()
+    if durability in ("dbos", "dbos-postgres"):
+        return DbosBackend(database="postgres" if durability == "dbos-postgres" else "sqlite")
     if durability == "restate":
         return RestateBackend()
     connection = connection or TemporalConnection()

@@ -1,0 +1,181 @@
+"""A PostgreSQL server this harness owns: a data dir it creates, a free TCP port, a unix-socket dir of its own
+(a short temporary directory: a socket's path may not exceed 107 bytes; removed on exit).
+
+    with PostgresServer(state_dir / "postgres") as pg:      # initdb on first use, then postgres
+        url = pg.url                                        # postgresql://postgres@127.0.0.1:PORT/postgres
+        pg.kill(); pg.start()                               # a crash (every server process SIGKILLed), a restart
+
+It has what ``testbed.stack.StackSpec.engine_server`` asks of a server (``start``, ``kill``, ``pid``, ``port``,
+``address``, ``ui_url`` None, context manager), so the ``restart_server`` nemesis restarts the database unchanged.
+The binaries are PostgreSQL's (``$DAH_POSTGRES_BIN``, else the newest ``/usr/lib/postgresql/<n>/bin``, else
+``PATH``). PostgreSQL refuses to run as root: under root, initdb and the server run as the ``postgres`` user
+(``setpriv``, which execs, so the pid is the postmaster's), and every directory above the data dir must be
+searchable by that user. Durability is PostgreSQL's defaults (fsync on, synchronous_commit on), untouched.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from testbed.processes import free_port, spawn
+
+ENV_BIN = "DAH_POSTGRES_BIN"
+USER = "postgres"  # the OS user the server runs as under root, and the database superuser
+START_TIMEOUT_S = 30.0
+
+
+class PostgresError(RuntimeError):
+    """PostgreSQL is missing, or could not be set up or started (the message says which, and what to do)."""
+
+
+def database_url(host: str, port: int, database: str = "postgres") -> str:
+    return f"postgresql://{USER}@{host}:{port}/{database}"
+
+
+def find_bin(name: str) -> str:
+    """The path of one of PostgreSQL's binaries; ``PostgresError`` naming it if it is not installed."""
+    dirs = [os.environ[ENV_BIN]] if os.environ.get(ENV_BIN) else sorted(
+        glob.glob("/usr/lib/postgresql/*/bin"), key=lambda d: int(Path(d).parent.name) if
+        Path(d).parent.name.isdigit() else 0, reverse=True)
+    for d in dirs:
+        if os.access(Path(d) / name, os.X_OK):
+            return str(Path(d) / name)
+    found = shutil.which(name)
+    if found is None:
+        raise PostgresError(f"PostgreSQL's {name} is not installed (looked in {', '.join(dirs) or 'no lib dir'} and "
+                            f"PATH); install PostgreSQL (apt-get install postgresql) or set ${ENV_BIN} to its bin dir")
+    return found
+
+
+class PostgresServer:
+    """``data_dir`` (created by initdb if empty) served on a free port of 127.0.0.1; logs to ``log_dir``."""
+
+    def __init__(self, data_dir: Path, log_dir: Path | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.data_dir = Path(data_dir).resolve()
+        self.socket_dir: Path | None = None  # made at the first start: short, as a socket's path must be (107 bytes)
+        self.log_file = Path(log_dir or self.data_dir.parent).resolve() / "postgres.log"
+        self.host, self.port = host, port
+        self.ui_url: str | None = None
+        self._proc: subprocess.Popen | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return database_url(self.host, self.port)
+
+    def _as_user(self) -> list[str]:
+        """The prefix that runs a PostgreSQL binary as ``postgres`` when we are root (nothing otherwise)."""
+        if os.geteuid() != 0:
+            return []
+        return ["setpriv", f"--reuid={USER}", f"--regid={USER}", "--init-groups", "--"]
+
+    def _prepare(self) -> None:
+        """The data dir (initdb on first use) and the socket dir, owned by the user the server runs as."""
+        for d in (self.data_dir, self.log_file.parent):
+            d.mkdir(parents=True, exist_ok=True)
+        if self.socket_dir is None:
+            self.socket_dir = Path(tempfile.mkdtemp(prefix="dah-pg-"))
+        if os.geteuid() == 0:
+            try:
+                user = pwd.getpwnam(USER)
+            except KeyError:
+                raise PostgresError(f"running as root, PostgreSQL needs the OS user {USER!r}, which does not exist; "
+                                    "install PostgreSQL's package (it creates it) or run as another user") from None
+            for d in (self.data_dir, self.socket_dir):
+                os.chown(d, user.pw_uid, user.pw_gid)  # type: ignore[arg-type]
+            os.chmod(self.data_dir, 0o700)
+            self._check_searchable(user.pw_uid)
+        if (self.data_dir / "PG_VERSION").exists():
+            return
+        out = subprocess.run([*self._as_user(), find_bin("initdb"), "-D", str(self.data_dir), "-U", USER,
+                              "--auth=trust", "-E", "UTF8", "--no-instructions"],
+                             capture_output=True, text=True, timeout=120)
+        if out.returncode != 0:
+            raise PostgresError(f"initdb {self.data_dir} failed ({out.returncode}): {(out.stderr or out.stdout)[-1500:]}")
+
+    def _check_searchable(self, uid: int) -> None:
+        for d in [*reversed(self.data_dir.parents)]:
+            st = d.stat()
+            if not (st.st_mode & 0o001 or (st.st_uid == uid and st.st_mode & 0o100)):
+                raise PostgresError(f"the PostgreSQL server runs as {USER!r}, which cannot enter {d} (mode "
+                                    f"{oct(st.st_mode & 0o777)}); put the state dir where it can (e.g. under /tmp "
+                                    f"directly), or chmod o+x {d}")
+
+    def start(self) -> PostgresServer:
+        """Start the server (initdb first if the data dir is new); return once it accepts connections."""
+        if self._proc is not None and self._proc.poll() is None:
+            return self
+        self._prepare()
+        self.port = self.port or free_port(self.host)
+        argv = [*self._as_user(), find_bin("postgres"), "-D", str(self.data_dir), "-p", str(self.port),
+                "-k", str(self.socket_dir), "-c", f"listen_addresses={self.host}", "-c", "max_connections=200"]
+        with open(self.log_file, "ab") as log:
+            self._proc = spawn(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self._wait_ready()
+        return self
+
+    def _wait_ready(self) -> None:
+        isready = find_bin("pg_isready")
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            assert self._proc is not None
+            if self._proc.poll() is not None:
+                raise PostgresError(f"postgres exited with {self._proc.returncode} during start-up (log "
+                                    f"{self.log_file}): {self.log_file.read_text(errors='replace')[-1500:]}")
+            if subprocess.run([isready, "-h", self.host, "-p", str(self.port), "-U", USER, "-q"],
+                              capture_output=True).returncode == 0:
+                return
+            time.sleep(0.1)
+        self.kill()
+        raise PostgresError(f"postgres did not accept connections on {self.address} within {START_TIMEOUT_S:g} s "
+                            f"(log {self.log_file})")
+
+    def kill(self) -> None:
+        """SIGKILL every server process (the postmaster's process group): a crash. Committed data survives."""
+        if self._proc is not None:
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self._proc.wait()
+            self._proc = None
+
+    def stop(self) -> None:
+        """A fast shutdown (SIGINT: PostgreSQL's own), a kill if it lingers."""
+        if self._proc is None:
+            return
+        if self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGINT)
+            try:
+                self._proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+
+    def restart(self) -> PostgresServer:
+        self.stop()
+        return self.start()
+
+    def __enter__(self) -> PostgresServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        if self.socket_dir is not None:
+            shutil.rmtree(self.socket_dir, ignore_errors=True)
+            self.socket_dir = None
