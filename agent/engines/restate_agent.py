@@ -39,6 +39,7 @@ import contextlib
 import dataclasses
 import signal
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
@@ -180,6 +181,21 @@ async def run(ctx: restate.Context, body: dict) -> dict:
     return steps.turn_result(result, messages)
 
 
+def _noop(i: int) -> int:
+    return i
+
+
+@agent.handler("noop_steps")
+async def noop_steps(ctx: restate.Context, n: int) -> list[float]:
+    """``n`` no-op ``ctx.run`` actions, each timed (ms): what a step costs Restate itself (the engines benchmark)."""
+    timings = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        await ctx.run_typed("noop", _noop, restate.RunOptions(type_hint=int), i=i)
+        timings.append((time.perf_counter() - t0) * 1000.0)
+    return timings
+
+
 def asgi_app() -> Any:
     return restate.app(services=[agent])
 
@@ -219,17 +235,27 @@ class RestateEngine:
         await self.client.submit(run_id, request_body(config, prompt, run_id, workspace))
         return await self.client.wait(run_id, timeout_s=max(60.0, config.planning.start_to_close_s * 10))
 
+    async def noop_steps(self, n: int) -> list[float]:
+        """The time of each of ``n`` no-op steps of one invocation (ms)."""
+        return await self.client.call("noop_steps", n)
+
 
 @contextlib.asynccontextmanager
 async def engine(state_dir: Path, model_url: str, *, ledger: EffectLedger | None = None
                  ) -> AsyncIterator[RestateEngine]:
     """A Restate server (its state in ``state_dir/restate``), this process serving the endpoint on a free port,
-    registered; all stopped on exit. ``ledger``: an open effect ledger (default: the state dir's, opened here)."""
+    registered; all stopped on exit. ``ledger``: an open effect ledger (default: the state dir's, opened here).
+    ``EngineUnavailable`` if there is no restate-server binary."""
     from agent import llm
+    from agent.engines import EngineUnavailable
     from agent.worker import WorkerSettings
     from testbed.processes import free_port
-    from testbed.restate_server import RestateServer
+    from testbed.restate_server import RestateServer, RestateServerError, find_restate_server
 
+    try:
+        find_restate_server()
+    except RestateServerError as exc:
+        raise EngineUnavailable(str(exc)) from None
     state_dir = Path(state_dir)
     settings = WorkerSettings.in_state_dir(state_dir)
     llm.preload_in_background()

@@ -57,6 +57,14 @@ class RestateClient:
             raise RuntimeError(f"restate ingress refused run {run_id!r}: HTTP {resp.status_code}: {resp.text[:300]}")
         return resp.json()
 
+    async def call(self, handler: str, body: Any, timeout_s: float = 300.0) -> Any:
+        """Call ``DahAgent/<handler>`` and wait for its answer (a request-response call, no idempotency key)."""
+        resp = await self._http.post(f"{self.ingress_url}/{SERVICE}/{handler}", json=body,
+                                     timeout=httpx.Timeout(timeout_s))
+        if resp.status_code >= 300:
+            raise RestateRunError(f"{SERVICE}/{handler} failed: HTTP {resp.status_code}: {_message(resp)}")
+        return resp.json()
+
     async def wait(self, run_id: str, timeout_s: float) -> dict[str, Any]:
         """The run's result; RestateRunError if it failed; TimeoutError if it did not end within ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
