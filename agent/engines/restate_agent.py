@@ -9,7 +9,8 @@ The handler runs ``loop.run_turn`` unchanged; its two effects are ``ctx.run_type
 ``agent.engines.steps.plan`` and ``steps.tool``, so the Restate server journals each model call and tool call and
 a retried or recovered invocation replays them instead of running them again. Retry options come from the agent
 config's planning and tool policies (``RunOptions``: max attempts, initial and maximum interval, factor); a
-``ModelConfigurationError`` is terminal.
+``ModelConfigurationError`` is terminal. A second handler, ``noop_steps``, times n no-op actions (what a step costs
+Restate itself: the engines benchmark).
 
 Identity of an action (the effect ledger's ``ExecutionIdentity``):
 
