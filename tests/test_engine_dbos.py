@@ -27,6 +27,7 @@ from harness.operations import load
 from harness.verdict import NOT_APPLICABLE, PASS
 from testbed.processes import spawn, stop
 from testbed.stack import StackSpec, stack
+from tests.run_directory import assert_valid
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT = "What is 25 * 4?"
@@ -116,7 +117,8 @@ async def test_a_worker_kill_on_dbos_loses_nothing_and_its_run_is_recovered(tmp_
     verdicts = {c.name: c.verdict for c in result.checks}
     assert verdicts == {"lost": PASS, "effects": PASS, "injection_evidence": PASS, "stats": PASS,
                         "temporal_history": NOT_APPLICABLE, "workflow_tasks": NOT_APPLICABLE,
-                        "replay": NOT_APPLICABLE, "drain": NOT_APPLICABLE, "dbos_steps": PASS}, result.checks
+                        "replay": NOT_APPLICABLE, "drain": NOT_APPLICABLE, "dbos_steps": PASS,
+                        "restate_journal": NOT_APPLICABLE}, result.checks
     assert result.verdict == PASS and result.row["faults"] == "1/1" and result.row["lost"] == 0
     kill = next(op for op in load(result.run_dir / "operations.jsonl")
                 if op.process == "nemesis" and op.f == "kill_worker" and op.type == "ok")
@@ -129,6 +131,7 @@ async def test_a_worker_kill_on_dbos_loses_nothing_and_its_run_is_recovered(tmp_
         assert again, f"{e['workflow_id']}: the killed model call never ran again"
     backend = json.loads((result.run_dir / "run.json").read_text())["backend"]
     assert backend["durability"]["database"] == "sqlite"
+    assert_valid(result.run_dir)
 
 
 async def test_two_live_processes_sharing_an_executor_id_run_one_step_twice(tmp_path: Path) -> None:

@@ -16,8 +16,8 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from chaos.checker import (dbos_steps, drain, effects, injection_evidence, lost, replay, stats, temporal_history,
-                           workflow_tasks)
+from chaos.checker import (dbos_steps, drain, effects, injection_evidence, lost, replay, restate_journal, stats,
+                           temporal_history, workflow_tasks)
 from chaos.checker.run_data import RunData
 from harness.verdict import UNKNOWN, CheckResult
 
@@ -34,12 +34,13 @@ CHECKERS: dict[str, Checker] = {
     "stats": stats.check,
     "drain": drain.check,
     "dbos_steps": dbos_steps.check,
+    "restate_journal": restate_journal.check,
 }
 ALL_CHECKERS = list(CHECKERS)
 #: checks of one fault's promise: not applicable to a run without that fault, whatever a target declares
 FAULT_CHECKERS = {"drain": "drain_worker"}
 #: checks of one engine's own records: not applicable to a run on another backend (run.json's backend name)
-ENGINE_CHECKERS = {"dbos_steps": ("dbos", "dbos-postgres")}
+ENGINE_CHECKERS = {"dbos_steps": ("dbos", "dbos-postgres"), "restate_journal": ("restate",)}
 
 
 def run_checkers(run_dir: Path, only: list[str] | None = None, target_here: dict | None = None) -> list[CheckResult]:
