@@ -8,12 +8,14 @@ STAMP  := $(VENV)/.installed
 RESTATE_VERSION ?= 1.7.12
 RESTATE := $(VENV)/restate/.installed
 
-.PHONY: help venv demo test run clean clean-runs chaos bench bench-quick report system-deps restate-server
+.PHONY: help venv demo test run clean clean-runs chaos chaos-engines bench bench-quick report system-deps restate-server
 
 help:
 	@echo "make demo   start the embedded Temporal server, a worker, the scripted model and a REPL"
 	@echo "make chaos  the chaos suite: every named fault scenario, checked; exit 1 on any fail or unknown (~3 min)"
 	@echo "           CHAOS_ARGS='--shard 2/4 --seeds 1-3' passes options (python -m chaos suite --help)"
+	@echo "make chaos-engines   the twin scenarios on DBOS (SQLite, PostgreSQL) and Restate: kill, outage, crash,"
+	@echo "           database/server restart, partition (~6 min)"
 	@echo "make test   run the test suite against a real embedded Temporal dev server (installs system-deps first)"
 	@echo "make bench  the benchmarks (Table 2, overhead breakdown, tuning, scaling, recovery, micro; < 10 min)"
 	@echo "           BENCH_ARGS='--only table2 --turns 20' passes options (python -m benchmarks --help)"
@@ -90,6 +92,12 @@ clean-runs:
 CHAOS_ARGS ?=
 chaos: $(STAMP) $(RESTATE)
 	$(PY) -m chaos suite $(CHAOS_ARGS)
+
+# The same agent on the other engines (agent/engines): every twin scenario on DBOS (SQLite, PostgreSQL) and Restate.
+# Not in `make chaos`: it needs PostgreSQL and Restate's server, which a Temporal-only CI need not install.
+chaos-engines: $(STAMP) $(RESTATE)
+	$(PY) -m chaos suite --backends dbos,dbos-postgres,restate --summary runs/chaos-engines-summary.json \
+		--junit runs/chaos-engines-junit.xml $(CHAOS_ARGS)
 
 BENCH_ARGS ?=
 bench: $(STAMP) $(RESTATE)

@@ -56,6 +56,20 @@ def table(rows: list[dict[str, Any]], with_seed: bool = False) -> str:
     return "\n".join(lines)
 
 
+#: what ``python -m chaos suite`` runs by default: every scenario on Temporal, and the checkpoint backend's twins
+SUITE_BACKENDS = ("temporal", "checkpoint")
+
+
+def _backends(text: str) -> tuple[str, ...]:
+    names = tuple(s.strip() for s in text.split(",") if s.strip())
+    known = ("temporal", *TWIN_SUFFIXES.values())
+    bad = [n for n in names if n not in known]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"unknown backend(s) {', '.join(bad) or '(none given)'}; backends are "
+                                         f"{', '.join(known)}")
+    return names
+
+
 def _checkpoint_twins() -> list[str]:
     return _twins("checkpoint")
 
@@ -205,13 +219,14 @@ def _jobs(args: argparse.Namespace, target: Any, connection: Any = None) -> list
     server); raises ValueError naming an unknown one."""
     from chaos.backends import make_backend
 
-    twins = _checkpoint_twins()
     durability = getattr(args, "durability", "temporal")
     suffix = {d: sfx for sfx, d in TWIN_SUFFIXES.items()}.get(durability)
     if args.command == "soak" and args.scenarios == ["all"]:
         raise ValueError("soak runs one scenario; name it (python -m chaos list)")
     if args.command == "suite":
-        names = [*SUITE, *(n + CHECKPOINT_SUFFIX for n in twins)]
+        sfx = {d: x for x, d in TWIN_SUFFIXES.items()}
+        names = [n for b in getattr(args, "backends", SUITE_BACKENDS)
+                 for n in (SUITE if b == "temporal" else [t + sfx[b] for t in _twins(b)])]
     elif args.scenarios == ["all"]:
         names = [n + suffix for n in _twins(durability)] if suffix else list(SUITE)
     else:
@@ -460,6 +475,10 @@ def build_parser() -> argparse.ArgumentParser:
     common(p, 2)
     p.add_argument("--seeds", type=_seeds, metavar="SEEDS",
                    help="run every scenario on each of these seeds (e.g. 1-3; default: --seed)")
+    p.add_argument("--backends", type=_backends, default=SUITE_BACKENDS, metavar="BACKENDS",
+                   help="whose scenarios, comma-separated: temporal (every named scenario), checkpoint, dbos, "
+                        "dbos-postgres, restate (each its twins); default temporal,checkpoint. make chaos-engines: "
+                        "--backends dbos,dbos-postgres,restate")
     ci_options(p, "suite")
     placement_options(p)
     cluster(p)

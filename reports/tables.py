@@ -736,10 +736,17 @@ def engines_steps(doc: dict[str, Any]) -> Table | None:
                  colspec={"durability": "p{6cm}"}, wide=True, notes=notes)
 
 
+#: what the durability cell leaves out: where things were (paths, addresses), not how durable they were
+NOT_DURABILITY = ("path", "url", "base_dir", "binary", "admin_url", "ingress_url", "endpoint")
+
+
 def _durability(config: dict[str, Any]) -> str:
-    """An engine's recorded configuration in one cell: its durability settings, in its own words."""
-    flat = {k: v for k, v in config.items() if not isinstance(v, (dict, list))}
-    for key in ("durability", "server_durability"):  # an engine's durability settings, one level down
-        if isinstance(config.get(key), dict):
-            flat.update({k: v for k, v in config[key].items() if not isinstance(v, (dict, list)) and k != "url"})
-    return "; ".join(f"{k}: {v}" for k, v in flat.items())
+    """An engine's durability settings in one cell, in its own words: its ``durability`` settings (found at the
+    top or one level down, e.g. a server's), else the top-level items of its configuration."""
+    found = config.get("durability")
+    if not isinstance(found, dict):
+        found = next((v["durability"] for v in config.values() if isinstance(v, dict)
+                      and isinstance(v.get("durability"), dict)), None)
+    items = found if isinstance(found, dict) else config
+    return "; ".join(f"{k}: {v}" for k, v in items.items()
+                     if not isinstance(v, (dict, list)) and k not in NOT_DURABILITY)

@@ -332,6 +332,9 @@ class DbosClient:
     """Submits runs to the workers' queue and reads them back (DBOS's ``DBOSClient``: the system database only)."""
 
     def __init__(self, database_url: str) -> None:
+        # DBOS's client retries a lost database itself and says so at WARNING on every try (a database restart
+        # under chaos): the driver records what each operation saw, so only DBOS's errors are shown.
+        logging.getLogger("dbos").setLevel(logging.ERROR)
         self.client = DBOSClient(system_database_url=database_url, application_name=APP)
 
     def close(self) -> None:
