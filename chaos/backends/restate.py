@@ -64,7 +64,8 @@ RESTATE_ENDPOINT = ("{python}", "-m", "agent.engines.restate_agent", "endpoint",
                     "--identity", "{identity}", "--model-base-url", "{model_url}")
 RESTATE_TARGET = replace(REFERENCE, name="reference-agent (restate)", worker=RESTATE_ENDPOINT,
                          driver="chaos.backends.restate:RestateDriver")
-NO_HISTORIES = NO_EVENT_HISTORIES.replace("the checkpoint backend", "Restate")
+NO_HISTORIES = NO_EVENT_HISTORIES.replace("the checkpoint backend", "Restate").replace(
+    "effects and injection_evidence", "effects, injection_evidence and restate_journal, its journal's own check")
 
 
 @dataclass
@@ -76,7 +77,8 @@ class RestateBackend(Backend):
                                                                     "workflow_tasks": NO_HISTORIES,
                                                                     "replay": NO_HISTORIES})
     scenarios: tuple[str, ...] | None = ("kill_mid_turn", "model_outage", "crash_after_effect", "server_restart",
-                                         "partition_temporal_blackhole", "partition_temporal_reset")
+                                         "partition_model", "partition_temporal_blackhole",
+                                         "partition_temporal_reset")
     #: this run's endpoint link (made in stack_spec, registered in make_driver)
     _proxy: FaultProxy | None = field(default=None, init=False, repr=False)
 
@@ -104,7 +106,9 @@ class RestateBackend(Backend):
                          engine_server=lambda logs: RestateServer(run.state / "restate", log_file=logs / "restate.log"),
                          model_latency=LatencyModel.parse(scenario.cluster.model_latency), seed=seed,
                          worker_processes=1, make_worker=endpoint, history=history, ledger=True,
-                         cleanup=[self._proxy.stop])
+                         # the endpoint reaches the model through the stack's model proxy (partition_model); the
+                         # stack's other proxy (to the server) is unused: make_driver puts the endpoint's in its place
+                         proxies=True, cleanup=[self._proxy.stop])
 
     async def make_driver(self, stack: Stack, history: History, scenario: ChaosScenario, seed: int) -> Any:
         """Register the endpoint (through its proxy), then the driver; the proxy is the stack's endpoint link."""
