@@ -616,8 +616,8 @@ async def _prompt_loop(args: argparse.Namespace, answer: Callable[[str], Awaitab
         try:
             result = await answer(line)
             print(f"agent> {result['reply']}")
-        except RuntimeError as exc:
-            print(f"agent> (the run failed: {exc})")
+        except Exception as exc:  # a step gave up: each engine raises its own error
+            print(f"agent> (the run failed: {type(exc).__name__}: {exc})")
 
 
 # -- the restate backend ----------------------------------------------------------------
@@ -741,25 +741,8 @@ async def _dbos_demo(args: argparse.Namespace, cfg: AgentConfig) -> int:
         print(f"durable-agent-harness demo: the agent loop on DBOS Transact ({e.name}: each model and tool call a "
               "step)")
         print(f"System database: {e.database_url}   Model: {cfg.model}   ledger: {e.ledger.path}")
-        prompts = [args.prompt] if args.prompt else None
-        reader = None if prompts else _LineReader(asyncio.get_running_loop())
-        while True:
-            if prompts is not None:
-                if not prompts:
-                    break
-                line = prompts.pop()
-            else:
-                line = await reader.readline("\nyou> ")
-                if line is None or line.strip().lower() in QUIT_WORDS:
-                    break
-                line = line.strip()
-                if not line:
-                    continue
-            try:
-                result = await _dbos_answer(e, cfg, line, f"demo-{uuid.uuid4().hex[:10]}", quiet=True)
-                print(f"agent> {result['reply']}")
-            except Exception as exc:  # a step gave up
-                print(f"agent> (the run failed: {type(exc).__name__}: {exc})")
+        await _prompt_loop(args, lambda line: _dbos_answer(e, cfg, line, f"demo-{uuid.uuid4().hex[:10]}",
+                                                           quiet=True))
     print("stopped.")
     return 0
 
