@@ -15,7 +15,7 @@ help:
 	@echo "make chaos  the chaos suite: every named fault scenario, checked; exit 1 on any fail or unknown (~3 min)"
 	@echo "           CHAOS_ARGS='--shard 2/4 --seeds 1-3' passes options (python -m chaos suite --help)"
 	@echo "make chaos-engines   the twin scenarios on DBOS (SQLite, PostgreSQL) and Restate: kill, outage, crash,"
-	@echo "           database/server restart, partition (~6 min)"
+	@echo "           database/server restart, partition (6-8 min)"
 	@echo "make test   run the test suite against a real embedded Temporal dev server (installs system-deps first)"
 	@echo "make bench  the benchmarks (Table 2, overhead breakdown, tuning, scaling, recovery, micro; < 10 min)"
 	@echo "           BENCH_ARGS='--only table2 --turns 20' passes options (python -m benchmarks --help)"
@@ -24,7 +24,7 @@ help:
 	@echo "make run PROMPT='What is 25 * 4?'   one-shot run"
 	@echo "make system-deps   Debian packages: bubblewrap (shell_local), chromium (browser_local), docker.io (Docker backend),"
 	@echo "           postgresql (DBOS on PostgreSQL), npm (Restate's server)"
-	@echo "make restate-server   Restate's server binary from npm into .venv/restate (make test and make chaos do it)"
+	@echo "make restate-server   Restate's server binary from npm into .venv/restate (make test and make chaos-engines do it)"
 	@echo "make clean  remove the virtual environment and build clutter (keeps runs/ and reports/out/)"
 	@echo "make clean-runs   remove the saved runs (runs/), the built report (reports/out/) and the demo's state (.dah/)"
 
@@ -90,7 +90,7 @@ clean-runs:
 	rm -rf runs reports/out .dah
 
 CHAOS_ARGS ?=
-chaos: $(STAMP) $(RESTATE)
+chaos: $(STAMP)
 	$(PY) -m chaos suite $(CHAOS_ARGS)
 
 # The same agent on the other engines (agent/engines): every twin scenario on DBOS (SQLite, PostgreSQL) and Restate.
@@ -100,10 +100,10 @@ chaos-engines: $(STAMP) $(RESTATE)
 		--junit runs/chaos-engines-junit.xml $(CHAOS_ARGS)
 
 BENCH_ARGS ?=
-bench: $(STAMP) $(RESTATE)
+bench: $(STAMP)
 	$(PY) -m benchmarks $(BENCH_ARGS)
 
-bench-quick: $(STAMP) $(RESTATE)
+bench-quick: $(STAMP)
 	$(PY) -m benchmarks --quick
 
 report: $(STAMP)
