@@ -134,6 +134,7 @@ async def test_a_worker_kill_on_dbos_loses_nothing_and_its_run_is_recovered(tmp_
     assert_valid(result.run_dir)
 
 
+@pytest.mark.finding  # DBOS's behaviour, which _claim_executor prevents: pytest -m finding tests/test_engine_dbos.py
 async def test_two_live_processes_sharing_an_executor_id_run_one_step_twice(tmp_path: Path) -> None:
     """Why a worker claims its executor id (``_claim_executor``): DBOS's own behaviour without the claim. A process
     starting with a live one's executor id recovers (re-enqueues) the workflows that one is running, and they run
