@@ -56,6 +56,9 @@ def table(rows: list[dict[str, Any]], with_seed: bool = False) -> str:
     return "\n".join(lines)
 
 
+#: what "the Temporal server" and "the workers' link to Temporal" of a scenario are on another engine
+STAND_INS = {"dbos-postgres": ": the server is PostgreSQL, the link the workers' to it",
+             "restate": ": the server is restate-server, the link the server's to the endpoint"}
 #: what ``python -m chaos suite`` runs by default: every scenario on Temporal, and the checkpoint backend's twins
 SUITE_BACKENDS = ("temporal", "checkpoint")
 
@@ -538,7 +541,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{s.name:<30} {s.description}")
         for suffix, durability in TWIN_SUFFIXES.items():
             for name in _twins(durability):
-                print(f"{name + suffix:<30} {SCENARIOS[name].description} (on {durability})")
+                where = STAND_INS.get(durability, "") if name.startswith(("server_", "partition_temporal")) else ""
+                print(f"{name + suffix:<30} {SCENARIOS[name].description} (on {durability}{where})")
         return 0
     if args.command == "summary":
         return _summary(args)
