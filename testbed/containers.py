@@ -45,6 +45,16 @@ STOP_GRACE_S = 15.0
 _CONTAINER_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
 
 
+def _process_alive(pid: int) -> bool:
+    """Whether this host's process ``pid`` runs (a zombie does not)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 @dataclass
 class DockerWorker:
     """A worker in a container, with the same fault surface as WorkerProcess.
@@ -88,16 +98,25 @@ class DockerWorker:
 
     @property
     def status(self) -> str | None:
-        """Docker's state of the current container ("running", "paused", "exited", ...); None if there is none."""
+        """Docker's state of the current container ("running", "paused", "exited", ...); None if there is none.
+        When this host already sees the container's process gone (``alive``), waits up to 5 s for the engine to
+        record the exit too, so ``status`` never says "running" of a worker ``alive`` calls dead."""
         if self._container is None:
             return None
         from docker.errors import NotFound
 
-        try:
-            self._container.reload()
-        except NotFound:
-            return None
-        return self._container.status
+        pid = self._local_pid()
+        deadline = time.monotonic() + 5.0
+        while True:
+            try:
+                self._container.reload()
+            except NotFound:
+                return None
+            state = self._container.status
+            if state not in ("running", "paused") or pid is None or _process_alive(pid) \
+                    or time.monotonic() > deadline:
+                return state
+            time.sleep(0.05)
 
     @property
     def alive(self) -> bool:
@@ -106,12 +125,7 @@ class DockerWorker:
         freeze a worker); of the engine otherwise."""
         pid = self._local_pid()
         if pid is not None:
-            import psutil
-
-            try:
-                return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-            except psutil.Error:
-                return False
+            return _process_alive(pid)
         return self.status in ("running", "paused")
 
     def exit_code(self, wait_s: float = 5.0) -> int | None:

@@ -186,6 +186,7 @@ def test_proxy_benchmark_measures_every_path_and_stops_what_it_started(tmp_path:
     assert not left
 
 
+@pytest.mark.background  # engines started one after another in a subprocess: in the second pytest (conftest)
 def test_engines_section_measures_every_engine_in_one_run_with_its_durability_settings(tmp_path: Path) -> None:
     engines = "plain,checkpoint,dbos-sqlite,restate"
     proc = bench("--quick", "--only", "engines", "--engines", engines, "--engines-turns", "2", "--workloads", "tool",
