@@ -33,9 +33,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	# --no-compile: Python writes each module's bytecode when it is first imported; compiling every module of
-	# every package at install time (litellm alone has thousands) took 40 of the install's 70 s here.
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-compile -e '.[dev,bench]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
 	@touch $(STAMP)
 
 restate-server: $(RESTATE)
