@@ -8,6 +8,7 @@ import logging
 import os
 import shlex
 import sys
+from typing import Any
 
 from agent.llm import is_scripted
 from testbed.cli_options import add_durability, add_out, progress, runs_root
@@ -69,24 +70,24 @@ def _sections(text: str) -> tuple[str, ...]:
     return names
 
 
-def _workloads(text: str) -> tuple[str, ...]:
+def _names(text: str, known: Any, what: str) -> tuple[str, ...]:
+    """A comma-separated list of ``what`` (workload, engine), each one of ``known``; else the error naming them."""
     names = tuple(s.strip() for s in text.split(",") if s.strip())
-    bad = [s for s in names if s not in WORKLOADS]
+    bad = [s for s in names if s not in known]
     if bad or not names:
-        raise argparse.ArgumentTypeError(f"unknown workload(s) {', '.join(bad) or '(none given)'}; "
-                                         f"workloads are {', '.join(WORKLOADS)}")
+        raise argparse.ArgumentTypeError(f"unknown {what}(s) {', '.join(bad) or '(none given)'}; "
+                                         f"{what}s are {', '.join(known)}")
     return names
+
+
+def _workloads(text: str) -> tuple[str, ...]:
+    return _names(text, WORKLOADS, "workload")
 
 
 def _engines(text: str) -> tuple[str, ...]:
     from benchmarks.engines_bench import ENGINE_NAMES
 
-    names = tuple(s.strip() for s in text.split(",") if s.strip())
-    bad = [s for s in names if s not in ENGINE_NAMES]
-    if bad or not names:
-        raise argparse.ArgumentTypeError(f"unknown engine(s) {', '.join(bad) or '(none given)'}; "
-                                         f"engines are {', '.join(ENGINE_NAMES)}")
-    return names
+    return _names(text, ENGINE_NAMES, "engine")
 
 
 def build_parser() -> argparse.ArgumentParser:

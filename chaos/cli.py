@@ -223,13 +223,13 @@ def _jobs(args: argparse.Namespace, target: Any, connection: Any = None) -> list
     from chaos.backends import make_backend
 
     durability = getattr(args, "durability", "temporal")
-    suffix = {d: sfx for sfx, d in TWIN_SUFFIXES.items()}.get(durability)
+    suffixes = {d: sfx for sfx, d in TWIN_SUFFIXES.items()}  # backend -> its twins' suffix
+    suffix = suffixes.get(durability)
     if args.command == "soak" and args.scenarios == ["all"]:
         raise ValueError("soak runs one scenario; name it (python -m chaos list)")
     if args.command == "suite":
-        sfx = {d: x for x, d in TWIN_SUFFIXES.items()}
         names = [n for b in getattr(args, "backends", SUITE_BACKENDS)
-                 for n in (SUITE if b == "temporal" else [t + sfx[b] for t in _twins(b)])]
+                 for n in (SUITE if b == "temporal" else [t + suffixes[b] for t in _twins(b)])]
     elif args.scenarios == ["all"]:
         names = [n + suffix for n in _twins(durability)] if suffix else list(SUITE)
     else:

@@ -21,8 +21,6 @@ the reason, which is neither a pass nor counted in the verdict.
 
 from __future__ import annotations
 
-import asyncio
-import sqlite3
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -31,8 +29,7 @@ from agent.checkpoint.agent_task import TASK, manifest_for
 from agent.checkpoint.service import CheckpointQueue
 from agent.worker import CHECKPOINT_DB
 from chaos.backends.base import Backend
-from chaos.backends.oneshot import OneShotDriver, RunFailedError
-from chaos.nemesis import NemesisContext
+from chaos.backends.oneshot import OneShotDriver, RunFailedError, running_from_ledger
 from chaos.scenarios import ChaosScenario
 from chaos.target import REFERENCE, Target
 from harness.operations import History
@@ -86,25 +83,10 @@ class CheckpointBackend(Backend):
             driver.config.planning.maximum_attempts = scenario.planning_max_attempts
         return driver
 
-    async def running(self, ctx: NemesisContext) -> list[dict[str, Any]]:
-        """The ledger's unfinished executions: the model calls and tools in flight right now."""
-        return await asyncio.to_thread(_unfinished, ctx.stack.spec.state_dir / self.target.ledger)
+    running = running_from_ledger
 
     async def save(self, stack: Stack, run: RunDir, driver: Any) -> None:
         pass  # the checkpoints are in the state dir already; there are no event histories
-
-
-def _unfinished(ledger: Path) -> list[dict[str, Any]]:
-    if not ledger.exists():
-        return []
-    db = sqlite3.connect(f"file:{ledger}?mode=ro", uri=True, timeout=5)
-    try:
-        rows = db.execute("SELECT worker, workflow_id, tool, attempt FROM executions WHERE finished_at IS NULL"
-                          ).fetchall()
-    finally:
-        db.close()
-    return [{"workflow_id": run_id, "activity": tool, "attempt": attempt, "worker": worker}
-            for worker, run_id, tool, attempt in rows]
 
 
 @dataclass

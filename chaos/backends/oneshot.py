@@ -14,14 +14,34 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sqlite3
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from chaos.client import Conversation, Driver
 from harness.operations import FAIL, INFO, OK
 
 QUEUED, DONE, FAILED = "queued", "done", "failed"
+
+
+def _unfinished(ledger: Path) -> list[dict[str, Any]]:
+    if not ledger.exists():
+        return []
+    db = sqlite3.connect(f"file:{ledger}?mode=ro", uri=True, timeout=5)
+    try:
+        rows = db.execute("SELECT worker, workflow_id, tool, attempt FROM executions WHERE finished_at IS NULL"
+                          ).fetchall()
+    finally:
+        db.close()
+    return [{"workflow_id": run_id, "activity": tool, "attempt": attempt, "worker": worker}
+            for worker, run_id, tool, attempt in rows]
+
+
+async def running_from_ledger(backend: Any, ctx: Any) -> list[dict[str, Any]]:
+    """A backend's ``running``: the ledger's unfinished executions, the model calls and tools in flight now."""
+    return await asyncio.to_thread(_unfinished, ctx.stack.spec.state_dir / backend.target.ledger)
 
 
 class RunFailedError(RuntimeError):

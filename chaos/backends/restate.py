@@ -44,10 +44,9 @@ from typing import Any
 from agent.engines.restate_agent import NAME, request_body
 from agent.engines.restate_client import RestateClient, RestateRunError
 from chaos.backends.base import Backend
-from chaos.backends.checkpoint import NO_EVENT_HISTORIES, _unfinished
-from chaos.backends.oneshot import OneShotDriver, RunFailedError
+from chaos.backends.checkpoint import NO_EVENT_HISTORIES
+from chaos.backends.oneshot import OneShotDriver, RunFailedError, running_from_ledger
 from chaos.checker.restate_journal import JOURNAL_FILE
-from chaos.nemesis import NemesisContext
 from chaos.scenarios import ChaosScenario
 from chaos.target import REFERENCE, Target
 from harness.operations import History
@@ -121,9 +120,7 @@ class RestateBackend(Backend):
             driver.config.planning.maximum_attempts = scenario.planning_max_attempts
         return driver
 
-    async def running(self, ctx: NemesisContext) -> list[dict[str, Any]]:
-        """The ledger's unfinished executions: the model calls and tools in flight right now."""
-        return await asyncio.to_thread(_unfinished, ctx.stack.spec.state_dir / self.target.ledger)
+    running = running_from_ledger
 
     async def save(self, stack: Stack, run: RunDir, driver: Any) -> None:
         """When Restate's journal completed each action (``restate_journal.json``: what the ``restate_journal``
