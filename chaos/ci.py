@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.durable_files import write_atomic
+from harness.printable import printable
 from harness.rundir import LATEST, RUN_JSON, SCHEMA, STOPPED, RunDir, read_json, utc_now, write_json
 from harness.verdict import FAIL, PASS, UNKNOWN, CheckResult, compose, worst
 
@@ -217,6 +218,10 @@ def junit_xml(rows: list[dict[str, Any]], suite_name: str, wall_s: float, base: 
         element.set("tests", str(len(rows)))
         for name, n in counts.items():
             element.set(name, str(n))
+    for element in root.iter():  # run data may hold anything; XML 1.0 cannot hold most controls, even escaped
+        element.text = None if element.text is None else printable(element.text, keep="\n\t")
+        for name, value in element.attrib.items():
+            element.set(name, printable(value, keep="\n\t"))
     ET.indent(root)
     return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
 
@@ -389,11 +394,11 @@ def merge(inputs: Iterable[Path]) -> Merged:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    """The merged verdict table: one line per run."""
+    """The merged verdict table: one line per run, its cells ``printable``."""
     header = f"{'scenario':<34} {'seed':>5} {'verdict':<8} {'status':<11} {'wall_s':>7}  run dir"
     lines = [header, "-" * len(header)]
     for r in rows:
         wall = f"{r['wall_s']:.0f}" if isinstance(r.get("wall_s"), (int, float)) else "-"
-        lines.append(f"{r['scenario']:<34} {r['seed']:>5} {r['verdict']:<8} {r['status']:<11} {wall:>7}  "
-                     f"{r.get('run_dir') or '-'}")
+        lines.append(f"{printable(r['scenario']):<34} {r['seed']:>5} {printable(r['verdict']):<8} "
+                     f"{printable(r['status']):<11} {wall:>7}  {printable(r.get('run_dir') or '-')}")
     return "\n".join(lines)

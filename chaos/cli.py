@@ -29,6 +29,7 @@ from chaos.checker import ENGINE_CHECKERS, FAULT_CHECKERS
 from chaos.client import DEFAULT_TIMEOUTS, TIMEOUTS
 from chaos.scenarios import SCENARIOS, SUITE
 from chaos.soak import DEFAULT_SEEDS
+from harness.printable import printable
 from harness.rundir import command_line, stop_on_sigterm
 from testbed.cli_options import add_durability, add_out, add_renamed, deprecated
 from testbed.cli_options import progress as _progress
@@ -47,12 +48,12 @@ TWIN_SUFFIXES = {CHECKPOINT_SUFFIX: "checkpoint", "@dbos": "dbos", "@dbos-postgr
 
 
 def table(rows: list[dict[str, Any]], with_seed: bool = False) -> str:
-    """The verdict table; ``with_seed``: a seed column (a suite over several seeds)."""
+    """The verdict table, its cells ``printable``; ``with_seed``: a seed column (a suite over several seeds)."""
     columns = [COLUMNS[0], ("seed", 5), *COLUMNS[1:]] if with_seed else COLUMNS
     header = " ".join(f"{name:<{w}}" for name, w in columns)
     lines = [header, "-" * len(header)]
     for r in rows:
-        lines.append(" ".join(f"{'-' if r.get(name) is None else r.get(name)!s:<{w}}" for name, w in columns))
+        lines.append(" ".join(f"{'-' if r.get(name) is None else printable(r.get(name)):<{w}}" for name, w in columns))
     return "\n".join(lines)
 
 
@@ -159,8 +160,8 @@ async def _run_many(items: list[tuple[str, Any, Any, int]], out: Path, parallel:
           + (f", {len(skipped)} skipped (not run, not passed)" if skipped else ""))
     for result in failed:
         why = f"error: {result.error_line}" if result.error else result.verdict
-        print(f"  {result.label}{f' (seed {result.seed})' if len(seeds) > 1 else ''}: {why}; reproduce with: "
-              f"{result.reproduce}; artefacts in {result.run_dir}")
+        print(printable(f"  {result.label}{f' (seed {result.seed})' if len(seeds) > 1 else ''}: {why}; reproduce "
+                        f"with: {result.reproduce}; artefacts in {result.run_dir}"))
     for (label, seed), why in skipped.items():
         print(f"  {label}{f' (seed {seed})' if len(seeds) > 1 else ''}: skipped: {why}")
     if record is not None:
@@ -309,7 +310,8 @@ def _unfinished(run: Any) -> str | None:
 
 
 def _summary(args: argparse.Namespace) -> int:
-    """``python -m chaos summary DIR ...``: merge CI jobs' runs; 0 only if every planned run passed."""
+    """``python -m chaos summary DIR ...``: merge CI jobs' runs; 0 only if every planned run passed. Verdicts are
+    read as the run directories wrote them, not authenticated: re-check with ``chaos check`` where untrusted."""
     from chaos import ci
 
     missing = [str(d) for d in args.dirs if not d.is_dir()]
@@ -329,14 +331,14 @@ def _summary(args: argparse.Namespace) -> int:
           + ", ".join(f"{n} {v}" for v, n in t.items()))
     bad = [r for r in rows if not ci.passed(r) and not ci.skipped(r)]
     for r in bad:
-        print(f"  {r['scenario']} seed {r['seed']}: {ci.reason(r)}"
-              + (f"; reproduce with: {r['reproduce']}" if r.get("reproduce") else ""))
+        print(printable(f"  {r['scenario']} seed {r['seed']}: {ci.reason(r)}"
+                        + (f"; reproduce with: {r['reproduce']}" if r.get("reproduce") else "")))
     unfinished = [r for r in rows if ci.incomplete(r)]
     if unfinished:
-        print(f"incomplete: {len(unfinished)} run(s) did not finish: "
-              + ", ".join(f"{r['scenario']} seed {r['seed']} ({r['status']})" for r in unfinished))
+        print(printable(f"incomplete: {len(unfinished)} run(s) did not finish: "
+                        + ", ".join(f"{r['scenario']} seed {r['seed']} ({r['status']})" for r in unfinished)))
     for note in merged.notes:
-        print(f"note: {note}")
+        print(printable(f"note: {note}"))
     ci.write_outputs(rows, args.summary, args.junit, command="summary", status="complete", wall_s=sum(
         float(r.get("wall_s") or 0) for r in rows), suite_name="chaos (merged)", extra={"sources": merged.sources,
                                                                                      "notes": merged.notes})
@@ -494,9 +496,11 @@ def build_parser() -> argparse.ArgumentParser:
     backend_options(p)
     cluster(p)
     ci_options(p, "soak")
-    p = sub.add_parser("summary", help="merge the run directories and summaries of several CI jobs (or machines) "
-                                       "into one verdict table, summary JSON and JUnit XML; exit 1 unless every "
-                                       "planned run passed")
+    what = ("merge the run directories and summaries of several CI jobs (or machines) into one verdict table, "
+            "summary JSON and JUnit XML; exit 1 unless every planned run passed. Verdicts are read as the run "
+            "directories wrote them, not authenticated: where artefacts are not trusted, re-check each run with "
+            "python -m chaos check")
+    p = sub.add_parser("summary", help=what, description=what)
     p.add_argument("dirs", nargs="+", type=Path, metavar="DIR",
                    help="run roots (e.g. each job's runs/), downloaded artefact folders, or single run directories")
     p.add_argument("--summary", type=Path, default=Path("chaos-summary.json"),
@@ -563,11 +567,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps({"verdict": "unknown", "status": RunDir(run_dir).read_run().get("status"),
                                   "note": unfinished, "checks": []}))
             else:
-                print(f"{unfinished}; it stopped before its final read (no conversations.json), so there is "
-                      f"nothing to check\n\nverdict: unknown")
+                print(f"{printable(unfinished)}; it stopped before its final read (no conversations.json), so "
+                      f"there is nothing to check\n\nverdict: unknown")
             return 1
         if unfinished:
-            print(f"note: {unfinished}; checking what it recorded", file=sys.stderr)
+            print(f"note: {printable(unfinished)}; checking what it recorded", file=sys.stderr)
         here = None
         if args.target:
             from chaos.target import load_target
@@ -583,7 +587,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"verdict": verdict, "checks": [c.as_dict() for c in checks]}, default=str))
         else:
             for c in checks:
-                print(f"{c.name:<20} {c.verdict:<15} {c.summary}")
+                print(f"{printable(c.name):<20} {printable(c.verdict):<15} {printable(c.summary)}")
             print(f"\nverdict: {verdict}")
         return 0 if verdict == "pass" else 1
     try:

@@ -20,6 +20,7 @@ from pathlib import Path
 from chaos.client import Workload
 from chaos.generator import NemesisEvent
 from chaos.scenarios import SCENARIOS, ChaosScenario, ClusterSpec
+from harness.printable import printable
 from harness.verdict import FAIL, PASS, UNKNOWN
 from testbed.cli_options import add_out, progress
 
@@ -137,7 +138,7 @@ async def run_catalogue(bugs: list[PlantedBug], out: Path, target: Path) -> list
 def table(rows: list[dict]) -> str:
     lines = ["| bug | agent | scenario | verdict | checker | evidence |", "| --- | --- | --- | --- | --- | --- |"]
     for r in rows:
-        evidence = r["evidence"].replace("|", "/")
+        evidence = printable(r["evidence"]).replace("|", "/")
         lines.append(f"| {r['bug']}{'' if r['caught'] else ' (NOT CAUGHT)'} | {r['agent']} | {r['scenario']} | "
                      f"{r['verdict']} | {r['checker']} | {evidence} |")
     return "\n".join(lines)

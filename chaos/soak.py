@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos import ci
+from harness.printable import printable
 from harness.rundir import SCHEMA, RunDir, command_line, machine_info, stopped_status, utc_now
 from harness.verdict import FAIL, PASS, UNKNOWN, CheckResult
 
@@ -194,7 +195,8 @@ class SoakRecord:
 
 def summary(label: str, seeds: list[int], outcomes: list[Outcome], wall_s: float, soak_dir: Path,
             interrupted_seed: int | None = None, how: str = "interrupted") -> str:
-    """The verdict distribution, then every seed that did not pass: what went wrong, how to reproduce, where.
+    """The verdict distribution, then every seed that did not pass: what went wrong, how to reproduce, where (each
+    line ``printable``).
     ``how``: how the soak was stopped during ``interrupted_seed`` (``interrupted``, ``terminated``)."""
     dist, pct = distribution(outcomes), percentages(outcomes)
     done = len(outcomes)
@@ -216,7 +218,7 @@ def summary(label: str, seeds: list[int], outcomes: list[Outcome], wall_s: float
     elif done:
         lines += ["", f"every seed that finished passed ({done}); {len(seeds) - done} did not run to the end"]
     lines += ["", f"soak summary: {soak_dir / SOAK_JSON}"]
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
 
 
 async def soak(label: str, scenario: Any, backend: Any, seeds: list[int], out_root: Path, *,

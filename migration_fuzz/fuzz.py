@@ -33,6 +33,7 @@ from agent.workflow import AgentWorkflow
 from harness.event_history import RunRecord, fetch_tree
 from harness.faults import NO_FAULTS
 from harness.operations import History
+from harness.printable import printable
 from harness.recording import EffectLedger
 from harness.rundir import RunDir, command_line, machine_info
 from testbed.scripted_routes import FUZZ_KINDS, fuzz_file, fuzz_prompt
@@ -416,5 +417,5 @@ def table(summary: dict[str, dict[str, Any]]) -> str:
                  f"{s['cross_worker_children']} ({s['cross_worker_children_pct']}%)",
                  f"{s['moved_workflows']} ({s['moved_workflows_pct']}%)", f"{s['activities_off_parent_worker_pct']}%",
                  s["worker_kills"], s["violations"], s["mean_seconds"]]
-        lines.append(" ".join(f"{c!s:<{w}}" for c, (_, w) in zip(cells, TABLE_COLUMNS)))
+        lines.append(" ".join(f"{printable(c):<{w}}" for c, (_, w) in zip(cells, TABLE_COLUMNS)))
     return "\n".join(lines)

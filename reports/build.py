@@ -152,7 +152,7 @@ class Builder:
             return
         doc.table(t)
         if t.saved:
-            t.csv.to_csv(self.st.path(f"{t.name}.csv"), index=False)
+            tab.spreadsheet_safe(t.csv).to_csv(self.st.path(f"{t.name}.csv"), index=False)
         if t.name in LATEX_TABLES:
             self.st.write_text(f"{t.name}.tex", tab.latex(t, LATEX_TABLES[t.name]))
             self.tex_tables.append(t.name)
@@ -276,7 +276,7 @@ class Builder:
         if t is None:
             return
         self.emit_table(doc, t)
-        tab.length_turns(series).to_csv(self.st.path("length_turns.csv"), index=False)
+        tab.spreadsheet_safe(tab.length_turns(series)).to_csv(self.st.path("length_turns.csv"), index=False)
         doc.para("Per-turn values: `length_turns.csv`.")
         for f in figs.plot_length(series, self.fig_dir):
             self.emit_figure(doc, f)

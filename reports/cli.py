@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from harness.printable import printable
 from reports.build import build
 
 OUTPUTS = """outputs (under --out):
@@ -68,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
 class _Lines(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         prefix = "warning: " if record.levelno >= logging.WARNING else ""
-        return f"[reports] {prefix}{record.getMessage()}"
+        return printable(f"[reports] {prefix}{record.getMessage()}")  # messages quote run data
 
 
 def main(argv: list[str] | None = None) -> int:

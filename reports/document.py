@@ -2,7 +2,8 @@
 
 Contract: one ``Doc`` gives both ``report.md`` and ``report.html`` with the
 same content. Paragraph text is a small Markdown subset (`code`, **bold**),
-which the HTML renderer converts; everything else is escaped. Figures are
+which both renderers keep; everything else is escaped, in Markdown as in HTML
+(run data may hold HTML, link syntax or control characters). Figures are
 referenced relative to the report: PNG in Markdown, SVG in HTML, each with
 a link to its PDF (for LaTeX).
 """
@@ -14,7 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from reports.tables import Table, html_table, markdown
+from harness.printable import printable
+from reports.tables import Table, html_table, markdown, markdown_escape
 
 
 @dataclass
@@ -47,19 +49,22 @@ class Doc:
         out = []
         for kind, v in self.blocks:
             if kind == "h":
-                out.append(f"{'#' * v[0]} {v[1]}")
+                out.append(f"{'#' * v[0]} {markdown_inline(v[1])}")
             elif kind == "p":
-                out.append(v)
+                out.append(markdown_inline(v))
             elif kind == "ul":
-                out.append("\n".join(f"- {item}" for item in v))
+                out.append("\n".join(f"- {markdown_inline(item)}" for item in v))
             elif kind == "table":
-                out.append(markdown(v) + f"\n\n*{v.full_caption}*" + (f" (`{v.name}.csv`)" if v.saved else ""))
+                out.append(markdown(v) + f"\n\n*{markdown_escape(v.full_caption)}*"
+                           + (f" (`{v.name}.csv`)" if v.saved else ""))
             elif kind == "figure":
                 name, title, caption = v
-                out.append(f"![{title}](figures/{name}.png)\n\n*Figure ({title}): {caption}* "
-                           f"([PDF](figures/{name}.pdf))")
+                out.append(f"![{markdown_escape(title)}](figures/{name}.png)\n\n*Figure ({markdown_inline(title)}): "
+                           f"{markdown_inline(caption)}* ([PDF](figures/{name}.pdf))")
             elif kind == "code":
-                out.append(f"```\n{v}\n```")
+                text = printable(v, keep="\n\t")
+                fence = "`" * max(3, 1 + max((len(run) for run in re.findall("`+", text)), default=0))
+                out.append(f"{fence}\n{text}\n{fence}")
         return "\n\n".join(out) + "\n"
 
     def html(self, title: str) -> str:
@@ -73,22 +78,49 @@ class Doc:
                 body.append("<ul>\n" + "\n".join(f"<li>{inline(i)}</li>" for i in v) + "\n</ul>")
             elif kind == "table":
                 csv = f" (<code>{html.escape(v.name)}.csv</code>)" if v.saved else ""
-                body.append(f"{html_table(v)}\n<p class=\"caption\">{html.escape(v.full_caption)}{csv}</p>")
+                body.append(f"{html_table(v)}\n<p class=\"caption\">{html.escape(printable(v.full_caption))}{csv}</p>")
             elif kind == "figure":
                 name, title_, caption = v
-                body.append(f'<figure><img src="figures/{html.escape(name)}.svg" alt="{html.escape(title_)}">'
+                alt = html.escape(printable(title_))
+                body.append(f'<figure><img src="figures/{html.escape(name)}.svg" alt="{alt}">'
                             f"<figcaption>{inline(title_)}: {inline(caption)} "
                             f'(<a href="figures/{html.escape(name)}.pdf">PDF</a>)</figcaption></figure>')
             elif kind == "code":
-                body.append(f"<pre>{html.escape(v)}</pre>")
+                text = html.escape(printable(v, keep="\n\t"))
+                body.append(f"<pre>{text}</pre>")
         return _PAGE.format(title=html.escape(title), body="\n".join(body))
+
+
+_CODE, _BOLD = re.compile(r"`([^`]+)`"), re.compile(r"\*\*([^*]+)\*\*")
 
 
 def inline(text: str) -> str:
     """Escape, then the Markdown subset: `code` and **bold**."""
-    s = html.escape(text, quote=False)
-    s = re.sub(r"`([^`]+)`", r"<code>\1</code>", s)
-    return re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", s)
+    s = html.escape(printable(text, keep="\n\t"), quote=False)
+    return _BOLD.sub(r"<strong>\1</strong>", _CODE.sub(r"<code>\1</code>", s))
+
+
+def markdown_inline(text: str) -> str:
+    """The Markdown subset (**bold**, `code`) as ``inline`` reads it, everything else ``markdown_escape``d; a code
+    span holding a character HTML or a table would read (``<``, ``|``...) is an HTML ``<code>`` element."""
+    out, at = [], 0
+    for m in _BOLD.finditer(text):
+        out += [_markdown_code(text[at:m.start()]), f"**{_markdown_code(m.group(1))}**"]
+        at = m.end()
+    out.append(_markdown_code(text[at:]))
+    return "".join(out)
+
+
+def _markdown_code(text: str) -> str:
+    out, at = [], 0
+    for m in _CODE.finditer(text):
+        code = printable(m.group(1).replace("\n", " "))
+        plain = not any(c in code for c in '<>&"|')
+        out += [markdown_escape(text[at:m.start()]),
+                f"`{code}`" if plain else f"<code>{html.escape(code).replace('|', '&#124;')}</code>"]
+        at = m.end()
+    out.append(markdown_escape(text[at:]))
+    return "".join(out)
 
 
 _PAGE = """<!DOCTYPE html>

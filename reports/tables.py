@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from harness.printable import printable
 from reports.sources import ChaosRun, FuzzRun, SoakRun
 from reports.stats import FEW_FOR_P99, bootstrap_ci, with_ci
 
@@ -76,7 +78,41 @@ _LATEX = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_\allowbreak{}
 
 
 def latex_escape(text: Any) -> str:
-    return "".join(_LATEX.get(c, c) for c in str(text))
+    return "".join(_LATEX.get(c, c) for c in printable(text))
+
+
+#: Markdown's syntax characters (emphasis, a code span, a table cell) and HTML's, as literal text
+_MARKDOWN = {"\\": "\\\\", "`": "\\`", "*": "\\*", "|": "\\|", "<": "&lt;", ">": "&gt;", "&": "&amp;",
+             '"': "&quot;"}
+#: the brackets that make a link or an image (``](``, ``][``, a reference definition's ``[`` at a line's start);
+#: others stay as they are, for intervals such as [0.5, 0.6]
+_LINK = re.compile(r"^\[|\](?=[(\[])")
+
+
+def markdown_escape(text: Any) -> str:
+    """``text`` as literal Markdown: no HTML, link, image, emphasis or code span can start in it and it stays on one
+    line (a newline is a space), so run data placed in report.md shows as the characters it holds."""
+    escaped = "".join(_MARKDOWN.get(c, c) for c in printable(str(text).replace("\n", " ")))
+    return _LINK.sub(lambda m: "\\" + m.group(), escaped)
+
+
+#: what a spreadsheet reads as a formula at the start of a cell (CSV injection)
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _not_a_formula(value: Any) -> Any:
+    if not isinstance(value, str) or not value.startswith(_FORMULA):
+        return value
+    try:
+        float(value)
+        return value  # a number such as -1.5 is data, not a formula
+    except ValueError:
+        return "'" + value
+
+
+def spreadsheet_safe(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` for a CSV file: a text cell a spreadsheet would run as a formula (``=cmd|...``) starts with ``'``."""
+    return df.apply(lambda c: c if pd.api.types.is_numeric_dtype(c) else c.map(_not_a_formula))
 
 
 def _missing(value: Any) -> bool:
@@ -106,11 +142,9 @@ def _rows(t: Table, cols: list[str] | None = None) -> list[list[str]]:
 def markdown(t: Table) -> str:
     cols = t.shown
 
-    def esc(s: str) -> str:
-        return s.replace("|", r"\|").replace("\n", " ")
-    lines = ["| " + " | ".join(esc(t.header(c)) for c in cols) + " |",
+    lines = ["| " + " | ".join(markdown_escape(t.header(c)) for c in cols) + " |",
              "|" + "|".join("---:" if c in t.formats else ":---" for c in cols) + "|"]
-    lines += ["| " + " | ".join(esc(v) for v in r) + " |" for r in _rows(t)]
+    lines += ["| " + " | ".join(markdown_escape(v) for v in r) + " |" for r in _rows(t)]
     return "\n".join(lines)
 
 
@@ -143,9 +177,11 @@ def latex(t: Table, size: str = r"\small") -> str:
 
 def html_table(t: Table) -> str:
     cols = t.shown
-    head = "".join(f'<th class="{"num" if c in t.formats else "txt"}">{html.escape(t.header(c))}</th>' for c in cols)
-    body = "".join("<tr>" + "".join(f'<td class="{"num" if c in t.formats else "txt"}">{html.escape(v)}</td>'
-                                    for c, v in zip(cols, r)) + "</tr>\n" for r in _rows(t))
+    head = "".join(f'<th class="{"num" if c in t.formats else "txt"}">{html.escape(printable(t.header(c)))}</th>'
+                   for c in cols)
+    body = "".join("<tr>" + "".join(f'<td class="{"num" if c in t.formats else "txt"}">'
+                                    f"{html.escape(printable(v))}</td>" for c, v in zip(cols, r)) + "</tr>\n"
+                   for r in _rows(t))
     return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody>\n</table>"
 
 

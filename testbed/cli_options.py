@@ -20,6 +20,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.printable import printable
+
 DURABILITY = ("temporal", "checkpoint", "dbos", "dbos-postgres", "restate")
 #: old durability values -> their names now
 OLD_DURABILITY = {"journal": "checkpoint"}
@@ -96,9 +98,10 @@ def runs_root(out: Path, folder: str, prog: str) -> Path:
 
 
 def progress(start: float | None = None) -> Callable[[str], None]:
-    """A progress printer: ``[  12.3s] message`` lines on stderr, seconds since ``start`` (default now)."""
+    """A progress printer: ``[  12.3s] message`` lines on stderr, seconds since ``start`` (default now); the message
+    ``printable`` (it may quote run data)."""
     started = time.monotonic() if start is None else start
 
     def say(message: str) -> None:
-        print(f"[{time.monotonic() - started:6.1f}s] {message}", file=sys.stderr, flush=True)
+        print(f"[{time.monotonic() - started:6.1f}s] {printable(message)}", file=sys.stderr, flush=True)
     return say

@@ -1,0 +1,158 @@
+"""Output stays well-formed whatever a run directory holds (issue 28, cases 8 and 9).
+
+A received run directory's scenario name, checker summaries, errors and reproduce commands may hold terminal
+escapes, NUL, bidi overrides, HTML and Markdown: ``chaos summary``'s JUnit XML still parses and shows them as
+visible escapes, the terminal gets no raw control character, and report.md no raw HTML.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chaos import ci, cli
+from chaos.soak import Outcome, summary
+from harness.printable import printable
+from harness.rundir import RunDir
+from harness.verdict import CheckResult
+from reports import cli as reports_cli
+from reports.document import markdown_inline
+from reports.tables import markdown_escape
+from tests.test_reports import STAMP, write_chaos
+
+#: everything the issue found reaching the terminal, the XML and report.md raw; "=cmd|" starts a CSV formula
+HOSTILE = ("=cmd|' /C calc'!A0 \x1b[31mred\x1b]0;title\x07 nul\x00 bell\x07 \u202eevil\u2066 \x9b31m "
+           "<script>alert(1)</script> \"><img src=x onerror=alert(1)> ]]> a|b\nsecond line [x](javascript:alert(1))")
+SUMMARY = "lost \x1b[2J\x00 <script>alert(2)</script> \"><img src=x onerror=alert(2)> ]]> | \u202ecba\nnext"
+#: what no terminal line may hold: C0 controls but newline and tab, DEL and C1, bidi controls
+RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def _hostile_run(root: Path) -> Path:
+    """A complete chaos run directory whose name, checker summaries, error and reproduce are all hostile."""
+    run = RunDir.create(root / "kill_idle")
+    run.begin("chaos", HOSTILE, seed=1, reproduce=f"python -m chaos run {HOSTILE}")
+    checks = [CheckResult("lost", "fail", SUMMARY), CheckResult("effects\x1b[1m", "unknown", HOSTILE)]
+    run.write_json("verdict.json", {"verdict": "fail", "checks": [c.as_dict() for c in checks]})
+    run.finish("complete", 3.0)
+    return run.path
+
+
+def _assert_terminal_safe(text: str) -> None:
+    assert not RAW.findall(text), f"raw control or bidi characters reached the terminal: {RAW.findall(text)}"
+
+
+def test_summary_writes_junit_that_parses_and_prints_no_raw_control_characters(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _hostile_run(tmp_path / "runs")
+    junit, merged = tmp_path / "chaos-junit.xml", tmp_path / "chaos-summary.json"
+    assert cli.main(["summary", str(tmp_path / "runs"), "--summary", str(merged), "--junit", str(junit)]) == 1
+    [case] = ET.parse(junit).getroot().iter("testcase")  # well-formed: before, \x1b and \x00 made it not
+    assert case.get("name") == printable(f"{HOSTILE} seed 1", keep="\n\t")
+    failure = case.find("failure")
+    assert failure is not None and failure.get("type") == "fail"
+    assert printable(SUMMARY, keep="\n\t") in failure.text and printable(SUMMARY, keep="\n\t") in failure.get("message")
+    assert f"reproduce: python -m chaos run {printable(HOSTILE, keep=chr(10) + chr(9))}" in failure.text
+    # The summary JSON keeps the data as it was (JSON escapes every control character itself).
+    assert json.loads(merged.read_text())["runs"][0]["scenario"] == HOSTILE
+    captured = capsys.readouterr()
+    _assert_terminal_safe(captured.out + captured.err)
+    assert "\\x1b[31mred" in captured.out and "\\u202eevil" in captured.out and "\\x00" in captured.out
+
+
+#: any text at all, surrogates included (json.loads of "\ud800" gives one)
+ANY_TEXT = st.text(st.characters(codec=None, exclude_categories=()), max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ANY_TEXT, ANY_TEXT, ANY_TEXT, st.sampled_from(["fail", "unknown"]))
+def test_junit_parses_and_shows_whatever_the_names_and_summaries_hold(
+        name: str, check_summary: str, reproduce: str, verdict: str) -> None:
+    row = {**ci.planned_row(name, 3, "complete"), "verdict": verdict, "checkers": {"lost": verdict},
+           "non_pass": [{"check": "lost", "verdict": verdict, "summary": check_summary}], "reproduce": reproduce}
+    root = ET.fromstring(ci.junit_xml([row], name, 1.0, Path(".")))
+    [case] = root.iter("testcase")
+    assert case.get("name") == printable(f"{name} seed 3", keep="\n\t")
+    assert case.get("classname") == printable(f"chaos.{name}", keep="\n\t")
+    failure = case.find("failure")
+    assert failure.get("type") == verdict
+    assert f"lost: {verdict}: {printable(check_summary, keep=chr(10) + chr(9))}" in failure.text
+    assert f"reproduce: {printable(reproduce or '(unknown)', keep=chr(10) + chr(9))}" in failure.text
+
+
+@given(ANY_TEXT)
+def test_printable_leaves_no_unsafe_character_and_changes_nothing_safe(text: str) -> None:
+    shown = printable(text)
+    assert not RAW.findall(shown) and not re.search("[\ud800-\udfff\ufffe\uffff\n\t]", shown)
+    shown.encode("utf-8")  # no surrogate left: a terminal or a file can take it
+    if not re.search("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff\ufffe\uffff]",
+                     text):
+        assert shown == text
+
+
+#: text rich in what Markdown and HTML read
+MARKUP_TEXT = st.text(st.sampled_from(list("[]()!<>|`*\\\"&:\n x")) | st.characters(codec=None), max_size=40)
+
+
+@given(MARKUP_TEXT)
+def test_markdown_escape_leaves_no_html_link_or_line_break(text: str) -> None:
+    shown = markdown_escape(text)
+    assert "<" not in shown and ">" not in shown and "\n" not in shown
+    unescaped = re.sub(r"\\.", "", shown)  # what is left once every backslash escape is taken out
+    assert "](" not in unescaped and "][" not in unescaped and not unescaped.startswith("[")
+    assert "|" not in unescaped and "`" not in unescaped and "*" not in unescaped
+
+
+@given(MARKUP_TEXT)
+def test_report_paragraphs_keep_code_and_bold_and_carry_no_other_html(text: str) -> None:
+    shown = markdown_inline(f"run `{text}`: **{text}** {text}")
+    assert "<" not in re.sub(r"</?code>", "", shown) and "\n" not in shown
+    assert not RAW.findall(shown)
+
+
+def test_the_suite_and_soak_tables_print_run_data_escaped() -> None:
+    checks = [CheckResult("lost", "fail", SUMMARY)]
+    outcome = Outcome(HOSTILE, 1, "fail", Path("runs/x"), 3.0, f"python -m chaos run {HOSTILE}", checks)
+    text = summary(HOSTILE, [1], [outcome], 3.0, Path("runs/soak-x"))
+    _assert_terminal_safe(text)
+    assert "\\x1b[2J\\x00" in text and "\\u202ecba" in text
+    table = cli.table([{"scenario": HOSTILE, "verdict": "fail\x1b[0m", "faults": "1/1"}])
+    _assert_terminal_safe(table)
+    assert len(table.splitlines()) == 3  # the newline in the name does not start a row of its own
+
+
+def test_report_md_carries_no_raw_html_and_report_html_still_escapes(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    runs = tmp_path / "runs"
+    write_chaos(runs, "kill_idle", clients=())  # no client operations: nothing to plot, quick
+    run = runs / "kill_idle" / STAMP
+    record = json.loads((run / "run.json").read_text())
+    record["name"] = record["scenario"]["name"] = HOSTILE
+    record["reproduce"] = f"python -m chaos run `{HOSTILE}`"
+    (run / "run.json").write_text(json.dumps(record))
+    verdict = json.loads((run / "verdict.json").read_text())
+    verdict["checks"][0]["summary"] = SUMMARY
+    verdict["checks"][1]["summary"] = HOSTILE
+    (run / "verdict.json").write_text(json.dumps(verdict))
+    out = tmp_path / "out"
+
+    assert reports_cli.main(["--runs", str(runs), "--out", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert "<script" not in md and "<img" not in md and not re.search(r"(?<!\\)\]\(javascript:", md)
+    assert not re.findall("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", md)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in md and "\\x1b[31mred" in md  # shown, not dropped
+    assert "a\\|b" in md  # a table cell holding | stays one cell
+    page = (out / "report.html").read_text()
+    assert "<script" not in page and "<img src=x" not in page and "&lt;script&gt;alert(2)&lt;/script&gt;" in page
+    assert not re.findall("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", page)
+    [row] = csv.DictReader((out / "table1.csv").open())
+    assert row["Scenario"].startswith("'=cmd|")  # a spreadsheet shows it, never runs it
+    captured = capsys.readouterr()
+    _assert_terminal_safe(captured.out + captured.err)
