@@ -12,6 +12,8 @@ import json
 import os
 import shutil
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -276,3 +278,12 @@ def test_reports_do_not_follow_a_latest_link_out_of_the_runs_directory(run: Path
     os.symlink(_checked(run, "pass"), runs / "containment" / "latest")  # a pass from elsewhere
     [chosen] = sources.load(runs).chaos
     assert (chosen.path, chosen.verdict) == (stamp, "fail")
+
+
+def test_a_fifo_for_the_operation_log_ends_the_check_at_once(run: Path) -> None:
+    # Read before any checker runs: the check stops, naming the file (never blocking on the FIFO).
+    (run / "operations.jsonl").unlink()
+    os.mkfifo(run / "operations.jsonl")
+    out = subprocess.run([sys.executable, "-m", "chaos", "check", str(run)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode != 0 and "refused:" in out.stderr and "is a FIFO" in out.stderr, out.stderr[-2000:]
