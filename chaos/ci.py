@@ -341,8 +341,9 @@ def merge(inputs: Iterable[Path]) -> Merged:
         elif old is None or old.get("run_dir") is None:
             rows[k] = row
 
-    for root in inputs:
-        root = root.resolve()
+    # Each input resolved once; a run directory a summary names is read only if it lies inside one of them.
+    roots = [root.resolve() for root in inputs]
+    for root in roots:
         summaries, runs = _walk(root)
         listed: set[Path] = set()
         for s in summaries:
@@ -354,7 +355,8 @@ def merge(inputs: Iterable[Path]) -> Merged:
                 if not isinstance(r, dict) or "scenario" not in r:
                     continue
                 path = (s.parent / r["run_dir"]).resolve() if r.get("run_dir") else None
-                found = run_dir_row(path) if path is not None and path.is_dir() else None
+                among = path is not None and path.is_dir() and any(path.is_relative_to(root) for root in roots)
+                found = run_dir_row(path) if among else None
                 if path is not None:
                     listed.add(path)
                 if found is None:
@@ -362,7 +364,7 @@ def merge(inputs: Iterable[Path]) -> Merged:
                              **{k: r.get(k) for k in ("verdict", "checkers", "non_pass", "wall_s", "reproduce",
                                                       "error") if r.get(k) is not None}}
                     if path is not None:
-                        why = "is not among the inputs" if not path.is_dir() else "has no chaos run.json"
+                        why = "is not among the inputs" if not among else "has no chaos run.json"
                         found["error"] = f"{found.get('error') or ''} (its run directory {path} {why})".strip()
                 take(found, str(s))
             if doc.get("shard") and isinstance(doc.get("all_items"), list):

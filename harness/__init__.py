@@ -2,6 +2,7 @@
 histories), so it imports in an agent's own Python as well as in the harness's.
 
     rundir          the run directory: layout, atomic writes, ``latest``, names, machine info (RUN_DIRECTORY.md)
+    run_files       reading a file a run names without leaving its directory (no ``..``, no symlink, bounded)
     operations      the operation log: invoke / ok / fail / info, Jepsen's model
     event_history   Temporal event histories: fetch, save, load, parse
     verdict         pass / fail / unknown and how checks compose

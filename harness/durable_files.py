@@ -3,10 +3,14 @@ ledger and the run directory."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 import sqlite3
 import time
 from pathlib import Path
+
+_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
 def fsync_dir(path: Path) -> None:
@@ -19,14 +23,28 @@ def fsync_dir(path: Path) -> None:
 
 
 def write_atomic(path: Path, data: bytes, *, fsync: bool = True) -> None:
-    """Replace ``path`` with ``data``: a crash leaves the old content or the new, never a mix."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        if fsync:
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Replace ``path`` with ``data``: a crash leaves the old content or the new, never a mix.
+
+    The data goes to a fresh temporary file beside it, created exclusively and without following a symlink
+    (``O_CREAT|O_EXCL|O_NOFOLLOW``, a name no one can plant in advance), then renamed over ``path``; a rename
+    replaces a symlink at ``path`` rather than writing through it. The directory is the caller's."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, _TEMP_FLAGS, 0o666)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     if fsync:
         fsync_dir(path.parent)
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import stat
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,6 +30,8 @@ from pathlib import Path
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHistory
+
+from harness import run_files
 
 #: activity close event type -> outcome
 ACTIVITY_CLOSE = {
@@ -403,13 +406,20 @@ async def save_histories(client: Client, workflow_ids: list[str], out: Path) -> 
 
 
 def load_saved(histories_dir: Path) -> dict[str, list[tuple[str, WorkflowHistory]]]:
-    """``save_histories``' output back: workflow id -> [(run id, history)], first run first."""
+    """``save_histories``' output back: workflow id -> [(run id, history)], first run first. Read by
+    ``harness.run_files``' rules below ``histories_dir``'s parent: a symlink or a file too large is RefusedPath."""
     out: dict[str, list[tuple[str, WorkflowHistory]]] = {}
-    if not histories_dir.is_dir():
+    root = histories_dir.parent
+    try:
+        workflows = run_files.entries(root, histories_dir.name)
+    except FileNotFoundError:
         return out
-    for wf_dir in sorted(p for p in histories_dir.iterdir() if p.is_dir()):
-        out[wf_dir.name] = [(f.stem.split("-", 1)[1], WorkflowHistory.from_json(wf_dir.name, f.read_text()))
-                            for f in sorted(wf_dir.glob("*.json"))]
+    for wid in sorted(name for name, mode in workflows.items() if stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+        files = run_files.entries(root, f"{histories_dir.name}/{wid}")  # a symlink is refused here
+        out[wid] = [(name[:-len(".json")].split("-", 1)[1],
+                     WorkflowHistory.from_json(wid, run_files.read_text(root, f"{histories_dir.name}/{wid}/{name}",
+                                                                        run_files.JSON_LIMIT)))
+                    for name in sorted(files) if name.endswith(".json")]
     return out
 
 

@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import run_files
+
 INVOKE, OK, FAIL, INFO = "invoke", "ok", "fail", "info"
 
 
@@ -90,8 +92,10 @@ class History:
 
 
 def load(path: Path) -> list[Op]:
+    """The operation log at ``path``, read as a stream by ``harness.run_files``' rules (a regular file, not a
+    symlink, at most ``OPERATIONS_LIMIT`` bytes; else RefusedPath)."""
     ops = []
-    with open(path, encoding="utf-8") as f:
+    with run_files.open_text(path.parent, path.name, run_files.OPERATIONS_LIMIT) as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue

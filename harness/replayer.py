@@ -25,9 +25,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import WorkflowHistory
 from temporalio.converter import DataConverter
 from temporalio.worker import Replayer, WorkflowRunner
+
+from harness.event_history import load_saved
 
 try:
     from temporalio.worker import Plugin
@@ -118,14 +119,13 @@ def make_replayer(workflow: type, plugins: Sequence[str] = (), data_converter: s
 
 
 async def replay(histories_dir: Path, replayer: Replayer) -> dict:
-    files = sorted(histories_dir.glob("*/*.json"))  # <workflow id>/<n>-<run id>.json
-    histories = [WorkflowHistory.from_json(f.parent.name, f.read_text()) for f in files]
+    histories = [(run_id, history) for chain in load_saved(histories_dir).values() for run_id, history in chain]
     failures = []
-    for f, history in zip(files, histories):
+    for run_id, history in histories:
         result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
         if result.replay_failure is not None:
             err = result.replay_failure
-            failures.append({"workflow_id": history.workflow_id, "run_id": f.stem.split("-", 1)[1],
+            failures.append({"workflow_id": history.workflow_id, "run_id": run_id,
                              "error": f"{type(err).__name__}: {err}"})
     return {"replayed": len(histories), "failures": failures}
 

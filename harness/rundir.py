@@ -22,9 +22,11 @@ Guarantees:
 
 * Names are UTC (``%Y%m%dT%H%M%SZ``) and unique: the directory is created
   exclusively, and a second run in the same second gets ``-2``, ``-3``, ...
-* JSON files are replaced atomically (write, fsync, rename): a reader sees the
-  old content or the new, never half of it; an interrupted run keeps what it
-  wrote.
+* JSON files are replaced atomically (write, fsync, rename; ``write_atomic``): a
+  reader sees the old content or the new, never half of it; an interrupted run
+  keeps what it wrote.
+* What a run's data names is read only below the run directory
+  (``harness.run_files``: no ``..``, no absolute path, no symlink, bounded).
 * ``run.json`` has ``status`` ``running`` from the first moment, then
   ``complete``, ``interrupted`` (Ctrl-C), ``terminated`` (SIGTERM, once
   ``stop_on_sigterm`` is installed) or ``failed`` (with ``error``), whatever
@@ -55,6 +57,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from harness import run_files
 from harness.durable_files import write_atomic
 
 SCHEMA = 2
@@ -129,7 +132,9 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def read_json(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8"))
+    """The JSON document at ``path``: its directory as given, the file itself read by ``harness.run_files``' rules
+    (a regular file, not a symlink, at most ``JSON_LIMIT`` bytes; else RefusedPath)."""
+    return json.loads(run_files.read_text(path.parent, path.name, run_files.JSON_LIMIT))
 
 
 @dataclass
@@ -238,7 +243,7 @@ class RunDir:
     def read_run(self) -> dict[str, Any]:
         """``run.json`` (or a schema-1 ``journal.json``, its fields mapped); ``{}`` if there is none."""
         path = self.file(RUN_JSON)
-        if not path.exists():
+        if not os.path.lexists(path):
             return {}
         data = read_json(path)
         if self.schema == 1 and isinstance(data, dict):
@@ -265,7 +270,7 @@ class RunDir:
                 return None
             return {k: run.get(k) for k in ("verdict", "checks", "checkers_not_run", "summary")}
         path = self.path / VERDICT_JSON
-        return read_json(path) if path.exists() else None
+        return read_json(path) if os.path.lexists(path) else None
 
     @property
     def operations(self) -> Path:

@@ -46,7 +46,10 @@ from pathlib import Path
 from typing import Any
 
 from harness import operations as hist
+from harness import run_files
 from harness.rundir import RUN_JSON, VERDICT_JSON, RunDir
+from harness.rundir import read_json as rundir_read_json
+from harness.run_files import RefusedPath
 from harness.verdict import CheckResult, compose, summarise, worst
 from reports import ops as opsmod
 
@@ -216,14 +219,22 @@ def stamp_time(name: str) -> str:
 
 
 def read_json(path: Path) -> Any:
-    if not path.is_file():
-        raise Unusable(f"no {path.name}")
+    """The JSON file at ``path`` (``harness.rundir.read_json``: no symlink, bounded); Unusable saying why not."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return rundir_read_json(path)
+    except FileNotFoundError:
+        raise Unusable(f"no {path.name}") from None
+    except RefusedPath as exc:
+        raise Unusable(str(exc)) from None
     except json.JSONDecodeError as exc:
         raise Unusable(f"{path.name} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise Unusable(f"{path.name} cannot be read ({exc})") from None
+
+
+def _real_dir(path: Path) -> bool:
+    """A directory, not a symlink to one: below the roots the user gave, nothing is followed."""
+    return path.is_dir() and not path.is_symlink()
 
 
 def _is_run(path: Path, marker: str) -> bool:
@@ -249,10 +260,11 @@ def _candidates(parent: Path, marker: str) -> list[Path]:
     latest = parent / "latest"
     if latest.is_symlink() or latest.is_dir():
         target = latest.resolve()
-        if target.is_dir():
-            # Shown under the name the user knows it by (runs/x/<stamp>, not runs/x/latest).
-            out.append(parent / target.name if target.parent == parent.resolve() else target)
-    stamps = sorted((p for p in parent.iterdir() if p.is_dir() and not p.is_symlink() and not p.name.startswith(".")
+        # Only a sibling (runs/x/<stamp>, or a copy named latest), shown under its own name: a `latest` that
+        # leads anywhere else is not followed.
+        if target.parent == parent.resolve() and _real_dir(parent / target.name):
+            out.append(parent / target.name)
+    stamps = sorted((p for p in parent.iterdir() if _real_dir(p) and not p.name.startswith(".")
                      and _is_run(p, marker)), key=lambda p: p.name, reverse=True)
     out += [p for p in stamps if not out or p.resolve() != out[0].resolve()]
     return out
@@ -374,7 +386,7 @@ def _is_bench_run(path: Path) -> bool:
 
 def _bench_dirs(parent: Path) -> list[Path]:
     """The run directories in a directory of bench runs (``latest`` and hidden ones aside)."""
-    return sorted(p for p in parent.iterdir() if p.is_dir() and not p.is_symlink() and not p.name.startswith(".")
+    return sorted(p for p in parent.iterdir() if _real_dir(p) and not p.name.startswith(".")
                   and _is_bench_run(p))
 
 
@@ -391,7 +403,7 @@ def _find_bench(runs_dirs: list[Path], bench_dirs: list[Path] | None, sources: S
                     sources.warn(f"skipped {d}: neither a bench run directory (no run.json) nor a directory of them")
                 found += [(p, False) for p in runs]
     else:
-        found = [(p, False) for root in runs_dirs if (root / "bench").is_dir() for p in _bench_dirs(root / "bench")]
+        found = [(p, False) for root in runs_dirs if _real_dir(root / "bench") for p in _bench_dirs(root / "bench")]
     seen: set[Path] = set()
     runs = []
     for path, named in found:
@@ -422,16 +434,19 @@ def _load_history(path: Path, where: Path, sources: Sources) -> list[hist.Op]:
     try:
         ops = hist.load(path)
         bad = 0
+    except RefusedPath as exc:
+        raise Unusable(str(exc)) from None
     except (ValueError, TypeError):
         # A crash can leave a half-written last line: use every line that parses.
         ops, bad = [], 0
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            if not line.strip():
-                continue
-            try:
-                ops.append(hist.Op(**json.loads(line)))
-            except (ValueError, TypeError):
-                bad += 1
+        with run_files.open_text(path.parent, path.name, run_files.OPERATIONS_LIMIT, errors="replace") as lines:
+            for line in lines:
+                if not line.strip():
+                    continue
+                try:
+                    ops.append(hist.Op(**json.loads(line)))
+                except (ValueError, TypeError):
+                    bad += 1
     good = [op for op in ops if isinstance(op.time, (int, float)) and math.isfinite(op.time)]
     bad += len(ops) - len(good)
     if bad:
@@ -484,9 +499,9 @@ def _load_chaos(path: Path, scenario_dir: str, sources: Sources) -> ChaosRun:
 
 
 def _find_chaos(runs_dir: Path, sources: Sources) -> None:
-    for scen_dir in sorted(p for p in runs_dir.iterdir() if p.is_dir() and p.name not in NOT_CHAOS
+    for scen_dir in sorted(p for p in runs_dir.iterdir() if _real_dir(p) and p.name not in NOT_CHAOS
                            and not p.name.startswith((".", SOAK_PREFIX))):
-        stamps = [p for p in scen_dir.iterdir() if p.is_dir() and not p.is_symlink()
+        stamps = [p for p in scen_dir.iterdir() if _real_dir(p)
                   and (_is_run(p, RUN_JSON) or RunDir(p).operations.exists())]
         if not stamps:
             continue  # not a chaos scenario directory
@@ -512,7 +527,7 @@ def _find_chaos(runs_dir: Path, sources: Sources) -> None:
 
 def _find_fuzz(runs_dir: Path, sources: Sources) -> None:
     parent = runs_dir / "migration_fuzz"
-    if not parent.is_dir():
+    if not _real_dir(parent):
         return
     for path in _candidates(parent, "results.json"):
         try:
@@ -529,7 +544,7 @@ def _find_fuzz(runs_dir: Path, sources: Sources) -> None:
 
 def _find_soaks(runs_dir: Path, sources: Sources) -> None:
     """Each scenario's soak: ``latest`` (a soak that ran every seed), else the newest with a soak.json."""
-    for parent in sorted(p for p in runs_dir.iterdir() if p.is_dir() and p.name.startswith(SOAK_PREFIX)):
+    for parent in sorted(p for p in runs_dir.iterdir() if _real_dir(p) and p.name.startswith(SOAK_PREFIX)):
         for path in _candidates(parent, SOAK_JSON):
             try:
                 doc = read_json(path / SOAK_JSON)

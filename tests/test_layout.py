@@ -133,7 +133,8 @@ def test_no_import_cycles() -> None:
 def test_harness_needs_nothing_but_the_standard_library_where_an_agent_uses_it() -> None:
     # What a target agent's own Python imports (no temporalio there: -I -S, an interpreter with no site-packages).
     code = ("import sys; sys.path.insert(0, sys.argv[1]); import harness.recording, harness.faults, "
-            "harness.operations, harness.verdict, harness.rundir, harness.durable_files, harness.exit")
+            "harness.operations, harness.verdict, harness.rundir, harness.durable_files, harness.exit, "
+            "harness.run_files")
     out = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(ROOT)], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stderr

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import shutil
 import sys
 import textwrap
 import uuid
@@ -100,7 +101,7 @@ class Agent:
         """The replay checker on a run directory whose run.json records the target file with ``declarations``."""
         run_dir = self.root / f"run-{uuid.uuid4().hex[:6]}"
         run_dir.mkdir()
-        (run_dir / EVENT_HISTORIES).symlink_to(self.root / "histories", target_is_directory=True)
+        shutil.copytree(self.root / "histories", run_dir / EVENT_HISTORIES)  # a symlink there would be refused
         (self.root / "chaos-target.toml").write_text(TARGET + textwrap.dedent(declarations))
         target = load_target(self.root / "chaos-target.toml")
         write_json(run_dir / RUN_JSON, {"schema": SCHEMA, "kind": "chaos", "name": "replay",

@@ -21,10 +21,11 @@ an effect ledger.
 
 from __future__ import annotations
 
-import json
+import os
 from typing import Any
 
 from chaos.checker.run_data import RunData
+from harness.rundir import read_json
 from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult
 
 STEPS_FILE = "dbos_steps.json"
@@ -40,9 +41,9 @@ def _recorded_at(step: dict[str, Any]) -> float | None:
 
 def check(data: RunData) -> CheckResult:
     path = data.run_dir / STEPS_FILE
-    if not path.exists():
+    if not os.path.lexists(path):
         return CheckResult("dbos_steps", NOT_APPLICABLE, f"not applicable: no {STEPS_FILE} (not a run on DBOS)")
-    saved = json.loads(path.read_text())
+    saved = read_json(path)
     executions = [e for e in data.ledger_rows("executions") if e["run_id"] == saved.get("engine_run_id", "dbos")]
     if not data.ledger_rows("executions"):
         return CheckResult("dbos_steps", UNKNOWN, "no effect ledger: nothing says which steps ran")

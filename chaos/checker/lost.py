@@ -32,6 +32,7 @@ from harness.verdict import FAIL, PASS, UNKNOWN, CheckResult
 from harness.operations import FAIL as OP_FAIL
 from harness.event_history import UNREADABLE
 from harness.operations import INFO, OK, pairs
+from harness.run_files import RefusedPath
 
 
 def _answered(messages: list[dict[str, Any]], text: str) -> list[str]:
@@ -156,14 +157,16 @@ def check(data: RunData) -> CheckResult:
                     wrong += 1
                     problems.append(f"{wid} #{inv.value['n']}: processed with reply {replies[0]!r} != {expect!r}")
         paths = sorted({p["path"] for p in conv["planned"] if p["kind"] == "append"})
-        workspace = data.workspace(wid)
-        if paths and workspace is None:
+        if paths and not data.target.get("workspace"):
             unknowns.append(f"{wid}: appends to {', '.join(paths)} were planned but the target declares no "
                             "workspace, so the files cannot be read")
             paths = []
         for path in paths:
-            f = workspace / path
-            got = f.read_text() if f.exists() else ""
+            try:
+                got = data.workspace_file(wid, path)
+            except RefusedPath as exc:  # that file is not read; the others still are
+                unknowns.append(f"{wid}: {path!r} cannot be checked: {exc}")
+                continue
             appends = [p for p in conv["planned"] if p["kind"] == "append" and p["path"] == path]
             want = "".join(p["content"] for p in appends if p["content"] in processed_appends)
             if got != want:

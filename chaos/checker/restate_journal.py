@@ -18,10 +18,11 @@ other engines' runs (no ``restate_journal.json``); ``unknown`` without an effect
 
 from __future__ import annotations
 
-import json
+import os
 from typing import Any
 
 from chaos.checker.run_data import RunData
+from harness.rundir import read_json
 from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult
 
 JOURNAL_FILE = "restate_journal.json"
@@ -46,10 +47,10 @@ def re_executed(completions: list[dict[str, Any]], executions: list[dict[str, An
 
 def check(data: RunData) -> CheckResult:
     path = data.run_dir / JOURNAL_FILE
-    if not path.exists():
+    if not os.path.lexists(path):
         return CheckResult("restate_journal", NOT_APPLICABLE, f"not applicable: no {JOURNAL_FILE} (not a run on "
                                                               "Restate)")
-    saved = json.loads(path.read_text())
+    saved = read_json(path)
     if saved.get("error"):
         return CheckResult("restate_journal", UNKNOWN, f"the journal could not be read at the end of the run: "
                                                        f"{saved['error']}")

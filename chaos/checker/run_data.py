@@ -10,17 +10,16 @@ directory copied elsewhere is re-checked there.
 
 from __future__ import annotations
 
-import json
-import sqlite3
+import os
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from harness import operations
+from harness import operations, run_files
 from harness.event_history import RunRecord, load_saved_records
 from harness.recording import MODEL_CALL, workspace_name
-from harness.rundir import RunDir
+from harness.rundir import STATE, RunDir, read_json
 
 #: schema-1 runs recorded only the reference agent, whose declaration was implicit
 _V1_TARGET = {"model_activity": "plan_next_action", "ledger": "sandbox/ledger.sqlite3",
@@ -58,7 +57,7 @@ class RunData:
 
     @cached_property
     def conversations(self) -> dict[str, Any]:
-        return json.loads(self.dir.conversations.read_text())
+        return read_json(self.dir.conversations)
 
     @cached_property
     def run(self) -> dict[str, Any]:
@@ -83,16 +82,17 @@ class RunData:
 
     @property
     def ledger_path(self) -> Path | None:
-        """The effect ledger the target declared (relative to the state dir), or None if it declared none."""
+        """The effect ledger the target declared (relative to the state dir), or None if it declared none;
+        RefusedPath if the declaration leaves the run directory."""
         ledger = self.target.get("ledger")
-        return self.dir.state / ledger if ledger else None
+        return self.run_dir / run_files.below(STATE, ledger, what="the target's ledger") if ledger else None
 
     def ledger_rows(self, table: str) -> list[dict[str, Any]]:
-        """A ledger table's rows in insertion order; ``[]`` if the ledger or the table does not exist."""
-        if self.ledger_path is None or not self.ledger_path.exists():
+        """A ledger table's rows in insertion order; ``[]`` if the ledger or the table does not exist. The ledger is
+        opened read-only by ``harness.run_files``' rules (RefusedPath: a symlink, not a regular file)."""
+        if self.ledger_path is None or not os.path.lexists(self.ledger_path):
             return []
-        conn = sqlite3.connect(f"file:{self.ledger_path}?mode=ro", uri=True)
-        conn.row_factory = sqlite3.Row
+        conn = run_files.sqlite_readonly(self.run_dir, self.ledger_path.relative_to(self.run_dir))
         try:
             if not conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (table,)).fetchone():
                 return []
@@ -106,12 +106,28 @@ class RunData:
             return execution["kind"] == MODEL_CALL
         return execution["tool"] == self.model_activity
 
-    def workspace(self, workflow_id: str) -> Path | None:
-        """Where the target keeps this workflow's files (its ``workspace`` template), or None if it declared none."""
+    def workspace(self, workflow_id: str) -> PurePosixPath | None:
+        """Where the target keeps this workflow's files (its ``workspace`` template), relative to the run directory,
+        or None if it declared none; RefusedPath if the template or the id would leave the run directory."""
         template = self.target.get("workspace")
         if not template:
             return None
-        return self.dir.state / template.format(workflow_id=workspace_name(workflow_id))
+        # Substituted, not str.format: a format spec in run data ("{workflow_id:>999999999}") would allocate at will.
+        return run_files.below(STATE, template.replace("{workflow_id}", workspace_name(workflow_id)),
+                               what="the target's workspace")
+
+    def workspace_file(self, workflow_id: str, path: str) -> str:
+        """The text of ``path`` (run data: relative to the workspace) in this workflow's workspace, ``""`` if there
+        is none; RefusedPath if it would leave the run directory, is reached through a symlink, is not a regular
+        file or is over ``WORKSPACE_FILE_LIMIT``. ValueError if the target declared no workspace."""
+        workspace = self.workspace(workflow_id)
+        if workspace is None:
+            raise ValueError("the target declares no workspace")
+        try:
+            return run_files.read_text(self.run_dir, workspace / run_files.below(path, what="a planned file"),
+                                       run_files.WORKSPACE_FILE_LIMIT, errors="replace")
+        except FileNotFoundError:
+            return ""
 
     def updates(self, workflow_id: str) -> list[Any] | None:
         """The updates the server accepted for this workflow, across its chain of runs (``UpdateRecord``s), or None
