@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import math
 import re
 import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from agent.numeric_limits import integer_problem, power_problem, product_problem, round_problem
 
 try:
     from temporalio import workflow as _workflow
@@ -57,7 +58,6 @@ __all__ = [
 
 ToolFn = Callable[..., Awaitable[Any]]
 
-MAX_INT_DIGITS = 1000
 MAX_NESTING_DEPTH = 100
 MAX_FORMAT_WIDTH = 1000
 MAX_CODE_CHARS = 100_000
@@ -498,9 +498,8 @@ class _Interpreter:
                     _line(node),
                 )
             self.alloc(node, sys.getsizeof(value))
-        elif kind is int:
-            if value.bit_length() > MAX_INT_DIGITS * 3.33:
-                raise PtcLimitExceeded(f"integer with more than {MAX_INT_DIGITS} digits refused", _line(node))
+        elif kind is int and (problem := integer_problem(value)):
+            raise PtcLimitExceeded(problem, _line(node))
         return value
 
     def check_renderable(self, value: Any, node: ast.AST | None, cap: int | None = None, what: str = "str()") -> int:
@@ -556,8 +555,8 @@ class _Interpreter:
         return range(*args)
 
     def _round(self, node: ast.AST, number: Any, ndigits: Any = None) -> Any:
-        if isinstance(ndigits, int) and abs(ndigits) > MAX_INT_DIGITS:
-            raise PtcLimitExceeded(f"round(): ndigits beyond +-{MAX_INT_DIGITS} refused", _line(node))
+        if problem := round_problem(ndigits):
+            raise PtcLimitExceeded(problem, _line(node))
         return round(number) if ndigits is None else round(number, ndigits)
 
     def _consuming(self, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -922,9 +921,8 @@ class _Interpreter:
             raise PtcDisallowed(f"operator {type(op).__name__} is not available", _line(node))
         if isinstance(op, ast.Mod) and isinstance(left, str):
             raise PtcDisallowed("'%' string formatting is not available; use an f-string", _line(node))
-        if isinstance(op, ast.Pow) and _is_number(left) and _is_number(right) and isinstance(right, int):
-            if abs(right) > 1 and abs(left) > 1 and right * math.log10(abs(left)) > MAX_INT_DIGITS:
-                raise PtcLimitExceeded(f"'**' result would have more than {MAX_INT_DIGITS} digits; refused", _line(node))
+        if isinstance(op, ast.Pow) and (problem := power_problem(left, right)):
+            raise PtcLimitExceeded(problem, _line(node))
         if isinstance(op, ast.Mult):
             seq, count = (left, right) if isinstance(right, int) else (right, left)
             if isinstance(seq, (str, list, tuple)) and isinstance(count, int) and not isinstance(count, bool):
@@ -935,9 +933,8 @@ class _Interpreter:
                         f"over the limit of {limit}",
                         _line(node),
                     )
-        if isinstance(op, ast.Mult) and _is_number(left) and _is_number(right) and isinstance(left + right, int):
-            if left.bit_length() + right.bit_length() > MAX_INT_DIGITS * 3.33 + 64:
-                raise PtcLimitExceeded(f"integer with more than {MAX_INT_DIGITS} digits refused", _line(node))
+        if isinstance(op, ast.Mult) and (problem := product_problem(left, right)):
+            raise PtcLimitExceeded(problem, _line(node))
         return self.check_size(fn(left, right), node)
 
     async def compare(self, node: ast.Compare) -> bool:

@@ -14,11 +14,14 @@ classified way, for scenarios and chaos runs.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
 import errno
 import hashlib
 import inspect
+import math
+import operator
 import os
 import secrets
 import stat
@@ -27,8 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simpleeval import SimpleEval
+from simpleeval import OperatorNotDefined, SimpleEval
 
+from agent import numeric_limits
 from agent.errors import ToolError, ToolExecutionError, ToolRetryableError, ToolValidationError
 from harness.recording import EffectLedger, ExecutionIdentity, workspace_name
 
@@ -96,30 +100,88 @@ def validate_arguments(tool: Tool, args: dict[str, Any]) -> None:
 
 # -- calculator -------------------------------------------------------------
 
-_calc = SimpleEval(functions={"abs": abs, "round": round, "min": min, "max": max})
-_calc.names = {"pi": 3.141592653589793, "e": 2.718281828459045}
+MAX_EXPRESSION_CHARS = 200
+_CALCULATOR_GRAMMAR = "numbers, pi, e, + - * / // %, parentheses and abs/round/min/max"
 
 
-def calculator(args: dict[str, Any], ctx: ToolContext) -> str:
-    expression = args["expression"].strip()
-    if len(expression) > 200:
-        raise ToolValidationError("calculator: expression longer than 200 characters")
+class _CalculatorRefusal(Exception):
+    """An expression outside the calculator's grammar or numeric bounds (becomes a ToolValidationError)."""
+
+
+def _bounded(fn: Callable[..., Any], before: Callable[..., str | None] | None = None) -> Callable[..., Any]:
+    """``fn`` with agent.numeric_limits checked on its operands before it runs and on its result after."""
+    def run(*operands: Any) -> Any:
+        if before is not None and (problem := before(*operands)):
+            raise _CalculatorRefusal(problem)
+        result = fn(*operands)
+        if problem := numeric_limits.integer_problem(result):
+            raise _CalculatorRefusal(problem)
+        return result
+
+    return run
+
+
+def _round(number: Any, ndigits: Any = None) -> Any:
+    if problem := numeric_limits.round_problem(ndigits):
+        raise _CalculatorRefusal(problem)
+    return round(number) if ndigits is None else round(number, ndigits)
+
+
+def _number(node: ast.Constant) -> int | float:
+    if type(node.value) not in (int, float):
+        raise _CalculatorRefusal(f"{type(node.value).__name__} literals are not numbers")
+    return node.value
+
+
+def _calculator_evaluator() -> SimpleEval:
+    """simpleeval cut down to arithmetic on numbers, every operation bounded by agent.numeric_limits (the PTC
+    interpreter's limits): no strings, attributes, subscripts, comparisons, shifts, keywords or ``**``."""
+    calc = SimpleEval(
+        operators={ast.Add: _bounded(operator.add), ast.Sub: _bounded(operator.sub),
+                   ast.Mult: _bounded(operator.mul, numeric_limits.product_problem),
+                   ast.Div: _bounded(operator.truediv), ast.FloorDiv: _bounded(operator.floordiv),
+                   ast.Mod: _bounded(operator.mod), ast.USub: _bounded(operator.neg), ast.UAdd: _bounded(operator.pos)},
+        functions={"abs": _bounded(abs), "round": _bounded(_round), "min": _bounded(min), "max": _bounded(max)},
+        names={"pi": math.pi, "e": math.e},
+    )
+    calc.nodes = {ast.Name: calc.nodes[ast.Name], ast.UnaryOp: calc.nodes[ast.UnaryOp],
+                  ast.BinOp: calc.nodes[ast.BinOp], ast.Call: calc.nodes[ast.Call], ast.Constant: _number}
+    return calc
+
+
+def evaluate_arithmetic(expression: str) -> str:
+    """The value of ``expression`` as text, or ToolValidationError naming what is wrong with it. Every operation
+    is bounded before it runs, so any input returns within milliseconds."""
+    expression = expression.strip()
+    if len(expression) > MAX_EXPRESSION_CHARS:
+        raise ToolValidationError(f"calculator: expression longer than {MAX_EXPRESSION_CHARS} characters")
     if "**" in expression:
         raise ToolValidationError("calculator: '**' is not allowed (it can make huge numbers); multiply instead")
     try:
-        value = _calc.eval(expression)
+        # one evaluator per call: SimpleEval keeps the expression on itself, and calls run in parallel threads
+        value = _calculator_evaluator().eval(expression, previously_parsed=ast.parse(expression, mode="eval").body)
     except ZeroDivisionError:
         raise ToolValidationError(f"calculator: {expression!r} divides by zero") from None
+    except _CalculatorRefusal as exc:
+        raise ToolValidationError(f"calculator: {expression!r}: {exc}; use {_CALCULATOR_GRAMMAR}") from None
+    except OperatorNotDefined as exc:  # its own text shows the operator object's address
+        raise ToolValidationError(
+            f"calculator: {expression!r}: operator {type(exc.attr).__name__} is not available; use {_CALCULATOR_GRAMMAR}"
+        ) from None
     except Exception as exc:  # simpleeval raises several unrelated classes for bad input
         raise ToolValidationError(
-            f"calculator: cannot evaluate {expression!r} ({type(exc).__name__}: {exc}); "
-            "use numbers with + - * / // % and parentheses"
+            f"calculator: cannot evaluate {expression!r} ({type(exc).__name__}: {exc}); use {_CALCULATOR_GRAMMAR}"
         ) from None
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         raise ToolValidationError(f"calculator: {expression!r} is not a number")
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     return str(value)
+
+
+async def calculator(args: dict[str, Any], ctx: ToolContext) -> str:
+    """``evaluate_arithmetic`` in a thread, so the worker's event loop (heartbeats, other activities) runs on."""
+    return await asyncio.to_thread(evaluate_arithmetic, args["expression"])
 
 
 # -- weather (a deterministic fake) -------------------------------------------

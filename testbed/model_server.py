@@ -18,11 +18,20 @@ Contract
   (200, valid envelope, tool call whose ``arguments`` is not valid JSON).
 * A ``LatencyModel`` sample (seeded, reproducible) is slept before every normal answer and
   before status / malformed faults, never before ``hang`` / ``reset``.
-* Other routes: ``GET /v1/models``, ``GET /healthz``, and loopback-only admin routes
-  ``GET /admin/stats``, ``POST|DELETE /admin/faults``, ``POST /admin/latency``.
+* Other routes: ``GET /v1/models``, ``GET /healthz``, and the admin routes ``GET /admin/stats``,
+  ``POST|DELETE /admin/faults``, ``POST /admin/latency``: loopback only, and only with
+  ``Authorization: Bearer <admin_token>`` (401 without it, 403 with another). The token is made per server
+  (``secrets.token_urlsafe``) and kept in memory: ``server.admin_token``; the subprocess takes it from
+  ``DAH_MODEL_ADMIN_TOKEN`` (unset: a random one, so the admin routes stay closed). It is never printed or logged.
+* Bounded: at most ``max_connections`` connections are served at once (more are answered 503 and closed), a
+  socket operation waits at most ``read_timeout_s`` and a body must arrive within it, a body is at most
+  ``MAX_BODY_BYTES`` (413, unread) and the bodies held at once at most ``MAX_BODIES_IN_FLIGHT_BYTES`` (503);
+  a bad ``Content-Length``, chunked bodies and JSON nested deeper than ``MAX_JSON_DEPTH`` are answered 400/411.
 * ``stop()`` is idempotent and returns promptly (< 1 s) even while connections hang.
 * ``python -m testbed.model_server`` runs it as a subprocess: prints exactly one line
   ``READY <url>`` to stdout, serves until SIGTERM/SIGINT, exits 0; bad specs exit 2.
+
+The model routes are open to any local process: they are what the agent under test calls (see SECURITY.md).
 
 Library code logs through ``logging`` (DEBUG per request) and never logs request headers,
 because they carry API keys.
@@ -36,16 +45,19 @@ import importlib
 import json
 import logging
 import math
+import os
 import random
+import secrets
 import signal
 import socket
 import struct
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from harness.faults import FAULT_FORMS, FaultRule, strip_provider
 
@@ -65,6 +77,25 @@ DEFAULT_RESPONDER = "testbed.scripted_routes:respond"
 RUN_HEADER = "X-DAH-Run"
 GLOBAL_RUN = "global"
 DEFAULT_MODEL_NAME = "scripted"
+#: the environment variable the subprocess reads its admin token from (never a flag: argv is public to ``ps``)
+ADMIN_TOKEN_ENV = "DAH_MODEL_ADMIN_TOKEN"
+
+#: the largest request body (the agent sends whole conversations: a few MB at the most in practice)
+MAX_BODY_BYTES = 32 * 1024 * 1024
+#: the most body bytes held by all requests at once (bounds the server's memory with many large requests)
+MAX_BODIES_IN_FLIGHT_BYTES = 128 * 1024 * 1024
+#: the deepest JSON a request may hold (a chat request is ~10 levels deep, its tool schemas a few more)
+MAX_JSON_DEPTH = 64
+#: connections served at once (one thread each); the agent's workers keep a few each
+MAX_CONNECTIONS = 256
+#: the longest one socket read or write waits, and the longest a request body may take to arrive; an idle
+#: keep-alive connection is closed after it. Faults that delay answers (latency, hang) do not read, so it does not
+#: bound them.
+READ_TIMEOUT_S = 30.0
+#: after refusing a body it did not read, how long and how much of it the server reads and discards before
+#: closing: a client that sends a small rest then reads sees the answer rather than a reset
+_LINGER_S = 1.0
+_LINGER_BYTES = 1024 * 1024
 
 
 # kind -> number of parameters it takes
@@ -179,11 +210,23 @@ def _error_body(message: str, type_: str, code: str | None) -> dict:
     return {"error": {"message": message, "type": type_, "param": None, "code": code}}
 
 
+def _json_depth(value: Any) -> int:
+    """How deeply ``value`` (parsed JSON) nests lists and objects, counted without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
 # --------------------------------------------------------------------------- server
 
 
 class _HTTPServer(ThreadingHTTPServer):
-    """ThreadingHTTPServer that tracks live connections so stop() can release them."""
+    """ThreadingHTTPServer that tracks live connections so stop() can release them, serves at most
+    ``owner.max_connections`` at once (one thread each) and bounds the body bytes held at once."""
 
     daemon_threads = True
     request_queue_size = 128  # benchmarks open many concurrent connections
@@ -197,12 +240,53 @@ class _HTTPServer(ThreadingHTTPServer):
         self.live: set[socket.socket] = set()
         self.to_reset: set[socket.socket] = set()
         self.conn_lock = threading.Lock()
+        self.slots = threading.BoundedSemaphore(owner.max_connections)
+        self.body_bytes = 0  # body bytes reserved by requests being served; under conn_lock
         super().__init__(addr, handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            self._turn_away(request)
+            return
         with self.conn_lock:
             self.live.add(request)
-        super().process_request(request, client_address)
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread started: nothing else will release the slot
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+    def _turn_away(self, request: socket.socket) -> None:
+        """Answer 503 and close, from the accepting thread: never waits on the client."""
+        body = json.dumps(_error_body(f"the server is serving {self.owner.max_connections} connections; retry later",
+                                      "server_error", "service_unavailable")).encode()
+        head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
+                "\r\nRetry-After: 1\r\nConnection: close\r\n\r\n").encode()
+        try:
+            request.setblocking(False)
+            request.send(head + body)
+        except OSError:
+            pass
+        logger.debug("turned a connection away: %d connections are being served", self.owner.max_connections)
+        super().shutdown_request(request)
+
+    def reserve_body(self, length: int) -> bool:
+        """Count ``length`` body bytes as held, unless that would pass MAX_BODIES_IN_FLIGHT_BYTES."""
+        with self.conn_lock:
+            if self.body_bytes + length > MAX_BODIES_IN_FLIGHT_BYTES:
+                return False
+            self.body_bytes += length
+            return True
+
+    def release_body(self, length: int) -> None:
+        with self.conn_lock:
+            self.body_bytes -= length
 
     def shutdown_request(self, request: Any) -> None:
         with self.conn_lock:
@@ -263,9 +347,82 @@ class _Handler(BaseHTTPRequestHandler):
                     code: str | None = None) -> None:
         self._send_json(status, _error_body(message, type_, code))
 
-    def _read_body(self) -> bytes:
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length > 0 else b""
+    def setup(self) -> None:
+        self.timeout = self.server.owner.read_timeout_s  # StreamRequestHandler.setup puts it on the socket
+        super().setup()
+
+    def _refuse(self, status: int, message: str, code: str, extra_headers: dict[str, str] | None = None) -> None:
+        """Answer an error, then close the connection: what is left of the request is not read (only discarded,
+        for a moment, so that the client finishes sending and sees the answer rather than a reset)."""
+        self.close_connection = True
+        type_ = "server_error" if status >= 500 else "invalid_request_error"
+        self._send_json(status, _error_body(message, type_, code), {"Connection": "close", **(extra_headers or {})})
+        try:
+            self.connection.shutdown(socket.SHUT_WR)
+            until, discarded = time.monotonic() + _LINGER_S, 0
+            while (left := until - time.monotonic()) > 0 and discarded < _LINGER_BYTES:
+                self.connection.settimeout(left)
+                if not (chunk := self.connection.recv(65536)):
+                    break
+                discarded += len(chunk)
+        except OSError:
+            pass
+
+    def _body_length(self) -> int | None:
+        """The request's Content-Length (0 if none); None if it was refused (the answer is sent)."""
+        if self.headers.get("Transfer-Encoding"):
+            self._refuse(411, "chunked request bodies are not accepted; send a Content-Length", "length_required")
+            return None
+        values = self.headers.get_all("Content-Length") or ["0"]
+        text = values[0].strip()
+        if len(set(values)) > 1 or not (text.isascii() and text.isdigit()):
+            shown = ", ".join(repr(v[:40]) for v in values)
+            self._refuse(400, f"Content-Length must be one non-negative integer, got {shown}", "bad_content_length")
+            return None
+        if len(text) > 18 or int(text) > MAX_BODY_BYTES:  # the length test spares int() a 65,000-digit header
+            self._refuse(413, f"request body of {text[:40]} bytes is over the limit of {MAX_BODY_BYTES}",
+                         "request_too_large")
+            return None
+        return int(text)
+
+    @contextmanager
+    def _body(self) -> Iterator[bytes | None]:
+        """The request body, read whole within ``read_timeout_s``; None if it was refused (the answer is sent)."""
+        length = self._body_length()
+        if length is None:
+            yield None
+            return
+        if not self.server.reserve_body(length):
+            self._refuse(503, "the server is holding too many request bodies; retry later", "service_unavailable",
+                         {"Retry-After": "1"})
+            yield None
+            return
+        try:
+            deadline = time.monotonic() + self.server.owner.read_timeout_s
+            chunks, left = [], length
+            while left:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"request body not received within {self.server.owner.read_timeout_s:g} s")
+                chunk = self.rfile.read1(min(left, 1 << 20))
+                if not chunk:
+                    raise ConnectionResetError("the client closed the connection mid-body")
+                chunks.append(chunk)
+                left -= len(chunk)
+            yield b"".join(chunks)
+        finally:
+            self.server.release_body(length)
+
+    def _json(self, raw: bytes, what: str) -> Any:
+        """``raw`` parsed, or ValueError naming the problem (not JSON, or nested deeper than MAX_JSON_DEPTH)."""
+        try:
+            value = json.loads(raw)
+        except RecursionError:
+            raise ValueError(f"{what} is nested too deeply (the limit is {MAX_JSON_DEPTH} levels)") from None
+        except ValueError as exc:
+            raise ValueError(f"{what} is not JSON: {exc}") from None
+        if _json_depth(value) > MAX_JSON_DEPTH:
+            raise ValueError(f"{what} is nested too deeply (the limit is {MAX_JSON_DEPTH} levels)")
+        return value
 
     def _path(self) -> str:
         path = self.path.split("?", 1)[0]
@@ -311,21 +468,25 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _post(self) -> None:
         path = self._path()
-        body = self._read_body()
-        if path in ("/v1/chat/completions", "/chat/completions"):
-            self._chat(body)
-        elif path == "/admin/faults":
-            if self._admin_allowed():
-                self._admin_set_faults(body)
-        elif path == "/admin/latency":
-            if self._admin_allowed():
-                self._admin_set_latency(body)
-        else:
-            self._send_error(404, f"no route for POST {path}", code="not_found")
+        with self._body() as body:
+            if body is None:
+                return
+            if path in ("/v1/chat/completions", "/chat/completions"):
+                self._chat(body)
+            elif path == "/admin/faults":
+                if self._admin_allowed():
+                    self._admin_set_faults(body)
+            elif path == "/admin/latency":
+                if self._admin_allowed():
+                    self._admin_set_latency(body)
+            else:
+                self._send_error(404, f"no route for POST {path}", code="not_found")
 
     def _delete(self) -> None:
         path = self._path()
-        self._read_body()  # keep the connection in sync if a body was sent
+        with self._body() as body:  # read, to keep the connection in sync if a body was sent
+            if body is None:
+                return
         if path == "/admin/faults":
             if self._admin_allowed():
                 self.server.owner.set_faults([])
@@ -335,14 +496,23 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- admin
     def _admin_allowed(self) -> bool:
-        if self._is_loopback():
-            return True
-        self._send_error(403, "admin endpoints are loopback-only", code="forbidden")
-        return False
+        if not self._is_loopback():
+            self._send_error(403, "admin endpoints are loopback-only", code="forbidden")
+            return False
+        scheme, _, given = (self.headers.get("Authorization") or "").partition(" ")
+        if scheme.lower() != "bearer" or not given.strip():
+            self._send_json(401, _error_body("admin endpoints need 'Authorization: Bearer <the server's admin token>'",
+                                             "invalid_request_error", "unauthorized"),
+                            {"WWW-Authenticate": "Bearer"})
+            return False
+        if not secrets.compare_digest(given.strip().encode(), self.server.owner.admin_token.encode()):
+            self._send_error(403, "wrong admin token", code="forbidden")
+            return False
+        return True
 
     def _admin_set_faults(self, raw: bytes) -> None:
         try:
-            payload = json.loads(raw or b"{}")
+            payload = self._json(raw or b"{}", "the request body")
             rules_in = payload.get("rules") if isinstance(payload, dict) else None
             if not isinstance(rules_in, list):
                 raise ValueError('body must be {"rules": [FaultRule dicts]}')
@@ -355,7 +525,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _admin_set_latency(self, raw: bytes) -> None:
         try:
-            payload = json.loads(raw or b"{}")
+            payload = self._json(raw or b"{}", "the request body")
             if not isinstance(payload, dict) or not isinstance(payload.get("spec"), str):
                 raise ValueError('body must be {"spec": "<latency spec>", "seed": <int, optional>}')
             latency = LatencyModel.parse(payload["spec"])
@@ -373,7 +543,7 @@ class _Handler(BaseHTTPRequestHandler):
         owner = self.server.owner
         run_key = self.headers.get(RUN_HEADER) or GLOBAL_RUN
         try:
-            body = json.loads(raw)
+            body = self._json(raw, "the request body")
             if not isinstance(body, dict):
                 raise ValueError("request body must be a JSON object")
         except ValueError as exc:
@@ -480,8 +650,14 @@ class ScriptedModelServer:
     """OpenAI-compatible HTTP server answering from a responder, with latency and fault injection."""
 
     def __init__(self, responder: Responder, *, host: str = "127.0.0.1", port: int = 0,
-                 latency: LatencyModel | None = None, faults: list[FaultRule] | None = None, seed: int = 0):
+                 latency: LatencyModel | None = None, faults: list[FaultRule] | None = None, seed: int = 0,
+                 admin_token: str | None = None, max_connections: int = MAX_CONNECTIONS,
+                 read_timeout_s: float = READ_TIMEOUT_S):
+        """``admin_token``: what the admin routes require (default: a new random one, ``self.admin_token``)."""
         self.responder = responder
+        self.admin_token = admin_token or secrets.token_urlsafe(32)
+        self.max_connections = max_connections
+        self.read_timeout_s = read_timeout_s
         self.host = host
         self._port = port
         self.seed = seed
@@ -708,8 +884,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
         description=(
             "Scripted OpenAI-compatible model server with fault injection. Serves POST /v1/chat/completions "
             "(answers come from a responder function), GET /v1/models, GET /healthz and loopback-only admin "
-            "routes (GET /admin/stats, POST|DELETE /admin/faults, POST /admin/latency). Prints one line "
-            "'READY <url>' to stdout once listening, then serves until SIGTERM/SIGINT."
+            "routes (GET /admin/stats, POST|DELETE /admin/faults, POST /admin/latency), which need "
+            f"'Authorization: Bearer TOKEN' with the TOKEN given in ${ADMIN_TOKEN_ENV} (unset: the admin routes "
+            "are closed). Prints one line 'READY <url>' to stdout once listening, then serves until SIGTERM/SIGINT."
         ),
         epilog=(
             "latency specs: 0 | 120 | fixed:120 | uniform:50,150 | normal:100,20 (mean, sd; clamped at 0) | "
@@ -752,7 +929,7 @@ def main(argv: list[str] | None = None) -> int:
 
     server = ScriptedModelServer(responder, host=args.host, port=args.port,
                                  latency=LatencyModel.parse(args.model_latency),
-                                 faults=args.fault, seed=args.seed)
+                                 faults=args.fault, seed=args.seed, admin_token=os.environ.get(ADMIN_TOKEN_ENV))
     try:
         server.start()
     except OSError as exc:

@@ -380,7 +380,8 @@ def test_errors_health_models_and_keep_alive() -> None:
 
 
 def test_admin_endpoints_switch_faults_at_run_time() -> None:
-    with serve() as server, httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=5) as admin:
+    with serve() as server, httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=5,
+                                         headers={"Authorization": f"Bearer {server.admin_token}"}) as admin:
         assert post_chat(server, run="r1").status_code == 200
         rules = [FaultRule.parse("status:500,first_n=1").to_dict()]
         assert admin.post("/admin/faults", json={"rules": rules}).status_code == 200

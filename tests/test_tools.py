@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 
 from agent.errors import ToolExecutionError, ToolRetryableError, ToolValidationError
 from harness.recording import EffectLedger, ExecutionIdentity
-from agent.tools import TOOLS, ToolContext, resolve_in_workspace, validate_arguments
+from agent.tools import TOOLS, ToolContext, resolve_in_workspace, run_tool, validate_arguments
 
 
 @pytest.fixture
@@ -23,7 +24,7 @@ def ctx(tmp_path: Path) -> ToolContext:
 
 def run(name: str, ctx: ToolContext, **args: object) -> str:
     validate_arguments(TOOLS[name], args)
-    return TOOLS[name].run(args, ctx)
+    return asyncio.run(run_tool(TOOLS[name], args, ctx))
 
 
 @pytest.mark.parametrize("expr,expected", [("25 * 4", "100"), ("(1 + 2) / 4", "0.75"), ("10 // 3", "3"),
