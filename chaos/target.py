@@ -59,6 +59,11 @@ counts; interceptors given to the worker go in as a
 ``SimplePlugin(name, interceptors=[...])``), or correct histories fail to replay.
 A declared object that does not load makes the check unknown, naming it.
 
+A saved run's replay (``replay_target``) runs only a target file the user controls: the one given on the command
+line, or the one run.json names if the invoking user owns it and no one else can write it
+(``harness.private.control_problem``); a path written in run.json proves nothing. A reference agent's run
+replays with the harness's own code. What run.json records of a target is never run.
+
 Checkers a target leaves out are recorded in the run as not run; they never
 count as passed.
 """

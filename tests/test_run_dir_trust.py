@@ -171,6 +171,30 @@ def test_rerun_refuses_a_target_file_others_can_write(saved_run: Path, tmp_path:
     assert out.returncode == 2 and "'os:system'" in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
 
+def test_rerun_runs_what_the_user_controls(saved_run: Path, tmp_path: Path) -> None:
+    from chaos.backends import OwnAgentOnTemporal, ReferenceOnTemporal
+    from chaos.cli import _rerun
+
+    scenario, backend, seed = _rerun(saved_run)  # the reference agent's run: the harness's own code
+    assert isinstance(backend, ReferenceOnTemporal) and scenario.name == "trust" and seed == 1
+    good = tmp_path / "chaos-target.toml"
+    good.write_text(GOOD_TARGET)
+    copy = crafted_copy(saved_run, tmp_path, source=str(good))
+    record = json.loads((copy / "run.json").read_text())
+    record["backend"] = {**record["backend"], "name": "target", "target_file": str(good)}
+    (copy / "run.json").write_text(json.dumps(record))
+    _, backend, _ = _rerun(copy)  # the target file it names is yours alone: used
+    assert isinstance(backend, OwnAgentOnTemporal) and backend.target.source == str(good)
+
+
+def test_every_planted_workflow_replays_as_the_reference_agent() -> None:
+    from chaos.planted import CATALOGUE
+    from chaos.target import reference_workflows
+
+    planted = {b.scenario.cluster.workflow for b in CATALOGUE if b.scenario.cluster.workflow}
+    assert planted and planted <= reference_workflows()
+
+
 # -- case 4: private temporary directories ---------------------------------------------------------------------------
 
 
