@@ -14,9 +14,11 @@ histories), so it imports in an agent's own Python as well as in the harness's.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import logging
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -39,6 +41,7 @@ def pythonpath_for_targets() -> str:
     if base is None:
         if _fallback is None:
             _fallback = Path(tempfile.mkdtemp(prefix="dah-harness-path-"))  # 0700, ours, a new name
+            atexit.register(shutil.rmtree, _fallback, True)
             logging.getLogger(__name__).warning("the shared harness path directory is not this user's alone; "
                                                 "using %s", _fallback)
         base = _fallback

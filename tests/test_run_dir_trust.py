@@ -207,16 +207,17 @@ def planted_dir(path: Path, marker: Path, mode: int = 0o755, owner: int = NOBODY
     return path
 
 
-def harness_path(tmp_path: Path) -> Path:
-    """What ``harness.target_pythonpath()`` gives with the temp directory at ``tmp_path``, after a target process
-    started with it imported ``harness`` from it."""
-    code = ("import os, subprocess, sys; from harness import target_pythonpath; p = target_pythonpath(); "
+def harness_path(tmp_path: Path) -> dict:
+    """What ``harness.target_pythonpath()`` gives with the temp directory at ``tmp_path`` (``path``, its ``uid``,
+    ``mode`` and where its ``harness`` leads), once a target process started with it has imported ``harness``."""
+    code = ("import json, os, subprocess, sys; from harness import target_pythonpath; p = target_pythonpath(); "
             "subprocess.run([sys.executable, '-c', 'import harness.recording'], check=True, "
-            "env={**os.environ, 'PYTHONPATH': p}); print(p)")
+            "env={**os.environ, 'PYTHONPATH': p}); st = os.lstat(p); print(json.dumps({'path': p, "
+            "'uid': st.st_uid, 'mode': st.st_mode & 0o777, 'harness': os.path.realpath(p + '/harness')}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT,
                          env={**os.environ, "TMPDIR": str(tmp_path)})
     assert out.returncode == 0, out.stderr
-    return Path(out.stdout.strip().splitlines()[-1])
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def shared_harness_path_name(tmp_path: Path) -> Path:
@@ -235,16 +236,15 @@ def test_a_harness_path_directory_made_first_by_someone_else_is_never_used(tmp_p
     planted = planted_dir(shared_harness_path_name(tmp_path), marker, mode, owner if owner else os.geteuid())
     used = harness_path(tmp_path)
     assert not marker.exists()
-    assert used != planted and used.parent == tmp_path
-    st = used.lstat()
-    assert st.st_uid == os.geteuid() and st.st_mode & 0o777 == 0o700
-    assert (used / "harness").resolve() == ROOT / "harness"
+    assert Path(used["path"]) != planted and Path(used["path"]).parent == tmp_path  # a fresh one of its own
+    assert used["uid"] == os.geteuid() and used["mode"] == 0o700 and used["harness"] == str(ROOT / "harness")
+    assert not Path(used["path"]).exists()  # removed when the process that made it exited
 
 
 def test_the_harness_path_directory_is_private_and_reused(tmp_path: Path) -> None:
     first, again = harness_path(tmp_path), harness_path(tmp_path)
-    assert first == again == shared_harness_path_name(tmp_path)
-    assert first.lstat().st_mode & 0o777 == 0o700 and first.lstat().st_uid == os.geteuid()
+    assert first == again and first["path"] == str(shared_harness_path_name(tmp_path))
+    assert first["mode"] == 0o700 and first["uid"] == os.geteuid() and first["harness"] == str(ROOT / "harness")
 
 
 def test_a_bytecode_cache_made_first_by_another_user_is_never_used(tmp_path: Path,
