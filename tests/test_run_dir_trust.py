@@ -148,6 +148,10 @@ def test_a_target_file_you_control_replays(saved_run: Path, tmp_path: Path) -> N
     replay = replay_of(chaos("check", str(copy), "--json", cwd=tmp_path))  # named by run.json, and yours alone
     assert replay["verdict"] == PASS, replay
     assert not marker.exists()
+    other = tmp_path / "other.toml"
+    other.write_text(GOOD_TARGET.replace("agent.workflow:AgentWorkflow", "other_agent.app:Flow"))
+    replay = replay_of(chaos("check", str(copy), "--json", "--target", str(other), cwd=tmp_path))
+    assert replay["verdict"] == UNKNOWN and "not the agent that ran" in replay["summary"], replay
 
 
 def test_rerun_refuses_a_target_file_others_can_write(saved_run: Path, tmp_path: Path) -> None:
