@@ -113,8 +113,9 @@ def test_a_received_runs_interpreter_env_and_target_file_are_never_run(saved_run
     replay = replay_of(out)
     assert replay["verdict"] == UNKNOWN, replay
     assert f"python -m chaos check {copy} --target PATH/TO/chaos-target.toml" in replay["summary"], replay
-    why = {"missing": "cannot be read here", "nobodys": f"owned by uid {NOBODY}", "group-writable": "writable by others",
-           "in-a-dir-others-write": "which others can write", "a-link-to-nobodys": f"owned by uid {NOBODY}"}[named]
+    why = {"missing": "cannot be read here", "nobodys": f"owned by uid {NOBODY}",
+           "group-writable": "writable by others", "in-a-dir-others-write": "which others can write",
+           "a-link-to-nobodys": f"owned by uid {NOBODY}"}[named]
     assert why in replay["summary"], replay
     assert out.returncode == 1 and "Traceback" not in out.stderr
 
