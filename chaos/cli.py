@@ -20,6 +20,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -274,24 +275,52 @@ def _jobs(args: argparse.Namespace, target: Any, connection: Any = None) -> list
     return jobs
 
 
-def _rerun(run_dir: Path, connection: Any = None) -> tuple[Any, Any, int]:
+def _rerun(run_dir: Path, connection: Any = None, target_path: Path | None = None,
+           image: str | None = None) -> tuple[Any, Any, int]:
     """(scenario, backend, seed) as a saved run recorded them, on ``connection``'s cluster (None: the embedded
-    server; the saved run's cluster is not reused: its address may not be this machine's to reach)."""
+    server; the saved run's cluster is not reused: its address may not be this machine's to reach).
+
+    The scenario is data (validated); nothing the run names is run unless the user controls it: the target file
+    is ``target_path``, or the one run.json names if the user controls it (``chaos.target.load_recorded_target``);
+    a Docker worker image is ``image``, or for the reference agent the harness's own (None here: built from this
+    checkout); a reference run's workflow must be the reference's or a planted one. ValueError: one line saying
+    what to pass."""
     from chaos.backends import make_backend
     from chaos.scenarios import scenario_from_dict
-    from chaos.target import load_target
+    from chaos.target import load_recorded_target, load_target, reference_workflows
     from harness.rundir import RunDir
 
     record = RunDir(run_dir).read_run()
     if record.get("kind") != "chaos" or "scenario" not in record:
         raise ValueError(f"{run_dir} is not a chaos run directory (no scenario in its run.json)")
-    backend = record.get("backend") or {}
-    target_file = backend.get("target_file")
-    target = load_target(Path(target_file)) if target_file else None
+    backend = record.get("backend") if isinstance(record.get("backend"), dict) else {}
+    again = command_line("python -m chaos rerun", {"--target": "PATH/TO/chaos-target.toml"}, [str(run_dir)])
+    recorded_file = backend.get("target_file")
+    if target_path is not None:
+        target = load_target(target_path)
+    elif recorded_file:
+        try:
+            target = load_recorded_target(str(recorded_file), f"{run_dir}: the target file its run.json names")
+        except ValueError as exc:
+            raise ValueError(f"{exc}; pass the target file you trust: {again}") from None
+        target_path = Path(os.path.realpath(str(recorded_file)))
+    else:
+        target = None
+    workers = backend.get("workers") or "process"
+    if workers == "docker" and image is None and (backend.get("image") or target is not None):
+        if target is not None:
+            raise ValueError(f"{run_dir} ran your agent in Docker image {backend.get('image')!r}; a run directory's "
+                             f"image is never run: pass the image you trust with --image NAME ({again} --image NAME)")
+        print(f"note: {run_dir} names the image {backend.get('image')!r}; a run directory's image is never run: "
+              "using dah-worker built from this checkout (--image NAME for another)", file=sys.stderr)
+    scenario = scenario_from_dict(record["scenario"])
+    workflow = scenario.cluster.workflow
+    if target is None and workflow is not None and (not isinstance(workflow, str)
+                                                      or workflow not in reference_workflows()):
+        raise ValueError(f"{run_dir}: its scenario's cluster.workflow {str(workflow)[:200]!r} is not the reference "
+                         "agent's nor a planted one (chaos.mutants); a run directory's code is never run")
     durability = backend.get("name") if backend.get("name") in TWIN_SUFFIXES.values() else "temporal"
-    return (scenario_from_dict(record["scenario"]),
-            make_backend(durability, backend.get("workers") or "process", backend.get("image"), target,
-                         Path(target_file) if target_file else None, connection),
+    return (scenario, make_backend(durability, workers, image, target, target_path, connection),
             int(record.get("seed", 1)))
 
 
@@ -512,11 +541,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p = sub.add_parser("check", help="re-run the checkers offline on a saved run directory")
     p.add_argument("run_dir", type=Path, help="e.g. runs/kill_mid_turn/latest")
-    p.add_argument("--target", type=Path, help="the target file on this machine, when the run came from another "
-                                               "(where its interpreter and code are, for the replay checker)")
+    p.add_argument("--target", type=Path, help="your target file: the only agent code the replay checker runs for "
+                                               "a bring-your-own run, besides the file the run names if you own it "
+                                               "and no one else can write it (nothing a run directory names is run)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p = sub.add_parser("rerun", help="run a saved run's scenario again (its seed, backend and target)")
     p.add_argument("run_dir", type=Path, help="a chaos run directory, e.g. runs/kill_mid_turn/latest")
+    p.add_argument("--target", type=Path, help="the target file to run (default: the one the run names, only if "
+                                               "you own it and no one else can write it)")
+    p.add_argument("--image", help="--placement docker: the worker image to run (never the one the run names; "
+                                   "default for the reference agent: dah-worker, built from this checkout)")
     add_out(p, "<scenario>")
     cluster(p)
     return parser
@@ -572,17 +606,16 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         if unfinished:
             print(f"note: {printable(unfinished)}; checking what it recorded", file=sys.stderr)
-        here = None
+        given = None
         if args.target:
             from chaos.target import load_target
 
             try:
-                t = load_target(args.target)
+                given = load_target(args.target)
             except ValueError as exc:
                 print(f"{prog}: {exc}", file=sys.stderr)
                 return 2
-            here = {"python": t.python, "cwd": t.cwd, "env": t.env, **t.replay_declarations()}
-        verdict, checks, _ = check(run_dir, here)
+        verdict, checks, _ = check(run_dir, given)
         if args.json:
             print(json.dumps({"verdict": verdict, "checks": [c.as_dict() for c in checks]}, default=str))
         else:
@@ -593,12 +626,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         connection = _connection(args)
         if args.command == "rerun":
-            scenario, backend, seed = _rerun(args.run_dir, connection)
+            scenario, backend, seed = _rerun(args.run_dir, connection, args.target, args.image)
             if getattr(backend, "workers", "process") == "docker":
-                problem = _check_engine(argparse.Namespace(placement="docker", image=backend.image, target=None))
+                docker = argparse.Namespace(placement="docker", image=backend.image, target=None)
+                problem = _check_engine(docker)
                 if problem:
                     print(f"{prog}: {problem}", file=sys.stderr)
                     return 2
+                backend.image = docker.image  # the one built here, if none was given
             return asyncio.run(_run_many([(scenario.name + backend.suffix, scenario, backend, seed)], args.out))
         if getattr(args, "parallel", 1) < 1:
             print(f"{prog}: --parallel {args.parallel}: must be 1 or more", file=sys.stderr)

@@ -31,6 +31,7 @@ from chaos.checker.recovery import decompose
 from chaos.checker.run_data import RunData
 from chaos.generator import NemesisEvent, schedule
 from chaos.scenarios import SCENARIOS, ChaosScenario
+from chaos.target import Target, replay_target
 from harness import operations
 from harness.operations import History
 from harness.rundir import CONVERSATIONS, SCHEMA, VERDICT_JSON, RunDir, command_line, machine_info, stopped_status
@@ -158,7 +159,7 @@ async def _run(scenario: ChaosScenario, backend: Backend, seed: int, progress: P
     stop_recording()
     progress(f"{name}: checking")
     with run_dir.ending_if_it_fails(started, doing=lambda: "checking"):
-        verdict, checks, row = check(run_dir.path)
+        verdict, checks, row = check(run_dir.path, backend.target)  # the target this run was given
     run_dir.finish("complete", time.monotonic() - started)
     return RunResult(name, run_dir.path, verdict, checks, seed, run_dir.run["wall_s"], row, run_dir.run["reproduce"])
 
@@ -172,14 +173,16 @@ def _target_record(scenario: ChaosScenario, backend: Backend) -> dict[str, Any]:
     return target
 
 
-def check(path: Path, target_here: dict[str, Any] | None = None) -> tuple[str, list[CheckResult], dict[str, Any]]:
+def check(path: Path, target: Target | None = None) -> tuple[str, list[CheckResult], dict[str, Any]]:
     """Run every checker on the run's saved files and write ``verdict.json``; (verdict, checks, row).
 
     The same on a fresh run, on a run re-checked later (everything is recomputed, with today's checkers) and on
-    a run directory copied to another machine (``target_here``: where a target's interpreter and code are on this
-    one). A checker the target opted out of is not run, and is ``unknown`` ("not checked"), never left out: a
-    run cannot pass on a property nobody checked. Only what the backend cannot have (Temporal histories on the
-    checkpoint backend) is ``not_applicable``, with its reason."""
+    a run directory copied to another machine. ``target``: a target file the user gave (``--target``, or the one
+    a fresh run was started with), the only bring-your-own code replay runs besides one the run names that the
+    user controls (``chaos.target.replay_target``); nothing the run directory names is executed. A checker the
+    target opted out of is not run, and is ``unknown`` ("not checked"), never left out: a run cannot pass on a
+    property nobody checked. Only what the backend cannot have (Temporal histories on the checkpoint backend)
+    is ``not_applicable``, with its reason."""
     run_dir = RunDir(path)
     record = run_dir.read_run()
     declared = (record.get("target") or {}).get("checkers") or ALL_CHECKERS
@@ -198,7 +201,9 @@ def check(path: Path, target_here: dict[str, Any] | None = None) -> tuple[str, l
             not_applicable.setdefault(checker, f"reads {' or '.join(engines)}'s own records; this run is on "
                                                f"{backend_name}")
     opted_out = [c for c in ALL_CHECKERS if c not in declared and c not in not_applicable]
-    checks = run_checkers(path, [c for c in ALL_CHECKERS if c in declared and c not in not_applicable], target_here)
+    only = [c for c in ALL_CHECKERS if c in declared and c not in not_applicable]
+    replay_with = replay_target(run_dir.path, RunData(path).target, target) if "replay" in only else None
+    checks = run_checkers(path, only, replay_with)
     checks += [CheckResult(c, UNKNOWN, "not checked: the target's 'checkers' leaves it out, so this property is "
                                        "unverified") for c in opted_out]
     checks += [CheckResult(c, NOT_APPLICABLE, f"not applicable: {why}") for c, why in not_applicable.items()]
@@ -206,7 +211,7 @@ def check(path: Path, target_here: dict[str, Any] | None = None) -> tuple[str, l
     name = record.get("name") or run_dir.path.parent.name
     row = summarise(name, ops, checks)
     try:
-        decomposed = decompose(RunData(path, target_here))
+        decomposed = decompose(RunData(path))
     except Exception as exc:  # a measurement, not a check: a run it cannot read still gets its verdict
         decomposed = {"error": f"{type(exc).__name__}: {exc}", "model_call_s": None, "tool_s": None,
                       "workflow_task_s": None}

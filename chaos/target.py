@@ -59,6 +59,11 @@ counts; interceptors given to the worker go in as a
 ``SimplePlugin(name, interceptors=[...])``), or correct histories fail to replay.
 A declared object that does not load makes the check unknown, naming it.
 
+A saved run's replay (``replay_target``) runs only a target file the user controls: the one given on the command
+line, or the one run.json names if the invoking user owns it and no one else can write it
+(``harness.private.control_problem``); a path written in run.json proves nothing. A reference agent's run
+replays with the harness's own code. What run.json records of a target is never run.
+
 Checkers a target leaves out are recorded in the run as not run; they never
 count as passed.
 """
@@ -79,6 +84,8 @@ from pydantic import AfterValidator, Field, ValidationError
 from agent.strict import NonEmpty, Spec, StrictModel, looks_secret, one_line
 from agent.worker import LEDGER, WORKSPACES
 from chaos.checker import ALL_CHECKERS
+from chaos.checker.run_data import ReplayTarget
+from harness.rundir import command_line
 from testbed.worker_process import PLACEHOLDER_DEFAULTS, PLACEHOLDERS, REFERENCE_WORKER, fill
 
 @dataclass(frozen=True)
@@ -244,3 +251,61 @@ def load_callable(spec: str) -> Any:
         return getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as exc:
         raise ValueError(f"cannot load {spec!r} ({exc}); is its package importable from here (cwd / PYTHONPATH)?") from None
+
+
+def reference_workflows() -> frozenset[str]:
+    """The workflow classes a reference agent's run may name: its own, and the planted ones (``chaos.mutants``).
+    The only code a run directory can select, and only from this harness's own."""
+    from chaos import mutants
+
+    return frozenset({REFERENCE.workflow, *(f"{mutants.__name__}:{name}" for name, obj in vars(mutants).items()
+                                           if isinstance(obj, type) and obj.__module__ == mutants.__name__)})
+
+
+def load_recorded_target(path: str | Path, what: str = "the target file the run directory names") -> Target:
+    """A target file a run directory names, loaded only if the invoking user controls it
+    (``harness.private.control_problem``: a path written in run.json proves nothing, whoever crafted the
+    directory wrote it); ValueError saying why not, or what is wrong with the file."""
+    from harness.private import control_problem
+
+    problem = control_problem(Path(path))
+    if problem:
+        raise ValueError(f"{what}, {path}, {problem}: it is not used")
+    return load_target(Path(os.path.realpath(path)))
+
+
+def replay_target(run_dir: Path, recorded: dict[str, Any], given: Target | None = None) -> ReplayTarget | str:
+    """What the replay checker may run for the run in ``run_dir`` (``recorded``: run.json's ``target``), or why
+    nothing, with the command to give. Trust flows from the command line, never from the run directory:
+
+    1. ``given`` (a target file from the command line: ``--target``, or the one a fresh run was started with);
+    2. else the target file run.json names, if the invoking user controls it (``load_recorded_target``);
+    3. else, if run.json names no target file, the reference agent: this interpreter and this harness's own code,
+       with a workflow of ``reference_workflows()`` (run.json's ``python``, ``cwd``, ``env`` and declarations are
+       never used);
+    4. else nothing: the reason, and ``python -m chaos check DIR --target PATH/TO/chaos-target.toml``.
+
+    A target file declaring another workflow than the run recorded is not the run's agent: nothing."""
+    again = command_line("python -m chaos check", {"--target": "PATH/TO/chaos-target.toml"}, [str(run_dir)])
+    recorded = recorded if isinstance(recorded, dict) else {}
+    workflow, source = recorded.get("workflow"), recorded.get("source")
+    if given is not None and not given.is_reference:
+        target, how = given, f"the target file {given.source}, given on the command line"
+    elif source:
+        try:
+            target = load_recorded_target(str(source), "the run's target file (run.json's target.source)")
+        except ValueError as exc:
+            return f"not replayed: {exc}; replay runs only a target file you control: {again}"
+        how = f"the target file {source} run.json names (yours, and writable by no one else)"
+    elif workflow is None or (isinstance(workflow, str) and workflow in reference_workflows()):
+        return ReplayTarget(workflow=workflow or REFERENCE.workflow, cwd=str(Path(__file__).resolve().parent.parent),
+                            source="the reference agent: this harness's own code and interpreter")
+    else:
+        return (f"not replayed: run.json names no target file and the workflow {str(workflow)[:200]!r}, which is "
+                f"not the reference agent's (nor a planted one of chaos.mutants); for your own agent: {again}")
+    if workflow and workflow != target.workflow:
+        return (f"not replayed: {how.split(',')[0]} declares the workflow {target.workflow}, but the run recorded "
+                f"{str(workflow)[:200]!r}: not the agent that ran; give its own target file: {again}")
+    return ReplayTarget(workflow=target.workflow, source=how, python=target.interpreter, cwd=target.cwd,
+                        env=dict(target.env), replay_plugins=target.replay_plugins,
+                        data_converter=target.data_converter, workflow_runner=target.workflow_runner)

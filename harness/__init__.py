@@ -10,14 +10,20 @@ histories), so it imports in an agent's own Python as well as in the harness's.
     faults          the faults injected into an agent itself and into its model API
     driver_host     a target's driver, run in the target's own Python and spoken to over its stdin/stdout
     replayer        Temporal's replayer, run in the target's own Python
+    private         paths only the invoking user controls: private temporary directories, trusted files
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
+import logging
 import os
+import shutil
 import tempfile
 from pathlib import Path
+
+from harness.private import private_dir
 
 PACKAGE = Path(__file__).resolve().parent
 
@@ -27,18 +33,31 @@ def pythonpath_for_targets() -> str:
 
     A target agent runs in its own Python (its own pins); it gets ``harness`` (for ``harness.recording``, the
     driver host and the replayer) without the harness's other packages or any of its dependencies. The
-    directory holds one symlink and is named after this package's path, so every run reuses it."""
+    directory holds one symlink and is named after the user and this package's path, so every run reuses it;
+    it is private (``harness.private.private_dir``): one made first by anyone else (a ``sitecustomize.py`` in it
+    would run in every target process) is never used, and this process makes a fresh one of its own instead."""
+    global _fallback
     digest = hashlib.sha256(str(PACKAGE).encode()).hexdigest()[:12]
-    base = Path(tempfile.gettempdir()) / f"dah-harness-path-{digest}"
+    base = private_dir(Path(tempfile.gettempdir()) / f"dah-harness-path-{os.geteuid()}-{digest}")
+    if base is None:
+        if _fallback is None:
+            _fallback = Path(tempfile.mkdtemp(prefix="dah-harness-path-"))  # 0700, ours, a new name
+            atexit.register(shutil.rmtree, _fallback, True)
+            logging.getLogger(__name__).warning("the shared harness path directory is not this user's alone; "
+                                                "using %s", _fallback)
+        base = _fallback
     link = base / "harness"
     if not link.is_symlink() or link.resolve() != PACKAGE:
-        base.mkdir(parents=True, exist_ok=True)
         tmp = base / f".harness.{os.getpid()}"
         if tmp.is_symlink() or tmp.exists():
             tmp.unlink()
         tmp.symlink_to(PACKAGE, target_is_directory=True)
         os.replace(tmp, link)
     return str(base)
+
+
+#: this process's own harness path directory, when the shared one is not private
+_fallback: Path | None = None
 
 
 def target_pythonpath(own: str | None = None) -> str:

@@ -71,8 +71,10 @@ def ensure_engine(*, log_dir: Path | None = None) -> Engine:
         return Engine(False, why_not)
     log_dir = log_dir or Path(tempfile.gettempdir())
     log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"dah-dockerd-{os.getpid()}.log"
-    with open(log_path, "ab") as log:
+    # A new file of ours (mkstemp: exclusive, 0600): a predictable name in a shared /tmp could be another user's link.
+    fd, name = tempfile.mkstemp(prefix=f"dah-dockerd-{os.getpid()}-", suffix=".log", dir=log_dir)
+    log_path = Path(name)
+    with open(fd, "ab") as log:
         # Its own session: a Ctrl-C meant for the harness must not kill the engine under its containers.
         proc = subprocess.Popen(["dockerd"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)

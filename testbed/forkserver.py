@@ -44,20 +44,13 @@ READY_TIMEOUT_S = 120.0
 
 
 def private_pycache() -> Path | None:
-    """A bytecode cache of this user's own, outside the source tree (None: none can be had safely)."""
+    """A bytecode cache of this user's own, outside the source tree (None: none can be had safely: a directory
+    another user made first could hold planted bytecode, which would run)."""
     import tempfile
 
-    path = Path(tempfile.gettempdir()) / f"dah-pycache-{os.getuid()}"
-    try:
-        path.mkdir(mode=0o700, exist_ok=True)
-        st = path.lstat()
-    except OSError:
-        return None
-    import stat
+    from harness.private import private_dir
 
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        return None  # someone else's, or open to others: never read bytecode from it
-    return path
+    return private_dir(Path(tempfile.gettempdir()) / f"dah-pycache-{os.geteuid()}")
 
 
 def _serve() -> int:

@@ -78,7 +78,7 @@ def test_the_private_bytecode_cache_is_the_users_own_and_refused_when_open_to_ot
 
     monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
     cache = forkserver.private_pycache()
-    assert cache == tmp_path / f"dah-pycache-{os.getuid()}" and (cache.stat().st_mode & 0o777) == 0o700
+    assert cache == tmp_path / f"dah-pycache-{os.geteuid()}" and (cache.stat().st_mode & 0o777) == 0o700
     cache.chmod(0o777)  # open to others: bytecode from it could be anyone's
     assert forkserver.private_pycache() is None
     cache.rmdir()

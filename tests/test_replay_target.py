@@ -26,7 +26,7 @@ from temporalio.worker import Worker
 
 from chaos.checker.replay import check
 from chaos.checker.run_data import RunData
-from chaos.target import load_target
+from chaos.target import load_target, replay_target
 from harness.event_history import save_histories
 from harness.rundir import EVENT_HISTORIES, RUN_JSON, SCHEMA, write_json
 from harness.verdict import FAIL, PASS, UNKNOWN
@@ -106,7 +106,8 @@ class Agent:
         target = load_target(self.root / "chaos-target.toml")
         write_json(run_dir / RUN_JSON, {"schema": SCHEMA, "kind": "chaos", "name": "replay",
                                         "target": target.as_dict()})
-        result = check(RunData(run_dir))
+        # run.json names the target file, which this user owns and no one else can write: replay uses it.
+        result = check(RunData(run_dir, replay_target(run_dir, target.as_dict())))
         return result.verdict, result.summary, result.details
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from chaos.checker import (dbos_steps, drain, effects, injection_evidence, lost, replay, restate_journal, stats,
                            temporal_history, workflow_tasks)
-from chaos.checker.run_data import RunData
+from chaos.checker.run_data import ReplayTarget, RunData
 from harness.run_files import RefusedPath
 from harness.verdict import UNKNOWN, CheckResult
 
@@ -44,10 +44,11 @@ FAULT_CHECKERS = {"drain": "drain_worker"}
 ENGINE_CHECKERS = {"dbos_steps": ("dbos", "dbos-postgres"), "restate_journal": ("restate",)}
 
 
-def run_checkers(run_dir: Path, only: list[str] | None = None, target_here: dict | None = None) -> list[CheckResult]:
-    """The checks ``only`` names (default: all) on the saved run; ``target_here``: where the target lives on this
-    machine (its ``python``, ``cwd`` and ``env``), when the run directory was made elsewhere."""
-    data = RunData(run_dir, target_here)
+def run_checkers(run_dir: Path, only: list[str] | None = None,
+                 replay_target: ReplayTarget | str | None = None) -> list[CheckResult]:
+    """The checks ``only`` names (default: all) on the saved run; ``replay_target``: what ``replay`` may run
+    (``chaos.target.replay_target``; None: nothing, and replay is unknown)."""
+    data = RunData(run_dir, replay_target)
     results = []
     for name, checker in CHECKERS.items():
         if only and name not in only:

@@ -7,6 +7,10 @@ The replayer is built the way the target's workers are: with the plugins, data c
 target declares (``replay_plugins``, ``data_converter``, ``workflow_runner``; none: the SDK's defaults). Without
 them a correct agent's histories could fail to decode or trip the default sandbox: a false fail. A declared object
 that cannot be loaded makes the check unknown, naming it.
+
+What runs comes from ``data.replay_target`` (``chaos.target.replay_target``: the reference agent's own code, or
+a target file the user controls), never from run.json: a run directory is data, and the interpreter, directory,
+environment and declarations it records are not used. No replay target: unknown, saying why and what to give.
 """
 
 from __future__ import annotations
@@ -14,29 +18,25 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
-from chaos.checker.run_data import RunData
+from chaos.checker.run_data import RunData, ReplayTarget
 from harness import target_pythonpath
 from harness.verdict import FAIL, PASS, UNKNOWN, CheckResult
 
 
 def check(data: RunData) -> CheckResult:
-    target = data.target
-    workflow = target.get("workflow")
-    if not workflow:
-        return CheckResult("replay", UNKNOWN, "the target declares no workflow class to replay its histories with")
-    # In the target's own Python, where its workflow code imports (harness.target_pythonpath adds only the
-    # replayer's package); the reference agent's is the harness's own.
-    python, cwd = target.get("python") or sys.executable, target.get("cwd") or None
+    target = data.replay_target
+    if not isinstance(target, ReplayTarget):
+        return CheckResult("replay", UNKNOWN, target or "no target to replay with was given (replay runs only the "
+                                                        "reference agent's code or a target file you control)")
+    workflow, python, cwd = target.workflow, target.python, target.cwd
     if not os.access(python, os.X_OK) or (cwd is not None and not os.path.isdir(cwd)):
         return CheckResult("replay", UNKNOWN, f"the target's interpreter {python} or directory {cwd} is not on this "
                                               "machine; check again with --target FILE (the target file here)")
-    env = {**os.environ, **target.get("env", {})}
-    env["PYTHONPATH"] = target_pythonpath(target.get("env", {}).get("PYTHONPATH"))
+    env = {**os.environ, **target.env}
+    env["PYTHONPATH"] = target_pythonpath(target.env.get("PYTHONPATH"))
     # Built the way the agent's workers are: its plugins, data converter and workflow runner (chaos/target.py).
-    plugins, converter, runner = (list(target.get("replay_plugins") or []), target.get("data_converter"),
-                                  target.get("workflow_runner"))
+    plugins, converter, runner = list(target.replay_plugins), target.data_converter, target.workflow_runner
     argv = [python, "-m", "harness.replayer", str(data.dir.event_histories), "--workflow", workflow]
     for plugin in plugins:
         argv += ["--plugin", plugin]
@@ -50,7 +50,7 @@ def check(data: RunData) -> CheckResult:
     lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
     result = json.loads(lines[-1][len(RESULT_PREFIX):]) if lines else None
     declared = {"workflow": workflow, "replay_plugins": plugins, "data_converter": converter,
-                "workflow_runner": runner}
+                "workflow_runner": runner, "replayed_with": target.source}
     if result is not None and "error" in result:  # a declared object would not load: no judgement, not a fail
         return CheckResult("replay", UNKNOWN, f"the replayer could not be built as the target declares: "
                                               f"{result['error'][:400]}", {**declared, **result})

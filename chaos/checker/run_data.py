@@ -6,12 +6,18 @@ effect ledger and the target's declaration in ``run.json`` (its model
 activity, where its ledger and workspaces are). It imports nothing of the
 agent under test, so a check means the same thing for any agent, and a run
 directory copied elsewhere is re-checked there.
+
+A run directory is data: nothing it names is executed. The one check that runs
+code, ``replay``, runs only what the caller decided from what the user controls
+(``ReplayTarget``, made by ``chaos.target.replay_target``), never run.json's
+``python``, ``cwd``, ``env`` or declarations.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -39,13 +45,28 @@ def run_again(executions: list[dict[str, Any]], e: dict[str, Any], after: float)
             and x["run_id"] == e["run_id"] and x["activity_id"] == e["activity_id"] and x["started_at"] > after]
 
 
+@dataclass(frozen=True)
+class ReplayTarget:
+    """What the replay checker runs the histories with: the reference agent's own code in this interpreter, or a
+    target file the user controls (``chaos.target.replay_target`` decides; never from run.json alone)."""
+
+    workflow: str  # MODULE:NAME
+    source: str  # where it comes from, for the details: the reference agent, or which target file and why trusted
+    python: str = sys.executable
+    cwd: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    replay_plugins: tuple[str, ...] = ()
+    data_converter: str | None = None
+    workflow_runner: str | None = None
+
+
 @dataclass
 class RunData:
     """A saved run, read lazily from its directory."""
 
     run_dir: Path
-    #: where the target lives on this machine (``python``, ``cwd``, ``env``), if not where the run recorded it
-    target_here: dict[str, Any] | None = None
+    #: what replay may run (None: nothing was decided; a string: why nothing may run, with the command to give)
+    replay_target: ReplayTarget | str | None = None
 
     def __post_init__(self) -> None:
         self.run_dir = Path(self.run_dir)
@@ -66,10 +87,9 @@ class RunData:
 
     @property
     def target(self) -> dict[str, Any]:
-        """What the run declared about the agent under test."""
+        """What the run declared about the agent under test (data: read, never run)."""
         target = self.run.get("target") or {}
-        target = {**_V1_TARGET, **target} if self.dir.schema == 1 else target
-        return {**target, **(self.target_here or {})}
+        return {**_V1_TARGET, **target} if self.dir.schema == 1 else target
 
     @property
     def model_activity(self) -> str | None:

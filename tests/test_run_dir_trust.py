@@ -1,0 +1,265 @@
+"""A run directory is data, never code (issue 28, cases 1 and 4).
+
+Case 1: ``chaos check DIR`` ran the interpreter, environment and directory DIR's run.json named, so a crafted
+run.json (``target.python = "/bin/bash"``, ``target.env = {"BASH_ENV": "$(id > FILE)"}``) wrote FILE. On a copy of
+a real saved run of the reference agent, crafted that way: FILE never appears; a bring-your-own run's replay
+uses only a target file the user controls (``--target``, or the one run.json names if the user owns it and no one
+else can write it), else it is ``unknown`` with the command to give; ``chaos rerun`` refuses likewise (exit 2).
+
+Case 4: the directory a target's ``PYTHONPATH`` gets, and the fork server's bytecode cache, had predictable
+names in the shared temp directory and were used whoever owned them. Made first by another uid (65534, with a
+``sitecustomize.py`` that writes a marker), they are never used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from chaos.backends import make_backend
+from chaos.client import Workload
+from chaos.runner import run
+from chaos.scenarios import SCENARIOS, ClusterSpec
+from harness.verdict import PASS, UNKNOWN
+
+ROOT = Path(__file__).resolve().parent.parent
+NOBODY = 65534
+#: what replays with the reference agent's workflow, from a target file (run by the harness's own interpreter)
+GOOD_TARGET = f'''name = "reference-as-a-target"
+worker = ["{{python}}", "-m", "testbed", "worker", "--address", "{{address}}", "--task-queue", "{{task_queue}}"]
+driver = "chaos.client:Driver"
+workflow = "agent.workflow:AgentWorkflow"
+cwd = "{ROOT}"
+'''
+
+
+def attack(marker: Path) -> dict[str, object]:
+    """The issue's run.json target fields: bash as the interpreter, BASH_ENV running a command."""
+    return {"python": "/bin/bash", "env": {"BASH_ENV": f"$(id > {marker})"}, "cwd": "/"}
+
+
+def crafted_target_file(path: Path, marker: Path) -> Path:
+    """A valid target file whose interpreter is bash with BASH_ENV set: run, it writes ``marker``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(GOOD_TARGET + f'python = "/bin/bash"\n[env]\nBASH_ENV = "$(id > {marker})"\n')
+    return path
+
+
+@pytest.fixture(scope="module")
+async def saved_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real, passing run of the reference agent on Temporal, with its event histories."""
+    scenario = replace(SCENARIOS["kill_idle"], name="trust", events=(), random_events=0, warmup_s=0.5, fault_s=0.5,
+                       settle_s=30.0, final_s=30.0, cluster=ClusterSpec(workers=1),
+                       workload=Workload(conversations=1, messages=2, append_ratio=0.0, until_heal=False))
+    result = await run(scenario, make_backend(), seed=1, out_root=tmp_path_factory.mktemp("saved"))
+    replay = next(c for c in result.checks if c.name == "replay")
+    assert replay.verdict == PASS, replay.summary
+    return result.run_dir
+
+
+def crafted_copy(saved_run: Path, where: Path, **target: object) -> Path:
+    """A copy of the saved run whose run.json's target has ``target``'s fields."""
+    copy = where / "received"
+    shutil.copytree(saved_run, copy, symlinks=True)
+    record = json.loads((copy / "run.json").read_text())
+    record["target"] = {**record["target"], **target}
+    (copy / "run.json").write_text(json.dumps(record))
+    return copy
+
+
+def chaos(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "chaos", *args], capture_output=True, text=True, timeout=300,
+                          cwd=cwd)
+
+
+def replay_of(out: subprocess.CompletedProcess[str]) -> dict:
+    return next(c for c in json.loads(out.stdout)["checks"] if c["name"] == "replay")
+
+
+def nobodys(path: Path) -> Path:
+    os.chown(path, NOBODY, NOBODY)
+    return path
+
+
+@pytest.mark.parametrize("named", ["missing", "nobodys", "group-writable", "in-a-dir-others-write",
+                                   "a-link-to-nobodys"])
+def test_a_received_runs_interpreter_env_and_target_file_are_never_run(saved_run: Path, tmp_path: Path,
+                                                                       named: str) -> None:
+    marker = tmp_path / "pwned"
+    files = tmp_path / "files"
+    path = files / "chaos-target.toml"
+    if named not in ("missing", "a-link-to-nobodys"):
+        crafted_target_file(path, marker)
+    if named == "nobodys":
+        nobodys(path)
+    elif named == "group-writable":
+        path.chmod(0o664)
+    elif named == "in-a-dir-others-write":
+        files.chmod(0o777)
+    elif named == "a-link-to-nobodys":
+        real = nobodys(crafted_target_file(tmp_path / "elsewhere" / "t.toml", marker))
+        files.mkdir()
+        path.symlink_to(real)  # the link is yours; what it leads to is not
+    copy = crafted_copy(saved_run, tmp_path, source=str(path), **attack(marker))
+    out = chaos("check", str(copy), "--json", cwd=tmp_path)
+    assert not marker.exists(), marker.read_text()
+    replay = replay_of(out)
+    assert replay["verdict"] == UNKNOWN, replay
+    assert f"python -m chaos check {copy} --target PATH/TO/chaos-target.toml" in replay["summary"], replay
+    why = {"missing": "cannot be read here", "nobodys": f"owned by uid {NOBODY}",
+           "group-writable": "writable by others", "in-a-dir-others-write": "which others can write",
+           "a-link-to-nobodys": f"owned by uid {NOBODY}"}[named]
+    assert why in replay["summary"], replay
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+
+
+def test_a_reference_runs_replay_uses_the_harness_own_code_whatever_run_json_says(saved_run: Path,
+                                                                                  tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    copy = crafted_copy(saved_run, tmp_path, source=None, **attack(marker))
+    out = chaos("check", str(copy), "--json", cwd=tmp_path)
+    assert not marker.exists()
+    replay = replay_of(out)
+    assert replay["verdict"] == PASS, replay
+    assert replay["details"]["replayed_with"].startswith("the reference agent"), replay["details"]
+    # A workflow that is not the reference's (nor a planted one) is not loaded: code chosen by the directory.
+    copy = crafted_copy(saved_run, tmp_path / "other", source=None, workflow="os:system")
+    replay = replay_of(chaos("check", str(copy), "--json", cwd=tmp_path))
+    assert replay["verdict"] == UNKNOWN and "'os:system'" in replay["summary"], replay
+
+
+def test_a_target_file_you_control_replays(saved_run: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    crafted = nobodys(crafted_target_file(tmp_path / "theirs" / "chaos-target.toml", marker))
+    copy = crafted_copy(saved_run, tmp_path, source=str(crafted), **attack(marker))
+    good = tmp_path / "mine" / "chaos-target.toml"
+    good.parent.mkdir()
+    good.write_text(GOOD_TARGET)
+    out = chaos("check", str(copy), "--json", "--target", str(good), cwd=tmp_path)  # given on the command line
+    replay = replay_of(out)
+    assert replay["verdict"] == PASS and replay["details"]["replayed_with"].startswith(f"the target file {good}")
+    copy = crafted_copy(saved_run, tmp_path / "named", source=str(good), **attack(marker))
+    replay = replay_of(chaos("check", str(copy), "--json", cwd=tmp_path))  # named by run.json, and yours alone
+    assert replay["verdict"] == PASS, replay
+    assert not marker.exists()
+    other = tmp_path / "other.toml"
+    other.write_text(GOOD_TARGET.replace("agent.workflow:AgentWorkflow", "other_agent.app:Flow"))
+    replay = replay_of(chaos("check", str(copy), "--json", "--target", str(other), cwd=tmp_path))
+    assert replay["verdict"] == UNKNOWN and "not the agent that ran" in replay["summary"], replay
+
+
+def test_rerun_refuses_a_target_file_others_can_write(saved_run: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    theirs = crafted_target_file(tmp_path / "theirs" / "chaos-target.toml", marker)
+    theirs.chmod(0o666)
+    copy = crafted_copy(saved_run, tmp_path, source=str(theirs))
+    record = json.loads((copy / "run.json").read_text())
+    record["backend"] = {**record["backend"], "name": "target", "target_file": str(theirs)}
+    (copy / "run.json").write_text(json.dumps(record))
+    out = chaos("rerun", str(copy), "--out", str(tmp_path / "runs"), cwd=tmp_path)
+    assert out.returncode == 2 and not marker.exists()
+    [line] = out.stderr.strip().splitlines()
+    assert "writable by others" in line and f"python -m chaos rerun {copy} --target PATH/TO/chaos-target.toml" in line
+    assert not (tmp_path / "runs").exists()  # refused before anything started
+    # A scenario naming code of its own for the reference agent's workers: refused too.
+    record["backend"] = {**record["backend"], "name": "temporal", "target_file": None}
+    record["scenario"]["cluster"]["workflow"] = "os:system"
+    (copy / "run.json").write_text(json.dumps(record))
+    out = chaos("rerun", str(copy), "--out", str(tmp_path / "runs"), cwd=tmp_path)
+    assert out.returncode == 2 and "'os:system'" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_rerun_runs_what_the_user_controls(saved_run: Path, tmp_path: Path) -> None:
+    from chaos.backends import OwnAgentOnTemporal, ReferenceOnTemporal
+    from chaos.cli import _rerun
+
+    scenario, backend, seed = _rerun(saved_run)  # the reference agent's run: the harness's own code
+    assert isinstance(backend, ReferenceOnTemporal) and scenario.name == "trust" and seed == 1
+    good = tmp_path / "chaos-target.toml"
+    good.write_text(GOOD_TARGET)
+    copy = crafted_copy(saved_run, tmp_path, source=str(good))
+    record = json.loads((copy / "run.json").read_text())
+    record["backend"] = {**record["backend"], "name": "target", "target_file": str(good)}
+    (copy / "run.json").write_text(json.dumps(record))
+    _, backend, _ = _rerun(copy)  # the target file it names is yours alone: used
+    assert isinstance(backend, OwnAgentOnTemporal) and backend.target.source == str(good)
+
+
+def test_every_planted_workflow_replays_as_the_reference_agent() -> None:
+    from chaos.planted import CATALOGUE
+    from chaos.target import reference_workflows
+
+    planted = {b.scenario.cluster.workflow for b in CATALOGUE if b.scenario.cluster.workflow}
+    assert planted and planted <= reference_workflows()
+
+
+# -- case 4: private temporary directories ---------------------------------------------------------------------------
+
+
+def planted_dir(path: Path, marker: Path, mode: int = 0o755, owner: int = NOBODY) -> Path:
+    """A directory someone else made first, holding a sitecustomize.py that writes ``marker`` if imported."""
+    path.mkdir()
+    (path / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    path.chmod(mode)
+    os.chown(path, owner, owner)
+    return path
+
+
+def harness_path(tmp_path: Path) -> dict:
+    """What ``harness.target_pythonpath()`` gives with the temp directory at ``tmp_path`` (``path``, its ``uid``,
+    ``mode`` and where its ``harness`` leads), once a target process started with it has imported ``harness``."""
+    code = ("import json, os, subprocess, sys; from harness import target_pythonpath; p = target_pythonpath(); "
+            "subprocess.run([sys.executable, '-c', 'import harness.recording'], check=True, "
+            "env={**os.environ, 'PYTHONPATH': p}); st = os.lstat(p); print(json.dumps({'path': p, "
+            "'uid': st.st_uid, 'mode': st.st_mode & 0o777, 'harness': os.path.realpath(p + '/harness')}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                         env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def shared_harness_path_name(tmp_path: Path) -> Path:
+    import hashlib
+
+    import harness
+
+    digest = hashlib.sha256(str(harness.PACKAGE).encode()).hexdigest()[:12]
+    return tmp_path / f"dah-harness-path-{os.geteuid()}-{digest}"
+
+
+@pytest.mark.parametrize("owner, mode", [(NOBODY, 0o755), (0, 0o777)], ids=["another-users", "open-to-others"])
+def test_a_harness_path_directory_made_first_by_someone_else_is_never_used(tmp_path: Path, owner: int,
+                                                                          mode: int) -> None:
+    marker = tmp_path / "ran"
+    planted = planted_dir(shared_harness_path_name(tmp_path), marker, mode, owner if owner else os.geteuid())
+    used = harness_path(tmp_path)
+    assert not marker.exists()
+    assert Path(used["path"]) != planted and Path(used["path"]).parent == tmp_path  # a fresh one of its own
+    assert used["uid"] == os.geteuid() and used["mode"] == 0o700 and used["harness"] == str(ROOT / "harness")
+    assert not Path(used["path"]).exists()  # removed when the process that made it exited
+
+
+def test_the_harness_path_directory_is_private_and_reused(tmp_path: Path) -> None:
+    first, again = harness_path(tmp_path), harness_path(tmp_path)
+    assert first == again and first["path"] == str(shared_harness_path_name(tmp_path))
+    assert first["mode"] == 0o700 and first["uid"] == os.geteuid() and first["harness"] == str(ROOT / "harness")
+
+
+def test_a_bytecode_cache_made_first_by_another_user_is_never_used(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    from testbed import forkserver
+
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
+    planted = planted_dir(tmp_path / f"dah-pycache-{os.geteuid()}", tmp_path / "ran", 0o700)
+    assert forkserver.private_pycache() is None  # a .pyc planted there would run: no cache rather than that one
+    os.chown(planted, os.geteuid(), os.geteuid())
+    assert forkserver.private_pycache() == planted  # the same directory, this user's alone: used
