@@ -17,7 +17,11 @@ Images are never pulled: ``testbed.images`` builds the harness's worker image
 locally (``python -m testbed.images build worker``), and ``testbed.dockerd``
 starts an installed engine that is not running.
 ``ContainerPool.cleanup`` removes only containers this pool started (tracked by
-id), never anything matched by name.
+id), never anything matched by name. A harness that dies without cleaning up
+(SIGKILLed) leaves no container running either: every container carries this
+process's owner label, and a reaper started with the first container
+(``python -m testbed.containers reap OWNER``, holding a pipe only we write to)
+force-removes the containers with that label once the pipe closes.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import logging
 import os
 import re
 import signal
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -40,6 +45,10 @@ log = logging.getLogger(__name__)
 
 LABEL = "durable-agent-harness"  # every container we start carries this label key
 IDENTITY_LABEL = f"{LABEL}.identity"
+OWNER_LABEL = f"{LABEL}.owner"  # the harness process that started it: what the reaper removes when it dies
+OWNER = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"  # this process's value of it (a pid alone is reused)
+_reaper: Any = None  # the reaper's Popen, started with this process's first container
+_reaper_lock = threading.Lock()  # workers start side by side, from threads
 STOP_GRACE_S = 15.0
 # Docker's own rule for container names; the identity is part of the name.
 _CONTAINER_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
@@ -182,7 +191,8 @@ class DockerWorker:
             "name": f"dah-{self.identity}-{uuid.uuid4().hex[:6]}",
             "detach": True,
             "environment": {**self.environment, "DAH_WORKER_IDENTITY": self.identity, "DAH_TASK_QUEUE": self.task_queue},
-            "labels": {LABEL: "worker", **self.labels, IDENTITY_LABEL: self.identity},
+            "labels": {LABEL: "worker", **self.labels, IDENTITY_LABEL: self.identity,
+                       OWNER_LABEL: OWNER},
         }
         if self.network is not None:
             spec["network"] = self.network
@@ -230,6 +240,7 @@ class DockerWorker:
         self._ensure_image()
         self.generation += 1
         spec = self.container_spec()
+        _ensure_reaper()
         try:
             self._container = self._client().containers.run(**spec)
         except APIError as e:
@@ -594,3 +605,44 @@ class ContainerWorker:
 
     def stop(self) -> None:
         self.worker.stop()
+
+
+def _ensure_reaper() -> None:
+    """Start this process's container reaper once: it removes our containers when this process is gone."""
+    global _reaper
+    import subprocess
+    import sys
+
+    from testbed.processes import spawn
+
+    with _reaper_lock:
+        if _reaper is not None and _reaper.poll() is None:
+            return
+        # No parent-death signal: the reaper must outlive us; our end of its stdin closing is its signal.
+        _reaper = spawn([sys.executable, "-m", "testbed.containers", "reap", OWNER], pdeathsig=0,
+                        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def remove_owned(owner: str) -> None:
+    """Force-remove the containers labelled as started by ``owner`` (a dead harness's), on the engine that answers."""
+    try:
+        client = connect(timeout_s=10.0)
+    except Exception:  # noqa: BLE001 - no engine: nothing of ours runs on it
+        return
+    try:
+        for container in client.containers.list(all=True, filters={"label": f"{OWNER_LABEL}={owner}"}):
+            try:
+                container.remove(force=True)
+            except Exception as exc:  # noqa: BLE001 - the next one still goes
+                log.warning("could not remove container %s: %s", container.short_id, exc)
+    finally:
+        client.close()
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 3 or sys.argv[1] != "reap":
+        raise SystemExit("usage: python -m testbed.containers reap OWNER (started by the harness itself)")
+    sys.stdin.buffer.read()  # until the harness's end closes: it exited, however
+    remove_owned(sys.argv[2])

@@ -9,6 +9,13 @@ Nothing starts ``dockerd`` on a fresh machine (Debian's ``docker.io`` installs i
 have no init system), so the harness starts it itself when it is installed, this process is root and
 ``DOCKER_HOST`` names the default socket; it says so in one line on stderr and stops it (SIGTERM, then SIGKILL
 after a grace period) when the run ends. An engine that was already running is used and left alone.
+
+dockerd runs under a small supervisor (``python -m testbed.dockerd supervise OWNER``) that, when the harness's end
+of a pipe closes, however the harness ended (a SIGKILL included), force-removes the harness's containers
+(``testbed.containers.OWNER_LABEL``) and sends dockerd exactly one SIGTERM: dockerd then stops any other
+containers and containerd. A parent-death signal straight to dockerd would not do: the kernel sends it again as
+each of the dying harness's threads exits, and dockerd takes a third SIGTERM as "exit without cleanup", orphaning
+its container shims.
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.envs.docker_engine import DEFAULT_DOCKER_HOST, docker_engine_available, docker_host
+from testbed.containers import OWNER, remove_owned
+from testbed.processes import die_with_parent, spawn
 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 20.0
@@ -50,15 +59,16 @@ class Engine:
         proc, self.process = self.process, None
         if proc is None or proc.poll() is not None:
             return
-        proc.send_signal(signal.SIGTERM)  # dockerd stops its containers and the containerd it started
+        with contextlib.suppress(OSError):
+            proc.stdin.close()  # the supervisor's cue: SIGTERM to dockerd, which stops its containers and containerd
         try:
-            proc.wait(STOP_TIMEOUT_S)
+            proc.wait(STOP_TIMEOUT_S + 5)
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):  # its session: dockerd and the containerd it started
+            with contextlib.suppress(ProcessLookupError):  # its session: the supervisor, dockerd, containerd
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(5)
         self.available = False
-        print(f"stopped the Docker engine this run started (dockerd pid {proc.pid})", file=sys.stderr)
+        print(f"stopped the Docker engine this run started (dockerd's supervisor pid {proc.pid})", file=sys.stderr)
 
 
 def ensure_engine(*, log_dir: Path | None = None) -> Engine:
@@ -75,9 +85,10 @@ def ensure_engine(*, log_dir: Path | None = None) -> Engine:
     fd, name = tempfile.mkstemp(prefix=f"dah-dockerd-{os.getpid()}-", suffix=".log", dir=log_dir)
     log_path = Path(name)
     with open(fd, "ab") as log:
-        # Its own session: a Ctrl-C meant for the harness must not kill the engine under its containers.
-        proc = subprocess.Popen(["dockerd"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        # Its own session: a Ctrl-C meant for the harness must not kill the engine under its containers. No
+        # parent-death signal: the supervisor outlives us to stop dockerd cleanly; our end of its stdin is its cue.
+        proc = spawn([sys.executable, "-m", "testbed.dockerd", "supervise", OWNER], pdeathsig=0, stdout=log,
+                     stderr=subprocess.STDOUT, stdin=subprocess.PIPE)
     engine = Engine(False, "starting", process=proc, log_path=log_path)
     _started.append(engine)
     atexit.register(engine.stop)
@@ -86,7 +97,8 @@ def ensure_engine(*, log_dir: Path | None = None) -> Engine:
         available, reason = docker_engine_available()
         if available:
             engine.available, engine.reason = True, reason
-            print(f"started the Docker engine (dockerd pid {proc.pid}, log {log_path}); it stops when this run ends",
+            print(f"started the Docker engine (dockerd's supervisor pid {proc.pid}, log {log_path}); it stops when "
+                  "this run ends",
                   file=sys.stderr)
             return engine
         if proc.poll() is not None:  # e.g. another process's dockerd won the start: use that one if it answers
@@ -99,7 +111,7 @@ def ensure_engine(*, log_dir: Path | None = None) -> Engine:
         time.sleep(0.2)
     engine.stop()
     tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
-    engine.reason = (f"dockerd (pid {proc.pid}) did not come up within {START_TIMEOUT_S:g} s "
+    engine.reason = (f"dockerd (supervisor pid {proc.pid}) did not come up within {START_TIMEOUT_S:g} s "
                      f"(exit {proc.returncode}); its log {log_path} ends: {' | '.join(tail)}")
     return engine
 
@@ -121,3 +133,32 @@ def stop_started_engines() -> None:
     """Stop every engine this process started: for entry points that leave through ``os._exit`` (no atexit)."""
     while _started:
         _started.pop().stop()
+
+
+def _supervise(owner: str) -> int:
+    """Run dockerd until our stdin closes (the harness stopped or died); then remove the containers ``owner``
+    (that harness) left, at once, and SIGTERM dockerd once (it stops other containers in their grace time)."""
+    import functools
+    import selectors
+
+    dockerd = subprocess.Popen(["dockerd"], stdin=subprocess.DEVNULL,  # output: our stdout, the log
+                               preexec_fn=functools.partial(die_with_parent, os.getpid(), signal.SIGTERM))
+    sel = selectors.DefaultSelector()  # one thread: our death then sends dockerd a single SIGTERM
+    sel.register(sys.stdin, selectors.EVENT_READ)
+    while dockerd.poll() is None:
+        if sel.select(timeout=0.5) and not os.read(sys.stdin.fileno(), 4096):
+            break
+    if dockerd.poll() is None:
+        remove_owned(owner)
+        dockerd.send_signal(signal.SIGTERM)
+        try:
+            dockerd.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(os.getpgid(0), signal.SIGKILL)  # dockerd, containerd, and us
+    return dockerd.returncode or 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] != "supervise":
+        raise SystemExit("usage: python -m testbed.dockerd supervise OWNER (started by the harness itself)")
+    raise SystemExit(_supervise(sys.argv[2]))

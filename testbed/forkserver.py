@@ -108,6 +108,7 @@ def _fork(argv: list[str], env: dict[str, str], cwd: str | None, log_path: str) 
     sys.stdout.flush()
     sys.stderr.flush()
     out = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    server = os.getpid()
     pid = os.fork()
     if pid:
         os.close(out)
@@ -115,10 +116,10 @@ def _fork(argv: list[str], env: dict[str, str], cwd: str | None, log_path: str) 
     # the child: never returns
     code = 1
     try:
-        from testbed.processes import _die_with_parent
+        from testbed.processes import die_with_parent
 
         os.setsid()
-        _die_with_parent()
+        die_with_parent(server)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.dup2(out, 1)

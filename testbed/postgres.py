@@ -1,8 +1,8 @@
 """A PostgreSQL server this harness owns: a data dir it creates, a free TCP port, a unix-socket dir of its own
-(a short temporary directory: a socket's path may not exceed 107 bytes; removed on exit).
+(a short private temporary directory: a socket's path may not exceed 107 bytes; removed on exit).
 
     with PostgresServer(state_dir / "postgres") as pg:      # initdb on first use, then postgres
-        url = pg.url                                        # postgresql://postgres@127.0.0.1:PORT/postgres
+        url = pg.url                     # postgresql://postgres@127.0.0.1:PORT/postgres?passfile=STATE/postgres.pgpass
         pg.kill(); pg.start()                               # a crash (every server process SIGKILLed), a restart
 
 It has what ``testbed.stack.StackSpec.engine_server`` asks of a server (``start``, ``kill``, ``pid``, ``port``,
@@ -11,6 +11,13 @@ The binaries are PostgreSQL's (``$DAH_POSTGRES_BIN``, else the newest ``/usr/lib
 ``PATH``). PostgreSQL refuses to run as root: under root, initdb and the server run as the ``postgres`` user
 (``setpriv``, which execs, so the pid is the postmaster's), and every directory above the data dir must be
 searchable by that user. Durability is PostgreSQL's defaults (fsync on, synchronous_commit on), untouched.
+
+It admits only the harness: initdb sets a generated password for the superuser and ``scram-sha-256`` for every
+connection (TCP and the unix socket), and the password lives only in ``password_file(data_dir)`` (a libpq password
+file, mode 0600, beside the data dir), which the URL names by path (``passfile=``), so neither argv, logs nor
+``run.json`` carry it. The server dies with the harness: its parent-death signal (SIGINT, PostgreSQL's fast
+shutdown) is set after ``setpriv``'s change of user, which clears the one ``testbed.processes.spawn`` set; the
+postmaster's helpers exit when it does.
 """
 
 from __future__ import annotations
@@ -18,12 +25,15 @@ from __future__ import annotations
 import glob
 import os
 import pwd
+import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 from testbed.processes import free_port, spawn
 
@@ -36,8 +46,40 @@ class PostgresError(RuntimeError):
     """PostgreSQL is missing, or could not be set up or started (the message says which, and what to do)."""
 
 
-def database_url(host: str, port: int, database: str = "postgres") -> str:
-    return f"postgresql://{USER}@{host}:{port}/{database}"
+def password_file(data_dir: Path) -> Path:
+    """Where the superuser's password of the cluster in ``data_dir`` is kept (a libpq password file)."""
+    data_dir = Path(data_dir).resolve()
+    return data_dir.parent / f"{data_dir.name}.pgpass"
+
+
+def database_url(host: str, port: int, passfile: Path, database: str = "postgres") -> str:
+    """A URL libpq (psycopg, SQLAlchemy) connects with: the password is read from ``passfile``, never carried."""
+    return f"postgresql://{USER}@{host}:{port}/{database}?passfile={quote(str(passfile), safe='/')}"
+
+
+def _check_password_file(path: Path) -> None:
+    """``PostgresError`` unless ``path`` is a private regular file of ours (libpq would ignore or misuse it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise PostgresError(f"cannot read the PostgreSQL password file {path} ({exc.strerror}); a data dir made "
+                            "without one (an older harness, trust auth) must be deleted and made again") from None
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if st.st_uid != os.geteuid() or st.st_mode & 0o077 or not stat.S_ISREG(st.st_mode):
+        raise PostgresError(f"the PostgreSQL password file {path} is not a private file of this user (owner "
+                            f"{st.st_uid}, mode {oct(st.st_mode & 0o777)}); delete the data dir and the file")
+
+
+def _write_password(path: Path) -> str:
+    """A new password in a new libpq password file (0600, refused if the path exists)."""
+    password = secrets.token_urlsafe(32)  # no ':' or backslash: nothing to escape in a password file
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(f"*:*:*:{USER}:{password}\n")
+    return password
 
 
 def find_bin(name: str) -> str:
@@ -62,6 +104,7 @@ class PostgresServer:
         self.data_dir = Path(data_dir).resolve()
         self.socket_dir: Path | None = None  # made at the first start: short, as a socket's path must be (107 bytes)
         self.log_file = Path(log_dir or self.data_dir.parent).resolve() / "postgres.log"
+        self.passfile = password_file(self.data_dir)
         self.host, self.port = host, port
         self.ui_url: str | None = None
         self._proc: subprocess.Popen | None = None
@@ -76,20 +119,21 @@ class PostgresServer:
 
     @property
     def url(self) -> str:
-        return database_url(self.host, self.port)
+        return database_url(self.host, self.port, self.passfile)
 
-    def _as_user(self) -> list[str]:
-        """The prefix that runs a PostgreSQL binary as ``postgres`` when we are root (nothing otherwise)."""
+    def _as_user(self, pdeathsig: str = "KILL") -> list[str]:
+        """The prefix that runs a PostgreSQL binary as ``postgres`` when we are root (nothing otherwise), with the
+        parent-death signal ``pdeathsig`` set again after the switch (a change of user clears it)."""
         if os.geteuid() != 0:
             return []
-        return ["setpriv", f"--reuid={USER}", f"--regid={USER}", "--init-groups", "--"]
+        return ["setpriv", f"--reuid={USER}", f"--regid={USER}", "--init-groups", f"--pdeathsig={pdeathsig}", "--"]
 
     def _prepare(self) -> None:
         """The data dir (initdb on first use) and the socket dir, owned by the user the server runs as."""
         for d in (self.data_dir, self.log_file.parent):
             d.mkdir(parents=True, exist_ok=True)
         if self.socket_dir is None:
-            self.socket_dir = Path(tempfile.mkdtemp(prefix="dah-pg-"))
+            self.socket_dir = Path(tempfile.mkdtemp(prefix="dah-pg-"))  # 0700: only its owner reaches the socket
         if os.geteuid() == 0:
             try:
                 user = pwd.getpwnam(USER)
@@ -101,12 +145,30 @@ class PostgresServer:
             os.chmod(self.data_dir, 0o700)
             self._check_searchable(user.pw_uid)
         if (self.data_dir / "PG_VERSION").exists():
+            _check_password_file(self.passfile)  # fails early, naming the file, for a cluster made without one
             return
-        out = subprocess.run([*self._as_user(), find_bin("initdb"), "-D", str(self.data_dir), "-U", USER,
-                              "--auth=trust", "-E", "UTF8", "--no-instructions"],
-                             capture_output=True, text=True, timeout=120)
-        if out.returncode != 0:
-            raise PostgresError(f"initdb {self.data_dir} failed ({out.returncode}): {(out.stderr or out.stdout)[-1500:]}")
+        self.passfile.unlink(missing_ok=True)  # a password of an earlier, failed initdb
+        password = _write_password(self.passfile)
+        assert self.socket_dir is not None
+        pwfile = self.socket_dir / "initdb.pw"  # where the postgres account can read it, for initdb only
+        fd = os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(password + "\n")
+        if os.geteuid() == 0:
+            os.chown(pwfile, user.pw_uid, user.pw_gid)
+        try:
+            proc = spawn([*self._as_user(), find_bin("initdb"), "-D", str(self.data_dir), "-U", USER,
+                          "--auth=scram-sha-256", f"--pwfile={pwfile}", "-E", "UTF8", "--no-instructions"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
+            try:
+                out, _ = proc.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out = f"no exit within 120 s; killed\n{proc.communicate()[0]}"
+        finally:
+            pwfile.unlink(missing_ok=True)
+        if proc.returncode != 0:
+            raise PostgresError(f"initdb {self.data_dir} failed ({proc.returncode}): {out[-1500:]}")
 
     def _check_searchable(self, uid: int) -> None:
         for d in [*reversed(self.data_dir.parents)]:
@@ -122,7 +184,7 @@ class PostgresServer:
             return self
         self._prepare()
         self.port = self.port or free_port(self.host)
-        argv = [*self._as_user(), find_bin("postgres"), "-D", str(self.data_dir), "-p", str(self.port),
+        argv = [*self._as_user(pdeathsig="INT"), find_bin("postgres"), "-D", str(self.data_dir), "-p", str(self.port),
                 "-k", str(self.socket_dir), "-c", f"listen_addresses={self.host}", "-c", "max_connections=200"]
         with open(self.log_file, "ab") as log:
             self._proc = spawn(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

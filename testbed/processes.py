@@ -4,13 +4,19 @@ Every process the harness starts goes through ``spawn``: it gets its own
 session (so a terminal's Ctrl-C reaches us first and we stop children in
 order) and a parent-death signal (so even if we are SIGKILLed, the kernel
 kills it). ``stop`` terminates by the pid we started, never by name.
+Where the kernel's signal alone is not enough: PostgreSQL (``setpriv`` clears it
+and sets it again: ``testbed.postgres``), and dockerd and the containers
+(a supervisor and a reaper that outlive us on purpose: ``testbed.dockerd``,
+``testbed.containers``).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import ctypes
+import functools
 import logging
+import os
 import queue
 import signal
 import socket
@@ -24,10 +30,13 @@ log = logging.getLogger(__name__)
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
+def die_with_parent(parent: int | None = None, sig: int = signal.SIGKILL) -> None:
+    """Ask the kernel for ``sig`` when our parent dies; if ``parent`` (its pid) already died, act on it now."""
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        if parent is not None and os.getppid() != parent:  # it died before the prctl: no signal will come
+            os.kill(os.getpid(), sig)
 
 
 class _Spawner:
@@ -62,14 +71,18 @@ _spawner: _Spawner | None = None
 _spawner_lock = threading.Lock()
 
 
-def spawn(args: Sequence[str], **kwargs: object) -> subprocess.Popen:
-    """Start a child in its own session that the kernel kills if this process dies."""
+def spawn(args: Sequence[str], *, pdeathsig: int = signal.SIGKILL, **kwargs: object) -> subprocess.Popen:
+    """Start a child in its own session that the kernel signals (``pdeathsig``) if this process dies.
+
+    A child that changes its user ids (``setpriv``, ``su``) loses the signal and must set it again itself
+    (``setpriv --pdeathsig``); one that must stop cleanly (``dockerd``: its containers) takes SIGTERM."""
     global _spawner
     with _spawner_lock:
         if _spawner is None:
             _spawner = _Spawner()
+    preexec = functools.partial(die_with_parent, os.getpid(), pdeathsig)
     return _spawner.submit(lambda: subprocess.Popen(  # type: ignore[call-overload]
-        list(args), start_new_session=True, preexec_fn=_die_with_parent, **kwargs))
+        list(args), start_new_session=True, preexec_fn=preexec, **kwargs))
 
 
 def stop(proc: subprocess.Popen, *, grace_s: float = 10.0) -> int | None:

@@ -21,7 +21,7 @@ import pytest
 from testbed.worker_process import WorkerStartError
 from agent.envs.docker_engine import DockerEngineUnavailable, docker_engine_available
 from testbed import images
-from testbed.containers import IDENTITY_LABEL, LABEL, ContainerPool, DockerWorker
+from testbed.containers import OWNER, IDENTITY_LABEL, LABEL, OWNER_LABEL, ContainerPool, DockerWorker
 from testbed.dockerd import ensure_engine
 
 ENGINE = ensure_engine()
@@ -83,7 +83,7 @@ def test_container_spec_formats_identity_task_queue_env_and_labels() -> None:
     assert spec["detach"] is True
     assert spec["network"] == "dah-net"
     assert spec["environment"] == {"MODEL_URL": "http://model:8000", "DAH_WORKER_IDENTITY": "dw-3", "DAH_TASK_QUEUE": "q-7"}
-    assert spec["labels"] == {LABEL: "worker", "team": "chaos", IDENTITY_LABEL: "dw-3"}
+    assert spec["labels"] == {LABEL: "worker", "team": "chaos", IDENTITY_LABEL: "dw-3", OWNER_LABEL: OWNER}
     assert spec["name"].startswith("dah-dw-3-") and len(spec["name"]) == len("dah-dw-3-") + 6
     assert w.container_spec()["name"] != spec["name"]  # two runs never collide on a name
 

@@ -59,6 +59,7 @@ DBOS_TARGET = replace(REFERENCE, name="reference-agent (dbos)", worker=DBOS_WORK
                       warm_line=dbos_agent.WARM, driver="chaos.backends.dbos:DbosDriver")
 NO_EVENT_HISTORIES = ("reads Temporal event histories; DBOS keeps step outputs (operation_outputs), not an event "
                       "history to replay (its step log is checked by dbos_steps)")
+POSTGRES_DIR = "postgres"  # the PostgreSQL data dir, in the state dir
 #: the scenarios with a twin on each database (the others fault Temporal itself, or need it to observe)
 SCENARIOS = {"sqlite": ("kill_mid_turn", "model_outage", "crash_after_effect", "partition_model"),
              "postgres": ("kill_mid_turn", "model_outage", "crash_after_effect", "partition_model", "server_restart",
@@ -98,10 +99,10 @@ class DbosBackend(Backend):
         if self.database == "sqlite":
             return dbos_agent.sqlite_url(state / dbos_agent.SQLITE_FILE)
         if at is not None:
-            from testbed.postgres import database_url
+            from testbed.postgres import database_url, password_file
 
             host, _, port = at.address.rpartition(":")
-            return database_url(host, int(port))
+            return database_url(host, int(port), password_file(state / POSTGRES_DIR))
         assert stack is not None and stack.server is not None, "the PostgreSQL server is not started"
         return stack.server.url
 
@@ -117,7 +118,7 @@ class DbosBackend(Backend):
         if self.database == "postgres":
             from testbed.postgres import PostgresServer
 
-            engine_server = lambda logs: PostgresServer(run.state / "postgres", log_dir=logs)  # noqa: E731
+            engine_server = lambda logs: PostgresServer(run.state / POSTGRES_DIR, log_dir=logs)  # noqa: E731
 
         return StackSpec(state_dir=run.state, logs_dir=run.logs, temporal="none", engine_server=engine_server,
                          proxies=True,

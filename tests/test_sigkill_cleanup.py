@@ -1,0 +1,201 @@
+"""Nothing the harness starts outlives it: a chaos run SIGKILLed mid-run leaves none of its processes, and the
+PostgreSQL server it starts admits only the harness.
+
+Each test starts ``python -m chaos run kill_mid_turn --durability X`` as a plain child, collects every process of
+the run while it runs (the harness's descendants, and any process whose command line or working directory names
+the run's out dir), SIGKILLs only the harness's pid once the nemesis has acted, and then expects every collected
+process gone within a few seconds. Survivors are killed by pid at teardown so a failing test leaks nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from agent.envs.docker_engine import DockerEngineUnavailable, connect, docker_engine_available
+from testbed.containers import OWNER_LABEL
+from testbed.dockerd import _cannot_start, ensure_engine
+from testbed.postgres import PostgresServer, find_bin
+from testbed.restate_server import restate_server_or_none
+
+ROOT = Path(__file__).resolve().parent.parent
+MID_RUN_TIMEOUT_S = 40.0  # start-up (workers import LiteLLM) and the first kill, on a busy 2-core machine
+GONE_WITHIN_S = 10.0
+
+pytestmark = pytest.mark.background
+
+
+def _postgres_installed() -> bool:
+    try:
+        find_bin("initdb")
+        return True
+    except Exception:  # noqa: BLE001 - PostgresError: not installed
+        return False
+
+
+def _run_containers(harness: int) -> list[str]:
+    """The ids of the containers the harness started (its owner label), on the engine that answers (if any)."""
+    try:
+        client = connect(timeout_s=5.0)
+    except DockerEngineUnavailable:
+        return []
+    try:
+        return [c.id for c in client.containers.list(all=True, filters={"label": OWNER_LABEL})
+                if c.labels[OWNER_LABEL].startswith(f"{harness}-")]
+    except Exception:  # noqa: BLE001 - the engine stopping as we ask: none found now
+        return []
+    finally:
+        client.close()
+
+
+def _run_processes(harness: int, out: Path, containers: set[str] = frozenset()) -> set[psutil.Process]:
+    """The harness's descendants, processes whose command line or working directory names ``out``, and the
+    containers' shims (which name the container's id) with everything under them."""
+    found: set[psutil.Process] = set()
+    try:
+        found.update(psutil.Process(harness).children(recursive=True))
+    except psutil.NoSuchProcess:
+        pass
+    for p in psutil.process_iter(["cmdline", "cwd"]):
+        cmdline = " ".join(p.info["cmdline"] or [])
+        if p.pid != harness and (str(out) in cmdline or str(p.info["cwd"] or "").startswith(str(out))
+                                 or any(cid in cmdline for cid in containers)):
+            found.add(p)
+            try:
+                found.update(p.children(recursive=True))
+            except psutil.NoSuchProcess:
+                pass
+    return found
+
+
+def _mid_run(out: Path) -> bool:
+    """The nemesis has killed a worker (the run has its full cast of processes, and a restarted one)."""
+    return any('"kill' in line and '"nemesis"' in line
+               for log in out.glob("*/*/operations.jsonl") for line in log.read_text(errors="replace").splitlines())
+
+
+@pytest.fixture
+def out_dir() -> Iterator[Path]:
+    # Not under pytest's 0700 root: PostgreSQL's account must enter the state dir (the documented exception).
+    out = Path(tempfile.mkdtemp(prefix="dah-sigkill-"))
+    os.chmod(out, 0o755)
+    yield out
+    shutil.rmtree(out, ignore_errors=True)
+
+
+def _sigkill_mid_run(durability: str, out: Path, *extra: str, docker: bool = False) -> None:
+    log = out / "harness.log"
+    with open(log, "wb") as f:
+        harness = subprocess.Popen([sys.executable, "-m", "chaos", "run", "kill_mid_turn", "--durability", durability,
+                                    "--seed", "1", "--out", str(out), *extra],
+                                   stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT)
+    seen: set[psutil.Process] = set()
+    containers: set[str] = set()
+
+    def collect() -> None:
+        if docker:
+            containers.update(_run_containers(harness.pid))
+        seen.update(_run_processes(harness.pid, out, containers))
+
+    try:
+        deadline = time.monotonic() + MID_RUN_TIMEOUT_S
+        while not _mid_run(out):
+            assert harness.poll() is None, f"the run ended before the nemesis acted: {log.read_text()[-2000:]}"
+            assert time.monotonic() < deadline, f"no nemesis kill within {MID_RUN_TIMEOUT_S:g} s: {log.read_text()}"
+            collect()
+            time.sleep(0.2)
+        time.sleep(1.0)  # the supervisor restarts the killed worker
+        collect()
+        assert seen, "no process of the run was found"
+        assert containers or not docker, "no container of the run was found"
+        harness.kill()
+        harness.wait()
+        deadline = time.monotonic() + GONE_WITHIN_S
+        while True:
+            left = {p for p in seen | _run_processes(harness.pid, out, containers) if _alive(p)}
+            kept = _run_containers(harness.pid) if docker else []
+            if not (left or kept) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        described = [f"{p.pid} {' '.join(p.cmdline())[:160]}" for p in left if p.is_running()]
+        assert not left, (f"{len(left)} of the run's {len(seen)} processes outlived the SIGKILLed harness by "
+                          f"{GONE_WITHIN_S:g} s:\n" + "\n".join(described))
+        assert not kept, f"containers {kept} of the SIGKILLed harness still exist after {GONE_WITHIN_S:g} s"
+    finally:
+        if harness.poll() is None:
+            harness.kill()
+            harness.wait()
+        for p in seen | _run_processes(harness.pid, out, containers):
+            try:
+                p.kill()  # psutil checks the pid still names the process it saw
+            except psutil.Error:
+                pass
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+@pytest.mark.parametrize("durability", ["temporal", "checkpoint", "dbos", "dbos-postgres", "restate"])
+def test_a_sigkilled_harness_leaves_no_process_behind(durability: str, out_dir: Path) -> None:
+    if durability == "dbos-postgres" and not _postgres_installed():
+        pytest.skip("PostgreSQL is not installed (make system-deps)")
+    if durability == "restate" and restate_server_or_none() is None:
+        pytest.skip("Restate's server is not installed (make restate-server)")
+    _sigkill_mid_run(durability, out_dir)
+
+
+@pytest.mark.parametrize("engine", ["started by the run", "already running"])
+def test_a_sigkilled_harness_leaves_no_container_behind(engine: str, out_dir: Path) -> None:
+    """Workers in containers: removed at once (by the reaper, or by the supervisor of a dockerd the run started,
+    which then stops that dockerd with one SIGTERM); an engine that was already running is left running."""
+    ok, reason = docker_engine_available()
+    if not ok and _cannot_start(reason):
+        pytest.skip(f"no Docker engine: {_cannot_start(reason)}")
+    # Cached; built first so the run reaches its nemesis in time (in a process of its own, which stops any engine
+    # it started)
+    subprocess.run([sys.executable, "-m", "testbed.images", "build", "worker"], check=True, capture_output=True,
+                   cwd=ROOT, timeout=300)
+    ours = ensure_engine() if engine == "already running" else None
+    try:
+        _sigkill_mid_run("temporal", out_dir, "--placement", "docker", docker=True)
+        if ours is not None:
+            assert docker_engine_available()[0], "the engine the run found running was stopped"
+    finally:
+        if ours is not None:
+            ours.stop()
+
+
+def test_postgres_admits_only_the_harness(out_dir: Path) -> None:
+    """Another local user reaches neither the TCP port (no password) nor the unix socket (a private dir)."""
+    if not _postgres_installed():
+        pytest.skip("PostgreSQL is not installed (make system-deps)")
+    if os.geteuid() != 0:
+        pytest.skip("needs root to act as another local user (setpriv)")
+    import psycopg
+
+    with PostgresServer(out_dir / "postgres") as pg:
+        with psycopg.connect(pg.url) as conn:  # the harness: the password from its 0600 file
+            assert conn.execute("select current_user").fetchone() == ("postgres",)
+        assert "password" not in pg.url and oct(pg.passfile.stat().st_mode & 0o777) == "0o600"
+        psql = find_bin("psql")
+        as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"]
+        for host, env in ((pg.host, {}), (pg.host, {"PGPASSWORD": "postgres"}), (str(pg.socket_dir), {})):
+            out = subprocess.run([*as_nobody, psql, "-h", host, "-p", str(pg.port), "-U", "postgres", "-w",
+                                  "-d", "postgres", "-c", "select 1"], capture_output=True, text=True, timeout=30,
+                                 env={"PATH": os.environ.get("PATH", ""), **env}, cwd="/")
+            assert out.returncode != 0, f"nobody connected through {host}: {out.stdout}"
+            assert ("password" in out.stderr or "Permission denied" in out.stderr), out.stderr
