@@ -76,6 +76,10 @@ Responder = Callable[[dict], dict]
 DEFAULT_RESPONDER = "testbed.scripted_routes:respond"
 RUN_HEADER = "X-DAH-Run"
 GLOBAL_RUN = "global"
+#: run keys kept apart at most (any local process can send the header: past this, new keys share one count)
+MAX_RUN_KEYS = 1024
+MAX_RUN_KEY_CHARS = 200
+OTHER_RUNS = "(other runs)"
 DEFAULT_MODEL_NAME = "scripted"
 #: the environment variable the subprocess reads its admin token from (never a flag: argv is public to ``ps``)
 ADMIN_TOKEN_ENV = "DAH_MODEL_ADMIN_TOKEN"
@@ -541,7 +545,7 @@ class _Handler(BaseHTTPRequestHandler):
     # -- chat completions
     def _chat(self, raw: bytes) -> None:
         owner = self.server.owner
-        run_key = self.headers.get(RUN_HEADER) or GLOBAL_RUN
+        run_key = owner._run_key(self.headers.get(RUN_HEADER))
         try:
             body = self._json(raw, "the request body")
             if not isinstance(body, dict):
@@ -784,6 +788,14 @@ class ScriptedModelServer:
         with self._lock:
             self._ids += 1
             return self._ids
+
+    def _run_key(self, header: str | None) -> str:
+        """The run key a request is counted under: its header, bounded in length and in how many are kept."""
+        key = (header or GLOBAL_RUN)[:MAX_RUN_KEY_CHARS]
+        with self._lock:
+            if key in self._stats["by_run"] or len(self._stats["by_run"]) < MAX_RUN_KEYS:
+                return key
+        return OTHER_RUNS
 
     def _count_request(self, scenario: str | None, run_key: str) -> None:
         with self._lock:

@@ -89,6 +89,15 @@ def test_chunked_bodies_are_refused_with_411() -> None:
         assert code == 411
 
 
+def test_run_keys_are_bounded_in_length_and_number(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(model_server, "MAX_RUN_KEYS", 3)  # any local process may send the header
+    with serve() as server:
+        for key in ["a", "b", "c" * 10_000, "d", "e", "a"]:
+            assert post_chat(server, run=key).status_code == 200
+        by_run = server.stats()["by_run"]
+        assert by_run == {"a": 2, "b": 1, "c" * model_server.MAX_RUN_KEY_CHARS: 1, model_server.OTHER_RUNS: 2}
+
+
 @pytest.mark.parametrize("depth", [model_server.MAX_JSON_DEPTH + 1, 200_000])
 def test_deeply_nested_json_is_answered_400(depth: int) -> None:
     with serve() as server:
