@@ -249,7 +249,7 @@ def _browser_survives_its_worker_not_its_harness(out: Path, env: dict) -> tuple[
             time.sleep(0.2)
         line = next(x for x in worker_log.read_text().splitlines() if x.startswith("RECORD "))
         record = json.loads(line.removeprefix("RECORD "))
-        [worker] = [p for p in psutil.Process(harness.pid).children() if p.cmdline()[1:2] == ["-c"]]  # not the reaper
+        [worker] = [p for p in psutil.Process(harness.pid).children() if " -c " in _cmdline(p)]  # not the reaper
         worker.kill()  # a zombie until the harness reaps it: dead all the same
         time.sleep(2.0)  # long enough for a browser tied to its worker to have died
         with urllib.request.urlopen(record["url"] + "/health", timeout=5) as response:
@@ -267,6 +267,14 @@ def _browser_survives_its_worker_not_its_harness(out: Path, env: dict) -> tuple[
             harness.wait()
 
 
+def _cmdline(p: psutil.Process) -> str:
+    """Its command line, or "" once it has exited (Chromium's helpers come and go)."""
+    try:
+        return " ".join(p.cmdline())
+    except psutil.Error:
+        return ""
+
+
 def _skip_without_a_browser() -> None:
     from agent.envs.browser_service import find_chromium
 
@@ -282,7 +290,7 @@ def _expect_gone(tree: set[psutil.Process], killed: str) -> None:
     """Every process of the browser's tree gone within GONE_WITHIN_S; survivors are killed by pid either way."""
     try:
         gone, left = psutil.wait_procs(tree, timeout=GONE_WITHIN_S)
-        described = [f"{p.pid} {' '.join(p.cmdline())[:160]}" for p in left if _alive(p)]
+        described = [f"{p.pid} {_cmdline(p)[:160]}" for p in left if _alive(p)]
         assert not described, f"the browser outlived {killed} by {GONE_WITHIN_S:g} s:\n" + "\n".join(described)
     finally:
         for p in tree:
@@ -337,11 +345,11 @@ def test_a_browser_of_an_in_process_worker_ends_with_dah_run(out_dir: Path) -> N
         tree: set[psutil.Process] = set()
         try:
             deadline = time.monotonic() + 30.0
-            while not any(p.name() == "chromium" for p in tree):  # the service has started its browser
+            while not any("chromium" in _cmdline(p) for p in tree):  # the service has started its browser
                 assert harness.poll() is None, f"dah run exited: {(out_dir / 'harness.log').read_text()[-2000:]}"
                 assert time.monotonic() < deadline, "no browser service within 30 s"
                 for p in psutil.Process(harness.pid).children():
-                    if "agent.envs.browser_service" in " ".join(p.cmdline()):
+                    if "agent.envs.browser_service" in _cmdline(p):
                         with contextlib.suppress(psutil.Error):
                             tree |= {p, *p.children(recursive=True)}
                 time.sleep(0.2)
