@@ -19,7 +19,8 @@ starts an installed engine that is not running.
 ``ContainerPool.cleanup`` removes only containers this pool started (tracked by
 id), never anything matched by name. A harness that dies without cleaning up
 (SIGKILLed) leaves no container running either: every container carries this
-process's owner label, and a reaper started with the first container
+process's owner label (``harness.owner``; a worker process's browser container
+too), and a reaper started with the first container or worker process
 (``python -m testbed.containers reap OWNER``, holding a pipe only we write to)
 force-removes the containers with that label once the pipe closes.
 """
@@ -30,7 +31,6 @@ import logging
 import os
 import re
 import signal
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -39,16 +39,15 @@ from typing import Any
 
 from agent.envs.docker_engine import connect, docker_host
 from harness.faults import ENV_BUGS, ENV_CRASH_AT, ENV_MUTATIONS, NO_FAULTS, AgentFaults
+from harness.owner import OWNER_LABEL, owner_value
+from testbed.processes import ensure_reaper
 from testbed.worker_process import WorkerStartError
 
 log = logging.getLogger(__name__)
 
 LABEL = "durable-agent-harness"  # every container we start carries this label key
 IDENTITY_LABEL = f"{LABEL}.identity"
-OWNER_LABEL = f"{LABEL}.owner"  # the harness process that started it: what the reaper removes when it dies
-OWNER = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"  # this process's value of it (a pid alone is reused)
-_reaper: Any = None  # the reaper's Popen, started with this process's first container
-_reaper_lock = threading.Lock()  # workers start side by side, from threads
+OWNER = owner_value()  # this process's value of OWNER_LABEL (pid and start time: a pid alone is reused)
 STOP_GRACE_S = 15.0
 # Docker's own rule for container names; the identity is part of the name.
 _CONTAINER_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
@@ -240,7 +239,7 @@ class DockerWorker:
         self._ensure_image()
         self.generation += 1
         spec = self.container_spec()
-        _ensure_reaper()
+        ensure_reaper()
         try:
             self._container = self._client().containers.run(**spec)
         except APIError as e:
@@ -605,22 +604,6 @@ class ContainerWorker:
 
     def stop(self) -> None:
         self.worker.stop()
-
-
-def _ensure_reaper() -> None:
-    """Start this process's container reaper once: it removes our containers when this process is gone."""
-    global _reaper
-    import subprocess
-    import sys
-
-    from testbed.processes import spawn
-
-    with _reaper_lock:
-        if _reaper is not None and _reaper.poll() is None:
-            return
-        # No parent-death signal: the reaper must outlive us; our end of its stdin closing is its signal.
-        _reaper = spawn([sys.executable, "-m", "testbed.containers", "reap", OWNER], pdeathsig=0,
-                        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def remove_owned(owner: str) -> None:

@@ -7,7 +7,8 @@ kills it). ``stop`` terminates by the pid we started, never by name.
 Where the kernel's signal alone is not enough: PostgreSQL (``setpriv`` clears it
 and sets it again: ``testbed.postgres``), and dockerd and the containers
 (a supervisor and a reaper that outlive us on purpose: ``testbed.dockerd``,
-``testbed.containers``).
+``ensure_reaper``), and what a worker leaves running on purpose (its browser:
+``harness.owner``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Sequence
+
+from harness.owner import owner_value
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +86,23 @@ def spawn(args: Sequence[str], *, pdeathsig: int = signal.SIGKILL, **kwargs: obj
     preexec = functools.partial(die_with_parent, os.getpid(), pdeathsig)
     return _spawner.submit(lambda: subprocess.Popen(  # type: ignore[call-overload]
         list(args), start_new_session=True, preexec_fn=preexec, **kwargs))
+
+
+_reaper: subprocess.Popen | None = None  # started with this process's first container or worker process
+_reaper_lock = threading.Lock()  # workers start side by side, from threads
+
+
+def ensure_reaper() -> None:
+    """Start this process's container reaper once (``python -m testbed.containers reap``): it removes the containers
+    labelled with this process's owner (``harness.owner``) when this process is gone, however it ended: the
+    workers' containers and the browser containers its worker processes start."""
+    global _reaper
+    with _reaper_lock:
+        if _reaper is not None and _reaper.poll() is None:
+            return
+        # No parent-death signal: the reaper must outlive us; our end of its stdin closing is its signal.
+        _reaper = spawn(python_module_command("testbed.containers", "reap", owner_value()), pdeathsig=0,
+                        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def stop(proc: subprocess.Popen, *, grace_s: float = 10.0) -> int | None:

@@ -19,8 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,10 +35,12 @@ from agent.worker import CHECKPOINT_DB, WorkerSettings, build_worker
 from agent.workflow import AgentWorkflow
 from harness.faults import AgentFaults, FaultRule
 from harness.operations import History
+from harness.owner import ENV_OWNER, owner_environment
 from harness.recording import EffectLedger
 from testbed.connection import TemporalConnection, quiet_runtime
 from testbed.model_server import LatencyModel, ScriptedModelServer
 from testbed.net import FaultProxy
+from testbed.processes import ensure_reaper
 from testbed.scripted_routes import respond
 from testbed.supervisor import SupervisedWorker, Supervisor
 from testbed.temporal_server import EmbeddedTemporal
@@ -259,6 +262,9 @@ async def stack(spec: StackSpec) -> AsyncIterator[Stack]:
             s.ledger = spec.effect_ledger
         elif spec.ledger or spec.temporal_workers or spec.checkpoint_worker:
             s.ledger = exits.enter_context(EffectLedger(s.settings.resolved_ledger_path, faults=spec.faults))
+        if spec.temporal_workers and spec.temporal == "embedded" and spec.server_db is None:
+            # Nothing outside this process can resume their runs: what they leave running (a browser) ends with it.
+            exits.enter_context(_owning_what_workers_leave())
         for settings in spec.temporal_workers:
             assert s.client is not None, "in-process Temporal workers need a Temporal server"
             settings.model_base_url = settings.model_base_url or s.model_url
@@ -277,6 +283,21 @@ async def stack(spec: StackSpec) -> AsyncIterator[Stack]:
             supervisor = Supervisor(s.workers, spec.history).start()
             exits.callback(supervisor.stop)  # runs before _stop_workers: nothing restarts what is being stopped
         yield s
+
+
+@contextlib.contextmanager
+def _owning_what_workers_leave() -> Iterator[None]:
+    """This process's in-process workers name it their owner (``harness.owner``), as its worker processes do."""
+    before = os.environ.get(ENV_OWNER)
+    os.environ.update(owner_environment())
+    ensure_reaper()
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(ENV_OWNER, None)
+        else:
+            os.environ[ENV_OWNER] = before
 
 
 def _host_port(address: str | None) -> tuple[str, int]:

@@ -16,8 +16,9 @@ often carry code with literal braces.
 ``start`` returns once the output shows ``ready_line`` (it polls), and, with
 ``warm_line``, once that shows too (its model client is loaded: load can
 start). Faults the harness injects into the agent (``harness.faults``) reach
-the process through its environment. Output goes to a log file, never to a
-pipe nobody drains; a worker that cannot start (it exits first, or is silent
+the process through its environment, and so does its owner (``harness.owner``:
+this process, with which the worker's browser ends). Output goes to a log file,
+never to a pipe nobody drains; a worker that cannot start (it exits first, or is silent
 for ``start_timeout_s``) raises ``WorkerStartError`` at once: one line naming
 that log's path, then the log's last lines.
 """
@@ -35,8 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.faults import NO_FAULTS, AgentFaults
+from harness.owner import owner_environment
 from testbed import forkserver
-from testbed.processes import spawn, stop
+from testbed.processes import ensure_reaper, spawn, stop
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +126,9 @@ class WorkerProcess:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._log_path = self.log_dir / f"{self.identity}.log"
         argv = self.argv()
-        env = {**os.environ, **(self.env or {}), **self.faults.environment()}
+        # What the worker leaves running on purpose (its browser) ends with this process; the reaper takes containers.
+        env = {**os.environ, **(self.env or {}), **self.faults.environment(), **owner_environment()}
+        ensure_reaper()
         try:
             with open(self._log_path, "wb") as out:
                 self._proc = self._forked(argv, env) if forkserver.can_fork(argv) else None

@@ -9,6 +9,7 @@ process gone within a few seconds. Survivors are killed by pid at teardown so a 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -199,3 +200,160 @@ def test_postgres_admits_only_the_harness(out_dir: Path) -> None:
                                  env={"PATH": os.environ.get("PATH", ""), **env}, cwd="/")
             assert out.returncode != 0, f"nobody connected through {host}: {out.stdout}"
             assert ("password" in out.stderr or "Permission denied" in out.stderr), out.stderr
+
+
+# -- the browser a worker leaves running on purpose ---------------------------------------------------------------
+
+#: the harness: starts one worker process as every harness does (testbed.worker_process), then waits
+_HARNESS = """
+import sys, time
+from pathlib import Path
+from testbed.worker_process import WorkerProcess
+out = Path(sys.argv[1])
+WorkerProcess((sys.executable, "-c", sys.argv[2], sys.argv[1], sys.argv[3]), {}, log_dir=out / "logs").start()
+time.sleep(600)
+"""
+#: the worker: builds the browser environment, prints its record, waits
+_WORKER = """
+import asyncio, json, sys
+from pathlib import Path
+from agent.envs.base import EnvContext
+from agent.envs.registry import get_env, parse_env_config
+from harness.recording import EffectLedger
+out = Path(sys.argv[1])
+ctx = EnvContext(root=out / "envs", ledger=EffectLedger(out / "ledger.sqlite3"))
+env = get_env(parse_env_config(json.loads(sys.argv[2])), ctx, "sigkill")
+record = asyncio.run(env.build())
+print("RECORD " + json.dumps(record.data), flush=True)
+print("READY", flush=True)
+import time; time.sleep(600)
+"""
+
+
+def _browser_survives_its_worker_not_its_harness(out: Path, env: dict) -> tuple[dict, set[psutil.Process]]:
+    """Harness -> worker -> browser: SIGKILL the worker (the browser still answers), then the harness; returns
+    the browser's record and, for a local one, its processes (the caller checks the browser is gone)."""
+    import json
+    import urllib.request
+
+    log = out / "harness.log"
+    with open(log, "wb") as f:
+        harness = subprocess.Popen([sys.executable, "-c", _HARNESS, str(out), _WORKER, json.dumps(env)],
+                                   stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT)
+    worker_log = out / "logs" / "worker-1.log"
+    try:
+        deadline = time.monotonic() + 30.0
+        while "READY" not in (worker_log.read_text() if worker_log.exists() else ""):
+            assert harness.poll() is None, f"the harness exited: {log.read_text()[-2000:]}"
+            assert time.monotonic() < deadline, f"no browser within 30 s: {worker_log.read_text()[-2000:]}"
+            time.sleep(0.2)
+        line = next(x for x in worker_log.read_text().splitlines() if x.startswith("RECORD "))
+        record = json.loads(line.removeprefix("RECORD "))
+        [worker] = [p for p in psutil.Process(harness.pid).children() if " -c " in _cmdline(p)]  # not the reaper
+        worker.kill()  # a zombie until the harness reaps it: dead all the same
+        time.sleep(2.0)  # long enough for a browser tied to its worker to have died
+        with urllib.request.urlopen(record["url"] + "/health", timeout=5) as response:
+            assert json.loads(response.read())["session"] == record["session"], "the browser died with its worker"
+        tree: set[psutil.Process] = set()
+        if "pid" in record:
+            service = psutil.Process(record["pid"])
+            tree = {service, *service.children(recursive=True)}  # the Playwright driver and Chromium
+        harness.kill()
+        harness.wait()
+        return record, tree
+    finally:
+        if harness.poll() is None:
+            harness.kill()
+            harness.wait()
+
+
+def _cmdline(p: psutil.Process) -> str:
+    """Its command line, or "" once it has exited (Chromium's helpers come and go)."""
+    try:
+        return " ".join(p.cmdline())
+    except psutil.Error:
+        return ""
+
+
+def _skip_without_a_browser() -> None:
+    from agent.envs.browser_service import find_chromium
+
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        pytest.skip("Playwright's Python package is not installed")
+    if find_chromium() is None:
+        pytest.skip("no Chromium on PATH (apt-get install chromium)")
+
+
+def _expect_gone(tree: set[psutil.Process], killed: str) -> None:
+    """Every process of the browser's tree gone within GONE_WITHIN_S; survivors are killed by pid either way."""
+    try:
+        gone, left = psutil.wait_procs(tree, timeout=GONE_WITHIN_S)
+        described = [f"{p.pid} {_cmdline(p)[:160]}" for p in left if _alive(p)]
+        assert not described, f"the browser outlived {killed} by {GONE_WITHIN_S:g} s:\n" + "\n".join(described)
+    finally:
+        for p in tree:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+
+
+def test_a_browser_service_outlives_its_worker_but_not_its_harness(out_dir: Path) -> None:
+    _skip_without_a_browser()
+    _, tree = _browser_survives_its_worker_not_its_harness(out_dir, {"name": "browser_local"})
+    _expect_gone(tree, "the SIGKILLed harness")
+
+
+def test_a_browser_container_outlives_its_worker_but_not_its_harness(out_dir: Path) -> None:
+    """The container carries the harness's owner label; the reaper the harness started with its worker removes it."""
+    ok, reason = docker_engine_available()
+    if not ok and _cannot_start(reason):
+        pytest.skip(f"no Docker engine: {_cannot_start(reason)}")
+    image = subprocess.run([sys.executable, "-m", "testbed.images", "build", "browser"], check=True,
+                           capture_output=True, text=True, cwd=ROOT, timeout=300).stdout.split()[-1]  # then cached
+    engine = ensure_engine()
+    try:
+        record, _ = _browser_survives_its_worker_not_its_harness(out_dir, {"name": "browser_docker", "image": image})
+        client = connect(timeout_s=10.0)
+        try:
+            deadline = time.monotonic() + GONE_WITHIN_S
+            while (kept := client.containers.list(all=True, filters={"id": record["container"]})) \
+                    and time.monotonic() < deadline:
+                time.sleep(0.2)
+            for container in kept:  # a failing test leaks nothing
+                container.remove(force=True)
+            assert not kept, f"the browser container outlived the SIGKILLed harness by {GONE_WITHIN_S:g} s"
+        finally:
+            client.close()
+    finally:
+        engine.stop()
+
+
+def test_a_browser_of_an_in_process_worker_ends_with_dah_run(out_dir: Path) -> None:
+    """``dah run`` runs its worker in its own process on its own Temporal: nothing can re-attach once it is gone."""
+    _skip_without_a_browser()
+    import socket
+
+    with socket.socket() as silent:  # a site that never answers: the run waits on the browser until we kill it
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/"
+        with open(out_dir / "harness.log", "wb") as f:
+            harness = subprocess.Popen([sys.executable, "-m", "testbed", "run", "--env", "browser_local", "--model",
+                                        "scripted:browser", "--state-dir", str(out_dir), f"Open {url} and read it."],
+                                       stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT)
+        tree: set[psutil.Process] = set()
+        try:
+            deadline = time.monotonic() + 30.0
+            while not any("chromium" in _cmdline(p) for p in tree):  # the service has started its browser
+                assert harness.poll() is None, f"dah run exited: {(out_dir / 'harness.log').read_text()[-2000:]}"
+                assert time.monotonic() < deadline, "no browser service within 30 s"
+                for p in psutil.Process(harness.pid).children():
+                    if "agent.envs.browser_service" in _cmdline(p):
+                        with contextlib.suppress(psutil.Error):
+                            tree |= {p, *p.children(recursive=True)}
+                time.sleep(0.2)
+        finally:
+            harness.kill()
+            harness.wait()
+            _expect_gone(tree, "the SIGKILLed dah run")

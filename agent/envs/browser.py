@@ -10,9 +10,11 @@ state shown to the model before each of its calls is the current page
 
 The service runs apart from the worker, so after a worker crash the next
 worker re-attaches to the same browser session (``GET /health`` answers with
-the recorded session id). If the service is gone, ``attach`` starts a new one,
-reopens the last page the record knows, and says that it rebuilt it (what was
-typed into forms is lost). The access token lives in a 0600 file in the
+the recorded session id). It does not outlive the harness that owns the
+worker (``DAH_OWNER``, ``harness.owner``): the service watches that process,
+and a container carries its owner label for the harness's reaper. If the
+service is gone, ``attach`` starts a new one, reopens the last page the record
+knows, and says that it rebuilt it (what was typed into forms is lost). The access token lives in a 0600 file in the
 environment's directory, never in the record (which lands in the history).
 """
 
@@ -39,6 +41,7 @@ from agent.envs.base import Env, EnvConfigError, EnvUnavailableError
 from agent.envs.browser_service import ALLOWED_SCHEMES, find_chromium
 from agent.errors import ToolExecutionError, ToolRetryableError, ToolValidationError
 from agent.tools import Tool, ToolContext
+from harness.owner import ENV_OWNER, OWNER_LABEL
 
 CONTAINER_PORT = 9300
 _LAUNCHED: dict[str, subprocess.Popen] = {}  # session id -> the service we started (reaped when it exits)
@@ -248,11 +251,12 @@ class BrowserLocalEnv(_BrowserEnv):
             cmd += ["--start-url", s.start_url]
         # Only what the service needs: no API keys or other secrets of the worker's environment.
         env = {k: v for k, v in os.environ.items()
-               if k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "DISPLAY", "XDG_RUNTIME_DIR", "PYTHONPATH")
+               if k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "DISPLAY", "XDG_RUNTIME_DIR", "PYTHONPATH",
+                        ENV_OWNER)
                or k.startswith("PLAYWRIGHT_")}
         env["DAH_BROWSER_TOKEN"] = token
         with open(log_path, "ab") as log:
-            # Its own session and no parent-death signal: the browser outlives a crashed worker.
+            # Its own session and no parent-death signal: the browser outlives a crashed worker (not its owner).
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True, env=env, cwd=os.getcwd())
         _LAUNCHED[session] = proc
@@ -323,11 +327,14 @@ class BrowserDockerEnv(_BrowserEnv):
                "--max-text-chars", str(s.max_state_chars), "--idle-timeout", str(s.idle_timeout_s)]
         if s.start_url:
             cmd += ["--start-url", s.start_url]
+        labels = {"dah.env": self.env_id, "dah.session": session}
+        if os.environ.get(ENV_OWNER):  # the owner's reaper removes it when the owner exits, however
+            labels[OWNER_LABEL] = os.environ[ENV_OWNER]
         try:
             container = await asyncio.to_thread(
                 client.containers.run, s.image, cmd, detach=True, environment={"DAH_BROWSER_TOKEN": token},
                 ports={f"{CONTAINER_PORT}/tcp": ("127.0.0.1", None)}, shm_size="512m",
-                labels={"dah.env": self.env_id, "dah.session": session}, name=f"dah-browser-{session}"[:60],
+                labels=labels, name=f"dah-browser-{session}"[:60],
             )
             await asyncio.to_thread(container.reload)
             port = container.ports[f"{CONTAINER_PORT}/tcp"][0]["HostPort"]

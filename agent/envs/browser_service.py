@@ -16,7 +16,9 @@ code and API:
 Every request but /health must carry ``Authorization: Bearer <token>``
 (the token comes from ``DAH_BROWSER_TOKEN``, never the command line). The
 service exits by itself after ``--idle-timeout`` seconds without a request,
-so a run that was never cleaned up does not leave a browser behind forever.
+so a run that was never cleaned up does not leave a browser behind forever,
+and at once when the harness named in ``DAH_OWNER`` exits (``harness.owner``:
+a harness's worker outlives nothing of it, even SIGKILLed).
 
     python -m agent.envs.browser_service --port-file F [--executable /usr/bin/chromium] [--host H --port P]
 """
@@ -30,10 +32,13 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
+
+from harness.owner import ENV_OWNER, parse_owner, watch_owner
 
 # Debian's Chromium in a closed network: no sandbox as root, no GPU, no background traffic
 # (without these flags it floods a closed network with refused connections).
@@ -198,8 +203,13 @@ class BrowserSession:
                                         + ", ".join(t["function"]["name"] for t in TOOL_SPECS))
 
 
-def serve(session: BrowserSession, server: HTTPServer, session_id: str, token: str, idle_timeout_s: float) -> None:
+def serve(session: BrowserSession, server: HTTPServer, session_id: str, token: str, idle_timeout_s: float,
+          owner: str | None = None) -> None:
+    """Answer requests until /shutdown, ``idle_timeout_s`` without one, or the exit of ``owner`` (``harness.owner``)."""
     state = {"last": time.monotonic(), "stop": False}
+    owner_gone = threading.Event()
+    if owner:
+        watch_owner(owner, owner_gone.set)
 
     class Handler(BaseHTTPRequestHandler):
         disable_nagle_algorithm = True
@@ -258,6 +268,9 @@ def serve(session: BrowserSession, server: HTTPServer, session_id: str, token: s
     server.timeout = 1.0
     while not state["stop"]:
         server.handle_request()
+        if owner_gone.is_set():
+            print(f"the harness {owner} that owns this browser exited; exiting", flush=True)
+            break
         if time.monotonic() - state["last"] > idle_timeout_s:
             print(f"idle for {idle_timeout_s:g} s; exiting", flush=True)
             break
@@ -279,6 +292,12 @@ def main(argv: list[str] | None = None) -> int:
     token = os.environ.get("DAH_BROWSER_TOKEN", "")
     if not token:
         p.error("DAH_BROWSER_TOKEN is not set: the service refuses to run without an access token")
+    owner = os.environ.get(ENV_OWNER) or None
+    if owner:
+        try:
+            parse_owner(owner)
+        except ValueError as exc:
+            p.error(str(exc))
     executable = args.executable or find_chromium()
     if not executable:
         p.error(f"no Chromium found (looked for {', '.join(CHROMIUM_CANDIDATES)}); install Debian's chromium "
@@ -294,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
             tmp.write_text(str(server.server_address[1]))
             os.replace(tmp, args.port_file)
         print(f"READY {server.server_address[1]}", flush=True)
-        serve(session, server, args.session_id, token, args.idle_timeout)
+        serve(session, server, args.session_id, token, args.idle_timeout, owner)
     finally:
         server.server_close()
         session.close()
