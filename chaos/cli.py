@@ -279,7 +279,7 @@ def _rerun(run_dir: Path, connection: Any = None) -> tuple[Any, Any, int]:
     from chaos.backends import make_backend
     from chaos.scenarios import scenario_from_dict
     from chaos.target import load_target
-    from harness.rundir import RunDir
+    from harness.rundir import RUN_JSON, RunDir, RunDirError
 
     record = RunDir(run_dir).read_run()
     if record.get("kind") != "chaos" or "scenario" not in record:
@@ -288,7 +288,12 @@ def _rerun(run_dir: Path, connection: Any = None) -> tuple[Any, Any, int]:
     target_file = backend.get("target_file")
     target = load_target(Path(target_file)) if target_file else None
     durability = backend.get("name") if backend.get("name") in TWIN_SUFFIXES.values() else "temporal"
-    return (scenario_from_dict(record["scenario"]),
+    try:
+        scenario = scenario_from_dict(record["scenario"])
+    except (TypeError, KeyError, AttributeError, ValueError) as exc:
+        raise RunDirError(Path(run_dir) / RUN_JSON, "a scenario as python -m chaos run records it",
+                          f"{type(exc).__name__}: {exc}"[:120], "scenario") from None
+    return (scenario,
             make_backend(durability, backend.get("workers") or "process", backend.get("image"), target,
                          Path(target_file) if target_file else None, connection),
             int(record.get("seed", 1)))
@@ -319,8 +324,9 @@ def _summary(args: argparse.Namespace) -> int:
         return 2
     merged = ci.merge(args.dirs)
     if not merged.rows:
-        print(f"python -m chaos summary: no chaos runs or suite/soak summaries under {', '.join(map(str, args.dirs))}",
-              file=sys.stderr)
+        for problem in merged.unreadable or [f"no chaos runs or suite/soak summaries under "
+                                             f"{', '.join(map(str, args.dirs))}"]:
+            print(f"python -m chaos summary: {problem}", file=sys.stderr)
         return 2
     rows = merged.rows
     print(ci.table(rows))
@@ -337,11 +343,15 @@ def _summary(args: argparse.Namespace) -> int:
               + ", ".join(f"{r['scenario']} seed {r['seed']} ({r['status']})" for r in unfinished))
     for note in merged.notes:
         print(f"note: {note}")
+    for problem in merged.unreadable:  # each counted above as not passed: never a pass
+        print(f"python -m chaos summary: {problem}", file=sys.stderr)
     ci.write_outputs(rows, args.summary, args.junit, command="summary", status="complete", wall_s=sum(
         float(r.get("wall_s") or 0) for r in rows), suite_name="chaos (merged)", extra={"sources": merged.sources,
                                                                                      "notes": merged.notes})
     print(f"CI files: {args.summary}, {args.junit}")
-    return 0 if not bad and any(ci.passed(r) for r in rows) else 1
+    if all(r["status"] == ci.UNREADABLE for r in rows):
+        return 2  # nothing readable at all
+    return 0 if not bad and not merged.unreadable and any(ci.passed(r) for r in rows) else 1
 
 
 def _connection(args: argparse.Namespace) -> Any:
@@ -519,7 +529,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command's exit status; a malformed run directory is one line naming its file and field, exit 2."""
+    from harness.rundir import RunDirError
+
     argv = sys.argv[1:] if argv is None else argv
+    try:
+        return _main(argv)
+    except RunDirError as exc:
+        command = next((a for a in argv if not a.startswith("-")), "")
+        print(f"python -m chaos {command}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str]) -> int:
     stop_on_sigterm()  # SIGTERM (kill PID, a CI job's timeout) stops a run as Ctrl-C does; it ends terminated
     from agent.env_options import EnvOptionError, check_environment
 

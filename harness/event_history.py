@@ -30,6 +30,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHistory
 
+from harness.rundir import expect, read_json
+
 #: activity close event type -> outcome
 ACTIVITY_CLOSE = {
     EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED: "completed",
@@ -408,7 +410,8 @@ def load_saved(histories_dir: Path) -> dict[str, list[tuple[str, WorkflowHistory
     if not histories_dir.is_dir():
         return out
     for wf_dir in sorted(p for p in histories_dir.iterdir() if p.is_dir()):
-        out[wf_dir.name] = [(f.stem.split("-", 1)[1], WorkflowHistory.from_json(wf_dir.name, f.read_text()))
+        out[wf_dir.name] = [(f.stem.split("-", 1)[1],
+                             WorkflowHistory.from_json(wf_dir.name, expect(read_json(f), "an object", f)))
                             for f in sorted(wf_dir.glob("*.json"))]
     return out
 

@@ -36,7 +36,6 @@ run was checked (a verdict with a summary) and every check passed (``harness.ver
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
@@ -46,7 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from harness import operations as hist
-from harness.rundir import RUN_JSON, VERDICT_JSON, RunDir
+from harness import rundir
+from harness.rundir import RUN_JSON, VERDICT_JSON, RunDir, RunDirError
 from harness.verdict import CheckResult, compose, summarise, worst
 from reports import ops as opsmod
 
@@ -71,6 +71,11 @@ SOAK_PREFIX, SOAK_JSON = "soak-", "soak.json"
 
 class Unusable(Exception):
     """A run directory or file that cannot be used; the message is the reason."""
+
+
+class Malformed(Unusable):
+    """A file that is not what RUN_DIRECTORY.md says (``harness.rundir.RunDirError``: the file, the field, what
+    was expected): its run is skipped, and ``python -m reports`` exits non-zero."""
 
 
 #: the report's bench sections, in report order, and the file stem holding each one's data
@@ -183,6 +188,8 @@ class Sources:
     soaks: list[SoakRun] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: one line per run skipped because a file of it is malformed (``Malformed``)
+    malformed: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -202,6 +209,12 @@ class Sources:
         log.warning(message)
         self.warnings.append(message)
 
+    def skip(self, path: Path, why: Unusable) -> None:
+        """A run not used, and why (a ``Malformed`` one also counted in ``malformed``)."""
+        self.warn(f"skipped {path}: {why}")
+        if isinstance(why, Malformed):
+            self.malformed.append(str(why))
+
 
 def stamp_time(name: str) -> str:
     """A run directory's UTC timestamp name as ISO 8601, or the name itself if it is not one."""
@@ -215,14 +228,16 @@ def stamp_time(name: str) -> str:
     return name
 
 
-def read_json(path: Path) -> Any:
+def read_json(path: Path, allow_nan: bool = False) -> Any:
+    """``harness.rundir.read_json``, its errors as ``Unusable``; ``allow_nan``: benchmark statistics (NaN for
+    an empty sample)."""
     if not path.is_file():
         raise Unusable(f"no {path.name}")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise Unusable(f"{path.name} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    except (OSError, UnicodeDecodeError) as exc:
+        return rundir.read_json(path, allow_nan=allow_nan)
+    except RunDirError as exc:
+        raise Malformed(str(exc)) from None
+    except OSError as exc:
         raise Unusable(f"{path.name} cannot be read ({exc})") from None
 
 
@@ -240,7 +255,10 @@ def _record(path: Path) -> tuple[dict[str, Any], str]:
     data = read_json(run.file(RUN_JSON))
     if not isinstance(data, dict):
         raise Unusable(f"{name} is not an object")
-    return run.read_run(), name
+    try:
+        return run.read_run(), name
+    except RunDirError as exc:
+        raise Malformed(str(exc)) from None
 
 
 def _candidates(parent: Path, marker: str) -> list[Path]:
@@ -361,7 +379,7 @@ def _load_bench(path: Path, named: bool = False) -> BenchRun:
             run.missing.append(stem)
             continue
         try:
-            run.data[stem] = _normalise_bench(stem, read_json(file), str(file), run)
+            run.data[stem] = _normalise_bench(stem, read_json(file, allow_nan=True), str(file), run)
         except Unusable as exc:
             run.warn(f"skipped {file}: {exc}")
             run.missing.append(stem)
@@ -425,13 +443,14 @@ def _load_history(path: Path, where: Path, sources: Sources) -> list[hist.Op]:
     except (ValueError, TypeError):
         # A crash can leave a half-written last line: use every line that parses.
         ops, bad = [], 0
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            if not line.strip():
-                continue
-            try:
-                ops.append(hist.Op(**json.loads(line)))
-            except (ValueError, TypeError):
-                bad += 1
+        with open(path, "rb") as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    ops.append(hist.parse_op(line, f"{path}:{n}"))
+                except ValueError:
+                    bad += 1
     good = [op for op in ops if isinstance(op.time, (int, float)) and math.isfinite(op.time)]
     bad += len(ops) - len(good)
     if bad:
@@ -497,7 +516,7 @@ def _find_chaos(runs_dir: Path, sources: Sources) -> None:
             try:
                 run = _load_chaos(path, scen_dir.name, sources)
             except Unusable as exc:
-                sources.warn(f"skipped {path}: {exc}")
+                sources.skip(path, exc)
                 skipped.append(path)
                 continue
             if skipped:
@@ -520,7 +539,7 @@ def _find_fuzz(runs_dir: Path, sources: Sources) -> None:
             if not isinstance(results, dict) or not isinstance(results.get("families"), dict):
                 raise Unusable("results.json has no 'families' object")
         except Unusable as exc:
-            sources.warn(f"skipped {path}: {exc}")
+            sources.skip(path, exc)
             continue
         families = {str(k): v for k, v in results["families"].items() if isinstance(v, dict)}
         sources.fuzz = FuzzRun(path, results, families)
@@ -541,7 +560,7 @@ def _find_soaks(runs_dir: Path, sources: Sources) -> None:
                     sources.warn(f"partly used {path}: {exc}")
                     record = {}
             except Unusable as exc:
-                sources.warn(f"skipped {path}: {exc}")
+                sources.skip(path, exc)
                 continue
             rows = [r for r in doc["runs"] if isinstance(r, dict) and isinstance(r.get("seed"), int)
                     and isinstance(r.get("verdict"), str)]
@@ -583,6 +602,7 @@ def load(runs_dirs: Path | list[Path], bench_dirs: Path | list[Path] | None = No
                 one.warn(f"skipped the {what} runs under {root}: {exc}")
         sources.warnings += one.warnings
         sources.notes += one.notes
+        sources.malformed += one.malformed
         for r in one.chaos:
             chaos.setdefault(r.scenario, []).append(r)
         for r in one.soaks:

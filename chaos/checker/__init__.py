@@ -19,6 +19,7 @@ from pathlib import Path
 from chaos.checker import (dbos_steps, drain, effects, injection_evidence, lost, replay, restate_journal, stats,
                            temporal_history, workflow_tasks)
 from chaos.checker.run_data import RunData
+from harness.rundir import RunDirError
 from harness.verdict import UNKNOWN, CheckResult
 
 Checker = Callable[[RunData], CheckResult]
@@ -53,6 +54,8 @@ def run_checkers(run_dir: Path, only: list[str] | None = None, target_here: dict
             continue
         try:
             result = checker(data)
+        except RunDirError as exc:  # a malformed file: which one and where says all there is to say
+            result = CheckResult(name, UNKNOWN, f"malformed run directory: {exc}")
         except Exception as exc:  # a crashed checker knows nothing: unknown, never pass
             result = CheckResult(name, UNKNOWN, f"checker crashed: {type(exc).__name__}: {exc}",
                                  {"traceback": traceback.format_exc()[-3000:]})

@@ -18,10 +18,10 @@ other engines' runs (no ``restate_journal.json``); ``unknown`` without an effect
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from chaos.checker.run_data import RunData
+from harness.rundir import expect, read_json
 from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult
 
 JOURNAL_FILE = "restate_journal.json"
@@ -49,7 +49,7 @@ def check(data: RunData) -> CheckResult:
     if not path.exists():
         return CheckResult("restate_journal", NOT_APPLICABLE, f"not applicable: no {JOURNAL_FILE} (not a run on "
                                                               "Restate)")
-    saved = json.loads(path.read_text())
+    saved = expect(read_json(path), "an object", path)
     if saved.get("error"):
         return CheckResult("restate_journal", UNKNOWN, f"the journal could not be read at the end of the run: "
                                                        f"{saved['error']}")

@@ -10,7 +10,6 @@ directory copied elsewhere is re-checked there.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from dataclasses import dataclass
 from functools import cached_property
@@ -20,7 +19,7 @@ from typing import Any
 from harness import operations
 from harness.event_history import RunRecord, load_saved_records
 from harness.recording import MODEL_CALL, workspace_name
-from harness.rundir import RunDir
+from harness.rundir import RunDir, check_conversations, read_json
 
 #: schema-1 runs recorded only the reference agent, whose declaration was implicit
 _V1_TARGET = {"model_activity": "plan_next_action", "ledger": "sandbox/ledger.sqlite3",
@@ -58,7 +57,7 @@ class RunData:
 
     @cached_property
     def conversations(self) -> dict[str, Any]:
-        return json.loads(self.dir.conversations.read_text())
+        return check_conversations(read_json(self.dir.conversations), self.dir.conversations)
 
     @cached_property
     def run(self) -> dict[str, Any]:
