@@ -32,6 +32,10 @@ Guarantees:
   complete; ``latest`` moves only to a run that completed.
 * Schema 1 (before this module: ``journal.json``, ``history.jsonl``,
   ``histories/``, checks inside the journal) is still read.
+* A run directory is data: every JSON file is read by ``parse_json`` (strict
+  UTF-8, nesting bounded before parsing, no NaN or Infinity) and the fields
+  its readers use are type-checked; anything else is a ``RunDirError`` naming
+  the file, the field and what was expected, the one line a command prints.
 
 Standard library only.
 """
@@ -46,7 +50,6 @@ import math
 import operator
 import os
 import platform
-import re
 import shlex
 import signal
 import subprocess
