@@ -31,7 +31,9 @@ from typing import Any
 
 from harness.durable_files import write_atomic
 from harness.printable import printable
-from harness.rundir import LATEST, RUN_JSON, SCHEMA, STOPPED, RunDir, read_json, utc_now, write_json
+from harness.run_files import RefusedPath
+from harness.rundir import (LATEST, RUN_JSON, SCHEMA, STOPPED, RunDir, RunDirError, describe, expect, expect_fields,
+                            read_json, utc_now, write_json)
 from harness.verdict import FAIL, PASS, UNKNOWN, CheckResult, compose, worst
 
 ERROR = "error"
@@ -41,6 +43,8 @@ SUITE_SUMMARY, SUITE_JUNIT = "suite-summary.json", "suite-junit.xml"
 SOAK_SUMMARY, SOAK_JUNIT = "summary.json", "junit.xml"
 #: a planned run that has not ended (yet): never started, or absent from every input of a merge
 NOT_RUN, MISSING = "not_run", "missing"
+#: a run directory whose files are malformed or cannot be read: an error, never a pass
+UNREADABLE = "unreadable"
 #: a planned run its cluster cannot have (a server restart of an external cluster): neither pass nor failure
 SKIPPED = "skipped"
 #: directories a search for runs and summaries need not enter: a run directory's own, and ``latest`` (a
@@ -98,9 +102,12 @@ def run_dir_row(path: Path) -> dict[str, Any] | None:
     try:
         record = run.read_run()
         checked = run.read_verdict()
-    except (OSError, ValueError) as exc:
-        return {**planned_row(path.parent.name, 0, "unreadable"), "run_dir": str(path),
-                "error": f"unreadable run directory: {type(exc).__name__}: {exc}"}
+    except (RunDirError, RefusedPath) as exc:
+        return {**planned_row(path.parent.name, 0, UNREADABLE), "verdict": ERROR, "run_dir": str(path),
+                "error": f"unreadable: {exc}"}
+    except OSError as exc:
+        return {**planned_row(path.parent.name, 0, UNREADABLE), "verdict": ERROR, "run_dir": str(path),
+                "error": f"unreadable: {path}: {exc.strerror or exc}"}
     if not isinstance(record, dict) or record.get("kind", "chaos") != "chaos" or not (record or run.operations.exists()):
         return None
     status = str(record.get("status") or "running")
@@ -134,7 +141,7 @@ def passed(row: dict[str, Any]) -> bool:
 def incomplete(row: dict[str, Any]) -> bool:
     """A run that did not end with a verdict of its own: stopped, never started, not found, still running (a
     skipped one was never meant to run)."""
-    return row.get("status") not in ("complete", "failed", SKIPPED)
+    return row.get("status") not in ("complete", "failed", SKIPPED, UNREADABLE)
 
 
 def skipped(row: dict[str, Any]) -> bool:
@@ -295,6 +302,8 @@ class Merged:
     rows: list[dict[str, Any]]
     notes: list[str]
     sources: list[str]
+    #: one line per malformed run directory or summary (its rows are errors; a summary's are left out)
+    unreadable: list[str]
 
 
 def _walk(root: Path) -> tuple[list[Path], list[Path]]:
@@ -328,6 +337,7 @@ def merge(inputs: Iterable[Path]) -> Merged:
     rows: dict[tuple[str, int], dict[str, Any]] = {}
     notes: list[str] = []
     sources: list[str] = []
+    unreadable: list[str] = []
     splits: dict[tuple[tuple[str, int], ...], dict[str, Any]] = {}  # the items of a split -> shards seen
 
     def take(row: dict[str, Any], where: str) -> None:
@@ -346,8 +356,13 @@ def merge(inputs: Iterable[Path]) -> Merged:
     for root in roots:
         summaries, runs = _walk(root)
         listed: set[Path] = set()
+        unreadable += [row["error"] for p in runs if (row := run_dir_row(p)) and row["status"] == UNREADABLE]
         for s in summaries:
-            doc = read_json(s)
+            try:
+                doc = _summary_doc(s)
+            except (OSError, RunDirError, RefusedPath) as exc:
+                unreadable.append(f"unreadable: {exc}")
+                continue
             sources.append(str(s))
             if doc.get("status") != "complete":
                 notes.append(f"{s}: the {doc.get('command', 'suite')} ended {doc.get('status')}, not complete")
@@ -392,7 +407,34 @@ def merge(inputs: Iterable[Path]) -> Merged:
             notes.append(f"shard {k}/{split['n']}: no summary among the inputs; its runs are missing")
             for item in shard(list(items), k, split["n"]):
                 rows.setdefault(item, planned_row(*item, MISSING))
-    return Merged(sorted(rows.values(), key=key), notes, sources)
+    return Merged(sorted(rows.values(), key=key), notes, sources, unreadable)
+
+
+#: a summary's fields as ``merge`` reads them, and each of its runs' (``planned_row``)
+_SUMMARY_FIELDS = {"status": "a string or null", "command": "a string or null", "runs": "a list or null",
+                   "shard": "a string or null", "all_items": "a list or null"}
+_SUMMARY_RUN_FIELDS = {"scenario": "a string", "seed": "an integer", "run_dir": "a string or null",
+                       "status": "a string or null", "verdict": "a string or null", "checkers": "an object or null",
+                       "non_pass": "a list or null", "wall_s": "a number or null", "reproduce": "a string or null",
+                       "error": "a string or null"}
+
+
+def _summary_doc(path: Path) -> dict[str, Any]:
+    """A suite's or soak's summary JSON as ``merge`` reads it, or ``RunDirError`` naming the field."""
+    doc = expect(read_json(path), "an object", path)
+    expect_fields(doc, _SUMMARY_FIELDS, path)
+    for i, r in enumerate(doc.get("runs") or []):
+        expect_fields(expect(r, "an object", path, f"runs[{i}]"), _SUMMARY_RUN_FIELDS, path, f"runs[{i}].")
+    if doc.get("shard"):
+        try:
+            parse_shard(doc["shard"])
+        except ValueError:
+            raise RunDirError(path, "K/N", describe(doc["shard"]), "shard") from None
+    for i, item in enumerate(doc.get("all_items") or []):
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str) and isinstance(item[1], int)
+                and not isinstance(item[1], bool)):
+            raise RunDirError(path, "[scenario, seed]", describe(item), f"all_items[{i}]")
+    return doc
 
 
 def table(rows: list[dict[str, Any]]) -> str:

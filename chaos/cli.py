@@ -288,7 +288,7 @@ def _rerun(run_dir: Path, connection: Any = None, target_path: Path | None = Non
     from chaos.backends import make_backend
     from chaos.scenarios import scenario_from_dict
     from chaos.target import load_recorded_target, load_target, reference_workflows
-    from harness.rundir import RunDir
+    from harness.rundir import RUN_JSON, RunDir, RunDirError
 
     record = RunDir(run_dir).read_run()
     if record.get("kind") != "chaos" or "scenario" not in record:
@@ -313,7 +313,11 @@ def _rerun(run_dir: Path, connection: Any = None, target_path: Path | None = Non
                              f"image is never run: pass the image you trust with --image NAME ({again} --image NAME)")
         print(f"note: {run_dir} names the image {backend.get('image')!r}; a run directory's image is never run: "
               "using dah-worker built from this checkout (--image NAME for another)", file=sys.stderr)
-    scenario = scenario_from_dict(record["scenario"])
+    try:
+        scenario = scenario_from_dict(record["scenario"])
+    except (TypeError, KeyError, AttributeError, ValueError) as exc:
+        raise RunDirError(Path(run_dir) / RUN_JSON, "a scenario as python -m chaos run records it",
+                          f"{type(exc).__name__}: {exc}"[:120], "scenario") from None
     workflow = scenario.cluster.workflow
     if target is None and workflow is not None and (not isinstance(workflow, str)
                                                       or workflow not in reference_workflows()):
@@ -350,8 +354,9 @@ def _summary(args: argparse.Namespace) -> int:
         return 2
     merged = ci.merge(args.dirs)
     if not merged.rows:
-        print(f"python -m chaos summary: no chaos runs or suite/soak summaries under {', '.join(map(str, args.dirs))}",
-              file=sys.stderr)
+        for problem in merged.unreadable or [f"no chaos runs or suite/soak summaries under "
+                                             f"{', '.join(map(str, args.dirs))}"]:
+            print(f"python -m chaos summary: {problem}", file=sys.stderr)
         return 2
     rows = merged.rows
     print(ci.table(rows))
@@ -368,11 +373,15 @@ def _summary(args: argparse.Namespace) -> int:
                         + ", ".join(f"{r['scenario']} seed {r['seed']} ({r['status']})" for r in unfinished)))
     for note in merged.notes:
         print(printable(f"note: {note}"))
+    for problem in merged.unreadable:  # each counted above as not passed: never a pass
+        print(printable(f"python -m chaos summary: {problem}"), file=sys.stderr)
     ci.write_outputs(rows, args.summary, args.junit, command="summary", status="complete", wall_s=sum(
         float(r.get("wall_s") or 0) for r in rows), suite_name="chaos (merged)", extra={"sources": merged.sources,
                                                                                      "notes": merged.notes})
     print(f"CI files: {args.summary}, {args.junit}")
-    return 0 if not bad and any(ci.passed(r) for r in rows) else 1
+    if all(r["status"] == ci.UNREADABLE for r in rows):
+        return 2  # nothing readable at all
+    return 0 if not bad and not merged.unreadable and any(ci.passed(r) for r in rows) else 1
 
 
 def _connection(args: argparse.Namespace) -> Any:
@@ -557,7 +566,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command's exit status; a malformed run directory, or a file in it that is not read (outside it, a
+    symlink, not a regular file, too large), is one line naming the file and why, exit 2."""
+    from harness.run_files import RefusedPath
+    from harness.rundir import RunDirError
+
     argv = sys.argv[1:] if argv is None else argv
+    try:
+        return _main(argv)
+    except (RunDirError, RefusedPath) as exc:
+        command = next((a for a in argv if not a.startswith("-")), "")
+        print(printable(f"python -m chaos {command}: {exc}"), file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str]) -> int:
     stop_on_sigterm()  # SIGTERM (kill PID, a CI job's timeout) stops a run as Ctrl-C does; it ends terminated
     from agent.env_options import EnvOptionError, check_environment
 

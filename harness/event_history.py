@@ -32,6 +32,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHistory
 
 from harness import run_files
+from harness.rundir import expect, parse_json
 
 #: activity close event type -> outcome
 ACTIVITY_CLOSE = {
@@ -417,10 +418,17 @@ def load_saved(histories_dir: Path) -> dict[str, list[tuple[str, WorkflowHistory
     for wid in sorted(name for name, mode in workflows.items() if stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
         files = run_files.entries(root, f"{histories_dir.name}/{wid}")  # a symlink is refused here
         out[wid] = [(name[:-len(".json")].split("-", 1)[1],
-                     WorkflowHistory.from_json(wid, run_files.read_text(root, f"{histories_dir.name}/{wid}/{name}",
-                                                                        run_files.JSON_LIMIT)))
+                     WorkflowHistory.from_json(wid, _checked_text(root, f"{histories_dir.name}/{wid}/{name}")))
                     for name in sorted(files) if name.endswith(".json")]
     return out
+
+
+def _checked_text(root: Path, rel: str) -> str:
+    """A saved history's text (read by ``harness.run_files``' rules) once ``parse_json`` passed it (the SDK parses
+    it again: faster than the deep copy it makes of a parsed one)."""
+    data = run_files.read_bytes(root, rel, run_files.JSON_LIMIT)
+    expect(parse_json(data, root / rel), "an object", root / rel)
+    return data.decode()
 
 
 def load_saved_records(histories_dir: Path) -> dict[str, list[RunRecord]]:

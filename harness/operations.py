@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import run_files
+from harness.rundir import RunDirError, expect, expect_fields, parse_json
 
 INVOKE, OK, FAIL, INFO = "invoke", "ok", "fail", "info"
 
@@ -91,20 +92,30 @@ class History:
                 self._file.close()
 
 
+#: each field of an operation line, as ``Op`` holds it (RUN_DIRECTORY.md)
+OP_FIELDS = {"index": "an integer", "process": "a string", "type": "a string", "f": "a string",
+             "time": "a number", "wall": "a number", "error": "a string or null", "invoke_index": "an integer or null"}
+
+
 def load(path: Path) -> list[Op]:
-    """The operation log at ``path``, read as a stream by ``harness.run_files``' rules (a regular file, not a
-    symlink, at most ``OPERATIONS_LIMIT`` bytes; else RefusedPath)."""
-    ops = []
-    with run_files.open_text(path.parent, path.name, run_files.OPERATIONS_LIMIT) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{n}: not a JSON line ({exc.msg}); the history is damaged") from None
-            ops.append(Op(**d))
-    return ops
+    """The operation log, read as a stream by ``harness.run_files``' rules (a regular file, not a symlink, at most
+    ``OPERATIONS_LIMIT`` bytes; else RefusedPath); ``RunDirError`` (a ``ValueError``) naming the first damaged line
+    and what is wrong."""
+    with run_files.open_binary(path.parent, path.name, run_files.OPERATIONS_LIMIT) as f:  # line by line
+        return [parse_op(line, f"{path}:{n}") for n, line in enumerate(f, 1) if line.strip()]
+
+
+def parse_op(line: bytes, where: str) -> Op:
+    """One line of the log as an ``Op``, or ``RunDirError`` naming ``where`` (``file:line``)."""
+    d = expect(parse_json(line, where), "an object", where)
+    unknown = [k for k in d if k not in OP_FIELDS and k != "value"]
+    if unknown:
+        raise RunDirError(where, f"only the fields {', '.join([*OP_FIELDS, 'value'])}", repr(unknown[0][:40]))
+    missing = [k for k in ("index", "process", "type", "f") if k not in d]
+    if missing:
+        raise RunDirError(where, "an operation", f"no {missing[0]!r}")
+    expect_fields(d, OP_FIELDS, where)
+    return Op(**d)
 
 
 def pairs(ops: list[Op]) -> list[tuple[Op, Op | None]]:

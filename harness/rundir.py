@@ -34,6 +34,10 @@ Guarantees:
   complete; ``latest`` moves only to a run that completed.
 * Schema 1 (before this module: ``journal.json``, ``history.jsonl``,
   ``histories/``, checks inside the journal) is still read.
+* A run directory is data: every JSON file is read by ``parse_json`` (strict
+  UTF-8, nesting bounded before parsing, no NaN or Infinity) and the fields
+  its readers use are type-checked; anything else is a ``RunDirError`` naming
+  the file, the field and what was expected, the one line a command prints.
 
 Standard library only.
 """
@@ -42,7 +46,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
+import math
+import operator
 import os
 import platform
 import shlex
@@ -131,10 +138,208 @@ def write_json(path: Path, data: Any) -> None:
     write_atomic(path, (json.dumps(data, indent=1, default=str) + "\n").encode())
 
 
-def read_json(path: Path) -> Any:
-    """The JSON document at ``path``: its directory as given, the file itself read by ``harness.run_files``' rules
-    (a regular file, not a symlink, at most ``JSON_LIMIT`` bytes; else RefusedPath)."""
-    return json.loads(run_files.read_text(path.parent, path.name, run_files.JSON_LIMIT))
+def read_json(path: Path, *, allow_nan: bool = False) -> Any:
+    """A run directory's JSON file, parsed by ``parse_json`` (``RunDirError`` naming it if it is malformed)."""
+    return parse_json(read_bytes(path), path, allow_nan=allow_nan)
+
+
+def read_bytes(path: Path) -> bytes:
+    """A run directory's file, whole: the one place its bytes are read, by ``harness.run_files``' rules (its
+    directory as given; the file itself a regular file, not a symlink, at most ``JSON_LIMIT`` bytes; else
+    RefusedPath)."""
+    return run_files.read_bytes(path.parent, path.name, run_files.JSON_LIMIT)
+
+
+# -- malformed input ---------------------------------------------------------------------------------------------
+
+#: how deep a run directory's JSON may nest: far deeper than anything the harness writes, far shallower than the
+#: interpreter's recursion limit (``json.loads`` recurses once per level)
+MAX_JSON_DEPTH = 200
+
+
+class RunDirError(ValueError):
+    """A run directory's file is not what RUN_DIRECTORY.md says. ``str()`` is the one line a command prints:
+    ``runs/x/run.json: field 'target': expected an object, got 5``. ``file`` (with ``:N`` for a line of a
+    ``.jsonl``), ``field`` (a dotted path; None: the file as a whole), ``expected``, ``got``."""
+
+    def __init__(self, file: Path | str, expected: str, got: str, field: str | None = None) -> None:
+        self.file, self.expected, self.got, self.field = str(file), expected, got, field
+        where = f"field {_shorten(field, 80)!r}: " if field else ""
+        super().__init__(f"{self.file}: {where}expected {expected}, got {got}")
+
+
+def _shorten(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def describe(value: Any) -> str:
+    """A JSON value as an error message shows it: short, and with control characters escaped."""
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return json.dumps(value)  # NaN, Infinity, -Infinity
+    if isinstance(value, str):
+        return repr(_shorten(value, 40))
+    return _shorten(repr(value), 40)
+
+
+#: deletes all but brackets and quotes; then each kept byte's step (an opening bracket 2, a closing one 0, a quote
+#: 1: the running sum of the steps minus the count is the depth) and whether it is a quote
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b'[]{}"')
+_STEP = bytes.maketrans(b'[{]}"', b"\x02\x02\x00\x00\x01")
+_QUOTE = bytes.maketrans(b'[{]}"', b"\x00\x00\x00\x00\x01")
+
+
+def json_depth(data: bytes) -> int:
+    """How deep ``data``'s JSON nests (or, when it has too few brackets to pass ``MAX_JSON_DEPTH``, a bound),
+    found without recursing, at C speed and in memory the size of its brackets (a 1 GB line costs seconds)."""
+    opens = data.count(b"[") + data.count(b"{")
+    if opens <= MAX_JSON_DEPTH:
+        return opens
+    if b"\\" in data:  # escaped backslashes and quotes end no string (left to right, as JSON reads them)
+        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    kept = data.translate(None, _NOT_BRACKETS)
+    steps, quotes = kept.translate(_STEP), kept.translate(_QUOTE)
+    in_string = map(operator.and_, itertools.accumulate(quotes), itertools.repeat(1))
+    # a bracket inside a string nests nothing: its step becomes 1
+    nesting = map(operator.sub, steps, map(operator.mul, in_string, map(operator.sub, steps, itertools.repeat(1))))
+    return max(map(operator.sub, itertools.accumulate(nesting), itertools.count(1)), default=0)
+
+
+def parse_json(data: bytes, file: Path | str, *, allow_nan: bool = False) -> Any:
+    """``data`` as JSON, or ``RunDirError`` naming ``file``: strict UTF-8, nested at most ``MAX_JSON_DEPTH``
+    deep (checked before parsing, so a deep file never reaches the recursion limit), and no NaN or Infinity
+    anywhere unless ``allow_nan`` (benchmark statistics of an empty sample are NaN)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RunDirError(file, "UTF-8 text", f"byte 0x{data[exc.start]:02x} at offset {exc.start}") from None
+    depth = json_depth(data)
+    if depth > MAX_JSON_DEPTH:
+        raise RunDirError(file, f"JSON nested at most {MAX_JSON_DEPTH} deep", f"{depth} levels")
+    try:
+        return json.loads(text) if allow_nan else json.loads(text, parse_constant=_refuse, parse_float=_finite)
+    except json.JSONDecodeError as exc:
+        raise RunDirError(file, "JSON", f"a syntax error at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except _NonFinite:
+        _name_non_finite(json.loads(text), file)  # the slow way, only now: which field
+        raise RunDirError(file, "finite numbers", "NaN or Infinity") from None
+    except ValueError as exc:  # an integer longer than int's digit limit
+        raise RunDirError(file, "JSON", _shorten(str(exc), 80)) from None
+
+
+class _NonFinite(Exception):
+    pass
+
+
+def _refuse(constant: str) -> float:
+    raise _NonFinite(constant)
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999
+        raise _NonFinite(text)
+    return value
+
+
+def _name_non_finite(value: Any, file: Path | str) -> None:
+    """``RunDirError`` naming the first field of ``value`` (parsed) that holds NaN or an infinity."""
+    todo: list[tuple[Any, str]] = [(value, "")]
+    while todo:
+        v, field = todo.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            raise RunDirError(file, "a finite number", describe(v), field or None)
+        if isinstance(v, dict):
+            todo += [(x, f"{field}.{k}" if field else str(k)) for k, x in v.items()]
+        elif isinstance(v, list):
+            todo += [(x, f"{field}[{i}]") for i, x in enumerate(v)]
+
+
+_KINDS: dict[str, Callable[[Any], bool]] = {
+    "an object": lambda v: isinstance(v, dict), "a list": lambda v: isinstance(v, list),
+    "a string": lambda v: isinstance(v, str), "true or false": lambda v: isinstance(v, bool),
+    "an integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "a number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "null": lambda v: v is None}
+
+
+def expect(value: Any, kinds: str, file: Path | str, field: str | None = None) -> Any:
+    """``value`` if it is of ``kinds`` (``"an object"``, ``"a string or null"``, ...: ``_KINDS`` joined by
+    " or "), else ``RunDirError`` naming ``file`` and ``field``."""
+    if not any(_KINDS[k](value) for k in kinds.split(" or ")):
+        raise RunDirError(file, kinds, describe(value), field)
+    return value
+
+
+def expect_fields(doc: dict[str, Any], fields: dict[str, str], file: Path | str, prefix: str = "") -> None:
+    """Each of ``fields`` that ``doc`` has is of its kinds (``expect``); absent ones are left to the reader."""
+    for name, kinds in fields.items():
+        if name in doc:
+            expect(doc[name], kinds, file, prefix + name)
+
+
+_STR = "a string or null"
+#: run.json's fields that its readers use, as they use them (RUN_DIRECTORY.md)
+RUN_FIELDS = {"schema": "an integer", "kind": "a string", "name": "a string or null", "status": "a string or null",
+              "error": _STR, "stopped_during": _STR, "started": _STR, "ended": _STR, "wall_s": "a number or null",
+              "seed": "an integer", "seeds": "a list", "reproduce": _STR, "machine": "an object or null",
+              "scenario": "an object or null", "schedule": "a list or null", "backend": "an object or null",
+              "target": "an object or null", "checkers": "a list or null", "phases": "an object or null",
+              "model_server": "an object or null", "supervisor_restarts": "an object or null"}
+TARGET_FIELDS = {"name": _STR, "python": _STR, "worker": "a list or a string or null", "ready_line": _STR,
+                 "warm_line": _STR, "task_queue": _STR, "driver": _STR, "workflow": _STR, "model_activity": _STR,
+                 "ledger": _STR, "workspace": _STR, "checkers": "a list or null", "cwd": _STR,
+                 "env": "an object or null", "source": _STR, "replay_plugins": "a list or null",
+                 "data_converter": _STR, "workflow_runner": _STR}
+BACKEND_FIELDS = {"name": _STR, "not_applicable": "an object or null", "workers": _STR, "image": _STR,
+                  "target_file": _STR}
+SCENARIO_FIELDS = {"name": _STR, "events": "a list or null", "cluster": "an object or null",
+                   "workload": "an object or null", "recovery_within_s": "a number or null"}
+
+
+def check_run_record(record: Any, file: Path | str) -> dict[str, Any]:
+    """``run.json`` as its readers need it (``RUN_FIELDS`` and the target's, backend's and scenario's fields they
+    use), or ``RunDirError``."""
+    expect(record, "an object", file)
+    expect_fields(record, RUN_FIELDS, file)
+    for name, fields in (("target", TARGET_FIELDS), ("backend", BACKEND_FIELDS), ("scenario", SCENARIO_FIELDS)):
+        if isinstance(record.get(name), dict):
+            expect_fields(record[name], fields, file, f"{name}.")
+    for name in ("checkers",):
+        for i, c in enumerate((record.get("target") or {}).get(name) or []):
+            expect(c, "a string", file, f"target.{name}[{i}]")
+    return record
+
+
+def check_conversations(doc: Any, file: Path | str) -> dict[str, Any]:
+    """``conversations.json`` as the checkers read it (RUN_DIRECTORY.md), or ``RunDirError``."""
+    expect(doc, "an object", file)
+    for i, c in enumerate(expect(doc.get("conversations"), "a list", file, "conversations")):
+        where = f"conversations[{i}]"
+        expect(c, "an object", file, where)
+        expect(c.get("workflow_id"), "a string", file, f"{where}.workflow_id")
+        expect_fields(c, {"final_status": _STR, "final_history": "a list or null"}, file, f"{where}.")
+        for j, m in enumerate(c.get("final_history") or []):
+            expect(m, "an object", file, f"{where}.final_history[{j}]")
+            expect(m.get("role"), "a string", file, f"{where}.final_history[{j}].role")
+        for j, planned in enumerate(expect(c.get("planned"), "a list", file, f"{where}.planned")):
+            expect(planned, "an object", file, f"{where}.planned[{j}]")
+            for name in ("text", "expect", "kind"):
+                expect(planned.get(name), "a string", file, f"{where}.planned[{j}].{name}")
+            expect_fields(planned, {"path": _STR, "content": _STR, "match": "a string"}, file, f"{where}.planned[{j}].")
+    return doc
+
+
+def check_verdict_record(doc: Any, file: Path | str) -> dict[str, Any]:
+    """``verdict.json`` as its readers need it, or ``RunDirError`` (a damaged check inside reads as unknown)."""
+    expect(doc, "an object", file)
+    expect_fields(doc, {"verdict": _STR, "checks": "a list or null", "summary": "an object or null",
+                        "checkers_not_run": "a list or null"}, file)
+    return doc
 
 
 @dataclass
@@ -246,7 +451,9 @@ class RunDir:
         if not os.path.lexists(path):
             return {}
         data = read_json(path)
-        if self.schema == 1 and isinstance(data, dict):
+        if self.schema == 1:
+            expect(data, "an object", path)
+            expect(data.get("scenario"), "an object or null", path, "scenario")
             data = {"schema": 1, **data}
             data.setdefault("kind", "bench" if data.get("kind") == "bench" else "chaos")
             if data["kind"] == "chaos":
@@ -260,7 +467,7 @@ class RunDir:
                     na = "reads Temporal event histories; the checkpoint backend has none"
                     data["backend"] = {"name": name, "not_applicable": {c: na for c in ("temporal_history", "replay")}
                                        if name in ("journal", "checkpoint") else {}}
-        return data
+        return check_run_record(data, path)
 
     def read_verdict(self) -> dict[str, Any] | None:
         """``verdict.json`` (schema 1: the checks inside the journal); None if the run was never checked."""
@@ -270,7 +477,7 @@ class RunDir:
                 return None
             return {k: run.get(k) for k in ("verdict", "checks", "checkers_not_run", "summary")}
         path = self.path / VERDICT_JSON
-        return read_json(path) if os.path.lexists(path) else None
+        return check_verdict_record(read_json(path), path) if os.path.lexists(path) else None
 
     @property
     def operations(self) -> Path:

@@ -52,6 +52,7 @@ class BuildResult:
     files: list[Path]  # every file written, under out_dir
     warnings: list[str]
     empty: bool  # no runs of any kind were found
+    malformed: list[str]  # one line per run skipped because a file of it is malformed
 
 
 class Staging:
@@ -561,4 +562,4 @@ def build(runs_dirs: Path | list[Path], out_dir: Path, bench_dirs: Path | list[P
         Builder(sources, staging).build()
         log.info("moving the report into %s", out_dir)
         files = staging.commit()
-    return BuildResult(out_dir, files, list(sources.warnings), sources.empty)
+    return BuildResult(out_dir, files, list(sources.warnings), sources.empty, list(sources.malformed))

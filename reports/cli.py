@@ -10,8 +10,9 @@ Also installed as the command dah-report. Progress and warnings go to stderr; th
 
 Reads only saved files (no Temporal, no network), so a copied ``runs/`` can be
 reported anywhere. Exit status: 0 when the report was written (also when there
-was nothing to report, or some runs were skipped: the report says which), 2
-when a --runs or --bench directory does not exist, 1 when the report could not be written.
+was nothing to report, or some runs were skipped as incomplete: the report says which); 1 when it
+could not be written, or was written without a run whose files are malformed (one warning line each, naming
+the file and the field); 2 when a --runs or --bench directory does not exist, or every run found was malformed.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import time
 from pathlib import Path
 
 from harness.printable import printable
+from harness.rundir import RunDirError
 from reports.build import build
 
 OUTPUTS = """outputs (under --out):
@@ -97,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     try:
         result = build(args.runs, args.out, args.bench)
+    except RunDirError as exc:  # a malformed file no section could skip: one line naming it
+        print(f"reports: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"reports: could not write the report to {args.out}: {exc}", file=sys.stderr)
         return 1
@@ -109,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {f}")
     if result.warnings:
         print(f"{len(result.warnings)} warning(s): see the Warnings section of {result.out_dir / 'report.md'}")
+    if result.malformed:
+        return 2 if result.empty else 1
     if result.empty:
         print(f"reports: no runs found under {' '.join(map(str, args.runs))}; the report says so (run `make bench`, `make chaos` or "
               f"`python -m migration_fuzz` first)")

@@ -36,7 +36,6 @@ run was checked (a verdict with a summary) and every check passed (``harness.ver
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
@@ -46,9 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from harness import operations as hist
-from harness import run_files
-from harness.rundir import RUN_JSON, VERDICT_JSON, RunDir
-from harness.rundir import read_json as rundir_read_json
+from harness import run_files, rundir
+from harness.rundir import RUN_JSON, VERDICT_JSON, RunDir, RunDirError
 from harness.run_files import RefusedPath
 from harness.verdict import CheckResult, compose, summarise, worst
 from reports import ops as opsmod
@@ -74,6 +72,11 @@ SOAK_PREFIX, SOAK_JSON = "soak-", "soak.json"
 
 class Unusable(Exception):
     """A run directory or file that cannot be used; the message is the reason."""
+
+
+class Malformed(Unusable):
+    """A file that is not what RUN_DIRECTORY.md says (``harness.rundir.RunDirError``: the file, the field, what
+    was expected): its run is skipped, and ``python -m reports`` exits non-zero."""
 
 
 #: the report's bench sections, in report order, and the file stem holding each one's data
@@ -186,6 +189,8 @@ class Sources:
     soaks: list[SoakRun] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: one line per run skipped because a file of it is malformed (``Malformed``)
+    malformed: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -205,6 +210,12 @@ class Sources:
         log.warning(message)
         self.warnings.append(message)
 
+    def skip(self, path: Path, why: Unusable) -> None:
+        """A run not used, and why (a ``Malformed`` one also counted in ``malformed``)."""
+        self.warn(f"skipped {path}: {why}")
+        if isinstance(why, Malformed):
+            self.malformed.append(str(why))
+
 
 def stamp_time(name: str) -> str:
     """A run directory's UTC timestamp name as ISO 8601, or the name itself if it is not one."""
@@ -218,17 +229,19 @@ def stamp_time(name: str) -> str:
     return name
 
 
-def read_json(path: Path) -> Any:
-    """The JSON file at ``path`` (``harness.rundir.read_json``: no symlink, bounded); Unusable saying why not."""
+def read_json(path: Path, allow_nan: bool = False) -> Any:
+    """``harness.rundir.read_json`` (no symlink, bounded, validated), its errors as ``Unusable`` (``Malformed``
+    for a file that is not what RUN_DIRECTORY.md says); ``allow_nan``: benchmark statistics (NaN for an empty
+    sample)."""
     try:
-        return rundir_read_json(path)
+        return rundir.read_json(path, allow_nan=allow_nan)
     except FileNotFoundError:
         raise Unusable(f"no {path.name}") from None
     except RefusedPath as exc:
         raise Unusable(str(exc)) from None
-    except json.JSONDecodeError as exc:
-        raise Unusable(f"{path.name} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except RunDirError as exc:
+        raise Malformed(str(exc)) from None
+    except OSError as exc:
         raise Unusable(f"{path.name} cannot be read ({exc})") from None
 
 
@@ -251,7 +264,10 @@ def _record(path: Path) -> tuple[dict[str, Any], str]:
     data = read_json(run.file(RUN_JSON))
     if not isinstance(data, dict):
         raise Unusable(f"{name} is not an object")
-    return run.read_run(), name
+    try:
+        return run.read_run(), name
+    except RunDirError as exc:
+        raise Malformed(str(exc)) from None
 
 
 def _candidates(parent: Path, marker: str) -> list[Path]:
@@ -373,7 +389,7 @@ def _load_bench(path: Path, named: bool = False) -> BenchRun:
             run.missing.append(stem)
             continue
         try:
-            run.data[stem] = _normalise_bench(stem, read_json(file), str(file), run)
+            run.data[stem] = _normalise_bench(stem, read_json(file, allow_nan=True), str(file), run)
         except Unusable as exc:
             run.warn(f"skipped {file}: {exc}")
             run.missing.append(stem)
@@ -439,13 +455,13 @@ def _load_history(path: Path, where: Path, sources: Sources) -> list[hist.Op]:
     except (ValueError, TypeError):
         # A crash can leave a half-written last line: use every line that parses.
         ops, bad = [], 0
-        with run_files.open_text(path.parent, path.name, run_files.OPERATIONS_LIMIT, errors="replace") as lines:
-            for line in lines:
+        with run_files.open_binary(path.parent, path.name, run_files.OPERATIONS_LIMIT) as f:
+            for n, line in enumerate(f, 1):
                 if not line.strip():
                     continue
                 try:
-                    ops.append(hist.Op(**json.loads(line)))
-                except (ValueError, TypeError):
+                    ops.append(hist.parse_op(line, f"{path}:{n}"))
+                except ValueError:
                     bad += 1
     good = [op for op in ops if isinstance(op.time, (int, float)) and math.isfinite(op.time)]
     bad += len(ops) - len(good)
@@ -512,7 +528,7 @@ def _find_chaos(runs_dir: Path, sources: Sources) -> None:
             try:
                 run = _load_chaos(path, scen_dir.name, sources)
             except Unusable as exc:
-                sources.warn(f"skipped {path}: {exc}")
+                sources.skip(path, exc)
                 skipped.append(path)
                 continue
             if skipped:
@@ -535,7 +551,7 @@ def _find_fuzz(runs_dir: Path, sources: Sources) -> None:
             if not isinstance(results, dict) or not isinstance(results.get("families"), dict):
                 raise Unusable("results.json has no 'families' object")
         except Unusable as exc:
-            sources.warn(f"skipped {path}: {exc}")
+            sources.skip(path, exc)
             continue
         families = {str(k): v for k, v in results["families"].items() if isinstance(v, dict)}
         sources.fuzz = FuzzRun(path, results, families)
@@ -556,7 +572,7 @@ def _find_soaks(runs_dir: Path, sources: Sources) -> None:
                     sources.warn(f"partly used {path}: {exc}")
                     record = {}
             except Unusable as exc:
-                sources.warn(f"skipped {path}: {exc}")
+                sources.skip(path, exc)
                 continue
             rows = [r for r in doc["runs"] if isinstance(r, dict) and isinstance(r.get("seed"), int)
                     and isinstance(r.get("verdict"), str)]
@@ -598,6 +614,7 @@ def load(runs_dirs: Path | list[Path], bench_dirs: Path | list[Path] | None = No
                 one.warn(f"skipped the {what} runs under {root}: {exc}")
         sources.warnings += one.warnings
         sources.notes += one.notes
+        sources.malformed += one.malformed
         for r in one.chaos:
             chaos.setdefault(r.scenario, []).append(r)
         for r in one.soaks:

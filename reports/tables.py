@@ -129,6 +129,8 @@ def cell(value: Any, fmt: str | None) -> str:
     if _missing(value):
         return DASH
     if fmt and isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        if not math.isfinite(float(value)):  # Infinity read from a run's files has no integer form
+            return str(float(value))
         if fmt == "d":
             return f"{int(round(float(value))):d}"
         return format(value, fmt)

@@ -271,7 +271,8 @@ def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("reports")
     info = make_runs(root)
     out = root / "out"
-    assert cli.main(["--runs", str(info["runs"]), "--out", str(out)]) == 0
+    # Written, without the run whose run.json is truncated: exit 1, that run named (exit 2: nothing usable).
+    assert cli.main(["--runs", str(info["runs"]), "--out", str(out)]) == 1
     return {**info, "out": out, "md": (out / "report.md").read_text()}
 
 
@@ -382,7 +383,7 @@ def test_table1_verdicts(built):
 
 def test_damaged_and_unused_runs_are_reported(built):
     md = built["md"]
-    assert f"skipped {built['damaged']}: run.json is not valid JSON" in md
+    assert f"skipped {built['damaged']}: {built['damaged'] / 'run.json'}: expected JSON, got a syntax error" in md
     # The older bench run is listed as not used: every section it has comes from the newer one.
     older = built["runs"] / "bench" / "20250101T000000000000Z"
     assert f"`{older}` (status **complete**, started 2026-11-22T10:00:00Z): every section it has (table2, tuning, " \
@@ -415,7 +416,7 @@ def test_interrupted_bench_renders_what_exists(tmp_path):
     assert cli.main(["--runs", str(runs), "--out", str(out), "--bench", str(bench)]) == 0
     md = (out / "report.md").read_text()
     assert (out / "table2.csv").is_file() and not (out / "breakdown.csv").exists()
-    assert f"skipped {bench / 'breakdown.json'}: breakdown.json is not valid JSON" in md
+    assert f"skipped {bench / 'breakdown.json'}: {bench / 'breakdown.json'}: expected JSON, got a syntax error" in md
     # Named on the command line: used although interrupted, and said so beside its sections and in the warnings.
     assert "status **interrupted** (not a complete run: named on the command line)" in md.split("## Table 2")[1]
     assert f"using {bench} although its status is interrupted" in md

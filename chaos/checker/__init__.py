@@ -20,6 +20,7 @@ from chaos.checker import (dbos_steps, drain, effects, injection_evidence, lost,
                            temporal_history, workflow_tasks)
 from chaos.checker.run_data import ReplayTarget, RunData
 from harness.run_files import RefusedPath
+from harness.rundir import RunDirError
 from harness.verdict import UNKNOWN, CheckResult
 
 Checker = Callable[[RunData], CheckResult]
@@ -57,6 +58,8 @@ def run_checkers(run_dir: Path, only: list[str] | None = None,
             result = checker(data)
         except RefusedPath as exc:  # a file the run names that is not read (outside, a symlink, too large)
             result = CheckResult(name, UNKNOWN, str(exc))
+        except RunDirError as exc:  # a malformed file: which one and where says all there is to say
+            result = CheckResult(name, UNKNOWN, f"malformed run directory: {exc}")
         except Exception as exc:  # a crashed checker knows nothing: unknown, never pass
             result = CheckResult(name, UNKNOWN, f"checker crashed: {type(exc).__name__}: {exc}",
                                  {"traceback": traceback.format_exc()[-3000:]})

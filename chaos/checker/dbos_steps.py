@@ -25,7 +25,7 @@ import os
 from typing import Any
 
 from chaos.checker.run_data import RunData
-from harness.rundir import read_json
+from harness.rundir import expect, read_json
 from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult
 
 STEPS_FILE = "dbos_steps.json"
@@ -43,7 +43,7 @@ def check(data: RunData) -> CheckResult:
     path = data.run_dir / STEPS_FILE
     if not os.path.lexists(path):
         return CheckResult("dbos_steps", NOT_APPLICABLE, f"not applicable: no {STEPS_FILE} (not a run on DBOS)")
-    saved = read_json(path)
+    saved = expect(read_json(path), "an object", path)
     executions = [e for e in data.ledger_rows("executions") if e["run_id"] == saved.get("engine_run_id", "dbos")]
     if not data.ledger_rows("executions"):
         return CheckResult("dbos_steps", UNKNOWN, "no effect ledger: nothing says which steps ran")

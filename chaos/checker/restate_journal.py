@@ -22,7 +22,7 @@ import os
 from typing import Any
 
 from chaos.checker.run_data import RunData
-from harness.rundir import read_json
+from harness.rundir import expect, read_json
 from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult
 
 JOURNAL_FILE = "restate_journal.json"
@@ -50,7 +50,7 @@ def check(data: RunData) -> CheckResult:
     if not os.path.lexists(path):
         return CheckResult("restate_journal", NOT_APPLICABLE, f"not applicable: no {JOURNAL_FILE} (not a run on "
                                                               "Restate)")
-    saved = read_json(path)
+    saved = expect(read_json(path), "an object", path)
     if saved.get("error"):
         return CheckResult("restate_journal", UNKNOWN, f"the journal could not be read at the end of the run: "
                                                        f"{saved['error']}")

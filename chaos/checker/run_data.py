@@ -25,7 +25,7 @@ from typing import Any
 from harness import operations, run_files
 from harness.event_history import RunRecord, load_saved_records
 from harness.recording import MODEL_CALL, workspace_name
-from harness.rundir import STATE, RunDir, read_json
+from harness.rundir import STATE, RunDir, check_conversations, read_json
 
 #: schema-1 runs recorded only the reference agent, whose declaration was implicit
 _V1_TARGET = {"model_activity": "plan_next_action", "ledger": "sandbox/ledger.sqlite3",
@@ -78,7 +78,7 @@ class RunData:
 
     @cached_property
     def conversations(self) -> dict[str, Any]:
-        return read_json(self.dir.conversations)
+        return check_conversations(read_json(self.dir.conversations), self.dir.conversations)
 
     @cached_property
     def run(self) -> dict[str, Any]:
