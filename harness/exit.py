@@ -9,12 +9,28 @@ workers), flush, and exit here instead.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import sys
+from collections.abc import Callable
+
+_BEFORE_EXIT: list[Callable[[], None]] = []
+
+
+def before_exit(fn: Callable[[], None]) -> None:
+    """Run ``fn`` when the process ends, by ``exit_now`` (which skips ``atexit``) or normally; it may run twice
+    (make it idempotent)."""
+    _BEFORE_EXIT.append(fn)
+    atexit.register(fn)
 
 
 def exit_now(code: int) -> None:
+    for fn in reversed(_BEFORE_EXIT):
+        try:
+            fn()
+        except Exception:  # noqa: BLE001 - the exit goes on; say what failed
+            logging.getLogger(__name__).exception("before-exit %r failed", fn)
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:

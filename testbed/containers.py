@@ -608,6 +608,9 @@ class ContainerWorker:
 
 def remove_owned(owner: str) -> None:
     """Force-remove the containers labelled as started by ``owner`` (a dead harness's), on the engine that answers."""
+    host = docker_host()
+    if host.startswith("unix://") and not os.path.exists(host[len("unix://"):]):
+        return  # no engine here: nothing of ours can run on it (and no connection attempt to wait out)
     try:
         client = connect(timeout_s=10.0)
     except Exception:  # noqa: BLE001 - no engine: nothing of ours runs on it

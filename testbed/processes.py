@@ -14,6 +14,7 @@ and sets it again: ``testbed.postgres``), and dockerd and the containers
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import ctypes
 import functools
 import logging
@@ -26,6 +27,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 
+from harness.exit import before_exit
 from harness.owner import owner_value
 
 log = logging.getLogger(__name__)
@@ -103,6 +105,19 @@ def ensure_reaper() -> None:
         # No parent-death signal: the reaper must outlive us; our end of its stdin closing is its signal.
         _reaper = spawn(python_module_command("testbed.containers", "reap", owner_value()), pdeathsig=0,
                         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        before_exit(functools.partial(_reap_now, _reaper))
+
+
+def _reap_now(reaper: subprocess.Popen, wait_s: float = 15.0) -> None:
+    """On a normal exit the reaper's work is done before we are: nothing we started outlives us (a SIGKILL leaves
+    it to finish alone)."""
+    with contextlib.suppress(OSError):
+        reaper.stdin.close()  # type: ignore[union-attr]
+    try:
+        reaper.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        log.warning("the container reaper (pid %s) is still removing containers after %.0f s; leaving it to finish",
+                    reaper.pid, wait_s)
 
 
 def stop(proc: subprocess.Popen, *, grace_s: float = 10.0) -> int | None:
