@@ -27,6 +27,7 @@ from chaos.scenarios import SCENARIOS, ClusterSpec, scenario_from_dict
 from chaos.target import Target
 from harness.faults import ENV_BUGS, ENV_CRASH_AT, ENV_MUTATIONS, AgentFaults
 from harness.operations import History
+from harness.owner import ENV_OWNER, owner_value
 from harness.recording import ENV_LEDGER, EffectLedger, ExecutionIdentity
 from harness.rundir import RunDir
 from harness.verdict import PASS, UNKNOWN
@@ -294,7 +295,7 @@ def test_a_targets_workers_get_the_faults_and_the_ledger_through_their_environme
     finally:
         worker.kill()
     assert env == {ENV_CRASH_AT: "after_effect", ENV_BUGS: "calculator", ENV_MUTATIONS: "unkeyed_effects",
-                   ENV_LEDGER: str(rd.state / "ledger.sqlite3")}
+                   ENV_LEDGER: str(rd.state / "ledger.sqlite3"), ENV_OWNER: owner_value()}
     assert AgentFaults.from_environment(env) == ClusterSpec(crash_at=("after_effect",), bugs=("calculator",),
                                                             mutations=("unkeyed_effects",)).faults
 
