@@ -448,6 +448,7 @@ def runtime_image(client: Any, rootfs: Rootfs | None = None) -> str:
     rootfs = rootfs or runtime_rootfs()
     tag = f"dah-runtime:{rootfs.digest()}"
     if _exists(client, tag):
+        _tag_latest(client, tag)  # another checkout on this engine may have moved :latest to its own sources
         return tag
     start = time.monotonic()
     _progress(f"building image {tag} from this machine's files ({len(rootfs.files)} files, "
@@ -472,6 +473,7 @@ def _build(client: Any, repo: str, dockerfile: str, runtime: str, parts: dict[st
     text = (DOCKERFILES / dockerfile).read_bytes()
     tag = f"{repo}:" + Rootfs({"Dockerfile": text}).digest(runtime, *(f"{n}={p.digest()}" for n, p in parts.items()))
     if _exists(client, tag):
+        _tag_latest(client, tag)  # another checkout on this engine may have moved :latest to its own sources
         return tag
     start = time.monotonic()
     _progress(f"building image {tag} (docker/{dockerfile} on {runtime}) ...")
