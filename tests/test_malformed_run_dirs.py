@@ -121,7 +121,11 @@ def _run(args: list[str], cwd: Path, *, audit: Path | None = None) -> dict[str, 
     import tempfile
     import threading
 
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "MPLCONFIGDIR": str(cwd / "mpl"), "PYTHONPATH": str(ROOT)}
+    # The harness's own temporary files (the replayer's private PYTHONPATH dir, tempfile's probe) go under cwd/tmp:
+    # written because the harness needs them, not because run data names them
+    (cwd / "tmp").mkdir(exist_ok=True)
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "MPLCONFIGDIR": str(cwd / "mpl"), "PYTHONPATH": str(ROOT),
+           "TMPDIR": str(cwd / "tmp")}
     command = [sys.executable, "-c", AUDITED, str(audit), *args] if audit else [sys.executable, "-m", *args]
     start = time.monotonic()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
@@ -151,7 +155,9 @@ def hook(event, args):
     if event not in EVENTS or not args:
         return
     two = event in ("os.rename", "os.replace", "os.symlink", "shutil.copyfile")  # (source, destination, ...)
-    paths = [a for a in args[:2 if two else 1] if isinstance(a, (str, bytes, os.PathLike))]
+    # a symlink's first argument is what the new link will point to, not a file touched
+    paths = [a for a in (args[1:2] if event == "os.symlink" else args[:2 if two else 1])
+             if isinstance(a, (str, bytes, os.PathLike))]
     mode = args[1] if event == "open" and len(args) > 1 and isinstance(args[1], str) else ""
     flags = args[2] if event == "open" and len(args) > 2 and isinstance(args[2], int) else 0
     write = event not in ("open", "harness.run_files.open", "os.listdir", "os.scandir", "sqlite3.connect") or any(
@@ -161,7 +167,13 @@ def hook(event, args):
         if p in (":memory:", ""):
             continue
         # a relative path may be relative to a directory descriptor (shutil.rmtree's walk), not to the cwd
-        path = os.path.realpath(p) if os.path.isabs(p) else p
+        # a name renamed onto, removed or made is that name, not where a link there points (an open follows it)
+        if not os.path.isabs(p):
+            path = p
+        elif event == "open" or event == "harness.run_files.open" or not write:
+            path = os.path.realpath(p)
+        else:
+            path = os.path.join(os.path.realpath(os.path.dirname(p)), os.path.basename(p))
         os.write(log, (json.dumps({"event": event, "path": path, "write": write}) + "\n").encode())
 sys.addaudithook(hook)
 module = sys.argv[2]
@@ -321,7 +333,7 @@ MUTATIONS = st.one_of(
     st.tuples(st.just("remove"), st.sampled_from(FILES), st.just(0.0), st.just(b"")),
     st.tuples(st.just("grow"), st.sampled_from(FILES), st.just(0.0), st.sampled_from([10_000, 100_000])),
 )
-#: mutations that point outside the run directory: symlinks, and paths in run data (case 3: needs i28-io)
+#: mutations that point outside the run directory: symlinks, and paths in run data (case 3)
 ESCAPES = st.tuples(st.sampled_from(["symlink", "path"]), st.sampled_from(
     (*FILES, "logs/w1-1.log", "workspace")), st.floats(0, 1, exclude_max=True), st.just(b""))
 _HOLE = "\x00hole\x00"
@@ -366,6 +378,8 @@ def _mutate(run_dir: Path, soak_dir: Path, outside: Path, mutation: tuple) -> No
         file.symlink_to(target)
         return
     if kind == "path":  # a path in the run's data naming the secret: ../ out of the workspace, or absolute
+        if (run_dir / "conversations.json").is_symlink():
+            return  # an earlier mutation already points it outside (writing through it would change a sentinel)
         doc = json.loads((run_dir / "conversations.json").read_text())
         planned = doc["conversations"][0]["planned"][0]
         planned["path"] = "../../../../../../outside/secret.txt" if where < 0.5 else str(outside / "secret.txt")
@@ -381,7 +395,7 @@ def _mutate(run_dir: Path, soak_dir: Path, outside: Path, mutation: tuple) -> No
         file.write_bytes(data[:at] + payload + data[at:])
     elif kind == "grow":  # many lines of the log (or one file padded by that many spaces)
         if file.suffix == ".jsonl":
-            file.write_bytes(data + data.splitlines(keepends=True)[-1] * payload)
+            file.write_bytes(data + (data.splitlines(keepends=True) or [b"\n"])[-1] * payload)
         else:
             file.write_bytes(data.rstrip() + b" " * payload * 100)
     elif file.suffix == ".jsonl":
@@ -434,9 +448,9 @@ def _property(pristine: Path, base: Path, mutations: list[tuple], figures: dict[
 
     with ThreadPoolExecutor(len(commands)) as pool:  # at once: each mostly waits on its imports
         results = dict(zip(commands, pool.map(lambda c: commands[c](), commands)))
-    reads_ok = [str(ex / "runs"), str(ex / "out"), str(ex / "mpl"), *_allowed_roots()]
+    reads_ok = [str(ex / "runs"), str(ex / "out"), str(ex / "mpl"), str(ex / "tmp"), *_allowed_roots()]
     listed_ok = {str(ex), "."}  # the working directory, as the import system lists it
-    writes_ok = [str(ex / "runs"), str(ex / "out"), str(ex / "mpl"), "/dev/null"]
+    writes_ok = [str(ex / "runs"), str(ex / "out"), str(ex / "mpl"), str(ex / "tmp"), "/dev/null"]
     touched = []
     for name, r in results.items():
         said = f"{name} after {mutations}: exit {r['code']}\n{r['err'][-2000:]}"

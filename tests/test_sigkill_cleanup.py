@@ -132,6 +132,8 @@ def _sigkill_mid_run(durability: str, out: Path, *extra: str, docker: bool = Fal
         assert not left, (f"{len(left)} of the run's {len(seen)} processes outlived the SIGKILLed harness by "
                           f"{GONE_WITHIN_S:g} s:\n" + "\n".join(described))
         assert not kept, f"containers {kept} of the SIGKILLed harness still exist after {GONE_WITHIN_S:g} s"
+        print(f"\nSIGKILLed the harness with {len(seen)} of the run's processes and {len(containers)} container(s) "
+              f"alive; left after {GONE_WITHIN_S:g} s: {len(left)} process(es), {len(kept)} container(s)")
     finally:
         if harness.poll() is None:
             harness.kill()
