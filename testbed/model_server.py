@@ -60,6 +60,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterator
 
 from harness.faults import FAULT_FORMS, FaultRule, strip_provider
+from testbed import model_wire
 
 __all__ = [
     "Responder",
@@ -476,7 +477,9 @@ class _Handler(BaseHTTPRequestHandler):
             if body is None:
                 return
             if path in ("/v1/chat/completions", "/chat/completions"):
-                self._chat(body)
+                self._model_call(body, "chat")
+            elif path in ("/v1/responses", "/responses"):
+                self._model_call(body, "responses")
             elif path == "/admin/faults":
                 if self._admin_allowed():
                     self._admin_set_faults(body)
@@ -542,8 +545,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.owner.set_latency(latency, seed=seed)
         self._send_json(200, {"ok": True, "latency": latency.to_spec(), "describe": latency.describe()})
 
-    # -- chat completions
-    def _chat(self, raw: bytes) -> None:
+    # -- model calls: chat completions and the Responses API, whole or streamed
+    def _model_call(self, raw: bytes, api: str) -> None:
+        """Answer one model request of ``api`` ("chat" or "responses"): its fault if a rule matches, else the
+        responder's message, whole or as a stream (``"stream": true``)."""
         owner = self.server.owner
         run_key = owner._run_key(self.headers.get(RUN_HEADER))
         try:
@@ -554,13 +559,21 @@ class _Handler(BaseHTTPRequestHandler):
             owner._count_request(None, run_key)
             self._send_error(400, f"invalid JSON body: {exc}")
             return
+        try:
+            chat = model_wire.responses_to_chat(body) if api == "responses" else body
+        except ValueError as exc:
+            owner._count_request(None, run_key)
+            self._send_error(400, f"invalid Responses request: {exc}")
+            return
+        stream = body.get("stream") is True
         model = body.get("model")
         scenario = strip_provider(model) if isinstance(model, str) and model else DEFAULT_MODEL_NAME
         owner._count_request(scenario, run_key)
 
         rule = owner._match_fault(scenario, run_key)
         if rule is not None:
-            logger.debug("fault %s for scenario=%s run=%s", rule.describe(), scenario, run_key)
+            logger.debug("fault %s for scenario=%s run=%s (%s%s)", rule.describe(), scenario, run_key, api,
+                         ", streamed" if stream else "")
             if rule.mode == "hang":
                 owner._wait_stop(rule.hang_s)  # hold the connection, answer nothing
                 self.close_connection = True
@@ -574,16 +587,17 @@ class _Handler(BaseHTTPRequestHandler):
             owner._sleep_latency()
             if rule.mode == "status":
                 self._send_status_fault(rule.status)
-            elif rule.mode == "malformed_json":
-                good = json.dumps(self._completion(body, scenario, {"role": "assistant", "content": "ok"}))
-                self._send_raw(200, good[: max(1, len(good) // 2)].encode("utf-8"))
-            else:  # malformed_output
-                self._send_json(200, self._completion(body, scenario, self._malformed_message(body)))
-            return
-
-        owner._sleep_latency()
+                return
+            if rule.mode == "malformed_json":
+                self._send_malformed_json(api, body, chat, scenario, stream)
+                return
+            if rule.mode == "malformed_output":
+                self._send_answer(api, body, chat, scenario, self._malformed_message(chat), stream)
+                return
+        else:
+            owner._sleep_latency()
         try:
-            message = owner.responder(body)
+            message = owner.responder(chat)
         except ValueError as exc:
             owner._count_outcome(ok=False)
             self._send_error(400, f"responder rejected the request: {exc}")
@@ -602,7 +616,73 @@ class _Handler(BaseHTTPRequestHandler):
         if "content" not in message:
             message["content"] = None
         owner._count_outcome(ok=True)
-        self._send_json(200, self._completion(body, scenario, message))
+        self._send_answer(api, body, chat, scenario, message, stream,
+                          cut=rule is not None and rule.mode == "stream_cut")
+
+    def _send_answer(self, api: str, body: dict, chat: dict, scenario: str, message: dict, stream: bool,
+                     *, cut: bool = False) -> None:
+        """``message`` in ``api``'s shape; ``cut``: stop halfway and close (the ``stream_cut`` fault)."""
+        owner = self.server.owner
+        if api == "responses":
+            response_id = f"resp_{owner._next_id()}"
+            if stream:
+                self._send_stream([f"event: {name}\ndata: {json.dumps(event)}\n\n"
+                                   for name, event in model_wire.response_events(body, response_id, message)], cut)
+                return
+            payload = model_wire.response_object(body, response_id, message)
+        else:
+            completion_id = f"chatcmpl-{owner._next_id()}"
+            if stream:
+                chunks = model_wire.chat_chunks(chat, completion_id, scenario, message)
+                self._send_stream([f"data: {json.dumps(c)}\n\n" for c in chunks] + ["data: [DONE]\n\n"], cut)
+                return
+            payload = model_wire.chat_completion(chat, completion_id, scenario, message)
+        if not cut:
+            self._send_json(200, payload)
+            return
+        whole = json.dumps(payload).encode("utf-8")
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(whole)))  # promises the whole body, sends half of it
+        self.end_headers()
+        self.wfile.write(whole[: len(whole) // 2])
+        self.wfile.flush()
+        self.close_connection = True
+
+    def _send_stream(self, frames: list[str], cut: bool = False) -> None:
+        """Server-sent events, one HTTP chunk per event. ``cut``: only the first half of the events (never the
+        last), then the connection closes without the chunked body's end, as a connection lost mid-stream."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        if cut:
+            frames = frames[: max(1, min(len(frames) - 1, len(frames) // 2))]
+        for frame in frames:
+            data = frame.encode("utf-8")
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+        if cut:
+            self.close_connection = True
+            return
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def _send_malformed_json(self, api: str, body: dict, chat: dict, scenario: str, stream: bool) -> None:
+        """200 with a truncated JSON document: the whole body, or a streamed answer's first event."""
+        ok = {"role": "assistant", "content": "ok"}
+        if api == "responses":
+            good = json.dumps(model_wire.response_object(body, "resp_malformed", ok))
+            frame = "event: response.created\ndata: {}\n\n"
+        else:
+            good = json.dumps(model_wire.chat_completion(chat, "chatcmpl-malformed", scenario, ok))
+            frame = "data: {}\n\n"
+        half = good[: max(1, len(good) // 2)]
+        if stream:
+            self._send_stream([frame.format(half)] + (["data: [DONE]\n\n"] if api == "chat" else []))
+        else:
+            self._send_raw(200, half.encode("utf-8"))
 
     def _send_status_fault(self, status: int) -> None:
         message, type_, code = _STATUS_ERRORS.get(
@@ -625,29 +705,6 @@ class _Handler(BaseHTTPRequestHandler):
             "function": {"name": name, "arguments": '{"expression": "25 * 4"'},  # missing closing brace
         }
         return {"role": "assistant", "content": None, "tool_calls": [call]}
-
-    def _completion(self, body: dict, scenario: str, message: dict) -> dict:
-        prompt_chars = len(json.dumps(body.get("messages", []), default=str))
-        completion_chars = len(message.get("content") or "") + len(json.dumps(message.get("tool_calls") or []))
-        prompt_tokens = max(1, prompt_chars // 4)  # rough chars/4 estimate, good enough for accounting tests
-        completion_tokens = max(1, completion_chars // 4)
-        return {
-            "id": f"chatcmpl-{self.server.owner._next_id()}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": scenario,
-            "choices": [{
-                "index": 0,
-                "message": message,
-                "logprobs": None,
-                "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
-            }],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
-        }
 
 
 class ScriptedModelServer:
