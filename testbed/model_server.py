@@ -2,20 +2,28 @@
 
 Contract
 --------
-* ``ScriptedModelServer`` serves ``POST /v1/chat/completions`` (and ``/chat/completions``)
-  over real HTTP/1.1 with keep-alive, so the whole LiteLLM -> openai SDK -> httpx path is
-  exercised.  Point LiteLLM at it with
-  ``acompletion(model="openai/<scenario>", api_base=server.url, api_key="scripted", max_retries=0)``.
-* Answer *content* comes from a pluggable ``Responder``: it receives the OpenAI chat request
-  body (dict) and returns the assistant message dict.  A ``ValueError`` from the responder
-  becomes HTTP 400 with an OpenAI-style error body; any other exception becomes HTTP 500.
+* ``ScriptedModelServer`` serves the two OpenAI model APIs over real HTTP/1.1 with keep-alive, so a
+  client's whole path (LiteLLM -> openai SDK -> httpx, an agent framework's own client) is exercised:
+  ``POST /v1/chat/completions`` and ``POST /v1/responses`` (also without ``/v1``), each whole or
+  streamed (``"stream": true``: server-sent events over a chunked body; chat ends with ``data: [DONE]``
+  and honours ``stream_options.include_usage``, Responses sends ``event: <type>`` frames from
+  ``response.created`` to ``response.completed``). ``testbed.model_wire`` holds the formats.
+  Point a client at ``server.url`` (ends in ``/v1``) with any API key and any model name, e.g. LiteLLM's
+  ``acompletion(model="openai/<scenario>", api_base=server.url, api_key="scripted", max_retries=0)`` or
+  ``openai.OpenAI(base_url=server.url, api_key="any")``.
+* Answer *content* comes from a pluggable ``Responder``: it receives an OpenAI chat request body (dict; a
+  Responses request arrives translated to one) and returns the assistant message dict.  A ``ValueError``
+  from the responder becomes HTTP 400 with an OpenAI-style error body; any other exception becomes HTTP 500.
 * The run key of a request is its ``X-DAH-Run`` header (else ``"global"``); the scenario is
-  ``body["model"]`` without a leading ``"openai/"``.
-* ``FaultRule``s are checked in order; the first active matching rule is applied and counted
-  per (rule, run key).  Modes: ``status`` (error status + OpenAI error JSON; 429 adds
+  ``body["model"]`` without a leading ``"openai/"`` (the default responder answers a name it has no
+  scenario for with its ``auto`` route).
+* ``FaultRule``s are checked in order, on both APIs, streamed or not; the first active matching rule is
+  applied and counted per (rule, run key).  Modes: ``status`` (error status + OpenAI error JSON; 429 adds
   ``Retry-After``), ``hang`` (never answer; close after ``hang_s`` or at stop), ``reset``
-  (TCP RST), ``malformed_json`` (200 with a truncated JSON body), ``malformed_output``
-  (200, valid envelope, tool call whose ``arguments`` is not valid JSON).
+  (TCP RST), ``malformed_json`` (200 with a truncated JSON body, or a stream whose first event's data is
+  truncated), ``malformed_output`` (200, valid envelope, tool call whose ``arguments`` is not valid JSON),
+  ``stream_cut`` (200, then about half the stream's events and a close with no terminal event and no end
+  of the chunked body; a whole answer: half its body, short of its ``Content-Length``).
 * A ``LatencyModel`` sample (seeded, reproducible) is slept before every normal answer and
   before status / malformed faults, never before ``hang`` / ``reset``.
 * Other routes: ``GET /v1/models``, ``GET /healthz``, and the admin routes ``GET /admin/stats``,
@@ -952,7 +960,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
         prog="python -m testbed.model_server",
         description=(
             "Scripted OpenAI-compatible model server with fault injection. Serves POST /v1/chat/completions "
-            "(answers come from a responder function), GET /v1/models, GET /healthz and loopback-only admin "
+            "and POST /v1/responses, whole or streamed, for any model name (answers come from a responder "
+            "function), GET /v1/models, GET /healthz and loopback-only admin "
             "routes (GET /admin/stats, POST|DELETE /admin/faults, POST /admin/latency), which need "
             f"'Authorization: Bearer TOKEN' with the TOKEN given in ${ADMIN_TOKEN_ENV} (unset: the admin routes "
             "are closed). Prints one line 'READY <url>' to stdout once listening, then serves until SIGTERM/SIGINT."

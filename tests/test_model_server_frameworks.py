@@ -188,19 +188,16 @@ def test_scenario_names_still_route(server: ScriptedModelServer) -> None:
 def test_stream_cut_leaves_the_client_an_incomplete_stream(api_name: str) -> None:
     with ScriptedModelServer(respond, faults=[FaultRule.parse("stream_cut,first_n=1")]) as server:
         api = client(server)
-        if api_name == "chat":
-            def call() -> list[Any]:
-                return list(api.chat.completions.create(model="gpt-4o", stream=True,
-                                                        messages=[{"role": "user", "content": "What is 6 * 7?"}]))
-        else:
-            def call() -> list[Any]:
-                return list(api.responses.create(model="gpt-4o", stream=True, input="What is 6 * 7?"))
+
+        def stream() -> Any:
+            if api_name == "chat":
+                return api.chat.completions.create(model="gpt-4o", stream=True,
+                                                   messages=[{"role": "user", "content": "What is 6 * 7?"}])
+            return api.responses.create(model="gpt-4o", stream=True, input="What is 6 * 7?")
+
         seen: list[Any] = []
         with pytest.raises((httpx.RemoteProtocolError, openai.APIConnectionError)) as caught:
-            for item in (api.chat.completions.create(model="gpt-4o", stream=True,
-                                                     messages=[{"role": "user", "content": "What is 6 * 7?"}])
-                         if api_name == "chat" else
-                         api.responses.create(model="gpt-4o", stream=True, input="What is 6 * 7?")):
+            for item in stream():
                 seen.append(item)
         print(f"{api_name}: {len(seen)} event(s) before the cut: {caught.value!r}")
         assert seen, "the cut comes after some events"
@@ -208,7 +205,7 @@ def test_stream_cut_leaves_the_client_an_incomplete_stream(api_name: str) -> Non
             assert "response.completed" not in [e.type for e in seen]
         else:
             assert all(c.choices[0].finish_reason is None for c in seen if c.choices)
-        assert len(call()) > len(seen)  # first_n=1: the next request gets the whole stream
+        assert len(list(stream())) > len(seen)  # first_n=1: the next request gets the whole stream
         assert server.stats()["faults_applied"] == {"stream_cut": 1}
 
 
