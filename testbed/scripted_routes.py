@@ -16,7 +16,8 @@ that agent has, recognised by name and schema:
 * ``save the note '<token>'``: call the declared tool whose name contains
   ``note`` with its first string property set to the token; after its result,
   reply ``saved note <token>``, or ``could not save note <token>: <reason>``
-  when the result reports an error.
+  when the result reports a failure (names an error, an exception or a
+  failure, or starts with an HTTP error status: ``503 Service Unavailable``).
 * ``What is <a> * <b>?`` (any one of + - * /): with a calculator-like tool
   declared (a name with ``calc`` or an ``expression`` property), call it as
   before; with none, answer ``<a> * <b> = <result>`` at once.
@@ -150,7 +151,10 @@ def _summarise(messages: list[Message], tool_messages: list[Message]) -> Message
 
 _SAVE_NOTE = re.compile(r"save the note '([^']+)'", re.I)
 _BINARY = re.compile(r"what is\s+(-?\d+)\s*([-+*/])\s*(-?\d+)\s*\?", re.I)
-_FAILED = re.compile(r"\b(error|exception|failed|failure)\b", re.I)
+#: a tool result reporting a failure: an error or exception named, or an HTTP error status (an exception message
+#: such as "503 Service Unavailable" is all the AI SDK sends back for a tool that threw)
+_FAILED = re.compile(r"\b(errors?|exception|failed|failure|unavailable|refused|timed out|timeout)\b"
+                     r"|(?:^|http\s*|status\s*(?:code\s*)?)[45]\d\d\b", re.I)
 
 
 def _declared(tools: list[ToolSpec] | None) -> list[tuple[str, dict]]:
@@ -213,8 +217,8 @@ def _notes(messages: list[Message], text: str, step: int, results: list[Message]
             return _final(f"could not save note {token}: no declared tool saves notes (declared: {names})")
         name, argument = found
         return _calls(messages, (name, {argument: token}))
-    outcome = str(results[-1].get("content") or "") if results else ""
-    if not results or _FAILED.search(outcome) or outcome.startswith("ERROR"):
+    outcome = str(results[-1].get("content") or "").strip() if results else ""
+    if not results or _FAILED.search(outcome):
         return _final(f"could not save note {token}: {_one_line(outcome) or 'the tool returned nothing'}")
     return _final(f"saved note {token}")
 

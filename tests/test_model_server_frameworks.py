@@ -240,3 +240,26 @@ def test_malformed_faults_on_streams() -> None:
             list(api.chat.completions.create(model="gpt-4o", stream=True, messages=[{"role": "user", "content": "hi"}]))
         print("malformed stream:", repr(garbage.value)[:120])
         assert isinstance(garbage.value, (ValueError, openai.APIError))
+
+
+@pytest.mark.parametrize(("result", "reply"), [
+    ('{"note_id": "n-503", "text": "note-3-041527;", "replayed": false}', f"saved note {NOTE_TOKEN}"),
+    ("saved", f"saved note {NOTE_TOKEN}"),
+    ("503 Service Unavailable", f"could not save note {NOTE_TOKEN}: 503 Service Unavailable"),  # the AI SDK's
+    ("An error occurred while running the tool. Please try again. Error: boom",  # the Agents SDK's
+     f"could not save note {NOTE_TOKEN}: An error occurred while running the tool. Please try again. Error: boom"),
+    ('{"error": "text must be a string"}', f'could not save note {NOTE_TOKEN}: {{"error": "text must be a string"}}'),
+])
+def test_note_reply_follows_the_tool_result(server: ScriptedModelServer, result: str, reply: str) -> None:
+    user = {"role": "user", "content": f"save the note '{NOTE_TOKEN}'"}
+    call = {"type": "function_call", "call_id": "call_7", "name": "save_note",
+            "arguments": json.dumps({"text": NOTE_TOKEN})}
+    answer = client(server).responses.create(model="gpt-4o", tools=[RESPONSES_NOTE_TOOL], input=[
+        user, call, {"type": "function_call_output", "call_id": "call_7", "output": result}])
+    assert answer.output_text == reply
+
+
+def test_note_without_a_note_tool_says_so(server: ScriptedModelServer) -> None:
+    answer = client(server).responses.create(model="gpt-4o", input=f"save the note '{NOTE_TOKEN}'", tools=[
+        {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}])
+    assert answer.output_text == f"could not save note {NOTE_TOKEN}: no declared tool saves notes (declared: lookup)"
