@@ -200,3 +200,59 @@ def test_the_subprocess_prints_ready_and_serves(tmp_path: Path) -> None:
         proc.terminate()
         assert proc.wait(timeout=5) == 0
     assert [r["event"] for r in log_lines(tmp_path / "e.jsonl")][:1] == ["started"]
+
+
+_NOTE_WORKER = """
+import http.client, json, sys, time
+host, port = sys.argv[1].removeprefix("http://").split(":")
+identity = sys.argv[2]
+print("READY", flush=True)
+for n in range(1000):
+    c = http.client.HTTPConnection(host, int(port))
+    c.request("POST", "/v1/notes", json.dumps({"text": f"{identity}-{n}"}), {"Idempotency-Key": f"{identity}-{n}"})
+    print("saved", c.getresponse().status, flush=True)
+    time.sleep(0.1)
+"""
+
+
+def test_the_test_bed_kills_the_calling_worker_process_and_records_the_kill(tmp_path: Path) -> None:
+    """The stack's effects service, armed with crash-after-effect, has the stack kill the worker process that
+    made the call (found by its TCP port), records it as a nemesis kill_worker aimed after_effect, and the
+    supervisor restarts the worker, whose next effects are answered."""
+    import asyncio
+
+    from harness.operations import History, load
+    from testbed.stack import StackSpec, stack
+    from testbed.worker_process import WorkerProcess
+
+    script = tmp_path / "note_worker.py"
+    script.write_text(_NOTE_WORKER)
+    history = History(tmp_path / "operations.jsonl")
+    spec = StackSpec(state_dir=tmp_path / "state", temporal="none", model=False, worker_processes=1, history=history,
+                     effects_log=tmp_path / "effects_service.jsonl",
+                     effects_faults=[EffectFault("crash_after_effect", count=1)],
+                     make_worker=lambda name, at: WorkerProcess(
+                         ("{python}", str(script), "{effects_url}", "{identity}"), {"effects_url": at.effects_url},
+                         identity_prefix=name, warm_line=None, log_dir=tmp_path / "logs"))
+
+    async def run() -> tuple[int, int]:
+        async with stack(spec) as s:
+            first_pid = s.workers[0].process.pid
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not (s.workers[0].restarts and s.effects_service.stats()["effects"] > 3):
+                await asyncio.sleep(0.1)
+            return first_pid, s.workers[0].restarts
+
+    first_pid, restarts = asyncio.run(run())
+    history.close()
+    records = log_lines(tmp_path / "effects_service.jsonl")
+    [fault] = [r for r in records if r["event"] == "fault"]
+    kills = [op for op in load(tmp_path / "operations.jsonl") if op.f == "kill_worker" and op.type == "ok"]
+    print(fault, [k.value for k in kills], restarts)
+    assert fault["outcome"] == "killed" and fault["killed"]["pid"] == first_pid and fault["killed"]["worker"] == "w1"
+    assert len(kills) == 1 and kills[0].value["pid"] == first_pid and kills[0].value["aim"]["at"] == "after_effect"
+    assert restarts >= 1
+    unanswered = [r for r in records if r["event"] == "request" and r["status"] is None]
+    assert [r["note_id"] for r in unanswered] == [fault["note_id"]]
+    assert (tmp_path / "logs" / "w1-1.log").read_text().count("saved") == 0  # killed before its first answer
+    assert "saved 200" in (tmp_path / "logs" / "w1-2.log").read_text()
