@@ -297,7 +297,8 @@ TARGET_FIELDS = {"name": _STR, "python": _STR, "worker": "a list or a string or 
                  "warm_line": _STR, "task_queue": _STR, "driver": _STR, "workflow": _STR, "model_activity": _STR,
                  "ledger": _STR, "workspace": _STR, "checkers": "a list or null", "cwd": _STR,
                  "env": "an object or null", "source": _STR, "replay_plugins": "a list or null",
-                 "data_converter": _STR, "workflow_runner": _STR}
+                 "data_converter": _STR, "workflow_runner": _STR,
+                 "effects": _STR, "effects_reason": _STR}
 BACKEND_FIELDS = {"name": _STR, "not_applicable": "an object or null", "workers": _STR, "image": _STR,
                   "target_file": _STR}
 SCENARIO_FIELDS = {"name": _STR, "events": "a list or null", "cluster": "an object or null",

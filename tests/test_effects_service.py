@@ -256,3 +256,27 @@ def test_the_test_bed_kills_the_calling_worker_process_and_records_the_kill(tmp_
     assert [r["note_id"] for r in unanswered] == [fault["note_id"]]
     assert (tmp_path / "logs" / "w1-1.log").read_text().count("saved") == 0  # killed before its first answer
     assert "saved 200" in (tmp_path / "logs" / "w1-2.log").read_text()
+
+
+def test_a_service_target_s_crash_after_effect_is_the_service_s_fault_not_the_worker_s(tmp_path: Path) -> None:
+    """For a target declaring effects = "service", the scenario's after_effect crash point arms the effects service
+    (once) instead of DAH_CRASH_AT; every Temporal chaos run's workers get {effects_url} and DAH_EFFECTS_URL."""
+    from dataclasses import replace
+
+    from chaos.backends.temporal import ReferenceOnTemporal
+    from chaos.scenarios import SCENARIOS
+    from chaos.target import REFERENCE
+    from harness.operations import History
+    from harness.rundir import RunDir
+    from testbed.stack import Endpoints
+
+    scenario = SCENARIOS["crash_after_effect"]
+    for effects, armed, crash_at in (("service", ["crash_after_effect"], set()), (None, [], {"after_effect"})):
+        run = RunDir.create(tmp_path / str(effects))
+        backend = ReferenceOnTemporal(target=replace(REFERENCE, effects=effects))
+        spec = backend.stack_spec(scenario, run, 1, History(run.operations), ui=False)
+        worker = spec.make_worker("w1", Endpoints("127.0.0.1:1", "default", "http://m/v1", {}, "http://127.0.0.1:9"))
+        print(effects, spec.effects_log, [f.mode for f in spec.effects_faults], worker.faults.crash_at)
+        assert spec.effects_log == run.path / "effects_service.jsonl"
+        assert [f.mode for f in spec.effects_faults] == armed and set(worker.faults.crash_at) == crash_at
+        assert worker.values["effects_url"] == "http://127.0.0.1:9" and worker.env["DAH_EFFECTS_URL"] == "http://127.0.0.1:9"
