@@ -5,6 +5,8 @@ TCP port is traced to the worker process (a real child) that holds the connectio
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -116,7 +118,7 @@ def test_the_caller_s_port_is_traced_to_the_worker_holding_the_connection(tmp_pa
     script.write_text(_CLIENT)
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     child = subprocess.Popen(["/bin/sh", "-c", f"{sys.executable} {script} {port}; true"], stdout=subprocess.PIPE,
-                             text=True)
+                             text=True, start_new_session=True)  # its own group: the grandchild is stopped with it
     try:
         assert child.stdout is not None
         peer_port = int(child.stdout.readline())
@@ -129,8 +131,9 @@ def test_the_caller_s_port_is_traced_to_the_worker_holding_the_connection(tmp_pa
         assert caller_pid(peer_port + 1 if peer_port < 65535 else 1, port, [child.pid]) is None
         conn.close()
     finally:
+        os.killpg(child.pid, signal.SIGKILL)  # the shell and the client it started: nothing is left behind
+        other.kill()
         for p in (child, other):
-            p.kill()
             p.wait()
         listener.close()
 
