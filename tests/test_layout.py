@@ -25,6 +25,8 @@ def modules() -> dict[str, Path]:
     out = {}
     for package in PACKAGES:
         for f in (ROOT / package).rglob("*.py"):
+            if {".venv", "node_modules"} & set(f.relative_to(ROOT).parts):
+                continue  # an example's own environment (make example-*) is not the project's code
             name = ".".join(f.relative_to(ROOT).with_suffix("").parts)
             out[name.removesuffix(".__init__")] = f
     return out
