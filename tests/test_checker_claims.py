@@ -291,3 +291,22 @@ def test_the_same_text_sent_twice_under_two_ids_and_answered_twice_is_doubled(tm
     data.__dict__["event_histories"] = {"c-0": [
         _update_run("r-1", ("msg-0", "a", "reply to a"), ("msg-0b", "a", "reply to a"))]}
     assert lost.check(data).verdict == "fail"
+
+
+def test_recovery_ends_at_the_first_correct_answer_not_at_a_refusal() -> None:
+    from harness.verdict import recovery
+
+    sent = {"conversation": "a", "expect": "2 * 3 = 6", "match": "exact"}
+    ops = [Op(0, "nemesis", "invoke", "kill_worker", {}, 1.0, 1.0),
+           Op(1, "nemesis", OK, "kill_worker", {}, 2.0, 2.0, None, 0),
+           Op(2, "client-0", "invoke", "send_message", sent, 2.5, 2.5),
+           Op(3, "client-0", OK, "send_message", {"reply": "[Agent is busy processing another message]"}, 3.0, 3.0,
+              None, 2),
+           Op(4, "client-0", "invoke", "send_message", sent, 3.5, 3.5),
+           Op(5, "client-0", OK, "send_message", {"reply": "2 * 3 = 6"}, 9.0, 9.0, None, 4),
+           Op(6, "client-1", "invoke", "send_message", {**sent, "conversation": "b"}, 2.5, 2.5),
+           Op(7, "client-1", OK, "send_message", {"reply": "[Agent is busy processing another message]"}, 3.0, 3.0,
+              None, 6)]
+    rec = recovery(ops)
+    # a: the refusal at +1 s is not recovery; the correct answer at +7 s is. b: only ever refused.
+    assert rec["by_conversation"] == {"a": 7.0} and rec["never"] == ["b"], rec
