@@ -134,7 +134,9 @@ def recovery_s(ops: list[Op]) -> float | None:
 
 
 def summarise(name: str, ops: list[Op], checks: list[CheckResult]) -> dict[str, Any]:
-    """One row of the suite's table: faults landed/injected, client ops, lost, duplicated effects, recovery, verdict.
+    """One row of the suite's table: faults landed/attempted (with ``(n not injected: why)`` for scheduled faults that
+    did not happen: never ``1/1`` for a fault that was not injected), client ops, lost, duplicated effects, recovery,
+    verdict.
     A figure a check did not produce is ``"?"``, never 0; a ``lost`` check that failed on something other than a
     lost message (a wrong answer, a doubled one) shows it (``0+2 bad``), so a failed check never reads as 0."""
     by = {c.name: c for c in checks}
@@ -151,9 +153,13 @@ def summarise(name: str, ops: list[Op], checks: list[CheckResult]) -> dict[str, 
     worst: Any = rec["worst_s"]
     if rec["never"]:
         worst = f"never ({len(rec['never'])})"
+    missed = faults.get("not_injected") or []
+    injected = faults.get("injected", "?")
+    attempted = injected + len(missed) if isinstance(injected, int) else injected
     return {
         "scenario": name,
-        "faults": f"{faults.get('landed', '?')}/{faults.get('injected', '?')}",
+        "faults": f"{faults.get('landed', '?')}/{attempted}" + (
+            f" ({len(missed)} not injected: {missed[0].get('short') or missed[0].get('why', '?')})" if missed else ""),
         **counts(ops),
         "lost": lost,
         "dup_effects": dup,
