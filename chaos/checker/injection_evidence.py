@@ -244,8 +244,9 @@ def _mutations(data: RunData) -> tuple[list[str], dict[str, Any], list[str]]:
 
 
 def _short(why: str) -> str:
-    """The first clause of a reason, for a table cell."""
-    return re.split(r"[,;(]", why, maxsplit=1)[0].strip()[:60]
+    """The first clause of a reason, cut at a word within 60 characters, for a table cell."""
+    clause = re.split(r"[,;(]", why, maxsplit=1)[0].strip()
+    return clause if len(clause) <= 60 else clause[:57].rsplit(" ", 1)[0] + "..."
 
 
 def _not_injected(inv: Op, done: Op | None, ops: list[Op], claimed: set[int]) -> dict[str, Any] | None:
