@@ -25,6 +25,7 @@ from chaos.runner import check
 from chaos.target import load_target
 from harness.operations import FAIL, History
 from harness.verdict import PASS, UNKNOWN
+from tests.run_directory import problems
 
 THRESHOLD_ERROR = ("ValueError: kill_worker at=continue_as_new phase=before needs the threshold: history_events, "
                    "or a scenario that sets max_history_events")
@@ -72,6 +73,7 @@ def test_a_fault_that_was_not_injected_is_shown_so_and_the_run_cannot_pass(tmp_p
     verdict, _checks, row = check(run)
     assert verdict == UNKNOWN
     assert row["faults"].startswith("1/2 (1 not injected: "), row["faults"]  # it showed 1/1 and passed
+    assert [p for p in problems(run) if "verdict.json" in p] == []  # the row keeps the run directory's schema
 
 
 def test_a_nemesis_error_after_its_operation_was_recorded_is_not_counted_twice(tmp_path: Path) -> None:
