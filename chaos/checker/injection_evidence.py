@@ -263,7 +263,7 @@ def _not_injected(inv: Op, done: Op | None, ops: list[Op], claimed: set[int]) ->
     op, recorded = inv.value.get("op"), inv.value.get("op_recorded")
     if recorded is None:  # an older run: an operation of its kind the nemesis began and never ended ok
         done_of = {o.invoke_index: o for o in ops if o.type != INVOKE}
-        mine = next((o for o in reversed(ops[:inv.index]) if o.process == "nemesis" and o.type == INVOKE
+        mine = next((o for o in reversed(ops) if o.index < inv.index and o.process == "nemesis" and o.type == INVOKE
                      and o.f == op and o.index not in claimed
                      and (done_of.get(o.index) is None or done_of[o.index].type != OK)), None)
         if mine is not None:
