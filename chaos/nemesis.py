@@ -34,9 +34,9 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from datetime import timezone
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import timezone
 from typing import Any
 
 import sqlite3
