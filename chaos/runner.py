@@ -265,10 +265,16 @@ async def _warm_up_faults_heal_settle(scenario: ChaosScenario, events: list[Neme
         if wait > 0:
             await asyncio.sleep(wait)
         progress(f"{scenario.name}: nemesis {event.op} {event.args}")
+        before = len(history.ops())
         try:
             await nemeses[event.op](ctx, **event.args)
         except Exception as exc:  # recorded; the run goes on to heal and check
-            history.event("nemesis", "nemesis_error", {"op": event.op, "error": f"{type(exc).__name__}: {exc}"})
+            # A nemesis that raised before recording its operation injected nothing (``op_recorded`` false): the
+            # faults column and injection_evidence count it as a fault that did not happen (never as 1/1).
+            recorded = any(op.process == "nemesis" and op.f == event.op and op.type == operations.INVOKE
+                           for op in history.ops()[before:])
+            history.event("nemesis", "nemesis_error", {"op": event.op, "args": event.args, "op_recorded": recorded,
+                                                       "error": f"{type(exc).__name__}: {exc}"})
     remaining = fault_start + scenario.fault_s - time.monotonic()
     if remaining > 0:
         await asyncio.sleep(remaining)

@@ -24,6 +24,8 @@
     replay_plugins = ["my_agent.temporal:make_plugin"]   # temporalio.plugin.SimplePlugin / worker plugins, in order
     data_converter = "my_agent.temporal:converter"       # e.g. with a payload codec, or pydantic_data_converter
     workflow_runner = "temporalio.worker:UnsandboxedWorkflowRunner"   # or a SandboxedWorkflowRunner with passthroughs
+    continue_as_new_events = 200         # optional: the agent continues as new past this many history events (a
+                                         # kill aimed before a continue-as-new needs it; unknown: not injected)
     [env]                                # extra environment for workers, the driver and the replayer
     MY_FLAG = "1"                        # values are strings (run.json redacts *KEY*, *TOKEN*, *SECRET*... values)
 
@@ -116,6 +118,9 @@ class Target:
     #: where its effects are seen: "service" (testbed.effects_service), "ledger", "none" (None: not declared)
     effects: str | None = None
     effects_reason: str | None = None  # with effects "none": why
+    #: the history length past which the agent's conversations continue as new (0: not declared); what a kill aimed
+    #: just before a continue-as-new (``kill_worker(at="continue_as_new", phase="before")``) waits for
+    continue_as_new_events: int = 0
 
     @property
     def is_reference(self) -> bool:
@@ -214,6 +219,8 @@ class TargetFile(StrictModel):
     effects_reason: NonEmpty | None = Field(None, description='a non-empty string (why effects = "none")')
     workflow_runner: Spec | None = Field(None, description="MODULE:NAME (an instance, or a zero-argument callable "
                                                             "returning one)")
+    continue_as_new_events: int = Field(0, ge=0, description="an integer >= 0 (the history length past which the "
+                                                             "agent continues as new; 0: not declared)")
 
 
 #: the fields a target file may have
@@ -256,7 +263,8 @@ def load_target(path: Path) -> Target:
                   driver=t.driver, workflow=t.workflow, model_activity=t.model_activity, ledger=t.ledger,
                   workspace=t.workspace, checkers=tuple(t.checkers), cwd=cwd, env=dict(t.env), source=str(path),
                   replay_plugins=tuple(t.replay_plugins), data_converter=t.data_converter,
-                  workflow_runner=t.workflow_runner, effects=t.effects, effects_reason=t.effects_reason)
+                  workflow_runner=t.workflow_runner, effects=t.effects, effects_reason=t.effects_reason,
+                  continue_as_new_events=t.continue_as_new_events)
 
 
 def load_callable(spec: str) -> Any:

@@ -138,10 +138,13 @@ class ReferenceOnTemporal(Backend):
 
     def nemesis_context(self, stack: Stack, history: History, driver: Any, seed: int) -> NemesisContext:
         """The shared context, plus what aimed kills read: the effect ledger (workers share the run's state dir
-        with this process; a container has it bind-mounted) and the conversations' continue-as-new threshold."""
+        with this process; a container has it bind-mounted) and the conversations' continue-as-new threshold: the
+        scenario's, where this harness configures the agent (the reference's driver config), else the target
+        file's ``continue_as_new_events`` (a target's agent continues as new by its own rule; 0: unknown, and a
+        kill aimed before a continue-as-new is recorded as not injected)."""
         ctx = super().nemesis_context(stack, history, driver, seed)
         if self.target.ledger:
             ctx.ledger = stack.spec.state_dir / self.target.ledger
         config = getattr(driver, "config", None)
-        ctx.continue_as_new_events = getattr(config, "max_history_events", 0) or 0
+        ctx.continue_as_new_events = getattr(config, "max_history_events", 0) or self.target.continue_as_new_events
         return ctx

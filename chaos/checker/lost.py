@@ -35,6 +35,7 @@ from typing import Any
 from chaos.checker.run_data import RunData
 from chaos.checker.workflow_tasks import RECOVERY_WITHIN_S
 from harness.verdict import FAIL, PASS, UNKNOWN, CheckResult
+from harness.verdict import reply_matches as _matches
 from harness.operations import FAIL as OP_FAIL
 from harness.event_history import UNREADABLE
 from harness.operations import INFO, OK, pairs
@@ -54,10 +55,6 @@ def _answered(messages: list[dict[str, Any]], text: str) -> list[str]:
                     reply = later.get("content")
             replies.append(reply)
     return replies
-
-
-def _matches(reply: str | None, expect: str, how: str = "exact") -> bool:
-    return reply is not None and (reply.startswith(expect) if how == "prefix" else reply == expect)
 
 
 def _uses_updates(data: RunData, wids: list[str]) -> bool:
