@@ -37,6 +37,8 @@
     # conversation_path = ""             #   or of turns with turn_keys = ["question", "answer"]; unset: the
     # turn_keys = ["question", "answer"] #   updates the event history records
     end = "end"                          # the signal that ends a chat (unset: chats stay RUNNING)
+    effect = "note"                      # side-effect messages: "note" (save the note '<token>') or "append"
+                                         # (append <token> to <file>, read through `workspace`)
     [env]                                # extra environment for workers, the driver and the replayer
     MY_FLAG = "1"                        # values are strings (run.json redacts *KEY*, *TOKEN*, *SECRET*... values)
 
@@ -223,6 +225,9 @@ class ChatTable(StrictModel):
     turn_keys: Annotated[list[NonEmpty], Field(min_length=2, max_length=2)] | None = Field(
         None, description="two strings: the keys of the user's text and the reply in each turn of the query's list")
     end: NonEmpty | None = Field(None, description="a non-empty string (the signal that ends the chat)")
+    effect: Literal["note", "append"] = Field(
+        "note", description="note (save the note '<token>': its tools call the effects service) or append "
+                            "(append <token> to <file>: read back through the target's workspace)")
 
 
 def _chat_problem(chat: ChatTable) -> str | None:

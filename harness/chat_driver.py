@@ -60,9 +60,16 @@ class Planned:
     match: str = "exact"
 
 
-def plan_message(conversation: int, n: int, rng: random.Random, append_ratio: float) -> Planned:
-    """Message ``n`` of conversation ``conversation``: a note to save (``append_ratio`` of them) or arithmetic."""
-    if rng.random() < append_ratio:
+def plan_message(conversation: int, n: int, rng: random.Random, append_ratio: float, effect: str = "note"
+                 ) -> Planned:
+    """Message ``n`` of conversation ``conversation``: a side effect (``append_ratio`` of them: a note to save, or
+    with ``effect = "append"`` a line appended to the conversation's file, read back through the target's
+    ``workspace``) or arithmetic."""
+    draw = rng.random()
+    if draw < append_ratio and effect == "append":
+        path, token = f"log-{conversation}.txt", f"note-{n}-{rng.randrange(10**6):06d};"
+        return Planned(f"append {token} to {path}", f"appended {len(token)} bytes to {path}", "append", path, token)
+    if draw < append_ratio:
         token = f"note-{conversation}.{n}-{rng.randrange(10**6):06d};"  # unique: the effect's identity
         return Planned(f"save the note '{token}'", f"saved note {token}", "note", content=token)
     a, b = rng.randrange(2, 999), rng.randrange(2, 99)
@@ -183,7 +190,7 @@ class ChatDriver:
     def _next(self, i: int, sent: int) -> Planned | None:
         if sent >= self.workload.messages and (self._stop.is_set() or not self.workload.until_heal):
             return None
-        return plan_message(i, sent, self._rngs[i], self.workload.append_ratio)
+        return plan_message(i, sent, self._rngs[i], self.workload.append_ratio, self.chat.get("effect", "note"))
 
     async def _drive(self, i: int) -> None:
         process, rng = f"client-{i}", random.Random(f"{self.seed}-{i}")

@@ -288,3 +288,22 @@ async def test_a_zero_code_target_passes_kill_mid_turn(agent_dir: Path, tmp_path
     assert any(f["f"] == "kill_worker" and f["landed"] for f in landed), landed
     record = json.loads((result.run_dir / "run.json").read_text())
     assert record["target"]["chat"]["style"] == target.chat["style"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+async def test_the_third_party_example_needs_no_driver(tmp_path: Path) -> None:
+    """examples/third_party_agent driven by its zero-code target file: the harness's [chat] driver over its Signals
+    and Query, its appends read back through its workspace, its effects through its ledger."""
+    path = Path(__file__).resolve().parent.parent / "examples" / "third_party_agent" / "chaos-target-zero-code.toml"
+    target = load_target(path)
+    scenario = replace(SCENARIOS["kill_mid_turn"], workload=Workload(conversations=2, messages=3, append_ratio=0.5),
+                       fault_s=5.0)
+    result = await run(scenario, OwnAgentOnTemporal(target, target_file=path), seed=1, out_root=tmp_path)
+    by = {c.name: c for c in result.checks}
+    print("calc-agent (zero code): " + "; ".join(f"{c.name} {c.verdict}" for c in result.checks))
+    report = json.dumps([c.as_dict() for c in result.checks], indent=1, default=str)[:4000]
+    assert result.verdict == "pass", f"run dir {result.run_dir}:\n{report}"
+    assert by["lost"].details["acknowledged"] >= 4 and by["effects"].details["logical_effects_applied"] >= 1
+    statements = json.loads((result.run_dir / "conversations.json").read_text())["statements"]
+    assert "not re-sent" in statements[0]  # its signals carry no message id: said in the run
