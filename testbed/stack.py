@@ -64,6 +64,7 @@ class Endpoints:
     model_url: str
     env: dict[str, str] = field(default_factory=dict)
     effects_url: str = ""
+    server: str = ""  # the embedded server's own address, not through the proxy ("": none, or an external cluster)
 
 
 @dataclass
@@ -95,6 +96,8 @@ class StackSpec:
     effects_faults: list[EffectFault] = field(default_factory=list)  # armed from the start
     # -- links
     proxies: bool = False  # workers reach Temporal and the model through FaultProxy (chaos)
+    #: the Temporal proxy's port (0: any free one); a target whose workers hard-code their address needs that one
+    temporal_proxy_port: int = 0
     # -- workers
     task_queue: str = DEFAULT_TASK_QUEUE  # where the reference agent's runs go (its in-process workers' own)
     temporal_workers: list[WorkerSettings] = field(default_factory=list)  # in-process, one each
@@ -148,7 +151,8 @@ class Stack:
         model = f"http://{self.model_proxy.address}/v1" if self.model_proxy else (self.model_url or "")
         env = self.spec.connection.child_environment(address) if address else {}
         effects = self.effects_service.url if self.effects_service else ""
-        return Endpoints(address, self.namespace, model, env, effects)
+        return Endpoints(address, self.namespace, model, env, effects_url=effects,
+                         server=getattr(self.server, "address", "") or "")
 
     @property
     def settings(self) -> WorkerSettings:
@@ -293,7 +297,13 @@ async def stack(spec: StackSpec) -> AsyncIterator[Stack]:
             upstream = (("127.0.0.1", s.server.port) if s.server is not None else
                         _host_port(spec.connection.address) if spec.temporal == "external" else None)
             if upstream is not None:  # an external cluster's link is attacked on this machine's side of it
-                s.temporal_proxy = exits.enter_context(FaultProxy("temporal", upstream, seed=spec.seed))
+                proxy = FaultProxy("temporal", upstream, seed=spec.seed, listen_port=spec.temporal_proxy_port)
+                try:
+                    s.temporal_proxy = exits.enter_context(proxy)
+                except OSError as exc:
+                    raise RuntimeError(f"cannot put the fault proxy at 127.0.0.1:{spec.temporal_proxy_port}, the "
+                                       f"address the target's workers hard-code ({exc.strerror or exc}): stop what "
+                                       "listens there (a Temporal server?) and run again") from None
             if s.model_server is not None:
                 s.model_proxy = exits.enter_context(
                     FaultProxy("model", ("127.0.0.1", s.model_server.port), seed=spec.seed + 1))

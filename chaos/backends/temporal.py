@@ -16,7 +16,7 @@ worker's own ``DAH_CRASH_AT``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,8 @@ class ReferenceOnTemporal(Backend):
     name: str = "temporal"
     workers: str = "process"  # or "docker": every worker in a container of ``image`` (host network)
     image: str | None = None
+    _pollers: Any = field(default=None, init=False, repr=False)  # the readiness check, when there is no ready line
+    _server_address: str = field(default="", init=False, repr=False)
 
     def record(self) -> dict[str, Any]:
         return {**super().record(), "workers": self.workers, "image": self.image}
@@ -53,12 +55,22 @@ class ReferenceOnTemporal(Backend):
                          task_queue=self.task_queue(scenario))
         if self.external:  # nothing starts a server: the workers' link to the cluster goes through the proxy
             spec.temporal, spec.connection, spec.server_db, spec.ui = "external", self.connection, None, False
+        if self.target.address:  # its workers hard-code where Temporal is: the fault proxy goes there
+            spec.temporal_proxy_port = int(self.target.address.rpartition(":")[2])
         spec.effects_log = run.path / EFFECTS_SERVICE
         task_queue, faults = spec.task_queue, scenario.cluster.faults
         if self.effects_seen_by_service and "after_effect" in faults.crash_at:
             # Once per run, as a worker's own crash point fires once per ledger: the restarted worker finishes.
             spec.effects_faults = [EffectFault("crash_after_effect", count=1)]
             faults = AgentFaults(faults.crash_at - {"after_effect"}, faults.bugs, faults.mutations)
+        self._pollers = None
+        if self.target.ready_line is None:  # ready once the server lists the worker polling
+            from testbed.worker_process import TaskQueuePollers
+
+            pollers = TaskQueuePollers(lambda: spec.connection.connect(self._server_address or None),
+                                       spec.connection.namespace, task_queue)
+            spec.cleanup.append(pollers.close)
+            self._pollers = pollers
         if self.workers == "docker":
             from testbed.containers import ContainerPool
 
@@ -100,8 +112,11 @@ class ReferenceOnTemporal(Backend):
     def _process(self, name: str, at: Endpoints, task_queue: str, faults: Any, run: RunDir,
                  scenario: ChaosScenario) -> WorkerProcess:
         values = {"python": self.target.interpreter, **self.worker_values(at, task_queue, str(run.state), scenario)}
+        self._server_address = at.server  # what the readiness check asks (the server itself, not the proxy)
         return WorkerProcess(self.worker_command(scenario), values, identity_prefix=name,
-                             ready_line=self.target.ready_line, warm_line=self.target.warm_line, faults=faults,
+                             ready_line=self.target.ready_line,
+                             ready_check=self._pollers.polling if self._pollers is not None else None,
+                             warm_line=self.target.warm_line, faults=faults,
                              cwd=self.target.cwd, env=self.worker_env(values, at), log_dir=run.logs,
                              start_timeout_s=self.target.ready_timeout_s)
 
@@ -114,6 +129,8 @@ class ReferenceOnTemporal(Backend):
 
         if not self.image:
             raise RuntimeError("the docker workers need an image with the worker installed (--image NAME)")
+        if self.target.ready_line is None:
+            raise RuntimeError("docker workers are ready when they print a line: give the target a ready_line")
         state = str(run.state.resolve())
         values = {"python": "python", **self.worker_values(at, task_queue, state, scenario)}
         command = fill(self.worker_command(scenario), {k: v for k, v in values.items() if k != "identity"})

@@ -6,7 +6,8 @@ The driver's Query of the conversation (which needs a live worker) is only a
 cross-check of what the model saw; an agent whose messages are not updates
 (signals) is read from its driver's final read instead.
 
-- every started conversation ended ``COMPLETED`` (after ``end_chat``);
+- every started conversation ended ``COMPLETED`` (after ``end_chat``; still ``RUNNING`` for a ``[chat]``
+  target that declares no ``end``);
 - every acknowledged ``send_message`` (ok) got exactly its expected reply,
   and its message is in the conversation exactly once;
 - an indeterminate send (info: timed out, or never completed) may or may not
@@ -59,7 +60,12 @@ def _answered(messages: list[dict[str, Any]], text: str) -> list[str]:
 
 def _uses_updates(data: RunData, wids: list[str]) -> bool:
     """Whether the agent takes messages as updates whose text the server's history shows (then the history is
-    the conversation); an agent that takes them as signals leaves none, and its driver's final read is used."""
+    the conversation); an agent that takes them as signals leaves none, and its driver's final read is used. A
+    ``[chat]`` target whose update argument is more than the text, or whose reply sits at a path in the result,
+    is read by its driver (``harness.chat_driver`` reads the same history, through those paths)."""
+    chat = data.target.get("chat") if isinstance(data.target, dict) else None
+    if isinstance(chat, dict) and (chat.get("message_arg", "{text}") != "{text}" or chat.get("reply_path")):
+        return False
     return any(u.text != UNREADABLE for wid in wids for u in (data.updates(wid) or []))
 
 
@@ -76,6 +82,10 @@ def _notes_applied(data: RunData) -> Counter[str] | None:
         text = e.get("text") or ""
         applied.update(t for t in tokens if t in text)
     return applied
+def _ends_running(data: RunData) -> bool:
+    """A ``[chat]`` target with no ``end`` signal: its conversations are expected to be still RUNNING."""
+    chat = data.target.get("chat") if isinstance(data.target, dict) else None
+    return isinstance(chat, dict) and chat.get("style") != "workflow_per_message" and not chat.get("end")
 
 
 def check(data: RunData) -> CheckResult:
@@ -84,6 +94,7 @@ def check(data: RunData) -> CheckResult:
     convs = {c["workflow_id"]: c for c in data.conversations["conversations"]}
     sends = [(inv, done) for inv, done in pairs(data.ops) if inv.f == "send_message"]
     from_server = _uses_updates(data, list(convs))
+    expected_status = "RUNNING" if _ends_running(data) else "COMPLETED"
     heal = next((inv.time for inv, _ in pairs(data.ops) if inv.f == "phase:heal"), None)
     final_at = next((inv.time for inv, _ in pairs(data.ops) if inv.f == "phase:final"), None)
     limit = float((data.run.get("scenario") or {}).get("recovery_within_s") or RECOVERY_WITHIN_S)
@@ -101,8 +112,8 @@ def check(data: RunData) -> CheckResult:
             unknowns.append(f"{wid}: neither a saved event history nor a final read: cannot tell what it holds")
             continue
         status = status or conv.get("final_status")
-        if status != "COMPLETED":
-            problems.append(f"{wid}: ended {status}, not COMPLETED")
+        if status != expected_status:
+            problems.append(f"{wid}: ended {status}, not {expected_status}")
 
         # One message per update id: a re-send that reached the next run after continue-as-new is the same
         # message, answered there from the replies the workflow carried (no second turn; if it had taken one,
