@@ -141,13 +141,10 @@ if __name__ == "__main__":
     asyncio.run(main(*sys.argv[1:]))
 '''
 
-CHECKERS = '["lost", "temporal_history", "workflow_tasks", "replay", "injection_evidence", "stats"]'
-#: these agents have no external effects; where target files can say so (``effects = "none"``), they do, and the
-#: verdict must be pass; until then the effects checker is left out (recorded "not run": unknown, never pass)
-DECLARES_NO_EFFECTS = "effects" in FIELDS
-COMMON = f'model_activity = "call_llm"\ncheckers = {CHECKERS}\n' + (
-    'effects = "none"\neffects_reason = "a calculator: nothing outside the conversation changes"\n'
-    if DECLARES_NO_EFFECTS else "")
+CHECKERS = '["lost", "temporal_history", "workflow_tasks", "effects", "replay", "injection_evidence", "stats"]'
+#: these agents have no external effects, and say so: effects is not_applicable (declared), and the verdict can pass
+COMMON = (f'model_activity = "call_llm"\ncheckers = {CHECKERS}\n'
+          'effects = "none"\neffects_reason = "a calculator: nothing outside the conversation changes"\n')
 
 
 def free_port() -> int:
@@ -277,12 +274,8 @@ async def test_a_zero_code_target_passes_kill_mid_turn(agent_dir: Path, tmp_path
     by = {c.name: c for c in result.checks}
     report = json.dumps([c.as_dict() for c in result.checks], indent=1, default=str)[:4000]
     print(f"{shape}: {result.verdict}; " + "; ".join(f"{c.name} {c.verdict}" for c in result.checks))
-    if DECLARES_NO_EFFECTS:
-        assert result.verdict == "pass", f"run dir {result.run_dir}:\n{report}"
-    else:
-        ran = [c for c in result.checks if c.name in json.loads(CHECKERS)]
-        assert all(c.verdict == "pass" for c in ran), f"run dir {result.run_dir}:\n{report}"
-        assert result.verdict == "unknown" and by["effects"].verdict == "unknown"  # not run: never a pass
+    assert result.verdict == "pass", f"run dir {result.run_dir}:\n{report}"
+    assert by["effects"].verdict == "not_applicable" and by["effects"].summary.startswith("declared: ")
     assert by["lost"].details["acknowledged"] >= 4, by["lost"].details
     landed = by["injection_evidence"].details["faults"]
     assert any(f["f"] == "kill_worker" and f["landed"] for f in landed), landed
