@@ -58,6 +58,9 @@ class ReplayTarget:
     replay_plugins: tuple[str, ...] = ()
     data_converter: str | None = None
     workflow_runner: str | None = None
+    #: compare each scheduled activity's / child workflow's type and input with the history's
+    #: (``harness.strict_replay``); False only where the target declares ``strict_replay = false``
+    strict_replay: bool = True
 
 
 @dataclass
