@@ -35,7 +35,7 @@ from chaos.checker.run_data import ReplayTarget, RunData
 from harness.event_history import decode_payload, load_saved, save_histories
 from harness.rundir import EVENT_HISTORIES, RUN_JSON, SCHEMA, write_json
 from harness.strict_replay import ACTIVITY, CHILD_WORKFLOW, ScheduledCall, compare, payloads_equal
-from harness.verdict import FAIL, PASS
+from harness.verdict import FAIL, PASS, UNKNOWN
 from testbed.stack import Stack
 
 MODULE = "strict_replay_agent"
@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from temporalio import activity, workflow
+from temporalio.plugin import SimplePlugin
 
 
 @dataclass
@@ -94,6 +95,17 @@ class SteadyWorkflow:
                                                start_to_close_timeout=timedelta(seconds=10))
         loud = await workflow.execute_local_activity(shout, text, start_to_close_timeout=timedelta(seconds=10))
         return await workflow.execute_child_workflow(Child.run, loud, id=f"{workflow.info().workflow_id}-child")
+
+
+class InterceptorDropper(SimplePlugin):
+    """A plugin whose configure_replayer replaces the interceptor list."""
+
+    def configure_replayer(self, config):
+        return {**super().configure_replayer(config), "interceptors": []}
+
+
+def make_dropper():
+    return InterceptorDropper("dropper")
 '''
 UNSANDBOXED = "temporalio.worker:UnsandboxedWorkflowRunner"
 
@@ -104,14 +116,15 @@ class Agent:
     def __init__(self, root: Path, ids: dict[str, str]) -> None:
         self.root, self.ids = root, ids
 
-    def check(self, workflow: str, runner: str | None = None, strict: bool = True):
+    def check(self, workflow: str, runner: str | None = None, strict: bool = True, plugins: tuple[str, ...] = ()):
         run_dir = self.root / f"run-{uuid.uuid4().hex[:6]}"
         (run_dir / EVENT_HISTORIES).mkdir(parents=True)
         wid = self.ids[workflow]
         shutil.copytree(self.root / "histories" / wid, run_dir / EVENT_HISTORIES / wid)
         write_json(run_dir / RUN_JSON, {"schema": SCHEMA, "kind": "chaos", "name": "strict-replay"})
         target = ReplayTarget(workflow=f"{MODULE}:{workflow}", source="this test's agent", cwd=str(self.root),
-                              env={"PYTHONPATH": str(self.root)}, workflow_runner=runner, strict_replay=strict)
+                              env={"PYTHONPATH": str(self.root)}, workflow_runner=runner, strict_replay=strict,
+                              replay_plugins=plugins)
         return check(RunData(run_dir, target)), run_dir
 
     def recorded_note(self, workflow: str) -> tuple[int, dict]:
@@ -185,6 +198,14 @@ async def test_a_deterministic_argument_passes_strict_replay(agent: Agent, runne
     assert (strict["compared"], strict["equal"], strict["mismatch_count"], strict["unknown_count"]) == (2, 2, 0, 0)
     assert strict["local_activities_not_compared"] == 1
     assert "2 scheduled input(s) equal to the history's; 1 local activity's input not compared" in result.summary
+
+
+async def test_a_plugin_that_drops_the_recorder_makes_replay_unknown(agent: Agent) -> None:
+    result, _ = await asyncio.to_thread(agent.check, "SteadyWorkflow", None, True, (f"{MODULE}:make_dropper",))
+    print(result.summary)
+    assert result.verdict == UNKNOWN, result.summary
+    assert "inputs were not compared: a plugin's configure_replayer dropped the strict-replay interceptor" in \
+        result.summary
 
 
 # The comparison itself, on hand-made histories.
