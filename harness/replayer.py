@@ -10,6 +10,8 @@ The replayer is built the way the agent's workers are, from what the target decl
                                    sandboxed runner with passthrough modules, ...) or a zero-argument callable
     --namespace NAME               the namespace the histories ran in (what ``workflow.info().namespace`` says)
     --no-strict                    only Temporal's own replay check: no comparison of inputs (``harness.strict_replay``)
+    --strict-ignore JSON_PATH      (repeatable) a JSON path left out of every compared input, e.g.
+                                   ``$.messages[*].timestamp``: a value a framework computes afresh on each replay
 
 Strict by default: besides Temporal's own check (the sequence of commands), every activity and child workflow the
 replay schedules is compared, type and input, with the event that scheduled it (``harness.strict_replay``).
@@ -134,9 +136,11 @@ def make_replayer(workflow: type, plugins: Sequence[str] = (), data_converter: s
     return replayer, uses
 
 
-async def replay(histories_dir: Path, replayer: Replayer, recorder: InputRecorder | None = None) -> dict:
+async def replay(histories_dir: Path, replayer: Replayer, recorder: InputRecorder | None = None,
+                 ignore: Sequence[str] = ()) -> dict:
     """Replay every saved history, one at a time; with a ``recorder`` (installed by ``make_replayer``), compare
-    each replayed call's type and input with the history's (``harness.strict_replay``)."""
+    each replayed call's type and input with the history's (``harness.strict_replay``; ``ignore``: JSON paths
+    left out)."""
     histories = [(run_id, history) for chain in load_saved(histories_dir).values() for run_id, history in chain]
     failures = []
     strict: dict[str, Any] = {"off": True}
@@ -157,12 +161,13 @@ async def replay(histories_dir: Path, replayer: Replayer, recorder: InputRecorde
                              "error": f"{type(err).__name__}: {err}"})
         elif recorder is not None and "error" not in strict:
             try:
-                total.merge(await compare(history.workflow_id, run_id, history.events, recorder.take(), converter))
+                total.merge(await compare(history.workflow_id, run_id, history.events, recorder.take(), converter,
+                                          ignore))
             except Exception as exc:  # never a pass: the comparison is unknown, Temporal's own check still stands
                 strict = {"error": f"comparing {history.workflow_id}'s inputs raised {type(exc).__name__}: "
                                    f"{exc}"[:400]}
     if recorder is not None and "error" not in strict:
-        strict = total.as_dict()
+        strict = {**total.as_dict(), "ignored_paths": list(ignore)}
     return {"replayed": len(histories), "failures": failures, "strict": strict}
 
 
@@ -178,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--namespace", help="the namespace the histories ran in (default: the Replayer's)")
     parser.add_argument("--no-strict", dest="strict", action="store_false",
                         help="do not compare activity and child workflow inputs with the history's")
+    parser.add_argument("--strict-ignore", action="append", default=[], metavar="JSON_PATH",
+                        help="a JSON path left out of every compared input, e.g. '$.messages[*].timestamp' "
+                             "(repeatable): a value the agent's framework computes afresh on every replay")
     args = parser.parse_args(argv)
     recorder = InputRecorder() if args.strict else None
     try:
@@ -186,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     except SetupError as exc:
         print(RESULT_PREFIX + json.dumps({"error": str(exc)}), flush=True)
         return SETUP_ERROR
-    result = asyncio.run(replay(args.histories, replayer, recorder))
+    result = asyncio.run(replay(args.histories, replayer, recorder, args.strict_ignore))
     print(RESULT_PREFIX + json.dumps({**result, "uses": uses}), flush=True)  # tagged: the SDK's core may log to stdout
     return 0
 

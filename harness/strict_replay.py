@@ -225,8 +225,11 @@ class Comparison:
 
 
 async def compare(workflow_id: str, run_id: str, events: Sequence[Any], calls: list[ScheduledCall],
-                  data_converter: temporalio.converter.DataConverter) -> Comparison:
-    """Each replayed call against the history event it scheduled: type, then input payload by payload."""
+                  data_converter: temporalio.converter.DataConverter, ignore: Iterable[str] = ()) -> Comparison:
+    """Each replayed call against the history event it scheduled: type, then input payload by payload. ``ignore``:
+    JSON paths (``$.messages[*].timestamp``: ``.key``, ``[*]`` for any list item) left out of every JSON input,
+    for values a framework computes afresh on every replay (declared by the target, listed in the result)."""
+    ignore = frozenset(ignore)
     out = Comparison(local_activities=sum(1 for c in calls if c.kind == LOCAL_ACTIVITY))
     recorded = history_calls(events)
     external = getattr(data_converter, "external_storage", None)
@@ -257,7 +260,7 @@ async def compare(workflow_id: str, run_id: str, events: Sequence[Any], calls: l
             except Exception as exc:  # a codec that cannot read its own history: no comparison
                 reason = f"the payload codec could not decode the history's input: {type(exc).__name__}: {exc}"
             else:
-                found = _difference([_parsed(b) for b in call.payloads or []], history)
+                found = _difference([_parsed(b) for b in call.payloads or []], history, ignore)
         if reason:
             out.unknown_count += 1
             out.unknown.append({**where, "reason": _printable(reason)[:300]})
@@ -299,31 +302,72 @@ async def _decoded(payloads: list[Payload], codec: Any, context: Any) -> list[Pa
     return list(await _with_context(codec, context).decode(payloads))
 
 
-def _difference(replayed: list[Payload], history: list[Payload]) -> dict[str, Any] | None:
-    """None if the two inputs are equal, else which argument differs and both values (bounded, printable)."""
+def _difference(replayed: list[Payload], history: list[Payload], ignore: frozenset[str] = frozenset()
+                ) -> dict[str, Any] | None:
+    """None if the two inputs are equal, else which argument differs, where (a JSON path, for JSON) and both
+    values (bounded, printable)."""
     if len(replayed) != len(history):
-        return {"argument": None, "replayed": f"{len(replayed)} argument(s)", "history": f"{len(history)} argument(s)"}
+        return {"argument": None, "path": None, "replayed": f"{len(replayed)} argument(s)",
+                "history": f"{len(history)} argument(s)"}
     for n, (mine, theirs) in enumerate(zip(replayed, history)):
-        if not payloads_equal(mine, theirs):
-            a, b = _text(mine), _text(theirs)
-            return {"argument": n, "replayed": _window(a, b), "history": _window(b, a)}
+        if not payloads_equal(mine, theirs, ignore):
+            x, y = _json(mine, ignore), _json(theirs, ignore)
+            if x is _NOT_JSON or y is _NOT_JSON or dict(mine.metadata) != dict(theirs.metadata):
+                a, b, path = _text(mine), _text(theirs), None
+            else:
+                a, b = (json.dumps(v, sort_keys=True, ensure_ascii=False) for v in (x, y))
+                path = _first_path(x, y)
+            return {"argument": n, "path": path, "replayed": _window(a, b), "history": _window(b, a)}
     return None
 
 
-def payloads_equal(a: Payload, b: Payload) -> bool:
-    """Equal metadata and, for JSON encodings, equal parsed values (key order and spacing are no difference);
-    otherwise equal bytes."""
+#: what an ignored JSON value is replaced with before comparing
+IGNORED = "<ignored>"
+_NOT_JSON = object()
+
+
+def _json(p: Payload, ignore: frozenset[str] = frozenset()) -> Any:
+    """A JSON payload's parsed value with the ``ignore`` paths masked, or ``_NOT_JSON``."""
+    if p.metadata.get("encoding") not in JSON_ENCODINGS:
+        return _NOT_JSON
+    try:
+        return _masked(json.loads(p.data), ignore) if ignore else json.loads(p.data)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return _NOT_JSON
+
+
+def _masked(value: Any, ignore: frozenset[str], path: str = "$") -> Any:
+    if path in ignore:
+        return IGNORED
+    if isinstance(value, dict):
+        return {k: _masked(v, ignore, f"{path}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked(v, ignore, f"{path}[*]") for v in value]
+    return value
+
+
+def _first_path(x: Any, y: Any, path: str = "$") -> str:
+    """The JSON path of the first place (keys in sorted order) where ``x`` and ``y`` differ."""
+    if isinstance(x, dict) and isinstance(y, dict):
+        for k in sorted(set(x) | set(y)):
+            if k not in x or k not in y or not _same_json(x[k], y[k]):
+                return _first_path(x.get(k), y.get(k), f"{path}.{k}") if k in x and k in y else f"{path}.{k}"
+    if isinstance(x, list) and isinstance(y, list) and len(x) == len(y):
+        for i, j in zip(x, y):
+            if not _same_json(i, j):
+                return _first_path(i, j, f"{path}[*]")
+    return path
+
+
+def payloads_equal(a: Payload, b: Payload, ignore: frozenset[str] = frozenset()) -> bool:
+    """Equal metadata and, for JSON encodings, equal parsed values (key order and spacing are no difference; the
+    ``ignore`` paths left out); otherwise equal bytes."""
     if dict(a.metadata) != dict(b.metadata):
         return False
     if a.data == b.data:
         return True
-    if a.metadata.get("encoding") in JSON_ENCODINGS:
-        try:
-            x, y = json.loads(a.data), json.loads(b.data)
-        except (ValueError, UnicodeDecodeError):
-            return False
-        return _same_json(x, y)
-    return False
+    x, y = _json(a, ignore), _json(b, ignore)
+    return x is not _NOT_JSON and y is not _NOT_JSON and _same_json(x, y)
 
 
 def _same_json(x: Any, y: Any) -> bool:
@@ -368,8 +412,9 @@ def _printable(text: str) -> str:
 
 def describe(mismatch: dict[str, Any]) -> str:
     """One line naming the call, its event and both values."""
-    arg = mismatch.get("argument")
+    arg, path = mismatch.get("argument"), mismatch.get("path")
     what = "type" if mismatch["field"] == "type" else ("input" if arg is None else f"input argument {arg}")
+    what += f" at {path}" if path else ""
     return (f"{mismatch['kind']} {mismatch['name']!r} (event {mismatch['event_id']} of {mismatch['workflow_id']}) "
             f"{what} differs on replay: replayed {mismatch['replayed']} vs history {mismatch['history']}")
 

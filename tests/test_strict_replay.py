@@ -34,7 +34,7 @@ from chaos.checker.replay import check
 from chaos.checker.run_data import ReplayTarget, RunData
 from harness.event_history import decode_payload, load_saved, save_histories
 from harness.rundir import EVENT_HISTORIES, RUN_JSON, SCHEMA, write_json
-from harness.strict_replay import ACTIVITY, CHILD_WORKFLOW, ScheduledCall, compare, payloads_equal
+from harness.strict_replay import ACTIVITY, CHILD_WORKFLOW, ScheduledCall, compare, describe, payloads_equal
 from harness.verdict import FAIL, PASS, UNKNOWN
 from testbed.stack import Stack
 
@@ -116,7 +116,8 @@ class Agent:
     def __init__(self, root: Path, ids: dict[str, str]) -> None:
         self.root, self.ids = root, ids
 
-    def check(self, workflow: str, runner: str | None = None, strict: bool = True, plugins: tuple[str, ...] = ()):
+    def check(self, workflow: str, runner: str | None = None, strict: bool = True, plugins: tuple[str, ...] = (),
+              ignore: tuple[str, ...] = ()):
         run_dir = self.root / f"run-{uuid.uuid4().hex[:6]}"
         (run_dir / EVENT_HISTORIES).mkdir(parents=True)
         wid = self.ids[workflow]
@@ -124,7 +125,7 @@ class Agent:
         write_json(run_dir / RUN_JSON, {"schema": SCHEMA, "kind": "chaos", "name": "strict-replay"})
         target = ReplayTarget(workflow=f"{MODULE}:{workflow}", source="this test's agent", cwd=str(self.root),
                               env={"PYTHONPATH": str(self.root)}, workflow_runner=runner, strict_replay=strict,
-                              replay_plugins=plugins)
+                              replay_plugins=plugins, strict_replay_ignore=ignore)
         return check(RunData(run_dir, target)), run_dir
 
     def recorded_note(self, workflow: str) -> tuple[int, dict]:
@@ -177,6 +178,15 @@ async def test_a_random_nonce_in_an_activity_argument_fails_strict_replay(agent:
     history_nonce = recorded["text"].removeprefix("ada nonce ")
     assert history_nonce[:8] in m["history"] and m["replayed"] != m["history"], m
     assert "nonce 0." in m["replayed"] and f"vs history {m['history']}" in result.summary
+
+
+async def test_paths_the_target_declares_are_left_out_and_said(agent: Agent) -> None:
+    result, _ = await asyncio.to_thread(agent.check, "NonceWorkflow", None, True, (), ("$.text",))
+    assert result.verdict == FAIL and "input argument 0 at $.weight differs" in result.summary, result.summary
+    result, _ = await asyncio.to_thread(agent.check, "NonceWorkflow", None, True, (), ("$.text", "$.weight"))
+    print(result.summary)
+    assert result.verdict == PASS and "left out as declared: $.text, $.weight" in result.summary, result.summary
+    assert result.details["strict"]["equal"] == 1
 
 
 async def test_without_strict_replay_the_same_history_passes(agent: Agent) -> None:
@@ -302,3 +312,21 @@ async def test_children_pair_by_workflow_id_and_calls_without_an_id_in_order() -
     assert (found.compared, found.mismatch_count, found.unknown_count) == (3, 1, 0)
     assert found.mismatches[0]["kind"] == "child workflow" and found.mismatches[0]["event_id"] == 8
 
+
+
+async def test_declared_paths_are_left_out_and_a_difference_is_named_by_its_path() -> None:
+    """A framework's per-replay values (Pydantic AI's message timestamps, run and conversation ids: measured on
+    pydantic-ai-slim 2.68) are declared and left out; anything else still differs, named by its JSON path."""
+    def request(stamp: str, prompt: str) -> Payload:
+        return json_payload({"messages": [{"timestamp": stamp, "parts": [{"content": prompt, "timestamp": stamp}]}]})
+
+    events = [scheduled(5, "1", "model_request", request("2026-01-01T00:00:00Z", "What is 6 * 7?"))]
+    ignore = ["$.messages[*].timestamp", "$.messages[*].parts[*].timestamp"]
+    same = [call("1", "model_request", request("2026-11-26T08:00:00Z", "What is 6 * 7?"))]
+    assert (await compare("wf", "run", events, same, DataConverter.default)).mismatch_count == 1
+    assert (await compare("wf", "run", events, same, DataConverter.default, ignore)).equal == 1
+    other = [call("1", "model_request", request("2026-11-26T08:00:00Z", "What is 6 * 8?"))]
+    found = await compare("wf", "run", events, other, DataConverter.default, ignore)
+    (m,) = found.mismatches
+    assert m["path"] == "$.messages[*].parts[*].content" and "6 * 8" in m["replayed"] and "6 * 7" in m["history"]
+    assert "input argument 0 at $.messages[*].parts[*].content differs" in describe(m)

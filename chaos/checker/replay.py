@@ -57,6 +57,7 @@ def check(data: RunData) -> CheckResult:
         argv += ["--workflow-runner", runner]
     if not target.strict_replay:
         argv += ["--no-strict"]
+    argv += [f"--strict-ignore={path}" for path in target.strict_replay_ignore]
     namespace = _namespace(data)
     if namespace:  # what workflow.info().namespace said when it ran; one argument, never read as an option
         argv += [f"--namespace={namespace}"]
@@ -66,7 +67,8 @@ def check(data: RunData) -> CheckResult:
     lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
     result = json.loads(lines[-1][len(RESULT_PREFIX):]) if lines else None
     declared = {"workflow": workflow, "replay_plugins": plugins, "data_converter": converter,
-                "workflow_runner": runner, "strict_replay": target.strict_replay, "replayed_with": target.source}
+                "workflow_runner": runner, "strict_replay": target.strict_replay,
+                "strict_replay_ignore": list(target.strict_replay_ignore), "replayed_with": target.source}
     if result is not None and "error" in result:  # a declared object would not load: no judgement, not a fail
         return CheckResult("replay", UNKNOWN, f"the replayer could not be built as the target declares: "
                                               f"{result['error'][:400]}", {**declared, **result})
@@ -117,6 +119,9 @@ def check(data: RunData) -> CheckResult:
     local = strict.get("local_activities_not_compared") or 0
     inputs = "local activity's input" if local == 1 else "local activities' inputs"
     local_note = f"; {local} {inputs} not compared (the history does not record them)" if local else ""
+    ignored = strict.get("ignored_paths") or []
+    if ignored:
+        local_note += f"; left out as declared: {', '.join(str(p) for p in ignored[:8])[:400]}"
     return CheckResult("replay", PASS, f"{clean}; {strict['compared']} scheduled input(s) equal to the history's"
                                        f"{local_note}", details)
 

@@ -61,6 +61,9 @@ class ReplayTarget:
     #: compare each scheduled activity's / child workflow's type and input with the history's
     #: (``harness.strict_replay``); False only where the target declares ``strict_replay = false``
     strict_replay: bool = True
+    #: JSON paths left out of every compared input (``$.messages[*].timestamp``): values the target's framework
+    #: computes afresh on every replay (a target's ``strict_replay_ignore``); listed in the check's summary
+    strict_replay_ignore: tuple[str, ...] = ()
 
 
 @dataclass
