@@ -8,10 +8,18 @@ The replayer is built the way the agent's workers are, from what the target decl
                                    zero-argument callable returning one
     --workflow-runner MODULE:NAME  a ``temporalio.worker.WorkflowRunner`` (``UnsandboxedWorkflowRunner``, a
                                    sandboxed runner with passthrough modules, ...) or a zero-argument callable
+    --namespace NAME               the namespace the histories ran in (what ``workflow.info().namespace`` says)
+    --no-strict                    only Temporal's own replay check: no comparison of inputs (``harness.strict_replay``)
+    --strict-ignore JSON_PATH      (repeatable) a JSON path left out of every compared input, e.g.
+                                   ``$.messages[*].timestamp``: a value a framework computes afresh on each replay
 
-Prints one line ``REPLAY-RESULT {"replayed": n, "failures": [{workflow_id, run_id, error}], "uses": {...}}``
-(``uses``: the plugins, data converter and workflow runner it replayed with) and exits 0 whenever it could
-judge (failures are in the JSON). If a declared object cannot be loaded or built it prints
+Strict by default: besides Temporal's own check (the sequence of commands), every activity and child workflow the
+replay schedules is compared, type and input, with the event that scheduled it (``harness.strict_replay``).
+
+Prints one line ``REPLAY-RESULT {"replayed": n, "failures": [{workflow_id, run_id, error}], "strict": {...},
+"uses": {...}}`` (``strict``: ``harness.strict_replay.Comparison.as_dict`` over every history that replayed, or
+``{"off": true}``; ``uses``: the plugins, data converter and workflow runner it replayed with) and exits 0
+whenever it could judge (failures are in the JSON). If a declared object cannot be loaded or built it prints
 ``REPLAY-RESULT {"error": "..."}`` naming the object and exits 3; any other exit means it could not run.
 """
 
@@ -29,6 +37,7 @@ from temporalio.converter import DataConverter
 from temporalio.worker import Replayer, WorkflowRunner
 
 from harness.event_history import load_saved
+from harness.strict_replay import Comparison, InputRecorder, compare
 
 try:
     from temporalio.worker import Plugin
@@ -82,10 +91,22 @@ def load_class(spec: str) -> type:
     return load_object("--workflow", spec)
 
 
+def active_config(replayer: Replayer) -> dict[str, Any]:
+    """The replayer's configuration after every plugin's ``configure_replayer``."""
+    try:
+        return dict(replayer.config(active_config=True))
+    except TypeError:  # older temporalio: no plugins, so the config it was given is the one in use
+        return dict(replayer.config())
+
+
 def make_replayer(workflow: type, plugins: Sequence[str] = (), data_converter: str | None = None,
-                  workflow_runner: str | None = None) -> tuple[Replayer, dict[str, Any]]:
-    """A ``Replayer`` built like the agent's workers, and what it uses (for the result's ``uses``)."""
-    kwargs: dict[str, Any] = {}
+                  workflow_runner: str | None = None, recorder: InputRecorder | None = None,
+                  namespace: str | None = None) -> tuple[Replayer, dict[str, Any]]:
+    """A ``Replayer`` built like the agent's workers, and what it uses (for the result's ``uses``). With a
+    ``recorder`` it is the first interceptor (plugins append theirs after it), so it sees each call as scheduled."""
+    kwargs: dict[str, Any] = {"interceptors": [recorder]} if recorder is not None else {}
+    if namespace:
+        kwargs["namespace"] = namespace
     if plugins and Plugin is None:
         raise SetupError(f"--plugin {plugins[0]!r}: this temporalio has no worker plugins; upgrade it")
     built = [build("--plugin", spec, Plugin) for spec in plugins]
@@ -100,10 +121,7 @@ def make_replayer(workflow: type, plugins: Sequence[str] = (), data_converter: s
     except Exception as exc:  # e.g. the sandbox refusing the workflow's module, a plugin's configure_replayer
         raise SetupError(f"building the replayer for {workflow.__qualname__} raised {type(exc).__name__}: "
                          f"{exc}") from None
-    try:
-        config = replayer.config(active_config=True)  # after every plugin's configure_replayer
-    except TypeError:  # older temporalio: no plugins, so the config it was given is the one in use
-        config = replayer.config()
+    config = active_config(replayer)
     converter = config.get("data_converter") or DataConverter.default
     uses = {
         "plugins": [{"spec": spec, "name": p.name()} for spec, p in zip(plugins, built)],
@@ -118,16 +136,39 @@ def make_replayer(workflow: type, plugins: Sequence[str] = (), data_converter: s
     return replayer, uses
 
 
-async def replay(histories_dir: Path, replayer: Replayer) -> dict:
+async def replay(histories_dir: Path, replayer: Replayer, recorder: InputRecorder | None = None,
+                 ignore: Sequence[str] = ()) -> dict:
+    """Replay every saved history, one at a time; with a ``recorder`` (installed by ``make_replayer``), compare
+    each replayed call's type and input with the history's (``harness.strict_replay``; ``ignore``: JSON paths
+    left out)."""
     histories = [(run_id, history) for chain in load_saved(histories_dir).values() for run_id, history in chain]
     failures = []
+    strict: dict[str, Any] = {"off": True}
+    config = active_config(replayer)
+    if recorder is not None:
+        installed = recorder in (config.get("interceptors") or [])
+        strict = {} if installed else {
+            "error": "a plugin's configure_replayer dropped the strict-replay interceptor: inputs not compared"}
+    total = Comparison()
+    converter = config.get("data_converter") or DataConverter.default
     for run_id, history in histories:
+        if recorder is not None:
+            recorder.take()  # nothing left over from another history
         result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-        if result.replay_failure is not None:
+        if result.replay_failure is not None:  # already a failure: its calls are not compared
             err = result.replay_failure
             failures.append({"workflow_id": history.workflow_id, "run_id": run_id,
                              "error": f"{type(err).__name__}: {err}"})
-    return {"replayed": len(histories), "failures": failures}
+        elif recorder is not None and "error" not in strict:
+            try:
+                total.merge(await compare(history.workflow_id, run_id, history.events, recorder.take(), converter,
+                                          ignore))
+            except Exception as exc:  # never a pass: the comparison is unknown, Temporal's own check still stands
+                strict = {"error": f"comparing {history.workflow_id}'s inputs raised {type(exc).__name__}: "
+                                   f"{exc}"[:400]}
+    if recorder is not None and "error" not in strict:
+        strict = {**total.as_dict(), "ignored_paths": list(ignore)}
+    return {"replayed": len(histories), "failures": failures, "strict": strict}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,14 +180,21 @@ def main(argv: list[str] | None = None) -> int:
                         help="a worker plugin the agent's workers use (repeatable, in order)")
     parser.add_argument("--data-converter", metavar="MODULE:NAME", help="the agent's data converter")
     parser.add_argument("--workflow-runner", metavar="MODULE:NAME", help="the agent's workflow runner")
+    parser.add_argument("--namespace", help="the namespace the histories ran in (default: the Replayer's)")
+    parser.add_argument("--no-strict", dest="strict", action="store_false",
+                        help="do not compare activity and child workflow inputs with the history's")
+    parser.add_argument("--strict-ignore", action="append", default=[], metavar="JSON_PATH",
+                        help="a JSON path left out of every compared input, e.g. '$.messages[*].timestamp' "
+                             "(repeatable): a value the agent's framework computes afresh on every replay")
     args = parser.parse_args(argv)
+    recorder = InputRecorder() if args.strict else None
     try:
         replayer, uses = make_replayer(load_class(args.workflow), args.plugin, args.data_converter,
-                                       args.workflow_runner)
+                                       args.workflow_runner, recorder, args.namespace)
     except SetupError as exc:
         print(RESULT_PREFIX + json.dumps({"error": str(exc)}), flush=True)
         return SETUP_ERROR
-    result = asyncio.run(replay(args.histories, replayer))
+    result = asyncio.run(replay(args.histories, replayer, recorder, args.strict_ignore))
     print(RESULT_PREFIX + json.dumps({**result, "uses": uses}), flush=True)  # tagged: the SDK's core may log to stdout
     return 0
 

@@ -176,6 +176,8 @@ async def test_with_its_converter_and_runner_declared_it_passes(agent: Agent) ->
                                        "type": "UnsandboxedWorkflowRunner"}
     assert f"data converter {MODULE}:converter: " in summary and "codec ReversingCodec" in summary
     assert "workflow runner temporalio.worker:UnsandboxedWorkflowRunner: UnsandboxedWorkflowRunner" in summary
+    # Strict replay compared each activity's input through the codec (the history holds it reversed).
+    assert (details["strict"]["compared"], details["strict"]["equal"]) == (2, 2), details["strict"]
 
 
 async def test_with_its_plugin_declared_it_passes(agent: Agent) -> None:
@@ -186,6 +188,7 @@ async def test_with_its_plugin_declared_it_passes(agent: Agent) -> None:
     assert details["uses"]["workflow_runner"]["type"] == "UnsandboxedWorkflowRunner"
     assert "(plugins byo.framework; data converter (not declared): " in summary  # set by the plugin:
     assert "+ codec ReversingCodec; workflow runner (not declared): UnsandboxedWorkflowRunner)" in summary
+    assert (details["strict"]["compared"], details["strict"]["mismatch_count"]) == (2, 0), details["strict"]
 
 
 @pytest.mark.parametrize("declarations, named", [

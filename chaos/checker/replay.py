@@ -12,6 +12,13 @@ most often a replayer built without what the workers use: the summary then names
 ``workflow_runner`` and what to declare (it cannot tell a missing declaration from workflow code that really
 breaks the sandbox's rules; the workers' own runner decides).
 
+Replay is strict (``harness.strict_replay``): Temporal's replayer checks the sequence of commands, not their
+inputs, so each activity and child workflow the replay schedules is also compared, type and input, with the event
+that scheduled it. A difference fails, naming the call, its event and both values; a call that could not be
+compared makes the check unknown, never pass. Local activities' inputs are not compared (the history does not
+record them) and the summary says how many. ``ReplayTarget.strict_replay`` False (a target's
+``strict_replay = false``) turns the comparison off, and the summary says so.
+
 What runs comes from ``data.replay_target`` (``chaos.target.replay_target``: the reference agent's own code, or
 a target file the user controls), never from run.json: a run directory is data, and the interpreter, directory,
 environment and declarations it records are not used. No replay target: unknown, saying why and what to give.
@@ -26,7 +33,11 @@ import subprocess
 
 from chaos.checker.run_data import RunData, ReplayTarget
 from harness import target_pythonpath
+from harness.strict_replay import describe
 from harness.verdict import FAIL, PASS, UNKNOWN, CheckResult
+
+#: a namespace longer than this in run.json is not passed on (Temporal's own limit is 255 bytes)
+NAMESPACE_LIMIT = 255
 
 
 def check(data: RunData) -> CheckResult:
@@ -49,13 +60,20 @@ def check(data: RunData) -> CheckResult:
         argv += ["--data-converter", converter]
     if runner:
         argv += ["--workflow-runner", runner]
+    if not target.strict_replay:
+        argv += ["--no-strict"]
+    argv += [f"--strict-ignore={path}" for path in target.strict_replay_ignore]
+    namespace = _namespace(data)
+    if namespace:  # what workflow.info().namespace said when it ran; one argument, never read as an option
+        argv += [f"--namespace={namespace}"]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, cwd=cwd)
     from harness.replayer import RESULT_PREFIX
 
     lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
     result = json.loads(lines[-1][len(RESULT_PREFIX):]) if lines else None
     declared = {"workflow": workflow, "replay_plugins": plugins, "data_converter": converter,
-                "workflow_runner": runner, "replayed_with": target.source}
+                "workflow_runner": runner, "strict_replay": target.strict_replay,
+                "strict_replay_ignore": list(target.strict_replay_ignore), "replayed_with": target.source}
     if result is not None and "error" in result:  # a declared object would not load: no judgement, not a fail
         return CheckResult("replay", UNKNOWN, f"the replayer could not be built as the target declares: "
                                               f"{result['error'][:400]}{sandbox_hint(result['error'], target)}",
@@ -71,12 +89,19 @@ def check(data: RunData) -> CheckResult:
     uses = _describe(result.get("uses") or {})
     if result["replayed"] == 0:
         return CheckResult("replay", UNKNOWN, "no histories to replay", details)
+    strict = result.get("strict") or {}
+    differ = strict.get("mismatch_count") or 0
     if result["failures"]:
         first = result["failures"][0]
         hint = next((h for f in result["failures"] for h in [sandbox_hint(str(f.get("error")), target)] if h), "")
+        also = f"; and {differ} scheduled input(s) differ on replay" if differ else ""
         return CheckResult("replay", FAIL, f"{len(result['failures'])} of {result['replayed']} histories failed to "
                                            f"replay ({uses}); first {first['workflow_id']}: {first['error'][:200]}"
-                                           f"{hint}", details)
+                                           f"{also}{hint}", details)
+    if differ:
+        return CheckResult("replay", FAIL, f"{differ} scheduled call(s) differ on replay from the history (workflow "
+                                           f"code computes their arguments non-deterministically); first: "
+                                           f"{describe(strict['mismatches'][0])[:700]} ({uses})", details)
     # A history in which no workflow task ever completed replays "cleanly" because there is nothing in it to
     # replay: no evidence of determinism (the workflow_tasks check says why it never ran).
     vacuous = sorted(wid for wid, chain in data.event_histories.items()
@@ -87,8 +112,37 @@ def check(data: RunData) -> CheckResult:
                                               "replaying them proves nothing", details)
     note = (f"; {len(vacuous)} with no completed workflow task prove nothing ({', '.join(vacuous[:3])})"
             if vacuous else "")
-    return CheckResult("replay", PASS, f"{result['replayed']} histories replayed cleanly on a cold worker "
-                                       f"({uses}){note}", details)
+    clean = f"{result['replayed']} histories replayed cleanly on a cold worker ({uses}){note}"
+    if strict.get("off"):
+        return CheckResult("replay", PASS, f"{clean}; inputs not compared (strict_replay = false)", details)
+    if "error" in strict or "compared" not in strict:
+        why = str(strict.get("error", "the replayer reported no comparison"))[:300]
+        return CheckResult("replay", UNKNOWN, f"{clean}, but scheduled inputs were not compared: {why}", details)
+    if strict.get("unknown_count"):
+        first = strict["unknown"][0]
+        return CheckResult("replay", UNKNOWN, f"{clean}, but {strict['unknown_count']} scheduled call(s) could not be "
+                                              f"compared with the history; first: {first['kind']} {first['name']!r} "
+                                              f"(event {first['event_id']} of {first['workflow_id']}): "
+                                              f"{first['reason'][:300]}", details)
+    local = strict.get("local_activities_not_compared") or 0
+    inputs = "local activity's input" if local == 1 else "local activities' inputs"
+    local_note = f"; {local} {inputs} not compared (the history does not record them)" if local else ""
+    ignored = strict.get("ignored_paths") or []
+    if ignored:
+        local_note += f"; left out as declared: {', '.join(str(p) for p in ignored[:8])[:400]}"
+    return CheckResult("replay", PASS, f"{clean}; {strict['compared']} scheduled input(s) equal to the history's"
+                                       f"{local_note}", details)
+
+
+def _namespace(data: RunData) -> str | None:
+    """The Temporal namespace run.json records (run data: only a short string is used), or None."""
+    try:
+        backend = data.run.get("backend")
+    except (OSError, ValueError):  # a malformed run.json: the other checks say so; replay loses the namespace
+        return None
+    temporal = backend.get("temporal") if isinstance(backend, dict) else None
+    namespace = temporal.get("namespace") if isinstance(temporal, dict) else None
+    return namespace if isinstance(namespace, str) and 0 < len(namespace) <= NAMESPACE_LIMIT else None
 
 
 def _describe(uses: dict) -> str:

@@ -77,6 +77,12 @@ class ReplayTarget:
     replay_plugins: tuple[str, ...] = ()
     data_converter: str | None = None
     workflow_runner: str | None = None
+    #: compare each scheduled activity's / child workflow's type and input with the history's
+    #: (``harness.strict_replay``); False only where the target declares ``strict_replay = false``
+    strict_replay: bool = True
+    #: JSON paths left out of every compared input (``$.messages[*].timestamp``): values the target's framework
+    #: computes afresh on every replay (a target's ``strict_replay_ignore``); listed in the check's summary
+    strict_replay_ignore: tuple[str, ...] = ()
 
 
 @dataclass
