@@ -14,7 +14,8 @@ model API, at points an outside observer cannot hit exactly:
   a checker catches what it claims to (``unkeyed_effects``: every effect is
   applied on every attempt, its idempotency key ignored).
 * **model API fault rules** (``FaultRule``): the scripted model server answers
-  an error status, hangs, resets the connection or sends garbage.
+  an error status, hangs, resets the connection, sends garbage or cuts its
+  answer (streamed or not) mid-way.
 
 The agent-side faults reach a worker either explicitly (``dah worker
 --crash-at/--bug/--mutation``) or through its environment
@@ -187,7 +188,7 @@ NO_FAULTS = AgentFaults()
 
 # ----------------------------------------------------------------------------------------- the model API
 
-FAULT_MODES: tuple[str, ...] = ("status", "hang", "reset", "malformed_json", "malformed_output")
+FAULT_MODES: tuple[str, ...] = ("status", "hang", "reset", "malformed_json", "malformed_output", "stream_cut")
 FAULT_KEYS: tuple[str, ...] = ("status", "first_n", "duration_s", "scenario", "hang_s")
 FAULT_FORMS = (
     f"'<mode>[,key=value...]' with mode in {{{', '.join(FAULT_MODES)}}} "
@@ -208,7 +209,10 @@ class FaultRule:
     Modes: ``status`` (an error status with an OpenAI-style error body; 429 adds
     ``Retry-After``), ``hang`` (never answer; close after ``hang_s`` or at stop),
     ``reset`` (TCP RST), ``malformed_json`` (200 with a truncated body),
-    ``malformed_output`` (200, a tool call whose ``arguments`` is not JSON).
+    ``malformed_output`` (200, a tool call whose ``arguments`` is not JSON),
+    ``stream_cut`` (200, then the connection closes mid-answer: a streamed answer
+    stops after about half its events, without its terminal event; a whole
+    answer stops halfway through its body).
     """
 
     mode: str

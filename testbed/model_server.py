@@ -2,20 +2,28 @@
 
 Contract
 --------
-* ``ScriptedModelServer`` serves ``POST /v1/chat/completions`` (and ``/chat/completions``)
-  over real HTTP/1.1 with keep-alive, so the whole LiteLLM -> openai SDK -> httpx path is
-  exercised.  Point LiteLLM at it with
-  ``acompletion(model="openai/<scenario>", api_base=server.url, api_key="scripted", max_retries=0)``.
-* Answer *content* comes from a pluggable ``Responder``: it receives the OpenAI chat request
-  body (dict) and returns the assistant message dict.  A ``ValueError`` from the responder
-  becomes HTTP 400 with an OpenAI-style error body; any other exception becomes HTTP 500.
+* ``ScriptedModelServer`` serves the two OpenAI model APIs over real HTTP/1.1 with keep-alive, so a
+  client's whole path (LiteLLM -> openai SDK -> httpx, an agent framework's own client) is exercised:
+  ``POST /v1/chat/completions`` and ``POST /v1/responses`` (also without ``/v1``), each whole or
+  streamed (``"stream": true``: server-sent events over a chunked body; chat ends with ``data: [DONE]``
+  and honours ``stream_options.include_usage``, Responses sends ``event: <type>`` frames from
+  ``response.created`` to ``response.completed``). ``testbed.model_wire`` holds the formats.
+  Point a client at ``server.url`` (ends in ``/v1``) with any API key and any model name, e.g. LiteLLM's
+  ``acompletion(model="openai/<scenario>", api_base=server.url, api_key="scripted", max_retries=0)`` or
+  ``openai.OpenAI(base_url=server.url, api_key="any")``.
+* Answer *content* comes from a pluggable ``Responder``: it receives an OpenAI chat request body (dict; a
+  Responses request arrives translated to one) and returns the assistant message dict.  A ``ValueError``
+  from the responder becomes HTTP 400 with an OpenAI-style error body; any other exception becomes HTTP 500.
 * The run key of a request is its ``X-DAH-Run`` header (else ``"global"``); the scenario is
-  ``body["model"]`` without a leading ``"openai/"``.
-* ``FaultRule``s are checked in order; the first active matching rule is applied and counted
-  per (rule, run key).  Modes: ``status`` (error status + OpenAI error JSON; 429 adds
+  ``body["model"]`` without a leading ``"openai/"`` (the default responder answers a name it has no
+  scenario for with its ``auto`` route).
+* ``FaultRule``s are checked in order, on both APIs, streamed or not; the first active matching rule is
+  applied and counted per (rule, run key).  Modes: ``status`` (error status + OpenAI error JSON; 429 adds
   ``Retry-After``), ``hang`` (never answer; close after ``hang_s`` or at stop), ``reset``
-  (TCP RST), ``malformed_json`` (200 with a truncated JSON body), ``malformed_output``
-  (200, valid envelope, tool call whose ``arguments`` is not valid JSON).
+  (TCP RST), ``malformed_json`` (200 with a truncated JSON body, or a stream whose first event's data is
+  truncated), ``malformed_output`` (200, valid envelope, tool call whose ``arguments`` is not valid JSON),
+  ``stream_cut`` (200, then about half the stream's events and a close with no terminal event and no end
+  of the chunked body; a whole answer: half its body, short of its ``Content-Length``).
 * A ``LatencyModel`` sample (seeded, reproducible) is slept before every normal answer and
   before status / malformed faults, never before ``hang`` / ``reset``.
 * Other routes: ``GET /v1/models``, ``GET /healthz``, and the admin routes ``GET /admin/stats``,
@@ -60,6 +68,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterator
 
 from harness.faults import FAULT_FORMS, FaultRule, strip_provider
+from testbed import model_wire
 
 __all__ = [
     "Responder",
@@ -476,7 +485,9 @@ class _Handler(BaseHTTPRequestHandler):
             if body is None:
                 return
             if path in ("/v1/chat/completions", "/chat/completions"):
-                self._chat(body)
+                self._model_call(body, "chat")
+            elif path in ("/v1/responses", "/responses"):
+                self._model_call(body, "responses")
             elif path == "/admin/faults":
                 if self._admin_allowed():
                     self._admin_set_faults(body)
@@ -542,8 +553,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.owner.set_latency(latency, seed=seed)
         self._send_json(200, {"ok": True, "latency": latency.to_spec(), "describe": latency.describe()})
 
-    # -- chat completions
-    def _chat(self, raw: bytes) -> None:
+    # -- model calls: chat completions and the Responses API, whole or streamed
+    def _model_call(self, raw: bytes, api: str) -> None:
+        """Answer one model request of ``api`` ("chat" or "responses"): its fault if a rule matches, else the
+        responder's message, whole or as a stream (``"stream": true``)."""
         owner = self.server.owner
         run_key = owner._run_key(self.headers.get(RUN_HEADER))
         try:
@@ -554,13 +567,21 @@ class _Handler(BaseHTTPRequestHandler):
             owner._count_request(None, run_key)
             self._send_error(400, f"invalid JSON body: {exc}")
             return
+        try:
+            chat = model_wire.responses_to_chat(body) if api == "responses" else body
+        except ValueError as exc:
+            owner._count_request(None, run_key)
+            self._send_error(400, f"invalid Responses request: {exc}")
+            return
+        stream = body.get("stream") is True
         model = body.get("model")
         scenario = strip_provider(model) if isinstance(model, str) and model else DEFAULT_MODEL_NAME
         owner._count_request(scenario, run_key)
 
         rule = owner._match_fault(scenario, run_key)
         if rule is not None:
-            logger.debug("fault %s for scenario=%s run=%s", rule.describe(), scenario, run_key)
+            logger.debug("fault %s for scenario=%s run=%s (%s%s)", rule.describe(), scenario, run_key, api,
+                         ", streamed" if stream else "")
             if rule.mode == "hang":
                 owner._wait_stop(rule.hang_s)  # hold the connection, answer nothing
                 self.close_connection = True
@@ -574,16 +595,17 @@ class _Handler(BaseHTTPRequestHandler):
             owner._sleep_latency()
             if rule.mode == "status":
                 self._send_status_fault(rule.status)
-            elif rule.mode == "malformed_json":
-                good = json.dumps(self._completion(body, scenario, {"role": "assistant", "content": "ok"}))
-                self._send_raw(200, good[: max(1, len(good) // 2)].encode("utf-8"))
-            else:  # malformed_output
-                self._send_json(200, self._completion(body, scenario, self._malformed_message(body)))
-            return
-
-        owner._sleep_latency()
+                return
+            if rule.mode == "malformed_json":
+                self._send_malformed_json(api, body, chat, scenario, stream)
+                return
+            if rule.mode == "malformed_output":
+                self._send_answer(api, body, chat, scenario, self._malformed_message(chat), stream)
+                return
+        else:
+            owner._sleep_latency()
         try:
-            message = owner.responder(body)
+            message = owner.responder(chat)
         except ValueError as exc:
             owner._count_outcome(ok=False)
             self._send_error(400, f"responder rejected the request: {exc}")
@@ -602,7 +624,73 @@ class _Handler(BaseHTTPRequestHandler):
         if "content" not in message:
             message["content"] = None
         owner._count_outcome(ok=True)
-        self._send_json(200, self._completion(body, scenario, message))
+        self._send_answer(api, body, chat, scenario, message, stream,
+                          cut=rule is not None and rule.mode == "stream_cut")
+
+    def _send_answer(self, api: str, body: dict, chat: dict, scenario: str, message: dict, stream: bool,
+                     *, cut: bool = False) -> None:
+        """``message`` in ``api``'s shape; ``cut``: stop halfway and close (the ``stream_cut`` fault)."""
+        owner = self.server.owner
+        if api == "responses":
+            response_id = f"resp_{owner._next_id()}"
+            if stream:
+                self._send_stream([f"event: {name}\ndata: {json.dumps(event)}\n\n"
+                                   for name, event in model_wire.response_events(body, response_id, message)], cut)
+                return
+            payload = model_wire.response_object(body, response_id, message)
+        else:
+            completion_id = f"chatcmpl-{owner._next_id()}"
+            if stream:
+                chunks = model_wire.chat_chunks(chat, completion_id, scenario, message)
+                self._send_stream([f"data: {json.dumps(c)}\n\n" for c in chunks] + ["data: [DONE]\n\n"], cut)
+                return
+            payload = model_wire.chat_completion(chat, completion_id, scenario, message)
+        if not cut:
+            self._send_json(200, payload)
+            return
+        whole = json.dumps(payload).encode("utf-8")
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(whole)))  # promises the whole body, sends half of it
+        self.end_headers()
+        self.wfile.write(whole[: len(whole) // 2])
+        self.wfile.flush()
+        self.close_connection = True
+
+    def _send_stream(self, frames: list[str], cut: bool = False) -> None:
+        """Server-sent events, one HTTP chunk per event. ``cut``: only the first half of the events (never the
+        last), then the connection closes without the chunked body's end, as a connection lost mid-stream."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        if cut:
+            frames = frames[: max(1, min(len(frames) - 1, len(frames) // 2))]
+        for frame in frames:
+            data = frame.encode("utf-8")
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+        if cut:
+            self.close_connection = True
+            return
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def _send_malformed_json(self, api: str, body: dict, chat: dict, scenario: str, stream: bool) -> None:
+        """200 with a truncated JSON document: the whole body, or a streamed answer's first event."""
+        ok = {"role": "assistant", "content": "ok"}
+        if api == "responses":
+            good = json.dumps(model_wire.response_object(body, "resp_malformed", ok))
+            frame = "event: response.created\ndata: {}\n\n"
+        else:
+            good = json.dumps(model_wire.chat_completion(chat, "chatcmpl-malformed", scenario, ok))
+            frame = "data: {}\n\n"
+        half = good[: max(1, len(good) // 2)]
+        if stream:
+            self._send_stream([frame.format(half)] + (["data: [DONE]\n\n"] if api == "chat" else []))
+        else:
+            self._send_raw(200, half.encode("utf-8"))
 
     def _send_status_fault(self, status: int) -> None:
         message, type_, code = _STATUS_ERRORS.get(
@@ -625,29 +713,6 @@ class _Handler(BaseHTTPRequestHandler):
             "function": {"name": name, "arguments": '{"expression": "25 * 4"'},  # missing closing brace
         }
         return {"role": "assistant", "content": None, "tool_calls": [call]}
-
-    def _completion(self, body: dict, scenario: str, message: dict) -> dict:
-        prompt_chars = len(json.dumps(body.get("messages", []), default=str))
-        completion_chars = len(message.get("content") or "") + len(json.dumps(message.get("tool_calls") or []))
-        prompt_tokens = max(1, prompt_chars // 4)  # rough chars/4 estimate, good enough for accounting tests
-        completion_tokens = max(1, completion_chars // 4)
-        return {
-            "id": f"chatcmpl-{self.server.owner._next_id()}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": scenario,
-            "choices": [{
-                "index": 0,
-                "message": message,
-                "logprobs": None,
-                "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
-            }],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
-        }
 
 
 class ScriptedModelServer:
@@ -895,7 +960,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
         prog="python -m testbed.model_server",
         description=(
             "Scripted OpenAI-compatible model server with fault injection. Serves POST /v1/chat/completions "
-            "(answers come from a responder function), GET /v1/models, GET /healthz and loopback-only admin "
+            "and POST /v1/responses, whole or streamed, for any model name (answers come from a responder "
+            "function), GET /v1/models, GET /healthz and loopback-only admin "
             "routes (GET /admin/stats, POST|DELETE /admin/faults, POST /admin/latency), which need "
             f"'Authorization: Bearer TOKEN' with the TOKEN given in ${ADMIN_TOKEN_ENV} (unset: the admin routes "
             "are closed). Prints one line 'READY <url>' to stdout once listening, then serves until SIGTERM/SIGINT."

@@ -4,8 +4,23 @@ A route is a pure function of the conversation it is sent (OpenAI chat
 messages): the same messages always get the same answer, so a retried or
 replayed planning call sees a consistent model. The scenario comes from the
 request's model name (``scripted:<scenario>`` becomes ``openai/<scenario>``
-on the wire). ``auto`` reads the user's message and picks a tool, which is
-what the demo and free-form prompts use.
+on the wire); a name that is no scenario (``gpt-4o``, whatever an agent
+framework is configured with) gets ``auto``. ``auto`` reads the user's message
+and picks a tool, which is what the demo and free-form prompts use.
+
+``respond`` hands a route the messages with their content as plain strings
+(a list of parts is joined), and ``auto`` also the tools the request declares
+(``TOOL_AWARE`` routes), so it answers an agent it did not write by the tools
+that agent has, recognised by name and schema:
+
+* ``save the note '<token>'``: call the declared tool whose name contains
+  ``note`` with its first string property set to the token; after its result,
+  reply ``saved note <token>``, or ``could not save note <token>: <reason>``
+  when the result reports a failure (names an error, an exception or a
+  failure, or starts with an HTTP error status: ``503 Service Unavailable``).
+* ``What is <a> * <b>?`` (any one of + - * /): with a calculator-like tool
+  declared (a name with ``calc`` or an ``expression`` property), call it as
+  before; with none, answer ``<a> * <b> = <result>`` at once.
 """
 
 from __future__ import annotations
@@ -15,8 +30,11 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from testbed.model_wire import text_of
+
 Message = dict[str, Any]
 Route = Callable[[list[Message]], Message]
+ToolSpec = dict[str, Any]  # a chat tool: {"type": "function", "function": {"name", "parameters"}}
 
 
 def _final(text: str) -> Message:
@@ -129,13 +147,95 @@ def _summarise(messages: list[Message], tool_messages: list[Message]) -> Message
     return _final("\n".join(parts))
 
 
-def route_auto(messages: list[Message]) -> Message:
-    text, step, tools = _turn(messages)
+# -- the tools an agent declares --------------------------------------------------
+
+_SAVE_NOTE = re.compile(r"save the note '([^']+)'", re.I)
+_BINARY = re.compile(r"what is\s+(-?\d+)\s*([-+*/])\s*(-?\d+)\s*\?", re.I)
+#: a tool result reporting a failure: an error or exception named, or an HTTP error status (an exception message
+#: such as "503 Service Unavailable" is all the AI SDK sends back for a tool that threw)
+_FAILED = re.compile(r"\b(errors?|exception|failed|failure|unavailable|refused|timed out|timeout)\b"
+                     r"|(?:^|http\s*|status\s*(?:code\s*)?)[45]\d\d\b", re.I)
+
+
+def _declared(tools: list[ToolSpec] | None) -> list[tuple[str, dict]]:
+    """(name, parameters schema) of each declared function tool."""
+    out = []
+    for tool in tools or []:
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+            params = fn.get("parameters")
+            out.append((fn["name"], params if isinstance(params, dict) else {}))
+    return out
+
+
+def _string_properties(schema: dict) -> list[str]:
+    props = schema.get("properties")
+    if not isinstance(props, dict):
+        return []
+    return [k for k, v in props.items() if isinstance(v, dict) and (v.get("type") == "string"
+                                                                    or "string" in (v.get("type") or []))]
+
+
+def _note_tool(tools: list[ToolSpec] | None) -> tuple[str, str] | None:
+    """(name, argument) of the declared tool that saves a note: its name contains 'note', and it takes a string."""
+    for name, schema in _declared(tools):
+        if "note" in name.lower() and (strings := _string_properties(schema)):
+            return name, strings[0]
+    return None
+
+
+def _has_calculator(tools: list[ToolSpec] | None) -> bool:
+    return any("calc" in name.lower() or "expression" in (schema.get("properties") or {})
+               for name, schema in _declared(tools))
+
+
+def _direct_arithmetic(a: str, op: str, b: str) -> str:
+    x, y = int(a), int(b)
+    if op == "/":
+        result: Any = "undefined (division by zero)" if y == 0 else (x // y if x % y == 0 else x / y)
+    else:
+        result = {"+": x + y, "-": x - y, "*": x * y}[op]
+    return f"{a} {op} {b} = {result}"
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def _notes(messages: list[Message], text: str, step: int, results: list[Message],
+           tools: list[ToolSpec] | None) -> Message | None:
+    """The notes convention: call the declared note tool once, then report what its result says."""
+    m = _SAVE_NOTE.search(text)
+    if m is None:
+        return None
+    token = m.group(1)
+    if step == 0:
+        found = _note_tool(tools)
+        if found is None:
+            names = ", ".join(name for name, _ in _declared(tools)) or "none"
+            return _final(f"could not save note {token}: no declared tool saves notes (declared: {names})")
+        name, argument = found
+        return _calls(messages, (name, {argument: token}))
+    outcome = str(results[-1].get("content") or "").strip() if results else ""
+    if not results or _FAILED.search(outcome):
+        return _final(f"could not save note {token}: {_one_line(outcome) or 'the tool returned nothing'}")
+    return _final(f"saved note {token}")
+
+
+def route_auto(messages: list[Message], tools: list[ToolSpec] | None = None) -> Message:
+    """``tools``: what the request declares (None: not told, e.g. a subagent's turn: plan as if a calculator
+    were there)."""
+    text, step, results = _turn(messages)
+    if (answer := _notes(messages, text, step, results, tools)) is not None:
+        return answer
+    if step == 0 and tools is not None and not _has_calculator(tools) and (m := _BINARY.search(text)):
+        return _final(_direct_arithmetic(*m.groups()))
     if step == 0:
         return _plan_from_text(messages, text)
-    if (repair := _repair(messages, tools)) is not None:
+    if (repair := _repair(messages, results)) is not None:
         return repair
-    return _summarise(messages, tools[-_last_batch_size(messages):])
+    return _summarise(messages, results[-_last_batch_size(messages):])
 
 
 def _repair(messages: list[Message], tools: list[Message]) -> Message | None:
@@ -560,13 +660,29 @@ ROUTES: dict[str, Route] = {
 }
 
 
+#: routes that also take the request's declared tools (``tools=``)
+TOOL_AWARE: frozenset[Route] = frozenset({route_auto})
+
+
+def _plain(message: Any, index: int) -> Message:
+    """A chat message with its content as one string (a list of parts joined), so routes read text."""
+    if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+        raise ValueError(f"messages[{index}] must be an object with a string 'role'")
+    if isinstance(message.get("content"), str) or message.get("content") is None:
+        return message
+    return {**message, "content": text_of(message["content"])}
+
+
 def respond(body: dict[str, Any]) -> Message:
-    """The model server's responder: an assistant message for an OpenAI chat request body."""
-    scenario = str(body.get("model", "auto")).removeprefix("openai/")
-    route = ROUTES.get(scenario)
-    if route is None:
-        raise ValueError(f"unknown scripted scenario {scenario!r}; known: {', '.join(sorted(ROUTES))}")
+    """The model server's responder: an assistant message for an OpenAI chat request body. A model name that
+    is no scenario gets ``auto``."""
+    scenario = str(body.get("model") or "auto").removeprefix("openai/")
+    route = ROUTES.get(scenario, route_auto)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ValueError("request has no messages")
+    messages = [_plain(m, i) for i, m in enumerate(messages)]
+    if route in TOOL_AWARE:
+        tools = body.get("tools")  # absent: the request declares none
+        return route(messages, tools=tools if isinstance(tools, list) else [])  # type: ignore[call-arg]
     return route(messages)
