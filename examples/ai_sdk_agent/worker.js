@@ -50,6 +50,8 @@ async function main() {
     identity: opts.identity,
     workflowsPath: require.resolve('./workflows'),
     activities: createActivities({ effectsUrl: opts['effects-url'].replace(/\/+$/, ''), bug: opts.bug }),
+    // @temporalio/ai-sdk 1.17 installs the AI SDK's globals (Headers, web streams) when a context loads its
+    // modules: in a shared context only the first workflow sees them, later ones fail with 'Headers is not defined'.
     reuseV8Context: false,
     plugins: [new AiSdkPlugin({ modelProvider: openai })],
   });
