@@ -80,9 +80,10 @@ function firstMismatch(recorded, history) {
     const now = canonical(args);
     const then = canonical(was.input);
     if (type !== was.type || now !== then) {
+      const at = firstDifference(then, now);
       return (
-        `activity ${type} (id ${activityId}, event ${was.eventId}) scheduled with a different input on replay: ` +
-        `history ${was.type} ${clip(then)} vs replay ${type} ${clip(now)}`
+        `activity ${type} (id ${activityId}, event ${was.eventId}) scheduled with a different input on replay` +
+        ` (from character ${at}): history ${was.type} ${clip(then, at)} vs replay ${type} ${clip(now, at)}`
       );
     }
   }
@@ -101,8 +102,17 @@ function canonical(value) {
   return JSON.stringify(sort(plain));
 }
 
-function clip(text) {
-  return text.length > SHOWN_CHARS ? `${text.slice(0, SHOWN_CHARS)}...` : text;
+function firstDifference(a, b) {
+  let i = 0;
+  while (i < a.length && i < b.length && a[i] === b[i]) i += 1;
+  return i;
+}
+
+/** SHOWN_CHARS of `text` around character `at` (where the two values part), marked where cut. */
+function clip(text, at) {
+  const start = Math.max(0, at - 60);
+  const end = Math.min(text.length, start + SHOWN_CHARS);
+  return `${start > 0 ? '...' : ''}${text.slice(start, end)}${end < text.length ? '...' : ''}`;
 }
 
 function oneLine(text) {
