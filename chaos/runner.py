@@ -34,7 +34,8 @@ from chaos.scenarios import SCENARIOS, ChaosScenario
 from chaos.target import Target, replay_target
 from harness import operations
 from harness.operations import History
-from harness.rundir import CONVERSATIONS, SCHEMA, VERDICT_JSON, RunDir, command_line, machine_info, stopped_status
+from harness.rundir import (CONVERSATIONS, EFFECTS_SERVICE, SCHEMA, VERDICT_JSON, RunDir, command_line, machine_info,
+                            stopped_status)
 from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult, compose, recovery, summarise
 from testbed.stack import stack
 from testbed.temporal_server import temporal_binary_or_none
@@ -155,7 +156,9 @@ async def _run(scenario: ChaosScenario, backend: Backend, seed: int, progress: P
                     await asyncio.to_thread(driver.close)
             await backend.save(s, run_dir, driver)
             run_dir.update(model_server=s.model_server.stats() if s.model_server else None,
-                           supervisor_restarts={w.name: w.restarts for w in s.workers})
+                           supervisor_restarts={w.name: w.restarts for w in s.workers},
+                           effects_service={"log": EFFECTS_SERVICE, **s.effects_service.stats()}
+                           if s.effects_service else None)
     stop_recording()
     progress(f"{name}: checking")
     with run_dir.ending_if_it_fails(started, doing=lambda: "checking"):

@@ -14,6 +14,9 @@
     model_activity = "call_llm"          # the activity that calls the model (kills aimed "mid model call" wait for it)
     ledger = "ledger.sqlite3"            # optional, relative to the state dir; written through harness.recording
     workspace = "files/{workflow_id}"    # optional: each conversation's files ({workflow_id}: workspace_name(id))
+    effects = "service"                  # optional: where its effects are seen: "service" (its tools call the effects
+                                         # service at {effects_url} / $DAH_EFFECTS_URL), "ledger", or "none" with
+    # effects_reason = "..."             # why it has no external effects (the effects check is then not applicable)
     checkers = ["lost", "temporal_history", "replay", "injection_evidence", "stats"]  # default: all
     cwd = "."                            # relative to this file; workers, the driver and the replayer run there
     # what the workers build their Worker (and Client) with, so replay runs histories the same way (each optional;
@@ -110,6 +113,9 @@ class Target:
     replay_plugins: tuple[str, ...] = ()
     data_converter: str | None = None
     workflow_runner: str | None = None
+    #: where its effects are seen: "service" (testbed.effects_service), "ledger", "none" (None: not declared)
+    effects: str | None = None
+    effects_reason: str | None = None  # with effects "none": why
 
     @property
     def is_reference(self) -> bool:
@@ -128,7 +134,11 @@ class Target:
                 "warm_line": self.warm_line, "task_queue": self.task_queue, "driver": self.driver,
                 "workflow": self.workflow, "model_activity": self.model_activity, "ledger": self.ledger,
                 "workspace": self.workspace, "checkers": list(self.checkers), "cwd": self.cwd, "env": self.recorded_env(),
-                "source": self.source, **self.replay_declarations()}
+                "source": self.source, **self.replay_declarations(), **self.effects_declaration()}
+
+    def effects_declaration(self) -> dict[str, Any]:
+        """Where its effects are seen, as declared (only if declared: run.json stays as it was without it)."""
+        return {k: v for k, v in (("effects", self.effects), ("effects_reason", self.effects_reason)) if v}
 
     def recorded_env(self) -> dict[str, str]:
         """``env`` as run.json keeps it: a secret-looking variable's value (``*_API_KEY``, ``*TOKEN*``...) redacted."""
@@ -199,6 +209,9 @@ class TargetFile(StrictModel):
                         "returning one), e.g. [\"my_agent.temporal:make_plugin\"]")
     data_converter: Spec | None = Field(None, description="MODULE:NAME (an instance, or a zero-argument callable "
                                                            "returning one)")
+    effects: Literal["service", "ledger", "none"] | None = Field(
+        None, description='"service", "ledger" or "none" (where its effects are seen)')
+    effects_reason: NonEmpty | None = Field(None, description='a non-empty string (why effects = "none")')
     workflow_runner: Spec | None = Field(None, description="MODULE:NAME (an instance, or a zero-argument callable "
                                                             "returning one)")
 
@@ -223,6 +236,9 @@ def load_target(path: Path) -> Target:
         t = TargetFile.model_validate(raw)
     except ValidationError as exc:
         raise ValueError(one_line(exc, f"target file {path}", TargetFile)) from None
+    if t.effects == "none" and not t.effects_reason:
+        raise ValueError(f"target file {path}: 'effects' = \"none\" needs 'effects_reason': why the agent has no "
+                         "external effects (it is shown beside the effects check), e.g. \"it only answers questions\"")
     base = path.parent.resolve()
     cwd = str((base / t.cwd).resolve())
     if not Path(cwd).is_dir():
@@ -240,7 +256,7 @@ def load_target(path: Path) -> Target:
                   driver=t.driver, workflow=t.workflow, model_activity=t.model_activity, ledger=t.ledger,
                   workspace=t.workspace, checkers=tuple(t.checkers), cwd=cwd, env=dict(t.env), source=str(path),
                   replay_plugins=tuple(t.replay_plugins), data_converter=t.data_converter,
-                  workflow_runner=t.workflow_runner)
+                  workflow_runner=t.workflow_runner, effects=t.effects, effects_reason=t.effects_reason)
 
 
 def load_callable(spec: str) -> Any:

@@ -126,6 +126,8 @@ def summarise(name: str, ops: list[Op], checks: list[CheckResult]) -> dict[str, 
             lost = f"{lost}+{bad} bad"
     dup: Any = by["effects"].details.get("duplicated_effects", "?") if "effects" in by and \
         by["effects"].verdict in (PASS, FAIL) else "?"
+    if "effects" in by and by["effects"].verdict == NOT_APPLICABLE and by["effects"].summary.startswith("declared:"):
+        dup = "declared"  # the target declared its agent has no external effects (effects = "none")
     rec = recovery(ops)
     worst: Any = rec["worst_s"]
     if rec["never"]:

@@ -8,7 +8,8 @@ A worker is a command *template* whose placeholders are filled per start:
 ``{python}`` (the interpreter: the harness's, or a target's own), ``{address}``
 ``{namespace}`` ``{task_queue}`` (Temporal, usually through a fault proxy),
 ``{identity}`` (``<prefix>-<generation>``, new at every start), ``{model_url}``,
-``{state_dir}``, ``{ledger}``, ``{checkpoint_db}`` and ``{sticky_timeout}``. ``REFERENCE_WORKER`` and
+``{state_dir}``, ``{ledger}``, ``{checkpoint_db}``, ``{sticky_timeout}`` and ``{effects_url}`` (the external
+effects service's base URL, ``testbed.effects_service``; also ``$DAH_EFFECTS_URL``). ``REFERENCE_WORKER`` and
 ``CHECKPOINT_WORKER`` are the reference agent's two (Temporal, checkpoint);
 a target file names its own. Plain replacement, never ``str.format``: commands
 often carry code with literal braces.
@@ -43,7 +44,7 @@ from testbed.processes import ensure_reaper, spawn, stop
 log = logging.getLogger(__name__)
 
 PLACEHOLDERS = ("python", "address", "namespace", "task_queue", "identity", "model_url", "state_dir", "ledger",
-                "checkpoint_db", "sticky_timeout")
+                "checkpoint_db", "sticky_timeout", "effects_url")
 #: placeholders a caller may leave out: their value when it does
 PLACEHOLDER_DEFAULTS = {"sticky_timeout": "1"}
 #: the reference agent's Temporal worker (``dah worker``): READY once polling, WARM once LiteLLM is loaded.

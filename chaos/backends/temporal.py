@@ -3,9 +3,15 @@ restarted), the scripted model, fault proxies on the worker->Temporal and worker
 processes (or Docker containers) under a supervisor.
 
     Temporal server (db file) <-- proxy "temporal" <-- worker-1..N --> proxy "model" --> scripted model
+                                                           |
+                                                           +--> effects service (testbed.effects_service)
 
 Workers reach Temporal and the model only through the proxies, so network faults land on exactly the links
-that matter; the driver talks to Temporal directly.
+that matter; the driver talks to Temporal directly. The effects service (what the agent's tools call: ``{effects_url}``,
+``$DAH_EFFECTS_URL``) is reached directly and logs to ``<run dir>/effects_service.jsonl``; for a target whose
+effects are ``service``, the scenario's ``after_effect`` crash point is the service's crash-after-effect fault
+(it applies the effect, then the harness kills the calling worker before the response returns) instead of the
+worker's own ``DAH_CRASH_AT``.
 """
 
 from __future__ import annotations
@@ -19,8 +25,10 @@ from chaos.client import TIMEOUTS, Driver, chaos_agent_config
 from chaos.nemesis import NemesisContext
 from chaos.scenarios import ChaosScenario
 from harness.operations import History
+from harness.faults import AgentFaults
 from harness.recording import ENV_LEDGER
-from harness.rundir import RunDir
+from harness.rundir import EFFECTS_SERVICE, RunDir
+from testbed.effects_service import ENV_EFFECTS_URL, EffectFault
 from testbed.model_server import LatencyModel
 from testbed.stack import Endpoints, Stack, StackSpec
 from testbed.worker_process import WorkerProcess
@@ -45,7 +53,12 @@ class ReferenceOnTemporal(Backend):
                          task_queue=self.task_queue(scenario))
         if self.external:  # nothing starts a server: the workers' link to the cluster goes through the proxy
             spec.temporal, spec.connection, spec.server_db, spec.ui = "external", self.connection, None, False
+        spec.effects_log = run.path / EFFECTS_SERVICE
         task_queue, faults = spec.task_queue, scenario.cluster.faults
+        if self.effects_seen_by_service and "after_effect" in faults.crash_at:
+            # Once per run, as a worker's own crash point fires once per ledger: the restarted worker finishes.
+            spec.effects_faults = [EffectFault("crash_after_effect", count=1)]
+            faults = AgentFaults(faults.crash_at - {"after_effect"}, faults.bugs, faults.mutations)
         if self.workers == "docker":
             from testbed.containers import ContainerPool
 
@@ -57,9 +70,14 @@ class ReferenceOnTemporal(Backend):
             spec.make_worker = lambda name, at: self._process(name, at, task_queue, faults, run, scenario)
         return spec
 
+    @property
+    def effects_seen_by_service(self) -> bool:
+        """The target's tools call the effects service (``effects = "service"``): its faults come from there."""
+        return getattr(self.target, "effects", None) == "service"
+
     def worker_values(self, at: Endpoints, task_queue: str, state_dir: str, scenario: ChaosScenario) -> dict[str, str]:
         values = {"address": at.address, "namespace": at.namespace, "task_queue": task_queue,
-                  "model_url": at.model_url, "state_dir": state_dir,
+                  "model_url": at.model_url, "state_dir": state_dir, "effects_url": at.effects_url,
                   "sticky_timeout": f"{TIMEOUTS[scenario.timeouts].sticky_timeout_s:g}"}
         if self.target.ledger:
             values["ledger"] = str(Path(state_dir) / self.target.ledger)
@@ -75,6 +93,8 @@ class ReferenceOnTemporal(Backend):
         env = {**(at.env if at else {}), **self.target.env}  # the connection (TLS, API key), then the target's
         if "ledger" in values:
             env[ENV_LEDGER] = values["ledger"]  # where harness.recording.EffectLedger.from_environment() writes
+        if values.get("effects_url"):
+            env[ENV_EFFECTS_URL] = values["effects_url"]
         return env
 
     def _process(self, name: str, at: Endpoints, task_queue: str, faults: Any, run: RunDir,

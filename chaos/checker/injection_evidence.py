@@ -12,6 +12,11 @@ never finished; without one, the saved event histories: an activity the victim
 had started that was still open at the kill instant, one in flight then whose
 next attempt followed a timeout, or a workflow task the victim had started
 that timed out. What the nemesis saw is kept beside it (``nemesis_saw``).
+A kill right after an effect by the external effects service (``kill_worker`` aimed
+``after_effect``: the service applied the effect, then the harness killed the
+calling worker before the response) is confirmed by the service's own log: the
+effect, the fault line naming the killed worker, and that request left unanswered;
+it counts as the scenario's ``after_effect`` crash point firing.
 A kill aimed at a workflow task or at a continue-as-new (``chaos.nemesis``,
 ``kill_worker(at=...)``) is checked against the saved event histories where
 there are some: the workflow task the frozen victim held never completed (it
@@ -178,6 +183,26 @@ def _kill_in_history(data: RunData, value: dict[str, Any]) -> list[dict[str, Any
     return out
 
 
+def _service_kill(data: RunData, value: dict[str, Any]) -> list[dict[str, Any]]:
+    """What the effects service's log says of a kill after an effect: the effect applied, the caller it had
+    killed (this kill's pid and time), and its request never answered (empty: the log does not confirm it)."""
+    log = data.effects_log
+    if log is None:
+        return []
+    answered = {r.get("note_id") for r in log.of("request") if r.get("status") is not None}
+    effects = {e.get("note_id"): e for e in log.of("effect")}
+    out = []
+    for f in log.of("fault"):
+        killed = f.get("killed") if isinstance(f.get("killed"), dict) else {}
+        if f.get("outcome") == "killed" and killed.get("pid") == value.get("pid") and \
+                killed.get("killed_at") == value.get("killed_at") and f.get("note_id") in effects and \
+                f.get("note_id") not in answered:
+            e = effects[f["note_id"]]
+            out.append({"effect_applied": e.get("identity"), "note_id": e.get("note_id"), "key": e.get("key"),
+                        "caller_killed": killed.get("worker"), "response": "never sent"})
+    return out
+
+
 def _mutations(data: RunData) -> tuple[list[str], dict[str, Any], list[str]]:
     """(declared mutations, per declared mutation what the ledger says of it, the ones never exercised)."""
     scenario = data.run.get("scenario") or {}
@@ -209,7 +234,11 @@ def check(data: RunData) -> CheckResult:
             evidence = value.get("evidence")
             fault: dict[str, Any] = {"f": inv.f, "at": round(inv.time, 2)}
             aim = (inv.value or {}).get("at") if isinstance(inv.value, dict) else None
-            if inv.f == "kill_worker" and aim in HISTORY_AIMS:
+            if inv.f == "kill_worker" and aim == "after_effect":
+                fault["aim"] = aim
+                fault["nemesis_saw"] = evidence
+                evidence = _service_kill(data, value)
+            elif inv.f == "kill_worker" and aim in HISTORY_AIMS:
                 fault["aim"] = aim
                 runs = _runs(data) if runs is None else runs
                 named = {e.get("workflow_id") for e in evidence or [] if isinstance(e, dict)}
@@ -254,6 +283,8 @@ def check(data: RunData) -> CheckResult:
     points = ((data.run.get("scenario") or {}).get("cluster") or {}).get("crash_at") or []
     fired = {c["point"] for c in crashes} if crashes else set(points) if any(
         f["f"] == "crash_point" for f in faults) else set()  # before crash_points: the supervisor's word, unnamed
+    if any(f.get("aim") == "after_effect" and f["landed"] for f in faults):
+        fired.add("after_effect")  # the effects service's crash-after-effect (a target with no harness code)
     silent = [p for p in points if p not in fired]
     if silent and faults:  # (no fault at all: "scheduled but none was injected", below)
         return CheckResult("injection_evidence", UNKNOWN,

@@ -18,12 +18,18 @@ cross-check of what the model saw; an agent whose messages are not updates
   every try of one update);
 - no turn failed: a durable agent answers every message, whatever was down;
 - each conversation's append file holds exactly the appends the conversation
-  processed, in order, once each.
+  processed, in order, once each;
+- each planned note (kind ``note``: its ``content`` is a unique token) is checked
+  against the effects the external effects service applied (``effects_service.jsonl``,
+  an effect whose text holds the token): an acknowledged note applied exactly once
+  (absent: lost); any note applied more than once fails (``effects`` says so too);
+  an indeterminate one may be absent or applied once.
 A conversation whose final state could not be read at all is ``unknown``.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from chaos.checker.run_data import RunData
@@ -60,6 +66,21 @@ def _uses_updates(data: RunData, wids: list[str]) -> bool:
     return any(u.text != UNREADABLE for wid in wids for u in (data.updates(wid) or []))
 
 
+def _notes_applied(data: RunData) -> Counter[str] | None:
+    """Planned note token -> how many effects the effects service applied holding it; None: the run has no
+    effects service log."""
+    tokens = {p["content"] for c in data.conversations["conversations"] for p in c["planned"]
+              if p["kind"] == "note" and p.get("content")}
+    log = data.effects_log if tokens else None
+    if log is None:
+        return None
+    applied: Counter[str] = Counter()
+    for e in log.of("effect"):
+        text = e.get("text") or ""
+        applied.update(t for t in tokens if t in text)
+    return applied
+
+
 def check(data: RunData) -> CheckResult:
     problems: list[str] = []
     unknowns: list[str] = []
@@ -70,6 +91,8 @@ def check(data: RunData) -> CheckResult:
     final_at = next((inv.time for inv, _ in pairs(data.ops) if inv.f == "phase:final"), None)
     limit = float((data.run.get("scenario") or {}).get("recovery_within_s") or RECOVERY_WITHIN_S)
     acked = lost = wrong = absent_info = present_info = 0
+    notes_checked = notes_lost = notes_doubled = 0
+    applied = _notes_applied(data)
     for wid, conv in convs.items():
         status = data.server_status(wid) if from_server else None
         if not conv["started"] and status is None:
@@ -156,6 +179,23 @@ def check(data: RunData) -> CheckResult:
                 elif not _matches(replies[0], expect, how):
                     wrong += 1
                     problems.append(f"{wid} #{inv.value['n']}: processed with reply {replies[0]!r} != {expect!r}")
+        notes = [p for p in conv["planned"] if p["kind"] == "note"]
+        if notes and applied is None:
+            unknowns.append(f"{wid}: notes were planned but the run has no effects service log "
+                            "(effects_service.jsonl): whether they were saved cannot be read")
+        for note in notes if applied is not None else ():
+            token, notes_checked = note.get("content") or "", notes_checked + 1
+            outcomes = [done.type if done else INFO for inv, done in sends
+                        if inv.value["conversation"] == wid and inv.value["text"] == note["text"]]
+            times = applied[token] if token else 0
+            if times > 1:
+                notes_doubled += 1
+                problems.append(f"{wid}: note {token!r} was applied {times} times by the effects service "
+                                "(expected once)")
+            elif times == 0 and OK in outcomes:
+                notes_lost += 1
+                lost += 1
+                problems.append(f"{wid}: acknowledged note {token!r} was never applied by the effects service: lost")
         paths = sorted({p["path"] for p in conv["planned"] if p["kind"] == "append"})
         if paths and not data.target.get("workspace"):
             unknowns.append(f"{wid}: appends to {', '.join(paths)} were planned but the target declares no "
@@ -174,6 +214,7 @@ def check(data: RunData) -> CheckResult:
     source = "the server's event histories" if from_server else "the driver's final read"
     details = {"acknowledged": acked, "lost": lost, "wrong_answers": wrong,
                "indeterminate_absent": absent_info, "indeterminate_present": present_info, "read_from": source,
+               "notes_checked": notes_checked, "notes_lost": notes_lost, "notes_applied_twice_or_more": notes_doubled,
                "problems": problems[:50], "unknowns": unknowns}
     if problems:
         return CheckResult("lost", FAIL, f"{len(problems)} problem(s); first: {problems[0]}", details)
@@ -183,5 +224,7 @@ def check(data: RunData) -> CheckResult:
         return CheckResult("lost", UNKNOWN, "no conversations were run", details)
     info = (f"; {absent_info + present_info} indeterminate send(s): {present_info} processed (answered "
             f"correctly), {absent_info} not (legal)") if absent_info + present_info else ""
+    notes = f"; {notes_checked} planned note(s) applied at most once by the effects service, every acknowledged " \
+        "one exactly once" if notes_checked else ""
     return CheckResult("lost", PASS, f"{len(convs)} conversations complete; {acked} acknowledged messages all answered "
-                                     f"correctly, none lost or doubled{info} (read from {source})", details)
+                                     f"correctly, none lost or doubled{info}{notes} (read from {source})", details)
