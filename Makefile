@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 RESTATE_VERSION ?= 1.7.12
 RESTATE := $(VENV)/restate/.installed
 
-.PHONY: help venv demo test run clean clean-runs chaos chaos-engines bench bench-quick report system-deps restate-server
+.PHONY: help venv demo test run clean clean-runs chaos chaos-engines bench bench-quick report system-deps restate-server example-ai-sdk
 
 help:
 	@echo "make demo   start the embedded Temporal server, a worker, the scripted model and a REPL"
@@ -25,6 +25,7 @@ help:
 	@echo "make system-deps   Debian packages: bubblewrap (shell_local), chromium (browser_local), docker.io (Docker backend),"
 	@echo "           postgresql (DBOS on PostgreSQL), npm (Restate's server)"
 	@echo "make restate-server   Restate's server binary from npm into .venv/restate (make test and make chaos-engines do it)"
+	@echo "make example-ai-sdk   the TypeScript agent's node_modules (examples/ai_sdk_agent, npm ci from its package-lock.json)"
 	@echo "make clean  remove the virtual environment and build clutter (keeps runs/ and reports/out/)"
 	@echo "make clean-runs   remove the saved runs (runs/), the built report (reports/out/) and the demo's state (.dah/)"
 
@@ -44,6 +45,17 @@ $(RESTATE):
 	@test -x $(VENV)/restate/node_modules/@restatedev/restate-server-linux-x64/bin/restate-server \
 		|| { echo "npm installed no restate-server binary for this platform (Linux x64 only)" >&2; exit 1; }
 	@touch $(RESTATE)
+
+# The TypeScript agent on Temporal's TypeScript SDK and the Vercel AI SDK: its own node_modules, exactly its lock file.
+AI_SDK_AGENT := examples/ai_sdk_agent
+example-ai-sdk: $(AI_SDK_AGENT)/node_modules/.installed
+
+$(AI_SDK_AGENT)/node_modules/.installed: $(AI_SDK_AGENT)/package-lock.json
+	@command -v npm >/dev/null || { echo "the TypeScript agent comes from npm, which is missing: make system-deps (or apt-get install -y npm)" >&2; exit 1; }
+	cd $(AI_SDK_AGENT) && npm ci --silent --no-audit --no-fund
+	@node -e 'require("./$(AI_SDK_AGENT)/node_modules/@temporalio/worker")' \
+		|| { echo "the TypeScript SDK's native bridge does not load here (its package ships Linux, macOS and Windows builds)" >&2; exit 1; }
+	@touch $@
 
 demo: $(STAMP)
 	$(PY) -m agent demo

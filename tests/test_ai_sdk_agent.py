@@ -1,0 +1,83 @@
+"""The TypeScript agent (examples/ai_sdk_agent) end to end on the real stack: a Node worker answers chat updates
+through the AI SDK's OpenAI provider (Responses API) on the scripted model, continues as new, and its own replayer
+(``node replay.js``) passes the saved histories, then fails them once the workflow code changes an activity input.
+
+Needs its node_modules (``make example-ai-sdk``); skipped, saying so, without them."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from harness.event_history import save_histories
+from testbed.processes import spawn, stop
+from testbed.stack import Stack
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "ai_sdk_agent"
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("node") is None or not (EXAMPLE / "node_modules" / "@temporalio" / "worker").is_dir(),
+    reason="the TypeScript agent is not installed: make example-ai-sdk",
+)
+
+
+def replay(cwd: Path, histories: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["node", "replay.js", str(histories)], cwd=cwd, capture_output=True, text=True,
+                          timeout=300)
+
+
+async def test_chat_continue_as_new_and_strict_replay(stack: Stack, tmp_path: Path) -> None:
+    task_queue = f"ai-sdk-{uuid.uuid4().hex[:8]}"
+    ends = stack.endpoints
+    log = (tmp_path / "worker.log").open("w")
+    worker = spawn(["node", "worker.js", "--address", ends.address, "--namespace", ends.namespace,
+                    "--task-queue", task_queue, "--identity", "ts-1", "--model-url", ends.model_url,
+                    "--effects-url", "http://127.0.0.1:9"],  # arithmetic only: the notes service is never called
+                   cwd=EXAMPLE, stdout=log, stderr=subprocess.STDOUT)
+    workflow_id = f"ts-chat-{uuid.uuid4().hex[:8]}"
+    try:
+        handle = await stack.client.start_workflow("ChatWorkflow", {"maxTurns": 2}, id=workflow_id,
+                                                   task_queue=task_queue)
+        replies = []
+        for a, b in [(6, 7), (12, 3), (5, 5)]:  # the third turn goes to the run continued as new
+            replies.append(await asyncio.wait_for(handle.execute_update("send", f"What is {a} * {b}?"), 180))
+        assert replies == ["6 * 7 = 42", "12 * 3 = 36", "5 * 5 = 25"]
+        conversation = await handle.query("messages")
+        assert [m["role"] for m in conversation] == ["user", "assistant"] * 3
+        assert conversation[-1] == {"role": "assistant", "content": "5 * 5 = 25"}
+        assert (await handle.describe()).run_id != handle.first_execution_run_id  # it continued as new
+        assert await save_histories(stack.client, [workflow_id], tmp_path / "histories") == []
+    finally:
+        stop(worker)
+        log.close()
+        try:
+            await stack.client.get_workflow_handle(workflow_id).terminate("test over")
+        except Exception:  # never started, or already closed
+            pass
+    histories = tmp_path / "histories" / workflow_id
+    assert len(list(histories.glob("*.json"))) == 2
+
+    ok = replay(EXAMPLE, histories)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.startswith("replayed 2 run(s)")
+
+    # The same commands with another model input: the SDK's own replay accepts it, the strict comparison does not.
+    changed = tmp_path / "changed"
+    changed.mkdir()
+    for f in EXAMPLE.glob("*.js"):
+        shutil.copy(f, changed / f.name)
+    (changed / "node_modules").symlink_to(EXAMPLE / "node_modules")
+    source = (changed / "workflows.js").read_text()
+    assert "You are a helpful assistant." in source
+    (changed / "workflows.js").write_text(source.replace("You are a helpful assistant.", "You are terse."))
+    bad = replay(changed, histories)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    line = bad.stderr.strip()
+    assert "\n" not in line
+    assert "activity invokeModel (id 1, event" in line and "different input on replay" in line
+    assert "You are a helpful assistant." in line and "You are terse." in line  # shown where they part
