@@ -28,6 +28,9 @@
     replay_plugins = ["my_agent.temporal:make_plugin"]   # temporalio.plugin.SimplePlugin / worker plugins, in order
     data_converter = "my_agent.temporal:converter"       # e.g. with a payload codec, or pydantic_data_converter
     workflow_runner = "temporalio.worker:UnsandboxedWorkflowRunner"   # or a SandboxedWorkflowRunner with passthroughs
+    # replay also compares each scheduled activity's input with the history's (harness/strict_replay.py):
+    strict_replay = true                 # false: only Temporal's own command check (the summary says so)
+    strict_replay_ignore = ["$.messages[*].timestamp"]   # JSON paths a framework computes afresh on each replay
     continue_as_new_events = 200         # optional: the agent continues as new past this many history events (a
                                          # kill aimed before a continue-as-new needs it; unknown: not injected)
     [chat]                               # zero code: harness/chat_driver.py drives the agent (instead of driver)
@@ -139,6 +142,8 @@ class Target:
     replay_plugins: tuple[str, ...] = ()
     data_converter: str | None = None
     workflow_runner: str | None = None
+    strict_replay: bool = True  # replay compares scheduled inputs too (harness.strict_replay)
+    strict_replay_ignore: tuple[str, ...] = ()  # JSON paths left out of that comparison
     #: where its effects are seen: "service" (testbed.effects_service), "ledger", "none" (None: not declared)
     effects: str | None = None
     effects_reason: str | None = None  # with effects "none": why
@@ -187,8 +192,10 @@ class Target:
     def replay_declarations(self) -> dict[str, Any]:
         """What the replayer is built with, as declared (only what is: run.json stays as it was without them)."""
         declared = {"replay_plugins": list(self.replay_plugins), "data_converter": self.data_converter,
-                    "workflow_runner": self.workflow_runner}
-        return {k: v for k, v in declared.items() if v}
+                    "workflow_runner": self.workflow_runner,
+                    "strict_replay": None if self.strict_replay else False,
+                    "strict_replay_ignore": list(self.strict_replay_ignore)}
+        return {k: v for k, v in declared.items() if v or v is False}
 
 
 REFERENCE = Target()
@@ -304,6 +311,10 @@ class TargetFile(StrictModel):
     effects_reason: NonEmpty | None = Field(None, description='a non-empty string (why effects = "none")')
     workflow_runner: Spec | None = Field(None, description="MODULE:NAME (an instance, or a zero-argument callable "
                                                             "returning one)")
+    strict_replay: bool = Field(True, strict=True, description="true or false (replay also compares each scheduled "
+                                                              "activity's input with the history's)")
+    strict_replay_ignore: list[NonEmpty] = Field(
+        [], description='a list of JSON paths ("$.a.b", "$.items[*].c") left out of the strict comparison')
     continue_as_new_events: int = Field(0, ge=0, description="an integer >= 0 (the history length past which the "
                                                              "agent continues as new; 0: not declared)")
     address: Annotated[str, AfterValidator(_local_address)] | None = Field(
@@ -371,7 +382,8 @@ def load_target(path: Path) -> Target:
                   workspace=t.workspace, checkers=tuple(t.checkers), cwd=cwd, env=dict(t.env), source=str(path),
                   replay_plugins=tuple(t.replay_plugins), data_converter=t.data_converter,
                   workflow_runner=t.workflow_runner, effects=t.effects, effects_reason=t.effects_reason,
-                  continue_as_new_events=t.continue_as_new_events,
+                  continue_as_new_events=t.continue_as_new_events, strict_replay=t.strict_replay,
+                  strict_replay_ignore=tuple(t.strict_replay_ignore),
                   chat=chat, address=t.address)
 
 
@@ -465,4 +477,5 @@ def replay_target(run_dir: Path, recorded: dict[str, Any], given: Target | None 
                 f"{str(workflow)[:200]!r}: not the agent that ran; give its own target file: {again}")
     return ReplayTarget(workflow=target.workflow, source=how, python=target.interpreter, cwd=target.cwd,
                         env=dict(target.env), replay_plugins=target.replay_plugins,
-                        data_converter=target.data_converter, workflow_runner=target.workflow_runner)
+                        data_converter=target.data_converter, workflow_runner=target.workflow_runner,
+                        strict_replay=target.strict_replay, strict_replay_ignore=target.strict_replay_ignore)

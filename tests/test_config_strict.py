@@ -177,3 +177,28 @@ def test_dah_worker_that_cannot_start_says_why_in_one_line(tmp_path: Path) -> No
     out = run("testbed", "worker", "--state-dir", str(blocked / "state"), "--address", "127.0.0.1:1")
     assert_one_line_usage_error(out, f"dah worker: error: cannot start the worker: {blocked / 'state'}")
     assert "give a writable --state-dir" in out.stderr and "Temporal" not in out.stderr
+
+
+def test_strict_replay_declarations_reach_the_replayer_and_run_json(tmp_path: Path) -> None:
+    """``strict_replay`` / ``strict_replay_ignore`` in a target file reach what replay runs (``replay_target``)
+    and what run.json records; a string where a boolean belongs is one line."""
+    from chaos.target import load_target, replay_target
+
+    path = tmp_path / "t.toml"
+    base = ('name = "t"\nworker = ["w", "{address}", "{task_queue}"]\ndriver = "d:make"\nworkflow = "m:W"\n')
+    path.write_text(base + 'strict_replay = false\nstrict_replay_ignore = ["$.messages[*].timestamp"]\n')
+    target = load_target(path)
+    replay = replay_target(tmp_path, {"workflow": "m:W"}, target)
+    assert not isinstance(replay, str)
+    assert replay.strict_replay is False and replay.strict_replay_ignore == ("$.messages[*].timestamp",)
+    assert target.as_dict()["strict_replay"] is False
+    assert "strict_replay" not in load_target(_write(tmp_path / "u.toml", base)).as_dict()  # default: as before
+    path.write_text(base + 'strict_replay = "no"\n')
+    with pytest.raises(ValueError) as exc:
+        load_target(path)
+    assert "strict_replay" in str(exc.value) and "\n" not in str(exc.value), exc.value
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
