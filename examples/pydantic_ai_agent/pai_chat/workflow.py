@@ -1,0 +1,82 @@
+"""The chat workflow: one conversation with the notes agent, one user message per Update.
+
+    start ChatWorkflow(ChatInput(turns_per_run=20))
+    update send("save the note 'milk'")  -> "saved note milk"
+    query  messages                       -> [{"role": "user", "content": ...}, {"role": "assistant", ...}]
+    update end                            -> the conversation; the workflow completes
+
+The workflow keeps the agent's message history (so each reply sees the whole conversation) and continues
+as new after ``turns_per_run`` turns, carrying the history over, so its event history stays bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from pydantic_ai.messages import ModelMessage
+from temporalio import workflow
+
+from pai_chat.agent import agent
+
+
+@dataclass
+class ChatInput:
+    turns_per_run: int = 20  # continue as new after this many turns
+    history: list[ModelMessage] = field(default_factory=list)  # the agent's messages so far
+    transcript: list[dict[str, str]] = field(default_factory=list)  # what the Query shows: role, content
+
+
+@workflow.defn
+class ChatWorkflow:
+    __pydantic_ai_agents__ = [agent]  # PydanticAIPlugin registers the activities of the agents listed here
+
+    @workflow.init
+    def __init__(self, chat: ChatInput) -> None:
+        self.history = list(chat.history)
+        self.transcript = list(chat.transcript)
+        self.turns = 0
+        self.unanswered = 0  # messages accepted and not yet answered
+        self.ended = False
+        self.turn_lock = asyncio.Lock()  # one turn at a time: each sees the history the previous one left
+
+    @workflow.run
+    async def run(self, chat: ChatInput) -> list[dict[str, str]]:
+        await workflow.wait_condition(lambda: self.ended or self.turns >= chat.turns_per_run)
+        await workflow.wait_condition(workflow.all_handlers_finished)  # no accepted message is left unanswered
+        if self.ended:
+            return self.transcript
+        workflow.continue_as_new(ChatInput(chat.turns_per_run, self.history, self.transcript))
+
+    @workflow.update
+    async def send(self, text: str) -> str:
+        """Answer one user message; the reply is the update's result."""
+        self.unanswered += 1
+        try:
+            async with self.turn_lock:
+                result = await agent.run(text, message_history=self.history)
+                self.history = result.all_messages()
+                self.transcript += [{"role": "user", "content": text},
+                                    {"role": "assistant", "content": result.output}]
+                self.turns += 1
+                return result.output
+        finally:
+            self.unanswered -= 1
+
+    @send.validator
+    def _accept_send(self, text: str) -> None:
+        if self.ended:
+            raise ValueError("this conversation has ended; start a new one")
+        if not text.strip():
+            raise ValueError("empty message; send some text")
+
+    @workflow.update
+    async def end(self) -> list[dict[str, str]]:
+        """End the conversation once the messages already accepted are answered; returns it."""
+        self.ended = True
+        await workflow.wait_condition(lambda: self.unanswered == 0)
+        return self.transcript
+
+    @workflow.query
+    def messages(self) -> list[dict[str, str]]:
+        return self.transcript
