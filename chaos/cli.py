@@ -663,9 +663,18 @@ def _main(argv: list[str]) -> int:
             return 2
         target = None
         if args.target:
-            from chaos.target import load_target
+            from chaos.target import check_driver, load_target
 
             target = load_target(args.target)
+            check_driver(target)  # a driver written for another driver API version fails here, before any run
+            if target.address and getattr(args, "parallel", 1) > 1:
+                if any(a == "--parallel" or a.startswith("--parallel=") for a in argv):
+                    raise ValueError(f"--parallel {args.parallel}: the target {args.target} hard-codes the address "
+                                     f"{target.address} (the fault proxy must listen there), so it runs one "
+                                     "scenario at a time: use --parallel 1")
+                print(f"{prog}: {args.target} hard-codes the address {target.address}: one scenario at a time",
+                      file=sys.stderr)
+                args.parallel = 1
         problem = _check_engine(args)
         if problem:
             print(f"{prog}: {problem}", file=sys.stderr)

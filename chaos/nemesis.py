@@ -19,6 +19,14 @@ the moment has passed it lets the worker go on (SIGCONT) and waits for the next
 one. So its ``evidence`` is what the frozen victim held when it died, not what
 was seen a moment before, and a kill that never found its moment says so
 (``evidence`` empty: ``injection_evidence`` will not count it).
+
+While the victim is frozen, just before the SIGKILL, the nemesis also takes the server's own snapshot of the
+conversations' pending activities (``frozen_snapshot``: each one's activity id, attempt, state, last worker
+identity and last started time), because Temporal writes an attempt's started event only when the attempt closes:
+a kill mid-call on an activity with a long start-to-close and no heartbeat may leave no retry, and so no trace of
+the attempt in the history, before the run ends. ``injection_evidence`` counts such a kill as landed when that
+snapshot shows the attempt running on the killed worker and the history shows the activity scheduled and not
+closed at the kill.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import timezone
 from typing import Any
 
 import sqlite3
@@ -39,7 +48,7 @@ from temporalio.client import Client
 from harness.faults import FaultRule
 from harness.recording import MODEL_CALL
 from testbed.stack import Stack
-from harness.operations import INFO, INVOKE, OK, History
+from harness.operations import FAIL, INFO, INVOKE, OK, History
 from testbed.net import Toxic
 
 
@@ -183,11 +192,41 @@ def _key(a: dict[str, Any]) -> tuple[Any, ...]:
     return (a.get("execution"), a["workflow_id"], a["activity"], a["attempt"], a["worker"])
 
 
+#: a kill that found its moment: (worker name, identity, evidence, kill time, the server's snapshot taken frozen)
+Hit = tuple[str, str, list[dict[str, Any]], float, dict[str, Any] | None]
+
+
+def _epoch(ts: Any) -> float | None:
+    """A protobuf Timestamp as unix seconds (None: unset)."""
+    return ts.ToDatetime().replace(tzinfo=timezone.utc).timestamp() if ts.seconds or ts.nanos else None
+
+
+async def pending_activities(ctx: NemesisContext, workflow_ids: list[str]) -> dict[str, Any]:
+    """The server's pending activities of these conversations now (DescribeWorkflowExecution): per activity its
+    workflow and run, activity id and type, state, attempt, last worker identity, scheduled and last started time
+    (unix seconds). A conversation the server could not describe is listed in ``not_described``."""
+    descs = await asyncio.gather(*(_describe(ctx, wid) for wid in workflow_ids))
+    found, missing = [], []
+    for wid, desc in zip(workflow_ids, descs):
+        if desc is None:
+            missing.append(wid)
+            continue
+        for p in desc.raw_description.pending_activities:
+            found.append({"workflow_id": wid, "run_id": desc.run_id, "activity_id": p.activity_id,
+                          "activity": p.activity_type.name,
+                          "state": PendingActivityState.Name(p.state).removeprefix("PENDING_ACTIVITY_STATE_"),
+                          "attempt": p.attempt, "worker": p.last_worker_identity,
+                          "scheduled": _epoch(p.scheduled_time), "last_started": _epoch(p.last_started_time)})
+    return {"taken_at": time.time(), "pending_activities": found, "not_described": missing}
+
+
 async def _freeze_then_kill(ctx: NemesisContext, identity: str, down_s: float,
                             confirm: Callable[[], Awaitable[list[dict[str, Any]]]]
-                            ) -> tuple[str, str, list[dict[str, Any]], float] | None:
+                            ) -> Hit | None:
     """SIGSTOP the live worker ``identity``; ask ``confirm`` (on the frozen process) what the aim found; if anything,
-    SIGKILL it (down ``down_s``) and return (worker name, identity, that evidence, kill time); else SIGCONT it."""
+    take the server's pending-activity snapshot of the conversations (``pending_activities``, where there is a
+    Temporal server), SIGKILL it (down ``down_s``) and return (worker name, identity, that evidence, kill time,
+    snapshot); else SIGCONT it."""
     name = _worker_of(ctx, identity)
     if name is None:
         return None
@@ -203,14 +242,20 @@ async def _freeze_then_kill(ctx: NemesisContext, identity: str, down_s: float,
         if not evidence:
             proc.resume()
             return None
+        snapshot = None
+        if ctx.client is not None:
+            try:
+                snapshot = await pending_activities(ctx, list(ctx.workflow_ids))
+            except Exception as exc:  # a snapshot is extra evidence; the kill does not depend on it
+                snapshot = {"error": f"{type(exc).__name__}: {exc}"[:300]}
         w.down_until = time.monotonic() + down_s
         killed_at = time.time()
         proc.kill()
-    return name, identity, evidence, killed_at
+    return name, identity, evidence, killed_at, snapshot
 
 
 async def _aim_activity(ctx: NemesisContext, activity: str | None, down_s: float, wait_s: float
-                        ) -> tuple[tuple[str, str, list[dict[str, Any]], float] | None, dict[str, Any]]:
+                        ) -> tuple[Hit | None, dict[str, Any]]:
     """Kill a worker frozen while it runs an activity ``activity`` aims at."""
     deadline = time.monotonic() + wait_s
     probes, source = 0, ""
@@ -266,7 +311,7 @@ def _wft(desc: Any) -> dict[str, Any] | None:
 
 
 async def _aim_workflow_task(ctx: NemesisContext, down_s: float, wait_s: float, hold_s: float
-                             ) -> tuple[tuple[str, str, list[dict[str, Any]], float] | None, dict[str, Any]]:
+                             ) -> tuple[Hit | None, dict[str, Any]]:
     """Kill a worker while it holds a workflow task. When the client sends a message (an Update), the worker that
     holds the conversation in its cache (it completed its last workflow task: the server sends the next one to its
     sticky queue) is frozen; if Temporal then shows the conversation's workflow task *started* and it stays started,
@@ -326,7 +371,7 @@ async def _aim_workflow_task(ctx: NemesisContext, down_s: float, wait_s: float, 
 
 
 async def _aim_continue_as_new(ctx: NemesisContext, phase: str, threshold: int, down_s: float, wait_s: float
-                               ) -> tuple[tuple[str, str, list[dict[str, Any]], float] | None, dict[str, Any]]:
+                               ) -> tuple[Hit | None, dict[str, Any]]:
     """Kill around a continue-as-new. ``phase`` "before": a conversation's history has reached the continue-as-new
     threshold (``threshold`` events) and it is still the same run, so the turn in flight ends by continuing as new:
     kill the worker holding it. "after": a conversation has a new run id: kill the worker that holds the new run (it
@@ -402,9 +447,12 @@ async def kill_worker(ctx: NemesisContext, when: str = "busy", activity: str | N
     None for any), one idle but holding conversations in its cache ("idle", Temporal only), or any one, now
     ("any"). ``at`` "workflow_task": one holding a workflow task (``_aim_workflow_task``); "continue_as_new": one
     holding a conversation about to continue-as-new or that just did (``phase``; ``history_events``: the
-    threshold, default the backend's ``continue_as_new_events``). An aimed kill that finds no moment within
-    ``wait_s`` kills a worker anyway, with empty ``evidence``. The completion records ``aim`` and how the aim
-    was observed (``observed_by``, ``probes``: how many times a worker was frozen to check it)."""
+    threshold, default the backend's ``continue_as_new_events``: the scenario's setting on the reference, a
+    target file's ``continue_as_new_events`` on a target). An aimed kill that finds no moment within ``wait_s``
+    kills a worker anyway, with empty ``evidence``. The completion records ``aim`` and how the aim was observed
+    (``observed_by``, ``probes``: how many times a worker was frozen to check it). A "before" kill whose threshold
+    is unknown kills nothing: its operation completes ``fail`` (it certainly did not happen) with ``not_injected``
+    saying why, which the faults column and ``injection_evidence`` show as not injected."""
     if at not in (None, *KILL_AIMS):
         raise ValueError(f"kill_worker at={at!r}: unknown; aims are {', '.join(KILL_AIMS)}")
     if phase not in ("before", "after", "any"):
@@ -413,11 +461,15 @@ async def kill_worker(ctx: NemesisContext, when: str = "busy", activity: str | N
     aim: dict[str, Any] = {"when": when, "activity": activity, "at": at}
     if at == "continue_as_new":
         aim.update(phase=phase, history_events=history_events or ctx.continue_as_new_events)
-        if phase == "before" and not aim["history_events"]:
-            raise ValueError("kill_worker at=continue_as_new phase=before needs the threshold: history_events, "
-                             "or a scenario that sets max_history_events")
     op = ctx.history.invoke("nemesis", "kill_worker", {"when": when, "activity": activity, "down_s": down_s,
-                                                       **({"at": at} if at else {})})
+                                                       **({"at": at} if at else {}),
+                                                       **({"phase": phase} if at == "continue_as_new" else {})})
+    if at == "continue_as_new" and phase == "before" and not aim["history_events"]:
+        why = ("the continue-as-new threshold is unknown, so no moment before one can be aimed at: declare the "
+               "agent's continue_as_new_events in the target file (or give kill_worker history_events)")
+        value = {"not_injected": why, "evidence": [], "aim": aim}
+        ctx.history.complete(op, FAIL, value, error=f"not injected: {why}")
+        return value
     evidence: list[Any] = []
     victim = None
     info: dict[str, Any] = {}
@@ -443,8 +495,9 @@ async def kill_worker(ctx: NemesisContext, when: str = "busy", activity: str | N
                     break
             else:
                 await asyncio.sleep(0.1)
+    snapshot = None
     if hit is not None:
-        victim, identity, evidence, killed_at = hit
+        victim, identity, evidence, killed_at, snapshot = hit
     else:
         victim = victim or ctx.rng.choice(ctx.stack.workers).name
         w = ctx.stack.worker(victim)
@@ -454,7 +507,7 @@ async def kill_worker(ctx: NemesisContext, when: str = "busy", activity: str | N
             killed_at = time.time()
             proc.kill()
     value = {"worker": victim, "identity": identity, "evidence": evidence, "down_s": down_s, "killed_at": killed_at,
-             "aim": aim, **info}
+             "aim": aim, **info, **({"frozen_snapshot": snapshot} if snapshot is not None else {})}
     ctx.history.complete(op, OK, value)
     return value
 

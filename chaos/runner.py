@@ -34,7 +34,8 @@ from chaos.scenarios import SCENARIOS, ChaosScenario
 from chaos.target import Target, replay_target
 from harness import operations
 from harness.operations import History
-from harness.rundir import CONVERSATIONS, SCHEMA, VERDICT_JSON, RunDir, command_line, machine_info, stopped_status
+from harness.rundir import (CONVERSATIONS, EFFECTS_SERVICE, SCHEMA, VERDICT_JSON, RunDir, command_line, machine_info,
+                            stopped_status)
 from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult, compose, recovery, summarise
 from testbed.stack import stack
 from testbed.temporal_server import temporal_binary_or_none
@@ -155,7 +156,9 @@ async def _run(scenario: ChaosScenario, backend: Backend, seed: int, progress: P
                     await asyncio.to_thread(driver.close)
             await backend.save(s, run_dir, driver)
             run_dir.update(model_server=s.model_server.stats() if s.model_server else None,
-                           supervisor_restarts={w.name: w.restarts for w in s.workers})
+                           supervisor_restarts={w.name: w.restarts for w in s.workers},
+                           effects_service={"log": EFFECTS_SERVICE, **s.effects_service.stats()}
+                           if s.effects_service else None)
     stop_recording()
     progress(f"{name}: checking")
     with run_dir.ending_if_it_fails(started, doing=lambda: "checking"):
@@ -262,10 +265,16 @@ async def _warm_up_faults_heal_settle(scenario: ChaosScenario, events: list[Neme
         if wait > 0:
             await asyncio.sleep(wait)
         progress(f"{scenario.name}: nemesis {event.op} {event.args}")
+        before = len(history.ops())
         try:
             await nemeses[event.op](ctx, **event.args)
         except Exception as exc:  # recorded; the run goes on to heal and check
-            history.event("nemesis", "nemesis_error", {"op": event.op, "error": f"{type(exc).__name__}: {exc}"})
+            # A nemesis that raised before recording its operation injected nothing (``op_recorded`` false): the
+            # faults column and injection_evidence count it as a fault that did not happen (never as 1/1).
+            recorded = any(op.process == "nemesis" and op.f == event.op and op.type == operations.INVOKE
+                           for op in history.ops()[before:])
+            history.event("nemesis", "nemesis_error", {"op": event.op, "args": event.args, "op_recorded": recorded,
+                                                       "error": f"{type(exc).__name__}: {exc}"})
     remaining = fault_start + scenario.fault_s - time.monotonic()
     if remaining > 0:
         await asyncio.sleep(remaining)

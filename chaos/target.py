@@ -6,14 +6,21 @@
     # {sticky_timeout}: seconds, the sticky schedule-to-start timeout the run's timeouts profile asks for
     worker = ["{python}", "-m", "my_agent.worker", "--address", "{address}", "--task-queue", "{task_queue}",
               "--identity", "{identity}", "--model-url", "{model_url}"]
-    ready_line = "READY"                 # the worker prints this (in a line of its output) once it polls
-    ready_timeout_s = 60                 # seconds a worker has to print it (else: its log path and last lines)
+    ready_line = "READY"                 # optional: the worker prints this once it polls; unset: ready once the
+                                         # server lists the worker's identity ({identity}; without it the SDKs'
+                                         # <pid>@<hostname> of the started process) polling the task queue
+    ready_timeout_s = 60                 # seconds a worker has to be ready (else: its log path and last lines)
     task_queue = "my-agent"
-    driver = "my_agent.chaos_driver:make_driver"   # see Driver below; runs in the target's python
+    # address = "127.0.0.1:7233"         # a worker that hard-codes its server (and task_queue): the fault proxy
+                                         # listens there; such a target runs one scenario at a time
+    driver = "my_agent.chaos_driver:make_driver"   # a driver of your own (harness/driver_api.py), or a [chat] table:
     workflow = "my_agent.workflows:AgentWorkflow"  # what the replay checker replays histories with
     model_activity = "call_llm"          # the activity that calls the model (kills aimed "mid model call" wait for it)
     ledger = "ledger.sqlite3"            # optional, relative to the state dir; written through harness.recording
     workspace = "files/{workflow_id}"    # optional: each conversation's files ({workflow_id}: workspace_name(id))
+    effects = "service"                  # optional: where its effects are seen: "service" (its tools call the effects
+                                         # service at {effects_url} / $DAH_EFFECTS_URL), "ledger", or "none" with
+    # effects_reason = "..."             # why it has no external effects (the effects check is then not applicable)
     checkers = ["lost", "temporal_history", "replay", "injection_evidence", "stats"]  # default: all
     cwd = "."                            # relative to this file; workers, the driver and the replayer run there
     # what the workers build their Worker (and Client) with, so replay runs histories the same way (each optional;
@@ -21,6 +28,22 @@
     replay_plugins = ["my_agent.temporal:make_plugin"]   # temporalio.plugin.SimplePlugin / worker plugins, in order
     data_converter = "my_agent.temporal:converter"       # e.g. with a payload codec, or pydantic_data_converter
     workflow_runner = "temporalio.worker:UnsandboxedWorkflowRunner"   # or a SandboxedWorkflowRunner with passthroughs
+    continue_as_new_events = 200         # optional: the agent continues as new past this many history events (a
+                                         # kill aimed before a continue-as-new needs it; unknown: not injected)
+    [chat]                               # zero code: harness/chat_driver.py drives the agent (instead of driver)
+    style = "update"                     # "update" | "signal" | "workflow_per_message"
+    workflow = "ChatWorkflow"            # the workflow TYPE to start
+    start_input = {}                     # JSON template of its argument (unset: none; per message: holds {text})
+    update = "send"                      # style update: each message is this Update...
+    # signal = "ask"                     # style signal: ...or this Signal (its reply read with the query)
+    message_arg = "{text}"               # JSON template: {text} {message_id} {workflow_id} {n}
+    reply_path = ""                      # the reply in the update's / workflow's result ("a.b"; "": the result)
+    # query = "messages"                 # the conversation: a list of {role, content} (at conversation_path),
+    # conversation_path = ""             #   or of turns with turn_keys = ["question", "answer"]; unset: the
+    # turn_keys = ["question", "answer"] #   updates the event history records
+    end = "end"                          # the signal that ends a chat (unset: chats stay RUNNING)
+    effect = "note"                      # side-effect messages: "note" (save the note '<token>') or "append"
+                                         # (append <token> to <file>, read through `workspace`)
     [env]                                # extra environment for workers, the driver and the replayer
     MY_FLAG = "1"                        # values are strings (run.json redacts *KEY*, *TOKEN*, *SECRET*... values)
 
@@ -39,8 +62,10 @@ come from. A worker that records through ``harness.recording`` gets
 ``$DAH_LEDGER`` (the ledger file the target declared) and the in-agent faults
 the scenario asks for (crash points, logic bugs) in its environment.
 
-The driver factory is called as ``make_driver(client=, history=, task_queue=,
-workload=, seed=)`` and returns an object with ``workflow_ids`` (list),
+The driver API is ``harness/driver_api.py`` (versioned; ``python -m chaos`` checks a target's own driver against
+it in the target's Python when the target loads, and refuses a mismatch in one line). The driver factory is
+called as ``make_driver(client=, history=, task_queue=, workload=, seed=)`` (``workload``: the
+``harness.driver_api.Workload`` dataclass, with the scenario's settings) and returns an object with ``workflow_ids`` (list),
 ``async run()`` (drive the load, recording each operation in ``history`` as
 invoke then ok/fail/info), optionally ``stop()`` (stop sending new messages: the
 runner calls it when the faults are healed, so the load spans the fault phase),
@@ -70,6 +95,7 @@ count as passed.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -88,13 +114,16 @@ from chaos.checker.run_data import ReplayTarget
 from harness.rundir import command_line
 from testbed.worker_process import PLACEHOLDER_DEFAULTS, PLACEHOLDERS, REFERENCE_WORKER, fill
 
+#: the driver of a target with a [chat] table (runs in the target's Python)
+CHAT_DRIVER = "harness.chat_driver:make_driver"
+
 @dataclass(frozen=True)
 class Target:
     name: str = "reference-agent"
     worker: tuple[str, ...] = REFERENCE_WORKER
-    ready_line: str = "READY"
+    ready_line: str | None = "READY"  # None: ready once the server lists the worker polling its task queue
     warm_line: str | None = "WARM"  # after READY: the model client is loaded (load starts only then)
-    ready_timeout_s: float = 60.0  # how long a worker has to print ready_line
+    ready_timeout_s: float = 60.0  # how long a worker has to print ready_line (or be seen polling)
     task_queue: str | None = None  # None: one per scenario
     driver: str = "chaos.client:Driver"
     workflow: str = "agent.workflow:AgentWorkflow"
@@ -110,6 +139,14 @@ class Target:
     replay_plugins: tuple[str, ...] = ()
     data_converter: str | None = None
     workflow_runner: str | None = None
+    #: where its effects are seen: "service" (testbed.effects_service), "ledger", "none" (None: not declared)
+    effects: str | None = None
+    effects_reason: str | None = None  # with effects "none": why
+    #: the history length past which the agent's conversations continue as new (0: not declared); what a kill aimed
+    #: just before a continue-as-new (``kill_worker(at="continue_as_new", phase="before")``) waits for
+    continue_as_new_events: int = 0
+    chat: dict[str, Any] | None = None  # the [chat] table (harness.chat_driver drives it), as validated
+    address: str | None = None  # HOST:PORT the workers hard-code: the fault proxy listens there (one run at a time)
 
     @property
     def is_reference(self) -> bool:
@@ -128,7 +165,20 @@ class Target:
                 "warm_line": self.warm_line, "task_queue": self.task_queue, "driver": self.driver,
                 "workflow": self.workflow, "model_activity": self.model_activity, "ledger": self.ledger,
                 "workspace": self.workspace, "checkers": list(self.checkers), "cwd": self.cwd, "env": self.recorded_env(),
-                "source": self.source, **self.replay_declarations()}
+                "source": self.source, **self.replay_declarations(), **self.effects_declaration(),
+                **self.zero_code()}
+
+    def effects_declaration(self) -> dict[str, Any]:
+        """Where its effects are seen, as declared (only if declared: run.json stays as it was without it)."""
+        return {k: v for k, v in (("effects", self.effects), ("effects_reason", self.effects_reason)) if v}
+
+    def zero_code(self) -> dict[str, Any]:
+        """The ``[chat]`` table and fixed address, as declared (only what is: run.json stays as it was without)."""
+        declared: dict[str, Any] = {"chat": self.chat, "address": self.address}
+        if self.address:
+            declared["one_at_a_time"] = (f"its workers hard-code the Temporal address {self.address}: the fault "
+                                         "proxy listens there, so this target runs one scenario at a time")
+        return {k: v for k, v in declared.items() if v}
 
     def recorded_env(self) -> dict[str, str]:
         """``env`` as run.json keeps it: a secret-looking variable's value (``*_API_KEY``, ``*TOKEN*``...) redacted."""
@@ -155,11 +205,60 @@ def _env_names(env: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def _worker_placeholders(worker: list[str]) -> list[str]:
-    if not any("{address}" in p for p in worker) or not any("{task_queue}" in p for p in worker):
-        raise ValueError("must use {address} and {task_queue} so workers reach Temporal through the fault proxy "
-                         "on the run's task queue; placeholders: " + ", ".join("{" + p + "}" for p in PLACEHOLDERS))
-    return worker
+def _worker_placeholders(worker: list[str], address: str | None) -> str | None:
+    """What is wrong with a worker command (None: nothing): without a fixed ``address``, it must take the address
+    and task queue from the harness."""
+    if address is None and (not any("{address}" in p for p in worker) or not any("{task_queue}" in p for p in worker)):
+        return ("must use {address} and {task_queue} so workers reach Temporal through the fault proxy on the run's "
+                "task queue (or declare the fixed address = \"HOST:PORT\" and task_queue its worker hard-codes); "
+                "placeholders: " + ", ".join("{" + p + "}" for p in PLACEHOLDERS))
+    return None
+
+
+def _local_address(value: str) -> str:
+    host, _, port = value.rpartition(":")
+    if host not in ("127.0.0.1", "localhost") or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError("must be 127.0.0.1:PORT or localhost:PORT (where the worker connects: the fault proxy "
+                         "listens there)")
+    return value
+
+
+class ChatTable(StrictModel):
+    """The ``[chat]`` table: how ``harness.chat_driver`` drives the agent, with no Python from its author."""
+
+    style: Literal["update", "signal", "workflow_per_message"] = Field(
+        description="one of update, signal, workflow_per_message")
+    workflow: NonEmpty = Field(description="a non-empty string (the workflow TYPE name to start)")
+    start_input: Any = Field(None, description="a JSON template (a string, list or table; {workflow_id}, and "
+                                               "{text} {message_id} with workflow_per_message)")
+    update: NonEmpty | None = Field(None, description="a non-empty string (the update each message is sent as)")
+    signal: NonEmpty | None = Field(None, description="a non-empty string (the signal each message is sent as)")
+    message_arg: str | dict[str, Any] = Field(
+        "{text}", description="a JSON template, a string or a table ({text}, {message_id}, {workflow_id}, {n})")
+    reply_path: str = Field("", description="a dotted path in the result (\"\": the result itself is the reply)")
+    query: NonEmpty | None = Field(None, description="a non-empty string (the query returning the conversation)")
+    conversation_path: str = Field("", description="a dotted path in the query's result (\"\": the result itself)")
+    turn_keys: Annotated[list[NonEmpty], Field(min_length=2, max_length=2)] | None = Field(
+        None, description="two strings: the keys of the user's text and the reply in each turn of the query's list")
+    end: NonEmpty | None = Field(None, description="a non-empty string (the signal that ends the chat)")
+    effect: Literal["note", "append"] = Field(
+        "note", description="note (save the note '<token>': its tools call the effects service) or append "
+                            "(append <token> to <file>: read back through the target's workspace)")
+
+
+def _chat_problem(chat: ChatTable) -> str | None:
+    """What a [chat] table lacks for its style (None: nothing)."""
+    need = {"update": ["update"], "signal": ["signal", "query"], "workflow_per_message": ["start_input"]}[chat.style]
+    missing = [n for n in need if getattr(chat, n) is None]
+    if missing:
+        return f"style {chat.style!r} needs {' and '.join(missing)}"
+    template = chat.start_input if chat.style == "workflow_per_message" else chat.message_arg
+    if "{text}" not in json.dumps(template):
+        where = "start_input" if chat.style == "workflow_per_message" else "message_arg"
+        return f"{where} must hold {{text}} (where the message goes), got {json.dumps(template)[:200]}"
+    if chat.style == "workflow_per_message" and (chat.update or chat.signal or chat.end):
+        return "style 'workflow_per_message' takes no update, signal or end (each message is a workflow of its own)"
+    return None
 
 
 def _one_line(value: str) -> str:
@@ -177,13 +276,14 @@ class TargetFile(StrictModel):
 
     name: NonEmpty = Field(description="a non-empty string")
     python: NonEmpty | None = Field(None, description="the path of the target's interpreter (a string)")
-    worker: Annotated[list[NonEmpty], Field(min_length=1), AfterValidator(_worker_placeholders)] = Field(
+    worker: Annotated[list[NonEmpty], Field(min_length=1)] = Field(
         description="a non-empty list of strings (the command, with {placeholders})")
-    ready_line: OutputLine = Field("READY", description="a non-empty string (what a worker prints once it polls)")
+    ready_line: OutputLine | None = Field(None, description="a non-empty string (what a worker prints once it "
+                                                            "polls; unset: the server lists it polling)")
     warm_line: OutputLine | None = Field(None, description="a non-empty string (printed after ready_line)")
     ready_timeout_s: float = Field(60.0, gt=0, allow_inf_nan=False, description="a finite number of seconds > 0")
     task_queue: NonEmpty | None = Field(None, description="a non-empty string")
-    driver: Spec = Field(description="MODULE:NAME (a string)")
+    driver: Spec | None = Field(None, description="MODULE:NAME (a string; unset: the [chat] table drives it)")
     workflow: Spec = Field(description="MODULE:NAME (a string)")
     model_activity: NonEmpty = Field("plan_next_action", description="a non-empty string (an activity's name)")
     ledger: NonEmpty | None = Field(None, description="a non-empty string (a path relative to the state dir)")
@@ -199,8 +299,16 @@ class TargetFile(StrictModel):
                         "returning one), e.g. [\"my_agent.temporal:make_plugin\"]")
     data_converter: Spec | None = Field(None, description="MODULE:NAME (an instance, or a zero-argument callable "
                                                            "returning one)")
+    effects: Literal["service", "ledger", "none"] | None = Field(
+        None, description='"service", "ledger" or "none" (where its effects are seen)')
+    effects_reason: NonEmpty | None = Field(None, description='a non-empty string (why effects = "none")')
     workflow_runner: Spec | None = Field(None, description="MODULE:NAME (an instance, or a zero-argument callable "
                                                             "returning one)")
+    continue_as_new_events: int = Field(0, ge=0, description="an integer >= 0 (the history length past which the "
+                                                             "agent continues as new; 0: not declared)")
+    address: Annotated[str, AfterValidator(_local_address)] | None = Field(
+        None, description="127.0.0.1:PORT (the address its workers hard-code)")
+    chat: dict[str, Any] | None = Field(None, description="a table ([chat] section; see chaos/target.py)")
 
 
 #: the fields a target file may have
@@ -223,6 +331,28 @@ def load_target(path: Path) -> Target:
         t = TargetFile.model_validate(raw)
     except ValidationError as exc:
         raise ValueError(one_line(exc, f"target file {path}", TargetFile)) from None
+    if t.effects == "none" and not t.effects_reason:
+        raise ValueError(f"target file {path}: 'effects' = \"none\" needs 'effects_reason': why the agent has no "
+                         "external effects (it is shown beside the effects check), e.g. \"it only answers questions\"")
+    chat = None
+    if t.chat is not None:
+        try:
+            table = ChatTable.model_validate(t.chat)
+        except ValidationError as exc:
+            raise ValueError(one_line(exc, f"target file {path}: [chat]", ChatTable)) from None
+        problem = _chat_problem(table)
+        if problem:
+            raise ValueError(f"target file {path}: [chat] {problem}")
+        chat = table.model_dump()
+    if (t.driver is None) == (chat is None):
+        raise ValueError(f"target file {path}: give either driver = \"MODULE:NAME\" (your own driver) or a [chat] "
+                         "table (the built-in one), " + ("not both" if chat else "not neither"))
+    problem = _worker_placeholders(t.worker, t.address)
+    if problem:
+        raise ValueError(f"target file {path}: 'worker' {problem}")
+    if t.address and not t.task_queue:
+        raise ValueError(f"target file {path}: 'address' {t.address!r} needs task_queue = \"...\" too (the task "
+                         "queue its worker hard-codes)")
     base = path.parent.resolve()
     cwd = str((base / t.cwd).resolve())
     if not Path(cwd).is_dir():
@@ -237,10 +367,37 @@ def load_target(path: Path) -> Target:
                              "give the target's own, e.g. \"../my-agent/.venv/bin/python\"")
     return Target(name=t.name, python=python, worker=tuple(t.worker), ready_line=t.ready_line,
                   warm_line=t.warm_line, ready_timeout_s=t.ready_timeout_s, task_queue=t.task_queue,
-                  driver=t.driver, workflow=t.workflow, model_activity=t.model_activity, ledger=t.ledger,
+                  driver=t.driver or CHAT_DRIVER, workflow=t.workflow, model_activity=t.model_activity, ledger=t.ledger,
                   workspace=t.workspace, checkers=tuple(t.checkers), cwd=cwd, env=dict(t.env), source=str(path),
                   replay_plugins=tuple(t.replay_plugins), data_converter=t.data_converter,
-                  workflow_runner=t.workflow_runner)
+                  workflow_runner=t.workflow_runner, effects=t.effects, effects_reason=t.effects_reason,
+                  continue_as_new_events=t.continue_as_new_events,
+                  chat=chat, address=t.address)
+
+
+def check_driver(target: Target) -> None:
+    """Check a target's own driver against the driver API (``harness.driver_api``) in the target's Python, before
+    any run: ValueError, one line saying what changed, if it does not fit. The ``[chat]`` driver is the harness's."""
+    if target.chat is not None or target.is_reference:
+        return
+    import subprocess
+
+    try:
+        out = subprocess.run([target.interpreter, "-m", "harness.driver_api", "--check", target.driver],
+                             capture_output=True, text=True, timeout=120, cwd=target.cwd,
+                             env={**os.environ, **target_environment(target)})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ValueError(f"target file {target.source}: cannot check its driver {target.driver} ({exc})") from None
+    if out.returncode != 0:
+        line = (out.stdout.strip().splitlines() or out.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise ValueError(f"target file {target.source}: {line[:500]}")
+
+
+def target_environment(target: Target) -> dict[str, str]:
+    """The environment of every process of the target's: its own variables, and ``harness`` on its path."""
+    from harness import target_pythonpath
+
+    return {**target.env, "PYTHONPATH": target_pythonpath(target.env.get("PYTHONPATH"))}
 
 
 def load_callable(spec: str) -> Any:

@@ -3,14 +3,17 @@
 The chaos runner starts this with the target's interpreter (the target's ``cwd`` first on its path, and only
 ``harness`` added: ``harness.pythonpath_for_targets``), so the driver imports the agent's own packages under
 the agent's own pins. The driver is the target file's ``make_driver(client=, history=, task_queue=,
-workload=, seed=)`` (``chaos/target.py``); its ``history`` here is a ``RemoteHistory`` that sends each
-operation to the runner, which records it in the run's operation log as it happens.
+workload=, seed=)`` under the driver API (``harness.driver_api``: checked before it is called, and the object
+it returns too), or, with ``--chat TABLE``, the built-in ``harness.chat_driver``; its ``history`` here is a
+``RemoteHistory`` that sends each operation to the runner, which records it in the run's operation log as it
+happens.
 
 The protocol: JSON lines. The runner writes commands to stdin: ``{"cmd": "run"}`` (start the load),
 ``{"cmd": "stop"}`` (no new messages), ``{"cmd": "finish"}`` (end the conversations and read them back);
 closing stdin means "stop everything". This process writes events to stdout: ``{"event": "ready",
 "workflow_ids": [...]}`` once the driver exists, ``{"event": "invoke" | "complete", "id": n, ...}`` per
-operation, ``{"event": "run_done", "error": null | "..."}`` when the load ends, and ``{"event": "finished",
+operation, ``{"event": "workflow_ids", "workflow_ids": [...]}`` when the driver makes more workflows (one per
+message), ``{"event": "unfit", "error": "..."}`` (then it exits 2) when the driver does not fit the API, ``{"event": "run_done", "error": null | "..."}`` when the load ends, and ``{"event": "finished",
 "data": <to_json()>}`` after the final reads. Logging goes to stderr. Standard library and temporalio only.
 """
 
@@ -18,15 +21,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import json
 import logging
 import sys
 import threading
 import time
-from types import SimpleNamespace
 from typing import Any
 
+from harness.driver_api import Workload, check_driver, load_factory
 from harness.operations import OK, Op
 
 log = logging.getLogger("harness.driver_host")
@@ -68,18 +70,29 @@ class RemoteHistory:
         return op
 
 
-def _load(spec: str) -> Any:
-    module, _, name = spec.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
 async def serve(args: argparse.Namespace) -> int:
     from temporalio.client import Client
 
+    workload = Workload.from_dict(json.loads(args.workload))
+    if args.chat:
+        from harness.chat_driver import make_driver
+
+        factory, problem = make_driver, None
+        extra = {"chat": json.loads(args.chat),
+                 "on_workflow": lambda ids: send({"event": "workflow_ids", "workflow_ids": list(ids)})}
+    else:
+        factory, problem = load_factory(args.driver)
+        extra = {}
+    if problem:
+        send({"event": "unfit", "error": problem})
+        return 2
     client = await Client.connect(args.address, namespace=args.namespace)
-    workload = SimpleNamespace(**json.loads(args.workload))
-    driver = _load(args.driver)(client=client, history=RemoteHistory(), task_queue=args.task_queue,
-                                workload=workload, seed=args.seed)
+    driver = factory(client=client, history=RemoteHistory(), task_queue=args.task_queue, workload=workload,
+                     seed=args.seed, **extra)
+    problem = check_driver(driver)
+    if problem:
+        send({"event": "unfit", "error": f"driver {args.driver}: {problem}"})
+        return 2
     send({"event": "ready", "workflow_ids": list(driver.workflow_ids)})
     loop = asyncio.get_running_loop()
     commands: asyncio.Queue[str | None] = asyncio.Queue()
@@ -125,6 +138,7 @@ async def serve(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.driver_host", description=__doc__.split("\n\n")[0])
     parser.add_argument("--driver", required=True, help="MODULE:NAME of the target's make_driver")
+    parser.add_argument("--chat", help="the target's [chat] table as JSON: drive it with harness.chat_driver")
     parser.add_argument("--address", required=True)
     parser.add_argument("--namespace", default="default")
     parser.add_argument("--task-queue", required=True)

@@ -40,6 +40,8 @@ OPERATIONS_LIMIT = 4096 * MiB
 LOG_TAIL = 64 * MiB
 #: a file an agent wrote in its workspace
 WORKSPACE_FILE_LIMIT = 16 * MiB
+#: the external effects service's log (``effects_service.jsonl``), read as a stream
+EFFECTS_LOG_LIMIT = 1024 * MiB
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC

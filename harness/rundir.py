@@ -11,6 +11,7 @@ machine is re-checked (``python -m chaos check DIR``) and reported
         run.json                    what ran: kind, status, command, reproduce, machine, configuration, ...
         verdict.json                what the checkers concluded (chaos runs; rewritten by a re-check)
         operations.jsonl            the operation log, written as it happens (harness.operations)
+        effects_service.jsonl       what the external effects service received and applied (Temporal chaos runs)
         conversations.json          the driver's final reads (chaos runs)
         event_histories/<workflow id>/<nn>-<run id>.json    Temporal event histories (harness.event_history)
         logs/                       every process's output
@@ -70,6 +71,7 @@ from harness.durable_files import write_atomic
 SCHEMA = 2
 RUN_JSON, VERDICT_JSON = "run.json", "verdict.json"
 OPERATIONS, CONVERSATIONS = "operations.jsonl", "conversations.json"
+EFFECTS_SERVICE = "effects_service.jsonl"
 EVENT_HISTORIES, LOGS, STATE = "event_histories", "logs", "state"
 LATEST = "latest"
 KINDS = ("chaos", "bench", "migration_fuzz")
@@ -289,12 +291,14 @@ RUN_FIELDS = {"schema": "an integer", "kind": "a string", "name": "a string or n
               "seed": "an integer", "seeds": "a list", "reproduce": _STR, "machine": "an object or null",
               "scenario": "an object or null", "schedule": "a list or null", "backend": "an object or null",
               "target": "an object or null", "checkers": "a list or null", "phases": "an object or null",
-              "model_server": "an object or null", "supervisor_restarts": "an object or null"}
+              "model_server": "an object or null", "supervisor_restarts": "an object or null",
+              "effects_service": "an object or null"}
 TARGET_FIELDS = {"name": _STR, "python": _STR, "worker": "a list or a string or null", "ready_line": _STR,
                  "warm_line": _STR, "task_queue": _STR, "driver": _STR, "workflow": _STR, "model_activity": _STR,
                  "ledger": _STR, "workspace": _STR, "checkers": "a list or null", "cwd": _STR,
                  "env": "an object or null", "source": _STR, "replay_plugins": "a list or null",
-                 "data_converter": _STR, "workflow_runner": _STR}
+                 "data_converter": _STR, "workflow_runner": _STR,
+                 "effects": _STR, "effects_reason": _STR}
 BACKEND_FIELDS = {"name": _STR, "not_applicable": "an object or null", "workers": _STR, "image": _STR,
                   "target_file": _STR}
 SCENARIO_FIELDS = {"name": _STR, "events": "a list or null", "cluster": "an object or null",
@@ -490,6 +494,10 @@ class RunDir:
     @property
     def event_histories(self) -> Path:
         return self.file(EVENT_HISTORIES)
+
+    @property
+    def effects_service(self) -> Path:
+        return self.path / EFFECTS_SERVICE
 
     @property
     def logs(self) -> Path:

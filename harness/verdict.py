@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from harness.operations import INFO, OK, Op, pairs
+from harness.operations import FAIL as OP_FAIL, INFO, OK, Op, pairs
 
 PASS, FAIL, UNKNOWN = "pass", "fail", "unknown"
 NOT_APPLICABLE = "not_applicable"
@@ -77,21 +77,42 @@ def counts(ops: list[Op]) -> dict[str, int]:
     return out
 
 
-def recovery(ops: list[Op]) -> dict[str, Any]:
-    """Recovery per conversation: for each fault's end, each conversation's wait to its next acknowledged message.
+def reply_matches(reply: Any, expect: str, how: str = "exact") -> bool:
+    """Whether a reply is the expected answer: equal to ``expect``, or (``how`` "prefix") starting with it."""
+    return isinstance(reply, str) and (reply.startswith(expect) if how == "prefix" else reply == expect)
 
-    ``worst_s``: the worst conversation's longest wait (None: no fault ended, or nothing was acknowledged after
-    one); ``by_conversation``: each one's longest wait; ``never``: conversations that sent a message after a fault
-    ended and never had one acknowledged again (they did not recover, whatever the others did)."""
+
+def answered(inv: Op, done: Op | None) -> bool:
+    """Whether a send was acknowledged with its correct answer. A send that carries its ``expect`` (and ``match``)
+    counts only if the reply matches: a refusal ("[Agent is busy processing another message]") or a wrong answer
+    is a reply, not a recovery. One that carries no ``expect`` (a driver that plans none) counts when ok."""
+    if done is None or done.type != OK:
+        return False
+    value = inv.value if isinstance(inv.value, dict) else {}
+    if not isinstance(value.get("expect"), str):
+        return True
+    reply = done.value.get("reply") if isinstance(done.value, dict) else None
+    return reply_matches(reply, value["expect"], str(value.get("match") or "exact"))
+
+
+def recovery(ops: list[Op]) -> dict[str, Any]:
+    """Recovery per conversation: for each fault's end, each conversation's wait to its next *correct* answer
+    (``answered``: an acknowledged send whose reply matches its expected answer; any other reply, a refusal or a
+    wrong answer, does not end the wait).
+
+    ``worst_s``: the worst conversation's longest wait (None: no fault ended, or nothing was answered correctly
+    after one); ``by_conversation``: each one's longest wait; ``never``: conversations that sent a message after a
+    fault ended and never had one answered correctly again (they did not recover, whatever the others did). A fault
+    that was not injected (its operation ``fail``) starts no wait."""
     oks: dict[str, list[float]] = {}
     sent_after: dict[str, float] = {}
     for inv, done in client_sends(ops):
         conv = str((inv.value or {}).get("conversation", inv.process))
-        if done is not None and done.type == OK:
+        if answered(inv, done):
             oks.setdefault(conv, []).append(done.time)
         sent_after[conv] = max(sent_after.get(conv, 0.0), inv.time)
     ends = [done.time for inv, done in pairs(ops)
-            if inv.process == "nemesis" and done is not None and not inv.f.startswith("phase:")]
+            if inv.process == "nemesis" and done is not None and done.type != OP_FAIL and not inv.f.startswith("phase:")]
     by_conv: dict[str, float] = {}
     never: set[str] = set()
     for end in ends:
@@ -113,7 +134,9 @@ def recovery_s(ops: list[Op]) -> float | None:
 
 
 def summarise(name: str, ops: list[Op], checks: list[CheckResult]) -> dict[str, Any]:
-    """One row of the suite's table: faults landed/injected, client ops, lost, duplicated effects, recovery, verdict.
+    """One row of the suite's table: faults landed/attempted (with ``(n not injected: why)`` for scheduled faults that
+    did not happen: never ``1/1`` for a fault that was not injected), client ops, lost, duplicated effects, recovery,
+    verdict.
     A figure a check did not produce is ``"?"``, never 0; a ``lost`` check that failed on something other than a
     lost message (a wrong answer, a doubled one) shows it (``0+2 bad``), so a failed check never reads as 0."""
     by = {c.name: c for c in checks}
@@ -126,13 +149,19 @@ def summarise(name: str, ops: list[Op], checks: list[CheckResult]) -> dict[str, 
             lost = f"{lost}+{bad} bad"
     dup: Any = by["effects"].details.get("duplicated_effects", "?") if "effects" in by and \
         by["effects"].verdict in (PASS, FAIL) else "?"
+    if "effects" in by and by["effects"].verdict == NOT_APPLICABLE and by["effects"].summary.startswith("declared:"):
+        dup = "declared"  # the target declared its agent has no external effects (effects = "none")
     rec = recovery(ops)
     worst: Any = rec["worst_s"]
     if rec["never"]:
         worst = f"never ({len(rec['never'])})"
+    missed = faults.get("not_injected") or []
+    injected = faults.get("injected", "?")
+    attempted = injected + len(missed) if isinstance(injected, int) else injected
     return {
         "scenario": name,
-        "faults": f"{faults.get('landed', '?')}/{faults.get('injected', '?')}",
+        "faults": f"{faults.get('landed', '?')}/{attempted}" + (
+            f" ({len(missed)} not injected: {missed[0].get('short') or missed[0].get('why', '?')})" if missed else ""),
         **counts(ops),
         "lost": lost,
         "dup_effects": dup,

@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.operations import INVOKE, Op, pairs
+from harness.operations import FAIL, INVOKE, Op, pairs
 
 CLIENT_F = "send_message"
 TYPES = ("ok", "fail", "info")
@@ -68,6 +68,8 @@ def client_ops(ops: list[Op], end_s: float) -> pd.DataFrame:
 def fault_windows(ops: list[Op], end_s: float) -> list[Window]:
     out = []
     for inv, done in pairs(ops):
+        if done is not None and done.type == FAIL or inv.f == "nemesis_error":
+            continue  # a fault that was not injected (its operation fail, or the nemesis raised): no window
         if inv.process == "nemesis" and not str(inv.f).startswith("phase:"):
             out.append(Window(str(inv.f), inv.time, done.time if done is not None else end_s, done is not None,
                               inv.value))

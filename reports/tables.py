@@ -592,6 +592,8 @@ def checked(run: ChaosRun) -> str:
         v = c.get("verdict")
         name = str(c.get("name", "?"))
         label = {"fail": "FAIL", "not_applicable": "not applicable"}.get(v, "unknown")
+        if v == "not_applicable" and str(c.get("summary", "")).startswith("declared:"):
+            label = str(c["summary"])[:120]  # the target's own word (effects = "none"), not the harness's
         parts.append(name if v == "pass" else f"{name} ({label})")
     return ", ".join(parts) if parts else "not checked"
 

@@ -5,6 +5,8 @@ of it, in reverse order, on any exit path (return, exception, Ctrl-C).
               existing cluster (TemporalConnection), or none
     checkpoint: the checkpoint backend's SQLite database and queue
     model:    the scripted OpenAI-compatible server (latency, faults, seed), or an existing one (model_url)
+    effects:  the external effects service the agent's tools call (``testbed.effects_service``), logging to
+              ``effects_log``; its crash-after-effect fault kills the calling worker through ``Stack.kill_caller``
     proxies:  FaultProxy on the two links that matter, worker->Temporal and worker->model (chaos)
     workers:  in-process Temporal workers (one per WorkerSettings), an in-process checkpoint worker, and
               N supervised worker processes or containers made by ``make_worker`` (restarted when they die)
@@ -20,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -34,10 +37,11 @@ from agent.tools import workspace_for
 from agent.worker import CHECKPOINT_DB, WorkerSettings, build_worker
 from agent.workflow import AgentWorkflow
 from harness.faults import AgentFaults, FaultRule
-from harness.operations import History
+from harness.operations import OK, History
 from harness.owner import ENV_OWNER, owner_environment
 from harness.recording import EffectLedger
 from testbed.connection import TemporalConnection, quiet_runtime
+from testbed.effects_service import EffectFault, EffectsService, caller_pid
 from testbed.model_server import LatencyModel, ScriptedModelServer
 from testbed.net import FaultProxy
 from testbed.processes import ensure_reaper
@@ -52,12 +56,15 @@ log = logging.getLogger(__name__)
 class Endpoints:
     """Where a worker process reaches Temporal and the model (through the fault proxies, when there are any);
     ``env``: what its environment must add so it connects as this stack does (TLS, API key: see
-    ``TemporalConnection.child_environment``)."""
+    ``TemporalConnection.child_environment``); ``effects_url``: the effects service, reached directly (its
+    crash-after-effect fault finds the caller by its TCP port: a proxy in between would hide it), or ``""``."""
 
     address: str
     namespace: str
     model_url: str
     env: dict[str, str] = field(default_factory=dict)
+    effects_url: str = ""
+    server: str = ""  # the embedded server's own address, not through the proxy ("": none, or an external cluster)
 
 
 @dataclass
@@ -84,8 +91,13 @@ class StackSpec:
     model_latency: LatencyModel | None = None
     model_faults: list[FaultRule] = field(default_factory=list)
     seed: int = 0
+    # -- the external effects service
+    effects_log: Path | None = None  # start it, logging here (None: no service)
+    effects_faults: list[EffectFault] = field(default_factory=list)  # armed from the start
     # -- links
     proxies: bool = False  # workers reach Temporal and the model through FaultProxy (chaos)
+    #: the Temporal proxy's port (0: any free one); a target whose workers hard-code their address needs that one
+    temporal_proxy_port: int = 0
     # -- workers
     task_queue: str = DEFAULT_TASK_QUEUE  # where the reference agent's runs go (its in-process workers' own)
     temporal_workers: list[WorkerSettings] = field(default_factory=list)  # in-process, one each
@@ -116,6 +128,7 @@ class Stack:
     server: EmbeddedTemporal | Any | None = None  # Any: StackSpec.engine_server's (Restate, PostgreSQL)
     client: Client | None = None
     model_server: ScriptedModelServer | None = None
+    effects_service: EffectsService | None = None
     temporal_proxy: FaultProxy | None = None
     model_proxy: FaultProxy | None = None
     ledger: EffectLedger | None = None  # the in-process workers' effect ledger
@@ -137,7 +150,9 @@ class Stack:
             self.server.address if self.server else self.spec.connection.address or "")
         model = f"http://{self.model_proxy.address}/v1" if self.model_proxy else (self.model_url or "")
         env = self.spec.connection.child_environment(address) if address else {}
-        return Endpoints(address, self.namespace, model, env)
+        effects = self.effects_service.url if self.effects_service else ""
+        return Endpoints(address, self.namespace, model, env, effects_url=effects,
+                         server=getattr(self.server, "address", "") or "")
 
     @property
     def settings(self) -> WorkerSettings:
@@ -159,6 +174,34 @@ class Stack:
     def set_model_faults(self, rules: list[FaultRule]) -> None:
         assert self.model_server is not None, "no scripted model server in this stack"
         self.model_server.set_faults(rules)
+
+    def kill_caller(self, peer_port: int) -> dict[str, Any] | None:
+        """Crash-after-effect (``testbed.effects_service``): SIGKILL the worker process holding the connection from
+        ``peer_port`` to the effects service, recorded as a nemesis ``kill_worker`` aimed ``after_effect``; None if
+        no worker process of this stack holds it (only pids this stack started are ever killed). Called from the
+        service's request thread, before it answers: the caller never sees the response."""
+        assert self.effects_service is not None
+        by_pid = {w.process.pid: w for w in self.workers if getattr(w.process, "pid", None)}
+        pid = caller_pid(peer_port, self.effects_service.port, list(by_pid))
+        if pid is None:
+            return None
+        w = by_pid[pid]
+        history = self.spec.history
+        op = history.invoke("nemesis", "kill_worker", {"when": "busy", "activity": None, "down_s": 0.0,
+                                                       "at": "after_effect", "via": "effects_service"}) \
+            if history else None
+        with w.lock:
+            if w.process.pid != pid:  # restarted meanwhile: that process is gone already
+                return None
+            identity = w.process.identity
+            killed_at = time.time()
+            w.process.kill()
+        value = {"worker": w.name, "identity": identity, "pid": pid, "killed_at": killed_at, "peer_port": peer_port,
+                 "evidence": [{"effect_applied_unanswered": {"peer_port": peer_port}}],
+                 "aim": {"at": "after_effect", "via": "effects_service"}}
+        if op is not None:
+            history.complete(op, OK, value)
+        return {k: value[k] for k in ("worker", "identity", "pid", "killed_at")}
 
     def heal(self) -> None:
         """Undo every fault: links clean and up, workers resumed, the model healthy."""
@@ -247,11 +290,20 @@ async def stack(spec: StackSpec) -> AsyncIterator[Stack]:
             s.model_server = ScriptedModelServer(respond, latency=spec.model_latency, faults=spec.model_faults,
                                                  seed=spec.seed)
             exits.enter_context(s.model_server)
+        if spec.effects_log is not None:
+            s.effects_service = exits.enter_context(EffectsService(spec.effects_log, kill_caller=s.kill_caller,
+                                                                   faults=list(spec.effects_faults)))
         if spec.proxies:
             upstream = (("127.0.0.1", s.server.port) if s.server is not None else
                         _host_port(spec.connection.address) if spec.temporal == "external" else None)
             if upstream is not None:  # an external cluster's link is attacked on this machine's side of it
-                s.temporal_proxy = exits.enter_context(FaultProxy("temporal", upstream, seed=spec.seed))
+                proxy = FaultProxy("temporal", upstream, seed=spec.seed, listen_port=spec.temporal_proxy_port)
+                try:
+                    s.temporal_proxy = exits.enter_context(proxy)
+                except OSError as exc:
+                    raise RuntimeError(f"cannot put the fault proxy at 127.0.0.1:{spec.temporal_proxy_port}, the "
+                                       f"address the target's workers hard-code ({exc.strerror or exc}): stop what "
+                                       "listens there (a Temporal server?) and run again") from None
             if s.model_server is not None:
                 s.model_proxy = exits.enter_context(
                     FaultProxy("model", ("127.0.0.1", s.model_server.port), seed=spec.seed + 1))

@@ -8,12 +8,18 @@ A worker is a command *template* whose placeholders are filled per start:
 ``{python}`` (the interpreter: the harness's, or a target's own), ``{address}``
 ``{namespace}`` ``{task_queue}`` (Temporal, usually through a fault proxy),
 ``{identity}`` (``<prefix>-<generation>``, new at every start), ``{model_url}``,
-``{state_dir}``, ``{ledger}``, ``{checkpoint_db}`` and ``{sticky_timeout}``. ``REFERENCE_WORKER`` and
+``{state_dir}``, ``{ledger}``, ``{checkpoint_db}``, ``{sticky_timeout}`` and ``{effects_url}`` (the external
+effects service's base URL, ``testbed.effects_service``; also ``$DAH_EFFECTS_URL``). ``REFERENCE_WORKER`` and
 ``CHECKPOINT_WORKER`` are the reference agent's two (Temporal, checkpoint);
 a target file names its own. Plain replacement, never ``str.format``: commands
 often carry code with literal braces.
 
-``start`` returns once the output shows ``ready_line`` (it polls), and, with
+``start`` returns once the output shows ``ready_line`` (it polls) or, with no
+ready line, once the server lists the worker's identity among its task queue's
+pollers (``ready_check``, e.g. ``TaskQueuePollers.polling``: each start has a
+fresh identity, because the server keeps listing a killed worker's for a
+while; a command without ``{identity}`` is taken to use the SDKs' default,
+``<pid>@<hostname>``, with the pid of the process started here), and, with
 ``warm_line``, once that shows too (its model client is loaded: load can
 start). Faults the harness injects into the agent (``harness.faults``) reach
 the process through its environment, and so does its owner (``harness.owner``:
@@ -25,14 +31,18 @@ that log's path, then the log's last lines.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 from harness.faults import NO_FAULTS, AgentFaults
@@ -43,7 +53,7 @@ from testbed.processes import ensure_reaper, spawn, stop
 log = logging.getLogger(__name__)
 
 PLACEHOLDERS = ("python", "address", "namespace", "task_queue", "identity", "model_url", "state_dir", "ledger",
-                "checkpoint_db", "sticky_timeout")
+                "checkpoint_db", "sticky_timeout", "effects_url")
 #: placeholders a caller may leave out: their value when it does
 PLACEHOLDER_DEFAULTS = {"sticky_timeout": "1"}
 #: the reference agent's Temporal worker (``dah worker``): READY once polling, WARM once LiteLLM is loaded.
@@ -87,7 +97,8 @@ class WorkerProcess:
     command: tuple[str, ...]  # a template (see the module docstring)
     values: dict[str, str]  # its placeholders' values, but identity (and python, unless given)
     identity_prefix: str = "worker"
-    ready_line: str = "READY"
+    ready_line: str | None = "READY"  # None: ready once ``ready_check(polling_identity)`` says so
+    ready_check: Callable[[str], bool] | None = None
     warm_line: str | None = None
     faults: AgentFaults = NO_FAULTS
     cwd: str | None = None
@@ -102,6 +113,15 @@ class WorkerProcess:
     @property
     def identity(self) -> str:
         return f"{self.identity_prefix}-{self.generation}"
+
+    @property
+    def polling_identity(self) -> str:
+        """The identity the server lists this worker's polls under: ``{identity}`` when its command takes one, else
+        the SDKs' default (Python's and TypeScript's ``<pid>@<hostname>``; a wrapper such as ``npm`` or ``sh`` in
+        front of the worker makes that another pid: give the worker ``{identity}`` then)."""
+        if any("{identity}" in part for part in self.command):
+            return self.identity
+        return f"{self.pid}@{socket.gethostname()}"
 
     @property
     def pid(self) -> int | None:
@@ -138,7 +158,10 @@ class WorkerProcess:
         except OSError as exc:
             raise WorkerStartError(f"worker {self.identity}: cannot run {argv[0]!r} ({exc.strerror}); "
                                    f"the command was: {' '.join(argv)}") from None
-        self._wait_for_line(self.ready_line, self.start_timeout_s)
+        if self.ready_line is not None or self.ready_check is None:
+            self._wait_for_line(self.ready_line or "READY", self.start_timeout_s)
+        else:
+            self._wait_until_polling(self.ready_check, self.start_timeout_s)
         if self.warm_line and self.generation == 1:
             self._wait_for_line(self.warm_line, self.warm_timeout_s)
         log.info("worker %s ready (pid %s)", self.identity, self.pid)
@@ -166,6 +189,26 @@ class WorkerProcess:
         self.stop()
         raise WorkerStartError(f"worker {self.identity} did not print {line!r} within {timeout_s:g} s "
                                f"(log {self._log_path}):\n{tail(self.output())}")
+
+    def _wait_until_polling(self, check: Callable[[str], bool], timeout_s: float) -> None:
+        """Return once the server lists this worker polling; raise as ``_wait_for_line`` does otherwise."""
+        identity = self.polling_identity
+        deadline = time.monotonic() + timeout_s
+        error = ""
+        while time.monotonic() < deadline:
+            try:
+                if check(identity):
+                    return
+            except Exception as exc:  # noqa: BLE001 - the server unreachable for a moment: ask again
+                error = f"; the last check failed: {type(exc).__name__}: {exc}"[:300]
+            if self._proc is not None and self._proc.poll() is not None:
+                raise WorkerStartError(f"worker {self.identity} exited with {self._proc.returncode} before the "
+                                       f"server listed {identity!r} polling (log {self._log_path}):\n{tail(self.output())}")
+            time.sleep(0.2)
+        self.stop()
+        raise WorkerStartError(f"worker {self.identity} was not seen polling its task queue as {identity!r} within "
+                               f"{timeout_s:g} s{error} (does it connect with that identity? log {self._log_path}):"
+                               f"\n{tail(self.output())}")
 
     @property
     def returncode(self) -> int | None:
@@ -217,6 +260,49 @@ class WorkerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class TaskQueuePollers:
+    """Which worker identities the server lists polling a task queue (DescribeTaskQueue, workflow and activity
+    pollers), asked from any thread: one client, on an event loop of its own (``close`` ends both)."""
+
+    def __init__(self, connect: Callable[[], object], namespace: str, task_queue: str) -> None:
+        self._connect = connect  # a zero-argument coroutine function returning a connected temporalio Client
+        self.namespace, self.task_queue = namespace, task_queue
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client = None
+        self._lock = threading.Lock()
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(target=self._loop.run_forever, name="task-queue-pollers", daemon=True).start()
+            return self._loop
+
+    async def _identities(self) -> set[str]:
+        from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
+        from temporalio.api.taskqueue.v1 import TaskQueue
+        from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
+        if self._client is None:
+            self._client = await self._connect()  # type: ignore[misc]
+        seen: set[str] = set()
+        for kind in (TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY):
+            resp = await self._client.workflow_service.describe_task_queue(  # type: ignore[attr-defined]
+                DescribeTaskQueueRequest(namespace=self.namespace, task_queue_type=kind, task_queue=TaskQueue(
+                    name=self.task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL)), timeout=timedelta(seconds=5))
+            seen |= {p.identity for p in resp.pollers}
+        return seen
+
+    def polling(self, identity: str) -> bool:
+        return identity in asyncio.run_coroutine_threadsafe(self._identities(), self._running_loop()).result(10)
+
+    def close(self) -> None:
+        with self._lock:
+            loop, self._loop = self._loop, None
+        if loop is not None:
+            loop.call_soon_threadsafe(loop.stop)
 
 
 def reference_worker(address: str, task_queue: str, model_url: str, state_dir: Path, *, namespace: str = "default",

@@ -291,3 +291,47 @@ def test_the_same_text_sent_twice_under_two_ids_and_answered_twice_is_doubled(tm
     data.__dict__["event_histories"] = {"c-0": [
         _update_run("r-1", ("msg-0", "a", "reply to a"), ("msg-0b", "a", "reply to a"))]}
     assert lost.check(data).verdict == "fail"
+
+
+def test_recovery_ends_at_the_first_correct_answer_not_at_a_refusal() -> None:
+    from harness.verdict import recovery
+
+    sent = {"conversation": "a", "expect": "2 * 3 = 6", "match": "exact"}
+    ops = [Op(0, "nemesis", "invoke", "kill_worker", {}, 1.0, 1.0),
+           Op(1, "nemesis", OK, "kill_worker", {}, 2.0, 2.0, None, 0),
+           Op(2, "client-0", "invoke", "send_message", sent, 2.5, 2.5),
+           Op(3, "client-0", OK, "send_message", {"reply": "[Agent is busy processing another message]"}, 3.0, 3.0,
+              None, 2),
+           Op(4, "client-0", "invoke", "send_message", sent, 3.5, 3.5),
+           Op(5, "client-0", OK, "send_message", {"reply": "2 * 3 = 6"}, 9.0, 9.0, None, 4),
+           Op(6, "client-1", "invoke", "send_message", {**sent, "conversation": "b"}, 2.5, 2.5),
+           Op(7, "client-1", OK, "send_message", {"reply": "[Agent is busy processing another message]"}, 3.0, 3.0,
+              None, 6)]
+    rec = recovery(ops)
+    # a: the refusal at +1 s is not recovery; the correct answer at +7 s is. b: only ever refused.
+    assert rec["by_conversation"] == {"a": 7.0} and rec["never"] == ["b"], rec
+
+
+def _ledger_run(tmp_path: Path, model_call: bool, requests: int) -> RunData:
+    """One completed model activity run once, in a ledger that marks it a model call or not; the model server
+    counted ``requests``."""
+    run = _run_dir(tmp_path, [], [], target={"ledger": "ledger.sqlite3", "model_activity": "plan"})
+    record = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**record, "model_server": {"requests": requests}}))
+    t = T0.timestamp()
+    with EffectLedger(run / "state" / "ledger.sqlite3") as ledger:
+        eid = ledger.begin_execution(ExecutionIdentity("c-0", "r-1", "5", 1, "w1", t), "plan", model_call=model_call)
+        ledger._conn.execute("UPDATE executions SET started_at = ?, finished_at = ? WHERE id = ?",
+                             (t + 3.0, t + 3.5, eid))
+    data = RunData(run)
+    data.__dict__["event_histories"] = {"c-0": [RunRecord("c-0", "r-1", activities=[_model_call(1)])]}
+    return data
+
+
+def test_hidden_retries_are_counted_only_where_the_ledger_marks_model_calls(tmp_path: Path) -> None:
+    unmarked = temporal_history.check(_ledger_run(tmp_path / "unmarked", model_call=False, requests=28))
+    assert "retries inside an attempt" in unmarked.summary and "cannot tell" in unmarked.summary, unmarked.summary
+    assert "model request(s) were retries" not in unmarked.summary
+    assert unmarked.details["model_requests"]["inside_attempts"] is None
+    marked = temporal_history.check(_ledger_run(tmp_path / "marked", model_call=True, requests=28))
+    assert "27 model request(s) were retries inside an attempt" in marked.summary, marked.summary

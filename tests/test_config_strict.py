@@ -43,8 +43,8 @@ def assert_one_line_usage_error(out: subprocess.CompletedProcess[str], expected:
     (GOOD + 'env = "FOO=1"\n', "'env' must be a table of NAME = \"value\" lines ([env] section), each value a "
                                "string, got 'FOO=1'"),
     (GOOD + '[env]\nFOO = 1\n', "'env.FOO' must be a valid string, got 1"),
-    (GOOD + 'ready_line = ["x"]\n', "'ready_line' must be a non-empty string (what a worker prints once it polls), "
-                                    "got ['x']"),
+    (GOOD + 'ready_line = ["x"]\n', "'ready_line' must be a non-empty string (what a worker prints once it polls; "
+                                    "unset: the server lists it polling), got ['x']"),
     (GOOD.replace('name = "x"', "name = 5"), "'name' must be a non-empty string, got 5"),
     (GOOD + 'checker = ["lost"]\n', "unknown field 'checker'; allowed fields: name, python, worker"),
     (GOOD + 'ready_timeout_s = "5"\n', "'ready_timeout_s' must be a finite number of seconds > 0, got '5'"),
@@ -159,6 +159,10 @@ def test_chaos_run_with_a_target_whose_worker_crashes_names_its_log(tmp_path: Pa
                                        "sys.exit(4)\n")
     path = tmp_path / "target.toml"
     path.write_text(GOOD.replace('"-m", "x.worker"', '"crash.py"') + 'ready_line = "UP"\n')
+    (tmp_path / "x").mkdir()  # a driver that fits the driver API: the target loads, its worker is what fails
+    (tmp_path / "x" / "__init__.py").write_text("")
+    (tmp_path / "x" / "driver.py").write_text("def make_driver(*, client, history, task_queue, workload, seed):\n"
+                                              "    raise NotImplementedError\n")
     started = time.monotonic()
     out = run("chaos", "run", "kill_mid_turn", "--target", str(path), "--out", str(tmp_path / "runs"), timeout=120)
     assert time.monotonic() - started < 45, "a crashed worker must not wait out its ready timeout"

@@ -25,8 +25,8 @@ def modules() -> dict[str, Path]:
     out = {}
     for package in PACKAGES:
         for f in (ROOT / package).rglob("*.py"):
-            if any(part.startswith(".") for part in f.relative_to(ROOT).parts):
-                continue  # an example's own virtual environment (examples/*/.venv) is its dependencies, not ours
+            if {".venv", "node_modules"} & set(f.relative_to(ROOT).parts):
+                continue  # an example's own environment (make example-*) is not the project's code
             name = ".".join(f.relative_to(ROOT).with_suffix("").parts)
             out[name.removesuffix(".__init__")] = f
     return out

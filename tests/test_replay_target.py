@@ -223,3 +223,63 @@ def test_declarations_are_recorded_only_when_made(tmp_path: Path) -> None:
     path.write_text(TARGET + 'replay_plugins = ["a:b", "c:d"]\nworkflow_runner = "e:f"\n')
     t = load_target(path).as_dict()
     assert t["replay_plugins"] == ["a:b", "c:d"] and t["workflow_runner"] == "e:f" and "data_converter" not in t
+
+
+SANDBOXED = '''
+import os
+from temporalio import workflow
+
+
+@workflow.defn
+class Greeter:
+    @workflow.run
+    async def run(self) -> str:
+        return os.getenv("BYO_GREETING", "hello")  # fine on the agent's unsandboxed workers; the sandbox refuses it
+'''
+
+
+def _one_task_history(out: Path) -> None:
+    """A saved history of one run of ``Greeter``: started, one workflow task completed, the workflow completed."""
+    from google.protobuf.timestamp_pb2 import Timestamp
+    from temporalio.api.enums.v1 import EventType
+    from temporalio.api.history.v1 import HistoryEvent
+    from temporalio.client import WorkflowHistory
+
+    ts = Timestamp(seconds=1_795_000_000)
+    events = [
+        HistoryEvent(event_id=1, event_time=ts, event_type=EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED,
+                     workflow_execution_started_event_attributes={
+                         "workflow_type": {"name": "Greeter"}, "task_queue": {"name": "q"},
+                         "original_execution_run_id": "r-1", "first_execution_run_id": "r-1"}),
+        HistoryEvent(event_id=2, event_time=ts, event_type=EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
+                     workflow_task_scheduled_event_attributes={"task_queue": {"name": "q"}}),
+        HistoryEvent(event_id=3, event_time=ts, event_type=EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
+                     workflow_task_started_event_attributes={"scheduled_event_id": 2}),
+        HistoryEvent(event_id=4, event_time=ts, event_type=EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
+                     workflow_task_completed_event_attributes={"scheduled_event_id": 2, "started_event_id": 3}),
+        HistoryEvent(event_id=5, event_time=ts, event_type=EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
+                     workflow_execution_completed_event_attributes={"workflow_task_completed_event_id": 4}),
+    ]
+    (out / "c-0").mkdir(parents=True)
+    (out / "c-0" / "01-r-1.json").write_text(WorkflowHistory("c-0", events).to_json())
+
+
+def test_a_replay_refused_by_the_sandbox_names_the_declarations_that_build_the_replayer(tmp_path: Path) -> None:
+    from chaos.checker.run_data import ReplayTarget
+
+    (tmp_path / "sandboxed_agent.py").write_text(SANDBOXED)
+    run_dir = tmp_path / "run"
+    _one_task_history(run_dir / EVENT_HISTORIES)
+    write_json(run_dir / RUN_JSON, {"schema": SCHEMA, "kind": "chaos", "name": "replay", "target": {}})
+    bare = ReplayTarget("sandboxed_agent:Greeter", "test", cwd=str(tmp_path), env={"PYTHONPATH": str(tmp_path)})
+    result = check(RunData(run_dir, bare))
+    assert result.verdict == FAIL, result.summary
+    assert "Cannot access os.getenv" in result.summary
+    assert "replay_plugins" in result.summary and "workflow_runner" in result.summary, result.summary
+    assert "declared now: neither" in result.summary
+    # What the hint says to declare is what makes it pass.
+    declared = ReplayTarget("sandboxed_agent:Greeter", "test", cwd=str(tmp_path), env={"PYTHONPATH": str(tmp_path)},
+                            workflow_runner="temporalio.worker:UnsandboxedWorkflowRunner")
+    result = check(RunData(run_dir, declared))
+    assert result.verdict == PASS, result.summary
+    assert "replay_plugins" not in result.summary

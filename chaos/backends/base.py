@@ -65,7 +65,8 @@ class Backend:
         """The scenario's task queue; on an external cluster, one of this run's own (``-<random>``): workers of
         another run on the same cluster and namespace (another user's, an earlier seed's) never take its tasks."""
         queue = self.target.task_queue or f"chaos-{scenario.name}"
-        return f"{queue}-{uuid.uuid4().hex[:8]}" if self.external else queue
+        # A worker that hard-codes its address hard-codes its queue too: it is the one it polls.
+        return f"{queue}-{uuid.uuid4().hex[:8]}" if self.external and not self.target.address else queue
 
     def stack_spec(self, scenario: ChaosScenario, run: RunDir, seed: int, history: History, ui: bool) -> StackSpec:
         raise NotImplementedError

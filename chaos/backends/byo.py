@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from chaos.backends.temporal import ReferenceOnTemporal
+from chaos.client import TIMEOUTS
 from chaos.scenarios import ChaosScenario
-from chaos.target import Target
-from harness import target_pythonpath
+from chaos.target import Target, target_environment
 from harness.operations import History, Op
 from testbed.processes import spawn, stop
 from testbed.stack import Endpoints, Stack
@@ -36,11 +36,6 @@ from testbed.worker_process import tail
 
 log = logging.getLogger(__name__)
 READY_TIMEOUT_S = 120.0  # the driver process imports the target's packages and connects to Temporal
-
-
-def target_environment(target: Target) -> dict[str, str]:
-    """The environment of every process of the target's: its own variables, and ``harness`` on its path."""
-    return {**target.env, "PYTHONPATH": target_pythonpath(target.env.get("PYTHONPATH"))}
 
 
 @dataclass
@@ -60,9 +55,18 @@ class OwnAgentOnTemporal(ReferenceOnTemporal):
     async def make_driver(self, stack: Stack, history: History, scenario: ChaosScenario, seed: int) -> RemoteDriver:
         driver = RemoteDriver(self.target, history, stack.server.address if stack.server else
                               stack.spec.connection.address or "", stack.namespace, stack.spec.task_queue,
-                              asdict(scenario.workload), seed, stack.spec.logs / "driver.log")
+                              driver_workload(scenario), seed, stack.spec.logs / "driver.log")
         await driver.started()
         return driver
+
+
+def driver_workload(scenario: ChaosScenario) -> dict[str, Any]:
+    """What a target's driver receives as its ``workload`` (``harness.driver_api.Workload``): the scenario's load,
+    and the scenario settings a driver honours (continue-as-new threshold, the timeouts profile's workflow task
+    timeout)."""
+    return {**asdict(scenario.workload), "scenario": scenario.name, "max_history_events": scenario.max_history_events,
+            "workflow_task_timeout_s": TIMEOUTS[scenario.timeouts].workflow_task_timeout_s,
+            "timeouts": scenario.timeouts}
 
 
 class RemoteDriver:
@@ -81,7 +85,8 @@ class RemoteDriver:
         self._finished: asyncio.Future = self._loop.create_future()
         argv = [target.interpreter, "-m", "harness.driver_host", "--driver", target.driver, "--address", address,
                 "--namespace", namespace, "--task-queue", task_queue, "--workload", json.dumps(workload),
-                "--seed", str(seed)]
+                "--seed", str(seed), *(["--chat", json.dumps(target.chat)] if target.chat is not None else [])]
+        self._unfit: str | None = None
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path = log_path
         with open(log_path, "wb") as err:
@@ -95,6 +100,8 @@ class RemoteDriver:
         """Wait (off the event loop) until the driver exists and has said which workflows it drives."""
         if not await asyncio.to_thread(self._ready.wait, READY_TIMEOUT_S) or not self._announced:
             self.close()
+            if self._unfit:
+                raise RuntimeError(f"the target's driver does not fit the driver API: {self._unfit}")
             raise RuntimeError(f"{self._describe} did not start (log {self.log_path}):\n"
                                f"{tail(self.log_path.read_text(errors='replace'))}")
 
@@ -111,6 +118,10 @@ class RemoteDriver:
                 self.workflow_ids[:] = msg["workflow_ids"]
                 self._announced = True
                 self._ready.set()
+            elif event == "workflow_ids":
+                self.workflow_ids[:] = msg["workflow_ids"]
+            elif event == "unfit":
+                self._unfit = str(msg.get("error"))[:1000]
             elif event == "invoke":
                 self._ops[msg["id"]] = self.history.invoke(msg["process"], msg["f"], msg.get("value"))
             elif event == "complete" and msg["id"] in self._ops:

@@ -3,14 +3,20 @@ restarted), the scripted model, fault proxies on the worker->Temporal and worker
 processes (or Docker containers) under a supervisor.
 
     Temporal server (db file) <-- proxy "temporal" <-- worker-1..N --> proxy "model" --> scripted model
+                                                           |
+                                                           +--> effects service (testbed.effects_service)
 
 Workers reach Temporal and the model only through the proxies, so network faults land on exactly the links
-that matter; the driver talks to Temporal directly.
+that matter; the driver talks to Temporal directly. The effects service (what the agent's tools call: ``{effects_url}``,
+``$DAH_EFFECTS_URL``) is reached directly and logs to ``<run dir>/effects_service.jsonl``; for a target whose
+effects are ``service``, the scenario's ``after_effect`` crash point is the service's crash-after-effect fault
+(it applies the effect, then the harness kills the calling worker before the response returns) instead of the
+worker's own ``DAH_CRASH_AT``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +25,10 @@ from chaos.client import TIMEOUTS, Driver, chaos_agent_config
 from chaos.nemesis import NemesisContext
 from chaos.scenarios import ChaosScenario
 from harness.operations import History
+from harness.faults import AgentFaults
 from harness.recording import ENV_LEDGER
-from harness.rundir import RunDir
+from harness.rundir import EFFECTS_SERVICE, RunDir
+from testbed.effects_service import ENV_EFFECTS_URL, EffectFault
 from testbed.model_server import LatencyModel
 from testbed.stack import Endpoints, Stack, StackSpec
 from testbed.worker_process import WorkerProcess
@@ -30,6 +38,8 @@ class ReferenceOnTemporal(Backend):
     name: str = "temporal"
     workers: str = "process"  # or "docker": every worker in a container of ``image`` (host network)
     image: str | None = None
+    _pollers: Any = field(default=None, init=False, repr=False)  # the readiness check, when there is no ready line
+    _server_address: str = field(default="", init=False, repr=False)
 
     def record(self) -> dict[str, Any]:
         return {**super().record(), "workers": self.workers, "image": self.image}
@@ -45,7 +55,22 @@ class ReferenceOnTemporal(Backend):
                          task_queue=self.task_queue(scenario))
         if self.external:  # nothing starts a server: the workers' link to the cluster goes through the proxy
             spec.temporal, spec.connection, spec.server_db, spec.ui = "external", self.connection, None, False
+        if self.target.address:  # its workers hard-code where Temporal is: the fault proxy goes there
+            spec.temporal_proxy_port = int(self.target.address.rpartition(":")[2])
+        spec.effects_log = run.path / EFFECTS_SERVICE
         task_queue, faults = spec.task_queue, scenario.cluster.faults
+        if self.effects_seen_by_service and "after_effect" in faults.crash_at:
+            # Once per run, as a worker's own crash point fires once per ledger: the restarted worker finishes.
+            spec.effects_faults = [EffectFault("crash_after_effect", count=1)]
+            faults = AgentFaults(faults.crash_at - {"after_effect"}, faults.bugs, faults.mutations)
+        self._pollers = None
+        if self.target.ready_line is None:  # ready once the server lists the worker polling
+            from testbed.worker_process import TaskQueuePollers
+
+            pollers = TaskQueuePollers(lambda: spec.connection.connect(self._server_address or None),
+                                       spec.connection.namespace, task_queue)
+            spec.cleanup.append(pollers.close)
+            self._pollers = pollers
         if self.workers == "docker":
             from testbed.containers import ContainerPool
 
@@ -57,9 +82,14 @@ class ReferenceOnTemporal(Backend):
             spec.make_worker = lambda name, at: self._process(name, at, task_queue, faults, run, scenario)
         return spec
 
+    @property
+    def effects_seen_by_service(self) -> bool:
+        """The target's tools call the effects service (``effects = "service"``): its faults come from there."""
+        return getattr(self.target, "effects", None) == "service"
+
     def worker_values(self, at: Endpoints, task_queue: str, state_dir: str, scenario: ChaosScenario) -> dict[str, str]:
         values = {"address": at.address, "namespace": at.namespace, "task_queue": task_queue,
-                  "model_url": at.model_url, "state_dir": state_dir,
+                  "model_url": at.model_url, "state_dir": state_dir, "effects_url": at.effects_url,
                   "sticky_timeout": f"{TIMEOUTS[scenario.timeouts].sticky_timeout_s:g}"}
         if self.target.ledger:
             values["ledger"] = str(Path(state_dir) / self.target.ledger)
@@ -75,13 +105,18 @@ class ReferenceOnTemporal(Backend):
         env = {**(at.env if at else {}), **self.target.env}  # the connection (TLS, API key), then the target's
         if "ledger" in values:
             env[ENV_LEDGER] = values["ledger"]  # where harness.recording.EffectLedger.from_environment() writes
+        if values.get("effects_url"):
+            env[ENV_EFFECTS_URL] = values["effects_url"]
         return env
 
     def _process(self, name: str, at: Endpoints, task_queue: str, faults: Any, run: RunDir,
                  scenario: ChaosScenario) -> WorkerProcess:
         values = {"python": self.target.interpreter, **self.worker_values(at, task_queue, str(run.state), scenario)}
+        self._server_address = at.server  # what the readiness check asks (the server itself, not the proxy)
         return WorkerProcess(self.worker_command(scenario), values, identity_prefix=name,
-                             ready_line=self.target.ready_line, warm_line=self.target.warm_line, faults=faults,
+                             ready_line=self.target.ready_line,
+                             ready_check=self._pollers.polling if self._pollers is not None else None,
+                             warm_line=self.target.warm_line, faults=faults,
                              cwd=self.target.cwd, env=self.worker_env(values, at), log_dir=run.logs,
                              start_timeout_s=self.target.ready_timeout_s)
 
@@ -94,6 +129,8 @@ class ReferenceOnTemporal(Backend):
 
         if not self.image:
             raise RuntimeError("the docker workers need an image with the worker installed (--image NAME)")
+        if self.target.ready_line is None:
+            raise RuntimeError("docker workers are ready when they print a line: give the target a ready_line")
         state = str(run.state.resolve())
         values = {"python": "python", **self.worker_values(at, task_queue, state, scenario)}
         command = fill(self.worker_command(scenario), {k: v for k, v in values.items() if k != "identity"})
@@ -118,10 +155,13 @@ class ReferenceOnTemporal(Backend):
 
     def nemesis_context(self, stack: Stack, history: History, driver: Any, seed: int) -> NemesisContext:
         """The shared context, plus what aimed kills read: the effect ledger (workers share the run's state dir
-        with this process; a container has it bind-mounted) and the conversations' continue-as-new threshold."""
+        with this process; a container has it bind-mounted) and the conversations' continue-as-new threshold: the
+        scenario's, where this harness configures the agent (the reference's driver config), else the target
+        file's ``continue_as_new_events`` (a target's agent continues as new by its own rule; 0: unknown, and a
+        kill aimed before a continue-as-new is recorded as not injected)."""
         ctx = super().nemesis_context(stack, history, driver, seed)
         if self.target.ledger:
             ctx.ledger = stack.spec.state_dir / self.target.ledger
         config = getattr(driver, "config", None)
-        ctx.continue_as_new_events = getattr(config, "max_history_events", 0) or 0
+        ctx.continue_as_new_events = getattr(config, "max_history_events", 0) or self.target.continue_as_new_events
         return ctx

@@ -12,11 +12,22 @@ never finished; without one, the saved event histories: an activity the victim
 had started that was still open at the kill instant, one in flight then whose
 next attempt followed a timeout, or a workflow task the victim had started
 that timed out. What the nemesis saw is kept beside it (``nemesis_saw``).
+A kill right after an effect by the external effects service (``kill_worker`` aimed
+``after_effect``: the service applied the effect, then the harness killed the
+calling worker before the response) is confirmed by the service's own log: the
+effect, the fault line naming the killed worker, and that request left unanswered;
+it counts as the scenario's ``after_effect`` crash point firing.
 A kill aimed at a workflow task or at a continue-as-new (``chaos.nemesis``,
 ``kill_worker(at=...)``) is checked against the saved event histories where
 there are some: the workflow task the frozen victim held never completed (it
 timed out or failed), or the run it held continued as new after the kill, or
-the freshly continued run it held was already running when it died.
+the freshly continued run it held was already running when it died. A kill
+of a busy worker with no ledger also counts as landed when the server's
+pending-activity snapshot, taken while the victim was frozen
+(``frozen_snapshot``), shows an attempt running on the victim and the history
+shows that activity scheduled and not closed at the kill, even when no retry
+followed (Temporal writes an attempt's started event only when it closes).
+What it cannot see: work a worker runs outside activities and workflow tasks.
 
 A mutation (``harness.faults.MUTATIONS``) proves something only if its broken
 code path ran: each one the scenario declared must appear in the effect
@@ -26,10 +37,17 @@ ledger's ``crash_points``.
 
 A run with faults scheduled and none of them landing on work is ``unknown``,
 never ``pass``: it proved nothing.
+
+A fault the schedule asked for that did not happen is *not injected*, and shown so (``not_injected``, and in the
+faults column ``landed/attempted (n not injected: why)``), never counted as injected: a nemesis operation that
+completed ``fail`` (``not_injected`` says why, e.g. a kill before a continue-as-new whose threshold nobody
+declared), or a nemesis that raised before recording its operation (a ``nemesis_error`` event). A run with a
+fault not injected is ``unknown``: it cannot pass on the strength of a fault that never happened.
 """
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
 from typing import Any
 
@@ -38,7 +56,7 @@ from temporalio.api.enums.v1 import EventType
 from chaos.checker.run_data import RunData, running_at
 from harness.event_history import WORKFLOW_CLOSE, load_saved
 from harness.faults import MUTATION_ALIASES
-from harness.operations import pairs
+from harness.operations import FAIL as OP_FAIL, INVOKE, OK, Op, pairs
 from harness.verdict import PASS, UNKNOWN, CheckResult
 
 FAULT_OPS = {"kill_worker", "pause_worker", "drain_worker", "partition", "degrade_link", "restart_server",
@@ -148,10 +166,45 @@ def _history_evidence(at: str, value: dict[str, Any], runs: dict[str, list[dict[
     return out
 
 
+def _frozen_attempts(data: RunData, value: dict[str, Any]) -> list[dict[str, Any]]:
+    """Attempts the server's snapshot taken while the victim was frozen (``frozen_snapshot``) shows running on it
+    (state STARTED, its identity the last worker, started before the kill) whose activity the saved history shows
+    scheduled before the kill and not closed by then. Temporal writes an attempt's started event only when the
+    attempt closes, so an attempt killed mid-call that no retry followed before the run ended (a long
+    start-to-close, no heartbeat) leaves no started event: the snapshot is the server's word that it ran there."""
+    victim, killed_at = value.get("identity") or "", value.get("killed_at")
+    snapshot = value.get("frozen_snapshot")
+    rows = snapshot.get("pending_activities") if isinstance(snapshot, dict) else None
+    if not victim or not killed_at or not isinstance(rows, list):
+        return []
+    out = []
+    for p in rows:
+        if not isinstance(p, dict) or p.get("state") != "STARTED" or p.get("worker") != victim:
+            continue
+        started = p.get("last_started")
+        if isinstance(started, (int, float)) and started > killed_at:
+            continue
+        for run in data.event_histories.get(str(p.get("workflow_id")), []):
+            if p.get("run_id") and run.run_id != p["run_id"]:
+                continue
+            for a in run.activities:
+                scheduled = a.scheduled_at.timestamp() if a.scheduled_at else None
+                closed = a.closed_at.timestamp() if a.closed_at else None
+                if a.activity_id == str(p.get("activity_id")) and scheduled is not None and scheduled <= killed_at \
+                        and (closed is None or closed > killed_at):
+                    out.append({"workflow_id": p["workflow_id"], "activity": a.activity_type,
+                                "attempt": p.get("attempt"),
+                                "history": "running on the frozen victim by the server's snapshot (attempt "
+                                           f"{p.get('attempt')}, last worker {victim}); scheduled and not closed at "
+                                           "the kill"})
+    return out
+
+
 def _kill_in_history(data: RunData, value: dict[str, Any]) -> list[dict[str, Any]]:
     """What the saved event histories say was in flight when ``value``'s worker was killed: an activity the
     victim had started and that had not closed by the kill instant, one that was in flight then and whose
-    next attempt followed a timeout, or a workflow task the victim had started that then timed out."""
+    next attempt followed a timeout, a workflow task the victim had started that then timed out, or an attempt
+    the server's snapshot on the frozen victim shows running there (``_frozen_attempts``)."""
     victim, killed_at = value.get("identity") or "", value.get("killed_at")
     if not killed_at:
         return []
@@ -175,6 +228,28 @@ def _kill_in_history(data: RunData, value: dict[str, Any]) -> list[dict[str, Any
                 if t.identity == victim and t.outcome == "timed_out" and started is not None and started <= killed_at:
                     out.append({"workflow_id": wid, "workflow_task": t.scheduled_event_id,
                                 "history": "a workflow task the victim had started timed out"})
+    seen = {(e["workflow_id"], e.get("activity"), e.get("attempt")) for e in out}
+    return out + [e for e in _frozen_attempts(data, value)
+                  if (e["workflow_id"], e["activity"], e["attempt"]) not in seen]
+
+
+def _service_kill(data: RunData, value: dict[str, Any]) -> list[dict[str, Any]]:
+    """What the effects service's log says of a kill after an effect: the effect applied, the caller it had
+    killed (this kill's pid and time), and its request never answered (empty: the log does not confirm it)."""
+    log = data.effects_log
+    if log is None:
+        return []
+    answered = {r.get("note_id") for r in log.of("request") if r.get("status") is not None}
+    effects = {e.get("note_id"): e for e in log.of("effect")}
+    out = []
+    for f in log.of("fault"):
+        killed = f.get("killed") if isinstance(f.get("killed"), dict) else {}
+        if f.get("outcome") == "killed" and killed.get("pid") == value.get("pid") and \
+                killed.get("killed_at") == value.get("killed_at") and f.get("note_id") in effects and \
+                f.get("note_id") not in answered:
+            e = effects[f["note_id"]]
+            out.append({"effect_applied": e.get("identity"), "note_id": e.get("note_id"), "key": e.get("key"),
+                        "caller_killed": killed.get("worker"), "response": "never sent"})
     return out
 
 
@@ -193,8 +268,43 @@ def _mutations(data: RunData) -> tuple[list[str], dict[str, Any], list[str]]:
     return declared, report, [m for m in declared if not report[m]["exercised"]]
 
 
+def _short(why: str) -> str:
+    """The first clause of a reason, cut at a word within 60 characters, for a table cell."""
+    clause = re.split(r"[,;(]", why, maxsplit=1)[0].strip()
+    return clause if len(clause) <= 60 else clause[:57].rsplit(" ", 1)[0] + "..."
+
+
+def _not_injected(inv: Op, done: Op | None, ops: list[Op], claimed: set[int]) -> dict[str, Any] | None:
+    """A scheduled fault that did not happen, from its own record, or None: a nemesis operation that completed
+    ``fail`` (it certainly did not happen), or a ``nemesis_error`` of a nemesis that raised before recording its
+    operation (``op_recorded`` false; in runs before that flag: no recorded operation of its kind, still open or
+    not ok, accounts for the error)."""
+    value = done.value if done is not None and isinstance(done.value, dict) else {}
+    if inv.f in FAULT_OPS and done is not None and done.type == OP_FAIL:
+        why = str(value.get("not_injected") or done.error or "its operation failed")
+        return {"f": inv.f, "at": round(inv.time, 2), "why": why}
+    if inv.f != "nemesis_error" or not isinstance(inv.value, dict):
+        return None
+    op, recorded = inv.value.get("op"), inv.value.get("op_recorded")
+    if recorded is None:  # an older run: an operation of its kind the nemesis began and never ended ok
+        done_of = {o.invoke_index: o for o in ops if o.type != INVOKE}
+        mine = next((o for o in reversed(ops) if o.index < inv.index and o.process == "nemesis" and o.type == INVOKE
+                     and o.f == op and o.index not in claimed
+                     and (done_of.get(o.index) is None or done_of[o.index].type != OK)), None)
+        if mine is not None:
+            claimed.add(mine.index)
+        recorded = mine is not None
+    if recorded:
+        return None
+    error = str(inv.value.get("error") or "the nemesis raised")
+    return {"f": str(op), "at": round(inv.time, 2), "why": f"the nemesis raised: {error.split(': ', 1)[-1]}"[:300],
+            "error": error[:300]}
+
+
 def check(data: RunData) -> CheckResult:
     faults = []
+    not_injected: list[dict[str, Any]] = []
+    claimed: set[int] = set()
     unfinished = _unfinished_executions(data)
     has_ledger = data.ledger_path is not None and data.ledger_path.exists()
     runs: dict[str, list[dict[str, Any]]] | None = None
@@ -204,12 +314,19 @@ def check(data: RunData) -> CheckResult:
                        "evidence": [{"point": c["point"], "worker": c["worker"], "workflow_id": c["workflow_id"],
                                      "activity": c["tool"]}]})
     for inv, done in pairs(data.ops):
-        if inv.process == "nemesis" and inv.f in FAULT_OPS:
+        missed = _not_injected(inv, done, data.ops, claimed) if inv.process == "nemesis" else None
+        if missed is not None:
+            not_injected.append({**missed, "short": _short(missed["why"])})
+        elif inv.process == "nemesis" and inv.f in FAULT_OPS:
             value = done.value if done and isinstance(done.value, dict) else {}
             evidence = value.get("evidence")
             fault: dict[str, Any] = {"f": inv.f, "at": round(inv.time, 2)}
             aim = (inv.value or {}).get("at") if isinstance(inv.value, dict) else None
-            if inv.f == "kill_worker" and aim in HISTORY_AIMS:
+            if inv.f == "kill_worker" and aim == "after_effect":
+                fault["aim"] = aim
+                fault["nemesis_saw"] = evidence
+                evidence = _service_kill(data, value)
+            elif inv.f == "kill_worker" and aim in HISTORY_AIMS:
                 fault["aim"] = aim
                 runs = _runs(data) if runs is None else runs
                 named = {e.get("workflow_id") for e in evidence or [] if isinstance(e, dict)}
@@ -241,7 +358,8 @@ def check(data: RunData) -> CheckResult:
                            "evidence": [{"worker": inv.value.get("worker"), "exit_code": inv.value.get("exit_code")}]})
     landed = sum(f["landed"] for f in faults)
     declared, mutations, never = _mutations(data)
-    details: dict[str, Any] = {"faults": faults, "injected": len(faults), "landed": landed}
+    details: dict[str, Any] = {"faults": faults, "injected": len(faults), "landed": landed,
+                               "not_injected": not_injected}
     if declared:
         details["mutations"] = mutations
     if never:
@@ -254,6 +372,8 @@ def check(data: RunData) -> CheckResult:
     points = ((data.run.get("scenario") or {}).get("cluster") or {}).get("crash_at") or []
     fired = {c["point"] for c in crashes} if crashes else set(points) if any(
         f["f"] == "crash_point" for f in faults) else set()  # before crash_points: the supervisor's word, unnamed
+    if any(f.get("aim") == "after_effect" and f["landed"] for f in faults):
+        fired.add("after_effect")  # the effects service's crash-after-effect (a target with no harness code)
     silent = [p for p in points if p not in fired]
     if silent and faults:  # (no fault at all: "scheduled but none was injected", below)
         return CheckResult("injection_evidence", UNKNOWN,
@@ -261,6 +381,12 @@ def check(data: RunData) -> CheckResult:
                            details)
     counts = ", ".join(f"{m} x{mutations[m]['exercised']}" for m in declared)
     exercised = f"; mutation(s) exercised: {counts}" if declared else ""
+    if not_injected:
+        missed = "; ".join(f"{m['f']} at {m['at']}s: {m['why']}" for m in not_injected[:3])
+        return CheckResult("injection_evidence", UNKNOWN,
+                           f"{len(not_injected)} of {len(faults) + len(not_injected)} fault(s) not injected ({missed})"
+                           f"; {landed} of the {len(faults)} injected landed on in-flight work: the run cannot pass on "
+                           "faults that did not happen", details)
     if not faults:
         scenario = data.run.get("scenario") or {}
         scheduled = data.run.get("schedule") or (scenario.get("cluster") or {}).get("crash_at")

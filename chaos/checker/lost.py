@@ -6,7 +6,8 @@ The driver's Query of the conversation (which needs a live worker) is only a
 cross-check of what the model saw; an agent whose messages are not updates
 (signals) is read from its driver's final read instead.
 
-- every started conversation ended ``COMPLETED`` (after ``end_chat``);
+- every started conversation ended ``COMPLETED`` (after ``end_chat``; still ``RUNNING`` for a ``[chat]``
+  target that declares no ``end``);
 - every acknowledged ``send_message`` (ok) got exactly its expected reply,
   and its message is in the conversation exactly once;
 - an indeterminate send (info: timed out, or never completed) may or may not
@@ -18,17 +19,24 @@ cross-check of what the model saw; an agent whose messages are not updates
   every try of one update);
 - no turn failed: a durable agent answers every message, whatever was down;
 - each conversation's append file holds exactly the appends the conversation
-  processed, in order, once each.
+  processed, in order, once each;
+- each planned note (kind ``note``: its ``content`` is a unique token) is checked
+  against the effects the external effects service applied (``effects_service.jsonl``,
+  an effect whose text holds the token): an acknowledged note applied exactly once
+  (absent: lost); any note applied more than once fails (``effects`` says so too);
+  an indeterminate one may be absent or applied once.
 A conversation whose final state could not be read at all is ``unknown``.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from chaos.checker.run_data import RunData
 from chaos.checker.workflow_tasks import RECOVERY_WITHIN_S
 from harness.verdict import FAIL, PASS, UNKNOWN, CheckResult
+from harness.verdict import reply_matches as _matches
 from harness.operations import FAIL as OP_FAIL
 from harness.event_history import UNREADABLE
 from harness.operations import INFO, OK, pairs
@@ -50,14 +58,34 @@ def _answered(messages: list[dict[str, Any]], text: str) -> list[str]:
     return replies
 
 
-def _matches(reply: str | None, expect: str, how: str = "exact") -> bool:
-    return reply is not None and (reply.startswith(expect) if how == "prefix" else reply == expect)
-
-
 def _uses_updates(data: RunData, wids: list[str]) -> bool:
     """Whether the agent takes messages as updates whose text the server's history shows (then the history is
-    the conversation); an agent that takes them as signals leaves none, and its driver's final read is used."""
+    the conversation); an agent that takes them as signals leaves none, and its driver's final read is used. A
+    ``[chat]`` target whose update argument is more than the text, or whose reply sits at a path in the result,
+    is read by its driver (``harness.chat_driver`` reads the same history, through those paths)."""
+    chat = data.target.get("chat") if isinstance(data.target, dict) else None
+    if isinstance(chat, dict) and (chat.get("message_arg", "{text}") != "{text}" or chat.get("reply_path")):
+        return False
     return any(u.text != UNREADABLE for wid in wids for u in (data.updates(wid) or []))
+
+
+def _notes_applied(data: RunData) -> Counter[str] | None:
+    """Planned note token -> how many effects the effects service applied holding it; None: the run has no
+    effects service log."""
+    tokens = {p["content"] for c in data.conversations["conversations"] for p in c["planned"]
+              if p["kind"] == "note" and p.get("content")}
+    log = data.effects_log if tokens else None
+    if log is None:
+        return None
+    applied: Counter[str] = Counter()
+    for e in log.of("effect"):
+        text = e.get("text") or ""
+        applied.update(t for t in tokens if t in text)
+    return applied
+def _ends_running(data: RunData) -> bool:
+    """A ``[chat]`` target with no ``end`` signal: its conversations are expected to be still RUNNING."""
+    chat = data.target.get("chat") if isinstance(data.target, dict) else None
+    return isinstance(chat, dict) and chat.get("style") != "workflow_per_message" and not chat.get("end")
 
 
 def check(data: RunData) -> CheckResult:
@@ -66,10 +94,13 @@ def check(data: RunData) -> CheckResult:
     convs = {c["workflow_id"]: c for c in data.conversations["conversations"]}
     sends = [(inv, done) for inv, done in pairs(data.ops) if inv.f == "send_message"]
     from_server = _uses_updates(data, list(convs))
+    expected_status = "RUNNING" if _ends_running(data) else "COMPLETED"
     heal = next((inv.time for inv, _ in pairs(data.ops) if inv.f == "phase:heal"), None)
     final_at = next((inv.time for inv, _ in pairs(data.ops) if inv.f == "phase:final"), None)
     limit = float((data.run.get("scenario") or {}).get("recovery_within_s") or RECOVERY_WITHIN_S)
     acked = lost = wrong = absent_info = present_info = 0
+    notes_checked = notes_lost = notes_doubled = 0
+    applied = _notes_applied(data)
     for wid, conv in convs.items():
         status = data.server_status(wid) if from_server else None
         if not conv["started"] and status is None:
@@ -81,8 +112,8 @@ def check(data: RunData) -> CheckResult:
             unknowns.append(f"{wid}: neither a saved event history nor a final read: cannot tell what it holds")
             continue
         status = status or conv.get("final_status")
-        if status != "COMPLETED":
-            problems.append(f"{wid}: ended {status}, not COMPLETED")
+        if status != expected_status:
+            problems.append(f"{wid}: ended {status}, not {expected_status}")
 
         # One message per update id: a re-send that reached the next run after continue-as-new is the same
         # message, answered there from the replies the workflow carried (no second turn; if it had taken one,
@@ -156,6 +187,23 @@ def check(data: RunData) -> CheckResult:
                 elif not _matches(replies[0], expect, how):
                     wrong += 1
                     problems.append(f"{wid} #{inv.value['n']}: processed with reply {replies[0]!r} != {expect!r}")
+        notes = [p for p in conv["planned"] if p["kind"] == "note"]
+        if notes and applied is None:
+            unknowns.append(f"{wid}: notes were planned but the run has no effects service log "
+                            "(effects_service.jsonl): whether they were saved cannot be read")
+        for note in notes if applied is not None else ():
+            token, notes_checked = note.get("content") or "", notes_checked + 1
+            outcomes = [done.type if done else INFO for inv, done in sends
+                        if inv.value["conversation"] == wid and inv.value["text"] == note["text"]]
+            times = applied[token] if token else 0
+            if times > 1:
+                notes_doubled += 1
+                problems.append(f"{wid}: note {token!r} was applied {times} times by the effects service "
+                                "(expected once)")
+            elif times == 0 and OK in outcomes:
+                notes_lost += 1
+                lost += 1
+                problems.append(f"{wid}: acknowledged note {token!r} was never applied by the effects service: lost")
         paths = sorted({p["path"] for p in conv["planned"] if p["kind"] == "append"})
         if paths and not data.target.get("workspace"):
             unknowns.append(f"{wid}: appends to {', '.join(paths)} were planned but the target declares no "
@@ -174,6 +222,7 @@ def check(data: RunData) -> CheckResult:
     source = "the server's event histories" if from_server else "the driver's final read"
     details = {"acknowledged": acked, "lost": lost, "wrong_answers": wrong,
                "indeterminate_absent": absent_info, "indeterminate_present": present_info, "read_from": source,
+               "notes_checked": notes_checked, "notes_lost": notes_lost, "notes_applied_twice_or_more": notes_doubled,
                "problems": problems[:50], "unknowns": unknowns}
     if problems:
         return CheckResult("lost", FAIL, f"{len(problems)} problem(s); first: {problems[0]}", details)
@@ -183,5 +232,7 @@ def check(data: RunData) -> CheckResult:
         return CheckResult("lost", UNKNOWN, "no conversations were run", details)
     info = (f"; {absent_info + present_info} indeterminate send(s): {present_info} processed (answered "
             f"correctly), {absent_info} not (legal)") if absent_info + present_info else ""
+    notes = f"; {notes_checked} planned note(s) applied at most once by the effects service, every acknowledged " \
+        "one exactly once" if notes_checked else ""
     return CheckResult("lost", PASS, f"{len(convs)} conversations complete; {acked} acknowledged messages all answered "
-                                     f"correctly, none lost or doubled{info} (read from {source})", details)
+                                     f"correctly, none lost or doubled{info}{notes} (read from {source})", details)

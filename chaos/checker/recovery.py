@@ -1,6 +1,8 @@
 """How long each fault held the agent up, decomposed: the lost model call or tool, and the workflow task.
 
-A measurement, not a verdict (the ``lost`` and ``workflow_tasks`` checkers judge liveness). For each fault
+A measurement, not a verdict (the ``lost`` and ``workflow_tasks`` checkers judge liveness). The client's view,
+each conversation's wait for its next *correct* answer after a fault (a refusal or a wrong reply does not end it),
+is ``harness.verdict.recovery``; this decomposes the server's side. For each fault
 that takes work away from a worker (``kill_worker``, ``pause_worker``, ``drain_worker``) or from every worker
 (``restart_server``), from the run's own records:
 

@@ -6,7 +6,11 @@ was replay-safe.
 The replayer is built the way the target's workers are: with the plugins, data converter and workflow runner the
 target declares (``replay_plugins``, ``data_converter``, ``workflow_runner``; none: the SDK's defaults). Without
 them a correct agent's histories could fail to decode or trip the default sandbox: a false fail. A declared object
-that cannot be loaded makes the check unknown, naming it.
+that cannot be loaded makes the check unknown, naming it. A failure that looks like the workflow sandbox refusing
+something (``RestrictedWorkflowAccessError``, "Cannot access threading.local.__mro_entries__", "restricted") is
+most often a replayer built without what the workers use: the summary then names ``replay_plugins`` and
+``workflow_runner`` and what to declare (it cannot tell a missing declaration from workflow code that really
+breaks the sandbox's rules; the workers' own runner decides).
 
 What runs comes from ``data.replay_target`` (``chaos.target.replay_target``: the reference agent's own code, or
 a target file the user controls), never from run.json: a run directory is data, and the interpreter, directory,
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 
 from chaos.checker.run_data import RunData, ReplayTarget
@@ -53,10 +58,12 @@ def check(data: RunData) -> CheckResult:
                 "workflow_runner": runner, "replayed_with": target.source}
     if result is not None and "error" in result:  # a declared object would not load: no judgement, not a fail
         return CheckResult("replay", UNKNOWN, f"the replayer could not be built as the target declares: "
-                                              f"{result['error'][:400]}", {**declared, **result})
+                                              f"{result['error'][:400]}{sandbox_hint(result['error'], target)}",
+                           {**declared, **result})
     if proc.returncode != 0:
         return CheckResult("replay", UNKNOWN, f"the replayer could not run in {python} (exit {proc.returncode}): "
-                                              f"{proc.stderr.strip()[-500:]}", declared)
+                                              f"{proc.stderr.strip()[-500:]}{sandbox_hint(proc.stderr, target)}",
+                           declared)
     if result is None:
         return CheckResult("replay", UNKNOWN, f"the replayer printed no result: {proc.stdout[-300:]} "
                                               f"{proc.stderr[-300:]}", declared)
@@ -66,9 +73,10 @@ def check(data: RunData) -> CheckResult:
         return CheckResult("replay", UNKNOWN, "no histories to replay", details)
     if result["failures"]:
         first = result["failures"][0]
+        hint = next((h for f in result["failures"] for h in [sandbox_hint(str(f.get("error")), target)] if h), "")
         return CheckResult("replay", FAIL, f"{len(result['failures'])} of {result['replayed']} histories failed to "
-                                           f"replay ({uses}); first {first['workflow_id']}: {first['error'][:200]}",
-                           details)
+                                           f"replay ({uses}); first {first['workflow_id']}: {first['error'][:200]}"
+                                           f"{hint}", details)
     # A history in which no workflow task ever completed replays "cleanly" because there is nothing in it to
     # replay: no evidence of determinism (the workflow_tasks check says why it never ran).
     vacuous = sorted(wid for wid, chain in data.event_histories.items()
@@ -92,3 +100,22 @@ def _describe(uses: dict) -> str:
     return "; ".join([f"plugins {', '.join(plugins)}" if plugins else "no plugins",
                       f"data converter {converter.get('spec') or '(not declared)'}: {in_use}",
                       f"workflow runner {runner.get('spec') or '(not declared)'}: {runner.get('type', '?')}"])
+
+
+#: what the Python SDK's workflow sandbox says when it refuses an access (RestrictedWorkflowAccessError: "Cannot
+#: access threading.local.__mro_entries__ from inside a workflow..."), and the word its other refusals use
+SANDBOX_REFUSAL = re.compile(r"RestrictedWorkflowAccessError|Cannot access \S+|restricted|sandbox", re.IGNORECASE)
+
+
+def sandbox_hint(error: str, target: ReplayTarget) -> str:
+    """For a replay error that looks like the workflow sandbox refusing something: a clause naming the target-file
+    fields that build the replayer as the workers are built, and what is declared now; else ``""``."""
+    if not SANDBOX_REFUSAL.search(error or ""):
+        return ""
+    now = ", ".join([f"replay_plugins = {list(target.replay_plugins)}"] * bool(target.replay_plugins)
+                    + [f"workflow_runner = {target.workflow_runner!r}"] * bool(target.workflow_runner)) or "neither"
+    return ("; this looks like the workflow sandbox refusing what the agent's workers allow: declare in the target "
+            "file the plugins the workers are built with (replay_plugins = [\"MODULE:NAME\"], e.g. the framework's "
+            "Temporal plugin) or their workflow runner (workflow_runner = "
+            "\"temporalio.worker:UnsandboxedWorkflowRunner\", or a sandboxed runner with the passthrough modules "
+            f"they use); declared now: {now}")

@@ -2,7 +2,7 @@
 
 ``RunData`` reads a run directory (``harness.rundir``, any schema) lazily:
 the operation log, the driver's final reads, the saved event histories, the
-effect ledger and the target's declaration in ``run.json`` (its model
+effect ledger, the external effects service's log and the target's declaration in ``run.json`` (its model
 activity, where its ledger and workspaces are). It imports nothing of the
 agent under test, so a check means the same thing for any agent, and a run
 directory copied elsewhere is re-checked there.
@@ -25,7 +25,8 @@ from typing import Any
 from harness import operations, run_files
 from harness.event_history import RunRecord, load_saved_records
 from harness.recording import MODEL_CALL, workspace_name
-from harness.rundir import STATE, RunDir, check_conversations, read_json
+from harness.rundir import EFFECTS_SERVICE, STATE, RunDir, RunDirError, check_conversations, expect, expect_fields, \
+    parse_json, read_json
 
 #: schema-1 runs recorded only the reference agent, whose declaration was implicit
 _V1_TARGET = {"model_activity": "plan_next_action", "ledger": "sandbox/ledger.sqlite3",
@@ -43,6 +44,24 @@ def run_again(executions: list[dict[str, Any]], e: dict[str, Any], after: float)
     activity, re-run by the next workflow task from attempt 1) the same activity id again."""
     return [x for x in executions if x is not e and x["workflow_id"] == e["workflow_id"]
             and x["run_id"] == e["run_id"] and x["activity_id"] == e["activity_id"] and x["started_at"] > after]
+
+
+#: the fields of ``effects_service.jsonl``'s lines the checkers use, as they use them (RUN_DIRECTORY.md)
+EFFECTS_LOG_FIELDS = {"event": "a string", "time": "a number", "method": "a string", "path": "a string",
+                      "key": "a string or null", "conversation": "a string or null", "peer_port": "an integer",
+                      "status": "an integer or null", "note_id": "a string",
+                      "kind": "a string", "identity": "a string", "text": "a string", "outcome": "a string"}
+
+
+@dataclass(frozen=True)
+class EffectsLog:
+    """The external effects service's log (``testbed.effects_service``), line by line."""
+
+    records: list[dict[str, Any]]
+    torn_last_line: bool = False  # the writer was killed mid-line: that line is not read
+
+    def of(self, event: str) -> list[dict[str, Any]]:
+        return [r for r in self.records if r["event"] == event]
 
 
 @dataclass(frozen=True)
@@ -106,6 +125,32 @@ class RunData:
         RefusedPath if the declaration leaves the run directory."""
         ledger = self.target.get("ledger")
         return self.run_dir / run_files.below(STATE, ledger, what="the target's ledger") if ledger else None
+
+    @cached_property
+    def effects_log(self) -> EffectsLog | None:
+        """``effects_service.jsonl`` (None: the run has none), read as a stream by ``harness.run_files``' rules
+        (RefusedPath: a symlink, not a regular file, over ``EFFECTS_LOG_LIMIT``); RunDirError names a damaged line.
+        A last line with no newline that does not parse was cut by a kill mid-write: left out, and said."""
+        path = self.dir.effects_service
+        if not os.path.lexists(path):
+            return None
+        records, torn = [], False
+        with run_files.open_binary(self.run_dir, EFFECTS_SERVICE, run_files.EFFECTS_LOG_LIMIT) as f:
+            lines = [line for line in f if line.strip()]
+        for n, line in enumerate(lines, 1):
+            where = f"{path}:{n}"
+            try:
+                record = expect(parse_json(line, where), "an object", where)
+            except RunDirError:
+                if n == len(lines) and not line.endswith(b"\n"):
+                    torn = True
+                    break
+                raise
+            if "event" not in record:
+                raise RunDirError(where, "a line of the effects service's log", "no 'event'")
+            expect_fields(record, EFFECTS_LOG_FIELDS, where)
+            records.append(record)
+        return EffectsLog(records, torn)
 
     def ledger_rows(self, table: str) -> list[dict[str, Any]]:
         """A ledger table's rows in insertion order; ``[]`` if the ledger or the table does not exist. The ledger is

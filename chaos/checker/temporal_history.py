@@ -25,7 +25,11 @@
   not used: a paused worker starts late;
 - retries hidden inside one attempt (an HTTP client's own retries) are
   invisible to both: the model server's request count, which the run saves,
-  is held against the model-call executions and the difference reported.
+  is held against the model-call executions and the difference reported,
+  only where the ledger marks which executions are model calls
+  (``harness.recording``'s ``model_call=True``). Without that mark (no
+  ledger, or one whose executions are all tools) the number of model calls
+  is not known, and the result says it cannot tell, never a figure.
 
 Without an execution log (a target with no ledger) the first two properties
 cannot be checked and the result says so; it never claims them.
@@ -167,6 +171,9 @@ def check(data: RunData) -> CheckResult:
     hidden = _hidden_retries(data, rows)
     if hidden.get("requests") is None:
         not_checked.append("retries inside an attempt (the run saved no model-server request count)")
+    elif hidden.get("inside_attempts") is None:
+        not_checked.append("retries inside an attempt (cannot tell: the effect ledger marks no execution as a model "
+                           "call, model_call=True in harness.recording, so the model calls made are not known)")
     skipped = [z for z in stale if z["skipped"]]
     stale = [z for z in stale if not z["skipped"]]
     stale_model = [z for z in stale if z["model_call"]]
@@ -228,12 +235,15 @@ def _completing_attempt(data: RunData, key: tuple[str, str]) -> int:
 
 def _hidden_retries(data: RunData, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Model requests the model server saw against the model calls made: more requests than calls means retries
-    inside an attempt (a client library's own), which Temporal's retry policy never saw."""
+    inside an attempt (a client library's own), which Temporal's retry policy never saw. Only where the ledger
+    marks model calls (``inside_attempts`` None otherwise: a ledger with no model call marked, or no ledger, does
+    not say how many calls were made, and a framework's model activity may make several requests per attempt)."""
     stats = data.run.get("model_server") or {}
     requests = stats.get("requests")
     calls = sum(1 for e in rows if data.is_model_call(e)) if rows else None
     attempts = sum(a.attempts for chain in data.event_histories.values() for run in chain for a in run.activities
                    if a.activity_type == data.model_activity)
-    made = calls if calls is not None else attempts
+    known = requests is not None and bool(calls)
     return {"requests": requests, "model_call_executions": calls, "model_attempts_in_histories": attempts,
-            "inside_attempts": max(0, requests - made) if requests is not None else None}
+            "model_calls_marked": bool(calls),
+            "inside_attempts": max(0, requests - calls) if known else None}

@@ -28,6 +28,8 @@ from temporalio.client import Client, WorkflowHandle
 from calc_agent.app import CalcAgent, CalcAgentParams
 from harness.operations import INFO, OK
 
+DRIVER_API = 2  # harness/driver_api.py: the version this driver is written for (checked when the target loads)
+
 POLL_S = 0.1
 QUERY_TIMEOUT = timedelta(seconds=3)  # a query waits for a worker; a dead one must not stall the poll
 

@@ -1,0 +1,567 @@
+"""The external effects service: a scripted HTTP API (notes) that an agent's tools call, standing in for a real
+external API, and the witness of every effect the agent has on the world.
+
+Contract
+--------
+* ``POST /v1/notes`` with a JSON body ``{"text": "<note text>", "conversation": "<optional: workflow id>"}`` and
+  an optional ``Idempotency-Key: <key>`` header applies one effect (a note) and answers 200
+  ``{"note_id": "n-<n>", "text": ..., "replayed": false}``. A key already applied gets its stored response with
+  ``"replayed": true`` and applies nothing; a request without a key is applied every time (recorded as keyless).
+  A malformed request (not JSON, no string ``text``, a ``conversation`` that is not a string, a key over
+  ``MAX_KEY_CHARS``, a body over ``MAX_BODY_BYTES``) is answered 400 ``{"error": "..."}``.
+* ``GET /v1/notes`` (``?conversation=ID`` to filter) -> ``{"notes": [{"note_id", "text", "conversation"}]}``;
+  ``GET /healthz`` -> 200 ``{"ok": true}``.
+* The log (``log_path``, JSON lines, each line flushed as written so a SIGKILLed harness leaves it readable) has
+  one line per request received and one per effect applied, plus faults and the service's start:
+  ``{"event": "request", "time", "method", "path", "key", "conversation", "body" (at most ``LOG_BODY_CHARS``),
+  "peer_port", "status" (null: no response was sent), "replayed"?, "note_id"?}``;
+  ``{"event": "effect", "time", "kind": "note", "identity": "note:<text>", "text", "key", "note_id",
+  "conversation", "peer_port"}``; ``{"event": "fault", "time", "fault", "outcome", ...}``; ``{"event": "started",
+  "time", "url"}``. An effect's identity is its kind and its content: a duplicate is the same identity applied
+  twice, whatever the keys (``chaos/checker/effects.py``).
+* Admin routes (``GET /admin/stats``, ``POST|DELETE /admin/faults``), loopback only, need
+  ``Authorization: Bearer <admin_token>`` (401 without it, 403 with another), as the scripted model's do.
+  ``POST /admin/faults`` ``{"faults": [EffectFault dicts]}`` replaces the armed faults:
+  ``{"mode": "crash_after_effect", "count": 1, "match": null}``: the next ``count`` effects (null: each one)
+  whose text contains ``match`` are applied and logged, then the service asks ``kill_caller`` (the harness) to
+  kill the calling worker process *before* the response is sent, then drops the connection;
+  ``{"mode": "status", "status": 503, "duration_s": 5.0, "count": null}``: note requests are answered that status
+  (nothing applied) for ``duration_s`` seconds from arming, or ``count`` times.
+* ``caller_pid(peer_port, service_port, pids)``: which of ``pids`` (the worker processes the harness started, or
+  one of their descendants) holds the client end of a TCP connection, read from ``/proc/net/tcp(6)`` socket
+  inodes and ``/proc/<pid>/fd``. The harness's ``kill_caller`` uses it and kills only a pid it started.
+* Bounded like the scripted model (``testbed.model_server``, whose connection-limited server and request plumbing
+  this reuses): at most ``max_connections`` connections, ``read_timeout_s`` per socket operation, bodies at most
+  ``MAX_BODY_BYTES``, at most ``MAX_NOTES`` notes and ``MAX_KEYS`` keys held.
+* ``python -m testbed.effects_service --log FILE`` prints ``READY <url>`` and serves until SIGTERM/SIGINT; the
+  admin token comes from ``DAH_EFFECTS_ADMIN_TOKEN``.
+
+The notes routes are open to any local process: they are what the agent under test calls. Request headers are
+never logged (the admin token travels in one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from testbed.model_server import READ_TIMEOUT_S, _Handler, _HTTPServer
+
+__all__ = ["EffectFault", "EffectsService", "caller_pid", "main", "ENV_EFFECTS_URL", "ADMIN_TOKEN_ENV"]
+
+log = logging.getLogger(__name__)
+
+#: what a worker process is told the service's base URL is (``{effects_url}`` in a worker command template)
+ENV_EFFECTS_URL = "DAH_EFFECTS_URL"
+ADMIN_TOKEN_ENV = "DAH_EFFECTS_ADMIN_TOKEN"
+#: the largest request body: a note is a line of text, not a document
+MAX_BODY_BYTES = 64 * 1024
+MAX_KEY_CHARS = 256
+#: what the service holds at most (a chaos run makes tens of notes): past it, notes are refused 503
+MAX_NOTES = 20_000
+MAX_KEYS = 20_000
+#: how much of a request's body its log line keeps (the effect line keeps the whole note text)
+LOG_BODY_CHARS = 2048
+MAX_CONNECTIONS = 64
+FAULT_MODES = ("crash_after_effect", "status")
+KIND_NOTE = "note"
+
+#: the harness's side of crash-after-effect: given the caller's TCP port, kill the worker process holding that
+#: connection (only one the harness started) and say what was killed, or None if no such worker was found
+KillCaller = Callable[[int], "dict[str, Any] | None"]
+
+
+def identity(kind: str, text: str) -> str:
+    """An effect's identity: its kind and its content (the planned unique text), never its key."""
+    return f"{kind}:{text}"
+
+
+@dataclass
+class EffectFault:
+    """One armed fault of the service (see the module docstring)."""
+
+    mode: str
+    count: int | None = 1  # how many times it fires (None: every time it matches)
+    match: str | None = None  # crash_after_effect: only effects whose text contains this
+    status: int = 503  # status: the answer
+    duration_s: float | None = None  # status: for this long after arming (None: until count runs out)
+
+    def __post_init__(self) -> None:
+        if self.mode not in FAULT_MODES:
+            raise ValueError(f"effects fault mode {self.mode!r}: unknown; modes are {', '.join(FAULT_MODES)}")
+        if self.count is not None and (isinstance(self.count, bool) or not isinstance(self.count, int)
+                                       or self.count < 1):
+            raise ValueError(f"effects fault count {self.count!r}: a positive integer or null (every time)")
+        if self.match is not None and not isinstance(self.match, str):
+            raise ValueError(f"effects fault match {self.match!r}: a string or null")
+        if isinstance(self.status, bool) or not isinstance(self.status, int) or not 400 <= self.status <= 599:
+            raise ValueError(f"effects fault status {self.status!r}: an HTTP error status, 400-599")
+        if self.duration_s is not None and (isinstance(self.duration_s, bool)
+                                            or not isinstance(self.duration_s, (int, float)) or self.duration_s <= 0):
+            raise ValueError(f"effects fault duration_s {self.duration_s!r}: a positive number of seconds or null")
+
+    @classmethod
+    def from_dict(cls, data: Any) -> EffectFault:
+        if not isinstance(data, dict):
+            raise ValueError(f"an effects fault is a JSON object, got {type(data).__name__}")
+        unknown = set(data) - {"mode", "count", "match", "status", "duration_s"}
+        if unknown:
+            raise ValueError(f"effects fault: unknown field(s) {', '.join(sorted(unknown))}; fields are mode, count, "
+                             "match, status, duration_s")
+        return cls(**data)
+
+
+@dataclass
+class _Armed:
+    fault: EffectFault
+    armed_at: float
+    fired: int = 0
+
+    def active(self, now: float) -> bool:
+        f = self.fault
+        if f.count is not None and self.fired >= f.count:
+            return False
+        return f.duration_s is None or now - self.armed_at <= f.duration_s
+
+
+# --------------------------------------------------------------------------- who is calling
+
+
+def _tcp_inodes(peer_port: int, service_port: int) -> set[int]:
+    """Inodes of the sockets whose local port is ``peer_port`` and remote port ``service_port`` (the client's end
+    of a connection to this service), from ``/proc/net/tcp`` and ``/proc/net/tcp6``."""
+    found: set[int] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f, None)  # the header
+                for line in f:
+                    cols = line.split()
+                    if len(cols) < 10:
+                        continue
+                    local, remote = cols[1].rpartition(":")[2], cols[2].rpartition(":")[2]
+                    if int(local, 16) == peer_port and int(remote, 16) == service_port and cols[9] != "0":
+                        found.add(int(cols[9]))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _children() -> dict[int, list[int]]:
+    """Parent pid -> its children, for every process this user can see."""
+    out: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat.rpartition(")")[2].split()  # after the command name, which may hold spaces
+        if len(fields) >= 2 and fields[1].isdigit():
+            out.setdefault(int(fields[1]), []).append(int(name))
+    return out
+
+
+def _holds(pid: int, inodes: set[int]) -> bool:
+    wanted = {f"socket:[{i}]" for i in inodes}
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in wanted:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def caller_pid(peer_port: int, service_port: int, pids: Iterable[int]) -> int | None:
+    """Which of ``pids`` holds, itself or through a descendant (a worker command that starts its agent as a
+    child), the client end of the connection from ``peer_port`` to ``service_port``; None if none does. Only the
+    given pids are ever answered: the caller kills what it started, never a process it did not."""
+    roots = [p for p in pids if p]
+    inodes = _tcp_inodes(peer_port, service_port)
+    if not inodes or not roots:
+        return None
+    children = _children()
+    for root in roots:
+        stack, seen = [root], set()
+        while stack:
+            pid = stack.pop()
+            if pid in seen:
+                continue
+            seen.add(pid)
+            if _holds(pid, inodes):
+                return root
+            stack.extend(children.get(pid, ()))
+    return None
+
+
+# --------------------------------------------------------------------------- the server
+
+
+class _EffectsHandler(_Handler):
+    """The scripted model's request plumbing (bounded bodies, admin token), serving the notes API."""
+
+    server_version = "DAHEffectsService/1.0"
+    server: _HTTPServer
+
+    @property
+    def service(self) -> EffectsService:
+        return self.server.owner  # type: ignore[return-value]
+
+    def _send_json(self, status: int, payload: Any, extra_headers: dict[str, str] | None = None) -> None:
+        """Errors are ``{"error": "<message>"}`` here (the shared plumbing shapes them as OpenAI does)."""
+        if isinstance(payload, dict) and isinstance(payload.get("error"), dict):
+            payload = {"error": str(payload["error"].get("message"))}
+        self._status = status
+        super()._send_json(status, payload, extra_headers)
+
+    def _body_length(self) -> int | None:
+        """As the scripted model's, with this service's bound: a body over ``MAX_BODY_BYTES`` is a 400."""
+        text = (self.headers.get("Content-Length") or "0").strip()
+        if text.isascii() and text.isdigit() and (len(text) > 18 or int(text) > MAX_BODY_BYTES):
+            self._refuse(400, f"request body of {text[:40]} bytes is over the limit of {MAX_BODY_BYTES}",
+                         "request_too_large")
+            return None
+        return super()._body_length()
+
+    def handle_one_request(self) -> None:
+        self._status: int | None = None
+        self._record: dict[str, Any] | None = None
+        try:
+            super().handle_one_request()
+        finally:
+            if self._record is not None:  # a request was read: log it with how it was answered
+                self.service._log_request({**self._record, "status": self._status})
+
+    def _begin(self, body: bytes | None) -> None:
+        key = self.headers.get("Idempotency-Key")
+        text = (body or b"").decode("utf-8", errors="replace")
+        self._record = {"event": "request", "time": time.time(), "method": self.command,
+                        "path": self.path[:500], "key": key[:MAX_KEY_CHARS + 1] if key is not None else None,
+                        "body": text[:LOG_BODY_CHARS], "peer_port": self.client_address[1]}
+
+    def _get(self) -> None:
+        self._begin(b"")
+        url = urlsplit(self.path)
+        path = url.path.rstrip("/") or "/"
+        if path == "/healthz":
+            self._send_json(200, {"ok": True})
+        elif path == "/v1/notes":
+            conversation = (parse_qs(url.query).get("conversation") or [None])[0]
+            self._send_json(200, {"notes": self.service.notes(conversation)})
+        elif path == "/admin/stats":
+            if self._admin_allowed():
+                self._send_json(200, self.service.stats())
+        else:
+            self._send_json(404, {"error": f"no route for GET {path}"})
+
+    def _post(self) -> None:
+        path = self._path()
+        with self._body() as body:
+            if body is None:
+                self._begin(b"")
+                return
+            self._begin(body)
+            if path == "/v1/notes":
+                self._note(body)
+            elif path == "/admin/faults":
+                if self._admin_allowed():
+                    self._set_faults(body)
+            else:
+                self._send_json(404, {"error": f"no route for POST {path}"})
+
+    def _delete(self) -> None:
+        path = self._path()
+        with self._body() as body:
+            self._begin(body)
+            if body is None:
+                return
+        if path == "/admin/faults":
+            if self._admin_allowed():
+                self.service.set_faults([])
+                self._send_json(200, {"ok": True, "faults": []})
+        else:
+            self._send_json(404, {"error": f"no route for DELETE {path}"})
+
+    def _set_faults(self, raw: bytes) -> None:
+        try:
+            payload = json.loads(raw or b"{}")
+            if not isinstance(payload, dict) or not isinstance(payload.get("faults"), list):
+                raise ValueError('the body must be {"faults": [EffectFault objects]}')
+            faults = [EffectFault.from_dict(f) for f in payload["faults"]]
+        except (ValueError, TypeError) as exc:
+            self._send_json(400, {"error": f"bad faults: {exc}"})
+            return
+        self.service.set_faults(faults)
+        self._send_json(200, {"ok": True, "faults": [asdict(f) for f in faults]})
+
+    def _note(self, raw: bytes) -> None:
+        assert self._record is not None
+        key = self.headers.get("Idempotency-Key")
+        try:
+            body = json.loads(raw)
+            if not isinstance(body, dict):
+                raise ValueError("the body must be a JSON object")
+            text, conversation = body.get("text"), body.get("conversation")
+            if not isinstance(text, str):
+                raise ValueError('the body needs "text": a string (the note)')
+            if conversation is not None and not isinstance(conversation, str):
+                raise ValueError('"conversation" must be a string (the workflow id) or absent')
+            if key is not None and not (0 < len(key) <= MAX_KEY_CHARS):
+                raise ValueError(f"the Idempotency-Key header must be 1 to {MAX_KEY_CHARS} characters")
+        except (ValueError, RecursionError) as exc:
+            self._send_json(400, {"error": f"malformed note request: {exc}"})
+            return
+        self._record["conversation"] = conversation
+        status = self.service._status_fault()
+        if status is not None:
+            self._send_json(status, {"error": f"the service is unavailable (injected fault: {status})"})
+            return
+        try:
+            answer, replayed, crash = self.service._apply(text, conversation, key, self.client_address[1])
+        except OverflowError as exc:
+            self._send_json(503, {"error": str(exc)})
+            return
+        self._record.update(replayed=replayed, note_id=answer["note_id"])
+        if crash is not None and self.service._crash(crash, answer, self.client_address[1], self.server.server_address[1]):
+            # The caller is dead: no response; the connection is reset, as a killed peer's would be.
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            with self.server.conn_lock:
+                self.server.to_reset.add(self.connection)
+            self.close_connection = True
+            return
+        self._send_json(200, {**answer, "replayed": replayed})
+
+
+class EffectsService:
+    """The notes API over HTTP, its JSON-lines log, and its faults (see the module docstring)."""
+
+    def __init__(self, log_path: Path | None = None, *, host: str = "127.0.0.1", port: int = 0,
+                 admin_token: str | None = None, kill_caller: KillCaller | None = None,
+                 faults: list[EffectFault] | None = None, max_connections: int = MAX_CONNECTIONS,
+                 read_timeout_s: float = READ_TIMEOUT_S) -> None:
+        """``kill_caller``: the harness's side of crash-after-effect (without one, that fault is logged as not
+        injected and the request is answered)."""
+        self.log_path = Path(log_path) if log_path is not None else None
+        self.host, self._port = host, port
+        self.admin_token = admin_token or secrets.token_urlsafe(32)
+        self.kill_caller = kill_caller
+        self.max_connections, self.read_timeout_s = max_connections, read_timeout_s
+        self._lock = threading.Lock()  # notes, keys, faults, counters
+        self._log_lock = threading.Lock()
+        self._log_file: Any = None
+        self._notes: list[dict[str, Any]] = []
+        self._keys: dict[str, dict[str, Any]] = {}
+        self._armed: list[_Armed] = []
+        self._counts = {"requests": 0, "effects": 0, "replayed": 0, "keyless": 0, "crashes": 0, "status_faults": 0}
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.set_faults(list(faults or []))
+
+    # -- lifecycle
+    def start(self) -> EffectsService:
+        if self._httpd is not None:
+            return self
+        if self.log_path is not None:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log_file = open(self.log_path, "a", encoding="utf-8")  # noqa: SIM115 - closed in stop()
+        httpd = _HTTPServer((self.host, self._port), _EffectsHandler, self)  # type: ignore[arg-type]
+        self._port = httpd.server_address[1]
+        self._httpd = httpd
+        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name=f"effects-service-{self._port}", daemon=True)
+        self._thread.start()
+        self._log({"event": "started", "time": time.time(), "url": self.url})
+        log.debug("effects service listening on %s (log %s)", self.url, self.log_path)
+        return self
+
+    def stop(self) -> None:
+        httpd, self._httpd = self._httpd, None
+        if httpd is None:
+            return
+        httpd.shutdown()
+        httpd.release_connections()
+        httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+        with self._log_lock:
+            if self._log_file is not None:
+                self._log_file.close()
+                self._log_file = None
+
+    def __enter__(self) -> EffectsService:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        if not self._port:
+            raise RuntimeError("EffectsService has no port yet: call start() first")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """The base URL the agent's tools are given (``http://127.0.0.1:PORT``, no path)."""
+        host = "127.0.0.1" if self.host in ("", "0.0.0.0", "::") else self.host
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
+
+    # -- what the harness reads and arms
+    def notes(self, conversation: str | None = None) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(n) for n in self._notes if conversation is None or n["conversation"] == conversation]
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {**self._counts, "notes": len(self._notes), "keys": len(self._keys),
+                    "faults": [{**asdict(a.fault), "fired": a.fired} for a in self._armed]}
+
+    def set_faults(self, faults: list[EffectFault]) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._armed = [_Armed(f, now) for f in faults]
+        if self._httpd is not None:
+            self._log({"event": "faults", "time": time.time(), "faults": [asdict(f) for f in faults]})
+
+    # -- internals used by the handler
+    def _log(self, record: dict[str, Any]) -> None:
+        """One line, flushed: a harness SIGKILLed a moment later leaves it on disk (in the page cache)."""
+        line = json.dumps(record, ensure_ascii=False, default=str) + "\n"
+        with self._log_lock:
+            if self._log_file is not None:
+                self._log_file.write(line)
+                self._log_file.flush()
+
+    def _log_request(self, record: dict[str, Any]) -> None:
+        with self._lock:
+            self._counts["requests"] += 1
+        self._log(record)
+
+    def _status_fault(self) -> int | None:
+        now = time.monotonic()
+        with self._lock:
+            for armed in self._armed:
+                if armed.fault.mode == "status" and armed.active(now):
+                    armed.fired += 1
+                    self._counts["status_faults"] += 1
+                    return armed.fault.status
+        return None
+
+    def _apply(self, text: str, conversation: str | None, key: str | None, peer_port: int
+               ) -> tuple[dict[str, Any], bool, _Armed | None]:
+        """(the answer, whether it was a replay, the crash fault it fires); logs the effect before returning."""
+        with self._lock:
+            if key is not None and key in self._keys:
+                self._counts["replayed"] += 1
+                return dict(self._keys[key]), True, None
+            if len(self._notes) >= MAX_NOTES or (key is not None and len(self._keys) >= MAX_KEYS):
+                raise OverflowError(f"the service holds {len(self._notes)} notes and {len(self._keys)} keys, "
+                                    f"its limit ({MAX_NOTES}); start a new one")
+            note = {"note_id": f"n-{len(self._notes) + 1}", "text": text, "conversation": conversation}
+            self._notes.append(note)
+            answer = {"note_id": note["note_id"], "text": text}
+            if key is not None:
+                self._keys[key] = answer
+            else:
+                self._counts["keyless"] += 1
+            self._counts["effects"] += 1
+            crash = None
+            now = time.monotonic()
+            for armed in self._armed:
+                if armed.fault.mode == "crash_after_effect" and armed.active(now) and (
+                        armed.fault.match is None or armed.fault.match in text):
+                    crash = armed
+                    armed.fired += 1  # taken now: a concurrent effect does not fire it a second time
+                    break
+            # Logged under the lock: the log's order of effects is the order they were applied.
+            self._log({"event": "effect", "time": time.time(), "kind": KIND_NOTE, "identity": identity(KIND_NOTE, text),
+                       "text": text, "key": key, "note_id": note["note_id"], "conversation": conversation,
+                       "peer_port": peer_port})
+        return dict(answer), False, crash
+
+    def _crash(self, armed: _Armed, answer: dict[str, Any], peer_port: int, service_port: int) -> bool:
+        """Ask the harness to kill the caller of an effect just applied; True if it did (send no response)."""
+        record: dict[str, Any] = {"event": "fault", "fault": "crash_after_effect", "note_id": answer["note_id"],
+                                  "peer_port": peer_port}
+        killed = None
+        if self.kill_caller is None:
+            record["reason"] = "no harness is attached to kill the caller"
+        else:
+            try:
+                killed = self.kill_caller(peer_port)
+            except Exception as exc:  # noqa: BLE001 - a failed kill is recorded; the request is answered
+                record["reason"] = f"the kill failed: {type(exc).__name__}: {exc}"
+            else:
+                if killed is None:
+                    record["reason"] = ("no worker process the harness started holds the connection "
+                                        f"from port {peer_port}")
+        if killed is None:
+            with self._lock:
+                armed.fired -= 1  # not injected: the next matching effect tries again
+        else:
+            with self._lock:
+                self._counts["crashes"] += 1
+        self._log({**record, "time": time.time(), "outcome": "killed" if killed else "not_injected",
+                   **({"killed": killed} if killed else {})})
+        return killed is not None
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m testbed.effects_service",
+        description=("The scripted external effects service (a notes API honouring Idempotency-Key) with a "
+                     "JSON-lines log of every request and effect. Prints 'READY <url>' once listening, then serves "
+                     f"until SIGTERM/SIGINT. Admin routes need 'Authorization: Bearer TOKEN', TOKEN from "
+                     f"${ADMIN_TOKEN_ENV} (unset: they are closed)."))
+    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default: %(default)s)")
+    parser.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free port (default: 0)")
+    parser.add_argument("--log", type=Path, default=None, help="the JSON-lines log file (default: none)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_arg_parser().parse_args(argv)
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    service = EffectsService(args.log, host=args.host, port=args.port, admin_token=os.environ.get(ADMIN_TOKEN_ENV))
+    try:
+        service.start()
+    except OSError as exc:
+        print(f"error: cannot bind {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
+    print(f"READY {service.url}", flush=True)
+    try:
+        while not done.wait(0.5):
+            pass
+    finally:
+        service.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
