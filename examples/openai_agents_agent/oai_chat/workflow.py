@@ -3,17 +3,18 @@
     start ChatWorkflow(ChatInput(turns_per_run=20))
     update send("save the note 'milk'")  -> "saved note milk"
     query  messages                       -> [{"role": "user", "content": ...}, {"role": "assistant", ...}]
-    update end                            -> the conversation; the workflow completes
+    signal end                            -> the workflow completes, its result the conversation
 
 ``OpenAIAgentsPlugin`` runs each model call as an activity; ``save_note`` is an activity made a tool with
 ``activity_as_tool``. The workflow keeps the run's input items (so each reply sees the whole
-conversation) and continues as new after ``turns_per_run`` turns, carrying them over.
+conversation) and continues as new after ``turns_per_run`` turns (or ``max_history_events`` history
+events), carrying them over.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -28,7 +29,8 @@ with workflow.unsafe.imports_passed_through():  # the tool's module imports http
 
 @dataclass
 class ChatInput:
-    turns_per_run: int = 20  # continue as new after this many turns
+    turns_per_run: int = 20  # continue as new after this many turns...
+    max_history_events: int = 0  # ...or once the run's event history is this long (0: no limit)
     model: str = "gpt-4.1-mini"  # the model name at the worker's OpenAI-compatible endpoint
     items: list[Any] = field(default_factory=list)  # the agent's input items so far (Responses API items)
     transcript: list[dict[str, str]] = field(default_factory=list)  # what the Query shows: role, content
@@ -41,7 +43,6 @@ class ChatWorkflow:
         self.items = list(chat.items)
         self.transcript = list(chat.transcript)
         self.turns = 0
-        self.unanswered = 0  # messages accepted and not yet answered
         self.ended = False
         self.turn_lock = asyncio.Lock()  # one turn at a time: each sees the items the previous one left
         self.agent = Agent(
@@ -54,26 +55,23 @@ class ChatWorkflow:
 
     @workflow.run
     async def run(self, chat: ChatInput) -> list[dict[str, str]]:
-        await workflow.wait_condition(lambda: self.ended or self.turns >= chat.turns_per_run)
+        await workflow.wait_condition(lambda: self.ended or self.turns >= chat.turns_per_run or (
+            0 < chat.max_history_events <= workflow.info().get_current_history_length()))
         await workflow.wait_condition(workflow.all_handlers_finished)  # no accepted message is left unanswered
         if self.ended:
             return self.transcript
-        workflow.continue_as_new(ChatInput(chat.turns_per_run, chat.model, self.items, self.transcript))
+        workflow.continue_as_new(replace(chat, items=self.items, transcript=self.transcript))
 
     @workflow.update
     async def send(self, text: str) -> str:
         """Answer one user message; the reply is the update's result."""
-        self.unanswered += 1
-        try:
-            async with self.turn_lock:
-                result = await Runner.run(self.agent, self.items + [{"role": "user", "content": text}])
-                self.items = result.to_input_list()
-                reply = str(result.final_output)
-                self.transcript += [{"role": "user", "content": text}, {"role": "assistant", "content": reply}]
-                self.turns += 1
-                return reply
-        finally:
-            self.unanswered -= 1
+        async with self.turn_lock:
+            result = await Runner.run(self.agent, self.items + [{"role": "user", "content": text}])
+            self.items = result.to_input_list()
+            reply = str(result.final_output)
+            self.transcript += [{"role": "user", "content": text}, {"role": "assistant", "content": reply}]
+            self.turns += 1
+            return reply
 
     @send.validator
     def _accept_send(self, text: str) -> None:
@@ -82,12 +80,10 @@ class ChatWorkflow:
         if not text.strip():
             raise ValueError("empty message; send some text")
 
-    @workflow.update
-    async def end(self) -> list[dict[str, str]]:
-        """End the conversation once the messages already accepted are answered; returns it."""
+    @workflow.signal
+    def end(self) -> None:
+        """End the conversation: the workflow completes once the messages already accepted are answered."""
         self.ended = True
-        await workflow.wait_condition(lambda: self.unanswered == 0)
-        return self.transcript
 
     @workflow.query
     def messages(self) -> list[dict[str, str]]:

@@ -3,16 +3,17 @@
     start ChatWorkflow(ChatInput(turns_per_run=20))
     update send("save the note 'milk'")  -> "saved note milk"
     query  messages                       -> [{"role": "user", "content": ...}, {"role": "assistant", ...}]
-    update end                            -> the conversation; the workflow completes
+    signal end                            -> the workflow completes, its result the conversation
 
 The workflow keeps the agent's message history (so each reply sees the whole conversation) and continues
-as new after ``turns_per_run`` turns, carrying the history over, so its event history stays bounded.
+as new after ``turns_per_run`` turns (or ``max_history_events`` history events), carrying the history
+over, so its event history stays bounded.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pydantic_ai.messages import ModelMessage
 from temporalio import workflow
@@ -22,7 +23,8 @@ from pai_chat.agent import agent
 
 @dataclass
 class ChatInput:
-    turns_per_run: int = 20  # continue as new after this many turns
+    turns_per_run: int = 20  # continue as new after this many turns...
+    max_history_events: int = 0  # ...or once the run's event history is this long (0: no limit)
     history: list[ModelMessage] = field(default_factory=list)  # the agent's messages so far
     transcript: list[dict[str, str]] = field(default_factory=list)  # what the Query shows: role, content
 
@@ -36,32 +38,28 @@ class ChatWorkflow:
         self.history = list(chat.history)
         self.transcript = list(chat.transcript)
         self.turns = 0
-        self.unanswered = 0  # messages accepted and not yet answered
         self.ended = False
         self.turn_lock = asyncio.Lock()  # one turn at a time: each sees the history the previous one left
 
     @workflow.run
     async def run(self, chat: ChatInput) -> list[dict[str, str]]:
-        await workflow.wait_condition(lambda: self.ended or self.turns >= chat.turns_per_run)
+        await workflow.wait_condition(lambda: self.ended or self.turns >= chat.turns_per_run or (
+            0 < chat.max_history_events <= workflow.info().get_current_history_length()))
         await workflow.wait_condition(workflow.all_handlers_finished)  # no accepted message is left unanswered
         if self.ended:
             return self.transcript
-        workflow.continue_as_new(ChatInput(chat.turns_per_run, self.history, self.transcript))
+        workflow.continue_as_new(replace(chat, history=self.history, transcript=self.transcript))
 
     @workflow.update
     async def send(self, text: str) -> str:
         """Answer one user message; the reply is the update's result."""
-        self.unanswered += 1
-        try:
-            async with self.turn_lock:
-                result = await agent.run(text, message_history=self.history)
-                self.history = result.all_messages()
-                self.transcript += [{"role": "user", "content": text},
-                                    {"role": "assistant", "content": result.output}]
-                self.turns += 1
-                return result.output
-        finally:
-            self.unanswered -= 1
+        async with self.turn_lock:
+            result = await agent.run(text, message_history=self.history)
+            self.history = result.all_messages()
+            self.transcript += [{"role": "user", "content": text},
+                                {"role": "assistant", "content": result.output}]
+            self.turns += 1
+            return result.output
 
     @send.validator
     def _accept_send(self, text: str) -> None:
@@ -70,12 +68,10 @@ class ChatWorkflow:
         if not text.strip():
             raise ValueError("empty message; send some text")
 
-    @workflow.update
-    async def end(self) -> list[dict[str, str]]:
-        """End the conversation once the messages already accepted are answered; returns it."""
+    @workflow.signal
+    def end(self) -> None:
+        """End the conversation: the workflow completes once the messages already accepted are answered."""
         self.ended = True
-        await workflow.wait_condition(lambda: self.unanswered == 0)
-        return self.transcript
 
     @workflow.query
     def messages(self) -> list[dict[str, str]]:
