@@ -18,7 +18,8 @@ from dataclasses import dataclass, field, replace
 from pydantic_ai.messages import ModelMessage
 from temporalio import workflow
 
-from pai_chat.agent import agent
+with workflow.unsafe.imports_passed_through():  # the agent is built once per worker, not in every run's sandbox
+    from pai_chat.agent import agent
 
 
 @dataclass
