@@ -27,6 +27,9 @@ with workflow.unsafe.imports_passed_through():  # the tool's module imports http
     from oai_chat.tools import save_note
 
 
+REPLIES_KEPT = 50  # replies carried into the next run: enough for any client still re-sending
+
+
 @dataclass
 class ChatInput:
     turns_per_run: int = 20  # continue as new after this many turns...
@@ -34,6 +37,7 @@ class ChatInput:
     model: str = "gpt-4.1-mini"  # the model name at the worker's OpenAI-compatible endpoint
     items: list[Any] = field(default_factory=list)  # the agent's input items so far (Responses API items)
     transcript: list[dict[str, str]] = field(default_factory=list)  # what the Query shows: role, content
+    replies: dict[str, str] = field(default_factory=dict)  # the latest replies by update id (see send)
 
 
 @workflow.defn
@@ -42,6 +46,7 @@ class ChatWorkflow:
     def __init__(self, chat: ChatInput) -> None:
         self.items = list(chat.items)
         self.transcript = list(chat.transcript)
+        self.replies = dict(chat.replies)
         self.turns = 0
         self.ended = False
         self.turn_lock = asyncio.Lock()  # one turn at a time: each sees the items the previous one left
@@ -60,17 +65,27 @@ class ChatWorkflow:
         await workflow.wait_condition(workflow.all_handlers_finished)  # no accepted message is left unanswered
         if self.ended:
             return self.transcript
-        workflow.continue_as_new(replace(chat, items=self.items, transcript=self.transcript))
+        workflow.continue_as_new(replace(chat, items=self.items, transcript=self.transcript,
+                                         replies=dict(list(self.replies.items())[-REPLIES_KEPT:])))
 
     @workflow.update
     async def send(self, text: str) -> str:
-        """Answer one user message; the reply is the update's result."""
+        """Answer one user message; the reply is the update's result.
+
+        Temporal deduplicates an update id within one run only: a client that re-sends a message whose
+        reply was given in the workflow task that continued as new reaches the new run, which must answer
+        it from ``replies`` rather than run the turn (and its tool calls) again.
+        """
+        update_id = workflow.current_update_info().id
+        if update_id in self.replies:
+            return self.replies[update_id]
         async with self.turn_lock:
             result = await Runner.run(self.agent, self.items + [{"role": "user", "content": text}])
             self.items = result.to_input_list()
             reply = str(result.final_output)
             self.transcript += [{"role": "user", "content": text}, {"role": "assistant", "content": reply}]
             self.turns += 1
+            self.replies[update_id] = reply
             return reply
 
     @send.validator

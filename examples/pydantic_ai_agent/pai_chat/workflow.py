@@ -22,12 +22,16 @@ with workflow.unsafe.imports_passed_through():  # the agent is built once per wo
     from pai_chat.agent import agent
 
 
+REPLIES_KEPT = 50  # replies carried into the next run: enough for any client still re-sending
+
+
 @dataclass
 class ChatInput:
     turns_per_run: int = 20  # continue as new after this many turns...
     max_history_events: int = 0  # ...or once the run's event history is this long (0: no limit)
     history: list[ModelMessage] = field(default_factory=list)  # the agent's messages so far
     transcript: list[dict[str, str]] = field(default_factory=list)  # what the Query shows: role, content
+    replies: dict[str, str] = field(default_factory=dict)  # the latest replies by update id (see send)
 
 
 @workflow.defn
@@ -38,6 +42,7 @@ class ChatWorkflow:
     def __init__(self, chat: ChatInput) -> None:
         self.history = list(chat.history)
         self.transcript = list(chat.transcript)
+        self.replies = dict(chat.replies)
         self.turns = 0
         self.ended = False
         self.turn_lock = asyncio.Lock()  # one turn at a time: each sees the history the previous one left
@@ -49,17 +54,27 @@ class ChatWorkflow:
         await workflow.wait_condition(workflow.all_handlers_finished)  # no accepted message is left unanswered
         if self.ended:
             return self.transcript
-        workflow.continue_as_new(replace(chat, history=self.history, transcript=self.transcript))
+        workflow.continue_as_new(replace(chat, history=self.history, transcript=self.transcript,
+                                         replies=dict(list(self.replies.items())[-REPLIES_KEPT:])))
 
     @workflow.update
     async def send(self, text: str) -> str:
-        """Answer one user message; the reply is the update's result."""
+        """Answer one user message; the reply is the update's result.
+
+        Temporal deduplicates an update id within one run only: a client that re-sends a message whose
+        reply was given in the workflow task that continued as new reaches the new run, which must answer
+        it from ``replies`` rather than run the turn (and its tool calls) again.
+        """
+        update_id = workflow.current_update_info().id
+        if update_id in self.replies:
+            return self.replies[update_id]
         async with self.turn_lock:
             result = await agent.run(text, message_history=self.history)
             self.history = result.all_messages()
             self.transcript += [{"role": "user", "content": text},
                                 {"role": "assistant", "content": result.output}]
             self.turns += 1
+            self.replies[update_id] = result.output
             return result.output
 
     @send.validator
