@@ -1,7 +1,7 @@
 """The notes agent: a Pydantic AI agent made durable on Temporal by its ``TemporalDurability`` capability.
 
-Its model is ``openai:<name>`` (Pydantic AI's default OpenAI model class, the Responses API) at the
-endpoint in ``OPENAI_BASE_URL`` (unset: OpenAI's). Every model request and every tool call runs as a
+Its model is what ``openai:<name>`` means (Pydantic AI's default OpenAI model class, the Responses API)
+at the endpoint in ``OPENAI_BASE_URL`` (unset: OpenAI's). Every model request and every tool call runs as a
 Temporal activity the capability generates. Its one tool, ``save_note``, saves a note with the notes
 service under an idempotency key that is the same for every retry of one tool call, so a retried call
 never saves a note twice.
@@ -19,13 +19,15 @@ from datetime import timedelta
 import httpx
 from pydantic_ai import Agent
 from pydantic_ai.durable_exec.temporal import TemporalDurability
+from pydantic_ai.models.openai import OpenAIResponsesModel
 from temporalio import activity
 from temporalio.workflow import ActivityConfig
 
-BUGS = ("no-idempotency-key", "swallow-tool-failure")
-
 agent = Agent(
-    f"openai:{os.environ.get('CHAT_MODEL', 'gpt-4.1-mini')}",
+    # What "openai:<name>" means, built here, where the worker imports this module: a name resolved in
+    # workflow code imports Pydantic AI's OpenAI model module inside Temporal's sandbox, where it fails
+    # (AttributeError: module 'openai.types.responses' has no attribute 'response_output_text').
+    OpenAIResponsesModel(os.environ.get("CHAT_MODEL", "gpt-4.1-mini")),
     name="notes_agent",
     instructions="You are a helpful assistant. When asked to save a note, save it with the save_note tool.",
     capabilities=[TemporalDurability(

@@ -14,7 +14,8 @@ import asyncio
 import os
 import signal
 
-from pai_chat.agent import BUGS
+#: the bugs ``--bug`` can plant (see pai_chat/agent.py); the agent is imported only once its environment is set
+BUGS = ("no-idempotency-key", "swallow-tool-failure")
 
 
 def parse_args() -> argparse.Namespace:
