@@ -8,7 +8,8 @@ STAMP  := $(VENV)/.installed
 RESTATE_VERSION ?= 1.7.12
 RESTATE := $(VENV)/restate/.installed
 
-.PHONY: help venv demo test run clean clean-runs chaos chaos-engines bench bench-quick report system-deps restate-server example-ai-sdk
+.PHONY: help venv demo test run clean clean-runs chaos chaos-engines bench bench-quick report system-deps restate-server \
+	example-ai-sdk example-pydantic-ai example-openai-agents
 
 help:
 	@echo "make demo   start the embedded Temporal server, a worker, the scripted model and a REPL"
@@ -26,6 +27,8 @@ help:
 	@echo "           postgresql (DBOS on PostgreSQL), npm (Restate's server)"
 	@echo "make restate-server   Restate's server binary from npm into .venv/restate (make test and make chaos-engines do it)"
 	@echo "make example-ai-sdk   the TypeScript agent's node_modules (examples/ai_sdk_agent, npm ci from its package-lock.json)"
+	@echo "make example-pydantic-ai    examples/pydantic_ai_agent's own virtual environment (Pydantic AI on Temporal)"
+	@echo "make example-openai-agents  examples/openai_agents_agent's own virtual environment (OpenAI Agents SDK on Temporal)"
 	@echo "make clean  remove the virtual environment and build clutter (keeps runs/ and reports/out/)"
 	@echo "make clean-runs   remove the saved runs (runs/), the built report (reports/out/) and the demo's state (.dah/)"
 
@@ -55,6 +58,16 @@ $(AI_SDK_AGENT)/node_modules/.installed: $(AI_SDK_AGENT)/package-lock.json
 	cd $(AI_SDK_AGENT) && npm ci --silent --no-audit --no-fund
 	@node -e 'require("./$(AI_SDK_AGENT)/node_modules/@temporalio/worker")' \
 		|| { echo "the TypeScript SDK's native bridge does not load here (its package ships Linux, macOS and Windows builds)" >&2; exit 1; }
+	@touch $@
+
+# The framework agents in examples/, each in a virtual environment of its own: their pins never meet the harness's
+# (Pydantic AI needs openai>=3.31, which LiteLLM's openai<3 forbids here).
+example-pydantic-ai: examples/pydantic_ai_agent/.venv/.installed
+example-openai-agents: examples/openai_agents_agent/.venv/.installed
+
+examples/%/.venv/.installed: examples/%/requirements.txt
+	@test -x examples/$*/.venv/bin/python || $(PYTHON) -m venv examples/$*/.venv
+	examples/$*/.venv/bin/python -m pip install --quiet --disable-pip-version-check -r $<
 	@touch $@
 
 demo: $(STAMP)
