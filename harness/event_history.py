@@ -67,6 +67,9 @@ class ActivityRecord:
     closed_at: datetime | None = None
     # The retry policy it was scheduled with: (initial interval s, backoff coefficient, maximum interval s).
     retry_policy: tuple[float, float, float] | None = None
+    # Whether the last failure before the attempt that started last set its own ``next_retry_delay`` (an
+    # application failure may, overriding the policy; the history keeps only this last failure).
+    last_failure_sets_delay: bool = False
 
     @property
     def duration_ms(self) -> float | None:
@@ -268,6 +271,8 @@ def parse_events(workflow_id: str, run_id: str, events: list[HistoryEvent]) -> R
             rec.attempts, rec.worker, rec.started_at = a.attempt, a.identity, at
             if a.HasField("last_failure"):
                 rec.failure = a.last_failure.message
+                rec.last_failure_sets_delay = a.last_failure.HasField("application_failure_info") and \
+                    a.last_failure.application_failure_info.HasField("next_retry_delay")
         elif t in ACTIVITY_CLOSE:
             attrs = {
                 EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED: ev.activity_task_completed_event_attributes,

@@ -335,3 +335,34 @@ def test_hidden_retries_are_counted_only_where_the_ledger_marks_model_calls(tmp_
     assert unmarked.details["model_requests"]["inside_attempts"] is None
     marked = temporal_history.check(_ledger_run(tmp_path / "marked", model_call=True, requests=28))
     assert "27 model request(s) were retries inside an attempt" in marked.summary, marked.summary
+
+
+def test_a_retry_sooner_than_the_policy_is_not_a_violation_where_the_activity_may_choose_its_delay(
+        tmp_path: Path) -> None:
+    """An ApplicationError may set next_retry_delay (the OpenAI Agents SDK's model activity passes a 429's
+    Retry-After), and the server honours it over the policy; the history keeps only the last failure. A
+    correct agent's model_outage run failed with 'attempt 3 started 2.26s after scheduling; the backoff policy
+    needs >= 3.00s'. Where the delay may be the activity's own, the spacing is not checked, and said; where the
+    policy alone decides (the reference agent, or one failure seen that set no delay), it still fails."""
+    def short_retry(sets_delay: bool, attempts: int) -> ActivityRecord:
+        soon = 2.26 if attempts == 3 else 0.5  # the policy's floor: 3 s before attempt 3, 1 s before attempt 2
+        return ActivityRecord("3", "call_model", 3, attempts=attempts, outcome="completed", scheduled_at=T0,
+                              started_at=T0 + timedelta(seconds=soon), closed_at=T0 + timedelta(seconds=3),
+                              retry_policy=(1.0, 2.0, 100.0), last_failure_sets_delay=sets_delay)
+
+    cases = [  # (target, sets_delay, attempts) -> fails?
+        ({"source": "t.toml"}, True, 3, False),  # its last failure chose the delay
+        ({"source": "t.toml"}, False, 3, False),  # an earlier failure may have: the history cannot say
+        ({"source": "t.toml"}, False, 2, True),  # the one failure is in the history, and chose nothing
+        ({}, False, 3, True),  # the reference agent never chooses a delay
+    ]
+    for i, (target, sets_delay, attempts, fails) in enumerate(cases):
+        run = _run_dir(tmp_path / str(i), [], [], target={**target, "model_activity": "call_model"})
+        data = RunData(run)
+        data.__dict__["event_histories"] = {"c-0": [RunRecord("c-0", "r-1",
+                                                              activities=[short_retry(sets_delay, attempts)])]}
+        result = temporal_history.check(data)
+        print(i, result.verdict, result.summary[:160])
+        assert (result.verdict == "fail") == fails, result.summary
+        if not fails:
+            assert "retry spacing of 1 activity retried sooner than the policy" in result.summary

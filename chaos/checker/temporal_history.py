@@ -70,6 +70,10 @@ def check(data: RunData) -> CheckResult:
     if has_log and not has_schedule:
         not_checked.append("per-attempt retry spacing (the ledger has no schedule times: recorded before version 4)")
     activities = retried = reused_checked = 0
+    # The reference agent's activities never choose their own retry delay; another agent's may (the history keeps
+    # only each activity's last failure): a retry sooner than the policy is then not a violation anyone can see.
+    reference = not data.target.get("source")
+    own_delays: list[str] = []
     stale: list[dict[str, Any]] = []
     completed_model_calls: dict[tuple[str, str], float] = {}
     for wid, chain in data.event_histories.items():
@@ -108,12 +112,16 @@ def check(data: RunData) -> CheckResult:
                     initial, coef, maximum = a.retry_policy
                     floor = sum(backoff(initial, coef, maximum, k) for k in range(1, a.attempts))
                     waited = (a.started_at - a.scheduled_at).total_seconds()
-                    if waited + TOLERANCE_S < floor:
+                    own = _own_delay(a, reference)
+                    if waited + TOLERANCE_S < floor and own:
+                        own_delays.append(f"{wid} {a.activity_type} #{a.activity_id} (attempt {a.attempts} after "
+                                          f"{waited:.2f}s, the policy's floor {floor:.2f}s: {own})")
+                    elif waited + TOLERANCE_S < floor:
                         problems.append(f"{wid} {a.activity_type} #{a.activity_id}: attempt {a.attempts} started "
                                         f"{waited:.2f}s after scheduling; the backoff policy needs >= {floor:.2f}s")
                     scheduled = {e["attempt"]: e["scheduled_at"] for e in execs if e.get("scheduled_at") is not None}
                     for k in sorted(scheduled):
-                        if k + 1 in scheduled:
+                        if k + 1 in scheduled and not own:
                             gap = scheduled[k + 1] - scheduled[k]
                             if gap + TOLERANCE_S < backoff(initial, coef, maximum, k):
                                 problems.append(f"{wid} {a.activity_type} #{a.activity_id}: attempts {k} and {k + 1} "
@@ -168,6 +176,10 @@ def check(data: RunData) -> CheckResult:
         before_kill += sum(1 for closed in recorded_model_calls.values() if any(k > closed for k in kills))
     if again_after_kill:
         problems.append(f"{again_after_kill} model call(s) completed before a kill were executed again after it")
+    if own_delays:
+        not_checked.append(f"retry spacing of {len(own_delays)} activit{'y' if len(own_delays) == 1 else 'ies'} "
+                           "retried sooner than the policy, where an application failure may have set its own "
+                           f"next_retry_delay (first: {own_delays[0]})")
     hidden = _hidden_retries(data, rows)
     if hidden.get("requests") is None:
         not_checked.append("retries inside an attempt (the run saved no model-server request count)")
@@ -177,7 +189,7 @@ def check(data: RunData) -> CheckResult:
     skipped = [z for z in stale if z["skipped"]]
     stale = [z for z in stale if not z["skipped"]]
     stale_model = [z for z in stale if z["model_call"]]
-    details = {"activities": activities, "retried_activities": retried,
+    details = {"activities": activities, "retried_activities": retried, "own_retry_delays": own_delays[:10],
                "completed_activities_with_executions": reused_checked, "kills": len(kills),
                "local_activities": local, "local_repeated_before_recorded": local_repeated if has_log else None,
                "execution_log": has_log,
@@ -192,7 +204,8 @@ def check(data: RunData) -> CheckResult:
     if not activities and not local:
         return CheckResult("temporal_history", UNKNOWN, "the histories hold no activity: nothing to check", details)
     parts = [f"{activities} activities" + (": none executed after completing" if has_log else ""),
-             f"{retried} retried activit{'y' if retried == 1 else 'ies'} spaced by the backoff policy "
+             f"{retried - len(own_delays)} retried activit{'y' if retried - len(own_delays) == 1 else 'ies'} "
+             "spaced by the backoff policy "
              "(server clock)"]
     if local:
         parts.insert(1, f"{local} local activities recorded" + (
@@ -247,3 +260,16 @@ def _hidden_retries(data: RunData, rows: list[dict[str, Any]]) -> dict[str, Any]
     return {"requests": requests, "model_call_executions": calls, "model_attempts_in_histories": attempts,
             "model_calls_marked": bool(calls),
             "inside_attempts": max(0, requests - calls) if known else None}
+
+
+def _own_delay(a: Any, reference: bool) -> str:
+    """Why an activity's retries may be spaced by the activity itself rather than its retry policy (an
+    ``ApplicationError`` with ``next_retry_delay``, which the server honours; e.g. the OpenAI Agents SDK's model
+    activity passes a 429's Retry-After), or "" where the policy alone decides."""
+    if a.last_failure_sets_delay:
+        return "its last failure set next_retry_delay"
+    if not reference and a.attempts > 2:  # (with 2 attempts, the one failure is the last, seen above)
+        return ("an earlier failure may have set next_retry_delay (the agent is not the harness's, and the history "
+                "keeps only the last failure)")
+    return ""
+
