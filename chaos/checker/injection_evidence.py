@@ -60,7 +60,7 @@ from harness.operations import FAIL as OP_FAIL, INVOKE, OK, Op, pairs
 from harness.verdict import PASS, UNKNOWN, CheckResult
 
 FAULT_OPS = {"kill_worker", "pause_worker", "drain_worker", "partition", "degrade_link", "restart_server",
-             "model_outage", "deploy_fix"}
+             "model_outage", "effects_outage", "deploy_fix"}
 #: kill aims the ledger cannot witness (no activity execution need be running): checked on the event histories
 HISTORY_AIMS = ("workflow_task", "continue_as_new")
 
