@@ -239,7 +239,9 @@ def _service_kill(data: RunData, value: dict[str, Any]) -> list[dict[str, Any]]:
     log = data.effects_log
     if log is None:
         return []
-    answered = {r.get("note_id") for r in log.of("request") if r.get("status") is not None}
+    # The request that applied the effect must be unanswered; a later retry with the same key is answered from the
+    # stored response (replayed) with the same note id, which is the recovery, not the killed request answered.
+    answered = {r.get("note_id") for r in log.of("request") if r.get("status") is not None and not r.get("replayed")}
     effects = {e.get("note_id"): e for e in log.of("effect")}
     out = []
     for f in log.of("fault"):
