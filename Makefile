@@ -77,11 +77,12 @@ PROMPT ?= What is 25 * 4?
 run: $(STAMP)
 	$(PY) -m agent run "$(PROMPT)"
 
-# The system packages first (installed where this is root with apt-get), so nothing skips for want of one;
+# The system packages first (installed where this is root with apt-get), and the TypeScript agent's node_modules
+# (tests/test_ai_sdk_agent.py runs it as a chaos run), so nothing skips for want of one;
 # SYSTEM_DEPS=no runs the suite without them (their tests skip, each with the reason).
 SYSTEM_DEPS ?= yes
 test: $(STAMP)
-	@if [ "$(SYSTEM_DEPS)" != no ]; then $(MAKE) --no-print-directory system-deps restate-server; fi
+	@if [ "$(SYSTEM_DEPS)" != no ]; then $(MAKE) --no-print-directory system-deps restate-server example-ai-sdk; fi
 	$(PY) -m pytest -q
 
 # The environments' system packages (Debian/Ubuntu): bubblewrap (shell_local), chromium (browser_local, and the

@@ -47,6 +47,7 @@ from temporalio.client import Client
 
 from harness.faults import FaultRule
 from harness.recording import MODEL_CALL
+from testbed.effects_service import EffectFault
 from testbed.stack import Stack
 from harness.operations import FAIL, INFO, INVOKE, OK, History
 from testbed.net import Toxic
@@ -662,6 +663,30 @@ async def model_outage(ctx: NemesisContext, status: int = 503, duration_s: float
     return value
 
 
+async def effects_outage(ctx: NemesisContext, status: int = 503, duration_s: float = 6.0) -> dict[str, Any]:
+    """The external effects service (``testbed.effects_service``) answers every note request ``status`` for a
+    while, applying nothing: a correct agent's tool fails, is retried, and saves the note once the service is back.
+    A run with no effects service (a target whose effects are not ``service``) cannot have this fault: the
+    operation completes ``fail`` with ``not_injected``."""
+    op = ctx.history.invoke("nemesis", "effects_outage", {"status": status, "duration_s": duration_s})
+    service = ctx.stack.effects_service
+    if service is None:
+        why = "this run has no effects service (the target's effects are not \"service\")"
+        value = {"not_injected": why, "evidence": []}
+        ctx.history.complete(op, FAIL, value, error=f"not injected: {why}")
+        return value
+    before = (await asyncio.to_thread(service.stats))["status_faults"]
+    await asyncio.to_thread(service.set_faults, [EffectFault("status", count=None, status=status,
+                                                             duration_s=duration_s)])
+    await asyncio.sleep(duration_s)
+    await asyncio.to_thread(service.set_faults, [])
+    hits = (await asyncio.to_thread(service.stats))["status_faults"] - before
+    value = {"status": status, "requests_refused": hits,
+             "evidence": [{"effects_requests_refused": hits}] if hits else []}
+    ctx.history.complete(op, OK, value)
+    return value
+
+
 async def deploy_fix(ctx: NemesisContext, activity: str = "calculator", min_attempt: int = 2,
                      wait_s: float = 20.0) -> dict[str, Any]:
     """The hot-fix: once the buggy activity is stuck retrying, restart every worker without the bug."""
@@ -700,5 +725,6 @@ NEMESES = {
     "degrade_link": degrade_link,
     "restart_server": restart_server,
     "model_outage": model_outage,
+    "effects_outage": effects_outage,
     "deploy_fix": deploy_fix,
 }

@@ -14,7 +14,11 @@
     # address = "127.0.0.1:7233"         # a worker that hard-codes its server (and task_queue): the fault proxy
                                          # listens there; such a target runs one scenario at a time
     driver = "my_agent.chaos_driver:make_driver"   # a driver of your own (harness/driver_api.py), or a [chat] table:
-    workflow = "my_agent.workflows:AgentWorkflow"  # what the replay checker replays histories with
+    workflow = "my_agent.workflows:AgentWorkflow"  # what the replay checker replays histories with (Python)
+    # replay_command = ["node", "replay.js", "{history}"]  # or: your own replayer, run per workflow in cwd with env
+                                         # ({history}: a folder of one workflow's runs, <nn>-<run id>.json in
+                                         # Temporal's JSON; {workflow_id}); exit 0 replays, 1 does not (one line
+                                         # on stderr), else unknown. One of workflow / replay_command is needed
     model_activity = "call_llm"          # the activity that calls the model (kills aimed "mid model call" wait for it)
     ledger = "ledger.sqlite3"            # optional, relative to the state dir; written through harness.recording
     workspace = "files/{workflow_id}"    # optional: each conversation's files ({workflow_id}: workspace_name(id))
@@ -129,7 +133,7 @@ class Target:
     ready_timeout_s: float = 60.0  # how long a worker has to print ready_line (or be seen polling)
     task_queue: str | None = None  # None: one per scenario
     driver: str = "chaos.client:Driver"
-    workflow: str = "agent.workflow:AgentWorkflow"
+    workflow: str | None = "agent.workflow:AgentWorkflow"  # None: a target replayed by its replay_command
     model_activity: str = "plan_next_action"
     ledger: str | None = LEDGER
     workspace: str | None = WORKSPACES  # where a conversation's files are, relative to the state dir
@@ -152,6 +156,8 @@ class Target:
     continue_as_new_events: int = 0
     chat: dict[str, Any] | None = None  # the [chat] table (harness.chat_driver drives it), as validated
     address: str | None = None  # HOST:PORT the workers hard-code: the fault proxy listens there (one run at a time)
+    #: the target's own replayer, run per workflow ({history}, {workflow_id}); () : the Python replayer on ``workflow``
+    replay_command: tuple[str, ...] = ()
 
     @property
     def is_reference(self) -> bool:
@@ -191,7 +197,8 @@ class Target:
 
     def replay_declarations(self) -> dict[str, Any]:
         """What the replayer is built with, as declared (only what is: run.json stays as it was without them)."""
-        declared = {"replay_plugins": list(self.replay_plugins), "data_converter": self.data_converter,
+        declared = {"replay_command": list(self.replay_command),
+                    "replay_plugins": list(self.replay_plugins), "data_converter": self.data_converter,
                     "workflow_runner": self.workflow_runner,
                     "strict_replay": None if self.strict_replay else False,
                     "strict_replay_ignore": list(self.strict_replay_ignore)}
@@ -291,7 +298,10 @@ class TargetFile(StrictModel):
     ready_timeout_s: float = Field(60.0, gt=0, allow_inf_nan=False, description="a finite number of seconds > 0")
     task_queue: NonEmpty | None = Field(None, description="a non-empty string")
     driver: Spec | None = Field(None, description="MODULE:NAME (a string; unset: the [chat] table drives it)")
-    workflow: Spec = Field(description="MODULE:NAME (a string)")
+    workflow: Spec | None = Field(None, description="MODULE:NAME (a string; optional with replay_command)")
+    replay_command: Annotated[list[NonEmpty], Field(min_length=1)] | None = Field(
+        None, description='a non-empty list of strings (your replayer\'s command, with {history} and optionally '
+                          '{workflow_id}), e.g. ["node", "replay.js", "{history}"]')
     model_activity: NonEmpty = Field("plan_next_action", description="a non-empty string (an activity's name)")
     ledger: NonEmpty | None = Field(None, description="a non-empty string (a path relative to the state dir)")
     workspace: NonEmpty | None = Field(None, description="a non-empty string (a path relative to the state dir)")
@@ -358,6 +368,12 @@ def load_target(path: Path) -> Target:
     if (t.driver is None) == (chat is None):
         raise ValueError(f"target file {path}: give either driver = \"MODULE:NAME\" (your own driver) or a [chat] "
                          "table (the built-in one), " + ("not both" if chat else "not neither"))
+    if t.workflow is None and t.replay_command is None:
+        raise ValueError(f"target file {path}: give workflow = \"MODULE:NAME\" (the Python workflow class replay "
+                         "runs histories with) or replay_command = [...] (your own replayer, with {history}), not neither")
+    if t.replay_command is not None and not any("{history}" in part for part in t.replay_command):
+        raise ValueError(f"target file {path}: 'replay_command' {t.replay_command!r} must hold {{history}} (where a "
+                         "workflow's saved histories go), e.g. [\"node\", \"replay.js\", \"{history}\"]")
     problem = _worker_placeholders(t.worker, t.address)
     if problem:
         raise ValueError(f"target file {path}: 'worker' {problem}")
@@ -384,7 +400,7 @@ def load_target(path: Path) -> Target:
                   workflow_runner=t.workflow_runner, effects=t.effects, effects_reason=t.effects_reason,
                   continue_as_new_events=t.continue_as_new_events, strict_replay=t.strict_replay,
                   strict_replay_ignore=tuple(t.strict_replay_ignore),
-                  chat=chat, address=t.address)
+                  chat=chat, address=t.address, replay_command=tuple(t.replay_command or ()))
 
 
 def check_driver(target: Target) -> None:
@@ -475,7 +491,8 @@ def replay_target(run_dir: Path, recorded: dict[str, Any], given: Target | None 
     if workflow and workflow != target.workflow:
         return (f"not replayed: {how.split(',')[0]} declares the workflow {target.workflow}, but the run recorded "
                 f"{str(workflow)[:200]!r}: not the agent that ran; give its own target file: {again}")
-    return ReplayTarget(workflow=target.workflow, source=how, python=target.interpreter, cwd=target.cwd,
+    return ReplayTarget(workflow=target.workflow, command=target.replay_command, source=how,
+                        python=target.interpreter, cwd=target.cwd,
                         env=dict(target.env), replay_plugins=target.replay_plugins,
                         data_converter=target.data_converter, workflow_runner=target.workflow_runner,
                         strict_replay=target.strict_replay, strict_replay_ignore=target.strict_replay_ignore)

@@ -1,19 +1,28 @@
 """The TypeScript agent (examples/ai_sdk_agent) end to end on the real stack: a Node worker answers chat updates
 through the AI SDK's OpenAI provider (Responses API) on the scripted model, continues as new, and its own replayer
 (``node replay.js``) passes the saved histories, then fails them once the workflow code changes an activity input.
+Then the same agent as a chaos run driven by its target file alone (``chaos-target.toml``: no harness code), whose
+verdict must be pass, its notes seen by the effects service and its histories replayed by its ``replay_command``.
 
 Needs its node_modules (``make example-ai-sdk``); skipped, saying so, without them."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import subprocess
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from chaos.backends.byo import OwnAgentOnTemporal
+from chaos.client import Workload
+from chaos.runner import run
+from chaos.scenarios import SCENARIOS
+from chaos.target import load_target
 from harness.event_history import save_histories
 from testbed.processes import spawn, stop
 from testbed.stack import Stack
@@ -81,3 +90,24 @@ async def test_chat_continue_as_new_and_strict_replay(stack: Stack, tmp_path: Pa
     assert "\n" not in line
     assert "activity invokeModel (id 1, event" in line and "different input on replay" in line
     assert "You are a helpful assistant." in line and "You are terse." in line  # shown where they part
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+async def test_a_chaos_run_from_its_target_file_alone_passes(tmp_path: Path) -> None:
+    """model_outage on the TypeScript agent (a smaller load, so it stays near a minute): every message answered,
+    every acknowledged note applied once by the effects service, its histories replayed by ``node replay.js``."""
+    path = EXAMPLE / "chaos-target.toml"
+    target = load_target(path)
+    scenario = replace(SCENARIOS["model_outage"], workload=Workload(conversations=2, messages=3, append_ratio=0.5))
+    result = await run(scenario, OwnAgentOnTemporal(target, target_file=path), seed=1, out_root=tmp_path)
+    by = {c.name: c for c in result.checks}
+    print("ai-sdk-agent model_outage: " + "; ".join(f"{c.name} {c.verdict}" for c in result.checks))
+    report = json.dumps([c.as_dict() for c in result.checks], indent=1, default=str)[:4000]
+    assert result.verdict == "pass", f"run dir {result.run_dir}:\n{report}"
+    assert by["lost"].details["acknowledged"] >= 4, by["lost"].details
+    assert by["effects"].details["logical_effects_applied"] >= 1, by["effects"].details
+    assert "inputs compared by the command" in by["replay"].summary, by["replay"].summary
+    assert any(f["f"] == "model_outage" and f["landed"] for f in by["injection_evidence"].details["faults"])
+    recorded = json.loads((result.run_dir / "run.json").read_text())["target"]
+    assert recorded["replay_command"] == ["node", "replay.js", "{history}"] and recorded["workflow"] is None

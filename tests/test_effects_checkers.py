@@ -170,10 +170,11 @@ def test_a_kill_after_an_effect_is_confirmed_by_the_service_log(tmp_path: Path) 
     print(got.verdict, got.summary, got.details["faults"])
     assert got.verdict == PASS and got.details["landed"] == 1
     assert got.details["faults"][0]["evidence"][0]["response"] == "never sent"
-    # The retry after the kill, answered from the key with the same note, does not undo the confirmation
-    # (a Pydantic AI agent's run said "crash point after_effect never fired" for this log).
-    retry = {**_request("k", 1, replayed=True), "peer_port": 40777, "time": 9.0}
-    (run / "effects_service.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log + [retry]))
+    # A correct agent's retry after the kill, answered from the stored response (replayed: the same note id), is
+    # the recovery, not the killed request answered: still confirmed.
+    (run / "effects_service.jsonl").write_text("".join(json.dumps(r) + "\n" for r in
+                                                       log + [{**_request("k", 1), "peer_port": 40999,
+                                                               "replayed": True}]))
     got = injection_evidence.check(RunData(run))
     assert got.verdict == PASS and got.details["landed"] == 1, got.summary
     # The same kill with a log that shows the request answered is not confirmed.

@@ -60,7 +60,7 @@ from harness.operations import FAIL as OP_FAIL, INVOKE, OK, Op, pairs
 from harness.verdict import PASS, UNKNOWN, CheckResult
 
 FAULT_OPS = {"kill_worker", "pause_worker", "drain_worker", "partition", "degrade_link", "restart_server",
-             "model_outage", "deploy_fix"}
+             "model_outage", "effects_outage", "deploy_fix"}
 #: kill aims the ledger cannot witness (no activity execution need be running): checked on the event histories
 HISTORY_AIMS = ("workflow_task", "continue_as_new")
 
@@ -239,8 +239,8 @@ def _service_kill(data: RunData, value: dict[str, Any]) -> list[dict[str, Any]]:
     log = data.effects_log
     if log is None:
         return []
-    # The request that applied the effect (not a later retry, which the service answers from its key) must
-    # have gone unanswered.
+    # The request that applied the effect must be unanswered; a later retry with the same key is answered from the
+    # stored response (replayed) with the same note id, which is the recovery, not the killed request answered.
     answered = {r.get("note_id") for r in log.of("request") if r.get("status") is not None and not r.get("replayed")}
     effects = {e.get("note_id"): e for e in log.of("effect")}
     out = []

@@ -19,6 +19,14 @@ compared makes the check unknown, never pass. Local activities' inputs are not c
 record them) and the summary says how many. ``ReplayTarget.strict_replay`` False (a target's
 ``strict_replay = false``) turns the comparison off, and the summary says so.
 
+A target not in Python declares its own replayer instead (``ReplayTarget.command``, a target's
+``replay_command``, e.g. the TypeScript SDK's ``Worker.runReplayHistory`` behind ``node replay.js {history}``):
+it is run once per workflow, in the target's directory with its environment, on a private copy of that workflow's
+saved runs (read by ``harness.run_files``' rules). Exit 0: that workflow replays; 1: it does not (its last stderr
+line is the reason); anything else, or no answer within ``COMMAND_TIMEOUT_S``: unknown. Whether inputs were
+compared is the command's to say: the summary quotes the command where its output speaks of inputs, else says
+"inputs not compared".
+
 What runs comes from ``data.replay_target`` (``chaos.target.replay_target``: the reference agent's own code, or
 a target file the user controls), never from run.json: a run directory is data, and the interpreter, directory,
 environment and declarations it records are not used. No replay target: unknown, saying why and what to give.
@@ -29,15 +37,22 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import subprocess
+import tempfile
+from pathlib import Path
 
 from chaos.checker.run_data import RunData, ReplayTarget
-from harness import target_pythonpath
+from harness import run_files, target_pythonpath
 from harness.strict_replay import describe
 from harness.verdict import FAIL, PASS, UNKNOWN, CheckResult
 
 #: a namespace longer than this in run.json is not passed on (Temporal's own limit is 255 bytes)
 NAMESPACE_LIMIT = 255
+#: seconds a target's replay_command has per workflow (a TypeScript replayer bundles the workflow code first)
+COMMAND_TIMEOUT_S = 300.0
+#: how much of a replay command's output a summary quotes
+QUOTED_CHARS = 300
 
 
 def check(data: RunData) -> CheckResult:
@@ -45,6 +60,8 @@ def check(data: RunData) -> CheckResult:
     if not isinstance(target, ReplayTarget):
         return CheckResult("replay", UNKNOWN, target or "no target to replay with was given (replay runs only the "
                                                         "reference agent's code or a target file you control)")
+    if target.command:
+        return check_with_command(data, target)
     workflow, python, cwd = target.workflow, target.python, target.cwd
     if not os.access(python, os.X_OK) or (cwd is not None and not os.path.isdir(cwd)):
         return CheckResult("replay", UNKNOWN, f"the target's interpreter {python} or directory {cwd} is not on this "
@@ -102,16 +119,9 @@ def check(data: RunData) -> CheckResult:
         return CheckResult("replay", FAIL, f"{differ} scheduled call(s) differ on replay from the history (workflow "
                                            f"code computes their arguments non-deterministically); first: "
                                            f"{describe(strict['mismatches'][0])[:700]} ({uses})", details)
-    # A history in which no workflow task ever completed replays "cleanly" because there is nothing in it to
-    # replay: no evidence of determinism (the workflow_tasks check says why it never ran).
-    vacuous = sorted(wid for wid, chain in data.event_histories.items()
-                     if not any(t.outcome == "completed" for run in chain for t in run.workflow_tasks))
-    details["histories_without_a_completed_workflow_task"] = vacuous
-    if vacuous and len(vacuous) == len(data.event_histories):
-        return CheckResult("replay", UNKNOWN, f"none of the {len(vacuous)} histories has a completed workflow task: "
-                                              "replaying them proves nothing", details)
-    note = (f"; {len(vacuous)} with no completed workflow task prove nothing ({', '.join(vacuous[:3])})"
-            if vacuous else "")
+    note = _vacuous(data, details)
+    if isinstance(note, CheckResult):
+        return note
     clean = f"{result['replayed']} histories replayed cleanly on a cold worker ({uses}){note}"
     if strict.get("off"):
         return CheckResult("replay", PASS, f"{clean}; inputs not compared (strict_replay = false)", details)
@@ -132,6 +142,96 @@ def check(data: RunData) -> CheckResult:
         local_note += f"; left out as declared: {', '.join(str(p) for p in ignored[:8])[:400]}"
     return CheckResult("replay", PASS, f"{clean}; {strict['compared']} scheduled input(s) equal to the history's"
                                        f"{local_note}", details)
+
+
+def _vacuous(data: RunData, details: dict) -> str | CheckResult:
+    """A history in which no workflow task ever completed replays "cleanly" because there is nothing in it to
+    replay: no evidence of determinism (the workflow_tasks check says why it never ran). The clause naming such
+    histories for a passing summary, or the unknown result when every history is one."""
+    vacuous = sorted(wid for wid, chain in data.event_histories.items()
+                     if not any(t.outcome == "completed" for run in chain for t in run.workflow_tasks))
+    details["histories_without_a_completed_workflow_task"] = vacuous
+    if vacuous and len(vacuous) == len(data.event_histories):
+        return CheckResult("replay", UNKNOWN, f"none of the {len(vacuous)} histories has a completed workflow task: "
+                                              "replaying them proves nothing", details)
+    return f"; {len(vacuous)} with no completed workflow task prove nothing ({', '.join(vacuous[:3])})" if vacuous else ""
+
+
+def check_with_command(data: RunData, target: ReplayTarget) -> CheckResult:
+    """Replay each workflow's saved runs with the target's own replayer (``target.command``); see the module doc."""
+    shown = " ".join(target.command)[:200]
+    declared = {"replay_command": list(target.command), "replayed_with": target.source}
+    if target.cwd is not None and not os.path.isdir(target.cwd):
+        return CheckResult("replay", UNKNOWN, f"the target's directory {target.cwd} is not on this machine; check "
+                                              "again with --target FILE (the target file here)", declared)
+    root, top = data.dir.event_histories.parent, data.dir.event_histories.name
+    try:
+        workflow_ids = sorted(name for name, mode in run_files.entries(root, top).items() if stat.S_ISDIR(mode))
+    except FileNotFoundError:
+        workflow_ids = []
+    except (OSError, run_files.RefusedPath) as exc:
+        return CheckResult("replay", UNKNOWN, f"the saved histories cannot be read: {exc}", declared)
+    if not workflow_ids:
+        return CheckResult("replay", UNKNOWN, "no histories to replay", declared)
+    env = {**os.environ, **target.env, "PYTHONPATH": target_pythonpath(target.env.get("PYTHONPATH"))}
+    outcomes: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="dah-replay-") as private:
+        for wid in workflow_ids:
+            outcomes[wid] = _replay_one(root, top, wid, Path(private), target, env)
+    details = {**declared, "replayed": len(workflow_ids), "workflows": outcomes}
+    failed = [w for w, o in outcomes.items() if o["outcome"] == FAIL]
+    unknown = [w for w, o in outcomes.items() if o["outcome"] == UNKNOWN]
+    if failed:
+        return CheckResult("replay", FAIL, f"{len(failed)} of {len(workflow_ids)} workflows failed to replay with "
+                                           f"{shown}; first {failed[0]}: {outcomes[failed[0]]['said']}", details)
+    if unknown:
+        return CheckResult("replay", UNKNOWN, f"{len(unknown)} of {len(workflow_ids)} workflows could not be judged "
+                                              f"by {shown}; first {unknown[0]}: {outcomes[unknown[0]]['said']}",
+                           details)
+    note = _vacuous(data, details)
+    if isinstance(note, CheckResult):
+        return note
+    words = next((o["said"] for o in outcomes.values() if re.search(r"\binputs?\b", o["said"], re.IGNORECASE)), None)
+    inputs = (f"inputs compared by the command, in its words: {words!r}" if words else
+              "inputs not compared (the command does not say it compares them)")
+    return CheckResult("replay", PASS, f"{len(workflow_ids)} workflows' histories replayed with {shown} (exit 0 "
+                                       f"each){note}; {inputs}", details)
+
+
+def _replay_one(root: Path, top: str, wid: str, private: Path, target: ReplayTarget, env: dict) -> dict:
+    """One workflow's outcome with the target's replayer: ``{"outcome", "exit", "said"}``. Its runs are copied
+    into ``private`` first, so the command reads no link or oversized file the run directory could hold."""
+    folder = private / wid
+    try:
+        names = sorted(n for n, mode in run_files.entries(root, f"{top}/{wid}").items()
+                       if n.endswith(".json") and stat.S_ISREG(mode))
+        folder.mkdir()
+        for name in names:
+            (folder / name).write_bytes(run_files.read_bytes(root, f"{top}/{wid}/{name}", run_files.JSON_LIMIT))
+    except (OSError, run_files.RefusedPath) as exc:
+        return {"outcome": UNKNOWN, "exit": None, "said": f"its saved runs cannot be read: {str(exc)[:QUOTED_CHARS]}"}
+    if not names:
+        return {"outcome": UNKNOWN, "exit": None, "said": "no saved run"}
+    values = {"history": str(folder), "workflow_id": wid}  # one pass: a value is never filled again
+    argv = [re.sub(r"\{(history|workflow_id)\}", lambda m: values[m.group(1)], part) for part in target.command]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=COMMAND_TIMEOUT_S,
+                              env=env, cwd=target.cwd, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return {"outcome": UNKNOWN, "exit": None, "said": f"no answer within {COMMAND_TIMEOUT_S:.0f} s"}
+    except OSError as exc:
+        return {"outcome": UNKNOWN, "exit": None, "said": f"cannot run it: {exc}"}
+    out, err = _last_line(proc.stdout), _last_line(proc.stderr)
+    if proc.returncode == 0:
+        return {"outcome": PASS, "exit": 0, "said": out or err}
+    said = err or out or "(no output)"
+    return {"outcome": FAIL if proc.returncode == 1 else UNKNOWN, "exit": proc.returncode,
+            "said": said if proc.returncode == 1 else f"exit {proc.returncode}: {said}"}
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:QUOTED_CHARS] if lines else ""
 
 
 def _namespace(data: RunData) -> str | None:

@@ -69,7 +69,7 @@ class ReplayTarget:
     """What the replay checker runs the histories with: the reference agent's own code in this interpreter, or a
     target file the user controls (``chaos.target.replay_target`` decides; never from run.json alone)."""
 
-    workflow: str  # MODULE:NAME
+    workflow: str | None  # MODULE:NAME (None: replayed by ``command`` alone)
     source: str  # where it comes from, for the details: the reference agent, or which target file and why trusted
     python: str = sys.executable
     cwd: str | None = None
@@ -83,6 +83,10 @@ class ReplayTarget:
     #: JSON paths left out of every compared input (``$.messages[*].timestamp``): values the target's framework
     #: computes afresh on every replay (a target's ``strict_replay_ignore``); listed in the check's summary
     strict_replay_ignore: tuple[str, ...] = ()
+    #: the target's own replayer (``replay_command``), run per workflow in ``cwd`` with ``env``: ``{history}`` a
+    #: folder of that workflow's saved runs, ``{workflow_id}``; exit 0 replays, 1 does not, else unknown.
+    #: Empty: the Python replayer (``harness.replayer``) on ``workflow``
+    command: tuple[str, ...] = ()
 
 
 @dataclass

@@ -1,8 +1,9 @@
 // A chat agent as a Temporal workflow, its model the Vercel AI SDK's through @temporalio/ai-sdk.
 //
 // Each user message is an Update `send` whose result is the reply string; the conversation lives in the
-// workflow and is read by the Query `messages` as [{role, content}]. After `maxTurns` turns the workflow
-// continues as new, carrying the conversation. Model calls are activities (the plugin's `invokeModel`);
+// workflow and is read by the Query `messages` as [{role, content}]. After `maxTurns` turns, or the first
+// turn that leaves the history at `maxHistoryEvents` events or more, the workflow continues as new, carrying
+// the conversation. Model calls are activities (the plugin's `invokeModel`);
 // the tool `saveNote` is the activity of activities.js. Workflow code is deterministic: no I/O, clock or
 // random here; the SDK's bundler runs this file in its sandbox.
 'use strict';
@@ -29,13 +30,15 @@ const messagesQuery = wf.defineQuery('messages');
 
 /**
  * The chat workflow.
- * @param {{model?: string, maxTurns?: number, history?: {role: string, content: string}[],
+ * @param {{model?: string, maxTurns?: number, maxHistoryEvents?: number,
+ *          history?: {role: string, content: string}[],
  *          answered?: Object<string, string>}} [input]
  *   `history` and `answered` are what continue-as-new carries; a first start leaves them out.
  */
 async function ChatWorkflow(input = {}) {
   const model = models.languageModel(input.model || DEFAULT_MODEL);
   const maxTurns = input.maxTurns || DEFAULT_MAX_TURNS;
+  const maxHistoryEvents = input.maxHistoryEvents || 0; // 0: by turns only
   const history = Array.isArray(input.history) ? input.history.slice() : [];
   // Update id -> its reply, carried across continue-as-new: a message re-sent with the same update id
   // after the run it was answered in continued as new gets that reply, not a second turn.
@@ -89,7 +92,9 @@ async function ChatWorkflow(input = {}) {
     },
   );
 
-  await wf.condition(() => turns >= maxTurns && !busy && wf.allHandlersFinished());
+  const longEnough = () =>
+    turns >= maxTurns || (maxHistoryEvents > 0 && turns > 0 && wf.workflowInfo().historyLength >= maxHistoryEvents);
+  await wf.condition(() => longEnough() && !busy && wf.allHandlersFinished());
   await wf.continueAsNew({ ...input, history, answered: Object.fromEntries(answered) });
 }
 
