@@ -111,3 +111,20 @@ async def test_a_chaos_run_from_its_target_file_alone_passes(tmp_path: Path) -> 
     assert any(f["f"] == "model_outage" and f["landed"] for f in by["injection_evidence"].details["faults"])
     recorded = json.loads((result.run_dir / "run.json").read_text())["target"]
     assert recorded["replay_command"] == ["node", "replay.js", "{history}"] and recorded["workflow"] is None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+async def test_its_planted_bug_an_effect_sent_without_its_key_fails_effects(tmp_path: Path) -> None:
+    """The same agent with its planted bug (``--bug no-idempotency-key``, from its bug target file: the note is
+    posted with no Idempotency-Key): under crash_after_effect the service applies the note, the worker is killed
+    before the answer, the retry applies it again, and ``effects`` fails, naming the note, by its content."""
+    path = EXAMPLE / "chaos-target.bug-no-idempotency-key.toml"
+    target = load_target(path)
+    scenario = replace(SCENARIOS["crash_after_effect"],
+                       workload=Workload(conversations=2, messages=3, append_ratio=1.0))
+    result = await run(scenario, OwnAgentOnTemporal(target, target_file=path), seed=1, out_root=tmp_path)
+    by = {c.name: c for c in result.checks}
+    print("ai-sdk-agent (no key) crash_after_effect: " + "; ".join(f"{c.name} {c.verdict}" for c in result.checks))
+    assert result.verdict == "fail" and by["effects"].verdict == "fail", by["effects"].summary
+    assert "applied 2 times" in by["effects"].summary and "sent no Idempotency-Key" in by["effects"].summary
