@@ -5,7 +5,7 @@
 //     --model-url http://127.0.0.1:8000/v1 --effects-url http://127.0.0.1:8001 [--model NAME] [--bug NAME]
 //
 // Every flag also reads from the environment (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_TASK_QUEUE,
-// WORKER_IDENTITY, OPENAI_BASE_URL, OPENAI_API_KEY, EFFECTS_URL or DAH_EFFECTS_URL, AGENT_BUG).
+// WORKER_IDENTITY, OPENAI_BASE_URL, OPENAI_API_KEY, EFFECTS_URL, AGENT_BUG).
 // --bug plants a known bug: no-idempotency-key (the note is sent with no key) or swallow-tool-failure
 // (a failed save is reported to the model as saved).
 'use strict';
@@ -27,7 +27,7 @@ function readOptions(argv, env) {
       'task-queue': { type: 'string', default: env.TEMPORAL_TASK_QUEUE || 'ai-sdk-chat' },
       identity: { type: 'string', default: env.WORKER_IDENTITY },
       'model-url': { type: 'string', default: env.OPENAI_BASE_URL },
-      'effects-url': { type: 'string', default: env.EFFECTS_URL || env.DAH_EFFECTS_URL },
+      'effects-url': { type: 'string', default: env.EFFECTS_URL },
       bug: { type: 'string', default: env.AGENT_BUG || '' },
     },
   });
