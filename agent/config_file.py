@@ -9,7 +9,7 @@
       name: shell_local        # base | shell_local | browser_local | browser_docker
       timeout_s: 30            # the environment's own options (see agent.envs)
     local_tools: [calculator]  # short tools without side effects, run as local activities
-    local_model: false         # true: model calls as local activities too (README: "Local activities")
+    local_model: false         # true: model calls as local activities too (docs/benchmarks.md: "Local activities")
 
 Every key is optional. Types are strict (``AgentConfigFile``): ``max_steps_per_turn: "5"`` is not 5, and
 ``local_model: "yes"`` is not true. An unknown key, a wrong type, an unknown tool or environment is refused in one

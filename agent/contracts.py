@@ -132,7 +132,7 @@ class AgentConfig:
     # turn measured 29% less for a reply, 50% less for a tool turn: the benchmarks' overhead section). The price:
     # a call that finished but is not yet recorded (the task completes when the turn does, or every ~80% of the
     # workflow task timeout for a long call) runs again after a crash, and a paused worker cannot ask the server
-    # whether its call is still wanted. README: "Local activities".
+    # whether its call is still wanted. docs/benchmarks.md: "Local activities".
     local_model: bool = False
 
 

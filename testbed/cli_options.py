@@ -1,4 +1,4 @@
-"""The options every command spells the same way (README, "One interface across the commands").
+"""The options every command spells the same way (docs/commands.md, "One interface across the commands").
 
     --durability {temporal,checkpoint,dbos,dbos-postgres,restate}   the agent's durability backend (dah,
                                          python -m chaos; python -m benchmarks: temporal and checkpoint)

@@ -303,10 +303,10 @@ def test_a_targets_workers_get_the_faults_and_the_ledger_through_their_environme
 def test_the_contract_is_documented_where_targets_look() -> None:
     import harness.faults
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "your-agent.md").read_text()
     for name in (ENV_LEDGER, ENV_CRASH_AT, ENV_BUGS, ENV_MUTATIONS, "after_model_call", "after_effect",
                  "unkeyed_effects", "record_mutation"):
-        assert name in harness.faults.__doc__ and name in readme, name
+        assert name in harness.faults.__doc__ and name in doc, name
 
 
 # -- one real run: kills around continue-as-new on the reference agent ------------------------------------------
