@@ -1,0 +1,85 @@
+"""The README and docs/ point at things that exist: files, anchors, make targets, subcommands."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^```.*?^```", re.M | re.S)
+CODE_SPAN = re.compile(r"`([^`\n]+)`")
+MAKE = re.compile(r"\bmake((?:\s+[a-z][a-z0-9-]*)+)")
+PYTHON_M = re.compile(r"\bpython3? -m ([A-Za-z_][\w.]*) ([a-z][\w-]*(?:\|[a-z][\w-]*)*)")
+
+
+def code(text: str) -> list[str]:
+    """The fenced blocks and inline code spans of a Markdown text: where commands are written."""
+    blocks = FENCE.findall(text)
+    return blocks + CODE_SPAN.findall(FENCE.sub("", text))
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    text = FENCE.sub("", path.read_text())
+    return {slug(m.group(1)) for m in re.finditer(r"^#+\s+(.*)$", text, re.M)}
+
+
+def rel(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=rel)
+def test_every_relative_link_points_to_an_existing_file(doc: Path) -> None:
+    broken = []
+    for target in LINK.findall(doc.read_text()):
+        if re.match(r"[a-z]+:", target):  # http:, https:, mailto:
+            continue
+        path_part, _, anchor = target.partition("#")
+        path = (doc.parent / path_part).resolve() if path_part else doc
+        if not path.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and path.suffix == ".md" and anchor not in anchors(path):
+            broken.append(f"{target}: no heading #{anchor} in {rel(path)}")
+    assert not broken, f"{rel(doc)}: " + "; ".join(broken)
+
+
+def test_every_make_target_named_exists() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    targets = set(re.findall(r"^([A-Za-z][\w-]*):", makefile, re.M))
+    missing = set()
+    for doc in DOCS:
+        for snippet in code(doc.read_text()):
+            for m in MAKE.finditer(snippet):
+                missing |= {f"{rel(doc)}: make {t}" for t in m.group(1).split() if t not in targets}
+    assert not missing, sorted(missing)
+
+
+def test_every_python_m_subcommand_named_exists() -> None:
+    named: dict[str, set[tuple[str, str]]] = {}
+    for doc in DOCS:
+        for snippet in code(doc.read_text()):
+            for m in PYTHON_M.finditer(snippet):
+                for sub in m.group(2).split("|"):
+                    named.setdefault(m.group(1), set()).add((sub, rel(doc)))
+    assert "chaos" in named  # the extraction works
+    missing = []
+    for module, subs in sorted(named.items()):
+        result = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True,
+                                cwd=ROOT, timeout=60)
+        assert result.returncode == 0, f"python -m {module} --help: exit {result.returncode}: {result.stderr[-500:]}"
+        for sub, where in sorted(subs):
+            if not re.search(rf"(^\s+{re.escape(sub)}\s|[{{,]{re.escape(sub)}[,}}])", result.stdout, re.M):
+                missing.append(f"{where}: python -m {module} {sub}")
+    assert not missing, missing
