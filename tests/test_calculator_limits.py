@@ -8,6 +8,8 @@ model-visible validation error.
 from __future__ import annotations
 
 import asyncio
+import gc
+import math
 import re
 import subprocess
 import sys
@@ -30,13 +32,25 @@ QUICK_SECONDS = 0.25
 
 
 def timed(expression: str) -> tuple[float, str | ToolValidationError]:
-    """The CPU seconds ``expression`` took (this thread's: other processes on a busy machine do not count)."""
-    start = time.thread_time()
-    try:
-        out: str | ToolValidationError = evaluate_arithmetic(expression)
-    except ToolValidationError as exc:
-        out = exc
-    return time.thread_time() - start, out
+    """The CPU seconds ``expression`` took (this thread's: other processes on a busy machine do not count), with
+    the garbage collector held off (a full collection of the test process's heap once took 0.47 s of this thread
+    inside a 0.2 ms expression, and did not reproduce); an unbounded operation is slow on every try, so a slow
+    first try is timed once more and the faster counts."""
+    best = math.inf
+    for _ in range(2):
+        gc.disable()
+        start = time.thread_time()
+        try:
+            out: str | ToolValidationError = evaluate_arithmetic(expression)
+        except ToolValidationError as exc:
+            out = exc
+        finally:
+            seconds = time.thread_time() - start
+            gc.enable()
+        best = min(best, seconds)
+        if best < QUICK_SECONDS:
+            break
+    return best, out
 
 
 def test_the_reported_round_is_refused_at_once_as_a_validation_error(ctx: ToolContext) -> None:
