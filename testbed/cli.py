@@ -1,4 +1,4 @@
-"""The ``dah`` command line (also ``python -m testbed``, and ``python -m agent`` as before).
+"""The ``dah`` command line (also ``python -m testbed``).
 
     dah demo                 embedded Temporal + worker + scripted model + a REPL
     dah run "What is 25 * 4?"  one prompt, one workflow, the answer and its history

@@ -150,3 +150,11 @@ def test_every_tool_is_an_installed_command(script: str, usage: str) -> None:
     done = subprocess.run([str(path), "--help"], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(usage)
+
+
+@pytest.mark.parametrize("module", ["agent", "agent.journal"])
+def test_the_old_module_spellings_of_dah_are_gone(module: str) -> None:
+    """``python -m agent`` and ``python -m agent.journal`` were ``dah`` and ``dah checkpoint``: no longer commands."""
+    done = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=60,
+                          cwd=ROOT)
+    assert done.returncode != 0 and done.stdout == ""
