@@ -71,11 +71,11 @@ examples/%/.venv/.installed: examples/%/requirements.txt
 	@touch $@
 
 demo: $(STAMP)
-	$(PY) -m agent demo
+	$(PY) -m testbed demo
 
 PROMPT ?= What is 25 * 4?
 run: $(STAMP)
-	$(PY) -m agent run "$(PROMPT)"
+	$(PY) -m testbed run "$(PROMPT)"
 
 # The system packages first (installed where this is root with apt-get), and the TypeScript agent's node_modules
 # (tests/test_ai_sdk_agent.py runs it as a chaos run), so nothing skips for want of one;

@@ -67,6 +67,7 @@ class EnvOptions(StrictModel):
         None, description="the path of an executable temporal CLI")
     DAH_CRASH_AT: Annotated[str, _names_from(CRASH_POINTS)] | None = Field(
         None, description=f"crash points, comma-separated: {', '.join(CRASH_POINTS)}")
+    # MUTATION_ALIASES: the old names an older run directory's scenario saved, which its rerun passes to workers
     DAH_MUTATIONS: Annotated[str, _names_from({*MUTATIONS, *MUTATION_ALIASES})] | None = Field(
         None, description=f"mutations, comma-separated: {', '.join(MUTATIONS)}")
     DOCKER_HOST: Annotated[str, AfterValidator(_docker_host)] | None = Field(

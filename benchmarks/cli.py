@@ -61,8 +61,7 @@ def _positive(text: str) -> int:
 
 
 def _sections(text: str) -> tuple[str, ...]:
-    # "journal" is the checkpoint section's old name
-    names = tuple("checkpoint" if s.strip() == "journal" else s.strip() for s in text.split(",") if s.strip())
+    names = tuple(s.strip() for s in text.split(",") if s.strip())
     bad = [s for s in names if s not in SECTION_NAMES]
     if bad or not names:
         raise argparse.ArgumentTypeError(f"unknown section(s) {', '.join(bad) or '(none given)'}; "
@@ -108,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "or a LiteLLM model such as openai/gpt-4o-mini (needs its API key in the environment)")
     add_model_latency(p, default=None, default_text="lognormal:300,0.25; --quick fixed:20",
                       what="the scripted model's response latency in model mode")
-    add_durability(p, "--backend", choices=("temporal", "checkpoint"),
+    add_durability(p, choices=("temporal", "checkpoint"),
                    help="the durable loop of Table 2: temporal (default) or checkpoint (each step checkpointed in "
                         "SQLite); with checkpoint the default sections are table2, checkpoint and micro")
     p.add_argument("--seed", type=int, default=0, help="seed of the emulated model latencies (default 0)")

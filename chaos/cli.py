@@ -32,7 +32,7 @@ from chaos.scenarios import SCENARIOS, SUITE
 from chaos.soak import DEFAULT_SEEDS
 from harness.printable import printable
 from harness.rundir import command_line, stop_on_sigterm
-from testbed.cli_options import add_durability, add_out, add_renamed, deprecated
+from testbed.cli_options import add_durability, add_out
 from testbed.cli_options import progress as _progress
 from testbed.model_server import add_model_latency
 
@@ -41,8 +41,8 @@ COLUMNS = [("scenario", 28), ("faults", 7), ("ok", 4), ("fail", 5), ("info", 5),
            ("wft_rec_s", 10), ("checked", 8), ("verdict", 8)]
 #: a scenario under a timeouts profile other than the default is SCENARIO~PROFILE (e.g. kill_idle~defaults)
 TIMEOUTS_SEPARATOR = "~"
-#: a scenario's twin on the checkpoint backend is SCENARIO@checkpoint (@journal: its old name)
-CHECKPOINT_SUFFIX, OLD_SUFFIX = "@checkpoint", "@journal"
+#: a scenario's twin on the checkpoint backend is SCENARIO@checkpoint
+CHECKPOINT_SUFFIX = "@checkpoint"
 #: the backends other than Temporal, by their twins' suffix (SCENARIO@dbos runs SCENARIO on DBOS)
 TWIN_SUFFIXES = {CHECKPOINT_SUFFIX: "checkpoint", "@dbos": "dbos", "@dbos-postgres": "dbos-postgres",
                  "@restate": "restate"}
@@ -235,12 +235,7 @@ def _jobs(args: argparse.Namespace, target: Any, connection: Any = None) -> list
     elif args.scenarios == ["all"]:
         names = [n + suffix for n in _twins(durability)] if suffix else list(SUITE)
     else:
-        for n in args.scenarios:
-            if n.endswith(OLD_SUFFIX):
-                deprecated(f"python -m chaos {args.command}", n, n.removesuffix(OLD_SUFFIX) + CHECKPOINT_SUFFIX)
-        names = [n.removesuffix(OLD_SUFFIX) + CHECKPOINT_SUFFIX if n.endswith(OLD_SUFFIX) else n
-                 for n in args.scenarios]
-        names = [n + suffix if suffix and _split_twin(n)[1] == "temporal" else n for n in names]
+        names = [n + suffix if suffix and _split_twin(n)[1] == "temporal" else n for n in args.scenarios]
     known = [*SCENARIOS, *(n + sfx for sfx, d in TWIN_SUFFIXES.items() for n in _twins(d))]
     pinned = {}  # NAME~PROFILE (as a run under another profile names itself): that profile only
     for i, n in enumerate(names):
@@ -483,9 +478,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"the JUnit XML, one testcase per run (default: {where}{junit})")
 
     def placement_options(p: argparse.ArgumentParser) -> None:
-        add_renamed(p, "--placement", "--backend", choices=("process", "docker"), default="process",
-                    help="where workers run: local processes (default) or Docker containers (needs an engine; "
-                         "the checkpoint backend's workers stay processes)")
+        p.add_argument("--placement", choices=("process", "docker"), default="process", metavar="{process,docker}",
+                       help="where workers run: local processes (default) or Docker containers (needs an engine; "
+                            "the checkpoint backend's workers stay processes)")
         p.add_argument("--image", help="--placement docker: an image with the worker installed (default: dah-worker, "
                                        "built from this checkout and this machine's files: python -m testbed.images)")
 

@@ -428,16 +428,6 @@ def target_environment(target: Target) -> dict[str, str]:
     return {**target.env, "PYTHONPATH": target_pythonpath(target.env.get("PYTHONPATH"))}
 
 
-def load_callable(spec: str) -> Any:
-    import importlib
-
-    module, _, name = spec.partition(":")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"cannot load {spec!r} ({exc}); is its package importable from here (cwd / PYTHONPATH)?") from None
-
-
 def reference_workflows() -> frozenset[str]:
     """The workflow classes a reference agent's run may name: its own, and the planted ones (``chaos.mutants``).
     The only code a run directory can select, and only from this harness's own."""

@@ -106,7 +106,8 @@ MUTATIONS: dict[str, str] = {
     "cancel_on_sigterm": "on SIGTERM the worker cancels what it runs instead of draining it (the reference agent's "
                          "worker; the SDK's default), so the server retries that work elsewhere",
 }
-#: old names still accepted
+#: a reader of older run directories: a mutation's old name, as a saved run's scenario and ledger spell it -> its
+#: name now (so an older run re-checks, and reruns with the same build); not a spelling to use
 MUTATION_ALIASES = {"unkeyed_append": "unkeyed_effects"}
 ENV_CRASH_AT, ENV_BUGS, ENV_MUTATIONS = "DAH_CRASH_AT", "DAH_BUGS", "DAH_MUTATIONS"
 

@@ -34,7 +34,9 @@ Guarantees:
   ends the run, and ``stopped_during`` (what it was doing) if it did not
   complete; ``latest`` moves only to a run that completed.
 * Schema 1 (before this module: ``journal.json``, ``history.jsonl``,
-  ``histories/``, checks inside the journal) is still read.
+  ``histories/``, checks inside the journal) is still read: ``_V1`` and
+  ``read_run``/``read_verdict``'s schema-1 branches are readers of older run
+  directories, kept so that saved runs keep re-checking.
 * A run directory is data: every JSON file is read by ``parse_json`` (strict
   UTF-8, nesting bounded before parsing, no NaN or Infinity) and the fields
   its readers use are type-checked; anything else is a ``RunDirError`` naming
@@ -78,7 +80,7 @@ KINDS = ("chaos", "bench", "migration_fuzz")
 STATUSES = ("running", "complete", "interrupted", "terminated", "failed")
 #: the statuses of a run stopped from outside: Ctrl-C (SIGINT) or SIGTERM (``kill PID``, a CI job's timeout)
 STOPPED = ("interrupted", "terminated")
-#: schema 1's names for the files that were renamed
+#: schema 1's names for the files that were renamed (a reader of older run directories)
 _V1 = {RUN_JSON: "journal.json", OPERATIONS: "history.jsonl", EVENT_HISTORIES: "histories"}
 STAMP_FORMAT = "%Y%m%dT%H%M%SZ"
 
@@ -465,8 +467,9 @@ class RunDir:
                 # A schema-1 chaos run that got as far as its checks had finished; one without had not.
                 data.setdefault("status", "complete" if data.get("checks") else "interrupted")
                 if not isinstance(data.get("backend"), dict):
-                    # Schema 1 named its durability backend; on the step-checkpointed one ("journal") the checks
-                    # of Temporal's event histories could not apply.
+                    # Schema 1 named its durability backend, the checkpoint one by its old name "journal" (read
+                    # here only, for older run directories); on it the checks of Temporal's event histories could
+                    # not apply.
                     name = data.get("backend") or "temporal"
                     na = "reads Temporal event histories; the checkpoint backend has none"
                     data["backend"] = {"name": name, "not_applicable": {c: na for c in ("temporal_history", "replay")}

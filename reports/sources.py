@@ -251,7 +251,8 @@ def _real_dir(path: Path) -> bool:
 
 
 def _is_run(path: Path, marker: str) -> bool:
-    """A run directory of the kind ``marker`` names (its run.json, or a schema-1 journal.json, counts)."""
+    """A run directory of the kind ``marker`` names (its run.json, or a schema-1 journal.json, counts: a reader of
+    older run directories)."""
     if marker == RUN_JSON:
         return (path / RUN_JSON).exists() or (path / "journal.json").exists()
     return (path / marker).exists()

@@ -1,4 +1,4 @@
-"""The ``dah`` command line (also ``python -m testbed``, and ``python -m agent`` as before).
+"""The ``dah`` command line (also ``python -m testbed``).
 
     dah demo                 embedded Temporal + worker + scripted model + a REPL
     dah run "What is 25 * 4?"  one prompt, one workflow, the answer and its history
@@ -141,8 +141,7 @@ def _add_stack_options(p: argparse.ArgumentParser) -> None:
     from testbed.model_server import add_model_latency
 
     g = p.add_argument_group("local stack")
-    add_durability(g, "--backend",
-                   help="durability backend: temporal (default: the workflow on a Temporal server), checkpoint "
+    add_durability(g, help="durability backend: temporal (default: the workflow on a Temporal server), checkpoint "
                         "(the same agent loop, each step checkpointed in STATE_DIR/checkpoint.sqlite3), dbos (a DBOS "
                         "workflow, its system database STATE_DIR/dbos.sqlite3), dbos-postgres (DBOS on a "
                         "PostgreSQL server started in STATE_DIR/postgres) or restate (the same loop as a Restate "
@@ -152,7 +151,7 @@ def _add_stack_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE, help=f"(default {DEFAULT_TASK_QUEUE})")
     g.add_argument("--no-worker", action="store_true",
                    help="do not start an in-process worker (one runs elsewhere on --address)")
-    add_model_latency(g, "--latency", default="0", default_text="0")
+    add_model_latency(g, default="0", default_text="0")
     g.add_argument("--fault", action="append", default=[],
                    help="scripted model fault, repeatable: 'status:503,first_n=3', 'hang,first_n=1', "
                         "'reset,first_n=2', 'malformed_json,first_n=1', 'malformed_output,first_n=1'")
@@ -1032,7 +1031,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--heartbeat-throttle", type=float, default=0.5, metavar="SECONDS",
                    help="send an activity's heartbeats at least this often while it beats (default 0.5; the "
                         "SDK's own cap is 60, which leaves a 1.5 s heartbeat timeout 0.3 s of slack)")
-    add_model_latency(p, "--latency", default="0", default_text="0",
+    add_model_latency(p, default="0", default_text="0",
                       what="the response latency of the worker's own scripted model server")
     p.add_argument("--fault", action="append", default=[], help="fault of the worker's own scripted model server")
     p.add_argument("--seed", type=int, default=0)

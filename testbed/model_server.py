@@ -945,14 +945,12 @@ def latency_spec(text: str) -> str:
     return text
 
 
-def add_model_latency(parser: Any, *old_flags: str, default: str | None, default_text: str,
+def add_model_latency(parser: Any, *, default: str | None, default_text: str,
                       what: str = "the scripted model's response latency") -> argparse.Action:
     """``--model-latency SPEC`` (testbed.cli_options): one grammar everywhere; each command documents its own
-    default. ``old_flags``: deprecated spellings (``--latency``)."""
-    from testbed.cli_options import add_renamed
-
-    return add_renamed(parser, "--model-latency", *old_flags, type=latency_spec, default=default, metavar="SPEC",
-                       help=f"{what}: {LATENCY_GRAMMAR} (default {default_text})")
+    default. ``parser`` may be an argument group."""
+    return parser.add_argument("--model-latency", type=latency_spec, default=default, metavar="SPEC",
+                               help=f"{what}: {LATENCY_GRAMMAR} (default {default_text})")
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
@@ -976,7 +974,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default: %(default)s)")
     parser.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free port (default: 0)")
-    add_model_latency(parser, "--latency", default="0", default_text="0", what="response latency distribution")
+    add_model_latency(parser, default="0", default_text="0", what="response latency distribution")
     parser.add_argument("--fault", type=_arg_type(FaultRule.parse), action="append", default=[], metavar="SPEC",
                         help="fault rule, repeatable; rules are checked in order, first match applies")
     parser.add_argument("--seed", type=int, default=0, help="seed for latency sampling (default: 0)")

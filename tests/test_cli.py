@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def dah(*args: str, stdin: str | None = None, timeout: float = 120, cwd: Path = ROOT,
         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agent", *args], input=stdin, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "testbed", *args], input=stdin, capture_output=True, text=True,
                           timeout=timeout, cwd=cwd, env={**os.environ, **(env or {})})
 
 
@@ -48,7 +48,7 @@ def test_run_prints_the_answer_the_workflow_id_and_the_history(tmp_path: Path) -
 
 def test_demo_answers_and_exits_cleanly_on_quit(tmp_path: Path) -> None:
     before = temporal_server_pids()
-    proc = subprocess.Popen([sys.executable, "-m", "agent", "demo", "--state-dir", str(tmp_path)], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "testbed", "demo", "--state-dir", str(tmp_path)], cwd=ROOT,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     children: set[int] = set()
     try:
@@ -134,7 +134,7 @@ def test_ctrl_c_in_the_demo_stops_everything_it_started(tmp_path: Path) -> None:
     out_path = tmp_path / "demo.out"
     with open(out_path, "w") as out:
         # SIG_DFL: a test run started as a background job inherits SIGINT ignored, as would the demo.
-        proc = subprocess.Popen([sys.executable, "-m", "agent", "demo", "--state-dir", str(tmp_path)], cwd=ROOT,
+        proc = subprocess.Popen([sys.executable, "-m", "testbed", "demo", "--state-dir", str(tmp_path)], cwd=ROOT,
                                 stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, text=True,
                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:

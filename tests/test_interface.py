@@ -1,6 +1,6 @@
 """One interface across the commands (testbed/cli_options.py): the same concept has the same flag, the same value
 grammar and the same meaning in dah, python -m chaos, -m benchmarks, -m migration_fuzz, -m reports and the model
-server; old spellings still work with one line on stderr; progress goes to stderr; every tool is installed as a
+server; old spellings are refused; progress goes to stderr; every tool is installed as a
 command. The parsers are built in-process (no Temporal): a few seconds."""
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ def test_every_help_renders_and_each_concept_has_one_flag() -> None:
             if action.dest == "durability":
                 seen["durability"].add(name)
                 # every command spells it the same; each lists the backends it supports (of DURABILITY, in its order)
-                assert flags == {"--durability"} and action.metavar == "{" + ",".join(action.allowed) + "}", name
-                assert list(action.allowed) == [d for d in DURABILITY if d in action.allowed], name
+                assert flags == {"--durability"} and action.metavar == "{" + ",".join(action.choices) + "}", name
+                assert list(action.choices) == [d for d in DURABILITY if d in action.choices], name
                 assert action.default == "temporal", name
             if action.dest == "model_latency":
                 seen["model_latency"].add(name)
@@ -79,7 +79,10 @@ def test_every_help_renders_and_each_concept_has_one_flag() -> None:
 @pytest.mark.parametrize(("build", "old", "new", "dest", "value"), [
     (bench_parser, ["--backend", "checkpoint"], ["--durability", "checkpoint"], "durability", "checkpoint"),
     (bench_parser, ["--durability", "journal"], ["--durability", "checkpoint"], "durability", "checkpoint"),
+    (bench_parser, ["--only", "journal"], ["--only", "checkpoint"], "only", ("checkpoint",)),
     (lambda: dah_parser(), ["run", "hi", "--backend", "checkpoint"], ["run", "hi", "--durability", "checkpoint"],
+     "durability", "checkpoint"),
+    (lambda: dah_parser(), ["run", "hi", "--durability", "journal"], ["run", "hi", "--durability", "checkpoint"],
      "durability", "checkpoint"),
     (lambda: dah_parser(), ["run", "hi", "--latency", "fixed:5"], ["run", "hi", "--model-latency", "fixed:5"],
      "model_latency", "fixed:5"),
@@ -91,21 +94,32 @@ def test_every_help_renders_and_each_concept_has_one_flag() -> None:
     (chaos_parser, ["soak", "kill_idle", "--durability", "journal"], ["soak", "kill_idle", "--durability",
                                                                       "checkpoint"], "durability", "checkpoint"),
 ])
-def test_an_old_spelling_still_works_and_says_so_in_one_line_on_stderr(
-        build, old: list[str], new: list[str], dest: str, value: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_old_spelling_is_refused(build, old: list[str], new: list[str], dest: str, value: str,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """The flags' and values' old spellings are gone: argparse's own usage error (exit 2), nothing on stdout."""
     assert getattr(build().parse_args(new), dest) == value
-    quiet = capsys.readouterr()
-    assert (quiet.out, quiet.err) == ("", "")
-    assert getattr(build().parse_args(old), dest) == value
-    noted = capsys.readouterr()
-    assert noted.out == ""
-    [line] = noted.err.splitlines()
-    assert "is deprecated; use " in line and new[-2] in line
+    assert capsys.readouterr() == ("", "")
+    with pytest.raises(SystemExit) as exited:
+        build().parse_args(old)
+    assert exited.value.code == 2
+    refused = capsys.readouterr()
+    assert refused.out == "" and "error: " in refused.err
+    assert ("unrecognized arguments: " + " ".join(old[-2:]) in refused.err
+            or f"argument {old[-2]}: " in refused.err and old[-1] in refused.err), refused.err
+
+
+def test_an_old_scenario_suffix_is_refused() -> None:
+    """``SCENARIO@journal`` was ``SCENARIO@checkpoint``: now an unknown scenario."""
+    from chaos.cli import _jobs
+
+    assert len(_jobs(chaos_parser().parse_args(["run", "kill_mid_turn@checkpoint"]), None)) == 1
+    with pytest.raises(ValueError, match="unknown scenario.*kill_mid_turn@journal"):
+        _jobs(chaos_parser().parse_args(["run", "kill_mid_turn@journal"]), None)
 
 
 def test_bad_values_are_refused_naming_the_flag_and_the_choices(capsys: pytest.CaptureFixture[str]) -> None:
-    for build, argv, needle in [(bench_parser, ["--durability", "sqlite"], "choose from temporal, checkpoint"),
-                                (chaos_parser, ["run", "kill_idle", "--placement", "vm"], "choose from process, docker"),
+    for build, argv, needle in [(bench_parser, ["--durability", "sqlite"], "choose from 'temporal', 'checkpoint'"),
+                                (chaos_parser, ["run", "kill_idle", "--placement", "vm"], "choose from 'process', 'docker'"),
                                 (fuzz_parser, ["--model-latency", "gamma:1"], "unknown kind 'gamma'"),
                                 (chaos_parser, ["run", "kill_idle", "--model-latency", "fixed:-1"], ">= 0")]:
         with pytest.raises(SystemExit) as exited:
@@ -150,3 +164,11 @@ def test_every_tool_is_an_installed_command(script: str, usage: str) -> None:
     done = subprocess.run([str(path), "--help"], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(usage)
+
+
+@pytest.mark.parametrize("module", ["agent", "agent.journal"])
+def test_the_old_module_spellings_of_dah_are_gone(module: str) -> None:
+    """``python -m agent`` and ``python -m agent.journal`` were ``dah`` and ``dah checkpoint``: no longer commands."""
+    done = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=60,
+                          cwd=ROOT)
+    assert done.returncode != 0 and done.stdout == ""

@@ -17,8 +17,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("agent", "harness", "testbed", "chaos", "benchmarks", "migration_fuzz", "reports", "examples")
-#: ``python -m agent`` and ``python -m agent.journal`` are the old spellings of dah commands (see testbed/cli.py)
-COMMAND_ALIASES = {"agent.__main__", "agent.journal.__main__"}
 
 
 def modules() -> dict[str, Path]:
@@ -66,9 +64,9 @@ def local_edges() -> dict[str, set[str]]:
     return edges
 
 
-def offenders(source_prefix: str, forbidden: tuple[str, ...], allow: set[str] = frozenset()) -> list[str]:
+def offenders(source_prefix: str, forbidden: tuple[str, ...]) -> list[str]:
     return sorted(f"{m} imports {t}" for m, targets in local_edges().items()
-                  if (m == source_prefix or m.startswith(source_prefix + ".")) and m not in allow
+                  if m == source_prefix or m.startswith(source_prefix + ".")
                   for t in targets if t.split(".")[0] in forbidden)
 
 
@@ -85,7 +83,7 @@ RESTATE_SERVER = {"agent.engines.restate_agent imports testbed.restate_server",
 
 
 def test_the_agent_never_imports_chaos_or_the_test_bed() -> None:
-    found = offenders("agent", ("chaos", "testbed", "benchmarks", "migration_fuzz", "reports"), allow=COMMAND_ALIASES)
+    found = offenders("agent", ("chaos", "testbed", "benchmarks", "migration_fuzz", "reports"))
     assert [o for o in found if o != DBOS_POSTGRES and o not in RESTATE_SERVER] == []
 
 

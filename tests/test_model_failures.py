@@ -187,7 +187,7 @@ def test_dah_run_against_an_unreachable_api_says_why_and_stops_after_max_attempt
     once, the run ends in one line that names the cause and --max-attempts, and there is no traceback."""
     env = {**os.environ, "OPENAI_API_KEY": FAKE_KEY, "OPENAI_BASE_URL": f"http://127.0.0.1:{closed_port()}/v1"}
     started = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "agent", "run", "hi", "--model", MODEL, "--max-attempts", "2",
+    out = subprocess.run([sys.executable, "-m", "testbed", "run", "hi", "--model", MODEL, "--max-attempts", "2",
                           "--retry-initial", "1.5", "--state-dir", str(tmp_path)],
                          capture_output=True, text=True, timeout=90, cwd=ROOT, env=env)
     took = time.monotonic() - started

@@ -258,6 +258,7 @@ def _service_kill(data: RunData, value: dict[str, Any]) -> list[dict[str, Any]]:
 def _mutations(data: RunData) -> tuple[list[str], dict[str, Any], list[str]]:
     """(declared mutations, per declared mutation what the ledger says of it, the ones never exercised)."""
     scenario = data.run.get("scenario") or {}
+    # MUTATION_ALIASES: an older run directory may name a mutation by its old name (in its scenario or its ledger)
     declared = sorted({MUTATION_ALIASES.get(m, m) for m in (scenario.get("cluster") or {}).get("mutations") or ()})
     if not declared:
         return [], {}, []
