@@ -26,11 +26,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from temporalio.client import WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from agent.contracts import AgentReply, ChatMessage
+from harness.chat_driver import workflow_closed
 
 #: one try's deadline: long enough for a turn through a short outage, short enough to re-send a lost update soon
 TRY_TIMEOUT_S = 10.0
@@ -61,17 +62,6 @@ def _retrieve(task: asyncio.Future) -> None:
         task.exception()
 
 
-async def _closed(handle: WorkflowHandle) -> bool:
-    """Whether the workflow has closed (a failed describe says nothing: not closed, as far as we know)."""
-    try:
-        desc = await handle.describe(rpc_timeout=timedelta(seconds=5))
-    except RPCError as exc:
-        return exc.status == RPCStatusCode.NOT_FOUND
-    except Exception:
-        return False
-    return desc.status is not None and desc.status != WorkflowExecutionStatus.RUNNING
-
-
 async def send_message(handle: WorkflowHandle, text: str, update_id: str, *, deadline_s: float = 120.0,
                        try_timeout_s: float = TRY_TIMEOUT_S,
                        on_retry: Callable[[int, str], None] | None = None) -> Delivery:
@@ -97,7 +87,7 @@ async def send_message(handle: WorkflowHandle, text: str, update_id: str, *, dea
             raise  # the workflow's own answer: the turn was refused or failed
         except (asyncio.TimeoutError, RPCError, WorkflowUpdateRPCTimeoutOrCancelledError) as exc:
             errors.append(f"{type(exc).__name__}: {exc}"[:200])
-        if await _closed(handle):
+        if await workflow_closed(handle):
             raise MessageNotDelivered("the workflow has closed", attempt, errors, closed=True)
         if time.monotonic() - started >= deadline_s:
             raise MessageNotDelivered(f"no reply within {deadline_s:.0f}s", attempt, errors)

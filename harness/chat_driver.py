@@ -264,7 +264,7 @@ class ChatDriver:
                 return await asyncio.wait_for(call, timeout=this_try + 1.0)
             except (asyncio.TimeoutError, RPCError, WorkflowUpdateRPCTimeoutOrCancelledError) as exc:
                 errors.append(f"{type(exc).__name__}: {exc}"[:200])
-            closed = handle is not None and await _closed(handle)
+            closed = handle is not None and await workflow_closed(handle)
             if closed or not resend or time.monotonic() - started >= deadline:
                 why = "the workflow has closed" if closed else f"no reply within {deadline:.0f}s"
                 return INFO, {"attempts": attempt, "closed": closed}, f"{why}; last: {errors[-1]}"
@@ -313,7 +313,7 @@ class ChatDriver:
                     return OK, {"reply": _reply_text(reply)}, None
             except Exception:  # a worker is down or restarting: keep asking until the deadline
                 pass
-            if await _closed(handle):
+            if await workflow_closed(handle):
                 return INFO, {"closed": True}, "the workflow has closed with no reply to it"
             await asyncio.sleep(POLL_S)
         return INFO, None, f"signalled, but no reply within {self.workload.op_timeout_s:.0f}s"
@@ -442,7 +442,7 @@ class ChatDriver:
                 "conversations": [c.as_dict() for c in self.conversations]}
 
 
-async def _closed(handle: WorkflowHandle) -> bool:
+async def workflow_closed(handle: WorkflowHandle) -> bool:
     """Whether the workflow has closed (a failed describe says nothing: not closed, as far as we know)."""
     try:
         desc = await handle.describe(rpc_timeout=timedelta(seconds=5))

@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from testbed.model_server import READ_TIMEOUT_S, _Handler, _HTTPServer
+from testbed.model_server import READ_TIMEOUT_S, _Handler, _HTTPServer, http_url
 
 __all__ = ["EffectFault", "EffectsService", "caller_pid", "main", "ENV_EFFECTS_URL", "ADMIN_TOKEN_ENV"]
 
@@ -424,8 +424,7 @@ class EffectsService:
     @property
     def url(self) -> str:
         """The base URL the agent's tools are given (``http://127.0.0.1:PORT``, no path)."""
-        host = "127.0.0.1" if self.host in ("", "0.0.0.0", "::") else self.host
-        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
+        return http_url(self.host, self.port)
 
     # -- what the harness reads and arms
     def notes(self, conversation: str | None = None) -> list[dict[str, Any]]:

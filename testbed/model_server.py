@@ -219,6 +219,13 @@ _STATUS_ERRORS: dict[int, tuple[str, str, str]] = {
 }
 
 
+def http_url(host: str, port: int, path: str = "") -> str:
+    """The URL a local client reaches a server bound to ``host``:``port`` at (a wildcard bind on loopback)."""
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}{path}"
+
+
 def _error_body(message: str, type_: str, code: str | None) -> dict:
     return {"error": {"message": message, "type": type_, "param": None, "code": code}}
 
@@ -799,12 +806,7 @@ class ScriptedModelServer:
 
     @property
     def url(self) -> str:
-        host = self.host
-        if host in ("", "0.0.0.0", "::"):
-            host = "127.0.0.1"  # wildcard binds are reachable on loopback
-        if ":" in host:
-            host = f"[{host}]"
-        return f"http://{host}:{self.port}/v1"
+        return http_url(self.host, self.port, "/v1")
 
     # -- runtime configuration
     def set_faults(self, rules: list[FaultRule]) -> None:
