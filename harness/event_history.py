@@ -26,6 +26,7 @@ import stat
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
@@ -244,136 +245,194 @@ def _enum_name(value: int, prefix: str) -> str:
 
 
 def parse_events(workflow_id: str, run_id: str, events: list[HistoryEvent]) -> RunRecord:
-    run = RunRecord(workflow_id=workflow_id, run_id=run_id, events=len(events))
-    by_scheduled: dict[int, ActivityRecord] = {}
-    by_initiated: dict[int, ChildRecord] = {}
-    by_wft: dict[int, WorkflowTaskRecord] = {}
-    by_update: dict[str, UpdateRecord] = {}
+    """One run's event history as a ``RunRecord``: each event type is read by one method of ``_EventReader``."""
+    reader = _EventReader(RunRecord(workflow_id=workflow_id, run_id=run_id, events=len(events)))
     for ev in events:
-        run.history_bytes += ev.ByteSize()
-        at = ev.event_time.ToDatetime()
+        reader.run.history_bytes += ev.ByteSize()
+        read = _READERS.get(ev.event_type)
+        if read is not None:
+            read(reader, ev, ev.event_time.ToDatetime())
+    return reader.run
+
+
+class _EventReader:
+    """What ``parse_events`` knows while it reads: the run so far, and the open records by the event id that
+    later events name (an activity by its scheduled event, a child by its initiated event, ...)."""
+
+    def __init__(self, run: RunRecord) -> None:
+        self.run = run
+        self.by_scheduled: dict[int, ActivityRecord] = {}
+        self.by_initiated: dict[int, ChildRecord] = {}
+        self.by_wft: dict[int, WorkflowTaskRecord] = {}
+        self.by_update: dict[str, UpdateRecord] = {}
+
+    @property
+    def last_workflow_task_worker(self) -> str:
+        return self.run.workflow_task_workers[-1] if self.run.workflow_task_workers else ""
+
+    def workflow_started(self, ev: HistoryEvent, at: datetime) -> None:
+        self.run.workflow_type = ev.workflow_execution_started_event_attributes.workflow_type.name
+        self.run.started_at = at
+
+    def activity_scheduled(self, ev: HistoryEvent, at: datetime) -> None:
+        a = ev.activity_task_scheduled_event_attributes
+        rp = a.retry_policy
+        rec = ActivityRecord(a.activity_id, a.activity_type.name, ev.event_id, _summary(ev), scheduled_at=at,
+                             retry_policy=(rp.initial_interval.ToTimedelta().total_seconds(),
+                                           rp.backoff_coefficient or 2.0,
+                                           rp.maximum_interval.ToTimedelta().total_seconds()))
+        self.by_scheduled[ev.event_id] = rec
+        self.run.activities.append(rec)
+
+    def activity_started(self, ev: HistoryEvent, at: datetime) -> None:
+        a = ev.activity_task_started_event_attributes
+        rec = self.by_scheduled[a.scheduled_event_id]
+        rec.attempts, rec.worker, rec.started_at = a.attempt, a.identity, at
+        if a.HasField("last_failure"):
+            rec.failure = a.last_failure.message
+            rec.last_failure_sets_delay = a.last_failure.HasField("application_failure_info") and \
+                a.last_failure.application_failure_info.HasField("next_retry_delay")
+
+    def activity_closed(self, ev: HistoryEvent, at: datetime) -> None:
         t = ev.event_type
-        if t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
-            run.workflow_type = ev.workflow_execution_started_event_attributes.workflow_type.name
-            run.started_at = at
-        elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            a = ev.activity_task_scheduled_event_attributes
-            rp = a.retry_policy
-            rec = ActivityRecord(a.activity_id, a.activity_type.name, ev.event_id, _summary(ev), scheduled_at=at,
-                                 retry_policy=(rp.initial_interval.ToTimedelta().total_seconds(),
-                                               rp.backoff_coefficient or 2.0,
-                                               rp.maximum_interval.ToTimedelta().total_seconds()))
-            by_scheduled[ev.event_id] = rec
-            run.activities.append(rec)
-        elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-            a = ev.activity_task_started_event_attributes
-            rec = by_scheduled[a.scheduled_event_id]
-            rec.attempts, rec.worker, rec.started_at = a.attempt, a.identity, at
-            if a.HasField("last_failure"):
-                rec.failure = a.last_failure.message
-                rec.last_failure_sets_delay = a.last_failure.HasField("application_failure_info") and \
-                    a.last_failure.application_failure_info.HasField("next_retry_delay")
-        elif t in ACTIVITY_CLOSE:
-            attrs = {
-                EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED: ev.activity_task_completed_event_attributes,
-                EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED: ev.activity_task_failed_event_attributes,
-                EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT: ev.activity_task_timed_out_event_attributes,
-                EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED: ev.activity_task_canceled_event_attributes,
-            }[t]
-            rec = by_scheduled[attrs.scheduled_event_id]
-            rec.outcome, rec.closed_at = ACTIVITY_CLOSE[t], at
-            if hasattr(attrs, "failure") and attrs.HasField("failure"):
-                rec.failure = attrs.failure.message
-        elif t == EventType.EVENT_TYPE_MARKER_RECORDED:
-            la = local_activity(ev, run.workflow_task_workers[-1] if run.workflow_task_workers else "")
-            if la is not None:
-                run.local_activities.append(la)
-        elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
-            a = ev.workflow_task_scheduled_event_attributes
-            run.workflow_tasks.append(WorkflowTaskRecord(ev.event_id, a.attempt or 1, scheduled_at=at))
-            by_wft[ev.event_id] = run.workflow_tasks[-1]
-        elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
-            a = ev.workflow_task_started_event_attributes
-            wft = by_wft.get(a.scheduled_event_id)
-            if wft is not None:
-                wft.identity, wft.outcome, wft.started_at = a.identity, "started", at
-        elif t in (EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED, EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED,
-                   EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT):
-            if t == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
-                a = ev.workflow_task_completed_event_attributes
-                run.workflow_task_workers.append(a.identity)
-                outcome, cause, failure = "completed", "", ""
-            elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
-                a = ev.workflow_task_failed_event_attributes
-                outcome, cause = "failed", _enum_name(a.cause, "WORKFLOW_TASK_FAILED_CAUSE_")
-                failure = a.failure.message if a.HasField("failure") else ""
-            else:
-                a = ev.workflow_task_timed_out_event_attributes
-                outcome, cause, failure = "timed_out", "", ""
-            wft = by_wft.get(a.scheduled_event_id)
-            if wft is not None:
-                wft.outcome, wft.cause, wft.failure, wft.closed_at = outcome, cause, failure, at
-        elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
-            a = ev.workflow_execution_update_accepted_event_attributes
-            req = a.accepted_request
-            args = list(req.input.args.payloads)
-            text = message_text(decode_payload(args[0])) if args else UNREADABLE
-            rec = UpdateRecord(a.protocol_instance_id or req.meta.update_id, req.input.name, text, accepted_at=at)
-            rec.update_id = req.meta.update_id or rec.update_id
-            by_update[rec.update_id] = rec
-            run.update_records.append(rec)
-            run.updates += 1
-        elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED:
-            a = ev.workflow_execution_update_completed_event_attributes
-            rec = by_update.get(a.meta.update_id)
-            if rec is not None:
-                rec.completed_at = at
-                if a.outcome.HasField("failure"):
-                    rec.outcome, rec.failure = "failed", a.outcome.failure.message
-                else:
-                    payloads = list(a.outcome.success.payloads)
-                    rec.outcome = "completed"
-                    rec.reply = message_text(decode_payload(payloads[0])) if payloads else None
-        elif t == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED:
-            a = ev.start_child_workflow_execution_initiated_event_attributes
-            child = ChildRecord(a.workflow_id, a.workflow_type.name, ev.event_id, _summary(ev),
-                                initiated_by=run.workflow_task_workers[-1] if run.workflow_task_workers else "")
-            by_initiated[ev.event_id] = child
-            run.children.append(child)
-        elif t == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_FAILED:
-            a = ev.start_child_workflow_execution_failed_event_attributes
-            by_initiated[a.initiated_event_id].outcome = "start_failed"
-        elif t == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED:
-            a = ev.child_workflow_execution_started_event_attributes
-            child = by_initiated[a.initiated_event_id]
-            child.run_id, child.outcome = a.workflow_execution.run_id, "running"
-        elif t in _CHILD_CLOSE:
-            attrs = {
-                EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED:
-                    ev.child_workflow_execution_completed_event_attributes,
-                EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_FAILED: ev.child_workflow_execution_failed_event_attributes,
-                EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_CANCELED:
-                    ev.child_workflow_execution_canceled_event_attributes,
-                EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_TIMED_OUT:
-                    ev.child_workflow_execution_timed_out_event_attributes,
-                EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_TERMINATED:
-                    ev.child_workflow_execution_terminated_event_attributes,
-            }[t]
-            by_initiated[attrs.initiated_event_id].outcome = _CHILD_CLOSE[t]
-        elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED:
-            run.cancel_requested = True
-        elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
-            run.signals += 1
-        elif t in WORKFLOW_CLOSE:
-            run.status, run.closed_at = WORKFLOW_CLOSE[t], at
-            if t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
-                payloads = list(ev.workflow_execution_completed_event_attributes.result.payloads)
-                run.result = decode_payload(payloads[0]) if payloads else None
-            elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED:
-                run.failure = ev.workflow_execution_failed_event_attributes.failure.message
-            if t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
-                run.next_run_id = ev.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
-    return run
+        attrs = {
+            EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED: ev.activity_task_completed_event_attributes,
+            EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED: ev.activity_task_failed_event_attributes,
+            EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT: ev.activity_task_timed_out_event_attributes,
+            EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED: ev.activity_task_canceled_event_attributes,
+        }[t]
+        rec = self.by_scheduled[attrs.scheduled_event_id]
+        rec.outcome, rec.closed_at = ACTIVITY_CLOSE[t], at
+        if hasattr(attrs, "failure") and attrs.HasField("failure"):
+            rec.failure = attrs.failure.message
+
+    def marker(self, ev: HistoryEvent, at: datetime) -> None:
+        la = local_activity(ev, self.last_workflow_task_worker)
+        if la is not None:
+            self.run.local_activities.append(la)
+
+    def workflow_task_scheduled(self, ev: HistoryEvent, at: datetime) -> None:
+        a = ev.workflow_task_scheduled_event_attributes
+        self.run.workflow_tasks.append(WorkflowTaskRecord(ev.event_id, a.attempt or 1, scheduled_at=at))
+        self.by_wft[ev.event_id] = self.run.workflow_tasks[-1]
+
+    def workflow_task_started(self, ev: HistoryEvent, at: datetime) -> None:
+        a = ev.workflow_task_started_event_attributes
+        wft = self.by_wft.get(a.scheduled_event_id)
+        if wft is not None:
+            wft.identity, wft.outcome, wft.started_at = a.identity, "started", at
+
+    def workflow_task_closed(self, ev: HistoryEvent, at: datetime) -> None:
+        t = ev.event_type
+        if t == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            a = ev.workflow_task_completed_event_attributes
+            self.run.workflow_task_workers.append(a.identity)
+            outcome, cause, failure = "completed", "", ""
+        elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+            a = ev.workflow_task_failed_event_attributes
+            outcome, cause = "failed", _enum_name(a.cause, "WORKFLOW_TASK_FAILED_CAUSE_")
+            failure = a.failure.message if a.HasField("failure") else ""
+        else:
+            a = ev.workflow_task_timed_out_event_attributes
+            outcome, cause, failure = "timed_out", "", ""
+        wft = self.by_wft.get(a.scheduled_event_id)
+        if wft is not None:
+            wft.outcome, wft.cause, wft.failure, wft.closed_at = outcome, cause, failure, at
+
+    def update_accepted(self, ev: HistoryEvent, at: datetime) -> None:
+        a = ev.workflow_execution_update_accepted_event_attributes
+        req = a.accepted_request
+        args = list(req.input.args.payloads)
+        text = message_text(decode_payload(args[0])) if args else UNREADABLE
+        rec = UpdateRecord(a.protocol_instance_id or req.meta.update_id, req.input.name, text, accepted_at=at)
+        rec.update_id = req.meta.update_id or rec.update_id
+        self.by_update[rec.update_id] = rec
+        self.run.update_records.append(rec)
+        self.run.updates += 1
+
+    def update_completed(self, ev: HistoryEvent, at: datetime) -> None:
+        a = ev.workflow_execution_update_completed_event_attributes
+        rec = self.by_update.get(a.meta.update_id)
+        if rec is None:
+            return
+        rec.completed_at = at
+        if a.outcome.HasField("failure"):
+            rec.outcome, rec.failure = "failed", a.outcome.failure.message
+        else:
+            payloads = list(a.outcome.success.payloads)
+            rec.outcome = "completed"
+            rec.reply = message_text(decode_payload(payloads[0])) if payloads else None
+
+    def child_initiated(self, ev: HistoryEvent, at: datetime) -> None:
+        a = ev.start_child_workflow_execution_initiated_event_attributes
+        child = ChildRecord(a.workflow_id, a.workflow_type.name, ev.event_id, _summary(ev),
+                            initiated_by=self.last_workflow_task_worker)
+        self.by_initiated[ev.event_id] = child
+        self.run.children.append(child)
+
+    def child_start_failed(self, ev: HistoryEvent, at: datetime) -> None:
+        a = ev.start_child_workflow_execution_failed_event_attributes
+        self.by_initiated[a.initiated_event_id].outcome = "start_failed"
+
+    def child_started(self, ev: HistoryEvent, at: datetime) -> None:
+        a = ev.child_workflow_execution_started_event_attributes
+        child = self.by_initiated[a.initiated_event_id]
+        child.run_id, child.outcome = a.workflow_execution.run_id, "running"
+
+    def child_closed(self, ev: HistoryEvent, at: datetime) -> None:
+        t = ev.event_type
+        attrs = {
+            EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED:
+                ev.child_workflow_execution_completed_event_attributes,
+            EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_FAILED: ev.child_workflow_execution_failed_event_attributes,
+            EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_CANCELED:
+                ev.child_workflow_execution_canceled_event_attributes,
+            EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_TIMED_OUT:
+                ev.child_workflow_execution_timed_out_event_attributes,
+            EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_TERMINATED:
+                ev.child_workflow_execution_terminated_event_attributes,
+        }[t]
+        self.by_initiated[attrs.initiated_event_id].outcome = _CHILD_CLOSE[t]
+
+    def cancel_requested(self, ev: HistoryEvent, at: datetime) -> None:
+        self.run.cancel_requested = True
+
+    def signaled(self, ev: HistoryEvent, at: datetime) -> None:
+        self.run.signals += 1
+
+    def workflow_closed(self, ev: HistoryEvent, at: datetime) -> None:
+        t = ev.event_type
+        self.run.status, self.run.closed_at = WORKFLOW_CLOSE[t], at
+        if t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
+            payloads = list(ev.workflow_execution_completed_event_attributes.result.payloads)
+            self.run.result = decode_payload(payloads[0]) if payloads else None
+        elif t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED:
+            self.run.failure = ev.workflow_execution_failed_event_attributes.failure.message
+        if t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+            self.run.next_run_id = ev.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+
+
+#: event type -> the ``_EventReader`` method that reads it (event types not listed carry nothing a checker reads)
+_READERS: dict[Any, Any] = {
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED: _EventReader.workflow_started,
+    EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED: _EventReader.activity_scheduled,
+    EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED: _EventReader.activity_started,
+    **dict.fromkeys(ACTIVITY_CLOSE, _EventReader.activity_closed),
+    EventType.EVENT_TYPE_MARKER_RECORDED: _EventReader.marker,
+    EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED: _EventReader.workflow_task_scheduled,
+    EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED: _EventReader.workflow_task_started,
+    **dict.fromkeys((EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED, EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED,
+                     EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT), _EventReader.workflow_task_closed),
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED: _EventReader.update_accepted,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED: _EventReader.update_completed,
+    EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED: _EventReader.child_initiated,
+    EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_FAILED: _EventReader.child_start_failed,
+    EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED: _EventReader.child_started,
+    **dict.fromkeys(_CHILD_CLOSE, _EventReader.child_closed),
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED: _EventReader.cancel_requested,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED: _EventReader.signaled,
+    **dict.fromkeys(WORKFLOW_CLOSE, _EventReader.workflow_closed),
+}
 
 
 async def fetch_histories(client: Client, workflow_id: str) -> list[tuple[str, WorkflowHistory]]:
