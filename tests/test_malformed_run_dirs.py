@@ -47,7 +47,8 @@ def saved_runs(runs: Path) -> Path:
     from chaos.backends.checkpoint import CheckpointBackend
     from chaos.runner import _target_record, check
     from chaos.scenarios import SCENARIOS
-    from chaos.soak import Outcome, SoakRecord
+    from chaos.runner import Outcome
+    from chaos.soak import SoakRecord
     from harness.operations import OK, History
     from harness.recording import workspace_name
     from harness.rundir import CONVERSATIONS, RunDir
