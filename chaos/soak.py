@@ -24,7 +24,7 @@ from chaos import ci
 from chaos.runner import ERROR, Outcome, run_captured
 from chaos.seeds import format_seeds
 from harness.printable import printable
-from harness.rundir import SCHEMA, RunDir, command_line, ending_status, machine_info, utc_now
+from harness.rundir import SCHEMA, RunDir, command_line, machine_info
 from harness.verdict import FAIL, PASS, UNKNOWN
 from testbed.cli_options import progress
 
@@ -64,10 +64,8 @@ class SoakRecord:
                               ci_files.get("summary") or self.dir.path / ci.SOAK_SUMMARY,
                               ci_files.get("junit") or self.dir.path / ci.SOAK_JUNIT,
                               ci_files.get("shard"), ci_files.get("all_items"))
-        # run.json as RunDir.begin writes it (kind "soak")
-        self.dir.update(schema=SCHEMA, kind="soak", name=label, status="running", started=utc_now(), ended=None,
-                        wall_s=None, seed=seeds[0], seeds=seeds, reproduce=reproduce,
-                        machine=machine_info(temporal_binary_or_none()), **fields)
+        self.dir.begin("soak", label, seed=seeds[0], seeds=seeds, reproduce=reproduce,
+                       machine=machine_info(temporal_binary_or_none()), **fields)
         self.save()
 
     @property
@@ -89,10 +87,16 @@ class SoakRecord:
             "interrupted_seed": self.interrupted_seed,
             "runs": [o.as_row() for o in self.outcomes]})
 
-    def finish(self, status: str, error: str | None = None) -> None:
-        during = f"seed {self.interrupted_seed}" if self.interrupted_seed is not None else None
-        self.dir.finish(status, time.monotonic() - self.started, error, during)
-        self.ci.finish(status)
+    def finish(self, exc: BaseException | None = None) -> None:
+        """The soak ended: ``complete``, or as ``exc`` ends a run (``RunDir.end_with``: stopped, or failed)
+        during ``interrupted_seed``; its CI files say the same."""
+        wall_s = time.monotonic() - self.started
+        if exc is None:
+            self.dir.finish("complete", wall_s)
+        else:
+            self.dir.end_with(exc, wall_s, f"seed {self.interrupted_seed}" if self.interrupted_seed is not None
+                              else None)
+        self.ci.finish(self.dir.run["status"])
         self.save()
 
 
@@ -149,15 +153,14 @@ async def soak(label: str, scenario: Any, backend: Any, seeds: list[int], out_ro
             for line in o.lines():
                 say(f"  seed {seed} {line}")
     except BaseException as exc:
-        status = ending_status(exc)
         record.interrupted_seed = current
-        record.finish(status, f"{type(exc).__name__}: {exc}" if status == "failed" else None)
+        record.finish(exc)
         print()
         print(summary(label, seeds, record.outcomes, time.monotonic() - record.started, record.path, current,
                       record.dir.run["status"]), flush=True)
         print(f"CI files: {record.ci.paths()}", flush=True)
         raise
-    record.finish("complete")
+    record.finish()
     print()
     print(summary(label, seeds, record.outcomes, time.monotonic() - record.started, record.path), flush=True)
     print(f"CI files: {record.ci.paths()}", flush=True)

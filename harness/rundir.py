@@ -79,7 +79,7 @@ EVENT_HISTORIES, LOGS, STATE = "event_histories", "logs", "state"
 LATEST = "latest"
 #: in a failed run's logs/: the harness's traceback of the error that ended it
 RUNNER_ERROR = "runner-error.txt"
-KINDS = ("chaos", "bench", "migration_fuzz")
+KINDS = ("chaos", "bench", "migration_fuzz", "soak")
 STATUSES = ("running", "complete", "interrupted", "terminated", "failed")
 #: the statuses of a run stopped from outside: Ctrl-C (SIGINT) or SIGTERM (``kill PID``, a CI job's timeout)
 STOPPED = ("interrupted", "terminated")

@@ -97,7 +97,7 @@ def saved_runs(runs: Path) -> Path:
     soak = SoakRecord(runs, LABEL, [3], f"python -m chaos soak kill_mid_turn --seeds 3", {},
                       scenario=asdict(scenario), backend=backend.record())
     soak.add(Outcome(LABEL, 3, verdict, run.path, 1.0, reproduce, list(checks), dict(row)))
-    soak.finish("complete")
+    soak.finish()
     return run.path
 
 
