@@ -33,6 +33,9 @@ Guarantees:
   ``stop_on_sigterm`` is installed) or ``failed`` (with ``error``), whatever
   ends the run, and ``stopped_during`` (what it was doing) if it did not
   complete; ``latest`` moves only to a run that completed.
+  A run lives this way through ``RunDir.recording`` (chaos, benchmark and migration-fuzz runs
+  alike); however it ends other than complete, ``RunDir.end_with`` records it, in one place (a failed
+  run's traceback in ``logs/runner-error.txt``).
 * Schema 1 (before this module: ``journal.json``, ``history.jsonl``,
   ``histories/``, checks inside the journal) is still read: ``_V1`` and
   ``read_run``/``read_verdict``'s schema-1 branches are readers of older run
