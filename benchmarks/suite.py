@@ -59,14 +59,12 @@ def reproduce_command(options: Options) -> str:
 async def run(options: Options, say: Callable[[str], None], command: str) -> Path:
     """Run the profile's sections; the run directory (complete, or partial with the reason in its run.json)."""
     run_dir = RunDir.create(options.out / BENCH_FOLDER)
-    started = time.monotonic()
     unavailable = options.unavailable()
     wanted = [s for s in options.sections() if s not in unavailable]
-    record = run_dir.begin(
+    with run_dir.recording(
         "bench", "bench", profile="quick" if options.quick else "default", seed=options.seed, command=command,
         reproduce=reproduce_command(options), planned=wanted, sections=[], section_wall_s={},
         skipped=[s for s in SECTION_NAMES if s not in wanted], skipped_why=unavailable,
-        machine=await asyncio.to_thread(machine_info, temporal_binary_or_none()),
         config={**options.as_dict(), "warmup_turns": options.warmup},
         server_profiles={"tuned": dict(TUNED_DYNAMIC_CONFIG), "stock": {}},
         notes={
@@ -74,42 +72,48 @@ async def run(options: Options, say: Callable[[str], None], command: str) -> Pat
             "throughput": "worker processes reach Temporal and the model through fault proxies (no faults), as in "
                           "chaos runs",
             "recovery": "two worker processes; the one running the tool activity is SIGKILLed and restarted",
-        })
-    say(f"benchmark run {run_dir.path} (profile {record['profile']}): {', '.join(wanted)}")
-    for name, why in unavailable.items():
-        say(f"[{name}] skipped: {why}")
-    if options.external:
-        record["notes"]["table2"] = (f"in-process worker, model server and client on the external cluster "
-                                     f"{options.connection.address} (namespace {options.connection.namespace}); "
-                                     "no proxies")
-    doing = ["setup"]  # run.json's stopped_during if the run is stopped
-    with run_dir.ending_if_it_fails(started, doing=lambda: doing[0]):
-        temporal_table2 = options.durability == "temporal" and "table2" in wanted
-        needs_server = temporal_table2 or bool({"tuning", "overhead", "length", "checkpoint"} & set(wanted) \
-            or ("engines" in wanted and "temporal" in options.engines))
-        if needs_server:
-            say(f"connecting to {options.connection.address} (namespace {options.connection.namespace}) and starting "
-                "in-process workers" if options.external else
-                "starting the embedded Temporal server (tuned profile) and in-process workers")
-        async with sections.local_server(run_dir, options, tuned=True, model=True, temporal=needs_server) as local:
-            bench = Bench(options, run_dir, say, local.stack.model_server, local.stack.ledger,
-                          tuned=local if needs_server else None)
-            # What checkpoint steps run in this process use (a Temporal worker, when one starts, sets the same).
-            configure_worker(ledger=bench.ledger, sandbox_root=bench.sandbox_root, model_base_url=bench.model.url,
-                             identity="bench")
-            await llm.wait_loaded()  # LiteLLM takes seconds to import: not inside any timing
-            for name in wanted:
-                t0 = time.monotonic()
-                doing[0] = f"section {name}"
-                say(f"[{name}]")
-                fn = SECTIONS[name]
-                result = await fn(bench) if inspect.iscoroutinefunction(fn) else await asyncio.to_thread(fn, bench)
-                if name in SECTION_FILES:
-                    run_dir.write_json(SECTION_FILES[name], result)
-                record["sections"].append(name)
-                record["section_wall_s"][name] = round(time.monotonic() - t0, 1)
-                run_dir.write_json("resources.json", bench.sampler.as_dict())
-                run_dir.save()
-                say(f"[{name}] done in {record['section_wall_s'][name]:.1f} s")
-    run_dir.finish("complete", time.monotonic() - started)
+        }) as rec:
+        record = run_dir.run
+        run_dir.update(machine=await asyncio.to_thread(machine_info, temporal_binary_or_none()))
+        say(f"benchmark run {run_dir.path} (profile {record['profile']}): {', '.join(wanted)}")
+        for name, why in unavailable.items():
+            say(f"[{name}] skipped: {why}")
+        if options.external:
+            record["notes"]["table2"] = (f"in-process worker, model server and client on the external cluster "
+                                         f"{options.connection.address} (namespace {options.connection.namespace}); "
+                                         "no proxies")
+        await _sections(options, run_dir, wanted, say, rec)
     return run_dir.path
+
+
+async def _sections(options: Options, run_dir: RunDir, wanted: list[str], say: Callable[[str], None],
+                    rec: Any) -> None:
+    """The sections, in order, on one local server; each one's result saved as soon as it ends."""
+    record = run_dir.run
+    temporal_table2 = options.durability == "temporal" and "table2" in wanted
+    needs_server = temporal_table2 or bool({"tuning", "overhead", "length", "checkpoint"} & set(wanted) \
+        or ("engines" in wanted and "temporal" in options.engines))
+    if needs_server:
+        say(f"connecting to {options.connection.address} (namespace {options.connection.namespace}) and starting "
+            "in-process workers" if options.external else
+            "starting the embedded Temporal server (tuned profile) and in-process workers")
+    async with sections.local_server(run_dir, options, tuned=True, model=True, temporal=needs_server) as local:
+        bench = Bench(options, run_dir, say, local.stack.model_server, local.stack.ledger,
+                      tuned=local if needs_server else None)
+        # What checkpoint steps run in this process use (a Temporal worker, when one starts, sets the same).
+        configure_worker(ledger=bench.ledger, sandbox_root=bench.sandbox_root, model_base_url=bench.model.url,
+                         identity="bench")
+        await llm.wait_loaded()  # LiteLLM takes seconds to import: not inside any timing
+        for name in wanted:
+            t0 = time.monotonic()
+            rec.doing = f"section {name}"  # run.json's stopped_during if the run is stopped
+            say(f"[{name}]")
+            fn = SECTIONS[name]
+            result = await fn(bench) if inspect.iscoroutinefunction(fn) else await asyncio.to_thread(fn, bench)
+            if name in SECTION_FILES:
+                run_dir.write_json(SECTION_FILES[name], result)
+            record["sections"].append(name)
+            record["section_wall_s"][name] = round(time.monotonic() - t0, 1)
+            run_dir.write_json("resources.json", bench.sampler.as_dict())
+            run_dir.save()
+            say(f"[{name}] done in {record['section_wall_s'][name]:.1f} s")

@@ -6,8 +6,9 @@
 * ``CiRecord``: what a suite or a soak writes for CI while it runs: the summary JSON and the JUnit XML,
   rewritten after every run, so a job stopped by its timeout (SIGTERM) still leaves both, saying which runs
   did not finish and which never started.
-* ``merge(dirs)``: ``python -m chaos summary DIR [DIR ...]``: the summaries and run directories gathered from
-  several CI jobs (their artefacts) as one summary, with every planned run that is missing or incomplete named.
+* ``merge(dirs)``: ``python -m chaos summary DIR [DIR ...]`` (``summary_command``): the summaries and run
+  directories gathered from several CI jobs (their artefacts) as one summary, with every planned run that is
+  missing or incomplete named.
 
 The summary JSON (``kind`` ``chaos-summary``; RUN_DIRECTORY.md) has one row per planned run: ``scenario``,
 ``seed``, ``verdict`` (pass, fail, unknown, error), ``status`` (complete, failed, interrupted, terminated,
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
@@ -31,6 +33,7 @@ from typing import Any
 
 from harness.durable_files import write_atomic
 from harness.printable import printable
+from harness.printable import table as format_table
 from harness.run_files import RefusedPath
 from harness.rundir import (LATEST, RUN_JSON, SCHEMA, STOPPED, RunDir, RunDirError, describe, expect, expect_fields,
                             read_json, utc_now, write_json)
@@ -85,7 +88,7 @@ def planned_row(scenario: str, seed: int, status: str = NOT_RUN, reproduce: str 
 
 
 def outcome_row(o: Any) -> dict[str, Any]:
-    """A row from a suite's or soak's ``Outcome`` (``chaos.soak``): a run that ended, one way or another."""
+    """A row from a suite's or soak's ``Outcome`` (``chaos.runner``): a run that ended, one way or another."""
     return {"scenario": o.label, "seed": o.seed, "verdict": o.verdict,
             "status": "failed" if o.verdict == ERROR else "complete",
             "checkers": {c.name: c.verdict for c in o.checks},
@@ -437,12 +440,54 @@ def _summary_doc(path: Path) -> dict[str, Any]:
     return doc
 
 
+#: the merged verdict table's columns (``harness.printable.table``)
+MERGED_COLUMNS = [("scenario", 34), ("seed", 5, ">"), ("verdict", 8), ("status", 11), ("wall_s", 7, ">"),
+                  ("run dir", 0)]
+
+
 def table(rows: list[dict[str, Any]]) -> str:
-    """The merged verdict table: one line per run, its cells ``printable``."""
-    header = f"{'scenario':<34} {'seed':>5} {'verdict':<8} {'status':<11} {'wall_s':>7}  run dir"
-    lines = [header, "-" * len(header)]
-    for r in rows:
-        wall = f"{r['wall_s']:.0f}" if isinstance(r.get("wall_s"), (int, float)) else "-"
-        lines.append(f"{printable(r['scenario']):<34} {r['seed']:>5} {printable(r['verdict']):<8} "
-                     f"{printable(r['status']):<11} {wall:>7}  {printable(r.get('run_dir') or '-')}")
-    return "\n".join(lines)
+    """The merged verdict table: one line per run."""
+    return format_table(MERGED_COLUMNS, ([r["scenario"], r["seed"], r["verdict"], r["status"],
+                                          f"{r['wall_s']:.0f}" if isinstance(r.get("wall_s"), (int, float)) else "-",
+                                          r.get("run_dir") or "-"] for r in rows))
+
+
+def summary_command(dirs: list[Path], summary_path: Path, junit_path: Path) -> int:
+    """``python -m chaos summary DIR ...``: merge CI jobs' runs, print the table and what did not pass, write the
+    merged summary JSON and JUnit XML; 0 only if every planned run passed, 2 if nothing could be read. Verdicts
+    are read as the run directories wrote them, not authenticated: re-check with ``chaos check`` where untrusted."""
+    missing = [str(d) for d in dirs if not d.is_dir()]
+    if missing:
+        print(f"python -m chaos summary: not a directory: {', '.join(missing)}; give run roots (runs/), artefact "
+              "folders or run directories", file=sys.stderr)
+        return 2
+    merged = merge(dirs)
+    if not merged.rows:
+        for problem in merged.unreadable or [f"no chaos runs or suite/soak summaries under "
+                                             f"{', '.join(map(str, dirs))}"]:
+            print(f"python -m chaos summary: {problem}", file=sys.stderr)
+        return 2
+    rows = merged.rows
+    print(table(rows))
+    t = totals(rows)
+    print(f"\n{len(rows)} run(s) from {len(merged.sources)} source(s): "
+          + ", ".join(f"{n} {v}" for v, n in t.items()))
+    bad = [r for r in rows if not passed(r) and not skipped(r)]
+    for r in bad:
+        print(printable(f"  {r['scenario']} seed {r['seed']}: {reason(r)}"
+                        + (f"; reproduce with: {r['reproduce']}" if r.get("reproduce") else "")))
+    unfinished = [r for r in rows if incomplete(r)]
+    if unfinished:
+        print(printable(f"incomplete: {len(unfinished)} run(s) did not finish: "
+                        + ", ".join(f"{r['scenario']} seed {r['seed']} ({r['status']})" for r in unfinished)))
+    for note in merged.notes:
+        print(printable(f"note: {note}"))
+    for problem in merged.unreadable:  # each counted above as not passed: never a pass
+        print(printable(f"python -m chaos summary: {problem}"), file=sys.stderr)
+    write_outputs(rows, summary_path, junit_path, command="summary", status="complete", wall_s=sum(
+        float(r.get("wall_s") or 0) for r in rows), suite_name="chaos (merged)", extra={"sources": merged.sources,
+                                                                                     "notes": merged.notes})
+    print(f"CI files: {summary_path}, {junit_path}")
+    if all(r["status"] == UNREADABLE for r in rows):
+        return 2  # nothing readable at all
+    return 0 if not bad and not merged.unreadable and any(passed(r) for r in rows) else 1

@@ -17,52 +17,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
-import json
 import logging
-import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from chaos.checker import ENGINE_CHECKERS, FAULT_CHECKERS
+from chaos import ci, saved, soak, suite
 from chaos.client import DEFAULT_TIMEOUTS, TIMEOUTS
-from chaos.scenarios import SCENARIOS, SUITE
+from chaos.scenarios import SCENARIOS
 from chaos.soak import DEFAULT_SEEDS
+from chaos.suite import SUITE_BACKENDS, TWIN_SUFFIXES, checkpoint_twins, twins
 from harness.printable import printable
-from harness.rundir import command_line, stop_on_sigterm
+from harness.rundir import stop_on_sigterm
 from testbed.cli_options import add_durability, add_out
-from testbed.cli_options import progress as _progress
 from testbed.model_server import add_model_latency
-
-COLUMNS = [("scenario", 28), ("faults", 7), ("ok", 4), ("fail", 5), ("info", 5), ("lost", 5), ("dup_effects", 12),
-           ("recovery_s", 11), ("model_rec_s", 12), ("tool_rec_s", 11),
-           ("wft_rec_s", 10), ("checked", 8), ("verdict", 8)]
-#: a scenario under a timeouts profile other than the default is SCENARIO~PROFILE (e.g. kill_idle~defaults)
-TIMEOUTS_SEPARATOR = "~"
-#: a scenario's twin on the checkpoint backend is SCENARIO@checkpoint
-CHECKPOINT_SUFFIX = "@checkpoint"
-#: the backends other than Temporal, by their twins' suffix (SCENARIO@dbos runs SCENARIO on DBOS)
-TWIN_SUFFIXES = {CHECKPOINT_SUFFIX: "checkpoint", "@dbos": "dbos", "@dbos-postgres": "dbos-postgres",
-                 "@restate": "restate"}
-
-
-def table(rows: list[dict[str, Any]], with_seed: bool = False) -> str:
-    """The verdict table, its cells ``printable``; ``with_seed``: a seed column (a suite over several seeds)."""
-    columns = [COLUMNS[0], ("seed", 5), *COLUMNS[1:]] if with_seed else COLUMNS
-    header = " ".join(f"{name:<{w}}" for name, w in columns)
-    lines = [header, "-" * len(header)]
-    for r in rows:
-        lines.append(" ".join(f"{'-' if r.get(name) is None else printable(r.get(name)):<{w}}" for name, w in columns))
-    return "\n".join(lines)
-
-
-#: what "the Temporal server" and "the workers' link to Temporal" of a scenario are on another engine
-STAND_INS = {"dbos-postgres": ": the server is PostgreSQL, the link the workers' to it",
-             "restate": ": the server is restate-server, the link the server's to the endpoint"}
-#: what ``python -m chaos suite`` runs by default: every scenario on Temporal, and the checkpoint backend's twins
-SUITE_BACKENDS = ("temporal", "checkpoint")
 
 
 def _backends(text: str) -> tuple[str, ...]:
@@ -73,310 +41,6 @@ def _backends(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(f"unknown backend(s) {', '.join(bad) or '(none given)'}; backends are "
                                          f"{', '.join(known)}")
     return names
-
-
-def _checkpoint_twins() -> list[str]:
-    return _twins("checkpoint")
-
-
-def _twins(durability: str) -> list[str]:
-    """The scenarios with a twin on ``durability``'s backend."""
-    from chaos.backends import make_backend
-
-    return list(make_backend(durability).scenarios or ())
-
-
-def _split_twin(label: str) -> tuple[str, str]:
-    """(the scenario, its durability) of a label: ``kill_mid_turn@dbos`` -> (kill_mid_turn, dbos)."""
-    for suffix, durability in TWIN_SUFFIXES.items():
-        if label.endswith(suffix):
-            return label.removesuffix(suffix), durability
-    return label, "temporal"
-
-
-async def _run_many(items: list[tuple[str, Any, Any, int]], out: Path, parallel: int = 1, ui: bool = False,
-                    record: Any = None) -> int:
-    """``items``: (label, scenario, backend, seed); the table at the end; 1 if any did not pass. ``record``: a
-    ``chaos.ci.CiRecord`` told of each run as it starts and ends (the suite's summary JSON and JUnit XML).
-
-    A scenario whose run raises (a worker dying at setup, a port clash, a harness bug) is recorded ``failed`` in
-    its own run directory and shows as ``error`` in its row; the others go on. Ctrl-C (SIGTERM) stops them all;
-    the record then says which runs were stopped and which never started."""
-    from chaos import ci
-    from chaos.soak import PASS, format_seeds, run_captured
-    from harness.rundir import stopped_status
-
-    start = time.monotonic()
-    say = _progress(start)
-    results: dict[tuple[str, int], Any] = {}
-    slots = asyncio.Semaphore(max(1, parallel))
-
-    skipped = {(label, seed): why for label, scenario, backend, seed in items
-               if (why := backend.skip_reason(scenario))}
-
-    async def one(i: int, label: str, scenario: Any, backend: Any, seed: int) -> None:
-        if (label, seed) in skipped:
-            say(f"scenario {i}/{len(items)}: {label}: SKIPPED: {skipped[(label, seed)]}")
-            if record is not None:
-                record.skipped(label, seed, skipped[(label, seed)])
-            return
-        async with slots:
-            say(f"scenario {i}/{len(items)}: {label} (seed {seed})")
-            started = (lambda p: record.running(label, seed, p)) if record is not None else (lambda p: None)
-            result = await run_captured(label, scenario, backend, seed=seed, out_root=out, progress=say, ui=ui,
-                                        on_run_dir=started)
-            results[(label, seed)] = result
-            if record is not None:
-                record.ended(result)
-            if result.error:
-                say(f"{label}: ERROR after {result.wall_s:.0f}s -> {result.run_dir}")
-                for line in result.lines():
-                    say(f"  {label} {line}")
-                say(f"  {label} reproduce with: {result.reproduce}")
-                return
-            say(f"{label}: {result.verdict.upper()} in {result.wall_s:.0f}s -> {result.run_dir}")
-            for c in result.checks:
-                if c.verdict != "pass" and not (c.verdict == "not_applicable" and
-                                                (c.name in FAULT_CHECKERS or c.name in ENGINE_CHECKERS)):
-                    say(f"  {label} {c.name}: {c.verdict}: {c.summary}")
-
-    try:
-        await asyncio.gather(*(one(i, *item) for i, item in enumerate(items, 1)))
-    except BaseException as exc:
-        if record is not None:
-            stopped = isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError))
-            record.finish(stopped_status() if stopped else "failed")
-        raise
-    if record is not None:
-        record.finish("complete")
-    keys = [(label, seed) for label, _, _, seed in items]
-    seeds = list(dict.fromkeys(seed for _, seed in keys))
-    failed = [results[k] for k in keys if k in results and results[k].verdict != PASS]
-    print()
-    print(table([{**results[k].row, "seed": k[1]} if k in results else {"scenario": k[0], "seed": k[1],
-                                                                        "verdict": ci.SKIPPED} for k in keys],
-                with_seed=len(seeds) > 1))
-    print(f"\n{len(keys)} scenario(s) in {time.monotonic() - start:.0f}s (seed{'s' if len(seeds) > 1 else ''} "
-          f"{format_seeds(seeds)}); {len(results) - len(failed)} passed, {len(failed)} not passed"
-          + (f", {len(skipped)} skipped (not run, not passed)" if skipped else ""))
-    for result in failed:
-        why = f"error: {result.error_line}" if result.error else result.verdict
-        print(printable(f"  {result.label}{f' (seed {result.seed})' if len(seeds) > 1 else ''}: {why}; reproduce "
-                        f"with: {result.reproduce}; artefacts in {result.run_dir}"))
-    for (label, seed), why in skipped.items():
-        print(f"  {label}{f' (seed {seed})' if len(seeds) > 1 else ''}: skipped: {why}")
-    if record is not None:
-        print(f"CI files: {record.paths()}")
-    if not results:
-        print("nothing ran: every scenario asked for was skipped", file=sys.stderr)
-    return 1 if failed or not results else 0
-
-
-async def _suite(args: argparse.Namespace, target: Any, connection: Any = None) -> int:
-    """The suite, or the shard of it ``--shard K/N`` names, with its summary JSON and JUnit XML."""
-    from chaos import ci
-    from chaos.soak import format_seeds
-
-    everything = [(label, scenario, backend, seed) for seed in args.seeds
-                  for label, scenario, backend in _jobs(args, target, connection)]
-    mine = ci.shard(everything, *args.shard) if args.shard else everything
-    spec = f"{args.shard[0]}/{args.shard[1]}" if args.shard else None
-    name = f"chaos suite (seeds {format_seeds(args.seeds)}{f', shard {spec}' if spec else ''})"
-    record = ci.CiRecord("suite", name, [(label, seed) for label, _, _, seed in mine],
-                         args.summary or args.out / ci.SUITE_SUMMARY, args.junit or args.out / ci.SUITE_JUNIT,
-                         spec, [(label, seed) for label, _, _, seed in everything])
-    if spec:
-        print(f"shard {spec}: {len(mine)} of the suite's {len(everything)} run(s)", file=sys.stderr, flush=True)
-    record.save()
-    if not mine:
-        print(f"shard {spec}: no runs fall to this shard (more shards than runs); nothing to do", file=sys.stderr)
-        record.finish("complete")
-        return 0
-    return await _run_many(mine, args.out, args.parallel, record=record)
-
-
-async def _soak(args: argparse.Namespace, target: Any, connection: Any = None) -> int:
-    from chaos import ci
-    from chaos.soak import format_seeds, soak
-
-    [(label, scenario, backend)] = _jobs(args, target, connection)
-    if why := backend.skip_reason(scenario):
-        raise ValueError(f"{label}: skipped: {why}")
-    seeds = ci.shard(args.seeds, *args.shard) if args.shard else args.seeds
-    spec = f"{args.shard[0]}/{args.shard[1]}" if args.shard else None
-    if not seeds:
-        print(f"python -m chaos soak: shard {spec}: none of seeds {format_seeds(args.seeds)} fall to this shard "
-              "(more shards than seeds); nothing to do", file=sys.stderr)
-        return 0
-    if spec:
-        print(f"shard {spec}: seeds {format_seeds(seeds)} of {format_seeds(args.seeds)}", file=sys.stderr, flush=True)
-    reproduce = command_line("python -m chaos soak", {"--seeds": format_seeds(seeds), **backend.reproduce(),
-                                                      "--model-latency": args.model_latency},
-                             [label])
-    return await soak(label, scenario, backend, seeds, args.out, reproduce=reproduce,
-                      say=_progress(time.monotonic()), verbose=args.verbose,
-                      ci_files={"summary": args.summary, "junit": args.junit, "shard": spec,
-                                "all_items": [(label, s) for s in args.seeds]})
-
-
-def _jobs(args: argparse.Namespace, target: Any, connection: Any = None) -> list[tuple[str, Any, Any]]:
-    """(label, scenario, backend) for every scenario asked for, on ``connection``'s cluster (None: the embedded
-    server); raises ValueError naming an unknown one."""
-    from chaos.backends import make_backend
-
-    durability = getattr(args, "durability", "temporal")
-    suffixes = {d: sfx for sfx, d in TWIN_SUFFIXES.items()}  # backend -> its twins' suffix
-    suffix = suffixes.get(durability)
-    if args.command == "soak" and args.scenarios == ["all"]:
-        raise ValueError("soak runs one scenario; name it (python -m chaos list)")
-    if args.command == "suite":
-        names = [n for b in getattr(args, "backends", SUITE_BACKENDS)
-                 for n in (SUITE if b == "temporal" else [t + suffixes[b] for t in _twins(b)])]
-    elif args.scenarios == ["all"]:
-        names = [n + suffix for n in _twins(durability)] if suffix else list(SUITE)
-    else:
-        names = [n + suffix if suffix and _split_twin(n)[1] == "temporal" else n for n in args.scenarios]
-    known = [*SCENARIOS, *(n + sfx for sfx, d in TWIN_SUFFIXES.items() for n in _twins(d))]
-    pinned = {}  # NAME~PROFILE (as a run under another profile names itself): that profile only
-    for i, n in enumerate(names):
-        base, sep, profile = n.partition(TIMEOUTS_SEPARATOR)
-        if sep:
-            if profile not in TIMEOUTS:
-                raise ValueError(f"{n}: unknown timeouts profile {profile!r}; profiles are {', '.join(TIMEOUTS)}")
-            names[i] = base
-            pinned[base] = [profile]
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise ValueError(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(known)}")
-    jobs = []
-    profiles = getattr(args, "timeouts", [DEFAULT_TIMEOUTS])
-    latency = getattr(args, "model_latency", None)
-    for label in names:
-        base, twin_of = _split_twin(label)
-        checkpoint_twin = twin_of != "temporal"  # no Temporal: its timeouts profiles do not apply
-        backend = make_backend(twin_of,
-                               getattr(args, "placement", "process"), getattr(args, "image", None), target,
-                               getattr(args, "target", None), connection)
-        scenario = SCENARIOS[base]
-        if latency:  # the scenario's own model latency otherwise; run.json records the one used
-            scenario = dataclasses.replace(scenario, cluster=dataclasses.replace(scenario.cluster,
-                                                                                 model_latency=latency))
-        for profile in ([DEFAULT_TIMEOUTS] if checkpoint_twin else pinned.get(label, profiles)):  # Temporal only
-            if profile == DEFAULT_TIMEOUTS:
-                jobs.append((label, scenario, backend))
-                continue
-            name = f"{base}{TIMEOUTS_SEPARATOR}{profile}"  # its own runs/<name>/, its own row
-            jobs.append((name, dataclasses.replace(scenario, name=name, timeouts=profile), backend))
-    return jobs
-
-
-def _rerun(run_dir: Path, connection: Any = None, target_path: Path | None = None,
-           image: str | None = None) -> tuple[Any, Any, int]:
-    """(scenario, backend, seed) as a saved run recorded them, on ``connection``'s cluster (None: the embedded
-    server; the saved run's cluster is not reused: its address may not be this machine's to reach).
-
-    The scenario is data (validated); nothing the run names is run unless the user controls it: the target file
-    is ``target_path``, or the one run.json names if the user controls it (``chaos.target.load_recorded_target``);
-    a Docker worker image is ``image``, or for the reference agent the harness's own (None here: built from this
-    checkout); a reference run's workflow must be the reference's or a planted one. ValueError: one line saying
-    what to pass."""
-    from chaos.backends import make_backend
-    from chaos.scenarios import scenario_from_dict
-    from chaos.target import load_recorded_target, load_target, reference_workflows
-    from harness.rundir import RUN_JSON, RunDir, RunDirError
-
-    record = RunDir(run_dir).read_run()
-    if record.get("kind") != "chaos" or "scenario" not in record:
-        raise ValueError(f"{run_dir} is not a chaos run directory (no scenario in its run.json)")
-    backend = record.get("backend") if isinstance(record.get("backend"), dict) else {}
-    again = command_line("python -m chaos rerun", {"--target": "PATH/TO/chaos-target.toml"}, [str(run_dir)])
-    recorded_file = backend.get("target_file")
-    if target_path is not None:
-        target = load_target(target_path)
-    elif recorded_file:
-        try:
-            target = load_recorded_target(str(recorded_file), f"{run_dir}: the target file its run.json names")
-        except ValueError as exc:
-            raise ValueError(f"{exc}; pass the target file you trust: {again}") from None
-        target_path = Path(os.path.realpath(str(recorded_file)))
-    else:
-        target = None
-    workers = backend.get("workers") or "process"
-    if workers == "docker" and image is None and (backend.get("image") or target is not None):
-        if target is not None:
-            raise ValueError(f"{run_dir} ran your agent in Docker image {backend.get('image')!r}; a run directory's "
-                             f"image is never run: pass the image you trust with --image NAME ({again} --image NAME)")
-        print(f"note: {run_dir} names the image {backend.get('image')!r}; a run directory's image is never run: "
-              "using dah-worker built from this checkout (--image NAME for another)", file=sys.stderr)
-    try:
-        scenario = scenario_from_dict(record["scenario"])
-    except (TypeError, KeyError, AttributeError, ValueError) as exc:
-        raise RunDirError(Path(run_dir) / RUN_JSON, "a scenario as python -m chaos run records it",
-                          f"{type(exc).__name__}: {exc}"[:120], "scenario") from None
-    workflow = scenario.cluster.workflow
-    if target is None and workflow is not None and (not isinstance(workflow, str)
-                                                      or workflow not in reference_workflows()):
-        raise ValueError(f"{run_dir}: its scenario's cluster.workflow {str(workflow)[:200]!r} is not the reference "
-                         "agent's nor a planted one (chaos.mutants); a run directory's code is never run")
-    durability = backend.get("name") if backend.get("name") in TWIN_SUFFIXES.values() else "temporal"
-    return (scenario, make_backend(durability, workers, image, target, target_path, connection),
-            int(record.get("seed", 1)))
-
-
-def _unfinished(run: Any) -> str | None:
-    """What ``chaos check`` says first of a run that did not complete (None: it completed)."""
-    record = run.read_run()
-    status = record.get("status")
-    if status in (None, "complete"):
-        return None
-    if status == "running":
-        return (f"{run.path} says running: it is still running, or was killed outright (SIGKILL, a lost machine) "
-                "and never recorded an end")
-    during = record.get("stopped_during")
-    error = record.get("error")
-    return f"{run.path} was {status}" + (f" during {during}" if during else "") + (f" ({error})" if error else "")
-
-
-def _summary(args: argparse.Namespace) -> int:
-    """``python -m chaos summary DIR ...``: merge CI jobs' runs; 0 only if every planned run passed. Verdicts are
-    read as the run directories wrote them, not authenticated: re-check with ``chaos check`` where untrusted."""
-    from chaos import ci
-
-    missing = [str(d) for d in args.dirs if not d.is_dir()]
-    if missing:
-        print(f"python -m chaos summary: not a directory: {', '.join(missing)}; give run roots (runs/), artefact "
-              "folders or run directories", file=sys.stderr)
-        return 2
-    merged = ci.merge(args.dirs)
-    if not merged.rows:
-        for problem in merged.unreadable or [f"no chaos runs or suite/soak summaries under "
-                                             f"{', '.join(map(str, args.dirs))}"]:
-            print(f"python -m chaos summary: {problem}", file=sys.stderr)
-        return 2
-    rows = merged.rows
-    print(ci.table(rows))
-    t = ci.totals(rows)
-    print(f"\n{len(rows)} run(s) from {len(merged.sources)} source(s): "
-          + ", ".join(f"{n} {v}" for v, n in t.items()))
-    bad = [r for r in rows if not ci.passed(r) and not ci.skipped(r)]
-    for r in bad:
-        print(printable(f"  {r['scenario']} seed {r['seed']}: {ci.reason(r)}"
-                        + (f"; reproduce with: {r['reproduce']}" if r.get("reproduce") else "")))
-    unfinished = [r for r in rows if ci.incomplete(r)]
-    if unfinished:
-        print(printable(f"incomplete: {len(unfinished)} run(s) did not finish: "
-                        + ", ".join(f"{r['scenario']} seed {r['seed']} ({r['status']})" for r in unfinished)))
-    for note in merged.notes:
-        print(printable(f"note: {note}"))
-    for problem in merged.unreadable:  # each counted above as not passed: never a pass
-        print(printable(f"python -m chaos summary: {problem}"), file=sys.stderr)
-    ci.write_outputs(rows, args.summary, args.junit, command="summary", status="complete", wall_s=sum(
-        float(r.get("wall_s") or 0) for r in rows), suite_name="chaos (merged)", extra={"sources": merged.sources,
-                                                                                     "notes": merged.notes})
-    print(f"CI files: {args.summary}, {args.junit}")
-    if all(r["status"] == ci.UNREADABLE for r in rows):
-        return 2  # nothing readable at all
-    return 0 if not bad and not merged.unreadable and any(ci.passed(r) for r in rows) else 1
 
 
 def _connection(args: argparse.Namespace) -> Any:
@@ -434,7 +98,7 @@ def _shard(text: str) -> tuple[int, int]:
 
 
 def _seeds(text: str) -> list[int]:
-    from chaos.soak import parse_seeds
+    from chaos.seeds import parse_seeds
 
     try:
         return parse_seeds(text)
@@ -492,11 +156,11 @@ def build_parser() -> argparse.ArgumentParser:
                             + f" (default {DEFAULT_TIMEOUTS}). Two, comma-separated, run every scenario under each, "
                               "side by side in one table (e.g. fast,defaults)")
         add_durability(p, help="the agent's durability backend: temporal (default), checkpoint (the "
-                               "step-checkpointed SQLite substrate; scenarios " + ", ".join(_checkpoint_twins()) + "), "
-                               "dbos (DBOS Transact on SQLite; " + ", ".join(_twins("dbos")) + "), dbos-postgres "
-                               "(on PostgreSQL; also " + ", ".join(sorted(set(_twins("dbos-postgres")) -
-                                                                          set(_twins("dbos")))) + ") or restate "
-                               "(a Restate server; " + ", ".join(_twins("restate")) + ")")
+                               "step-checkpointed SQLite substrate; scenarios " + ", ".join(checkpoint_twins()) + "), "
+                               "dbos (DBOS Transact on SQLite; " + ", ".join(twins("dbos")) + "), dbos-postgres "
+                               "(on PostgreSQL; also " + ", ".join(sorted(set(twins("dbos-postgres")) -
+                                                                          set(twins("dbos")))) + ") or restate "
+                               "(a Restate server; " + ", ".join(twins("restate")) + ")")
         add_model_latency(p, default=None, default_text="each scenario's own: fixed:100, or fixed:500 where a kill "
                                                         "must land mid-call")
 
@@ -593,101 +257,43 @@ def _main(argv: list[str]) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     prog = f"python -m chaos {args.command}"
     if args.command == "list":
-        for s in SCENARIOS.values():
-            print(f"{s.name:<30} {s.description}")
-        for suffix, durability in TWIN_SUFFIXES.items():
-            for name in _twins(durability):
-                where = STAND_INS.get(durability, "") if name.startswith(("server_", "partition_temporal")) else ""
-                print(f"{name + suffix:<30} {SCENARIOS[name].description} (on {durability}{where})")
+        print("\n".join(suite.scenario_list()))
         return 0
     if args.command == "summary":
-        return _summary(args)
+        return ci.summary_command(args.dirs, args.summary, args.junit)
     if args.command == "check":
-        from chaos.runner import check
-
-        run_dir = args.run_dir.resolve()
-        from harness.rundir import RunDir
-
-        if not RunDir(run_dir).operations.exists():
-            print(f"{prog}: {args.run_dir} has no operations.jsonl (nor a history.jsonl); give a run directory "
-                  "such as runs/<scenario>/latest", file=sys.stderr)
-            return 2
-        unfinished = _unfinished(RunDir(run_dir))
-        if unfinished and not RunDir(run_dir).conversations.exists():
-            # Stopped before its final read: the checkers would only report the files it never wrote.
-            if args.json:
-                print(json.dumps({"verdict": "unknown", "status": RunDir(run_dir).read_run().get("status"),
-                                  "note": unfinished, "checks": []}))
-            else:
-                print(f"{printable(unfinished)}; it stopped before its final read (no conversations.json), so "
-                      f"there is nothing to check\n\nverdict: unknown")
-            return 1
-        if unfinished:
-            print(f"note: {printable(unfinished)}; checking what it recorded", file=sys.stderr)
-        given = None
-        if args.target:
-            from chaos.target import load_target
-
-            try:
-                given = load_target(args.target)
-            except ValueError as exc:
-                print(f"{prog}: {exc}", file=sys.stderr)
-                return 2
-        verdict, checks, _ = check(run_dir, given)
-        if args.json:
-            print(json.dumps({"verdict": verdict, "checks": [c.as_dict() for c in checks]}, default=str))
-        else:
-            for c in checks:
-                print(f"{printable(c.name):<20} {printable(c.verdict):<15} {printable(c.summary)}")
-            print(f"\nverdict: {verdict}")
-        return 0 if verdict == "pass" else 1
+        return saved.check_command(args.run_dir, args.target, args.json)
     try:
         connection = _connection(args)
         if args.command == "rerun":
-            scenario, backend, seed = _rerun(args.run_dir, connection, args.target, args.image)
+            scenario, backend, seed = saved.rerun_job(args.run_dir, connection, args.target, args.image)
             if getattr(backend, "workers", "process") == "docker":
                 docker = argparse.Namespace(placement="docker", image=backend.image, target=None)
-                problem = _check_engine(docker)
-                if problem:
+                if problem := _check_engine(docker):
                     print(f"{prog}: {problem}", file=sys.stderr)
                     return 2
                 backend.image = docker.image  # the one built here, if none was given
-            return asyncio.run(_run_many([(scenario.name + backend.suffix, scenario, backend, seed)], args.out))
+            return asyncio.run(suite.run_many([(scenario.name + backend.suffix, scenario, backend, seed)], args.out))
         if getattr(args, "parallel", 1) < 1:
             print(f"{prog}: --parallel {args.parallel}: must be 1 or more", file=sys.stderr)
             return 2
-        target = None
-        if args.target:
-            from chaos.target import check_driver, load_target
-
-            target = load_target(args.target)
-            check_driver(target)  # a driver written for another driver API version fails here, before any run
-            if target.address and getattr(args, "parallel", 1) > 1:
-                if any(a == "--parallel" or a.startswith("--parallel=") for a in argv):
-                    raise ValueError(f"--parallel {args.parallel}: the target {args.target} hard-codes the address "
-                                     f"{target.address} (the fault proxy must listen there), so it runs one "
-                                     "scenario at a time: use --parallel 1")
-                print(f"{prog}: {args.target} hard-codes the address {target.address}: one scenario at a time",
-                      file=sys.stderr)
-                args.parallel = 1
-        problem = _check_engine(args)
-        if problem:
+        explicit_parallel = any(a == "--parallel" or a.startswith("--parallel=") for a in argv)
+        target = suite.load_target_for(args, explicit_parallel)
+        if problem := _check_engine(args):
             print(f"{prog}: {problem}", file=sys.stderr)
             return 2
         if args.command == "soak":
-            return asyncio.run(_soak(args, target, connection))
+            return asyncio.run(soak.run_soak(args, target, connection))
         if args.command == "suite":
             args.seeds = args.seeds or [args.seed]
-            return asyncio.run(_suite(args, target, connection))
-        jobs = [(*job, args.seed) for job in _jobs(args, target, connection)]
-        return asyncio.run(_run_many(jobs, args.out, args.parallel, getattr(args, "ui", False)))
+            return asyncio.run(suite.suite(args, target, connection))
+        jobs = [(*job, args.seed) for job in suite.jobs(args, target, connection)]
+        return asyncio.run(suite.run_many(jobs, args.out, args.parallel, getattr(args, "ui", False)))
     except ValueError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         from harness.rundir import stopped_exit_code, stopped_status
-
-        from chaos import ci
 
         status = stopped_status()
         print(f"\n{status}; the cluster was stopped; partial runs are in {args.out} (status {status})"

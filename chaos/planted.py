@@ -20,7 +20,7 @@ from pathlib import Path
 from chaos.client import Workload
 from chaos.generator import NemesisEvent
 from chaos.scenarios import SCENARIOS, ChaosScenario, ClusterSpec
-from harness.printable import printable
+from harness.printable import table as format_table
 from harness.verdict import FAIL, PASS, UNKNOWN
 from testbed.cli_options import add_out, progress
 
@@ -111,7 +111,7 @@ def caught(bug: PlantedBug, verdict: str, checks: dict[str, str]) -> bool:
 
 async def run_catalogue(bugs: list[PlantedBug], out: Path, target: Path) -> list[dict]:
     from chaos.backends import make_backend
-    from chaos.soak import run_captured
+    from chaos.runner import run_captured
     from chaos.target import load_target
 
     rows = []
@@ -136,12 +136,10 @@ async def run_catalogue(bugs: list[PlantedBug], out: Path, target: Path) -> list
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| bug | agent | scenario | verdict | checker | evidence |", "| --- | --- | --- | --- | --- | --- |"]
-    for r in rows:
-        evidence = printable(r["evidence"]).replace("|", "/")
-        lines.append(f"| {r['bug']}{'' if r['caught'] else ' (NOT CAUGHT)'} | {r['agent']} | {r['scenario']} | "
-                     f"{r['verdict']} | {r['checker']} | {evidence} |")
-    return "\n".join(lines)
+    """The catalogue's results as a Markdown table (``harness.printable.table``), to paste into a report."""
+    return format_table([(c, 0) for c in ("bug", "agent", "scenario", "verdict", "checker", "evidence")],
+                        ([f"{r['bug']}{'' if r['caught'] else ' (NOT CAUGHT)'}", r["agent"], r["scenario"],
+                          r["verdict"], r["checker"], r["evidence"]] for r in rows), markdown=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,26 +1,35 @@
-"""One chaos run, start to verdict, on any backend (``chaos.backends``): the only run loop.
+"""One chaos run, start to verdict, on any backend (``chaos.backends``): the one run lifecycle.
 
-    setup -> warm-up -> faults -> heal -> settle -> final read -> stop -> checkers
+    run directory -> run.json -> cluster -> setup -> warm-up -> faults -> heal -> settle -> final read -> save
+    -> stop -> checkers -> complete
 
-The run directory (``harness.rundir``) is written as the run goes: ``run.json``
-first (status ``running``, the scenario, seed, schedule, backend, target,
-machine, the command that reproduces it), ``operations.jsonl`` as each
-operation happens, then ``conversations.json``, ``event_histories/``,
-``logs/`` and ``state/``; at the end ``run.json`` says ``complete`` (or
-``interrupted`` / ``terminated`` / ``failed``, with ``stopped_during`` the
-phase) with per-phase times, and the checkers write ``verdict.json``. ``check`` does the last step alone, offline, on any run
-directory: it reads only saved files and names no backend.
+Every chaos run goes through ``run``: ``python -m chaos run``, the suite (``chaos.suite``), the soak
+(``chaos.soak``), the planted-bug catalogue (``chaos.planted``) and the benchmarks' false-timeout measurement.
+``run_captured`` is the same run as a suite or a soak counts it: an ``Outcome``, an error being one.
+
+The run directory (``harness.rundir``) is written as the run goes: ``run.json`` first (status ``running``, the
+scenario, seed, schedule, backend, target, machine, the command that reproduces it), ``operations.jsonl`` as
+each operation happens, then ``conversations.json``, ``event_histories/``, ``logs/`` and ``state/``; at the end
+``run.json`` says ``complete`` (or ``interrupted`` / ``terminated`` / ``failed``, with ``stopped_during`` the
+phase) with per-phase times, and the checkers write ``verdict.json``. However a run ends, one function records
+it: ``RunDir.end_with`` (through ``RunDir.recording``, the lifecycle chaos, benchmark and migration-fuzz runs
+share). ``check`` does the last step alone, offline, on any run directory: it reads only saved files and names
+no backend.
+
+The cluster: by default each run starts its own and stops it (``testbed.stack.stack``). A caller may pass
+``cluster``, a function from the run's ``StackSpec`` (this run's state, logs, seed, operation log) to the
+``async with`` that gives the run its ``Stack``: a cluster that outlives one run (e.g. one Temporal server
+for several seeds, each run's workers, model and proxies its own) is made that way.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import logging
 import time
-import traceback
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,14 +43,21 @@ from chaos.scenarios import SCENARIOS, ChaosScenario
 from chaos.target import Target, replay_target
 from harness import operations
 from harness.operations import History
-from harness.rundir import (CONVERSATIONS, EFFECTS_SERVICE, SCHEMA, VERDICT_JSON, RunDir, command_line, machine_info,
-                            stopped_status)
+from harness.rundir import CONVERSATIONS, EFFECTS_SERVICE, SCHEMA, VERDICT_JSON, RunDir, command_line, machine_info
 from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult, compose, recovery, summarise
-from testbed.stack import stack
+from testbed.stack import Stack, StackSpec, stack
 from testbed.temporal_server import temporal_binary_or_none
 
 log = logging.getLogger(__name__)
 Progress = Callable[[str], None]
+#: what gives a run its cluster: the run's StackSpec -> ``async with`` the Stack (default: start one, stop it after)
+Cluster = Callable[[StackSpec], AbstractAsyncContextManager[Stack]]
+
+#: an ``Outcome``'s verdict when the run raised (the run directory says ``failed``)
+ERROR = "error"
+#: a suite table row of a run that ended in an error: its name, the rest unknown
+ERROR_ROW = {"faults": "?", "ok": "?", "fail": "?", "info": "?", "lost": "?", "dup_effects": "?", "recovery_s": "?",
+             "model_rec_s": "?", "tool_rec_s": "?", "wft_rec_s": "?", "checked": "?"}
 
 
 @dataclass
@@ -64,10 +80,6 @@ def reproduce_command(scenario: ChaosScenario, seed: int, backend: Backend, run:
     return command_line("python -m chaos rerun", cluster, [str(run.path)])
 
 
-#: in a failed run's logs/: the harness's traceback of the error that ended it
-RUNNER_ERROR = "runner-error.txt"
-
-
 class RunFailed(Exception):
     """``run`` ended with an error, already recorded in its run directory (``run.json``: status ``failed``,
     ``error``, ``reproduce``; the traceback in ``logs/runner-error.txt``)."""
@@ -78,93 +90,145 @@ class RunFailed(Exception):
         self.error, self.wall_s = error, round(wall_s, 1)
 
 
+@dataclass
+class Outcome:
+    """One run as a suite or a soak counts it: its verdict (``pass``, ``fail``, ``unknown``, or ``error`` when
+    the run raised), where it is and how to run it again."""
+
+    label: str
+    seed: int
+    verdict: str
+    run_dir: Path | None
+    wall_s: float
+    reproduce: str
+    checks: list[CheckResult] = field(default_factory=list)
+    row: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+    @classmethod
+    def failed(cls, label: str, seed: int, run_dir: Path | None, wall_s: float, reproduce: str,
+               error: str) -> Outcome:
+        """A run that raised: verdict ``error``, its table row unknown but for its name."""
+        return cls(label, seed, ERROR, run_dir, wall_s, reproduce, row={"scenario": label, **ERROR_ROW,
+                                                                        "verdict": ERROR}, error=error)
+
+    @property
+    def non_pass(self) -> list[CheckResult]:
+        """The checks that failed or could not tell (not_applicable ones count neither way)."""
+        return [c for c in self.checks if c.verdict in (FAIL, UNKNOWN)]
+
+    @property
+    def error_line(self) -> str:
+        """The error's first line (a worker's error may go on with its log's last lines)."""
+        lines = [line for line in (self.error or "").splitlines() if line.strip()]
+        return (lines[0] + (" (...)" if len(lines) > 1 else "")) if lines else ""
+
+    def lines(self) -> list[str]:
+        """What went wrong: the error (its further lines indented), or each failing/unknown check's summary."""
+        if self.error:
+            first, *rest = [line for line in self.error.splitlines() if line.strip()] or [""]
+            return [f"error: {first}", *(f"  | {line}" for line in rest)]
+        return [f"{c.name}: {c.verdict}: {c.summary}" for c in self.non_pass]
+
+    def as_row(self) -> dict[str, Any]:
+        """``soak.json``'s row for this seed."""
+        return {"seed": self.seed, "verdict": self.verdict, "run_dir": str(self.run_dir) if self.run_dir else None,
+                "wall_s": round(self.wall_s, 1), "checks": {c.name: c.verdict for c in self.checks},
+                "reproduce": self.reproduce,
+                "non_pass": [{"check": c.name, "verdict": c.verdict, "summary": c.summary} for c in self.non_pass],
+                "error": self.error}
+
+
+async def run_captured(label: str, scenario: ChaosScenario, backend: Backend, *, seed: int, out_root: Path,
+                       progress: Progress = lambda s: None, ui: bool = False,
+                       on_run_dir: Callable[[Path], None] = lambda p: None, cluster: Cluster = stack) -> Outcome:
+    """``run``, as a suite or a soak counts it: an error is an ``error`` outcome (the run directory already
+    says ``failed``, with the error and the reproduce command; an error before there was one, such as an output
+    directory that cannot be made, has none). Ctrl-C and cancellation still propagate."""
+    started = time.monotonic()
+    try:
+        r = await run(scenario, backend, seed=seed, out_root=out_root, progress=progress, ui=ui,
+                      on_run_dir=on_run_dir, cluster=cluster)
+    except RunFailed as exc:
+        return Outcome.failed(label, seed, exc.run_dir, exc.wall_s, exc.reproduce, exc.error)
+    except Exception as exc:  # before the run had a directory
+        reproduce = command_line("python -m chaos run", {"--seed": seed, **backend.reproduce()}, [label])
+        return Outcome.failed(label, seed, None, time.monotonic() - started, reproduce,
+                              f"{type(exc).__name__}: {exc}")
+    return Outcome(label, seed, r.verdict, r.run_dir, r.wall_s, r.reproduce, list(r.checks), dict(r.row))
+
+
 async def run(scenario: ChaosScenario, backend: Backend, *, seed: int, out_root: Path,
               progress: Progress = lambda s: None, ui: bool = False,
-              on_run_dir: Callable[[Path], None] = lambda p: None) -> RunResult:
+              on_run_dir: Callable[[Path], None] = lambda p: None, cluster: Cluster = stack) -> RunResult:
     """One run, start to verdict. An error (a worker dying at setup, a port clash, a harness bug) ends the run
     ``failed`` in its directory (``run.json``: ``error``, ``reproduce``) and raises ``RunFailed``, which carries
     the run directory, the error and the reproduce command, so a suite or a soak reports it and goes on.
     Ctrl-C and cancellation end it ``interrupted`` (SIGTERM: ``terminated``) and propagate unchanged.
-    ``on_run_dir`` is told the run directory as soon as it exists."""
+    ``on_run_dir`` is told the run directory as soon as it exists; ``cluster`` gives the run its cluster."""
     started = time.monotonic()
     name = scenario.name + backend.suffix
     run_dir = RunDir.create(out_root / name)
     on_run_dir(run_dir.path)
     reproduce = reproduce_command(scenario, seed, backend, run_dir)
     try:
-        return await _run(scenario, backend, seed, progress, ui, started, name, run_dir, reproduce)
-    except Exception as exc:
-        error = f"{type(exc).__name__}: {exc}"
-        with contextlib.suppress(Exception):  # recording the failure must not hide it
-            _end_unrecorded(run_dir, "failed", started, name, seed, reproduce, error)
-            run_dir.logs.mkdir(parents=True, exist_ok=True)
-            (run_dir.logs / RUNNER_ERROR).write_text("".join(traceback.format_exception(exc)))
-        raise RunFailed(name, seed, run_dir.path, reproduce, error, time.monotonic() - started) from exc
-    except BaseException:  # Ctrl-C, SIGTERM, cancellation: where nothing recorded it yet (before run.json)
-        with contextlib.suppress(Exception):
-            _end_unrecorded(run_dir, stopped_status(), started, name, seed, reproduce)
-        raise
+        with run_dir.recording("chaos", name, started=started, seed=seed, reproduce=reproduce) as rec:
+            verdict, checks, row = await _run(scenario, backend, seed, progress, ui, cluster, name, run_dir, rec)
+    except Exception as exc:  # recorded: run.json says failed, logs/runner-error.txt has the traceback
+        raise RunFailed(name, seed, run_dir.path, reproduce, f"{type(exc).__name__}: {exc}",
+                        time.monotonic() - started) from exc
+    return RunResult(name, run_dir.path, verdict, checks, seed, run_dir.run["wall_s"], row, reproduce)
 
 
-def _end_unrecorded(run_dir: RunDir, status: str, started: float, name: str, seed: int, reproduce: str,
-                    error: str | None = None) -> None:
-    """End a run that ended where nothing recorded it (still ``running``, or no ``run.json`` yet: stopped while
-    it gathered the machine's facts): with ``status``, so no run directory is left without one."""
-    if run_dir.run.get("status") not in (None, "running"):
-        return
-    if not run_dir.run.get("kind"):
-        run_dir.update(schema=SCHEMA, kind="chaos", name=name, seed=seed, reproduce=reproduce)
-    run_dir.finish(status, time.monotonic() - started, error, run_dir.run.get("stopped_during") or "setup")
-
-
-async def _run(scenario: ChaosScenario, backend: Backend, seed: int, progress: Progress, ui: bool, started: float,
-               name: str, run_dir: RunDir, reproduce: str) -> RunResult:
-    history = History(run_dir.operations)
+async def _run(scenario: ChaosScenario, backend: Backend, seed: int, progress: Progress, ui: bool, cluster: Cluster,
+               name: str, run_dir: RunDir, rec: Any) -> tuple[str, list[CheckResult], dict[str, Any]]:
+    """The run inside its recording (``RunDir.recording``): what ran, the cluster, the phases, the checkers."""
     events = schedule(scenario.events, scenario.random_events, scenario.fault_s, seed, backend.unavailable_nemeses)
-    run_dir.begin("chaos", name, seed=seed, reproduce=reproduce,
-                  scenario=asdict(scenario), schedule=[e.as_dict() for e in events], backend=backend.record(),
-                  target=_target_record(scenario, backend), checkers=backend.checkers,
-                  machine=await asyncio.to_thread(machine_info, temporal_binary_or_none()), phases={})
+    run_dir.update(scenario=asdict(scenario), schedule=[e.as_dict() for e in events], backend=backend.record(),
+                   target=_target_record(scenario, backend), checkers=backend.checkers,
+                   machine=await asyncio.to_thread(machine_info, temporal_binary_or_none()), phases={})
+    history = History(run_dir.operations)
     phases: dict[str, float] = {}
-    doing = ["setup"]  # the phase under way: what run.json's stopped_during says if the run is stopped
+    stopped: list[bool] = []
 
     def phase(p: str) -> None:
         if p != "stopped":
-            doing[0] = p
+            rec.doing = p  # what run.json's stopped_during says if the run is stopped
         phases[p] = round(history.now(), 3)
         history.event("nemesis" if p == "heal" else "generator", f"phase:{p}")
         progress(f"{name}: {p} (t={history.now():.1f}s)")
 
     def stop_recording() -> None:
+        if stopped:  # once: on the way to the checkers, or when the run ends before them
+            return
+        stopped.append(True)
         phase("stopped")
         history.close()
         run_dir.update(phases=phases)
 
+    rec.before_ending = stop_recording
     phase("setup")
-    with run_dir.ending_if_it_fails(started, stop_recording, lambda: doing[0]):
-        async with stack(backend.stack_spec(scenario, run_dir, seed, history, ui)) as s:
-            if s.server is not None and s.server.ui_url:
-                progress(f"{name}: Temporal Web UI at {s.server.ui_url}/namespaces/{s.namespace}/workflows")
-            driver = backend.make_driver(s, history, scenario, seed)
-            driver = await driver if inspect.isawaitable(driver) else driver
-            try:
-                ctx = backend.nemesis_context(s, history, driver, seed)
-                await drive_load(scenario, events, ctx, s, driver, phase, progress, history, backend.nemeses)
-                run_dir.write_json(CONVERSATIONS, driver.to_json())
-            finally:
-                if hasattr(driver, "close"):  # a driver in a process of its own
-                    await asyncio.to_thread(driver.close)
-            await backend.save(s, run_dir, driver)
-            run_dir.update(model_server=s.model_server.stats() if s.model_server else None,
-                           supervisor_restarts={w.name: w.restarts for w in s.workers},
-                           effects_service={"log": EFFECTS_SERVICE, **s.effects_service.stats()}
-                           if s.effects_service else None)
+    async with cluster(backend.stack_spec(scenario, run_dir, seed, history, ui)) as s:
+        if s.server is not None and getattr(s.server, "ui_url", None):
+            progress(f"{name}: Temporal Web UI at {s.server.ui_url}/namespaces/{s.namespace}/workflows")
+        driver = backend.make_driver(s, history, scenario, seed)
+        driver = await driver if inspect.isawaitable(driver) else driver
+        try:
+            ctx = backend.nemesis_context(s, history, driver, seed)
+            await drive_load(scenario, events, ctx, s, driver, phase, progress, history, backend.nemeses)
+            run_dir.write_json(CONVERSATIONS, driver.to_json())
+        finally:
+            if hasattr(driver, "close"):  # a driver in a process of its own
+                await asyncio.to_thread(driver.close)
+        await backend.save(s, run_dir, driver)
+        run_dir.update(model_server=s.model_server.stats() if s.model_server else None,
+                       supervisor_restarts={w.name: w.restarts for w in s.workers},
+                       effects_service={"log": EFFECTS_SERVICE, **s.effects_service.stats()}
+                       if s.effects_service else None)
     stop_recording()
     progress(f"{name}: checking")
-    with run_dir.ending_if_it_fails(started, doing=lambda: "checking"):
-        verdict, checks, row = check(run_dir.path, backend.target)  # the target this run was given
-    run_dir.finish("complete", time.monotonic() - started)
-    return RunResult(name, run_dir.path, verdict, checks, seed, run_dir.run["wall_s"], row, run_dir.run["reproduce"])
+    rec.doing = "checking"
+    return check(run_dir.path, backend.target)  # the target this run was given
 
 
 def _target_record(scenario: ChaosScenario, backend: Backend) -> dict[str, Any]:

@@ -1,9 +1,9 @@
 """``python -m chaos soak SCENARIO --seeds 1-100``: one scenario over many seeds, one after another.
 
-Each seed is an ordinary run (``chaos.runner.run``) with its own run directory under ``--out``, exactly as
-``python -m chaos run SCENARIO --seed N`` makes it. A run that raises (a worker dying at setup, a port clash,
-a harness bug) is recorded ``failed`` in its own run directory and counts as ``error``; the soak goes on.
-Ctrl-C (or SIGTERM) stops it, keeping what it did.
+The soak is a caller of the runner: each seed is an ordinary run (``chaos.runner.run_captured``) with its own
+run directory under ``--out``, exactly as ``python -m chaos run SCENARIO --seed N`` makes it. A run that raises
+(a worker dying at setup, a port clash, a harness bug) is recorded ``failed`` in its own run directory and
+counts as ``error``; the soak goes on. Ctrl-C (or SIGTERM) stops it, keeping what it did.
 
 The soak's own run directory, ``<out>/soak-<scenario>/<UTC stamp>/`` (kind ``soak``), holds ``run.json`` and
 ``soak.json``: one row per seed finished, and the verdict distribution, rewritten after every seed
@@ -13,123 +13,26 @@ The soak's own run directory, ``<out>/soak-<scenario>/<UTC stamp>/`` (kind ``soa
 
 from __future__ import annotations
 
-import asyncio
+import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from chaos import ci
+from chaos.runner import ERROR, Outcome, run_captured
+from chaos.seeds import format_seeds
 from harness.printable import printable
-from harness.rundir import SCHEMA, RunDir, command_line, machine_info, stopped_status, utc_now
-from harness.verdict import FAIL, PASS, UNKNOWN, CheckResult
+from harness.rundir import SCHEMA, RunDir, command_line, machine_info
+from harness.verdict import FAIL, PASS, UNKNOWN
+from testbed.cli_options import progress
 
-ERROR = "error"
 #: the verdicts a soak counts, in the order it shows them
 OUTCOMES = (PASS, FAIL, UNKNOWN, ERROR)
 SOAK_JSON = "soak.json"
 SOAK_PREFIX = "soak-"
 DEFAULT_SEEDS = "1-20"
-#: a suite table row of a run that ended in an error: its name, the rest unknown
-ERROR_ROW = {"faults": "?", "ok": "?", "fail": "?", "info": "?", "lost": "?", "dup_effects": "?", "recovery_s": "?",
-             "model_rec_s": "?", "tool_rec_s": "?", "wft_rec_s": "?", "checked": "?"}
-
-
-def parse_seeds(text: str) -> list[int]:
-    """``"1-20"``, ``"1-20,25,30-32"`` -> the seeds in that order, each once; ValueError naming what is wrong."""
-    seeds: list[int] = []
-    for part in (p.strip() for p in str(text).split(",")):
-        if not part:
-            raise ValueError(f"seeds {text!r}: an empty item (write e.g. 1-20,25,30-32)")
-        lo, dash, hi = part.partition("-")
-        try:
-            first, last = (int(lo), int(hi)) if dash else (int(part), int(part))
-        except ValueError:
-            raise ValueError(f"seeds {text!r}: {part!r} is not a seed or a range of seeds (write e.g. 1-20,25,30-32)"
-                             ) from None
-        if first < 0:
-            raise ValueError(f"seeds {text!r}: {part!r}: a seed is 0 or more")
-        if last < first:
-            raise ValueError(f"seeds {text!r}: {part!r}: a range goes up (write {last}-{first})")
-        seeds += [s for s in range(first, last + 1) if s not in seeds]
-    return seeds
-
-
-def format_seeds(seeds: list[int]) -> str:
-    """``--seeds`` text for these seeds, in their order, runs of consecutive seeds as ranges: ``1-3,7``."""
-    parts: list[str] = []
-    i = 0
-    while i < len(seeds):
-        j = i
-        while j + 1 < len(seeds) and seeds[j + 1] == seeds[j] + 1:
-            j += 1
-        parts.append(str(seeds[i]) if i == j else f"{seeds[i]}-{seeds[j]}")
-        i = j + 1
-    return ",".join(parts)
-
-
-@dataclass
-class Outcome:
-    """One run as a suite or a soak counts it: its verdict (``pass``, ``fail``, ``unknown``, or ``error`` when
-    the run raised), where it is and how to run it again."""
-
-    label: str
-    seed: int
-    verdict: str
-    run_dir: Path | None
-    wall_s: float
-    reproduce: str
-    checks: list[CheckResult] = field(default_factory=list)
-    row: dict[str, Any] = field(default_factory=dict)
-    error: str | None = None
-
-    @property
-    def non_pass(self) -> list[CheckResult]:
-        """The checks that failed or could not tell (not_applicable ones count neither way)."""
-        return [c for c in self.checks if c.verdict in (FAIL, UNKNOWN)]
-
-    @property
-    def error_line(self) -> str:
-        """The error's first line (a worker's error may go on with its log's last lines)."""
-        lines = [line for line in (self.error or "").splitlines() if line.strip()]
-        return (lines[0] + (" (...)" if len(lines) > 1 else "")) if lines else ""
-
-    def lines(self) -> list[str]:
-        """What went wrong: the error (its further lines indented), or each failing/unknown check's summary."""
-        if self.error:
-            first, *rest = [line for line in self.error.splitlines() if line.strip()] or [""]
-            return [f"error: {first}", *(f"  | {line}" for line in rest)]
-        return [f"{c.name}: {c.verdict}: {c.summary}" for c in self.non_pass]
-
-    def as_row(self) -> dict[str, Any]:
-        """``soak.json``'s row for this seed."""
-        return {"seed": self.seed, "verdict": self.verdict, "run_dir": str(self.run_dir) if self.run_dir else None,
-                "wall_s": round(self.wall_s, 1), "checks": {c.name: c.verdict for c in self.checks},
-                "reproduce": self.reproduce,
-                "non_pass": [{"check": c.name, "verdict": c.verdict, "summary": c.summary} for c in self.non_pass],
-                "error": self.error}
-
-
-async def run_captured(label: str, scenario: Any, backend: Any, *, seed: int, out_root: Path,
-                       progress: Callable[[str], None] = lambda s: None, ui: bool = False,
-                       on_run_dir: Callable[[Path], None] = lambda p: None) -> Outcome:
-    """``chaos.runner.run``, with an error turned into an ``error`` outcome (the run directory already says
-    ``failed``, with the error and the reproduce command). Ctrl-C and cancellation still propagate."""
-    from chaos import runner
-
-    started = time.monotonic()
-    try:
-        r = await runner.run(scenario, backend, seed=seed, out_root=out_root, progress=progress, ui=ui,
-                             on_run_dir=on_run_dir)
-    except runner.RunFailed as exc:
-        return Outcome(label, seed, ERROR, exc.run_dir, exc.wall_s, exc.reproduce,
-                       row={"scenario": label, **ERROR_ROW, "verdict": ERROR}, error=exc.error)
-    except Exception as exc:  # before the run had a directory (e.g. the output directory cannot be made)
-        reproduce = command_line("python -m chaos run", {"--seed": seed, **backend.reproduce()}, [label])
-        return Outcome(label, seed, ERROR, None, time.monotonic() - started, reproduce,
-                       row={"scenario": label, **ERROR_ROW, "verdict": ERROR}, error=f"{type(exc).__name__}: {exc}")
-    return Outcome(label, seed, r.verdict, r.run_dir, r.wall_s, r.reproduce, list(r.checks), dict(r.row))
 
 
 def distribution(outcomes: list[Outcome]) -> dict[str, int]:
@@ -161,10 +64,8 @@ class SoakRecord:
                               ci_files.get("summary") or self.dir.path / ci.SOAK_SUMMARY,
                               ci_files.get("junit") or self.dir.path / ci.SOAK_JUNIT,
                               ci_files.get("shard"), ci_files.get("all_items"))
-        # run.json as RunDir.begin writes it (kind "soak")
-        self.dir.update(schema=SCHEMA, kind="soak", name=label, status="running", started=utc_now(), ended=None,
-                        wall_s=None, seed=seeds[0], seeds=seeds, reproduce=reproduce,
-                        machine=machine_info(temporal_binary_or_none()), **fields)
+        self.dir.begin("soak", label, seed=seeds[0], seeds=seeds, reproduce=reproduce,
+                       machine=machine_info(temporal_binary_or_none()), **fields)
         self.save()
 
     @property
@@ -186,10 +87,16 @@ class SoakRecord:
             "interrupted_seed": self.interrupted_seed,
             "runs": [o.as_row() for o in self.outcomes]})
 
-    def finish(self, status: str, error: str | None = None) -> None:
-        during = f"seed {self.interrupted_seed}" if self.interrupted_seed is not None else None
-        self.dir.finish(status, time.monotonic() - self.started, error, during)
-        self.ci.finish(status)
+    def finish(self, exc: BaseException | None = None) -> None:
+        """The soak ended: ``complete``, or as ``exc`` ends a run (``RunDir.end_with``: stopped, or failed)
+        during ``interrupted_seed``; its CI files say the same."""
+        wall_s = time.monotonic() - self.started
+        if exc is None:
+            self.dir.finish("complete", wall_s)
+        else:
+            self.dir.end_with(exc, wall_s, f"seed {self.interrupted_seed}" if self.interrupted_seed is not None
+                              else None)
+        self.ci.finish(self.dir.run["status"])
         self.save()
 
 
@@ -246,17 +153,40 @@ async def soak(label: str, scenario: Any, backend: Any, seeds: list[int], out_ro
             for line in o.lines():
                 say(f"  seed {seed} {line}")
     except BaseException as exc:
-        interrupted = isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError))
         record.interrupted_seed = current
-        record.finish(stopped_status() if interrupted else "failed",
-                      None if interrupted else f"{type(exc).__name__}: {exc}")
+        record.finish(exc)
         print()
         print(summary(label, seeds, record.outcomes, time.monotonic() - record.started, record.path, current,
                       record.dir.run["status"]), flush=True)
         print(f"CI files: {record.ci.paths()}", flush=True)
         raise
-    record.finish("complete")
+    record.finish()
     print()
     print(summary(label, seeds, record.outcomes, time.monotonic() - record.started, record.path), flush=True)
     print(f"CI files: {record.ci.paths()}", flush=True)
     return 0 if all(o.verdict == PASS for o in record.outcomes) else 1
+
+
+async def run_soak(args: Any, target: Any, connection: Any = None) -> int:
+    """``python -m chaos soak``: the scenario ``args`` names, on its backend (``chaos.suite.jobs``), over the seeds
+    of this CI shard (``--shard``); ValueError if its cluster cannot have its faults."""
+    from chaos.suite import jobs
+
+    [(label, scenario, backend)] = jobs(args, target, connection)
+    if why := backend.skip_reason(scenario):
+        raise ValueError(f"{label}: skipped: {why}")
+    seeds = ci.shard(args.seeds, *args.shard) if args.shard else args.seeds
+    spec = f"{args.shard[0]}/{args.shard[1]}" if args.shard else None
+    if not seeds:
+        print(f"python -m chaos soak: shard {spec}: none of seeds {format_seeds(args.seeds)} fall to this shard "
+              "(more shards than seeds); nothing to do", file=sys.stderr)
+        return 0
+    if spec:
+        print(f"shard {spec}: seeds {format_seeds(seeds)} of {format_seeds(args.seeds)}", file=sys.stderr, flush=True)
+    reproduce = command_line("python -m chaos soak", {"--seeds": format_seeds(seeds), **backend.reproduce(),
+                                                      "--model-latency": args.model_latency},
+                             [label])
+    return await soak(label, scenario, backend, seeds, args.out, reproduce=reproduce,
+                      say=progress(time.monotonic()), verbose=args.verbose,
+                      ci_files={"summary": args.summary, "junit": args.junit, "shard": spec,
+                                "all_items": [(label, s) for s in args.seeds]})

@@ -3,11 +3,14 @@
 ``printable(text)`` replaces every character that could act on a terminal, reorder what a reader sees, or make an
 XML 1.0 document not well-formed with a visible escape (``\\x1b``, ``\\u202e``), so the text still shows what it
 held. The CLIs print run data through it; the JUnit writer (``chaos.ci``) and the report (``reports``) use it too.
+``table(columns, rows)`` is the one results table every command prints (chaos runs, CI merges, the planted-bug
+catalogue, the migration fuzzer), its cells printable.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 
 #: C0 and C1 controls and DEL; bidirectional marks, embeddings, overrides and isolates (they reorder what a reader
 #: sees); line and paragraph separators; surrogates and U+FFFE/U+FFFF (no UTF-8, no XML 1.0)
@@ -25,3 +28,24 @@ def printable(text: object, keep: str = "") -> str:
     changes: a backslash stays one."""
     s = str(text)
     return _UNSAFE.sub(lambda m: m.group() if m.group() in keep else _escape(m), s)
+
+
+def table(columns: Sequence[tuple[str, int] | tuple[str, int, str]], rows: Iterable[Sequence[object]], *,
+          markdown: bool = False) -> str:
+    """The one way a command prints a results table: a header, a rule, one line per row, every cell
+    ``printable`` (``None`` as ``-``). ``columns``: (name, width) or (name, width, ``">"`` to right-align);
+    a cell wider than its column pushes the rest along, as a terminal shows it. ``markdown``: a Markdown
+    table instead (widths ignored; a ``|`` inside a cell shown as ``/``), for pasting into a report."""
+    def cell(value: object) -> str:
+        return "-" if value is None else printable(value)
+
+    if markdown:
+        lines = ["| " + " | ".join(c[0] for c in columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
+        lines += ["| " + " | ".join(cell(v).replace("|", "/") for v in row) + " |" for row in rows]
+        return "\n".join(lines)
+
+    def line(cells: Sequence[str]) -> str:
+        return " ".join(f"{text:{(c[2] if len(c) > 2 else '<')}{c[1]}}" for text, c in zip(cells, columns)).rstrip()
+
+    header = line([c[0] for c in columns])
+    return "\n".join([header, "-" * len(header), *(line([cell(v) for v in row]) for row in rows)])

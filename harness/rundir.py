@@ -33,6 +33,9 @@ Guarantees:
   ``stop_on_sigterm`` is installed) or ``failed`` (with ``error``), whatever
   ends the run, and ``stopped_during`` (what it was doing) if it did not
   complete; ``latest`` moves only to a run that completed.
+  A run lives this way through ``RunDir.recording`` (chaos, benchmark and migration-fuzz runs
+  alike); however it ends other than complete, ``RunDir.end_with`` records it, in one place (a failed
+  run's traceback in ``logs/runner-error.txt``).
 * Schema 1 (before this module: ``journal.json``, ``history.jsonl``,
   ``histories/``, checks inside the journal) is still read: ``_V1`` and
   ``read_run``/``read_verdict``'s schema-1 branches are readers of older run
@@ -61,6 +64,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -76,7 +80,9 @@ OPERATIONS, CONVERSATIONS = "operations.jsonl", "conversations.json"
 EFFECTS_SERVICE = "effects_service.jsonl"
 EVENT_HISTORIES, LOGS, STATE = "event_histories", "logs", "state"
 LATEST = "latest"
-KINDS = ("chaos", "bench", "migration_fuzz")
+#: in a failed run's logs/: the harness's traceback of the error that ended it
+RUNNER_ERROR = "runner-error.txt"
+KINDS = ("chaos", "bench", "migration_fuzz", "soak")
 STATUSES = ("running", "complete", "interrupted", "terminated", "failed")
 #: the statuses of a run stopped from outside: Ctrl-C (SIGINT) or SIGTERM (``kill PID``, a CI job's timeout)
 STOPPED = ("interrupted", "terminated")
@@ -410,25 +416,43 @@ class RunDir:
             self.link_latest()
 
     @contextlib.contextmanager
-    def ending_if_it_fails(self, started: float, before_ending: Callable[[], None] = lambda: None,
-                           doing: Callable[[], str | None] = lambda: None) -> Iterator[None]:
-        """Run the body; if it raises, the run ends ``interrupted`` (Ctrl-C, cancellation), ``terminated``
-        (SIGTERM, ``stop_on_sigterm``) or ``failed`` (anything else, with the error), after ``before_ending``
-        (e.g. close the operation log), with ``stopped_during`` what ``doing`` says it was doing. A body that
-        returns leaves the run ``running``: the caller finishes it (``finish("complete", ...)``) once its work
-        is saved."""
+    def recording(self, kind: str, name: str, *, started: float | None = None, **fields: Any) -> Iterator[Recording]:
+        """A run's life in this directory, the same for a chaos run, a benchmark run and a migration-fuzz run:
+        ``run.json`` says ``running`` from the first moment (``begin(kind, name, **fields)``), ``complete`` when
+        the body returns (``latest`` moves here), and whatever else ends it is recorded by ``end_with``, after
+        the body's ``Recording.before_ending`` (e.g. close the operation log), with ``stopped_during`` what
+        ``Recording.doing`` says. Ctrl-C, SIGTERM and cancellation propagate; an error propagates unchanged."""
+        rec = Recording(time.monotonic() if started is None else started)
         try:
-            yield
+            self.begin(kind, name, **fields)
+            yield rec
         except BaseException as exc:
-            task = _current_task()
-            interrupted = isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)) or (
-                task is not None and task.cancelling() > 0)  # a cancelled client call may raise its own error
-            before_ending()
-            self.finish(stopped_status() if interrupted else "failed", time.monotonic() - started,
-                        None if interrupted else f"{type(exc).__name__}: {exc}", doing())
-            if interrupted and not isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
-                raise asyncio.CancelledError() from exc
+            with contextlib.suppress(Exception):  # ending the log must not hide why the run ended
+                rec.before_ending()
+            replacement = self.end_with(exc, time.monotonic() - rec.started, rec.doing)
+            if replacement is not None:
+                raise replacement from exc
             raise
+        self.finish("complete", time.monotonic() - rec.started)
+
+    def end_with(self, exc: BaseException, wall_s: float, stopped_during: str | None = None) -> BaseException | None:
+        """The one place a run that raised or was stopped is recorded: ``run.json`` ends ``interrupted`` (Ctrl-C,
+        cancellation), ``terminated`` (SIGTERM, ``stop_on_sigterm``) or ``failed`` (anything else: ``error`` its
+        one line, ``logs/runner-error.txt`` its traceback), with ``stopped_during``. A run already ended keeps
+        its end. Recording never raises (a full disk must not hide the error). Returns what the caller raises
+        instead of ``exc``: ``CancelledError`` for a client library's own error raised by a cancellation (so the
+        stop reaches ``asyncio.run``), else None (raise ``exc``)."""
+        status = ending_status(exc)
+        with contextlib.suppress(Exception):
+            if self.run.get("status") in (None, "running"):
+                self.finish(status, wall_s, f"{type(exc).__name__}: {exc}" if status == "failed" else None,
+                            stopped_during or "setup")
+        if status == "failed":
+            with contextlib.suppress(Exception):
+                self.logs.mkdir(parents=True, exist_ok=True)
+                (self.logs / RUNNER_ERROR).write_text("".join(traceback.format_exception(exc)))
+            return None
+        return asyncio.CancelledError() if not isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)) else None
 
     def link_latest(self) -> None:
         latest = self.path.parent / LATEST
@@ -512,6 +536,27 @@ class RunDir:
 
     def write_json(self, name: str, data: Any) -> None:
         write_json(self.path / name, data)
+
+
+@dataclass
+class Recording:
+    """What a run under ``RunDir.recording`` says of itself as it goes: when it started (``time.monotonic()``),
+    what it is doing (``stopped_during`` if it is stopped: a phase, a section, a seed) and what to do before
+    its end is recorded (e.g. close its operation log)."""
+
+    started: float
+    doing: str = "setup"
+    before_ending: Callable[[], None] = lambda: None
+
+
+def ending_status(exc: BaseException) -> str:
+    """How ``exc`` ends a run: ``interrupted`` (Ctrl-C, cancellation, or any error raised while this task is
+    being cancelled: a cancelled client call may raise its own), ``terminated`` (the same after SIGTERM, once
+    ``stop_on_sigterm`` is installed) or ``failed``."""
+    task = _current_task()
+    stopped = isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)) or (
+        task is not None and task.cancelling() > 0)
+    return stopped_status() if stopped else "failed"
 
 
 def _current_task() -> asyncio.Task | None:

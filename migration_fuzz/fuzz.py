@@ -33,7 +33,7 @@ from agent.workflow import AgentWorkflow
 from harness.event_history import RunRecord, fetch_tree
 from harness.faults import NO_FAULTS
 from harness.operations import History
-from harness.printable import printable
+from harness.printable import table as format_table
 from harness.recording import EffectLedger
 from harness.rundir import RunDir, command_line, machine_info
 from testbed.scripted_routes import FUZZ_KINDS, fuzz_file, fuzz_prompt
@@ -247,132 +247,149 @@ def reproduce_run(opts: FuzzOptions) -> str:
 
 async def run_fuzz(opts: FuzzOptions, say: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
     """Start the cluster (testbed.stack), run every iteration, check it; the run directory (harness.rundir)
-    gets ``run.json``, ``operations.jsonl``, ``results.json`` and ``table.txt``."""
+    gets ``run.json``, ``operations.jsonl``, ``results.json`` and ``table.txt``. Its life is the one every run
+    has (``RunDir.recording``): ``running`` from the start, then ``complete``, or ``interrupted`` /
+    ``terminated`` / ``failed`` with the error and its traceback in ``logs/runner-error.txt``."""
     from chaos.client import DEFAULT_TIMEOUTS, TIMEOUTS
-    from chaos.nemesis import NemesisContext
     from testbed.model_server import LatencyModel
     from testbed.stack import StackSpec, stack
     from testbed.worker_process import reference_worker
 
     opts.validate()
     run = RunDir.create(opts.out / FUZZ_FOLDER)
-    run.begin("migration_fuzz", "migration_fuzz", seed=opts.seed, reproduce=reproduce_run(opts),
-              options=opts.record(),
-              machine=await asyncio.to_thread(machine_info, temporal_binary_or_none()))
-    history = History(run.operations)
-    task_queue, stamp = "migration-fuzz", run.path.name
-    if opts.external:  # a shared cluster: this run's own task queue and workflow ids
-        tag = uuid.uuid4().hex[:8]
-        task_queue, stamp = f"{task_queue}-{tag}", f"{stamp}-{tag}"
-    started = time.monotonic()
-    ready = iterating = 0.0
-    results: list[IterationResult] = []
+    with run.recording("migration_fuzz", "migration_fuzz", seed=opts.seed, reproduce=reproduce_run(opts),
+                       options=opts.record()) as rec:
+        run.update(machine=await asyncio.to_thread(machine_info, temporal_binary_or_none()))
+        started = time.monotonic()  # the cluster's start, the iterations and the checks: what the rates count
+        history = History(run.operations)
+        rec.before_ending = history.close
+        task_queue, stamp = "migration-fuzz", run.path.name
+        if opts.external:  # a shared cluster: this run's own task queue and workflow ids
+            tag = uuid.uuid4().hex[:8]
+            task_queue, stamp = f"{task_queue}-{tag}", f"{stamp}-{tag}"
 
-    def worker(name: str, at: Any) -> Any:
-        return reference_worker(at.address, task_queue, at.model_url, run.state, namespace=at.namespace,
-                                identity_prefix=name, warm_line="WARM", log_dir=run.logs, env=at.env)
+        def worker(name: str, at: Any) -> Any:
+            return reference_worker(at.address, task_queue, at.model_url, run.state, namespace=at.namespace,
+                                    identity_prefix=name, warm_line="WARM", log_dir=run.logs, env=at.env)
 
-    spec = StackSpec(state_dir=run.state, logs_dir=run.logs, server_db=run.state / "temporal.db", quiet_client=True,
-                     model_latency=LatencyModel.parse(opts.model_latency), seed=opts.seed, proxies=True,
-                     worker_processes=opts.workers, make_worker=worker, history=history)
-    if opts.external:  # nothing starts a server; the workers reach the cluster through the proxy
-        spec.temporal, spec.connection, spec.server_db = "external", opts.connection, None
-    where = (f"connecting to {opts.connection.address} (namespace {opts.connection.namespace}), starting"
-             if opts.external else "starting Temporal,")
-    say(f"{where} the scripted model and {opts.workers} worker processes in {run.path}")
-    with run.ending_if_it_fails(started, history.close):
+        spec = StackSpec(state_dir=run.state, logs_dir=run.logs, server_db=run.state / "temporal.db",
+                         quiet_client=True, model_latency=LatencyModel.parse(opts.model_latency), seed=opts.seed,
+                         proxies=True, worker_processes=opts.workers, make_worker=worker, history=history)
+        if opts.external:  # nothing starts a server; the workers reach the cluster through the proxy
+            spec.temporal, spec.connection, spec.server_db = "external", opts.connection, None
+        where = (f"connecting to {opts.connection.address} (namespace {opts.connection.namespace}), starting"
+                 if opts.external else "starting Temporal,")
+        say(f"{where} the scripted model and {opts.workers} worker processes in {run.path}")
+        rec.doing = "cluster"
         async with stack(spec) as s:
-            client = s.client
             ledger = EffectLedger(s.settings.resolved_ledger_path, faults=NO_FAULTS)
-            config = fuzz_config(opts.max_n)
             # the chaos suite's workflow task timeout for the parent (and so its children): a task a killed worker
             # held moves on after it
-            task_timeout = timedelta(seconds=TIMEOUTS[DEFAULT_TIMEOUTS].workflow_task_timeout_s)
+            iteration = Iteration(opts, s, history, ledger, fuzz_config(opts.max_n), task_queue, stamp,
+                                  timedelta(seconds=TIMEOUTS[DEFAULT_TIMEOUTS].workflow_task_timeout_s), say)
             ready = time.monotonic() - started
             say(f"workers ready after {ready:.1f} s; running {opts.iterations} iteration(s)"
                 + (f", {opts.concurrency} at a time" if opts.concurrency > 1 else ""))
+            rec.doing = "iterations"
             slots = asyncio.Semaphore(opts.concurrency)
 
-            async def iteration(i: int) -> None:
+            async def one(i: int) -> IterationResult:
                 async with slots:
-                    await one(i)
+                    return await iteration.run(i)
 
-            async def one(i: int) -> None:
-                seed = opts.seed + i
-                shape = shape_for(seed, opts.kind, opts.max_n)
-                tag = f"i{i}s{seed}"
-                workflow_id = f"fuzz-{stamp}-{tag}"
-                t0 = time.monotonic()
-                kills: list[dict[str, Any]] = []
-                done = asyncio.Event()
-                chaos_task = None
-                if opts.chaos:
-                    ctx = NemesisContext(s, history, [], random.Random(seed * 7919))
-                    chaos_task = asyncio.create_task(_kill_during(ctx, kills, done))
-                op = history.invoke("client", "fuzz_iteration", {"index": i, "seed": seed, **asdict(shape)})
-                result: AgentResult | None = None
-                error = None
-                try:
-                    handle = await client.start_workflow(
-                        AgentWorkflow.run, AgentInput(config=config, prompt=fuzz_prompt(shape.kind, shape.n,
-                                                                                         shape.writes, tag)),
-                        id=workflow_id, task_queue=task_queue, task_timeout=task_timeout)
-                    result = await asyncio.wait_for(handle.result(), opts.iteration_timeout_s)
-                except Exception as exc:  # recorded as a violation; the next iteration still runs
-                    error = f"{type(exc).__name__}: {exc}"
-                finally:
-                    done.set()
-                    if chaos_task is not None:
-                        await chaos_task
-                seconds = time.monotonic() - t0
-                try:
-                    tree = await fetch_tree(client, workflow_id)
-                except Exception as exc:
-                    tree = {}
-                    error = error or f"history unavailable: {exc}"
-                violations = check_iteration(shape, workflow_id, tag, result, error, tree, ledger,
-                                             s.workspace(workflow_id))
-                root = tree.get(workflow_id)
-                res = IterationResult(i, seed, shape, workflow_id, round(seconds, 3), not violations, violations,
-                                      parent=_placement(root) if root else None, kills=kills)
-                for c in (c for r in (root or []) for c in r.children):
-                    if c.workflow_id in tree:
-                        res.children.append(_placement(tree[c.workflow_id], c.initiated_by))
-                results.append(res)
-                history.complete(op, "ok" if res.ok else "fail", {"cross_children": res.cross_children,
-                                                                   "moved": res.moved_workflows},
-                                 error="; ".join(violations) or None)
-                kill_note = f"  killed {kills[0]['identity']}" if kills else ""
-                say(f"[{i + 1}/{opts.iterations}] {shape.describe():<28} children on another worker "
-                    f"{res.cross_children}/{shape.n}, moved {res.moved_workflows}{kill_note}  "
-                    f"{'ok' if res.ok else 'VIOLATED'}  {seconds:.1f} s")
-                if not res.ok:
-                    for v in violations:
-                        say(f"    violation: {v}")
-                    say(f"    reproduce: {reproduce_command(opts, seed, shape)}")
-
-            await asyncio.gather(*(iteration(i) for i in range(opts.iterations)))
+            results = sorted(await asyncio.gather(*(one(i) for i in range(opts.iterations))), key=lambda r: r.index)
             iterating = time.monotonic() - started - ready
-            results.sort(key=lambda r: r.index)
             ledger.close()
-    history.close()
-    wall = time.monotonic() - started
-    summary = summarise(results)
-    report = {
-        "options": run.run["options"],
-        "run_dir": str(run.path),
-        "wall_seconds": round(wall, 1),
-        "startup_seconds": round(ready, 1),
-        "iterations_per_minute": round(len(results) * 60.0 / iterating, 1) if iterating > 0 else None,
-        "iterations_per_minute_overall": round(len(results) * 60.0 / wall, 1) if wall > 0 else None,
-        "families": summary,
-        "iterations": [r.as_dict() for r in results],
-        "invariants_held": all(r.ok for r in results),
-    }
-    run.write_json("results.json", report)
-    (run.path / "table.txt").write_text(table(summary) + "\n")
-    run.finish("complete", wall)
+        history.close()
+        wall = time.monotonic() - started
+        summary = summarise(results)
+        report = {
+            "options": run.run["options"],
+            "run_dir": str(run.path),
+            "wall_seconds": round(wall, 1),
+            "startup_seconds": round(ready, 1),
+            "iterations_per_minute": round(len(results) * 60.0 / iterating, 1) if iterating > 0 else None,
+            "iterations_per_minute_overall": round(len(results) * 60.0 / wall, 1) if wall > 0 else None,
+            "families": summary,
+            "iterations": [r.as_dict() for r in results],
+            "invariants_held": all(r.ok for r in results),
+        }
+        run.write_json("results.json", report)
+        (run.path / "table.txt").write_text(table(summary) + "\n")
     return report
+
+
+@dataclass
+class Iteration:
+    """One fuzz iteration on the running cluster: a parent workflow of the seed's shape, a worker killed during
+    it (``chaos``), then its event histories read and every invariant checked (``check_iteration``)."""
+
+    opts: FuzzOptions
+    stack: Any  # testbed.stack.Stack
+    history: History
+    ledger: EffectLedger
+    config: AgentConfig
+    task_queue: str
+    stamp: str
+    task_timeout: timedelta
+    say: Callable[[str], None]
+
+    async def run(self, i: int) -> IterationResult:
+        from chaos.nemesis import NemesisContext
+
+        opts, history, client = self.opts, self.history, self.stack.client
+        seed = opts.seed + i
+        shape = shape_for(seed, opts.kind, opts.max_n)
+        tag = f"i{i}s{seed}"
+        workflow_id = f"fuzz-{self.stamp}-{tag}"
+        t0 = time.monotonic()
+        kills: list[dict[str, Any]] = []
+        done = asyncio.Event()
+        chaos_task = None
+        if opts.chaos:
+            ctx = NemesisContext(self.stack, history, [], random.Random(seed * 7919))
+            chaos_task = asyncio.create_task(_kill_during(ctx, kills, done))
+        op = history.invoke("client", "fuzz_iteration", {"index": i, "seed": seed, **asdict(shape)})
+        result: AgentResult | None = None
+        error = None
+        try:
+            handle = await client.start_workflow(
+                AgentWorkflow.run, AgentInput(config=self.config, prompt=fuzz_prompt(shape.kind, shape.n,
+                                                                                     shape.writes, tag)),
+                id=workflow_id, task_queue=self.task_queue, task_timeout=self.task_timeout)
+            result = await asyncio.wait_for(handle.result(), opts.iteration_timeout_s)
+        except Exception as exc:  # recorded as a violation; the next iteration still runs
+            error = f"{type(exc).__name__}: {exc}"
+        finally:
+            done.set()
+            if chaos_task is not None:
+                await chaos_task
+        seconds = time.monotonic() - t0
+        try:
+            tree = await fetch_tree(client, workflow_id)
+        except Exception as exc:
+            tree = {}
+            error = error or f"history unavailable: {exc}"
+        violations = check_iteration(shape, workflow_id, tag, result, error, tree, self.ledger,
+                                     self.stack.workspace(workflow_id))
+        root = tree.get(workflow_id)
+        res = IterationResult(i, seed, shape, workflow_id, round(seconds, 3), not violations, violations,
+                              parent=_placement(root) if root else None, kills=kills)
+        for c in (c for r in (root or []) for c in r.children):
+            if c.workflow_id in tree:
+                res.children.append(_placement(tree[c.workflow_id], c.initiated_by))
+        history.complete(op, "ok" if res.ok else "fail", {"cross_children": res.cross_children,
+                                                           "moved": res.moved_workflows},
+                         error="; ".join(violations) or None)
+        kill_note = f"  killed {kills[0]['identity']}" if kills else ""
+        self.say(f"[{i + 1}/{opts.iterations}] {shape.describe():<28} children on another worker "
+                 f"{res.cross_children}/{shape.n}, moved {res.moved_workflows}{kill_note}  "
+                 f"{'ok' if res.ok else 'VIOLATED'}  {seconds:.1f} s")
+        if not res.ok:
+            for v in violations:
+                self.say(f"    violation: {v}")
+            self.say(f"    reproduce: {reproduce_command(opts, seed, shape)}")
+        return res
 
 
 def summarise(results: list[IterationResult]) -> dict[str, dict[str, Any]]:
@@ -410,12 +427,9 @@ TABLE_COLUMNS = [("family", 14), ("iters", 6), ("completed", 10), ("children", 9
 
 
 def table(summary: dict[str, dict[str, Any]]) -> str:
-    header = " ".join(f"{name:<{w}}" for name, w in TABLE_COLUMNS)
-    lines = [header, "-" * len(header)]
-    for kind, s in summary.items():
-        cells = [kind, s["iterations"], f"{s['completed']}/{s['iterations']}", s["children"],
-                 f"{s['cross_worker_children']} ({s['cross_worker_children_pct']}%)",
-                 f"{s['moved_workflows']} ({s['moved_workflows_pct']}%)", f"{s['activities_off_parent_worker_pct']}%",
-                 s["worker_kills"], s["violations"], s["mean_seconds"]]
-        lines.append(" ".join(f"{printable(c):<{w}}" for c, (_, w) in zip(cells, TABLE_COLUMNS)))
-    return "\n".join(lines)
+    """The families' results (``harness.printable.table``): one line per shape family, then all of them."""
+    return format_table(TABLE_COLUMNS, ([
+        kind, s["iterations"], f"{s['completed']}/{s['iterations']}", s["children"],
+        f"{s['cross_worker_children']} ({s['cross_worker_children_pct']}%)",
+        f"{s['moved_workflows']} ({s['moved_workflows_pct']}%)", f"{s['activities_off_parent_worker_pct']}%",
+        s["worker_kills"], s["violations"], s["mean_seconds"]] for kind, s in summary.items()))

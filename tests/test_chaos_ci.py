@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chaos import ci, cli, runner
+from chaos import ci, cli, runner, suite
 from chaos.runner import RunFailed, RunResult
 from harness.rundir import RunDir
 from harness.verdict import CheckResult, compose
@@ -36,7 +36,7 @@ def _fake_run(plan: dict[tuple[str, int], str]):
     ``unknown`` or ``error`` (recorded ``failed``), as the real runner leaves it."""
 
     async def fake(scenario: Any, backend: Any, *, seed: int, out_root: Path, progress: Any = None,
-                   ui: bool = False, on_run_dir: Any = lambda p: None) -> RunResult:
+                   ui: bool = False, on_run_dir: Any = lambda p: None, cluster: Any = None) -> RunResult:
         name = scenario.name + backend.suffix
         what = plan.get((name, seed), "pass")
         run = RunDir.create(Path(out_root) / name)
@@ -82,7 +82,7 @@ def test_a_bad_shard_is_refused_naming_it() -> None:
 
 def test_the_suite_shard_writes_junit_and_a_summary_with_a_testcase_per_run(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    everything = [(label, seed) for seed in (1, 2) for label, _, _ in cli._jobs(cli.build_parser().parse_args(
+    everything = [(label, seed) for seed in (1, 2) for label, _, _ in suite.jobs(cli.build_parser().parse_args(
         ["suite"]), None)]
     mine = ci.shard(everything, 2, 5)
     plan = {mine[0]: "fail", mine[1]: "unknown", mine[2]: "error"}
@@ -233,7 +233,7 @@ def test_an_interrupted_suite_says_what_ran_and_skips_what_never_started(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.test_chaos_soak import _fake_run as interrupting_run
 
-    second = cli.SUITE[1]
+    second = suite.SUITE[1]
     monkeypatch.setattr(runner, "run", interrupting_run({second: "interrupt"}, []))
     assert cli.main(["suite", "--out", str(tmp_path), "--parallel", "1"]) == 130
     summary = json.loads((tmp_path / ci.SUITE_SUMMARY).read_text())

@@ -15,12 +15,13 @@ from typing import Any
 
 import pytest
 
-from chaos import cli, runner
+from chaos import cli, runner, suite
 from chaos.backends import ReferenceOnTemporal
 from chaos.runner import RunFailed, RunResult
 from chaos.scenarios import SCENARIOS
-from chaos.soak import format_seeds, parse_seeds, run_captured
-from harness.rundir import RunDir
+from chaos.runner import run_captured
+from chaos.seeds import format_seeds, parse_seeds
+from harness.rundir import RUNNER_ERROR, RunDir
 from harness.verdict import CheckResult
 from tests.run_directory import problems as all_problems
 
@@ -53,7 +54,7 @@ def _fake_run(plan: dict[Any, str], calls: list[tuple[str, int]]):
     ``error`` (a recorded RunFailed), ``crash`` (an exception before any run directory) or ``interrupt``."""
 
     async def fake(scenario: Any, backend: Any, *, seed: int, out_root: Path, progress: Any = None,
-                   ui: bool = False, on_run_dir: Any = None) -> RunResult:
+                   ui: bool = False, on_run_dir: Any = None, cluster: Any = None) -> RunResult:
         name = scenario.name + backend.suffix
         calls.append((name, seed))
         what = plan.get(seed, plan.get(name, "pass"))
@@ -163,7 +164,7 @@ def test_the_suite_records_an_error_and_goes_on_to_the_next_scenario(
     calls: list[tuple[str, int]] = []
     monkeypatch.setattr(runner, "run", _fake_run({"model_outage": "error", "pause_worker": "crash"}, calls))
     jobs = [(n, SCENARIOS[n], ReferenceOnTemporal()) for n in ("kill_idle", "model_outage", "pause_worker", "hotfix")]
-    assert asyncio.run(cli._run_many([(*job, 1) for job in jobs], tmp_path, parallel=2)) == 1
+    assert asyncio.run(suite.run_many([(*job, 1) for job in jobs], tmp_path, parallel=2)) == 1
     out, err = capsys.readouterr()  # progress on stderr, the table and the verdicts on stdout
     assert sorted(n for n, _ in calls) == ["hotfix", "kill_idle", "model_outage", "pause_worker"]
     table = out[out.index("scenario "):]
@@ -183,7 +184,7 @@ def test_the_suite_records_an_error_and_goes_on_to_the_next_scenario(
 
 def test_ctrl_c_still_stops_the_suite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[str, int]] = []
-    second = SCENARIOS[cli.SUITE[1]].name
+    second = SCENARIOS[suite.SUITE[1]].name
     monkeypatch.setattr(runner, "run", _fake_run({second: "interrupt"}, calls))
     assert cli.main(["suite", "--out", str(tmp_path), "--parallel", "1"]) == 130
     assert len(calls) == 2
@@ -202,7 +203,7 @@ async def test_a_run_that_raises_is_recorded_failed_with_its_error_and_reproduce
                                                                                       "kill_idle --seed 3"
     record = json.loads((exc.run_dir / "run.json").read_text())
     assert (record["status"], record["error"], record["reproduce"]) == ("failed", exc.error, exc.reproduce)
-    assert "port 7233 already in use" in (exc.run_dir / "logs" / runner.RUNNER_ERROR).read_text()
+    assert "port 7233 already in use" in (exc.run_dir / "logs" / RUNNER_ERROR).read_text()
     assert problems(exc.run_dir) == []
     assert not (tmp_path / "kill_idle" / "latest").exists()
 

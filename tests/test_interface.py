@@ -110,7 +110,7 @@ def test_an_old_spelling_is_refused(build, old: list[str], new: list[str], dest:
 
 def test_an_old_scenario_suffix_is_refused() -> None:
     """``SCENARIO@journal`` was ``SCENARIO@checkpoint``: now an unknown scenario."""
-    from chaos.cli import _jobs
+    from chaos.suite import jobs as _jobs
 
     assert len(_jobs(chaos_parser().parse_args(["run", "kill_mid_turn@checkpoint"]), None)) == 1
     with pytest.raises(ValueError, match="unknown scenario.*kill_mid_turn@journal"):
@@ -130,7 +130,7 @@ def test_bad_values_are_refused_naming_the_flag_and_the_choices(capsys: pytest.C
 
 
 def test_chaos_model_latency_replaces_the_scenario_default_only_when_given() -> None:
-    from chaos.cli import _jobs
+    from chaos.suite import jobs as _jobs
     from chaos.scenarios import SCENARIOS
 
     [(_, scenario, _)] = _jobs(chaos_parser().parse_args(["run", "kill_mid_turn"]), None)

@@ -138,3 +138,31 @@ def test_harness_needs_nothing_but_the_standard_library_where_an_agent_uses_it()
     out = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(ROOT)], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stderr
+
+
+#: the modules that make run directories: each run's life through ``RunDir.recording`` (chaos runs, benchmark runs,
+#: migration-fuzz runs), and the soak's own directory, which ends through the same ``RunDir.end_with``
+RUN_DIRECTORY_MAKERS = {"chaos.runner", "chaos.soak", "benchmarks.suite", "migration_fuzz.fuzz"}
+#: a module that writes a synthetic run directory for its checkers to read (no run happens)
+SYNTHETIC_RUN_DIRECTORIES = {"benchmarks.micro.conftest"}
+
+
+def test_one_run_lifecycle_makes_every_run_directory() -> None:
+    """Every run is made, recorded and ended by one lifecycle (``harness.rundir``: ``RunDir.recording``,
+    ``RunDir.end_with``), called by the modules that own a kind of run; no other module begins a ``run.json``."""
+    found = []
+    for name, path in modules().items():
+        if name.split(".")[0] == "harness":
+            continue
+        text = path.read_text()
+        if "RunDir.create(" in text and name not in RUN_DIRECTORY_MAKERS:
+            found.append(f"{name} creates a run directory")
+        if ".begin(" in text and "RunDir" in text and name not in {"chaos.soak", *SYNTHETIC_RUN_DIRECTORIES}:
+            found.append(f"{name} begins a run.json itself (use RunDir.recording)")
+    assert found == []
+
+
+def test_one_results_table() -> None:
+    """Every command's results table is ``harness.printable.table``: no module draws a header rule of its own."""
+    assert [name for name, path in modules().items()
+            if '"-" * len(' in path.read_text() and name != "harness.printable"] == []

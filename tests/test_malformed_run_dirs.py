@@ -47,7 +47,8 @@ def saved_runs(runs: Path) -> Path:
     from chaos.backends.checkpoint import CheckpointBackend
     from chaos.runner import _target_record, check
     from chaos.scenarios import SCENARIOS
-    from chaos.soak import Outcome, SoakRecord
+    from chaos.runner import Outcome
+    from chaos.soak import SoakRecord
     from harness.operations import OK, History
     from harness.recording import workspace_name
     from harness.rundir import CONVERSATIONS, RunDir
@@ -96,7 +97,7 @@ def saved_runs(runs: Path) -> Path:
     soak = SoakRecord(runs, LABEL, [3], f"python -m chaos soak kill_mid_turn --seeds 3", {},
                       scenario=asdict(scenario), backend=backend.record())
     soak.add(Outcome(LABEL, 3, verdict, run.path, 1.0, reproduce, list(checks), dict(row)))
-    soak.finish("complete")
+    soak.finish()
     return run.path
 
 

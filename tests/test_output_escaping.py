@@ -17,8 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaos import ci, cli
-from chaos.soak import Outcome, summary
+from chaos import ci, cli, suite
+from chaos.runner import Outcome
+from chaos.soak import summary
 from harness.printable import printable
 from harness.rundir import RunDir
 from harness.verdict import CheckResult
@@ -123,7 +124,7 @@ def test_the_suite_and_soak_tables_print_run_data_escaped() -> None:
     text = summary(HOSTILE, [1], [outcome], 3.0, Path("runs/soak-x"))
     _assert_terminal_safe(text)
     assert "\\x1b[2J\\x00" in text and "\\u202ecba" in text
-    table = cli.table([{"scenario": HOSTILE, "verdict": "fail\x1b[0m", "faults": "1/1"}])
+    table = suite.table([{"scenario": HOSTILE, "verdict": "fail\x1b[0m", "faults": "1/1"}])
     _assert_terminal_safe(table)
     assert len(table.splitlines()) == 3  # the newline in the name does not start a row of its own
 

@@ -178,7 +178,7 @@ def test_rerun_refuses_a_target_file_others_can_write(saved_run: Path, tmp_path:
 
 def test_rerun_runs_what_the_user_controls(saved_run: Path, tmp_path: Path) -> None:
     from chaos.backends import OwnAgentOnTemporal, ReferenceOnTemporal
-    from chaos.cli import _rerun
+    from chaos.saved import rerun_job as _rerun
 
     scenario, backend, seed = _rerun(saved_run)  # the reference agent's run: the harness's own code
     assert isinstance(backend, ReferenceOnTemporal) and scenario.name == "trust" and seed == 1

@@ -1,0 +1,128 @@
+"""What ``python -m chaos`` does with a saved run directory: check it again, or run it again.
+
+    check_command(path)   ``chaos check``: every checker again, offline, on the saved files (``chaos.runner.check``)
+    rerun_job(path)       ``chaos rerun``: (scenario, backend, seed) as run.json recorded them, to run again
+
+Nothing a run directory names is run unless the user controls it (``chaos.target.load_recorded_target``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from chaos.suite import TWIN_SUFFIXES
+from harness.printable import printable
+from harness.rundir import RUN_JSON, RunDir, RunDirError, command_line
+
+
+def check_command(path: Path, target_path: Path | None = None, as_json: bool = False) -> int:
+    """``python -m chaos check DIR``: the checkers again on a saved run, printed (``--json``: as JSON); 0 only if
+    it passes, 1 otherwise, 2 for a directory that is no run or a target file that does not load. A run stopped
+    before its final read has nothing to check: ``unknown``, saying so."""
+    prog = "python -m chaos check"
+    from chaos.runner import check
+
+    run_dir = RunDir(path.resolve())
+    if not run_dir.operations.exists():
+        print(f"{prog}: {path} has no operations.jsonl (nor a history.jsonl); give a run directory "
+              "such as runs/<scenario>/latest", file=sys.stderr)
+        return 2
+    stopped = unfinished(run_dir)
+    if stopped and not run_dir.conversations.exists():
+        # Stopped before its final read: the checkers would only report the files it never wrote.
+        if as_json:
+            print(json.dumps({"verdict": "unknown", "status": run_dir.read_run().get("status"),
+                              "note": stopped, "checks": []}))
+        else:
+            print(f"{printable(stopped)}; it stopped before its final read (no conversations.json), so "
+                  f"there is nothing to check\n\nverdict: unknown")
+        return 1
+    if stopped:
+        print(f"note: {printable(stopped)}; checking what it recorded", file=sys.stderr)
+    given = None
+    if target_path:
+        from chaos.target import load_target
+
+        try:
+            given = load_target(target_path)
+        except ValueError as exc:
+            print(f"{prog}: {exc}", file=sys.stderr)
+            return 2
+    verdict, checks, _ = check(run_dir.path, given)
+    if as_json:
+        print(json.dumps({"verdict": verdict, "checks": [c.as_dict() for c in checks]}, default=str))
+    else:
+        for c in checks:
+            print(f"{printable(c.name):<20} {printable(c.verdict):<15} {printable(c.summary)}")
+        print(f"\nverdict: {verdict}")
+    return 0 if verdict == "pass" else 1
+
+
+def unfinished(run: RunDir) -> str | None:
+    """What ``chaos check`` says first of a run that did not complete (None: it completed)."""
+    record = run.read_run()
+    status = record.get("status")
+    if status in (None, "complete"):
+        return None
+    if status == "running":
+        return (f"{run.path} says running: it is still running, or was killed outright (SIGKILL, a lost machine) "
+                "and never recorded an end")
+    during = record.get("stopped_during")
+    error = record.get("error")
+    return f"{run.path} was {status}" + (f" during {during}" if during else "") + (f" ({error})" if error else "")
+
+
+def rerun_job(run_dir: Path, connection: Any = None, target_path: Path | None = None,
+              image: str | None = None) -> tuple[Any, Any, int]:
+    """(scenario, backend, seed) as a saved run recorded them, on ``connection``'s cluster (None: the embedded
+    server; the saved run's cluster is not reused: its address may not be this machine's to reach).
+
+    The scenario is data (validated); nothing the run names is run unless the user controls it: the target file
+    is ``target_path``, or the one run.json names if the user controls it (``chaos.target.load_recorded_target``);
+    a Docker worker image is ``image``, or for the reference agent the harness's own (None here: built from this
+    checkout); a reference run's workflow must be the reference's or a planted one. ValueError: one line saying
+    what to pass."""
+    from chaos.backends import make_backend
+    from chaos.scenarios import scenario_from_dict
+    from chaos.target import load_recorded_target, load_target, reference_workflows
+
+    record = RunDir(run_dir).read_run()
+    if record.get("kind") != "chaos" or "scenario" not in record:
+        raise ValueError(f"{run_dir} is not a chaos run directory (no scenario in its run.json)")
+    backend = record.get("backend") if isinstance(record.get("backend"), dict) else {}
+    again = command_line("python -m chaos rerun", {"--target": "PATH/TO/chaos-target.toml"}, [str(run_dir)])
+    recorded_file = backend.get("target_file")
+    if target_path is not None:
+        target = load_target(target_path)
+    elif recorded_file:
+        try:
+            target = load_recorded_target(str(recorded_file), f"{run_dir}: the target file its run.json names")
+        except ValueError as exc:
+            raise ValueError(f"{exc}; pass the target file you trust: {again}") from None
+        target_path = Path(os.path.realpath(str(recorded_file)))
+    else:
+        target = None
+    workers = backend.get("workers") or "process"
+    if workers == "docker" and image is None and (backend.get("image") or target is not None):
+        if target is not None:
+            raise ValueError(f"{run_dir} ran your agent in Docker image {backend.get('image')!r}; a run directory's "
+                             f"image is never run: pass the image you trust with --image NAME ({again} --image NAME)")
+        print(f"note: {run_dir} names the image {backend.get('image')!r}; a run directory's image is never run: "
+              "using dah-worker built from this checkout (--image NAME for another)", file=sys.stderr)
+    try:
+        scenario = scenario_from_dict(record["scenario"])
+    except (TypeError, KeyError, AttributeError, ValueError) as exc:
+        raise RunDirError(Path(run_dir) / RUN_JSON, "a scenario as python -m chaos run records it",
+                          f"{type(exc).__name__}: {exc}"[:120], "scenario") from None
+    workflow = scenario.cluster.workflow
+    if target is None and workflow is not None and (not isinstance(workflow, str)
+                                                      or workflow not in reference_workflows()):
+        raise ValueError(f"{run_dir}: its scenario's cluster.workflow {str(workflow)[:200]!r} is not the reference "
+                         "agent's nor a planted one (chaos.mutants); a run directory's code is never run")
+    durability = backend.get("name") if backend.get("name") in TWIN_SUFFIXES.values() else "temporal"
+    return (scenario, make_backend(durability, workers, image, target, target_path, connection),
+            int(record.get("seed", 1)))

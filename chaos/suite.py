@@ -1,0 +1,249 @@
+"""Several chaos runs: which runs a command names (scenarios, twins on other engines, timeouts profiles) and
+running them side by side, each through the one run lifecycle (``chaos.runner.run_captured``), with the verdict
+table at the end.
+
+    jobs(args, ...)       the (label, scenario, backend) a ``run``, ``suite`` or ``soak`` command names
+    run_many(items, ...)  run them (``--parallel`` at a time), each its own cluster; print the table; 0 if all passed
+    suite(args, ...)      the CI suite, or one shard of it, with its summary JSON and JUnit XML (``chaos.ci``)
+
+A scenario whose run raises (a worker dying at setup, a port clash, a harness bug) is recorded ``failed`` in its
+own run directory and shows as ``error`` in its row; the others go on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from chaos import ci
+from chaos.checker import ENGINE_CHECKERS, FAULT_CHECKERS
+from chaos.client import DEFAULT_TIMEOUTS, TIMEOUTS
+from chaos.runner import run_captured
+from chaos.scenarios import SCENARIOS, SUITE
+from chaos.seeds import format_seeds
+from harness.printable import printable, table as format_table
+from harness.rundir import ending_status
+from harness.verdict import PASS
+from testbed.cli_options import progress as _progress
+
+COLUMNS = [("scenario", 28), ("faults", 7), ("ok", 4), ("fail", 5), ("info", 5), ("lost", 5), ("dup_effects", 12),
+           ("recovery_s", 11), ("model_rec_s", 12), ("tool_rec_s", 11),
+           ("wft_rec_s", 10), ("checked", 8), ("verdict", 8)]
+#: a scenario under a timeouts profile other than the default is SCENARIO~PROFILE (e.g. kill_idle~defaults)
+TIMEOUTS_SEPARATOR = "~"
+#: a scenario's twin on the checkpoint backend is SCENARIO@checkpoint
+CHECKPOINT_SUFFIX = "@checkpoint"
+#: the backends other than Temporal, by their twins' suffix (SCENARIO@dbos runs SCENARIO on DBOS)
+TWIN_SUFFIXES = {CHECKPOINT_SUFFIX: "checkpoint", "@dbos": "dbos", "@dbos-postgres": "dbos-postgres",
+                 "@restate": "restate"}
+#: what "the Temporal server" and "the workers' link to Temporal" of a scenario are on another engine
+STAND_INS = {"dbos-postgres": ": the server is PostgreSQL, the link the workers' to it",
+             "restate": ": the server is restate-server, the link the server's to the endpoint"}
+#: what ``python -m chaos suite`` runs by default: every scenario on Temporal, and the checkpoint backend's twins
+SUITE_BACKENDS = ("temporal", "checkpoint")
+
+
+def table(rows: list[dict[str, Any]], with_seed: bool = False) -> str:
+    """The verdict table, one row per run (``harness.printable.table``); ``with_seed``: a seed column (a suite
+    over several seeds)."""
+    columns = [COLUMNS[0], ("seed", 5), *COLUMNS[1:]] if with_seed else COLUMNS
+    return format_table(columns, ([r.get(name) for name, _ in columns] for r in rows))
+
+
+def scenario_list() -> list[str]:
+    """``python -m chaos list``: every named scenario, then each engine's twins, one line each."""
+    lines = [f"{s.name:<30} {s.description}" for s in SCENARIOS.values()]
+    for suffix, durability in TWIN_SUFFIXES.items():
+        for name in twins(durability):
+            where = STAND_INS.get(durability, "") if name.startswith(("server_", "partition_temporal")) else ""
+            lines.append(f"{name + suffix:<30} {SCENARIOS[name].description} (on {durability}{where})")
+    return lines
+
+
+def load_target_for(args: argparse.Namespace, explicit_parallel: bool) -> Any:
+    """The target file ``--target`` names, loaded and its driver checked before any run (None: the reference
+    agent). One that hard-codes its address runs one scenario at a time: ``--parallel`` drops to 1 (ValueError
+    if the user asked for more)."""
+    if not getattr(args, "target", None):
+        return None
+    from chaos.target import check_driver, load_target
+
+    target = load_target(args.target)
+    check_driver(target)  # a driver written for another driver API version fails here, before any run
+    if target.address and getattr(args, "parallel", 1) > 1:
+        if explicit_parallel:
+            raise ValueError(f"--parallel {args.parallel}: the target {args.target} hard-codes the address "
+                             f"{target.address} (the fault proxy must listen there), so it runs one "
+                             "scenario at a time: use --parallel 1")
+        print(f"python -m chaos {args.command}: {args.target} hard-codes the address {target.address}: one "
+              "scenario at a time", file=sys.stderr)
+        args.parallel = 1
+    return target
+
+
+def checkpoint_twins() -> list[str]:
+    return twins("checkpoint")
+
+
+def twins(durability: str) -> list[str]:
+    """The scenarios with a twin on ``durability``'s backend."""
+    from chaos.backends import make_backend
+
+    return list(make_backend(durability).scenarios or ())
+
+
+def split_twin(label: str) -> tuple[str, str]:
+    """(the scenario, its durability) of a label: ``kill_mid_turn@dbos`` -> (kill_mid_turn, dbos)."""
+    for suffix, durability in TWIN_SUFFIXES.items():
+        if label.endswith(suffix):
+            return label.removesuffix(suffix), durability
+    return label, "temporal"
+
+
+def jobs(args: argparse.Namespace, target: Any, connection: Any = None) -> list[tuple[str, Any, Any]]:
+    """(label, scenario, backend) for every scenario asked for, on ``connection``'s cluster (None: the embedded
+    server); raises ValueError naming an unknown one."""
+    from chaos.backends import make_backend
+
+    durability = getattr(args, "durability", "temporal")
+    suffixes = {d: sfx for sfx, d in TWIN_SUFFIXES.items()}  # backend -> its twins' suffix
+    suffix = suffixes.get(durability)
+    if args.command == "soak" and args.scenarios == ["all"]:
+        raise ValueError("soak runs one scenario; name it (python -m chaos list)")
+    if args.command == "suite":
+        names = [n for b in getattr(args, "backends", SUITE_BACKENDS)
+                 for n in (SUITE if b == "temporal" else [t + suffixes[b] for t in twins(b)])]
+    elif args.scenarios == ["all"]:
+        names = [n + suffix for n in twins(durability)] if suffix else list(SUITE)
+    else:
+        names = [n + suffix if suffix and split_twin(n)[1] == "temporal" else n for n in args.scenarios]
+    known = [*SCENARIOS, *(n + sfx for sfx, d in TWIN_SUFFIXES.items() for n in twins(d))]
+    pinned = {}  # NAME~PROFILE (as a run under another profile names itself): that profile only
+    for i, n in enumerate(names):
+        base, sep, profile = n.partition(TIMEOUTS_SEPARATOR)
+        if sep:
+            if profile not in TIMEOUTS:
+                raise ValueError(f"{n}: unknown timeouts profile {profile!r}; profiles are {', '.join(TIMEOUTS)}")
+            names[i] = base
+            pinned[base] = [profile]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    jobs = []
+    profiles = getattr(args, "timeouts", [DEFAULT_TIMEOUTS])
+    latency = getattr(args, "model_latency", None)
+    for label in names:
+        base, twin_of = split_twin(label)
+        checkpoint_twin = twin_of != "temporal"  # no Temporal: its timeouts profiles do not apply
+        backend = make_backend(twin_of,
+                               getattr(args, "placement", "process"), getattr(args, "image", None), target,
+                               getattr(args, "target", None), connection)
+        scenario = SCENARIOS[base]
+        if latency:  # the scenario's own model latency otherwise; run.json records the one used
+            scenario = dataclasses.replace(scenario, cluster=dataclasses.replace(scenario.cluster,
+                                                                                 model_latency=latency))
+        for profile in ([DEFAULT_TIMEOUTS] if checkpoint_twin else pinned.get(label, profiles)):  # Temporal only
+            if profile == DEFAULT_TIMEOUTS:
+                jobs.append((label, scenario, backend))
+                continue
+            name = f"{base}{TIMEOUTS_SEPARATOR}{profile}"  # its own runs/<name>/, its own row
+            jobs.append((name, dataclasses.replace(scenario, name=name, timeouts=profile), backend))
+    return jobs
+
+
+async def run_many(items: list[tuple[str, Any, Any, int]], out: Path, parallel: int = 1, ui: bool = False,
+                    record: Any = None) -> int:
+    """``items``: (label, scenario, backend, seed); the table at the end; 1 if any did not pass. ``record``: a
+    ``chaos.ci.CiRecord`` told of each run as it starts and ends (the suite's summary JSON and JUnit XML).
+
+    A scenario whose run raises (a worker dying at setup, a port clash, a harness bug) is recorded ``failed`` in
+    its own run directory and shows as ``error`` in its row; the others go on. Ctrl-C (SIGTERM) stops them all;
+    the record then says which runs were stopped and which never started."""
+    start = time.monotonic()
+    say = _progress(start)
+    results: dict[tuple[str, int], Any] = {}
+    slots = asyncio.Semaphore(max(1, parallel))
+
+    skipped = {(label, seed): why for label, scenario, backend, seed in items
+               if (why := backend.skip_reason(scenario))}
+
+    async def one(i: int, label: str, scenario: Any, backend: Any, seed: int) -> None:
+        if (label, seed) in skipped:
+            say(f"scenario {i}/{len(items)}: {label}: SKIPPED: {skipped[(label, seed)]}")
+            if record is not None:
+                record.skipped(label, seed, skipped[(label, seed)])
+            return
+        async with slots:
+            say(f"scenario {i}/{len(items)}: {label} (seed {seed})")
+            started = (lambda p: record.running(label, seed, p)) if record is not None else (lambda p: None)
+            result = await run_captured(label, scenario, backend, seed=seed, out_root=out, progress=say, ui=ui,
+                                        on_run_dir=started)
+            results[(label, seed)] = result
+            if record is not None:
+                record.ended(result)
+            if result.error:
+                say(f"{label}: ERROR after {result.wall_s:.0f}s -> {result.run_dir}")
+                for line in result.lines():
+                    say(f"  {label} {line}")
+                say(f"  {label} reproduce with: {result.reproduce}")
+                return
+            say(f"{label}: {result.verdict.upper()} in {result.wall_s:.0f}s -> {result.run_dir}")
+            for c in result.checks:
+                if c.verdict != "pass" and not (c.verdict == "not_applicable" and
+                                                (c.name in FAULT_CHECKERS or c.name in ENGINE_CHECKERS)):
+                    say(f"  {label} {c.name}: {c.verdict}: {c.summary}")
+
+    try:
+        await asyncio.gather(*(one(i, *item) for i, item in enumerate(items, 1)))
+    except BaseException as exc:
+        if record is not None:
+            record.finish(ending_status(exc))
+        raise
+    if record is not None:
+        record.finish("complete")
+    keys = [(label, seed) for label, _, _, seed in items]
+    seeds = list(dict.fromkeys(seed for _, seed in keys))
+    failed = [results[k] for k in keys if k in results and results[k].verdict != PASS]
+    print()
+    print(table([{**results[k].row, "seed": k[1]} if k in results else {"scenario": k[0], "seed": k[1],
+                                                                        "verdict": ci.SKIPPED} for k in keys],
+                with_seed=len(seeds) > 1))
+    print(f"\n{len(keys)} scenario(s) in {time.monotonic() - start:.0f}s (seed{'s' if len(seeds) > 1 else ''} "
+          f"{format_seeds(seeds)}); {len(results) - len(failed)} passed, {len(failed)} not passed"
+          + (f", {len(skipped)} skipped (not run, not passed)" if skipped else ""))
+    for result in failed:
+        why = f"error: {result.error_line}" if result.error else result.verdict
+        print(printable(f"  {result.label}{f' (seed {result.seed})' if len(seeds) > 1 else ''}: {why}; reproduce "
+                        f"with: {result.reproduce}; artefacts in {result.run_dir}"))
+    for (label, seed), why in skipped.items():
+        print(f"  {label}{f' (seed {seed})' if len(seeds) > 1 else ''}: skipped: {why}")
+    if record is not None:
+        print(f"CI files: {record.paths()}")
+    if not results:
+        print("nothing ran: every scenario asked for was skipped", file=sys.stderr)
+    return 1 if failed or not results else 0
+
+
+async def suite(args: argparse.Namespace, target: Any, connection: Any = None) -> int:
+    """The suite, or the shard of it ``--shard K/N`` names, with its summary JSON and JUnit XML."""
+    everything = [(label, scenario, backend, seed) for seed in args.seeds
+                  for label, scenario, backend in jobs(args, target, connection)]
+    mine = ci.shard(everything, *args.shard) if args.shard else everything
+    spec = f"{args.shard[0]}/{args.shard[1]}" if args.shard else None
+    name = f"chaos suite (seeds {format_seeds(args.seeds)}{f', shard {spec}' if spec else ''})"
+    record = ci.CiRecord("suite", name, [(label, seed) for label, _, _, seed in mine],
+                         args.summary or args.out / ci.SUITE_SUMMARY, args.junit or args.out / ci.SUITE_JUNIT,
+                         spec, [(label, seed) for label, _, _, seed in everything])
+    if spec:
+        print(f"shard {spec}: {len(mine)} of the suite's {len(everything)} run(s)", file=sys.stderr, flush=True)
+    record.save()
+    if not mine:
+        print(f"shard {spec}: no runs fall to this shard (more shards than runs); nothing to do", file=sys.stderr)
+        record.finish("complete")
+        return 0
+    return await run_many(mine, args.out, args.parallel, record=record)
