@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from chaos.checker import ENGINE_CHECKERS, FAULT_CHECKERS
+from chaos.checker.verdict import worth_showing
 from chaos.client import DEFAULT_TIMEOUTS, TIMEOUTS
 from chaos.scenarios import SCENARIOS, SUITE
 from chaos.soak import DEFAULT_SEEDS
@@ -136,8 +136,7 @@ async def _run_many(items: list[tuple[str, Any, Any, int]], out: Path, parallel:
                 return
             say(f"{label}: {result.verdict.upper()} in {result.wall_s:.0f}s -> {result.run_dir}")
             for c in result.checks:
-                if c.verdict != "pass" and not (c.verdict == "not_applicable" and
-                                                (c.name in FAULT_CHECKERS or c.name in ENGINE_CHECKERS)):
+                if worth_showing(c):
                     say(f"  {label} {c.name}: {c.verdict}: {c.summary}")
 
     try:

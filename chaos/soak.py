@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos import ci
+from chaos.checker.verdict import table_row
 from harness.printable import printable
 from harness.rundir import SCHEMA, RunDir, command_line, machine_info, stopped_status, utc_now
 from harness.verdict import FAIL, PASS, UNKNOWN, CheckResult
@@ -31,9 +32,6 @@ OUTCOMES = (PASS, FAIL, UNKNOWN, ERROR)
 SOAK_JSON = "soak.json"
 SOAK_PREFIX = "soak-"
 DEFAULT_SEEDS = "1-20"
-#: a suite table row of a run that ended in an error: its name, the rest unknown
-ERROR_ROW = {"faults": "?", "ok": "?", "fail": "?", "info": "?", "lost": "?", "dup_effects": "?", "recovery_s": "?",
-             "model_rec_s": "?", "tool_rec_s": "?", "wft_rec_s": "?", "checked": "?"}
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -124,11 +122,11 @@ async def run_captured(label: str, scenario: Any, backend: Any, *, seed: int, ou
                              on_run_dir=on_run_dir)
     except runner.RunFailed as exc:
         return Outcome(label, seed, ERROR, exc.run_dir, exc.wall_s, exc.reproduce,
-                       row={"scenario": label, **ERROR_ROW, "verdict": ERROR}, error=exc.error)
+                       row=table_row(label, None, [], verdict=ERROR), error=exc.error)
     except Exception as exc:  # before the run had a directory (e.g. the output directory cannot be made)
         reproduce = command_line("python -m chaos run", {"--seed": seed, **backend.reproduce()}, [label])
         return Outcome(label, seed, ERROR, None, time.monotonic() - started, reproduce,
-                       row={"scenario": label, **ERROR_ROW, "verdict": ERROR}, error=f"{type(exc).__name__}: {exc}")
+                       row=table_row(label, None, [], verdict=ERROR), error=f"{type(exc).__name__}: {exc}")
     return Outcome(label, seed, r.verdict, r.run_dir, r.wall_s, r.reproduce, list(r.checks), dict(r.row))
 
 

@@ -34,9 +34,9 @@ from collections import Counter
 from typing import Any
 
 from chaos.checker.run_data import RunData
+from chaos.checker.run_data import reply_matches as _matches
 from chaos.checker.workflow_tasks import RECOVERY_WITHIN_S
 from harness.verdict import FAIL, PASS, UNKNOWN, CheckResult
-from harness.verdict import reply_matches as _matches
 from harness.operations import FAIL as OP_FAIL
 from harness.event_history import UNREADABLE
 from harness.operations import INFO, OK, pairs
