@@ -37,7 +37,8 @@ from harness.printable import table as format_table
 from harness.run_files import RefusedPath
 from harness.rundir import (LATEST, RUN_JSON, SCHEMA, STOPPED, RunDir, RunDirError, describe, expect, expect_fields,
                             read_json, utc_now, write_json)
-from harness.verdict import FAIL, PASS, UNKNOWN, CheckResult, compose, worst
+from chaos.checker.verdict import saved_verdict
+from harness.verdict import FAIL, PASS, UNKNOWN, CheckResult
 
 ERROR = "error"
 SUMMARY_KIND = "chaos-summary"
@@ -99,7 +100,7 @@ def outcome_row(o: Any) -> dict[str, Any]:
 
 def run_dir_row(path: Path) -> dict[str, Any] | None:
     """A row read from a chaos run directory's own files (None: not a chaos run directory). The verdict is
-    ``verdict.json``'s (``harness.verdict``'s rules: never better than its checks), ``error`` for a run that
+    ``verdict.json``'s (``chaos.checker.verdict.saved_verdict``: never better than its checks), ``error`` for a run that
     failed, ``unknown`` for one never checked; the status is ``run.json``'s."""
     run = RunDir(path)
     try:
@@ -118,8 +119,7 @@ def run_dir_row(path: Path) -> dict[str, Any] | None:
     if status == "failed":
         verdict = ERROR
     elif checks:
-        recorded = (checked or {}).get("verdict")
-        verdict = worst([compose(checks), *([recorded] if isinstance(recorded, str) else [])])
+        verdict = saved_verdict(checks, (checked or {}).get("verdict"))
     else:
         verdict = UNKNOWN
     error = record.get("error")

@@ -35,16 +35,14 @@ from pathlib import Path
 from typing import Any
 
 from chaos.backends import Backend
-from chaos.checker import ALL_CHECKERS, ENGINE_CHECKERS, FAULT_CHECKERS, run_checkers
-from chaos.checker.recovery import decompose
-from chaos.checker.run_data import RunData
+from chaos.checker.verdict import check as check_saved_run, table_row
 from chaos.generator import NemesisEvent, schedule
 from chaos.scenarios import SCENARIOS, ChaosScenario
 from chaos.target import Target, replay_target
 from harness import operations
 from harness.operations import History
-from harness.rundir import CONVERSATIONS, EFFECTS_SERVICE, SCHEMA, VERDICT_JSON, RunDir, command_line, machine_info
-from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult, compose, recovery, summarise
+from harness.rundir import CONVERSATIONS, EFFECTS_SERVICE, SCHEMA, RunDir, command_line, machine_info
+from harness.verdict import FAIL, UNKNOWN, CheckResult
 from testbed.stack import Stack, StackSpec, stack
 from testbed.temporal_server import temporal_binary_or_none
 
@@ -55,9 +53,6 @@ Cluster = Callable[[StackSpec], AbstractAsyncContextManager[Stack]]
 
 #: an ``Outcome``'s verdict when the run raised (the run directory says ``failed``)
 ERROR = "error"
-#: a suite table row of a run that ended in an error: its name, the rest unknown
-ERROR_ROW = {"faults": "?", "ok": "?", "fail": "?", "info": "?", "lost": "?", "dup_effects": "?", "recovery_s": "?",
-             "model_rec_s": "?", "tool_rec_s": "?", "wft_rec_s": "?", "checked": "?"}
 
 
 @dataclass
@@ -109,8 +104,8 @@ class Outcome:
     def failed(cls, label: str, seed: int, run_dir: Path | None, wall_s: float, reproduce: str,
                error: str) -> Outcome:
         """A run that raised: verdict ``error``, its table row unknown but for its name."""
-        return cls(label, seed, ERROR, run_dir, wall_s, reproduce, row={"scenario": label, **ERROR_ROW,
-                                                                        "verdict": ERROR}, error=error)
+        return cls(label, seed, ERROR, run_dir, wall_s, reproduce, row=table_row(label, None, [], verdict=ERROR),
+                   error=error)
 
     @property
     def non_pass(self) -> list[CheckResult]:
@@ -241,58 +236,11 @@ def _target_record(scenario: ChaosScenario, backend: Backend) -> dict[str, Any]:
 
 
 def check(path: Path, target: Target | None = None) -> tuple[str, list[CheckResult], dict[str, Any]]:
-    """Run every checker on the run's saved files and write ``verdict.json``; (verdict, checks, row).
-
-    The same on a fresh run, on a run re-checked later (everything is recomputed, with today's checkers) and on
-    a run directory copied to another machine. ``target``: a target file the user gave (``--target``, or the one
-    a fresh run was started with), the only bring-your-own code replay runs besides one the run names that the
-    user controls (``chaos.target.replay_target``); nothing the run directory names is executed. A checker the
-    target opted out of is not run, and is ``unknown`` ("not checked"), never left out: a run cannot pass on a
-    property nobody checked. Only what the backend cannot have (Temporal histories on the checkpoint backend)
-    is ``not_applicable``, with its reason."""
-    run_dir = RunDir(path)
-    record = run_dir.read_run()
-    declared = (record.get("target") or {}).get("checkers") or ALL_CHECKERS
-    not_applicable = dict((record.get("backend") or {}).get("not_applicable") or {})
-    if not_applicable.keys() & {"temporal_history", "replay"}:
-        not_applicable.setdefault("workflow_tasks", not_applicable.get("temporal_history") or
-                                  not_applicable.get("replay"))
-    ops = operations.load(run_dir.operations)
-    faults_run = {op.f for op in ops if op.process == "nemesis"}
-    for checker, fault in FAULT_CHECKERS.items():
-        if fault not in faults_run:
-            not_applicable.setdefault(checker, f"no {fault} in this run")
-    backend_name = (record.get("backend") or {}).get("name") or "temporal"
-    for checker, engines in ENGINE_CHECKERS.items():
-        if backend_name not in engines:
-            not_applicable.setdefault(checker, f"reads {' or '.join(engines)}'s own records; this run is on "
-                                               f"{backend_name}")
-    opted_out = [c for c in ALL_CHECKERS if c not in declared and c not in not_applicable]
-    only = [c for c in ALL_CHECKERS if c in declared and c not in not_applicable]
-    replay_with = replay_target(run_dir.path, RunData(path).target, target) if "replay" in only else None
-    checks = run_checkers(path, only, replay_with)
-    checks += [CheckResult(c, UNKNOWN, "not checked: the target's 'checkers' leaves it out, so this property is "
-                                       "unverified") for c in opted_out]
-    checks += [CheckResult(c, NOT_APPLICABLE, f"not applicable: {why}") for c, why in not_applicable.items()]
-    verdict = compose(checks)
-    name = record.get("name") or run_dir.path.parent.name
-    row = summarise(name, ops, checks)
-    try:
-        decomposed = decompose(RunData(path))
-    except Exception as exc:  # a measurement, not a check: a run it cannot read still gets its verdict
-        decomposed = {"error": f"{type(exc).__name__}: {exc}", "model_call_s": None, "tool_s": None,
-                      "workflow_task_s": None}
-    row["model_rec_s"], row["tool_rec_s"], row["wft_rec_s"] = (decomposed.get("model_call_s"), decomposed.get("tool_s"),
-                                                               decomposed.get("workflow_task_s"))
-    run_dir.write_json(VERDICT_JSON, {
-        "schema": SCHEMA, "verdict": verdict, "checks": [c.as_dict() for c in checks],
-        "checked": [c.name for c in checks if c.verdict in (PASS, FAIL)],
-        "not_checked": {c.name: c.summary for c in checks if c.verdict in (UNKNOWN, NOT_APPLICABLE)},
-        "checkers_not_run": opted_out + list(not_applicable),
-        "recovery": recovery(ops),
-        "recovery_decomposition": decomposed,
-        "summary": row})
-    return verdict, checks, row
+    """The run's verdict (``chaos.checker.verdict.check``: which checks apply, how they compose, ``verdict.json``);
+    (verdict, checks, row). ``target``: a target file the user gave (``--target``, or the one a fresh run was
+    started with), the only bring-your-own code replay runs besides one the run names that the user controls
+    (``chaos.target.replay_target``); nothing the run directory names is executed."""
+    return check_saved_run(path, lambda declared: replay_target(path, declared, target))
 
 
 async def drive_load(scenario: ChaosScenario, events: list[NemesisEvent], ctx: Any, cluster: Any, driver: Any,

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos import ci
-from chaos.checker import ENGINE_CHECKERS, FAULT_CHECKERS
+from chaos.checker.verdict import worth_showing
 from chaos.client import DEFAULT_TIMEOUTS, TIMEOUTS
 from chaos.runner import run_captured
 from chaos.scenarios import SCENARIOS, SUITE
@@ -194,8 +194,7 @@ async def run_many(items: list[tuple[str, Any, Any, int]], out: Path, parallel: 
                 return
             say(f"{label}: {result.verdict.upper()} in {result.wall_s:.0f}s -> {result.run_dir}")
             for c in result.checks:
-                if c.verdict != "pass" and not (c.verdict == "not_applicable" and
-                                                (c.name in FAULT_CHECKERS or c.name in ENGINE_CHECKERS)):
+                if worth_showing(c):
                     say(f"  {label} {c.name}: {c.verdict}: {c.summary}")
 
     try:

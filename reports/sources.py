@@ -31,7 +31,7 @@ directory or file it could not use, or used only in part, adds one line to
 for ``tables`` and ``figures``: series are dicts with string ``name`` and a
 ``turns`` list of dicts whose numeric fields are floats (NaN when missing);
 ``points`` are lists of dicts; a chaos run's ``verdict`` is pass only when its
-run was checked (a verdict with a summary) and every check passed (``harness.verdict``'s rules).
+run was checked (a verdict with a summary) and every check passed (``chaos.checker.verdict``'s rules).
 """
 
 from __future__ import annotations
@@ -44,11 +44,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from chaos.checker.verdict import saved_verdict, table_row
 from harness import operations as hist
 from harness import run_files, rundir
 from harness.rundir import RUN_JSON, VERDICT_JSON, RunDir, RunDirError
 from harness.run_files import RefusedPath
-from harness.verdict import CheckResult, compose, summarise, worst
+from harness.verdict import CheckResult
 from reports import ops as opsmod
 
 log = logging.getLogger(__name__)
@@ -484,10 +485,8 @@ def _verdict(checked: dict[str, Any] | None, record: dict[str, Any]) -> tuple[st
     checks = [c for c in checks if isinstance(c, dict)]
     if not isinstance(checked.get("summary"), dict):
         return "unknown", f"{how}: no summary among its checks", checks
-    # The worst of the checks and the recorded verdict (harness.verdict's rules): a hand-edited or stale record
-    # never reads better than it is.
-    recorded = [checked["verdict"]] if isinstance(checked.get("verdict"), str) else []
-    return worst([compose(CheckResult.from_dict(c) for c in checks), *recorded]), "", checks
+    # A hand-edited or stale record never reads better than its checks.
+    return saved_verdict([CheckResult.from_dict(c) for c in checks], checked.get("verdict")), "", checks
 
 
 def _load_chaos(path: Path, scenario_dir: str, sources: Sources) -> ChaosRun:
@@ -511,7 +510,7 @@ def _load_chaos(path: Path, scenario_dir: str, sources: Sources) -> ChaosRun:
     from_history = summary is None
     if summary is None:
         nemesis = len(opsmod.fault_windows(ops, end_s))
-        summary = {**summarise(name, ops, []), "faults": f"?/{nemesis}", "verdict": verdict}
+        summary = table_row(name, ops, [], verdict=verdict, faults_scheduled=nemesis)
     return ChaosRun(name, path, record, ops, verdict, note, summary, from_history, checks, end_s)
 
 

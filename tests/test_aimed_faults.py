@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from chaos.backends.byo import OwnAgentOnTemporal
-from chaos.checker import run_checkers
+from chaos.checker.verdict import run_checkers
 from chaos.nemesis import NemesisContext, aimed_at, kill_worker, ledger_in_flight
 from chaos.runner import run
 from chaos.scenarios import SCENARIOS, ClusterSpec, scenario_from_dict

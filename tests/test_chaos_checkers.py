@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos.checker import ENGINE_CHECKERS, run_checkers
-from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult, compose
+from chaos.checker.verdict import ENGINE_CHECKERS, compose, run_checkers
+from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult
 from tests.run_directory import assert_valid
 from chaos.client import Workload
 from chaos.generator import NemesisEvent

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult, compose
+from chaos.checker.verdict import compose
+from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult
 from chaos.client import Workload
 from chaos.generator import NemesisEvent
 from chaos.backends.checkpoint import CheckpointBackend

@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 from chaos import ci, cli, runner, suite
 from chaos.runner import RunFailed, RunResult
 from harness.rundir import RunDir
-from harness.verdict import CheckResult, compose
+from chaos.checker.verdict import compose
+from harness.verdict import CheckResult
 from tests.conftest import temporal_server_pids
 from tests.run_directory import problems
 

@@ -9,11 +9,12 @@ from pathlib import Path
 
 from chaos.checker import lost, temporal_history, workflow_tasks
 from chaos.checker.run_data import RunData
+from chaos.checker.verdict import table_row
 from chaos.runner import check
 from harness.event_history import ActivityRecord, LocalActivityRecord, RunRecord, WorkflowTaskRecord
 from harness.operations import FAIL, INFO, OK, History, Op
 from harness.recording import EffectLedger, ExecutionIdentity
-from harness.verdict import PASS, UNKNOWN, CheckResult, summarise
+from harness.verdict import PASS, UNKNOWN, CheckResult
 
 T0 = datetime(2026, 11, 22, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -72,7 +73,7 @@ def test_a_wrong_answer_is_not_shown_as_zero_lost(tmp_path: Path) -> None:
     run = _run_dir(tmp_path, [("a", OK, {"reply": "nonsense"})], _said(("a", "nonsense")))
     checks = [lost.check(RunData(run))]
     assert checks[0].verdict == "fail"
-    assert summarise("t", [], checks)["lost"] == "0+1 bad"
+    assert table_row("t", [], checks)["lost"] == "0+1 bad"
 
 
 def test_a_turn_that_failed_fails(tmp_path: Path) -> None:
@@ -232,7 +233,7 @@ def test_a_property_the_target_left_unchecked_keeps_the_run_from_passing(tmp_pat
 
 
 def test_recovery_is_per_conversation_and_names_the_ones_that_never_recovered() -> None:
-    from harness.verdict import recovery
+    from chaos.recovery import recovery
 
     ops = [Op(0, "nemesis", "invoke", "kill_worker", {}, 1.0, 1.0),
            Op(1, "nemesis", OK, "kill_worker", {}, 2.0, 2.0, None, 0),
@@ -242,7 +243,7 @@ def test_recovery_is_per_conversation_and_names_the_ones_that_never_recovered() 
            Op(5, "client-1", INFO, "send_message", None, 60.0, 60.0, "TimeoutError", 4)]
     rec = recovery(ops)
     assert rec["by_conversation"] == {"a": 1.0} and rec["never"] == ["b"]
-    assert summarise("t", ops, [CheckResult("lost", PASS, "")])["recovery_s"] == "never (1)"
+    assert table_row("t", ops, [CheckResult("lost", PASS, "")])["recovery_s"] == "never (1)"
 
 
 def test_a_message_still_unanswered_long_after_the_heal_is_not_a_legal_indeterminate(tmp_path: Path) -> None:
@@ -294,7 +295,7 @@ def test_the_same_text_sent_twice_under_two_ids_and_answered_twice_is_doubled(tm
 
 
 def test_recovery_ends_at_the_first_correct_answer_not_at_a_refusal() -> None:
-    from harness.verdict import recovery
+    from chaos.recovery import recovery
 
     sent = {"conversation": "a", "expect": "2 * 3 = 6", "match": "exact"}
     ops = [Op(0, "nemesis", "invoke", "kill_worker", {}, 1.0, 1.0),

@@ -11,9 +11,10 @@ import httpx
 
 from chaos.checker import effects, injection_evidence, lost
 from chaos.checker.run_data import RunData
+from chaos.checker.verdict import table_row
 from chaos.runner import check
 from harness.operations import INFO, OK, History
-from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult, summarise
+from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult
 from testbed.effects_service import EffectsService
 
 TOKENS = ("note-0-000001;", "note-1-000002;")
@@ -113,7 +114,7 @@ def test_declared_no_effects_is_not_applicable_and_shown_as_declared(tmp_path: P
     got = effects.check(RunData(run))
     print(got.verdict, got.summary)
     assert got.verdict == NOT_APPLICABLE and got.summary == "declared: it only does arithmetic"
-    row = summarise("t", [], [got, CheckResult("lost", PASS, "")])
+    row = table_row("t", [], [got, CheckResult("lost", PASS, "")])
     assert row["dup_effects"] == "declared" and row["verdict"] == PASS
     _, checks, row = check(run)  # (the checkers the target left out are unknown: the run cannot pass)
     assert {c.name: c.verdict for c in checks}["effects"] == NOT_APPLICABLE and row["dup_effects"] == "declared"

@@ -5,11 +5,13 @@
     agent     the reference agent: imports harness, never the test bed or chaos
     testbed   what stands around an agent (servers, model, workers, the stack, the dah CLI)
     chaos, benchmarks, migration_fuzz, reports: the tools; checkers and reports never import the agent
+    a run's verdict is decided in chaos.checker.verdict alone; harness.verdict holds the values and names no check
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -166,3 +168,86 @@ def test_one_results_table() -> None:
     """Every command's results table is ``harness.printable.table``: no module draws a header rule of its own."""
     assert [name for name, path in modules().items()
             if '"-" * len(' in path.read_text() and name != "harness.printable"] == []
+
+
+# ---------------------------------------------------------------------------------- the verdict, decided once
+
+#: the one module that decides a run's verdict: which checks apply, how they compose, the row, verdict.json
+VERDICT_MODULE = "chaos.checker.verdict"
+#: names only the verdict module may use: the composition rule and the applicability tables
+DECIDING_NAMES = ("compose", "FAULT_CHECKERS", "ENGINE_CHECKERS")
+
+
+def _names_used(path: Path) -> set[str]:
+    """Every name a module reads, imports or calls (``x``, ``m.x``, ``from m import x``)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Name):
+            found.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            found.add(node.attr)
+        elif isinstance(node, ast.ImportFrom):
+            found |= {a.name for a in node.names}
+    return found
+
+
+def _calls(path: Path, name: str) -> int:
+    return sum(1 for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)
+               and name in ((node.func.id,) if isinstance(node.func, ast.Name) else
+                            (node.func.attr,) if isinstance(node.func, ast.Attribute) else ()))
+
+
+def _writes_verdict_json(path: Path) -> bool:
+    """Whether a module calls a ``write*`` function or method on ``verdict.json`` (``VERDICT_JSON`` or the name)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        if not func.startswith("write"):
+            continue
+        for part in ast.walk(ast.Module(body=[ast.Expr(node)], type_ignores=[])):
+            if (isinstance(part, ast.Name) and part.id == "VERDICT_JSON") or \
+                    (isinstance(part, ast.Constant) and part.value == "verdict.json"):
+                return True
+    return False
+
+
+def test_only_the_verdict_module_decides_a_verdict() -> None:
+    mods = modules()
+    assert VERDICT_MODULE in mods
+    deciding = sorted(f"{m} uses {n}" for m, path in mods.items() if m != VERDICT_MODULE
+                      for n in DECIDING_NAMES if n in _names_used(path))
+    assert deciding == [], "only chaos/checker/verdict.py composes checks and says which apply"
+    writers = sorted(m for m, path in mods.items() if _writes_verdict_json(path))
+    assert writers == [VERDICT_MODULE]
+    # worst (the values' order) serves the checkers and the verdict module; a tool reading a saved verdict asks
+    # chaos.checker.verdict.saved_verdict, never re-derives one
+    assert sorted(m for m, path in mods.items() if _calls(path, "worst") and m != "harness.verdict"
+                  and not m.startswith("chaos.checker")) == []
+
+
+def test_the_harness_verdict_values_name_no_checker() -> None:
+    from chaos.checker import ALL_CHECKERS
+
+    tree = ast.parse((ROOT / "harness" / "verdict.py").read_text())
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef)) and n.body
+                  and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    words: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            words |= set(re.findall(r"\w+", node.value))
+        elif isinstance(node, ast.Name):
+            words.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            words.add(node.attr)
+    assert words & set(ALL_CHECKERS) == set(), "harness/verdict.py is the values only: no checker's name"
+    assert offenders("harness.verdict", ("chaos",)) == []
+
+
+def test_measurements_are_not_checks() -> None:
+    # every module of chaos/checker is a check, the list of checks, the run data they read, or the verdict
+    from chaos.checker import ALL_CHECKERS
+
+    found = {f.stem for f in (ROOT / "chaos" / "checker").glob("*.py")}
+    assert found - set(ALL_CHECKERS) == {"__init__", "run_data", "verdict"}

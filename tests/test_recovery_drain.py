@@ -1,4 +1,4 @@
-"""Recovery, decomposed and drained: how long a fault held each kind of work up (``chaos.checker.recovery``), a
+"""Recovery, decomposed and drained: how long a fault held each kind of work up (``chaos.recovery``), a
 graceful stop that hands back nothing (the ``drain`` checker, on a real cluster, for a draining worker and for one
 that cancels instead), and the timeouts profiles the chaos runs use."""
 
@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
+from chaos import recovery
 from chaos.backends.temporal import ReferenceOnTemporal
-from chaos.checker import drain, recovery
+from chaos.checker import drain
 from chaos.client import TIMEOUTS, Workload, chaos_agent_config
 from chaos.generator import NemesisEvent
 from chaos.runner import run

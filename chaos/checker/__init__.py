@@ -5,23 +5,24 @@ the conversations' final state, the event histories, the effect ledger and
 what the target declared) to a ``CheckResult`` whose verdict is ``pass``,
 ``fail`` or ``unknown`` (``harness.verdict``). They read only the run
 directory, never the agent under test, and can be re-run offline on any run
-directory (``python -m chaos check DIR``). A checker that crashes yields
-``unknown``, never ``pass``; the run's verdict is the worst of them
-(fail > unknown > pass). Each check lives in the file named after it.
+directory (``python -m chaos check DIR``). Each check lives in the file named
+after it; a check that decides several properties has one function per
+property, and its ``check`` composes them.
+
+This package lists the checks (``CHECKERS``). Which of them apply to a run, how
+a crashed one counts, how they compose into the run's verdict, the table's row
+and ``verdict.json`` are decided in one module, ``chaos.checker.verdict``.
+Measurements that decide nothing (recovery times) are ``chaos.recovery``.
 """
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Callable
-from pathlib import Path
 
 from chaos.checker import (dbos_steps, drain, effects, injection_evidence, lost, replay, restate_journal, stats,
                            temporal_history, workflow_tasks)
-from chaos.checker.run_data import ReplayTarget, RunData
-from harness.run_files import RefusedPath
-from harness.rundir import RunDirError
-from harness.verdict import UNKNOWN, CheckResult
+from chaos.checker.run_data import RunData
+from harness.verdict import CheckResult
 
 Checker = Callable[[RunData], CheckResult]
 
@@ -39,29 +40,3 @@ CHECKERS: dict[str, Checker] = {
     "restate_journal": restate_journal.check,
 }
 ALL_CHECKERS = list(CHECKERS)
-#: checks of one fault's promise: not applicable to a run without that fault, whatever a target declares
-FAULT_CHECKERS = {"drain": "drain_worker"}
-#: checks of one engine's own records: not applicable to a run on another backend (run.json's backend name)
-ENGINE_CHECKERS = {"dbos_steps": ("dbos", "dbos-postgres"), "restate_journal": ("restate",)}
-
-
-def run_checkers(run_dir: Path, only: list[str] | None = None,
-                 replay_target: ReplayTarget | str | None = None) -> list[CheckResult]:
-    """The checks ``only`` names (default: all) on the saved run; ``replay_target``: what ``replay`` may run
-    (``chaos.target.replay_target``; None: nothing, and replay is unknown)."""
-    data = RunData(run_dir, replay_target)
-    results = []
-    for name, checker in CHECKERS.items():
-        if only and name not in only:
-            continue
-        try:
-            result = checker(data)
-        except RefusedPath as exc:  # a file the run names that is not read (outside, a symlink, too large)
-            result = CheckResult(name, UNKNOWN, str(exc))
-        except RunDirError as exc:  # a malformed file: which one and where says all there is to say
-            result = CheckResult(name, UNKNOWN, f"malformed run directory: {exc}")
-        except Exception as exc:  # a crashed checker knows nothing: unknown, never pass
-            result = CheckResult(name, UNKNOWN, f"checker crashed: {type(exc).__name__}: {exc}",
-                                 {"traceback": traceback.format_exc()[-3000:]})
-        results.append(result)
-    return results

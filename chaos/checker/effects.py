@@ -24,7 +24,7 @@ from collections import Counter
 from typing import Any
 
 from chaos.checker.run_data import EffectsLog, RunData
-from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult, compose
+from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult, worst
 
 #: the route the service applies notes on (testbed.effects_service)
 NOTES_PATH = "/v1/notes"
@@ -44,9 +44,9 @@ def check(data: RunData) -> CheckResult:
         results.append(_ledger(data))
     if len(results) == 1:
         return results[0]
-    verdict = compose(results)
-    worst = next(r for r in results if r.verdict == verdict)
-    return CheckResult("effects", verdict, f"{worst.summary}; and {next(r for r in results if r is not worst).summary}",
+    verdict = worst(r.verdict for r in results)
+    worse = next(r for r in results if r.verdict == verdict)
+    return CheckResult("effects", verdict, f"{worse.summary}; and {next(r for r in results if r is not worse).summary}",
                        {"service": results[0].details, "ledger": results[1].details,
                         "duplicated_effects": sum(r.details.get("duplicated_effects", 0) for r in results)})
 

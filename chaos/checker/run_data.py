@@ -46,6 +46,29 @@ def run_again(executions: list[dict[str, Any]], e: dict[str, Any], after: float)
             and x["run_id"] == e["run_id"] and x["activity_id"] == e["activity_id"] and x["started_at"] > after]
 
 
+def client_sends(ops: list[operations.Op]) -> list[tuple[operations.Op, operations.Op | None]]:
+    """Every ``send_message`` a client invoked, with its completion (None: it never completed)."""
+    return [(i, d) for i, d in operations.pairs(ops) if i.process.startswith("client") and i.f == "send_message"]
+
+
+def reply_matches(reply: Any, expect: str, how: str = "exact") -> bool:
+    """Whether a reply is the expected answer: equal to ``expect``, or (``how`` "prefix") starting with it."""
+    return isinstance(reply, str) and (reply.startswith(expect) if how == "prefix" else reply == expect)
+
+
+def answered(inv: operations.Op, done: operations.Op | None) -> bool:
+    """Whether a send was acknowledged with its correct answer. A send that carries its ``expect`` (and ``match``)
+    counts only if the reply matches: a refusal ("[Agent is busy processing another message]") or a wrong answer
+    is a reply, not a recovery. One that carries no ``expect`` (a driver that plans none) counts when ok."""
+    if done is None or done.type != operations.OK:
+        return False
+    value = inv.value if isinstance(inv.value, dict) else {}
+    if not isinstance(value.get("expect"), str):
+        return True
+    reply = done.value.get("reply") if isinstance(done.value, dict) else None
+    return reply_matches(reply, value["expect"], str(value.get("match") or "exact"))
+
+
 #: the fields of ``effects_service.jsonl``'s lines the checkers use, as they use them (RUN_DIRECTORY.md)
 EFFECTS_LOG_FIELDS = {"event": "a string", "time": "a number", "method": "a string", "path": "a string",
                       "key": "a string or null", "conversation": "a string or null", "peer_port": "an integer",

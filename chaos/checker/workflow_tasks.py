@@ -21,7 +21,10 @@ A run with no workflow task in its histories is ``unknown``.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
+
 from chaos.checker.run_data import RunData
 from harness.operations import pairs
 from harness.verdict import FAIL, PASS, UNKNOWN, CheckResult
@@ -45,56 +48,94 @@ def _ts(at: datetime | None) -> float | None:
     return at.timestamp() if at is not None else None
 
 
+@dataclass
+class _Found:
+    """What the properties found: problems fail the check; the rest is counted and reported."""
+
+    problems: list[str] = field(default_factory=list)
+    tasks: int = 0
+    failed: Counter[str] = field(default_factory=Counter)
+    timed_out: int = 0
+    examples: dict[str, str] = field(default_factory=dict)
+    blamed: set[tuple[str, str]] = field(default_factory=set)
+    waits: dict[str, float] = field(default_factory=dict)
+    stuck: list[str] = field(default_factory=list)
+
+
 def check(data: RunData) -> CheckResult:
+    """The properties of the module's docstring, run by run."""
     if not data.event_histories:
         return CheckResult("workflow_tasks", UNKNOWN, "no Temporal event histories were saved")
-    problems: list[str] = []
-    tasks = 0
-    failed: Counter[str] = Counter()
-    timed_out = 0
-    examples: dict[str, str] = {}
+    found = _Found()
     heal = _heal_wall(data)
     limit = float((data.run.get("scenario") or {}).get("recovery_within_s") or RECOVERY_WITHIN_S)
-    waits: dict[str, float] = {}
-    stuck: list[str] = []
-    blamed: set[tuple[str, str]] = set()
     for wid, chain in data.event_histories.items():
         for run in chain:
-            tasks += len(run.workflow_tasks)
-            for t in run.workflow_tasks:
-                if t.outcome == "failed":
-                    failed[t.cause or "?"] += 1
-                    examples.setdefault(t.cause or "?", f"{wid}: {t.failure[:200]}")
-                    if t.cause in CODE_FAILURES and (wid, t.cause) not in blamed:
-                        blamed.add((wid, t.cause))
-                        problems.append(f"{wid}: workflow code failed a workflow task ({t.cause}: "
-                                        f"{t.failure[:200]})")
-                elif t.outcome == "timed_out":
-                    timed_out += 1
-            last = run.workflow_tasks[-1] if run.workflow_tasks else None
-            if run.status == "running" and last is not None and last.outcome == "failed":
-                problems.append(f"{wid}: its workflow task keeps failing and never recovered "
-                                f"({last.cause}: {last.failure[:200]})")
-            if heal is None:
-                continue
-            for t in run.workflow_tasks:
-                scheduled, closed = _ts(t.scheduled_at), _ts(t.closed_at)
-                if scheduled is None or (closed is not None and closed < heal):
-                    continue
-                if t.outcome in ("completed",):
-                    wait = closed - max(heal, scheduled)
-                    waits[wid] = max(waits.get(wid, 0.0), wait)
-                elif t is last and run.status == "running":
-                    stuck.append(wid)
+            found.tasks += len(run.workflow_tasks)
+            _code_never_fails_a_task(wid, run, found)
+            _not_stuck_failing(wid, run, found)
+            if heal is not None:
+                _waits_after_heal(wid, run, heal, found)
     if heal is not None:
-        for wid in stuck:
-            problems.append(f"{wid}: a workflow task pending after the heal never completed (no worker took it "
-                            "up again)")
-        slow = {w: s for w, s in waits.items() if s > limit}
-        for wid, s in sorted(slow.items()):
-            problems.append(f"{wid}: its workflow task completed {s:.1f}s after the heal (limit {limit:.0f}s)")
+        _live_after_heal(found, limit)
+    return _result(found, heal, limit)
+
+
+def _code_never_fails_a_task(wid: str, run: Any, found: _Found) -> None:
+    """A workflow task failed by the workflow's own code (``CODE_FAILURES``: it raised, or it was not
+    deterministic) is a failure even if a later task completed, once per conversation and cause. Other failed and
+    timed-out tasks are counted by cause (expected under faults). Sees only what the history keeps of a failure."""
+    for t in run.workflow_tasks:
+        if t.outcome == "failed":
+            found.failed[t.cause or "?"] += 1
+            found.examples.setdefault(t.cause or "?", f"{wid}: {t.failure[:200]}")
+            if t.cause in CODE_FAILURES and (wid, t.cause) not in found.blamed:
+                found.blamed.add((wid, t.cause))
+                found.problems.append(f"{wid}: workflow code failed a workflow task ({t.cause}: {t.failure[:200]})")
+        elif t.outcome == "timed_out":
+            found.timed_out += 1
+
+
+def _not_stuck_failing(wid: str, run: Any, found: _Found) -> None:
+    """A run still open whose last workflow task failed is stuck, named with its error: no other check can say
+    why its messages look merely unanswered."""
+    last = run.workflow_tasks[-1] if run.workflow_tasks else None
+    if run.status == "running" and last is not None and last.outcome == "failed":
+        found.problems.append(f"{wid}: its workflow task keeps failing and never recovered "
+                              f"({last.cause}: {last.failure[:200]})")
+
+
+def _waits_after_heal(wid: str, run: Any, heal: float, found: _Found) -> None:
+    """For liveness (``_live_after_heal``): each conversation's longest wait, from the heal (or the task's
+    scheduling, if later) to a workflow task's completion, and the open runs whose last task never completed."""
+    last = run.workflow_tasks[-1] if run.workflow_tasks else None
+    for t in run.workflow_tasks:
+        scheduled, closed = _ts(t.scheduled_at), _ts(t.closed_at)
+        if scheduled is None or (closed is not None and closed < heal):
+            continue
+        if t.outcome in ("completed",):
+            wait = closed - max(heal, scheduled)
+            found.waits[wid] = max(found.waits.get(wid, 0.0), wait)
+        elif t is last and run.status == "running":
+            found.stuck.append(wid)
+
+
+def _live_after_heal(found: _Found, limit: float) -> None:
+    """Liveness after the heal: every workflow task pending at the heal, or scheduled after, completed, within
+    ``limit`` seconds. Needs the run's heal phase; a task the history shows no end of is named."""
+    for wid in found.stuck:
+        found.problems.append(f"{wid}: a workflow task pending after the heal never completed (no worker took it "
+                              "up again)")
+    slow = {w: s for w, s in found.waits.items() if s > limit}
+    for wid, s in sorted(slow.items()):
+        found.problems.append(f"{wid}: its workflow task completed {s:.1f}s after the heal (limit {limit:.0f}s)")
+
+
+def _result(found: _Found, heal: float | None, limit: float) -> CheckResult:
+    """The properties' findings as one result: any problem fails it; no workflow task at all is unknown."""
+    problems, tasks, failed, timed_out, waits = found.problems, found.tasks, found.failed, found.timed_out, found.waits
     worst = max(waits.values(), default=None)
-    details = {"workflow_tasks": tasks, "failed_by_cause": dict(failed), "failed_examples": examples,
+    details = {"workflow_tasks": tasks, "failed_by_cause": dict(failed), "failed_examples": found.examples,
                "timed_out": timed_out, "heal_wall": heal, "recovery_within_s": limit,
                "worst_wait_after_heal_s": round(worst, 3) if worst is not None else None,
                "wait_after_heal_by_conversation": {w: round(s, 3) for w, s in sorted(waits.items())},

@@ -1,8 +1,12 @@
-"""How long each fault held the agent up, decomposed: the lost model call or tool, and the workflow task.
+"""Recovery: how long the faults held the agent up. A measurement, not a check: it decides no verdict (the
+``lost`` and ``workflow_tasks`` checkers judge liveness), and ``verdict.json`` carries it beside the verdict
+(``recovery``, ``recovery_decomposition``) and in the table's row (``recovery_s``, ``model_rec_s``, ``tool_rec_s``,
+``wft_rec_s``). Both read only the saved run, so ``python -m chaos check`` measures them again offline.
 
-A measurement, not a verdict (the ``lost`` and ``workflow_tasks`` checkers judge liveness). The client's view,
-each conversation's wait for its next *correct* answer after a fault (a refusal or a wrong reply does not end it),
-is ``harness.verdict.recovery``; this decomposes the server's side. For each fault
+The client's view (``recovery``): each conversation's wait for its next *correct* answer after a fault (a refusal
+or a wrong reply does not end it).
+
+The server's side (``decompose``): for each fault
 that takes work away from a worker (``kill_worker``, ``pause_worker``, ``drain_worker``) or from every worker
 (``restart_server``), from the run's own records:
 
@@ -26,8 +30,8 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from chaos.checker.run_data import RunData, run_again, running_at
-from harness.operations import OK, Op
+from chaos.checker.run_data import RunData, answered, client_sends, run_again, running_at
+from harness.operations import FAIL, OK, Op, pairs
 
 WORKER_FAULTS = ("kill_worker", "pause_worker", "drain_worker")
 FAULTS = (*WORKER_FAULTS, "restart_server")
@@ -170,3 +174,39 @@ def decompose(data: RunData) -> dict[str, Any]:
     return {"faults": rows, "model_call_s": _worst(r["model_call_s"] for r in rows),
             "tool_s": _worst(r["tool_s"] for r in rows), "workflow_task_s": _worst(r["workflow_task_s"] for r in rows),
             "ledger": bool(executions), "histories": bool(tasks)}
+
+
+# ------------------------------------------------------------------------------------------ the client's view
+
+
+def recovery(ops: list[Op]) -> dict[str, Any]:
+    """Recovery per conversation: for each fault's end, each conversation's wait to its next *correct* answer
+    (``answered``: an acknowledged send whose reply matches its expected answer; any other reply, a refusal or a
+    wrong answer, does not end the wait).
+
+    ``worst_s``: the worst conversation's longest wait (None: no fault ended, or nothing was answered correctly
+    after one); ``by_conversation``: each one's longest wait; ``never``: conversations that sent a message after a
+    fault ended and never had one answered correctly again (they did not recover, whatever the others did). A fault
+    that was not injected (its operation ``fail``) starts no wait."""
+    oks: dict[str, list[float]] = {}
+    sent_after: dict[str, float] = {}
+    for inv, done in client_sends(ops):
+        conv = str((inv.value or {}).get("conversation", inv.process))
+        if answered(inv, done):
+            oks.setdefault(conv, []).append(done.time)
+        sent_after[conv] = max(sent_after.get(conv, 0.0), inv.time)
+    ends = [done.time for inv, done in pairs(ops)
+            if inv.process == "nemesis" and done is not None and done.type != FAIL and not inv.f.startswith("phase:")]
+    by_conv: dict[str, float] = {}
+    never: set[str] = set()
+    for end in ends:
+        for conv in sorted(set(oks) | set(sent_after)):
+            nxt = next((t for t in sorted(oks.get(conv, [])) if t >= end), None)
+            if nxt is not None:
+                by_conv[conv] = max(by_conv.get(conv, 0.0), nxt - end)
+            elif sent_after.get(conv, -1.0) >= end or any(
+                    i.time < end and (d is None or d.time >= end) for i, d in client_sends(ops)
+                    if str((i.value or {}).get("conversation", i.process)) == conv):
+                never.add(conv)
+    return {"worst_s": round(max(by_conv.values()), 1) if by_conv else None,
+            "by_conversation": {c: round(v, 1) for c, v in sorted(by_conv.items())}, "never": sorted(never)}

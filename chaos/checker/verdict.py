@@ -1,0 +1,223 @@
+"""A run's verdict, decided here and nowhere else: which checks apply, how they compose, the table's row and
+``verdict.json``.
+
+    plan (which checks run) -> run_checkers -> compose -> table_row -> verdict.json
+
+* **Which checks apply** (``plan``): every check in ``chaos.checker.CHECKERS`` unless
+  - the run cannot have what it reads: ``not_applicable``, with its reason. The backend says so in ``run.json``
+    (Temporal event histories on the checkpoint backend); a fault's own check on a run without that fault
+    (``FAULT_CHECKERS``); an engine's own records on a run on another engine (``ENGINE_CHECKERS``);
+  - the target opted out of it (its ``checkers`` list leaves it out): ``unknown`` ("not checked"), never left
+    out, so a run cannot pass on a property nobody checked.
+* **A check that cannot finish** (a crash, a malformed or refused file) is ``unknown``, never ``pass``.
+* **Composition** (``compose``): the run's verdict is the worst of the checks that apply (fail > unknown >
+  pass, ``harness.verdict.worst``); a run with no applicable check is ``unknown``. A saved verdict re-read later
+  is never better than its checks (``saved_verdict``).
+* **The row** (``table_row``): the scenario table's line for the run, every tool that shows one builds it here.
+* **verdict.json** (``check``): written only here; its fields are RUN_DIRECTORY.md's.
+
+Reads only the run directory, so a saved run re-checks to the same verdict anywhere (``python -m chaos check``).
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chaos.checker import ALL_CHECKERS, CHECKERS
+from chaos.checker.run_data import ReplayTarget, RunData, client_sends
+from chaos.recovery import decompose, recovery
+from harness import operations
+from harness.operations import INFO, Op
+from harness.run_files import RefusedPath
+from harness.rundir import SCHEMA, VERDICT_JSON, RunDir, RunDirError
+from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult, worst
+
+#: checks of one fault's promise: not applicable to a run without that fault, whatever a target declares
+FAULT_CHECKERS = {"drain": "drain_worker"}
+#: checks of one engine's own records: not applicable to a run on another backend (run.json's backend name)
+ENGINE_CHECKERS = {"dbos_steps": ("dbos", "dbos-postgres"), "restate_journal": ("restate",)}
+#: the scenario table's columns, in order: what ``table_row`` fills
+ROW_FIELDS = ("scenario", "faults", "ok", "fail", "info", "lost", "dup_effects", "recovery_s", "model_rec_s",
+              "tool_rec_s", "wft_rec_s", "checked", "verdict")
+
+#: what ``check`` needs to let ``replay`` run the agent's code: the target it may run, given what the run
+#: declares (``chaos.target.replay_target``); None: nothing, and replay is unknown
+ReplayWith = Callable[[dict[str, Any]], ReplayTarget | str | None]
+
+
+# ----------------------------------------------------------------------------------------- which checks apply
+
+
+@dataclass
+class Plan:
+    """Which checks a run gets: ``run`` (in ``CHECKERS``' order), ``opted_out`` (the target left them out:
+    unknown) and ``not_applicable`` (check -> why the run cannot have what it reads)."""
+
+    run: list[str]
+    opted_out: list[str]
+    not_applicable: dict[str, str] = field(default_factory=dict)
+
+
+def plan(record: dict[str, Any], ops: list[Op]) -> Plan:
+    """The checks that apply to the run ``record`` (its ``run.json``) with these operations."""
+    declared = (record.get("target") or {}).get("checkers") or ALL_CHECKERS
+    not_applicable = dict((record.get("backend") or {}).get("not_applicable") or {})
+    if not_applicable.keys() & {"temporal_history", "replay"}:
+        not_applicable.setdefault("workflow_tasks", not_applicable.get("temporal_history") or
+                                  not_applicable.get("replay"))
+    faults_run = {op.f for op in ops if op.process == "nemesis"}
+    for checker, fault in FAULT_CHECKERS.items():
+        if fault not in faults_run:
+            not_applicable.setdefault(checker, f"no {fault} in this run")
+    backend_name = (record.get("backend") or {}).get("name") or "temporal"
+    for checker, engines in ENGINE_CHECKERS.items():
+        if backend_name not in engines:
+            not_applicable.setdefault(checker, f"reads {' or '.join(engines)}'s own records; this run is on "
+                                               f"{backend_name}")
+    return Plan(run=[c for c in ALL_CHECKERS if c in declared and c not in not_applicable],
+                opted_out=[c for c in ALL_CHECKERS if c not in declared and c not in not_applicable],
+                not_applicable=not_applicable)
+
+
+def worth_showing(c: CheckResult) -> bool:
+    """Whether a check's result says something about the run worth a line of progress: not a pass, and not a
+    fault's or an engine's own check that did not apply (a run without that fault, or on another engine)."""
+    return c.verdict != PASS and not (c.verdict == NOT_APPLICABLE and
+                                      (c.name in FAULT_CHECKERS or c.name in ENGINE_CHECKERS))
+
+
+# ---------------------------------------------------------------------------------------------- the checks
+
+
+def run_checkers(run_dir: Path, only: list[str] | None = None,
+                 replay_target: ReplayTarget | str | None = None) -> list[CheckResult]:
+    """The checks ``only`` names (default: all) on the saved run; ``replay_target``: what ``replay`` may run
+    (``chaos.target.replay_target``; None: nothing, and replay is unknown). A check that cannot finish is
+    ``unknown``, with why: a crashed checker knows nothing, so it never reads as a pass."""
+    data = RunData(run_dir, replay_target)
+    results = []
+    for name, checker in CHECKERS.items():
+        if only and name not in only:
+            continue
+        try:
+            result = checker(data)
+        except RefusedPath as exc:  # a file the run names that is not read (outside, a symlink, too large)
+            result = CheckResult(name, UNKNOWN, str(exc))
+        except RunDirError as exc:  # a malformed file: which one and where says all there is to say
+            result = CheckResult(name, UNKNOWN, f"malformed run directory: {exc}")
+        except Exception as exc:  # a crashed checker knows nothing: unknown, never pass
+            result = CheckResult(name, UNKNOWN, f"checker crashed: {type(exc).__name__}: {exc}",
+                                 {"traceback": traceback.format_exc()[-3000:]})
+        results.append(result)
+    return results
+
+
+def compose(results: Iterable[CheckResult]) -> str:
+    """The run's verdict: the worst of the checks that apply; none that apply is unknown."""
+    return worst(r.verdict for r in results)
+
+
+def saved_verdict(checks: list[CheckResult], recorded: Any) -> str:
+    """The verdict of a saved ``verdict.json``: the worst of its checks and its recorded ``verdict``, so a
+    hand-edited or stale record never reads better than its checks."""
+    return worst([compose(checks), *([recorded] if isinstance(recorded, str) else [])])
+
+
+# ------------------------------------------------------------------------------------------------- the row
+
+
+def counts(ops: list[Op]) -> dict[str, int]:
+    """ok / fail / info among the client's sends; one never completed counts as info (it may have happened)."""
+    out = {"ok": 0, "fail": 0, "info": 0}
+    for _, done in client_sends(ops):
+        out[done.type if done else INFO] += 1
+    return out
+
+
+def table_row(name: str, ops: list[Op] | None, checks: list[CheckResult], decomposition: dict[str, Any] | None = None,
+        *, verdict: str | None = None, faults_scheduled: int | None = None) -> dict[str, Any]:
+    """One row of the scenario table (``ROW_FIELDS``): faults landed/attempted (with ``(n not injected: why)`` for
+    scheduled faults that did not happen: never ``1/1`` for a fault that was not injected), client ops, lost,
+    duplicated effects, recovery (``chaos.recovery``: the client's, and the server's ``decomposition``), how many
+    checks could see their property, verdict (default: ``compose(checks)``).
+
+    A figure a check did not produce is ``"?"``, never 0; a ``lost`` check that failed on something other than a
+    lost message (a wrong answer, a doubled one) shows it (``0+2 bad``), so a failed check never reads as 0.
+    ``ops`` None: a run that ended in an error, with nothing to count: every figure ``"?"``.
+    ``faults_scheduled``: the faults the run attempted, where no ``injection_evidence`` check says (``?/N``)."""
+    if ops is None:
+        return {"scenario": name, **dict.fromkeys(ROW_FIELDS[1:-1], "?"), "verdict": verdict}
+    by = {c.name: c for c in checks}
+    faults = by["injection_evidence"].details if "injection_evidence" in by else {}
+    lost: Any = "?"
+    if "lost" in by and by["lost"].verdict in (PASS, FAIL):
+        lost = by["lost"].details.get("lost", "?")
+        bad = len(by["lost"].details.get("problems") or []) - (lost if isinstance(lost, int) else 0)
+        if by["lost"].verdict == FAIL and bad > 0:
+            lost = f"{lost}+{bad} bad"
+    dup: Any = by["effects"].details.get("duplicated_effects", "?") if "effects" in by and \
+        by["effects"].verdict in (PASS, FAIL) else "?"
+    if "effects" in by and by["effects"].verdict == NOT_APPLICABLE and by["effects"].summary.startswith("declared:"):
+        dup = "declared"  # the target declared its agent has no external effects (effects = "none")
+    rec = recovery(ops)
+    worst_s: Any = rec["worst_s"]
+    if rec["never"]:
+        worst_s = f"never ({len(rec['never'])})"
+    missed = faults.get("not_injected") or []
+    injected = faults.get("injected", faults_scheduled if faults_scheduled is not None else "?")
+    attempted = injected + len(missed) if isinstance(injected, int) else injected
+    server = decomposition or {}
+    return {
+        "scenario": name,
+        "faults": f"{faults.get('landed', '?')}/{attempted}" + (
+            f" ({len(missed)} not injected: {missed[0].get('short') or missed[0].get('why', '?')})" if missed else ""),
+        **counts(ops),
+        "lost": lost,
+        "dup_effects": dup,
+        "recovery_s": worst_s,
+        "model_rec_s": server.get("model_call_s"),
+        "tool_rec_s": server.get("tool_s"),
+        "wft_rec_s": server.get("workflow_task_s"),
+        "checked": f"{sum(c.verdict in (PASS, FAIL) for c in checks)}/{len(checks)}",
+        "verdict": compose(checks) if verdict is None else verdict,
+    }
+
+
+# ------------------------------------------------------------------------------------------- verdict.json
+
+
+def check(path: Path, replay_with: ReplayWith = lambda declared: None) -> tuple[str, list[CheckResult],
+                                                                                 dict[str, Any]]:
+    """Run the checks that apply (``plan``) on the run's saved files and write ``verdict.json``; (verdict, checks,
+    row). Everything is recomputed with today's checkers, so the same on a fresh run, on a run re-checked later and
+    on a run directory copied to another machine. ``replay_with``: what ``replay`` may run, given the target the
+    run declares (asked only when replay applies); nothing the run directory names is executed here."""
+    run_dir = RunDir(path)
+    record = run_dir.read_run()
+    ops = operations.load(run_dir.operations)
+    chosen = plan(record, ops)
+    replay = replay_with(RunData(path).target) if "replay" in chosen.run else None
+    checks = run_checkers(path, chosen.run, replay)
+    checks += [CheckResult(c, UNKNOWN, "not checked: the target's 'checkers' leaves it out, so this property is "
+                                       "unverified") for c in chosen.opted_out]
+    checks += [CheckResult(c, NOT_APPLICABLE, f"not applicable: {why}") for c, why in chosen.not_applicable.items()]
+    verdict = compose(checks)
+    try:
+        decomposed = decompose(RunData(path))
+    except Exception as exc:  # a measurement, not a check: a run it cannot read still gets its verdict
+        decomposed = {"error": f"{type(exc).__name__}: {exc}", "model_call_s": None, "tool_s": None,
+                      "workflow_task_s": None}
+    summary = table_row(record.get("name") or run_dir.path.parent.name, ops, checks, decomposed, verdict=verdict)
+    run_dir.write_json(VERDICT_JSON, {
+        "schema": SCHEMA, "verdict": verdict, "checks": [c.as_dict() for c in checks],
+        "checked": [c.name for c in checks if c.verdict in (PASS, FAIL)],
+        "not_checked": {c.name: c.summary for c in checks if c.verdict in (UNKNOWN, NOT_APPLICABLE)},
+        "checkers_not_run": chosen.opted_out + list(chosen.not_applicable),
+        "recovery": recovery(ops),
+        "recovery_decomposition": decomposed,
+        "summary": summary})
+    return verdict, checks, summary
