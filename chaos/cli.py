@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.checker import ENGINE_CHECKERS, FAULT_CHECKERS
-from chaos.client import DEFAULT_TIMEOUTS, TIMEOUTS
+from testbed.engines.driver import DEFAULT_TIMEOUTS, TIMEOUTS
 from chaos.scenarios import SCENARIOS, SUITE
 from chaos.soak import DEFAULT_SEEDS
 from harness.printable import printable
@@ -81,9 +81,9 @@ def _checkpoint_twins() -> list[str]:
 
 def _twins(durability: str) -> list[str]:
     """The scenarios with a twin on ``durability``'s backend."""
-    from chaos.backends import make_backend
+    from testbed.engines import make_engine
 
-    return list(make_backend(durability).scenarios or ())
+    return list(make_engine(durability).scenarios or ())
 
 
 def _split_twin(label: str) -> tuple[str, str]:
@@ -103,6 +103,7 @@ async def _run_many(items: list[tuple[str, Any, Any, int]], out: Path, parallel:
     its own run directory and shows as ``error`` in its row; the others go on. Ctrl-C (SIGTERM) stops them all;
     the record then says which runs were stopped and which never started."""
     from chaos import ci
+    from chaos.runner import skip_reason
     from chaos.soak import PASS, format_seeds, run_captured
     from harness.rundir import stopped_status
 
@@ -112,7 +113,7 @@ async def _run_many(items: list[tuple[str, Any, Any, int]], out: Path, parallel:
     slots = asyncio.Semaphore(max(1, parallel))
 
     skipped = {(label, seed): why for label, scenario, backend, seed in items
-               if (why := backend.skip_reason(scenario))}
+               if (why := skip_reason(backend, scenario))}
 
     async def one(i: int, label: str, scenario: Any, backend: Any, seed: int) -> None:
         if (label, seed) in skipped:
@@ -197,10 +198,11 @@ async def _suite(args: argparse.Namespace, target: Any, connection: Any = None) 
 
 async def _soak(args: argparse.Namespace, target: Any, connection: Any = None) -> int:
     from chaos import ci
+    from chaos.runner import skip_reason
     from chaos.soak import format_seeds, soak
 
     [(label, scenario, backend)] = _jobs(args, target, connection)
-    if why := backend.skip_reason(scenario):
+    if why := skip_reason(backend, scenario):
         raise ValueError(f"{label}: skipped: {why}")
     seeds = ci.shard(args.seeds, *args.shard) if args.shard else args.seeds
     spec = f"{args.shard[0]}/{args.shard[1]}" if args.shard else None
@@ -222,7 +224,7 @@ async def _soak(args: argparse.Namespace, target: Any, connection: Any = None) -
 def _jobs(args: argparse.Namespace, target: Any, connection: Any = None) -> list[tuple[str, Any, Any]]:
     """(label, scenario, backend) for every scenario asked for, on ``connection``'s cluster (None: the embedded
     server); raises ValueError naming an unknown one."""
-    from chaos.backends import make_backend
+    from testbed.engines import make_engine
 
     durability = getattr(args, "durability", "temporal")
     suffixes = {d: sfx for sfx, d in TWIN_SUFFIXES.items()}  # backend -> its twins' suffix
@@ -254,9 +256,9 @@ def _jobs(args: argparse.Namespace, target: Any, connection: Any = None) -> list
     for label in names:
         base, twin_of = _split_twin(label)
         checkpoint_twin = twin_of != "temporal"  # no Temporal: its timeouts profiles do not apply
-        backend = make_backend(twin_of,
-                               getattr(args, "placement", "process"), getattr(args, "image", None), target,
-                               getattr(args, "target", None), connection)
+        backend = make_engine(twin_of, workers=getattr(args, "placement", "process"),
+                                  image=getattr(args, "image", None), target=target,
+                                  target_file=getattr(args, "target", None), connection=connection)
         scenario = SCENARIOS[base]
         if latency:  # the scenario's own model latency otherwise; run.json records the one used
             scenario = dataclasses.replace(scenario, cluster=dataclasses.replace(scenario.cluster,
@@ -276,13 +278,14 @@ def _rerun(run_dir: Path, connection: Any = None, target_path: Path | None = Non
     server; the saved run's cluster is not reused: its address may not be this machine's to reach).
 
     The scenario is data (validated); nothing the run names is run unless the user controls it: the target file
-    is ``target_path``, or the one run.json names if the user controls it (``chaos.target.load_recorded_target``);
+    is ``target_path``, or the one run.json names if the user controls it (``testbed.engines.target.load_recorded_target``);
     a Docker worker image is ``image``, or for the reference agent the harness's own (None here: built from this
     checkout); a reference run's workflow must be the reference's or a planted one. ValueError: one line saying
     what to pass."""
-    from chaos.backends import make_backend
+    from testbed.engines import make_engine
     from chaos.scenarios import scenario_from_dict
-    from chaos.target import load_recorded_target, load_target, reference_workflows
+    from chaos.replay_target import reference_workflows
+    from testbed.engines.target import load_recorded_target, load_target
     from harness.rundir import RUN_JSON, RunDir, RunDirError
 
     record = RunDir(run_dir).read_run()
@@ -319,7 +322,8 @@ def _rerun(run_dir: Path, connection: Any = None, target_path: Path | None = Non
         raise ValueError(f"{run_dir}: its scenario's cluster.workflow {str(workflow)[:200]!r} is not the reference "
                          "agent's nor a planted one (chaos.mutants); a run directory's code is never run")
     durability = backend.get("name") if backend.get("name") in TWIN_SUFFIXES.values() else "temporal"
-    return (scenario, make_backend(durability, workers, image, target, target_path, connection),
+    return (scenario, make_engine(durability, workers=workers, image=image, target=target, target_file=target_path,
+                                   connection=connection),
             int(record.get("seed", 1)))
 
 
@@ -457,7 +461,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--parallel", type=int, default=parallel,
                            help=f"scenarios run at once, each its own cluster (default {parallel})")
         p.add_argument("--target", type=Path, help="a target TOML file: your own agent (default: the reference "
-                                                   "agent; see chaos/target.py)")
+                                                   "agent; see testbed/engines/target.py)")
 
     def common(p: argparse.ArgumentParser, parallel: int) -> None:
         p.add_argument("--seed", type=int, default=1, help="seed of the schedule, the load and the model (default 1)")
@@ -626,7 +630,7 @@ def _main(argv: list[str]) -> int:
             print(f"note: {printable(unfinished)}; checking what it recorded", file=sys.stderr)
         given = None
         if args.target:
-            from chaos.target import load_target
+            from testbed.engines.target import load_target
 
             try:
                 given = load_target(args.target)
@@ -658,7 +662,7 @@ def _main(argv: list[str]) -> int:
             return 2
         target = None
         if args.target:
-            from chaos.target import check_driver, load_target
+            from testbed.engines.target import check_driver, load_target
 
             target = load_target(args.target)
             check_driver(target)  # a driver written for another driver API version fails here, before any run

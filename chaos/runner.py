@@ -1,4 +1,4 @@
-"""One chaos run, start to verdict, on any backend (``chaos.backends``): the only run loop.
+"""One chaos run, start to verdict, on any backend (``testbed.engines``): the only run loop.
 
     setup -> warm-up -> faults -> heal -> settle -> final read -> stop -> checkers
 
@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import random
 import time
 import traceback
 from collections.abc import Callable
@@ -25,19 +26,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaos.backends import Backend
 from chaos.checker import ALL_CHECKERS, ENGINE_CHECKERS, FAULT_CHECKERS, run_checkers
 from chaos.checker.recovery import decompose
 from chaos.checker.run_data import RunData
 from chaos.generator import NemesisEvent, schedule
+from chaos.nemesis import EMBEDDED_ONLY, NEMESES, NemesisContext
+from chaos.replay_target import replay_target
 from chaos.scenarios import SCENARIOS, ChaosScenario
-from chaos.target import Target, replay_target
 from harness import operations
 from harness.operations import History
 from harness.rundir import (CONVERSATIONS, EFFECTS_SERVICE, SCHEMA, VERDICT_JSON, RunDir, command_line, machine_info,
                             stopped_status)
 from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult, compose, recovery, summarise
-from testbed.stack import stack
+from testbed.engines.base import Engine
+from testbed.engines.target import Target
+from testbed.stack import Stack, stack
 from testbed.temporal_server import temporal_binary_or_none
 
 log = logging.getLogger(__name__)
@@ -56,7 +59,7 @@ class RunResult:
     reproduce: str = ""
 
 
-def reproduce_command(scenario: ChaosScenario, seed: int, backend: Backend, run: RunDir) -> str:
+def reproduce_command(scenario: ChaosScenario, seed: int, backend: Engine, run: RunDir) -> str:
     """The command that runs this again: the named scenario's, or ``rerun`` of this run's saved definition."""
     if SCENARIOS.get(scenario.name) == scenario:
         return command_line("python -m chaos run", {"--seed": seed, **backend.reproduce()}, [scenario.name])
@@ -78,7 +81,7 @@ class RunFailed(Exception):
         self.error, self.wall_s = error, round(wall_s, 1)
 
 
-async def run(scenario: ChaosScenario, backend: Backend, *, seed: int, out_root: Path,
+async def run(scenario: ChaosScenario, backend: Engine, *, seed: int, out_root: Path,
               progress: Progress = lambda s: None, ui: bool = False,
               on_run_dir: Callable[[Path], None] = lambda p: None) -> RunResult:
     """One run, start to verdict. An error (a worker dying at setup, a port clash, a harness bug) ends the run
@@ -117,10 +120,33 @@ def _end_unrecorded(run_dir: RunDir, status: str, started: float, name: str, see
     run_dir.finish(status, time.monotonic() - started, error, run_dir.run.get("stopped_during") or "setup")
 
 
-async def _run(scenario: ChaosScenario, backend: Backend, seed: int, progress: Progress, ui: bool, started: float,
+def unavailable_nemeses(engine: Engine) -> frozenset[str]:
+    """The nemeses this engine's cluster cannot have (``chaos.nemesis.EMBEDDED_ONLY`` on an external one)."""
+    return frozenset(EMBEDDED_ONLY) if engine.external else frozenset()
+
+
+def skip_reason(engine: Engine, scenario: ChaosScenario) -> str | None:
+    """Why ``engine`` cannot run ``scenario`` at all (None: it can): a fixed fault its cluster cannot have.
+    A skipped scenario is reported ``skipped``, never as a pass."""
+    ops = sorted({e.op for e in scenario.events} & unavailable_nemeses(engine))
+    return "; ".join(f"{op} {EMBEDDED_ONLY[op]}" for op in ops) or None
+
+
+def nemesis_context(engine: Engine, stack: Stack, history: History, driver: Any, seed: int) -> NemesisContext:
+    """What the nemeses act on: the stack, the driver's conversations, and what is in flight by the engine's own
+    lights (``Engine.running``; None: Temporal's pending activities) and what its aimed kills read
+    (``Engine.aiming``)."""
+    running = engine.running
+    return NemesisContext(stack, history, driver.workflow_ids, random.Random(seed), engine.target.model_activity,
+                          driver_stop=getattr(driver, "stop", None),
+                          running=(lambda ctx: running(ctx.stack)) if running is not None else None,
+                          **engine.aiming(stack, driver))
+
+
+async def _run(scenario: ChaosScenario, backend: Engine, seed: int, progress: Progress, ui: bool, started: float,
                name: str, run_dir: RunDir, reproduce: str) -> RunResult:
     history = History(run_dir.operations)
-    events = schedule(scenario.events, scenario.random_events, scenario.fault_s, seed, backend.unavailable_nemeses)
+    events = schedule(scenario.events, scenario.random_events, scenario.fault_s, seed, unavailable_nemeses(backend))
     run_dir.begin("chaos", name, seed=seed, reproduce=reproduce,
                   scenario=asdict(scenario), schedule=[e.as_dict() for e in events], backend=backend.record(),
                   target=_target_record(scenario, backend), checkers=backend.checkers,
@@ -148,8 +174,8 @@ async def _run(scenario: ChaosScenario, backend: Backend, seed: int, progress: P
             driver = backend.make_driver(s, history, scenario, seed)
             driver = await driver if inspect.isawaitable(driver) else driver
             try:
-                ctx = backend.nemesis_context(s, history, driver, seed)
-                await drive_load(scenario, events, ctx, s, driver, phase, progress, history, backend.nemeses)
+                ctx = nemesis_context(backend, s, history, driver, seed)
+                await drive_load(scenario, events, ctx, s, driver, phase, progress, history, NEMESES)
                 run_dir.write_json(CONVERSATIONS, driver.to_json())
             finally:
                 if hasattr(driver, "close"):  # a driver in a process of its own
@@ -167,7 +193,7 @@ async def _run(scenario: ChaosScenario, backend: Backend, seed: int, progress: P
     return RunResult(name, run_dir.path, verdict, checks, seed, run_dir.run["wall_s"], row, run_dir.run["reproduce"])
 
 
-def _target_record(scenario: ChaosScenario, backend: Backend) -> dict[str, Any]:
+def _target_record(scenario: ChaosScenario, backend: Engine) -> dict[str, Any]:
     """What ``run.json`` says of the agent under test: the target, with the workflow class its workers really
     registered (a scenario may swap in a planted one on the reference), so replay runs the code that ran."""
     target = backend.target.as_dict()
@@ -182,7 +208,7 @@ def check(path: Path, target: Target | None = None) -> tuple[str, list[CheckResu
     The same on a fresh run, on a run re-checked later (everything is recomputed, with today's checkers) and on
     a run directory copied to another machine. ``target``: a target file the user gave (``--target``, or the one
     a fresh run was started with), the only bring-your-own code replay runs besides one the run names that the
-    user controls (``chaos.target.replay_target``); nothing the run directory names is executed. A checker the
+    user controls (``testbed.engines.target.replay_target``); nothing the run directory names is executed. A checker the
     target opted out of is not run, and is ``unknown`` ("not checked"), never left out: a run cannot pass on a
     property nobody checked. Only what the backend cannot have (Temporal histories on the checkpoint backend)
     is ``not_applicable``, with its reason."""

@@ -65,7 +65,7 @@ def shape_for(seed: int, kind: str, max_n: int) -> Shape:
 
 def fuzz_config(max_n: int) -> AgentConfig:
     """The chaos suite's timeouts (a killed worker's work moves on within seconds), with fan-out tools."""
-    from chaos.client import chaos_agent_config
+    from testbed.engines.driver import chaos_agent_config
 
     cfg = chaos_agent_config()
     cfg.model = "scripted:migration"
@@ -248,7 +248,7 @@ def reproduce_run(opts: FuzzOptions) -> str:
 async def run_fuzz(opts: FuzzOptions, say: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
     """Start the cluster (testbed.stack), run every iteration, check it; the run directory (harness.rundir)
     gets ``run.json``, ``operations.jsonl``, ``results.json`` and ``table.txt``."""
-    from chaos.client import DEFAULT_TIMEOUTS, TIMEOUTS
+    from testbed.engines.driver import DEFAULT_TIMEOUTS, TIMEOUTS
     from chaos.nemesis import NemesisContext
     from testbed.model_server import LatencyModel
     from testbed.stack import StackSpec, stack

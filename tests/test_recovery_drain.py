@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from chaos.backends.temporal import ReferenceOnTemporal
+from testbed.engines.temporal import ReferenceOnTemporal
 from chaos.checker import drain, recovery
-from chaos.client import TIMEOUTS, Workload, chaos_agent_config
+from testbed.engines.driver import TIMEOUTS, Workload, chaos_agent_config
 from chaos.generator import NemesisEvent
 from chaos.runner import run
 from chaos.scenarios import SCENARIOS

@@ -12,32 +12,20 @@ directory (``python -m chaos check DIR``). A checker that crashes yields
 
 from __future__ import annotations
 
+import importlib
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from chaos.checker import (dbos_steps, drain, effects, injection_evidence, lost, replay, restate_journal, stats,
-                           temporal_history, workflow_tasks)
 from chaos.checker.run_data import ReplayTarget, RunData
 from harness.run_files import RefusedPath
-from harness.rundir import RunDirError
+from harness.rundir import CHECKS, RunDirError
 from harness.verdict import UNKNOWN, CheckResult
 
 Checker = Callable[[RunData], CheckResult]
 
-#: every check, in the order they run and are shown
-CHECKERS: dict[str, Checker] = {
-    "lost": lost.check,
-    "temporal_history": temporal_history.check,
-    "workflow_tasks": workflow_tasks.check,
-    "effects": effects.check,
-    "replay": replay.check,
-    "injection_evidence": injection_evidence.check,
-    "stats": stats.check,
-    "drain": drain.check,
-    "dbos_steps": dbos_steps.check,
-    "restate_journal": restate_journal.check,
-}
+#: every check, in the order they run and are shown (``harness.rundir.CHECKS``), each in the file named after it
+CHECKERS: dict[str, Checker] = {name: importlib.import_module(f"chaos.checker.{name}").check for name in CHECKS}
 ALL_CHECKERS = list(CHECKERS)
 #: checks of one fault's promise: not applicable to a run without that fault, whatever a target declares
 FAULT_CHECKERS = {"drain": "drain_worker"}
@@ -48,7 +36,7 @@ ENGINE_CHECKERS = {"dbos_steps": ("dbos", "dbos-postgres"), "restate_journal": (
 def run_checkers(run_dir: Path, only: list[str] | None = None,
                  replay_target: ReplayTarget | str | None = None) -> list[CheckResult]:
     """The checks ``only`` names (default: all) on the saved run; ``replay_target``: what ``replay`` may run
-    (``chaos.target.replay_target``; None: nothing, and replay is unknown)."""
+    (``chaos.replay_target.replay_target``; None: nothing, and replay is unknown)."""
     data = RunData(run_dir, replay_target)
     results = []
     for name, checker in CHECKERS.items():
