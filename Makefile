@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-# Restate's server (agent/engines/restate_agent.py) comes from npm: a Linux x64 binary in the package's platform part.
+# Restate's server (testbed/engines/restate_agent.py) comes from npm: a Linux x64 binary in the package's platform part.
 RESTATE_VERSION ?= 1.7.12
 RESTATE := $(VENV)/restate/.installed
 
@@ -119,7 +119,7 @@ CHAOS_ARGS ?=
 chaos: $(STAMP)
 	$(PY) -m chaos suite $(CHAOS_ARGS)
 
-# The same agent on the other engines (agent/engines): every twin scenario on DBOS (SQLite, PostgreSQL) and Restate.
+# The same agent on the other engines (testbed/engines): every twin scenario on DBOS (SQLite, PostgreSQL) and Restate.
 # Not in `make chaos`: it needs PostgreSQL and Restate's server, which a Temporal-only CI need not install.
 chaos-engines: $(STAMP) $(RESTATE)
 	$(PY) -m chaos suite --backends dbos,dbos-postgres,restate --summary runs/chaos-engines-summary.json \

@@ -13,7 +13,9 @@ import os
 import socket
 from dataclasses import dataclass, field
 from datetime import timedelta
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.worker import PollerBehaviorSimpleMaximum, UnsandboxedWorkflowRunner, Worker
@@ -29,7 +31,6 @@ DEFAULT_STATE_DIR = Path(".dah")
 SANDBOX = "sandbox"  # one workspace per workflow id (agent.tools.workspace_for), and the effect ledger:
 LEDGER = f"{SANDBOX}/ledger.sqlite3"
 WORKSPACES = f"{SANDBOX}/{{workflow_id}}"
-CHECKPOINT_DB = "checkpoint.sqlite3"  # the checkpoint backend's runs, steps, events and queue
 
 
 def default_identity() -> str:
@@ -129,24 +130,21 @@ def source_build_id(workflow_spec: str = "agent.workflow:AgentWorkflow") -> str:
     return f"dah-{digest.hexdigest()[:16]}"
 
 
-def build_worker(client: Client, settings: WorkerSettings, ledger: EffectLedger) -> Worker:
-    activities = AgentActivities(
+def build_worker(client: Client, settings: WorkerSettings, ledger: EffectLedger, *,
+                 workflows: Sequence[type] = (), activities: Sequence[Callable[..., Any]] = ()) -> Worker:
+    """The agent's worker: its workflow and activities, and ``workflows`` / ``activities`` of the caller's beside
+    them (the test bed registers its checkpoint engine's task on Temporal there)."""
+    agent_activities = AgentActivities(
         sandbox_root=settings.sandbox_root,
         ledger=ledger,
         worker_identity=settings.identity,
         model_base_url=settings.model_base_url,
     )
-    # The substrate's Temporal adapter (agent/checkpoint): the same task functions as the checkpoint backend.
-    from agent.checkpoint.steps import configure_worker
-    from agent.checkpoint.temporal_adapter import DurableTaskWorkflow, durable_step
-
-    configure_worker(ledger=ledger, sandbox_root=settings.sandbox_root, model_base_url=settings.model_base_url,
-                     identity=settings.identity)
     worker = Worker(
         client,
         task_queue=settings.task_queue,
-        workflows=[load_workflow(settings.workflow), DurableTaskWorkflow],
-        activities=[*activities.all(), durable_step],
+        workflows=[load_workflow(settings.workflow), *workflows],
+        activities=[*agent_activities.all(), *activities],
         identity=settings.identity,
         build_id=source_build_id(settings.workflow),
         max_concurrent_activities=settings.max_concurrent_activities,

@@ -25,12 +25,12 @@ from temporalio.api.enums.v1 import EventType
 
 from agent import loop
 from agent.contracts import AgentConfig, AgentInput
-from agent.checkpoint.agent_task import TASK, agent_task, manifest_for
-from agent.checkpoint.records import DurableRunManifest
-from agent.checkpoint.durable_run import run_durable
-from agent.checkpoint.steps import step_call
-from agent.checkpoint.stores import FileSystemStore, InMemoryStore, SqliteStore
-from agent.checkpoint.temporal_adapter import DurableTaskInput, DurableTaskWorkflow
+from testbed.engines.checkpoint.agent_task import TASK, agent_task, manifest_for
+from testbed.engines.checkpoint.records import DurableRunManifest
+from testbed.engines.checkpoint.durable_run import run_durable
+from testbed.engines.checkpoint.steps import step_call
+from testbed.engines.checkpoint.stores import FileSystemStore, InMemoryStore, SqliteStore
+from testbed.engines.checkpoint.temporal_adapter import DurableTaskInput, DurableTaskWorkflow
 from agent.workflow import AgentWorkflow
 from benchmarks.plain import PlainEffects
 from benchmarks.stats import summarise

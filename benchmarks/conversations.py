@@ -136,8 +136,8 @@ async def checkpoint_series(store: Any, config: AgentConfig, workload: Workload,
                          warmup: int) -> list[dict[str, Any]]:
     """Table 2's durable series on the checkpoint backend: each turn one run of the agent task (in process,
     ``run_durable`` on the SQLite store); the model's own latency summed from the run's ``llm`` steps."""
-    from agent.checkpoint.agent_task import agent_task, manifest_for
-    from agent.checkpoint.durable_run import run_durable
+    from testbed.engines.checkpoint.agent_task import agent_task, manifest_for
+    from testbed.engines.checkpoint.durable_run import run_durable
 
     rows = []
     for n in range(1, warmup + turns + 1):

@@ -3,7 +3,7 @@
     python -m benchmarks --only engines
 
 Engines (each a one-shot run of the reference agent per turn: the same ``agent.loop.run_turn``, the same two step
-bodies from ``agent.engines.steps``, the same scripted model in this process, the same effect ledger):
+bodies from ``testbed.engines.steps``, the same scripted model in this process, the same effect ledger):
 
 - **plain**: the loop with no durability (``benchmarks.plain.PlainEffects``): the baseline;
 - **checkpoint (journal)**: the checkpoint backend's runner on its SQLite journal, in this process;
@@ -39,11 +39,11 @@ from pathlib import Path
 from typing import Any
 
 from agent import loop
-from agent.checkpoint.agent_task import agent_task, manifest_for
-from agent.checkpoint.durable_run import run_durable
-from agent.checkpoint.stores import SqliteStore
+from testbed.engines.checkpoint.agent_task import agent_task, manifest_for
+from testbed.engines.checkpoint.durable_run import run_durable
+from testbed.engines.checkpoint.stores import SqliteStore
 from agent.contracts import AgentConfig, AgentInput
-from agent.engines import EngineUnavailable
+from testbed.engines import EngineUnavailable
 from agent.workflow import AgentWorkflow
 from benchmarks import checkpoint_bench
 from benchmarks.conversations import WORKLOADS, Workload, _check
@@ -137,12 +137,12 @@ async def _engine(bench: Any, name: str) -> AsyncIterator[Any]:
     elif name == "temporal":
         yield _Temporal(bench.tuned)
     elif name.startswith("dbos-"):
-        from agent.engines.dbos_agent import engine
+        from testbed.engines.dbos_agent import engine
 
         async with engine(state, bench.model.url, database=name.removeprefix("dbos-"), ledger=bench.ledger) as e:
             yield e
     elif name == "restate":
-        from agent.engines.restate_agent import engine
+        from testbed.engines.restate_agent import engine
 
         async with engine(state, bench.model.url, ledger=bench.ledger) as e:
             yield e

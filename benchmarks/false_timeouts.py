@@ -3,7 +3,7 @@
     python -m benchmarks.false_timeouts                      # fast vs defaults, 4 CPU hogs, 30 s of load each
     python -m benchmarks.false_timeouts --hogs 0 --duration 20
 
-For each timeouts profile (``chaos.client.TIMEOUTS``) it runs the chaos workload on the reference agent (two
+For each timeouts profile (``testbed.engines.driver.TIMEOUTS``) it runs the chaos workload on the reference agent (two
 workers, three conversations, tools and appends) with **no fault** while ``--hogs`` processes spin on the CPU
 at the workers' priority, and counts what only a timeout can cause when nothing was killed: activity attempts
 after the first (a heartbeat or start-to-close timeout that fired on a live worker: the model call or tool is
@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from chaos.client import TIMEOUTS, Workload
+from testbed.engines.driver import TIMEOUTS, Workload
 from testbed.cli_options import add_out, progress, runs_root
 
 HOG = "while True:\n    pass\n"
@@ -43,7 +43,7 @@ def count(run_dir: Path) -> dict[str, Any]:
 
 
 async def one(profile: str, hogs: int, duration_s: float, seed: int, out: Path) -> dict[str, Any]:
-    from chaos.backends.temporal import ReferenceOnTemporal
+    from testbed.engines.temporal import ReferenceOnTemporal
     from chaos.runner import run
     from chaos.scenarios import ChaosScenario
 

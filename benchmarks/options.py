@@ -52,7 +52,7 @@ class Options:
     kill_after_s: float = 1.0
     seed: int = 0
     out: Path = Path("runs")  # the runs root: a run is written to out/bench/<stamp>/
-    durability: str = "temporal"  # the durable loop of Table 2: "temporal" or "checkpoint" (agent/checkpoint)
+    durability: str = "temporal"  # the durable loop of Table 2: "temporal" or "checkpoint" (testbed/engines/checkpoint)
     connection: TemporalConnection | None = None  # an external cluster (None: the embedded server, tuned)
 
     @classmethod

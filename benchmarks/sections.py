@@ -33,7 +33,8 @@ from typing import Any
 from temporalio.client import Client
 
 from agent.contracts import DEFAULT_TOOLS, ActivityPolicy, AgentConfig, AgentInput, ChatMessage
-from agent.worker import CHECKPOINT_DB, WorkerSettings
+from agent.worker import WorkerSettings
+from testbed.engines.checkpoint import CHECKPOINT_DB
 from agent.workflow import AgentWorkflow
 from benchmarks.breakdown import breakdown_by_update, with_client
 from benchmarks.conversations import WORKLOADS, BenchError, durable_series, plain_series, series_record
@@ -157,7 +158,7 @@ async def _latency_series(bench: Bench, local: LocalServer | None, section: str,
         bench.model.set_latency(LatencyModel.parse(latency), seed=bench.options.seed)
     config = AgentConfig(model=model, **(VARIANT_CONFIG.get(variant, {}) if loop == "durable" else {}))
     if loop == "durable" and bench.options.durability == "checkpoint":
-        from agent.checkpoint.stores import SqliteStore
+        from testbed.engines.checkpoint.stores import SqliteStore
         from benchmarks.conversations import checkpoint_series
 
         store = SqliteStore(bench.run.state / CHECKPOINT_DB)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from agent import llm
-from agent.checkpoint.steps import configure_worker
+from testbed.engines.checkpoint.steps import configure_worker
 from benchmarks import checkpoint_bench, engines_bench, sections
 from benchmarks.options import BENCH_FOLDER, SECTION_NAMES, Bench, Options
 from harness.rundir import RunDir, command_line, machine_info

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos import ci, saved, soak, suite
-from chaos.client import DEFAULT_TIMEOUTS, TIMEOUTS
+from testbed.engines.driver import DEFAULT_TIMEOUTS, TIMEOUTS
 from chaos.scenarios import SCENARIOS
 from chaos.soak import DEFAULT_SEEDS
 from chaos.suite import SUITE_BACKENDS, TWIN_SUFFIXES, checkpoint_twins, twins

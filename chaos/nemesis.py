@@ -39,14 +39,13 @@ from dataclasses import dataclass
 from datetime import timezone
 from typing import Any
 
-import sqlite3
 from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType, PendingActivityState, PendingWorkflowTaskState
 from temporalio.client import Client
 
 from harness.faults import FaultRule
-from harness.recording import MODEL_CALL
+from harness.recording import MODEL_CALL, executions_in_flight
 from testbed.effects_service import EffectFault
 from testbed.stack import Stack
 from harness.operations import FAIL, INFO, INVOKE, OK, History
@@ -153,34 +152,11 @@ async def _wait_for_in_flight(ctx: NemesisContext, activity: str | None, timeout
     return []
 
 
-def ledger_in_flight(path: Path, workers: tuple[str, ...] = ()) -> list[dict[str, Any]] | None:
-    """Executions the effect ledger has begun and not finished: what workers run right now, by their own record
-    (written before the work starts, so even a tool call of a few milliseconds is seen). With ``workers`` (the
-    live workers' identities): None if the ledger names none of them (a target that records another identity
-    than ``{identity}``: its ledger cannot say who runs what)."""
-    if not path.exists():
-        return None if workers else []
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1)
-    try:
-        rows = db.execute("SELECT id, worker, workflow_id, tool, kind, attempt FROM executions "
-                          "WHERE finished_at IS NULL").fetchall()
-        if workers and not any(r[1] in workers for r in rows) and not db.execute(
-                f"SELECT 1 FROM executions WHERE worker IN ({','.join('?' * len(workers))}) LIMIT 1",
-                workers).fetchone():
-            return None
-    except sqlite3.Error:  # not created yet, or busy: nothing observable this time
-        return None if workers else []
-    finally:
-        db.close()
-    return [{"workflow_id": wid, "activity": tool, "attempt": attempt, "worker": worker, "kind": kind,
-             "execution": eid} for eid, worker, wid, tool, kind, attempt in rows]
-
-
 async def _aimed_running(ctx: NemesisContext, activity: str | None) -> tuple[list[dict[str, Any]], str]:
     """(the activities ``activity`` aims at, running on live workers, where that was read: the effect ledger where
     this process can read it and it names the live workers, else the backend's ``running`` or Temporal)."""
     live = tuple(w.process.identity for w in ctx.stack.workers if w.process.alive)
-    rows = ledger_in_flight(ctx.ledger, live) if ctx.ledger is not None and live else None
+    rows = executions_in_flight(ctx.ledger, live) if ctx.ledger is not None and live else None
     if rows is not None:
         source = "effect_ledger"
     else:
@@ -578,7 +554,7 @@ async def partition(ctx: NemesisContext, link: str = "temporal", mode: str = "bl
     errors; what was sent is delivered when it heals, as TCP would), ``reset`` (TCP RST), ``down`` (connections
     refused), or ``drop`` (bytes thrown away on live connections: no real network does that to TCP; it tests a
     protocol's own resilience, see ``testbed.net``)."""
-    proxy = ctx.stack.temporal_proxy if link == "temporal" else ctx.stack.model_proxy
+    proxy = ctx.stack.server_proxy if link == "temporal" else ctx.stack.model_proxy
     assert proxy is not None
     op = ctx.history.invoke("nemesis", "partition", {"link": link, "mode": mode, "duration_s": duration_s})
     running = await _wait_for_in_flight(ctx, None, 10.0)
@@ -605,7 +581,7 @@ async def degrade_link(ctx: NemesisContext, link: str = "temporal", latency_ms: 
                        rate_kbps: float = 0.0, stream: str = "both", duration_s: float = 6.0,
                        toxicity: float = 1.0) -> dict[str, Any]:
     """A slow link, not a broken one: latency with jitter per direction, optionally a bandwidth cap."""
-    proxy = ctx.stack.temporal_proxy if link == "temporal" else ctx.stack.model_proxy
+    proxy = ctx.stack.server_proxy if link == "temporal" else ctx.stack.model_proxy
     assert proxy is not None
     op = ctx.history.invoke("nemesis", "degrade_link", {"link": link, "latency_ms": latency_ms, "jitter_ms": jitter_ms,
                                                         "rate_kbps": rate_kbps, "stream": stream})

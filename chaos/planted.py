@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from chaos.client import Workload
+from testbed.engines.driver import Workload
 from chaos.generator import NemesisEvent
 from chaos.scenarios import SCENARIOS, ChaosScenario, ClusterSpec
 from harness.printable import table as format_table
@@ -110,15 +110,15 @@ def caught(bug: PlantedBug, verdict: str, checks: dict[str, str]) -> bool:
 
 
 async def run_catalogue(bugs: list[PlantedBug], out: Path, target: Path) -> list[dict]:
-    from chaos.backends import make_backend
     from chaos.runner import run_captured
-    from chaos.target import load_target
+    from testbed.engines import make_engine
+    from testbed.engines.target import load_target
 
     rows = []
     say = progress()
     for i, bug in enumerate(bugs, 1):
-        backend = make_backend(target=load_target(target), target_file=target) if bug.agent == "third_party" \
-            else make_backend()
+        backend = make_engine(target=load_target(target), target_file=target) if bug.agent == "third_party" \
+            else make_engine()
         say(f"{i}/{len(bugs)} {bug.name} on {bug.agent}: {bug.scenario.name} (seed {bug.seed})")
         result = await run_captured(bug.scenario.name, bug.scenario, backend, seed=bug.seed, out_root=out)
         checks = {c.name: c.verdict for c in result.checks}

@@ -1,4 +1,4 @@
-"""One chaos run, start to verdict, on any backend (``chaos.backends``): the one run lifecycle.
+"""One chaos run, start to verdict, on any engine (``testbed.engines``): the one run lifecycle.
 
     run directory -> run.json -> cluster -> setup -> warm-up -> faults -> heal -> settle -> final read -> save
     -> stop -> checkers -> complete
@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import random
 import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -34,15 +35,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaos.backends import Backend
 from chaos.checker.verdict import check as check_saved_run, table_row
 from chaos.generator import NemesisEvent, schedule
+from chaos.nemesis import EMBEDDED_ONLY, NEMESES, NemesisContext
+from chaos.replay_target import replay_target
 from chaos.scenarios import SCENARIOS, ChaosScenario
-from chaos.target import Target, replay_target
 from harness import operations
 from harness.operations import History
 from harness.rundir import CONVERSATIONS, EFFECTS_SERVICE, SCHEMA, RunDir, command_line, machine_info
 from harness.verdict import FAIL, UNKNOWN, CheckResult
+from testbed.engines.base import Engine
+from testbed.engines.target import Target
 from testbed.stack import Stack, StackSpec, stack
 from testbed.temporal_server import temporal_binary_or_none
 
@@ -67,7 +70,7 @@ class RunResult:
     reproduce: str = ""
 
 
-def reproduce_command(scenario: ChaosScenario, seed: int, backend: Backend, run: RunDir) -> str:
+def reproduce_command(scenario: ChaosScenario, seed: int, backend: Engine, run: RunDir) -> str:
     """The command that runs this again: the named scenario's, or ``rerun`` of this run's saved definition."""
     if SCENARIOS.get(scenario.name) == scenario:
         return command_line("python -m chaos run", {"--seed": seed, **backend.reproduce()}, [scenario.name])
@@ -134,7 +137,7 @@ class Outcome:
                 "error": self.error}
 
 
-async def run_captured(label: str, scenario: ChaosScenario, backend: Backend, *, seed: int, out_root: Path,
+async def run_captured(label: str, scenario: ChaosScenario, backend: Engine, *, seed: int, out_root: Path,
                        progress: Progress = lambda s: None, ui: bool = False,
                        on_run_dir: Callable[[Path], None] = lambda p: None, cluster: Cluster = stack) -> Outcome:
     """``run``, as a suite or a soak counts it: an error is an ``error`` outcome (the run directory already
@@ -153,7 +156,7 @@ async def run_captured(label: str, scenario: ChaosScenario, backend: Backend, *,
     return Outcome(label, seed, r.verdict, r.run_dir, r.wall_s, r.reproduce, list(r.checks), dict(r.row))
 
 
-async def run(scenario: ChaosScenario, backend: Backend, *, seed: int, out_root: Path,
+async def run(scenario: ChaosScenario, backend: Engine, *, seed: int, out_root: Path,
               progress: Progress = lambda s: None, ui: bool = False,
               on_run_dir: Callable[[Path], None] = lambda p: None, cluster: Cluster = stack) -> RunResult:
     """One run, start to verdict. An error (a worker dying at setup, a port clash, a harness bug) ends the run
@@ -175,10 +178,33 @@ async def run(scenario: ChaosScenario, backend: Backend, *, seed: int, out_root:
     return RunResult(name, run_dir.path, verdict, checks, seed, run_dir.run["wall_s"], row, reproduce)
 
 
-async def _run(scenario: ChaosScenario, backend: Backend, seed: int, progress: Progress, ui: bool, cluster: Cluster,
+def unavailable_nemeses(engine: Engine) -> frozenset[str]:
+    """The nemeses this engine's cluster cannot have (``chaos.nemesis.EMBEDDED_ONLY`` on an external one)."""
+    return frozenset(EMBEDDED_ONLY) if engine.external else frozenset()
+
+
+def skip_reason(engine: Engine, scenario: ChaosScenario) -> str | None:
+    """Why ``engine`` cannot run ``scenario`` at all (None: it can): a fixed fault its cluster cannot have.
+    A skipped scenario is reported ``skipped``, never as a pass."""
+    ops = sorted({e.op for e in scenario.events} & unavailable_nemeses(engine))
+    return "; ".join(f"{op} {EMBEDDED_ONLY[op]}" for op in ops) or None
+
+
+def nemesis_context(engine: Engine, stack: Stack, history: History, driver: Any, seed: int) -> NemesisContext:
+    """What the nemeses act on: the stack, the driver's conversations, and what is in flight by the engine's own
+    lights (``Engine.running``; None: Temporal's pending activities) and what its aimed kills read
+    (``Engine.aiming``)."""
+    running = engine.running
+    return NemesisContext(stack, history, driver.workflow_ids, random.Random(seed), engine.target.model_activity,
+                          driver_stop=getattr(driver, "stop", None),
+                          running=(lambda ctx: running(ctx.stack)) if running is not None else None,
+                          **engine.aiming(stack, driver))
+
+
+async def _run(scenario: ChaosScenario, backend: Engine, seed: int, progress: Progress, ui: bool, cluster: Cluster,
                name: str, run_dir: RunDir, rec: Any) -> tuple[str, list[CheckResult], dict[str, Any]]:
     """The run inside its recording (``RunDir.recording``): what ran, the cluster, the phases, the checkers."""
-    events = schedule(scenario.events, scenario.random_events, scenario.fault_s, seed, backend.unavailable_nemeses)
+    events = schedule(scenario.events, scenario.random_events, scenario.fault_s, seed, unavailable_nemeses(backend))
     run_dir.update(scenario=asdict(scenario), schedule=[e.as_dict() for e in events], backend=backend.record(),
                    target=_target_record(scenario, backend), checkers=backend.checkers,
                    machine=await asyncio.to_thread(machine_info, temporal_binary_or_none()), phases={})
@@ -209,8 +235,8 @@ async def _run(scenario: ChaosScenario, backend: Backend, seed: int, progress: P
         driver = backend.make_driver(s, history, scenario, seed)
         driver = await driver if inspect.isawaitable(driver) else driver
         try:
-            ctx = backend.nemesis_context(s, history, driver, seed)
-            await drive_load(scenario, events, ctx, s, driver, phase, progress, history, backend.nemeses)
+            ctx = nemesis_context(backend, s, history, driver, seed)
+            await drive_load(scenario, events, ctx, s, driver, phase, progress, history, NEMESES)
             run_dir.write_json(CONVERSATIONS, driver.to_json())
         finally:
             if hasattr(driver, "close"):  # a driver in a process of its own
@@ -226,7 +252,7 @@ async def _run(scenario: ChaosScenario, backend: Backend, seed: int, progress: P
     return check(run_dir.path, backend.target)  # the target this run was given
 
 
-def _target_record(scenario: ChaosScenario, backend: Backend) -> dict[str, Any]:
+def _target_record(scenario: ChaosScenario, backend: Engine) -> dict[str, Any]:
     """What ``run.json`` says of the agent under test: the target, with the workflow class its workers really
     registered (a scenario may swap in a planted one on the reference), so replay runs the code that ran."""
     target = backend.target.as_dict()
@@ -239,7 +265,7 @@ def check(path: Path, target: Target | None = None) -> tuple[str, list[CheckResu
     """The run's verdict (``chaos.checker.verdict.check``: which checks apply, how they compose, ``verdict.json``);
     (verdict, checks, row). ``target``: a target file the user gave (``--target``, or the one a fresh run was
     started with), the only bring-your-own code replay runs besides one the run names that the user controls
-    (``chaos.target.replay_target``); nothing the run directory names is executed."""
+    (``chaos.replay_target.replay_target``); nothing the run directory names is executed."""
     return check_saved_run(path, lambda declared: replay_target(path, declared, target))
 
 

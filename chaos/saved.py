@@ -3,7 +3,7 @@
     check_command(path)   ``chaos check``: every checker again, offline, on the saved files (``chaos.runner.check``)
     rerun_job(path)       ``chaos rerun``: (scenario, backend, seed) as run.json recorded them, to run again
 
-Nothing a run directory names is run unless the user controls it (``chaos.target.load_recorded_target``).
+Nothing a run directory names is run unless the user controls it (``testbed.engines.target.load_recorded_target``).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def check_command(path: Path, target_path: Path | None = None, as_json: bool = F
         print(f"note: {printable(stopped)}; checking what it recorded", file=sys.stderr)
     given = None
     if target_path:
-        from chaos.target import load_target
+        from testbed.engines.target import load_target
 
         try:
             given = load_target(target_path)
@@ -82,13 +82,14 @@ def rerun_job(run_dir: Path, connection: Any = None, target_path: Path | None = 
     server; the saved run's cluster is not reused: its address may not be this machine's to reach).
 
     The scenario is data (validated); nothing the run names is run unless the user controls it: the target file
-    is ``target_path``, or the one run.json names if the user controls it (``chaos.target.load_recorded_target``);
+    is ``target_path``, or the one run.json names if the user controls it (``testbed.engines.target.load_recorded_target``);
     a Docker worker image is ``image``, or for the reference agent the harness's own (None here: built from this
     checkout); a reference run's workflow must be the reference's or a planted one. ValueError: one line saying
     what to pass."""
-    from chaos.backends import make_backend
+    from testbed.engines import make_engine
     from chaos.scenarios import scenario_from_dict
-    from chaos.target import load_recorded_target, load_target, reference_workflows
+    from chaos.replay_target import reference_workflows
+    from testbed.engines.target import load_recorded_target, load_target
 
     record = RunDir(run_dir).read_run()
     if record.get("kind") != "chaos" or "scenario" not in record:
@@ -124,5 +125,6 @@ def rerun_job(run_dir: Path, connection: Any = None, target_path: Path | None = 
         raise ValueError(f"{run_dir}: its scenario's cluster.workflow {str(workflow)[:200]!r} is not the reference "
                          "agent's nor a planted one (chaos.mutants); a run directory's code is never run")
     durability = backend.get("name") if backend.get("name") in TWIN_SUFFIXES.values() else "temporal"
-    return (scenario, make_backend(durability, workers, image, target, target_path, connection),
+    return (scenario, make_engine(durability, workers=workers, image=image, target=target, target_file=target_path,
+                                   connection=connection),
             int(record.get("seed", 1)))

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from chaos.client import Workload
+from testbed.engines.driver import Workload
 from chaos.generator import NemesisEvent
 from harness.faults import AgentFaults
 
@@ -52,7 +52,7 @@ class ChaosScenario:
     settle_s: float = 60.0
     final_s: float = 90.0  # the final phase (end every conversation, read it back) must end within this
     recovery_within_s: float = 45.0  # after the heal, each pending workflow task completes within this (liveness)
-    timeouts: str = "fast"  # chaos.client.TIMEOUTS: how fast the agent notices a dead worker ("defaults": untuned)
+    timeouts: str = "fast"  # testbed.engines.driver.TIMEOUTS: how fast the agent notices a dead worker ("defaults": untuned)
     local_tools: tuple[str, ...] = ()  # tools the agent runs as local activities (AgentConfig.local_tools)
     local_model: bool = False  # the agent's model calls run as local activities (AgentConfig.local_model)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos import ci
-from chaos.runner import ERROR, Outcome, run_captured
+from chaos.runner import ERROR, Outcome, run_captured, skip_reason
 from chaos.seeds import format_seeds
 from harness.printable import printable
 from harness.rundir import SCHEMA, RunDir, command_line, machine_info
@@ -173,7 +173,7 @@ async def run_soak(args: Any, target: Any, connection: Any = None) -> int:
     from chaos.suite import jobs
 
     [(label, scenario, backend)] = jobs(args, target, connection)
-    if why := backend.skip_reason(scenario):
+    if why := skip_reason(backend, scenario):
         raise ValueError(f"{label}: skipped: {why}")
     seeds = ci.shard(args.seeds, *args.shard) if args.shard else args.seeds
     spec = f"{args.shard[0]}/{args.shard[1]}" if args.shard else None

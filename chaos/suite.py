@@ -22,14 +22,14 @@ from typing import Any
 
 from chaos import ci
 from chaos.checker.verdict import worth_showing
-from chaos.client import DEFAULT_TIMEOUTS, TIMEOUTS
-from chaos.runner import run_captured
+from chaos.runner import run_captured, skip_reason
 from chaos.scenarios import SCENARIOS, SUITE
 from chaos.seeds import format_seeds
 from harness.printable import printable, table as format_table
 from harness.rundir import ending_status
 from harness.verdict import PASS
 from testbed.cli_options import progress as _progress
+from testbed.engines.driver import DEFAULT_TIMEOUTS, TIMEOUTS
 
 COLUMNS = [("scenario", 28), ("faults", 7), ("ok", 4), ("fail", 5), ("info", 5), ("lost", 5), ("dup_effects", 12),
            ("recovery_s", 11), ("model_rec_s", 12), ("tool_rec_s", 11),
@@ -71,7 +71,7 @@ def load_target_for(args: argparse.Namespace, explicit_parallel: bool) -> Any:
     if the user asked for more)."""
     if not getattr(args, "target", None):
         return None
-    from chaos.target import check_driver, load_target
+    from testbed.engines.target import check_driver, load_target
 
     target = load_target(args.target)
     check_driver(target)  # a driver written for another driver API version fails here, before any run
@@ -92,9 +92,9 @@ def checkpoint_twins() -> list[str]:
 
 def twins(durability: str) -> list[str]:
     """The scenarios with a twin on ``durability``'s backend."""
-    from chaos.backends import make_backend
+    from testbed.engines import make_engine
 
-    return list(make_backend(durability).scenarios or ())
+    return list(make_engine(durability).scenarios or ())
 
 
 def split_twin(label: str) -> tuple[str, str]:
@@ -108,7 +108,7 @@ def split_twin(label: str) -> tuple[str, str]:
 def jobs(args: argparse.Namespace, target: Any, connection: Any = None) -> list[tuple[str, Any, Any]]:
     """(label, scenario, backend) for every scenario asked for, on ``connection``'s cluster (None: the embedded
     server); raises ValueError naming an unknown one."""
-    from chaos.backends import make_backend
+    from testbed.engines import make_engine
 
     durability = getattr(args, "durability", "temporal")
     suffixes = {d: sfx for sfx, d in TWIN_SUFFIXES.items()}  # backend -> its twins' suffix
@@ -140,9 +140,9 @@ def jobs(args: argparse.Namespace, target: Any, connection: Any = None) -> list[
     for label in names:
         base, twin_of = split_twin(label)
         checkpoint_twin = twin_of != "temporal"  # no Temporal: its timeouts profiles do not apply
-        backend = make_backend(twin_of,
-                               getattr(args, "placement", "process"), getattr(args, "image", None), target,
-                               getattr(args, "target", None), connection)
+        backend = make_engine(twin_of, workers=getattr(args, "placement", "process"),
+                              image=getattr(args, "image", None), target=target,
+                              target_file=getattr(args, "target", None), connection=connection)
         scenario = SCENARIOS[base]
         if latency:  # the scenario's own model latency otherwise; run.json records the one used
             scenario = dataclasses.replace(scenario, cluster=dataclasses.replace(scenario.cluster,
@@ -170,7 +170,7 @@ async def run_many(items: list[tuple[str, Any, Any, int]], out: Path, parallel: 
     slots = asyncio.Semaphore(max(1, parallel))
 
     skipped = {(label, seed): why for label, scenario, backend, seed in items
-               if (why := backend.skip_reason(scenario))}
+               if (why := skip_reason(backend, scenario))}
 
     async def one(i: int, label: str, scenario: Any, backend: Any, seed: int) -> None:
         if (label, seed) in skipped:

@@ -19,7 +19,7 @@ API (``harness.driver_api``). Three shapes of agent (``style``):
 Messages follow the scripted model's conventions: arithmetic (``What is {a} * {b}?``, expecting ``{a} * {b} =
 {a*b}``) and, for ``append_ratio`` of them, notes (``save the note '{token}'``, expecting ``saved note {token}``;
 kind ``note``, ``content`` the token). Every operation is recorded as invoke then ok / fail / info, as
-``chaos.client`` does. The final conversation is read from the Query when one is declared, else from the
+``testbed.engines.driver`` does. The final conversation is read from the Query when one is declared, else from the
 server's event history (the updates each run accepted, and their results).
 """
 
@@ -148,7 +148,7 @@ class Conversation:
 
 class ChatDriver:
     """The ``[chat]`` table's driver (see the module docstring); ``chat`` is that table, validated by the
-    harness (``chaos.target.ChatTable``)."""
+    harness (``testbed.engines.target.ChatTable``)."""
 
     def __init__(self, *, client: Client, history: Any, task_queue: str, workload: Workload, seed: int,
                  chat: dict[str, Any], on_workflow: Any = None) -> None:

@@ -28,7 +28,7 @@ a fault was asked for.
 The environment contract (bring-your-own targets)
 -------------------------------------------------
 
-Every worker process the chaos harness starts for a target (``chaos.backends``:
+Every worker process the chaos harness starts for a target (``testbed.engines``:
 process or container) gets these variables when the scenario asks for the fault
 (``ClusterSpec.crash_at`` / ``bugs`` / ``mutations``; unset otherwise), on top of
 the target's own ``[env]``. Values are comma-separated names. An

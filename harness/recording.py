@@ -51,6 +51,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -433,3 +434,27 @@ class EffectLedger:
             duplicated_effects=sum(1 for n in applied.values() if n > 1),
             pending_effects=sum(1 for e in effects if e["state"] == "pending"),
         )
+
+
+def executions_in_flight(path: Path, workers: tuple[str, ...] = ()) -> list[dict[str, Any]] | None:
+    """Executions the ledger at ``path`` has begun and not finished, read without opening it for writing: what
+    workers run right now, by their own record (written before the work starts, so even a tool call of a few
+    milliseconds is seen): ``workflow_id``, ``activity`` (the tool), ``attempt``, ``worker``, ``kind``,
+    ``execution``. With ``workers`` (the live workers' identities): None if the ledger names none of them (a
+    target that records another identity than ``{identity}``: its ledger cannot say who runs what)."""
+    if not path.exists():
+        return None if workers else []
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1)
+    try:
+        rows = db.execute("SELECT id, worker, workflow_id, tool, kind, attempt FROM executions "
+                          "WHERE finished_at IS NULL").fetchall()
+        if workers and not any(r[1] in workers for r in rows) and not db.execute(
+                f"SELECT 1 FROM executions WHERE worker IN ({','.join('?' * len(workers))}) LIMIT 1",
+                workers).fetchone():
+            return None
+    except sqlite3.Error:  # not created yet, or busy: nothing observable this time
+        return None if workers else []
+    finally:
+        db.close()
+    return [{"workflow_id": wid, "activity": tool, "attempt": attempt, "worker": worker, "kind": kind,
+             "execution": eid} for eid, worker, wid, tool, kind, attempt in rows]

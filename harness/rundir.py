@@ -78,6 +78,11 @@ SCHEMA = 2
 RUN_JSON, VERDICT_JSON = "run.json", "verdict.json"
 OPERATIONS, CONVERSATIONS = "operations.jsonl", "conversations.json"
 EFFECTS_SERVICE = "effects_service.jsonl"
+#: what an engine saves of its own records at the end of a run: DBOS's runs and recorded steps, Restate's journal
+DBOS_STEPS, RESTATE_JOURNAL = "dbos_steps.json", "restate_journal.json"
+#: the checks, by name, in the order they run and are shown (verdict.json's ``checks``; a target's ``checkers``)
+CHECKS = ("lost", "temporal_history", "workflow_tasks", "effects", "replay", "injection_evidence", "stats", "drain",
+          "dbos_steps", "restate_journal")
 EVENT_HISTORIES, LOGS, STATE = "event_histories", "logs", "state"
 LATEST = "latest"
 #: in a failed run's logs/: the harness's traceback of the error that ended it

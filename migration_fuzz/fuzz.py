@@ -65,7 +65,7 @@ def shape_for(seed: int, kind: str, max_n: int) -> Shape:
 
 def fuzz_config(max_n: int) -> AgentConfig:
     """The chaos suite's timeouts (a killed worker's work moves on within seconds), with fan-out tools."""
-    from chaos.client import chaos_agent_config
+    from testbed.engines.driver import chaos_agent_config
 
     cfg = chaos_agent_config()
     cfg.model = "scripted:migration"
@@ -250,7 +250,7 @@ async def run_fuzz(opts: FuzzOptions, say: Callable[[str], None] = lambda m: Non
     gets ``run.json``, ``operations.jsonl``, ``results.json`` and ``table.txt``. Its life is the one every run
     has (``RunDir.recording``): ``running`` from the start, then ``complete``, or ``interrupted`` /
     ``terminated`` / ``failed`` with the error and its traceback in ``logs/runner-error.txt``."""
-    from chaos.client import DEFAULT_TIMEOUTS, TIMEOUTS
+    from testbed.engines.driver import DEFAULT_TIMEOUTS, TIMEOUTS
     from testbed.model_server import LatencyModel
     from testbed.stack import StackSpec, stack
     from testbed.worker_process import reference_worker

@@ -7,7 +7,7 @@
     dah server               an embedded Temporal dev server in the foreground
     dah model-server         the scripted OpenAI-compatible model server
     dah scenarios            the scripted walkthroughs
-    dah checkpoint ...       the checkpoint backend: worker, run, emit, steps
+    dah checkpoint ...       the checkpoint engine: worker, run, emit, steps (testbed.engines.checkpoint.cli)
 
 Library code logs; only this module prints.
 """
@@ -25,21 +25,18 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from agent.contracts import DEFAULT_TASK_QUEUE, AgentConfig
+from testbed.cli_options import UsageError, connection, model_knobs
+from testbed.worker_main import add_worker_parser, stop_event
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
-EXIT_WORKER_FAILED = 3
 QUIT_WORDS = {"quit", "exit", "bye", "/quit", "/exit"}
-
-
-class UsageError(Exception):
-    """A bad input the user can fix; the message names it and what to do."""
 
 
 # -- shared options ---------------------------------------------------------------
@@ -158,47 +155,20 @@ def _add_stack_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=0, help="seed of the latency distribution (default 0)")
 
 
-def _model_knobs(args: argparse.Namespace) -> tuple[Any, list[Any]]:
-    from harness.faults import FaultRule
-    from testbed.model_server import LatencyModel
-
-    latency = LatencyModel.parse(args.model_latency)  # checked by the parser (testbed.cli_options)
-    faults = []
-    for spec in args.fault:
-        try:
-            faults.append(FaultRule.parse(spec))
-        except ValueError as exc:
-            raise UsageError(f"--fault: {exc}") from None
-    return latency, faults
-
-
-def _connection(args: argparse.Namespace, *, embedded_default: bool = True) -> Any:
-    """The Temporal connection: the flags over the environment over a temporal.toml profile (testbed.connection)."""
-    from testbed.connection import connection_from_args
-
-    try:
-        return connection_from_args(args, embedded_default=embedded_default)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-
-
 def _stack(args: argparse.Namespace, *, ui: bool) -> Any:
-    """What demo and run start (testbed.stack): Temporal (embedded unless --address) or the checkpoint backend,
-    the scripted model and an in-process worker (unless --no-worker: one runs elsewhere)."""
+    """What demo and run start on Temporal (testbed.stack): the server (embedded unless --address), the scripted
+    model and an in-process worker (unless --no-worker: one runs elsewhere)."""
     from agent.worker import WorkerSettings
     from testbed.stack import StackSpec, stack
 
-    latency, faults = _model_knobs(args)
-    conn = _connection(args)
+    latency, faults = model_knobs(args)
+    conn = connection(args)
     worker = not args.no_worker
     spec = StackSpec(state_dir=args.state_dir, ui=ui, connection=conn, model=worker, model_latency=latency,
                      model_faults=faults, seed=args.seed, task_queue=args.task_queue, ledger=True)
-    if args.durability != "temporal":
-        spec.temporal, spec.checkpoint, spec.checkpoint_worker = "none", True, worker
-    else:
-        spec.temporal = "embedded" if conn.embedded else "external"
-        if worker:
-            spec.temporal_workers = [WorkerSettings.in_state_dir(args.state_dir, task_queue=args.task_queue)]
+    spec.temporal = "embedded" if conn.embedded else "external"
+    if worker:
+        spec.temporal_workers = [WorkerSettings.in_state_dir(args.state_dir, task_queue=args.task_queue)]
     return stack(spec)
 
 
@@ -363,12 +333,8 @@ async def cmd_run(args: argparse.Namespace) -> int:
     from temporalio.client import WorkflowFailureError
 
     cfg = _agent_config(args)
-    if args.durability.startswith("dbos"):
-        return await _dbos_run(args, cfg)
-    if args.durability == "restate":
-        return await _restate_run(args, cfg)
-    if args.durability != "temporal":
-        return await _checkpoint_run(args, cfg)
+    if args.durability != "temporal":  # an engine of testbed.engines.ENGINES, in this process
+        return await _one_shot_run(args, cfg)
     if args.scenario:
         return await _run_scenarios(args, [args.scenario], ui=False)
     if not args.prompt:
@@ -474,12 +440,8 @@ async def cmd_demo(args: argparse.Namespace) -> int:
     from testbed.walkthroughs import SCENARIOS, run_scenario
 
     cfg = _agent_config(args)
-    if args.durability.startswith("dbos"):
-        return await _dbos_demo(args, cfg)
-    if args.durability == "restate":
-        return await _restate_demo(args, cfg)
-    if args.durability != "temporal":
-        return await _checkpoint_demo(args, cfg)
+    if args.durability != "temporal":  # an engine of testbed.engines.ENGINES, in this process
+        return await _one_shot_demo(args, cfg)
     if args.scenario:
         return await _run_scenarios(args, [args.scenario], ui=not args.no_ui)
     async with _stack(args, ui=not args.no_ui) as stack:
@@ -537,10 +499,10 @@ async def _demo_prompt(stack: Any, cfg: AgentConfig, prompt: str) -> None:
     await _print_graph(stack, workflow_id, handle.result_run_id or "")
 
 
-# -- the checkpoint backend ----------------------------------------------------------------
+# -- the other engines: each prompt one run in this process -------------------------------------------------
 
 
-def _checkpoint_checks(args: argparse.Namespace, cfg: AgentConfig) -> None:
+def _one_shot_checks(args: argparse.Namespace, cfg: AgentConfig) -> None:
     if args.scenario:
         raise UsageError(f"--scenario runs on the Temporal backend only; on --durability {args.durability} give a "
                          "prompt with --model scripted:<scenario>")
@@ -549,298 +511,75 @@ def _checkpoint_checks(args: argparse.Namespace, cfg: AgentConfig) -> None:
                          f"(not --durability {args.durability})")
 
 
-async def _checkpoint_answer(s: Any, cfg: AgentConfig, prompt: str, run_id: str, *, quiet: bool = False) -> dict:
-    _, result = await s.run_checkpointed(cfg, prompt, run_id)
-    if not quiet:
-        print(f"answer:      {result['reply']}")
-        print(f"run id:      {run_id} (checkpoints in {s.spec.checkpoint_db})")
-        for step in await s.checkpoint_steps(run_id):
-            took = ""
-            if step.started_at and step.completed_at:
-                from agent.checkpoint.stores import epoch
-
-                took = f"{(epoch(step.completed_at) - epoch(step.started_at)) * 1000:8.0f} ms"
-            print(f"  ├─ step {step.step_index:<3} {step.intent:<28} {step.kind:<6} {step.status:<10} "
-                  f"attempts {step.attempts} {took}")
-    return result
-
-
-async def _checkpoint_run(args: argparse.Namespace, cfg: AgentConfig) -> int:
-    _checkpoint_checks(args, cfg)
-    if not args.prompt:
-        raise UsageError("run needs a prompt, e.g. dah run --durability checkpoint \"What is 25 * 4?\"")
-    run_id = args.workflow_id or f"checkpoint-{uuid.uuid4().hex[:12]}"
-    async with _stack(args, ui=False) as s:
-        await _model_client_ready(args)
-        try:
-            if args.json:
-                _, result = await s.run_checkpointed(cfg, args.prompt, run_id)
-                print(json.dumps({"run_id": run_id, "durability": "checkpoint", **result}))
-            else:
-                await _checkpoint_answer(s, cfg, args.prompt, run_id)
-        except RuntimeError as exc:
-            print(f"the run failed: {exc}", file=sys.stderr)
-            return EXIT_FAILED
-    return 0
-
-
-async def _checkpoint_demo(args: argparse.Namespace, cfg: AgentConfig) -> int:
-    _checkpoint_checks(args, cfg)
-    async with _stack(args, ui=False) as s:
-        print("durable-agent-harness demo: the agent loop on the checkpoint backend (steps checkpointed in SQLite)")
-        print(f"Checkpoints: {s.spec.checkpoint_db}   Model: {cfg.model}   ledger: {s.ledger.path}")
-        await _prompt_loop(args, lambda line: _checkpoint_answer(s, cfg, line, f"demo-{uuid.uuid4().hex[:10]}",
-                                                                 quiet=True))
-    print("stopped.")
-    return 0
-
-
-async def _prompt_loop(args: argparse.Namespace, answer: Callable[[str], Awaitable[dict]]) -> None:
-    """The one-shot demos' conversation: --prompt once, else lines from the terminal until quit; each answered
-    by a run of its own (``answer``)."""
-    prompts = [args.prompt] if args.prompt else None
-    reader = None if prompts else _LineReader(asyncio.get_running_loop())
-    while True:
-        if prompts is not None:
-            if not prompts:
-                break
-            line = prompts.pop()
-        else:
-            line = await reader.readline("\nyou> ")
-            if line is None or line.strip().lower() in QUIT_WORDS:
-                break
-            line = line.strip()
-            if not line:
-                continue
-        try:
-            result = await answer(line)
-            print(f"agent> {result['reply']}")
-        except Exception as exc:  # a step gave up: each engine raises its own error
-            print(f"agent> (the run failed: {type(exc).__name__}: {exc})")
-
-
-# -- the restate backend ----------------------------------------------------------------
-
-
 @contextlib.asynccontextmanager
-async def _restate_engine(args: argparse.Namespace) -> AsyncIterator[Any]:
-    """The scripted model (unless --no-worker: a live model) and the agent on a Restate server this process starts
-    (agent.engines.restate_agent.engine), both stopped on exit."""
-    from agent import llm
-    from agent.engines.restate_agent import engine
-    from testbed.restate_server import RestateServerError, find_restate_server
+async def _session(args: argparse.Namespace, cfg: AgentConfig) -> AsyncIterator[Any]:
+    """The scripted model (unless --no-worker: the steps run elsewhere) and the engine --durability names, in this
+    process (``Engine.in_process``: ``testbed.engines.base.Session``), all stopped on exit."""
+    from testbed.engines import make_engine
+    from testbed.engines import EngineUnavailable
     from testbed.stack import StackSpec, stack
 
-    if args.no_worker:
-        raise UsageError("--no-worker: on --durability restate the endpoint runs in this process")
+    _one_shot_checks(args, cfg)
+    latency, faults = model_knobs(args)
+    spec = StackSpec(state_dir=args.state_dir, temporal="none", model=not args.no_worker, model_latency=latency,
+                     model_faults=faults, seed=args.seed, ledger=True)
+    engine = make_engine(args.durability)
     try:
-        find_restate_server()
-    except RestateServerError as exc:
+        async with stack(spec) as s, engine.in_process(args.state_dir, s.model_url, s.ledger,
+                                                       worker=not args.no_worker) as session:
+            await _model_client_ready(args)
+            yield session
+    except (ValueError, EngineUnavailable) as exc:
         raise UsageError(str(exc)) from None
-    latency, faults = _model_knobs(args)
-    spec = StackSpec(state_dir=args.state_dir, temporal="none", model_latency=latency, model_faults=faults,
-                     seed=args.seed, ledger=True)
-    async with stack(spec) as s, engine(args.state_dir, s.model_url, ledger=s.ledger) as e:
-        await llm.wait_loaded()
-        yield e
 
 
-def _print_restate_steps(e: Any, run_id: str) -> None:
-    """The run's journaled actions, as the Restate server reports them (sys_journal)."""
-    rows = e.server.query("SELECT j.index, j.entry_type, j.name FROM sys_journal j JOIN sys_invocation i "
-                          "ON j.id = i.id WHERE i.idempotency_key = '" + run_id.replace("'", "''") + "' ORDER BY j.index")
-    for row in rows:
-        print(f"  ├─ journal {row['index']:<3} {row['entry_type']:<28} {row.get('name') or ''}")
-
-
-async def _restate_run(args: argparse.Namespace, cfg: AgentConfig) -> int:
-    _checkpoint_checks(args, cfg)
-    if not args.prompt:
-        raise UsageError("run needs a prompt, e.g. dah run --durability restate \"What is 25 * 4?\"")
-    run_id = args.workflow_id or f"restate-{uuid.uuid4().hex[:12]}"
-    async with _restate_engine(args) as e:
-        try:
-            result = await e.run_turn(cfg, args.prompt, run_id)
-        except RuntimeError as exc:
-            print(f"the run failed: {exc}", file=sys.stderr)
-            return EXIT_FAILED
-        if args.json:
-            print(json.dumps({"run_id": run_id, "durability": "restate", **result}))
-            return 0
-        print(f"answer:      {result['reply']}")
-        print(f"run id:      {run_id} (journal in {e.server.base_dir}; admin API {e.server.admin_url})")
-        _print_restate_steps(e, run_id)
-    return 0
-
-
-async def _restate_demo(args: argparse.Namespace, cfg: AgentConfig) -> int:
-    _checkpoint_checks(args, cfg)
-    async with _restate_engine(args) as e:
-        print("durable-agent-harness demo: the agent loop as a Restate service (each step a journaled ctx.run)")
-        print(f"Restate: {e.server.admin_url} (state {e.server.base_dir})   Model: {cfg.model}")
-        await _prompt_loop(args, lambda line: e.run_turn(cfg, line, f"demo-{uuid.uuid4().hex[:10]}"))
-    print("stopped.")
-    return 0
-
-
-# -- DBOS Transact -------------------------------------------------------------------------
-
-
-@contextlib.asynccontextmanager
-async def _dbos_engine(args: argparse.Namespace, cfg: AgentConfig) -> Any:
-    """The scripted model and DBOS in this process (``agent.engines.dbos_agent.engine``): SQLite in STATE_DIR, or a
-    PostgreSQL server of ours (``--durability dbos-postgres``)."""
-    from agent.engines.dbos_agent import engine
-    from testbed.stack import StackSpec, stack
-
-    _checkpoint_checks(args, cfg)
-    if args.no_worker:
-        raise UsageError(f"--no-worker: --durability {args.durability} runs its workflow in this process "
-                         "(workers of its own: python -m agent.engines.dbos_agent worker)")
-    latency, faults = _model_knobs(args)
-    spec = StackSpec(state_dir=args.state_dir, temporal="none", model_latency=latency, model_faults=faults,
-                     seed=args.seed, ledger=True)
-    database = "postgres" if args.durability == "dbos-postgres" else "sqlite"
-    async with stack(spec) as s, engine(args.state_dir, s.model_url or "", database=database, ledger=s.ledger) as e:
-        await _model_client_ready(args)
-        yield e
-
-
-async def _dbos_answer(e: Any, cfg: AgentConfig, prompt: str, run_id: str, *, quiet: bool = False) -> dict:
-    result = await e.run_turn(cfg, prompt, run_id)
-    if not quiet:
-        print(f"answer:      {result['reply']}")
-        print(f"run id:      {run_id} (DBOS workflow; system database {e.database_url})")
-        for step in await e.steps(run_id):
-            took = (step["completed_at_epoch_ms"] or 0) - (step["started_at_epoch_ms"] or 0)
-            status = "error" if step["error"] is not None else "ok"
-            print(f"  ├─ step {step['function_id']:<3} {step['function_name']:<28} {status:<6} {took:8.0f} ms")
-    return result
-
-
-async def _dbos_run(args: argparse.Namespace, cfg: AgentConfig) -> int:
+async def _one_shot_run(args: argparse.Namespace, cfg: AgentConfig) -> int:
     if not args.prompt:
         raise UsageError(f"run needs a prompt, e.g. dah run --durability {args.durability} \"What is 25 * 4?\"")
-    run_id = args.workflow_id or f"dbos-{uuid.uuid4().hex[:12]}"
-    async with _dbos_engine(args, cfg) as e:
+    run_id = args.workflow_id or f"{args.durability}-{uuid.uuid4().hex[:12]}"
+    async with _session(args, cfg) as session:
         try:
-            if args.json:
-                result = await e.run_turn(cfg, args.prompt, run_id)
-                print(json.dumps({"run_id": run_id, "durability": args.durability, **result}))
-            else:
-                await _dbos_answer(e, cfg, args.prompt, run_id)
-        except Exception as exc:  # a step gave up: DBOS raises its error here
+            result = await session.run_turn(cfg, args.prompt, run_id)
+        except Exception as exc:  # a step gave up: each engine raises its own error
             print(f"the run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
             return EXIT_FAILED
+        if args.json:
+            print(json.dumps({"run_id": run_id, "durability": args.durability, **result}))
+            return 0
+        print(f"answer:      {result['reply']}")
+        for line in await session.describe_run(run_id):
+            print(line)
     return 0
 
 
-async def _dbos_demo(args: argparse.Namespace, cfg: AgentConfig) -> int:
-    async with _dbos_engine(args, cfg) as e:
-        print(f"durable-agent-harness demo: the agent loop on DBOS Transact ({e.name}: each model and tool call a "
-              "step)")
-        print(f"System database: {e.database_url}   Model: {cfg.model}   ledger: {e.ledger.path}")
-        await _prompt_loop(args, lambda line: _dbos_answer(e, cfg, line, f"demo-{uuid.uuid4().hex[:10]}",
-                                                           quiet=True))
+async def _one_shot_demo(args: argparse.Namespace, cfg: AgentConfig) -> int:
+    """The one-shot demos' conversation: --prompt once, else lines from the terminal until quit; each answered
+    by a run of its own."""
+    async with _session(args, cfg) as session:
+        print(session.banner)
+        from agent.worker import WorkerSettings
+
+        print(f"Model: {cfg.model}   ledger: {WorkerSettings.in_state_dir(args.state_dir).resolved_ledger_path}")
+        prompts = [args.prompt] if args.prompt else None
+        reader = None if prompts else _LineReader(asyncio.get_running_loop())
+        while True:
+            if prompts is not None:
+                if not prompts:
+                    break
+                line = prompts.pop()
+            else:
+                line = await reader.readline("\nyou> ")
+                if line is None or line.strip().lower() in QUIT_WORDS:
+                    break
+                line = line.strip()
+                if not line:
+                    continue
+            try:
+                result = await session.run_turn(cfg, line, f"demo-{uuid.uuid4().hex[:10]}")
+                print(f"agent> {result['reply']}")
+            except Exception as exc:  # a step gave up: each engine raises its own error
+                print(f"agent> (the run failed: {type(exc).__name__}: {exc})")
     print("stopped.")
-    return 0
-
-
-# -- worker ---------------------------------------------------------------------------
-
-
-def _stop_event() -> asyncio.Event:
-    """Set on SIGTERM or SIGINT, so a supervised process shuts down gracefully."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    return stop
-
-
-async def cmd_worker(args: argparse.Namespace) -> int:
-    from agent.tools import TOOLS
-    from agent.worker import SANDBOX, WorkerSettings, build_worker, default_identity, load_workflow
-    from harness.faults import AgentFaults
-    from testbed.stack import StackSpec, stack
-
-    latency, faults = _model_knobs(args)
-    conn = _connection(args, embedded_default=False)
-    try:
-        # The flags, and whatever the environment asks for (how the chaos harness hands faults to any worker).
-        env_faults = AgentFaults.from_environment()
-        agent_faults = AgentFaults(env_faults.crash_at | set(args.crash_at), env_faults.bugs | set(args.bug),
-                                   env_faults.mutations | set(args.mutation))
-        unknown = sorted(agent_faults.bugs - set(TOOLS))
-        if unknown:
-            raise ValueError(f"--bug {', '.join(unknown)}: not a tool; tools are {', '.join(TOOLS)}")
-        cancel_on_sigterm = agent_faults.mutated("cancel_on_sigterm")  # a planted bug: no drain
-        settings = WorkerSettings(
-            task_queue=args.task_queue, sandbox_root=args.state_dir / SANDBOX, ledger_path=args.ledger,
-            model_base_url=args.model_base_url, identity=args.identity or default_identity(),
-            workflow=args.workflow, max_cached_workflows=args.max_cached_workflows,
-            sticky_timeout_s=args.sticky_timeout, drain_timeout_s=0.0 if cancel_on_sigterm else args.drain_timeout,
-            activity_pollers=args.activity_pollers, heartbeat_throttle_s=args.heartbeat_throttle,
-        )
-        load_workflow(settings.workflow)  # a bad --workflow is a usage error, before connecting
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    try:
-        args.state_dir.mkdir(parents=True, exist_ok=True)  # a bad --state-dir: said now, not after seconds of start-up
-    except OSError as exc:
-        raise UsageError(f"cannot start the worker: {exc.filename}: {exc.strerror}; give a writable "
-                         f"--state-dir (now {args.state_dir})") from None
-    stop = _stop_event()
-    # The stack connects and, without --model-base-url, starts this worker's own scripted model server; the
-    # worker itself runs here, not in the stack: a fatal failure must end this process (exit 3) for a supervisor.
-    spec = StackSpec(state_dir=args.state_dir, temporal="external", connection=conn,
-                     model=args.model_base_url is None, model_url=args.model_base_url, model_latency=latency,
-                     model_faults=faults, seed=args.seed, ledger=True, faults=agent_faults,
-                     task_queue=args.task_queue)
-    exits = contextlib.AsyncExitStack()
-    try:
-        s = await exits.enter_async_context(stack(spec))
-    except OSError as exc:  # a file under the state dir, the model server's port: not Temporal
-        raise UsageError(f"cannot start the worker: {exc}") from None
-    except Exception as exc:
-        raise UsageError(f"cannot reach Temporal at {conn.address} ({exc}); start one with 'dah server' "
-                         "or pass --address") from None
-    async with exits:
-        settings.model_base_url = s.model_url
-        worker = build_worker(s.client, settings, s.ledger)
-        running = asyncio.create_task(worker.run())
-        print(f"READY worker identity={settings.identity} task_queue={settings.task_queue} "
-              f"address={conn.address} model={settings.model_base_url}"
-              + (f" {agent_faults.describe()}" if agent_faults else ""), flush=True)
-        stopping = asyncio.create_task(stop.wait())
-
-        async def announce_warm() -> None:
-            from agent import llm
-
-            await llm.wait_loaded()
-            failed = llm.load_error()  # supervisors may wait for this line before sending load
-            print("WARM model client loaded" + (f" (preload incomplete: {failed})" if failed else ""), flush=True)
-
-        warm = asyncio.create_task(announce_warm())
-        await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        warm.cancel()
-        if running.done():
-            # e.g. polls failed for about a minute (a long partition): exit so a supervisor restarts us.
-            stopping.cancel()
-            exc = running.exception()
-            print(f"worker failed fatally: {type(exc).__name__}: {exc}" if exc else "worker stopped by itself",
-                  flush=True)
-            return EXIT_WORKER_FAILED
-        if cancel_on_sigterm:
-            from harness.recording import ExecutionIdentity
-
-            s.ledger.record_mutation("cancel_on_sigterm", ExecutionIdentity("-", "-", "-", 0, settings.identity),
-                                     "worker")
-        print(f"DRAINING: no new work; finishing what is in flight (up to {settings.drain_timeout_s:g} s)",
-              flush=True)
-        await worker.shutdown()
-        await running
-    print("worker stopped", flush=True)
     return 0
 
 
@@ -856,7 +595,7 @@ async def cmd_chat(args: argparse.Namespace) -> int:
     from agent.workflow import AgentWorkflow
 
     cfg = _agent_config(args)
-    conn = _connection(args, embedded_default=False)
+    conn = connection(args, embedded_default=False)
     try:
         client = await conn.connect()
     except Exception as exc:
@@ -929,7 +668,7 @@ async def cmd_server(args: argparse.Namespace) -> int:
 
     if port_open("127.0.0.1", args.port):
         raise UsageError(f"--port {args.port} is in use; pick another (e.g. --port 0 for a free one)")
-    stop = _stop_event()
+    stop = stop_event()
     spec = StackSpec(state_dir=args.state_dir, server_db=args.db_filename, server_port=args.port, ui=not args.no_ui,
                      ui_port=args.ui_port, tuned=not args.stock, model=False, server_log_level="error")
     exits = contextlib.AsyncExitStack()
@@ -960,7 +699,6 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from testbed.connection import add_connection_arguments
-    from testbed.model_server import add_model_latency
 
     parser = argparse.ArgumentParser(prog="dah", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -997,46 +735,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_connection_arguments(p, embedded_default=True)
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("worker", help="run one worker process until SIGTERM/Ctrl-C",
-                       description="Run one agent worker (workflow + all activities). Prints a READY line once "
-                                   "polling. Without --model-base-url it starts its own scripted model server.")
-    p.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE, help=f"(default {DEFAULT_TASK_QUEUE})")
-    p.add_argument("--identity", help="worker identity recorded in histories (default worker-<pid>@<host>)")
-    p.add_argument("--state-dir", type=Path, default=Path(".dah"), help="workspaces live in STATE_DIR/sandbox")
-    p.add_argument("--ledger", type=Path, help="effect ledger file (default STATE_DIR/sandbox/ledger.sqlite3)")
-    p.add_argument("--model-base-url", help="scripted model server URL (http://host:port/v1), e.g. via a fault proxy")
-    p.add_argument("--bug", action="append", default=[], metavar="TOOL",
-                   help="inject a logic bug: TOOL raises on every attempt (the hot-fix scenario); repeatable "
-                        "(also $DAH_BUGS; see harness/faults.py)")
-    p.add_argument("--workflow", default="agent.workflow:AgentWorkflow", metavar="MODULE:CLASS",
-                   help="the agent workflow class to register (default agent.workflow:AgentWorkflow)")
-    p.add_argument("--crash-at", action="append", default=[], metavar="POINT",
-                   help="SIGKILL this worker at POINT (after_model_call, after_effect), once per effect ledger "
-                        "(also $DAH_CRASH_AT)")
-    p.add_argument("--mutation", action="append", default=[], metavar="NAME",
-                   help="a deliberately broken build, for checking the checkers: unkeyed_effects (every effect "
-                        "applied on every attempt; unkeyed_append is its old name; also $DAH_MUTATIONS)")
-    p.add_argument("--max-cached-workflows", type=int, default=1000, metavar="N",
-                   help="workflows cached between tasks (default 1000); 0 disables the cache and the sticky queue, "
-                        "so a task never waits the 10 s sticky timeout after this worker dies")
-    p.add_argument("--sticky-timeout", type=float, default=10.0, metavar="SECONDS",
-                   help="how long a workflow task waits on this worker's sticky queue before any worker may take "
-                        "it (default 10, the SDK's): after this worker dies, its workflows wait this long")
-    p.add_argument("--drain-timeout", type=float, default=30.0, metavar="SECONDS",
-                   help="on SIGTERM/Ctrl-C: stop polling and let in-flight model calls and tools finish for up to "
-                        "this long (default 30), then cancel the rest; 0 cancels at once")
-    p.add_argument("--activity-pollers", type=int, default=5, metavar="N",
-                   help="activity long polls open at once (default 5, the SDK's); a frozen worker's open polls "
-                        "still take tasks, each then retried a heartbeat timeout later")
-    p.add_argument("--heartbeat-throttle", type=float, default=0.5, metavar="SECONDS",
-                   help="send an activity's heartbeats at least this often while it beats (default 0.5; the "
-                        "SDK's own cap is 60, which leaves a 1.5 s heartbeat timeout 0.3 s of slack)")
-    add_model_latency(p, default="0", default_text="0",
-                      what="the response latency of the worker's own scripted model server")
-    p.add_argument("--fault", action="append", default=[], help="fault of the worker's own scripted model server")
-    p.add_argument("--seed", type=int, default=0)
-    add_connection_arguments(p, embedded_default=False)
-    p.set_defaults(func=cmd_worker)
+    add_worker_parser(sub)
 
     p = sub.add_parser("chat", help="a conversation REPL against a running worker",
                        description="Start (or attach to) a conversation workflow; each line is a send_message "
@@ -1119,7 +818,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return model_server_main(argv[1:])
     if argv[:1] == ["checkpoint"]:
-        from testbed.checkpoint_cli import main as checkpoint_main
+        from testbed.engines.checkpoint.cli import main as checkpoint_main
 
         return checkpoint_main(argv[1:])
     args = build_parser().parse_args(argv)

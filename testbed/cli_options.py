@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.printable import printable
+from testbed.engines import ENGINES
 
-DURABILITY = ("temporal", "checkpoint", "dbos", "dbos-postgres", "restate")
+DURABILITY = tuple(ENGINES)  # the engines, by name (testbed.engines.ENGINES)
 RUNS = Path("runs")
 
 
@@ -65,3 +66,32 @@ def progress(start: float | None = None) -> Callable[[str], None]:
     def say(message: str) -> None:
         print(f"[{time.monotonic() - started:6.1f}s] {printable(message)}", file=sys.stderr, flush=True)
     return say
+
+
+class UsageError(Exception):
+    """A bad input the user can fix; the message names it and what to do."""
+
+
+def model_knobs(args: argparse.Namespace) -> tuple[Any, list[Any]]:
+    """The scripted model's ``--model-latency`` and ``--fault`` rules; UsageError naming a bad rule."""
+    from harness.faults import FaultRule
+    from testbed.model_server import LatencyModel
+
+    latency = LatencyModel.parse(args.model_latency)  # checked by the parser (testbed.cli_options)
+    faults = []
+    for spec in args.fault:
+        try:
+            faults.append(FaultRule.parse(spec))
+        except ValueError as exc:
+            raise UsageError(f"--fault: {exc}") from None
+    return latency, faults
+
+
+def connection(args: argparse.Namespace, *, embedded_default: bool = True) -> Any:
+    """The Temporal connection: the flags over the environment over a temporal.toml profile (testbed.connection)."""
+    from testbed.connection import connection_from_args
+
+    try:
+        return connection_from_args(args, embedded_default=embedded_default)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None

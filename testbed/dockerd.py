@@ -38,12 +38,12 @@ from testbed.processes import die_with_parent, spawn
 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 20.0
-_started: list[Engine] = []  # engines this process started, for stop_started_engines
+_started: list[DockerDaemon] = []  # engines this process started, for stop_started_engines
 
 
 @dataclass
-class Engine:
-    """The engine this process uses: available or not (``reason`` says which), and whether we started it."""
+class DockerDaemon:
+    """The Docker engine this process uses: available or not (``reason`` says which), and whether we started it."""
 
     available: bool
     reason: str
@@ -71,14 +71,14 @@ class Engine:
         print(f"stopped the Docker engine this run started (dockerd's supervisor pid {proc.pid})", file=sys.stderr)
 
 
-def ensure_engine(*, log_dir: Path | None = None) -> Engine:
+def ensure_engine(*, log_dir: Path | None = None) -> DockerDaemon:
     """An engine that answers: the running one, or ``dockerd`` started now (and stopped at exit). Never raises."""
     available, reason = docker_engine_available()
     if available:
-        return Engine(True, reason)
+        return DockerDaemon(True, reason)
     why_not = _cannot_start(reason)
     if why_not:
-        return Engine(False, why_not)
+        return DockerDaemon(False, why_not)
     log_dir = log_dir or Path(tempfile.gettempdir())
     log_dir.mkdir(parents=True, exist_ok=True)
     # A new file of ours (mkstemp: exclusive, 0600): a predictable name in a shared /tmp could be another user's link.
@@ -89,7 +89,7 @@ def ensure_engine(*, log_dir: Path | None = None) -> Engine:
         # parent-death signal: the supervisor outlives us to stop dockerd cleanly; our end of its stdin is its cue.
         proc = spawn([sys.executable, "-m", "testbed.dockerd", "supervise", OWNER], pdeathsig=0, stdout=log,
                      stderr=subprocess.STDOUT, stdin=subprocess.PIPE)
-    engine = Engine(False, "starting", process=proc, log_path=log_path)
+    engine = DockerDaemon(False, "starting", process=proc, log_path=log_path)
     _started.append(engine)
     atexit.register(engine.stop)
     deadline = time.monotonic() + START_TIMEOUT_S

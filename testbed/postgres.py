@@ -5,7 +5,7 @@
         url = pg.url                     # postgresql://postgres@127.0.0.1:PORT/postgres?passfile=STATE/postgres.pgpass
         pg.kill(); pg.start()                               # a crash (every server process SIGKILLed), a restart
 
-It has what ``testbed.stack.StackSpec.engine_server`` asks of a server (``start``, ``kill``, ``pid``, ``port``,
+It has what ``testbed.engines.base.Engine.server`` asks of a server (``start``, ``kill``, ``pid``, ``port``,
 ``address``, ``ui_url`` None, context manager), so the ``restart_server`` nemesis restarts the database unchanged.
 The binaries are PostgreSQL's (``$DAH_POSTGRES_BIN``, else the newest ``/usr/lib/postgresql/<n>/bin``, else
 ``PATH``). PostgreSQL refuses to run as root: under root, initdb and the server run as the ``postgres`` user

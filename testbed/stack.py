@@ -3,15 +3,17 @@ of it, in reverse order, on any exit path (return, exception, Ctrl-C).
 
     Temporal: the embedded dev server (with a database file, so it can be killed and restarted), or an
               existing cluster (TemporalConnection), or none
-    checkpoint: the checkpoint backend's SQLite database and queue
+    engine:   another engine's parts (``testbed.engines.base.Engine``): its server (Restate, PostgreSQL), exposed
+              as ``Stack.server``, and what it runs in this process (the checkpoint engine's queue and worker)
     model:    the scripted OpenAI-compatible server (latency, faults, seed), or an existing one (model_url)
     effects:  the external effects service the agent's tools call (``testbed.effects_service``), logging to
               ``effects_log``; its crash-after-effect fault kills the calling worker through ``Stack.kill_caller``
-    proxies:  FaultProxy on the two links that matter, worker->Temporal and worker->model (chaos)
-    workers:  in-process Temporal workers (one per WorkerSettings), an in-process checkpoint worker, and
-              N supervised worker processes or containers made by ``make_worker`` (restarted when they die)
+    proxies:  FaultProxy on the two links that matter (chaos): the server link (worker->Temporal, or between an
+              engine's server and its workers: ``server_proxy``) and worker->model
+    workers:  in-process Temporal workers (one per WorkerSettings), and N supervised worker processes or
+              containers made by ``make_worker`` (restarted when they die)
 
-The demo, ``dah run``, ``dah worker``, ``dah server``, the chaos backends, the benchmarks, the migration
+The demo, ``dah run``, ``dah worker``, ``dah server``, the engines (``testbed.engines``), the benchmarks, the migration
 fuzzer and the tests all start through here. Blocking start-ups run off the event loop; worker processes
 start side by side (each imports LiteLLM: seconds).
 """
@@ -34,13 +36,14 @@ from temporalio.client import Client, WorkflowHandle
 
 from agent.contracts import DEFAULT_TASK_QUEUE, AgentConfig, AgentInput, AgentResult
 from agent.tools import workspace_for
-from agent.worker import CHECKPOINT_DB, WorkerSettings, build_worker
+from agent.worker import WorkerSettings, build_worker
 from agent.workflow import AgentWorkflow
 from harness.faults import AgentFaults, FaultRule
 from harness.operations import OK, History
 from harness.owner import ENV_OWNER, owner_environment
 from harness.recording import EffectLedger
 from testbed.connection import TemporalConnection, quiet_runtime
+from testbed.engines.checkpoint.temporal_adapter import on_temporal_worker
 from testbed.effects_service import EffectFault, EffectsService, caller_pid
 from testbed.model_server import LatencyModel, ScriptedModelServer
 from testbed.net import FaultProxy
@@ -73,10 +76,10 @@ class StackSpec:
     logs_dir: Path | None = None  # default: <state_dir>/logs
     # -- Temporal
     temporal: str = "embedded"  # "embedded", "external" (connection.address) or "none"
-    #: with temporal "none": another engine's server or database (Restate, PostgreSQL), started here and exposed
-    #: as ``Stack.server`` so the server nemeses work on it unchanged: a context manager with ``start()``,
-    #: ``kill()``, ``pid``, ``port`` and ``ui_url`` (None); made from the logs directory
-    engine_server: Callable[[Path], Any] | None = None
+    #: with temporal "none": the engine (``testbed.engines.base.Engine``) whose ``server(spec)`` is started here
+    #: and exposed as ``Stack.server`` (so the server nemeses work on it unchanged), and whose
+    #: ``start_in_stack(stack, exits)`` starts what it runs in this process
+    engine: Any = None
     connection: TemporalConnection = field(default_factory=TemporalConnection)
     server_db: Path | None = None  # embedded: keep the server's state in this file (it survives a restart)
     server_port: int = 0
@@ -95,9 +98,12 @@ class StackSpec:
     effects_log: Path | None = None  # start it, logging here (None: no service)
     effects_faults: list[EffectFault] = field(default_factory=list)  # armed from the start
     # -- links
-    proxies: bool = False  # workers reach Temporal and the model through FaultProxy (chaos)
-    #: the Temporal proxy's port (0: any free one); a target whose workers hard-code their address needs that one
-    temporal_proxy_port: int = 0
+    proxies: bool = False  # the server link and the model link go through FaultProxy (chaos)
+    #: the server proxy's port (0: any free one); a target whose workers hard-code their address needs that one
+    server_proxy_port: int = 0
+    #: where the server proxy forwards, when the server calls the workers rather than the other way round
+    #: (Restate's server calls its endpoint: the proxy stands in front of the endpoint); None: to the server
+    server_proxy_to: tuple[str, int] | None = None
     # -- workers
     task_queue: str = DEFAULT_TASK_QUEUE  # where the reference agent's runs go (its in-process workers' own)
     temporal_workers: list[WorkerSettings] = field(default_factory=list)  # in-process, one each
@@ -105,9 +111,6 @@ class StackSpec:
     faults: AgentFaults | None = None  # what the ledger's in-agent fault seams carry (default: the environment's)
     #: an effect ledger already open (another stack's): the in-process workers share it, and it stays open at exit
     effect_ledger: EffectLedger | None = None
-    checkpoint: bool = False  # the checkpoint backend's database and queue (workers of that backend join them)
-    checkpoint_worker: bool = False  # an in-process checkpoint worker on the checkpoint database
-    checkpoint_file: Path | None = None  # the checkpoint database (default <state_dir>/checkpoint.sqlite3)
     worker_processes: int = 0
     make_worker: Callable[[str, Endpoints], Any] | None = None  # name ("w1"...) -> WorkerProcess / ContainerWorker
     history: History | None = None  # where the supervisor records restarts
@@ -117,23 +120,18 @@ class StackSpec:
     def logs(self) -> Path:
         return self.logs_dir or self.state_dir / "logs"
 
-    @property
-    def checkpoint_db(self) -> Path:
-        return self.checkpoint_file or self.state_dir / CHECKPOINT_DB
-
 
 @dataclass
 class Stack:
     spec: StackSpec
-    server: EmbeddedTemporal | Any | None = None  # Any: StackSpec.engine_server's (Restate, PostgreSQL)
+    server: EmbeddedTemporal | Any | None = None  # Any: the engine's own (Restate, PostgreSQL)
     client: Client | None = None
     model_server: ScriptedModelServer | None = None
     effects_service: EffectsService | None = None
-    temporal_proxy: FaultProxy | None = None
+    server_proxy: FaultProxy | None = None  # the server link: what the partition nemeses of link "temporal" cut
     model_proxy: FaultProxy | None = None
     ledger: EffectLedger | None = None  # the in-process workers' effect ledger
     workers: list[SupervisedWorker] = field(default_factory=list)
-    checkpoint_queue: Any = None  # agent.checkpoint.service.CheckpointQueue, with the checkpoint backend
 
     @property
     def model_url(self) -> str | None:
@@ -146,7 +144,7 @@ class Stack:
     @property
     def endpoints(self) -> Endpoints:
         """What worker processes are given: the proxies' addresses when there are proxies."""
-        address = self.temporal_proxy.address if self.temporal_proxy else (
+        address = self.server_proxy.address if self.server_proxy else (
             self.server.address if self.server else self.spec.connection.address or "")
         model = f"http://{self.model_proxy.address}/v1" if self.model_proxy else (self.model_url or "")
         env = self.spec.connection.child_environment(address) if address else {}
@@ -205,7 +203,7 @@ class Stack:
 
     def heal(self) -> None:
         """Undo every fault: links clean and up, workers resumed, the model healthy."""
-        for proxy in (self.temporal_proxy, self.model_proxy):
+        for proxy in (self.server_proxy, self.model_proxy):
             if proxy is not None:
                 proxy.clear_toxics()
                 if not proxy.enabled:
@@ -239,29 +237,6 @@ class Stack:
         handle = await self.start_prompt(config, prompt, workflow_id)
         return await handle.result(), handle
 
-    async def run_checkpointed(self, config: AgentConfig, prompt: str, run_id: str | None = None,
-                               timeout_s: float = 300.0) -> tuple[str, dict[str, Any]]:
-        """One prompt as a run on the checkpoint backend: (run id, its result); raises RuntimeError if it failed."""
-        from agent.checkpoint.agent_task import TASK, manifest_for
-
-        assert self.checkpoint_queue is not None, "this stack has no checkpoint backend"
-        run_id = run_id or f"checkpoint-{uuid.uuid4().hex[:12]}"
-        self.checkpoint_queue.submit(run_id, TASK, manifest_for(config, prompt))
-        return run_id, await self.checkpoint_queue.wait(run_id, timeout_s=timeout_s)
-
-    async def checkpoint_steps(self, run_id: str) -> list[Any]:
-        """A checkpoint-backend run's steps, in order (``StepRecord``s)."""
-        from agent.checkpoint.stores import SqliteStore
-
-        store = SqliteStore(self.spec.checkpoint_db)
-        try:
-            out = []
-            while (step := await store.load_step(run_id, len(out))) is not None:
-                out.append(step)
-            return out
-        finally:
-            await store.close()
-
     async def start_conversation(self, config: AgentConfig, workflow_id: str | None = None
                                  ) -> WorkflowHandle[Any, AgentResult]:
         assert self.client is not None
@@ -283,8 +258,8 @@ async def stack(spec: StackSpec) -> AsyncIterator[Stack]:
                                         tuned=spec.tuned, namespace=spec.connection.namespace,
                                         log_level=spec.server_log_level, log_file=spec.logs / "temporal.log")
             await exits.enter_async_context(s.server)
-        elif spec.engine_server is not None:
-            s.server = spec.engine_server(spec.logs)
+        elif spec.engine is not None and (server := spec.engine.server(spec)) is not None:
+            s.server = server
             await asyncio.to_thread(exits.enter_context, s.server)
         if spec.model:
             s.model_server = ScriptedModelServer(respond, latency=spec.model_latency, faults=spec.model_faults,
@@ -294,14 +269,14 @@ async def stack(spec: StackSpec) -> AsyncIterator[Stack]:
             s.effects_service = exits.enter_context(EffectsService(spec.effects_log, kill_caller=s.kill_caller,
                                                                    faults=list(spec.effects_faults)))
         if spec.proxies:
-            upstream = (("127.0.0.1", s.server.port) if s.server is not None else
-                        _host_port(spec.connection.address) if spec.temporal == "external" else None)
+            upstream = (spec.server_proxy_to or (("127.0.0.1", s.server.port) if s.server is not None else
+                        _host_port(spec.connection.address) if spec.temporal == "external" else None))
             if upstream is not None:  # an external cluster's link is attacked on this machine's side of it
-                proxy = FaultProxy("temporal", upstream, seed=spec.seed, listen_port=spec.temporal_proxy_port)
+                proxy = FaultProxy("server", upstream, seed=spec.seed, listen_port=spec.server_proxy_port)
                 try:
-                    s.temporal_proxy = exits.enter_context(proxy)
+                    s.server_proxy = exits.enter_context(proxy)
                 except OSError as exc:
-                    raise RuntimeError(f"cannot put the fault proxy at 127.0.0.1:{spec.temporal_proxy_port}, the "
+                    raise RuntimeError(f"cannot put the fault proxy at 127.0.0.1:{spec.server_proxy_port}, the "
                                        f"address the target's workers hard-code ({exc.strerror or exc}): stop what "
                                        "listens there (a Temporal server?) and run again") from None
             if s.model_server is not None:
@@ -312,7 +287,7 @@ async def stack(spec: StackSpec) -> AsyncIterator[Stack]:
             s.client = await spec.connection.connect(s.server.address if s.server else None, **runtime)
         if spec.effect_ledger is not None:
             s.ledger = spec.effect_ledger
-        elif spec.ledger or spec.temporal_workers or spec.checkpoint_worker:
+        elif spec.ledger or spec.temporal_workers:
             s.ledger = exits.enter_context(EffectLedger(s.settings.resolved_ledger_path, faults=spec.faults))
         if spec.temporal_workers and spec.temporal == "embedded" and spec.server_db is None:
             # Nothing outside this process can resume their runs: what they leave running (a browser) ends with it.
@@ -320,11 +295,10 @@ async def stack(spec: StackSpec) -> AsyncIterator[Stack]:
         for settings in spec.temporal_workers:
             assert s.client is not None, "in-process Temporal workers need a Temporal server"
             settings.model_base_url = settings.model_base_url or s.model_url
-            await exits.enter_async_context(build_worker(s.client, settings, s.ledger))
-        if spec.checkpoint or spec.checkpoint_worker:
-            s.checkpoint_queue = await _checkpoint_queue(spec, exits)
-        if spec.checkpoint_worker:
-            await _checkpoint_worker(s, exits)
+            await exits.enter_async_context(build_worker(s.client, settings, s.ledger,
+                                                         **on_temporal_worker(settings, s.ledger)))
+        if spec.engine is not None:
+            await spec.engine.start_in_stack(s, exits)
         if spec.worker_processes:
             assert spec.make_worker is not None, "worker_processes needs make_worker"
             endpoints = s.endpoints
@@ -373,32 +347,3 @@ def _stop_workers(workers: list[SupervisedWorker]) -> None:
 
     with ThreadPoolExecutor(len(workers)) as pool:
         list(pool.map(kill, workers))
-
-
-async def _checkpoint_queue(spec: StackSpec, exits: contextlib.AsyncExitStack) -> Any:
-    from agent.checkpoint.service import CheckpointQueue
-    from agent.checkpoint.stores import SqliteStore
-
-    await SqliteStore(spec.checkpoint_db).close()  # the store's tables exist before workers and queue open them
-    queue = CheckpointQueue(spec.checkpoint_db)
-    exits.callback(queue.close)
-    return queue
-
-
-async def _checkpoint_worker(s: Stack, exits: contextlib.AsyncExitStack) -> None:
-    from agent import llm
-    from agent.checkpoint.service import CheckpointWorker
-    from agent.checkpoint.steps import configure_worker
-
-    llm.preload_in_background()  # LiteLLM's ~5 s import, off the first model step
-    settings = WorkerSettings.in_state_dir(s.spec.state_dir)
-    configure_worker(ledger=s.ledger, sandbox_root=settings.sandbox_root, model_base_url=s.model_url,
-                     identity="in-process")
-    stop = asyncio.Event()
-    running = asyncio.create_task(CheckpointWorker(s.spec.checkpoint_db, "in-process").run(stop))
-
-    async def halt() -> None:
-        stop.set()
-        await running
-
-    exits.push_async_callback(halt)

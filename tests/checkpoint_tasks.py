@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.checkpoint.records import DurableRunManifest
-from agent.checkpoint.steps import current_step, step_call
+from testbed.engines.checkpoint.records import DurableRunManifest
+from testbed.engines.checkpoint.steps import current_step, step_call
 
 
 async def mark(path: str, i: int, sleep_s: float) -> int:
@@ -40,9 +40,9 @@ def manifest(path: Path, steps: int, sleep_s: float) -> DurableRunManifest:
 
 def main() -> int:
     """``python -m tests.checkpoint_tasks race``: wait for a shared start time, then try to run one run."""
-    from agent.checkpoint.records import LeaseHeldError
-    from agent.checkpoint.durable_run import run_durable
-    from agent.checkpoint.stores import SqliteStore
+    from testbed.engines.checkpoint.records import LeaseHeldError
+    from testbed.engines.checkpoint.durable_run import run_durable
+    from testbed.engines.checkpoint.stores import SqliteStore
 
     p = argparse.ArgumentParser()
     p.add_argument("--db", required=True)

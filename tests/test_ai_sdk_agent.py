@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from chaos.backends.byo import OwnAgentOnTemporal
-from chaos.client import Workload
+from testbed.engines.byo import OwnAgentOnTemporal
+from testbed.engines.driver import Workload
 from chaos.runner import run
 from chaos.scenarios import SCENARIOS
-from chaos.target import load_target
+from testbed.engines.target import load_target
 from harness.event_history import save_histories
 from testbed.processes import spawn, stop
 from testbed.stack import Stack

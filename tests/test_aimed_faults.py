@@ -19,16 +19,16 @@ from typing import Any
 
 import pytest
 
-from chaos.backends.byo import OwnAgentOnTemporal
+from testbed.engines.byo import OwnAgentOnTemporal
 from chaos.checker.verdict import run_checkers
-from chaos.nemesis import NemesisContext, aimed_at, kill_worker, ledger_in_flight
+from chaos.nemesis import NemesisContext, aimed_at, kill_worker
 from chaos.runner import run
 from chaos.scenarios import SCENARIOS, ClusterSpec, scenario_from_dict
-from chaos.target import Target
+from testbed.engines.target import Target
 from harness.faults import ENV_BUGS, ENV_CRASH_AT, ENV_MUTATIONS, AgentFaults
 from harness.operations import History
 from harness.owner import ENV_OWNER, owner_value
-from harness.recording import ENV_LEDGER, EffectLedger, ExecutionIdentity
+from harness.recording import ENV_LEDGER, EffectLedger, ExecutionIdentity, executions_in_flight
 from harness.rundir import RunDir
 from harness.verdict import PASS, UNKNOWN
 from testbed.stack import Endpoints
@@ -80,16 +80,16 @@ def test_aims_match_the_model_any_tool_or_one_activity_type() -> None:
 
 def test_the_ledger_shows_what_runs_now(tmp_path: Path) -> None:
     path = tmp_path / "l.sqlite3"
-    assert ledger_in_flight(path) == []
+    assert executions_in_flight(path) == []
     with EffectLedger(path, faults=AgentFaults()) as ledger:
         done = ledger.begin_execution(ident(activity_id="1"), "plan_next_action", model_call=True)
         ledger.end_execution(done, "ok")
         running = ledger.begin_execution(ident(activity_id="2"), "append_file")
-        assert [(a["activity"], a["kind"], a["worker"], a["execution"]) for a in ledger_in_flight(path)] == \
+        assert [(a["activity"], a["kind"], a["worker"], a["execution"]) for a in executions_in_flight(path)] == \
             [("append_file", "tool", "w1-1", running)]
-        assert ledger_in_flight(path, ("w1-1", "w2-1")) == ledger_in_flight(path)
+        assert executions_in_flight(path, ("w1-1", "w2-1")) == executions_in_flight(path)
         # A ledger that names none of the live workers (another identity than {identity}) cannot aim a kill.
-        assert ledger_in_flight(path, ("w1-2", "w2-1")) is None
+        assert executions_in_flight(path, ("w1-2", "w2-1")) is None
 
 
 # -- the kill: freeze, confirm on the frozen worker, then kill (or let it go on) -------------------------------
@@ -314,7 +314,7 @@ def test_the_contract_is_documented_where_targets_look() -> None:
 
 @pytest.mark.background  # mostly waiting on kills: alongside the other tests (conftest)
 async def test_kills_around_continue_as_new_land_and_the_reference_agent_passes(tmp_path: Path) -> None:
-    from chaos.backends.temporal import ReferenceOnTemporal
+    from testbed.engines.temporal import ReferenceOnTemporal
 
     scenario = SCENARIOS["kill_continue_as_new"]
     result = await run(scenario, ReferenceOnTemporal(), seed=3, out_root=tmp_path)

@@ -16,9 +16,9 @@ import pytest
 
 from chaos.checker.verdict import compose
 from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult
-from chaos.client import Workload
+from testbed.engines.driver import Workload
 from chaos.generator import NemesisEvent
-from chaos.backends.checkpoint import CheckpointBackend
+from testbed.engines.checkpoint.engine import CheckpointEngine
 from chaos.runner import check, run
 from chaos.scenarios import SCENARIOS
 from tests.run_directory import assert_valid
@@ -36,7 +36,7 @@ async def test_a_worker_kill_on_the_checkpoint_backend_loses_nothing(tmp_path: P
     scenario = replace(SCENARIOS["kill_mid_turn"],
                        events=(NemesisEvent(0.5, "kill_worker", {"when": "busy", "activity": "model", "down_s": 0.5}),),
                        workload=Workload(conversations=2, messages=3), fault_s=2.5)
-    result = await run(scenario, CheckpointBackend(), seed=3, out_root=tmp_path)
+    result = await run(scenario, CheckpointEngine(), seed=3, out_root=tmp_path)
     verdicts = {c.name: c.verdict for c in result.checks}
     assert verdicts == {"lost": PASS, "effects": PASS, "injection_evidence": PASS, "stats": PASS,
                         "temporal_history": NOT_APPLICABLE, "workflow_tasks": NOT_APPLICABLE,

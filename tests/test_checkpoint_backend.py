@@ -11,11 +11,11 @@ import uuid
 from pathlib import Path
 
 from agent.contracts import AgentConfig
-from agent.checkpoint.agent_task import TASK, agent_task, manifest_for
-from agent.checkpoint.durable_run import run_durable
-from agent.checkpoint.service import CheckpointQueue
-from agent.checkpoint.stores import SqliteStore
-from agent.checkpoint.temporal_adapter import DurableTaskInput, DurableTaskWorkflow
+from testbed.engines.checkpoint.agent_task import TASK, agent_task, manifest_for
+from testbed.engines.checkpoint.durable_run import run_durable
+from testbed.engines.checkpoint.service import CheckpointQueue
+from testbed.engines.checkpoint.stores import SqliteStore
+from testbed.engines.checkpoint.temporal_adapter import DurableTaskInput, DurableTaskWorkflow
 from testbed.processes import python_module_command, spawn, stop
 from testbed.stack import Stack
 from testbed.walkthroughs import workspace_files

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.checkpoint.records import (
+from testbed.engines.checkpoint.records import (
     AwaitEventTimeoutError,
     DivergenceError,
     DurableRunManifest,
@@ -22,8 +22,8 @@ from agent.checkpoint.records import (
     canonical_json,
     manifest_hash,
 )
-from agent.checkpoint.durable_run import DurableContext, run_durable
-from agent.checkpoint.stores import DurableRunStore, FileSystemStore, InMemoryStore, SqliteStore
+from testbed.engines.checkpoint.durable_run import DurableContext, run_durable
+from testbed.engines.checkpoint.stores import DurableRunStore, FileSystemStore, InMemoryStore, SqliteStore
 
 MANIFEST = DurableRunManifest(project_id="durable-agent", task={"id": "t1", "intent": "answer"}, input={"q": 1})
 OTHER = DurableRunManifest(project_id="durable-agent", task={"id": "t1", "intent": "answer"}, input={"q": 2})

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from chaos.backends import make_backend
+from testbed.engines import make_engine
 from chaos.generator import schedule
+from chaos.runner import skip_reason, unavailable_nemeses
 from chaos.scenarios import SCENARIOS
 from testbed.connection import (CHILD_ENV, DEFAULT_ADDRESS, TemporalConnection, add_connection_arguments,
                                 connection_from_args, redact_argv)
@@ -124,13 +125,13 @@ def test_secrets_never_reach_a_dump_or_a_recorded_command(env) -> None:
 
 
 def test_an_external_cluster_skips_server_restarts_and_never_draws_one() -> None:
-    external = make_backend(connection=TemporalConnection(address="cluster.example:7233", namespace="ns"))
-    embedded = make_backend()
-    assert "cannot restart an external cluster" in external.skip_reason(SCENARIOS["server_restart"])
-    assert external.skip_reason(SCENARIOS["kill_idle"]) is None and embedded.skip_reason(SCENARIOS["server_restart"]) is None
+    external = make_engine(connection=TemporalConnection(address="cluster.example:7233", namespace="ns"))
+    embedded = make_engine()
+    assert "cannot restart an external cluster" in skip_reason(external, SCENARIOS["server_restart"])
+    assert skip_reason(external, SCENARIOS["kill_idle"]) is None and skip_reason(embedded, SCENARIOS["server_restart"]) is None
     mixed = SCENARIOS["mixed"]
     drawn = {e.op for seed in range(200)
-             for e in schedule(mixed.events, mixed.random_events, mixed.fault_s, seed, external.unavailable_nemeses)}
+             for e in schedule(mixed.events, mixed.random_events, mixed.fault_s, seed, unavailable_nemeses(external))}
     assert "restart_server" not in drawn and {"kill_worker", "partition"} <= drawn
     assert "restart_server" in {e.op for seed in range(200)
                                 for e in schedule(mixed.events, mixed.random_events, mixed.fault_s, seed)}

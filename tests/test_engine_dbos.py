@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from agent.contracts import AgentConfig
-from agent.engines import dbos_agent
-from chaos.backends.dbos import DbosBackend
-from chaos.client import Workload
+from testbed.engines import dbos_agent
+from testbed.engines.dbos import DbosEngine
+from testbed.engines.driver import Workload
 from chaos.generator import NemesisEvent
 from chaos.runner import run
 from chaos.scenarios import SCENARIOS
@@ -89,7 +89,7 @@ def test_a_second_live_worker_with_the_same_executor_id_is_refused(tmp_path: Pat
     def worker(identity: str) -> tuple[subprocess.Popen, Path]:
         log = tmp_path / f"{identity}.log"
         with open(log, "wb") as out:
-            proc = spawn([sys.executable, "-m", "agent.engines.dbos_agent", "worker", "--database-url",
+            proc = spawn([sys.executable, "-m", "testbed.engines.dbos_agent", "worker", "--database-url",
                           dbos_agent.sqlite_url(tmp_path / "dbos.sqlite3"), "--state-dir", str(tmp_path),
                           "--identity", identity, "--executor-id", "w1", "--model-base-url", "http://127.0.0.1:9/v1"],
                          stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
@@ -113,7 +113,7 @@ async def test_a_worker_kill_on_dbos_loses_nothing_and_its_run_is_recovered(tmp_
     scenario = replace(SCENARIOS["kill_mid_turn"],
                        events=(NemesisEvent(0.5, "kill_worker", {"when": "busy", "activity": "model", "down_s": 0.5}),),
                        workload=Workload(conversations=2, messages=3), fault_s=2.5)
-    result = await run(scenario, DbosBackend(), seed=3, out_root=tmp_path)
+    result = await run(scenario, DbosEngine(), seed=3, out_root=tmp_path)
     verdicts = {c.name: c.verdict for c in result.checks}
     assert verdicts == {"lost": PASS, "effects": PASS, "injection_evidence": PASS, "stats": PASS,
                         "temporal_history": NOT_APPLICABLE, "workflow_tasks": NOT_APPLICABLE,
@@ -148,7 +148,7 @@ async def test_two_live_processes_sharing_an_executor_id_run_one_step_twice(tmp_
         def worker(state: Path) -> tuple[subprocess.Popen, Path]:
             log = tmp_path / f"{state.name}.log"
             with open(log, "wb") as out:
-                proc = spawn([sys.executable, "-m", "agent.engines.dbos_agent", "worker", "--database-url", url,
+                proc = spawn([sys.executable, "-m", "testbed.engines.dbos_agent", "worker", "--database-url", url,
                               "--state-dir", str(state), "--identity", state.name, "--executor-id", "w1",
                               "--model-base-url", model.url], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
             deadline = time.monotonic() + 40

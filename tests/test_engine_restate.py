@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from agent.contracts import AgentConfig
-from agent.engines.restate_agent import engine, request_body
-from chaos.backends.restate import RestateBackend, journal_completions
-from chaos.checker.restate_journal import JOURNAL_FILE, re_executed
-from chaos.client import Workload
+from testbed.engines.restate_agent import engine, request_body
+from testbed.engines.restate import RestateEngine, journal_completions
+from chaos.checker.restate_journal import re_executed
+from harness.rundir import RESTATE_JOURNAL
+from testbed.engines.driver import Workload
 from chaos.generator import NemesisEvent
 from chaos.runner import run
 from chaos.scenarios import SCENARIOS
@@ -60,7 +61,7 @@ async def test_an_endpoint_kill_mid_model_call_loses_nothing(tmp_path: Path) -> 
     scenario = replace(SCENARIOS["kill_mid_turn"],
                        events=(NemesisEvent(0.5, "kill_worker", {"when": "busy", "activity": "model", "down_s": 0.5}),),
                        workload=Workload(conversations=2, messages=3), fault_s=2.5)
-    result = await run(scenario, RestateBackend(), seed=3, out_root=tmp_path)
+    result = await run(scenario, RestateEngine(), seed=3, out_root=tmp_path)
     verdicts = {c.name: c.verdict for c in result.checks}
     assert verdicts == {"lost": PASS, "effects": PASS, "injection_evidence": PASS, "stats": PASS,
                         "temporal_history": NOT_APPLICABLE, "workflow_tasks": NOT_APPLICABLE,
@@ -70,7 +71,7 @@ async def test_an_endpoint_kill_mid_model_call_loses_nothing(tmp_path: Path) -> 
     kill = [json.loads(line) for line in (result.run_dir / "operations.jsonl").read_text().splitlines()
             if '"kill_worker"' in line and '"ok"' in line][0]
     assert kill["value"]["evidence"] and all(a["activity"] == "plan_next_action" for a in kill["value"]["evidence"])
-    journal = json.loads((result.run_dir / JOURNAL_FILE).read_text())
+    journal = json.loads((result.run_dir / RESTATE_JOURNAL).read_text())
     assert journal["completions"] and journal["actions_journaled"] >= len(journal["completions"])
     assert_valid(result.run_dir)
 

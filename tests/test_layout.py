@@ -2,8 +2,9 @@
 
     harness   the run-data contract (run directory, operations, event histories, verdicts, recording, faults):
               imports only the standard library and temporalio, so it runs in a target agent's own Python
-    agent     the reference agent: imports harness, never the test bed or chaos
-    testbed   what stands around an agent (servers, model, workers, the stack, the dah CLI)
+    agent     the reference agent: imports harness and itself only
+    testbed   what stands around an agent (servers, model, workers, the stack, the dah CLI); its ``engines``
+              package is the one place an engine is defined, and never imports chaos
     chaos, benchmarks, migration_fuzz, reports: the tools; checkers and reports never import the agent
     a run's verdict is decided in chaos.checker.verdict alone; harness.verdict holds the values and names no check
 """
@@ -76,17 +77,45 @@ def test_checkers_read_saved_data_and_never_import_the_agent_or_the_test_bed() -
     assert offenders("chaos.checker", ("agent", "testbed")) == []
 
 
-#: the agent's imports of the test bed: an in-process engine that starts a server of its own (the engine interface
-#: asks for it), and servers are the test bed's: DBOS's ``engine(database="postgres")`` its PostgreSQL server, the
-#: Restate engine's ``engine()`` its restate-server (on a free port)
-DBOS_POSTGRES = "agent.engines.dbos_agent imports testbed.postgres"
-RESTATE_SERVER = {"agent.engines.restate_agent imports testbed.restate_server",
-                  "agent.engines.restate_agent imports testbed.processes"}
+def test_the_agent_imports_only_the_harness_and_itself() -> None:
+    assert offenders("agent", tuple(p for p in PACKAGES if p not in ("agent", "harness"))) == []
 
 
-def test_the_agent_never_imports_chaos_or_the_test_bed() -> None:
-    found = offenders("agent", ("chaos", "testbed", "benchmarks", "migration_fuzz", "reports"))
-    assert [o for o in found if o != DBOS_POSTGRES and o not in RESTATE_SERVER] == []
+def test_the_engines_never_import_chaos() -> None:
+    assert offenders("testbed.engines", ("chaos",)) == []
+
+
+def _classes() -> list[tuple[str, ast.ClassDef]]:
+    return [(name, node) for name, path in modules().items() for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ClassDef)]
+
+
+def _base_names(node: ast.ClassDef) -> set[str]:
+    return {b.id if isinstance(b, ast.Name) else b.attr for b in node.bases if isinstance(b, (ast.Name, ast.Attribute))}
+
+
+def test_an_engine_is_defined_only_in_testbed_engines() -> None:
+    """No class outside ``testbed.engines`` is an engine: none subclasses its Engine (or an engine class of it),
+    and none is named like one (``...Engine``, ``...Backend``)."""
+    inside = [node for name, node in _classes() if name.startswith("testbed.engines")]
+    engines = {"Engine"}
+    while grown := {node.name for node in inside if _base_names(node) & engines} - engines:
+        engines |= grown
+    assert {"ReferenceOnTemporal", "OwnAgentOnTemporal", "CheckpointEngine", "DbosEngine", "RestateEngine"} <= engines
+    found = sorted(f"{name}.{node.name}" for name, node in _classes() if not name.startswith("testbed.engines")
+                   and (node.name.endswith(("Engine", "Backend")) or _base_names(node) & engines))
+    assert found == []
+
+
+def test_only_the_engines_and_the_servers_start_an_engines_server() -> None:
+    """``RestateServer`` and ``PostgresServer`` are made only by the engines (and their own modules): nothing else
+    starts an engine's server behind the stack's back."""
+    servers = {"RestateServer": "testbed.restate_server", "PostgresServer": "testbed.postgres"}
+    found = sorted(f"{name} calls {node.func.id}" for name, path in modules().items()
+                   for node in ast.walk(ast.parse(path.read_text()))
+                   if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in servers
+                   and not name.startswith("testbed.engines") and name != servers[node.func.id])
+    assert found == []
 
 
 def test_harness_imports_only_itself_among_the_project_packages() -> None:

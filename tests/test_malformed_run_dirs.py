@@ -44,7 +44,7 @@ def saved_runs(runs: Path) -> Path:
     ``runs/soak-<LABEL>/``, written by the harness's own writers (``RunDir``, the operation log, the checkers,
     ``SoakRecord``) as a checkpoint-backend run of kill_mid_turn leaves them; no engine is started (a real
     run takes ~35 s, too long to make per session here)."""
-    from chaos.backends.checkpoint import CheckpointBackend
+    from testbed.engines.checkpoint.engine import CheckpointEngine
     from chaos.runner import _target_record, check
     from chaos.scenarios import SCENARIOS
     from chaos.runner import Outcome
@@ -53,7 +53,7 @@ def saved_runs(runs: Path) -> Path:
     from harness.recording import workspace_name
     from harness.rundir import CONVERSATIONS, RunDir
 
-    scenario, backend = SCENARIOS["kill_mid_turn"], CheckpointBackend()
+    scenario, backend = SCENARIOS["kill_mid_turn"], CheckpointEngine()
     run = RunDir.create(runs / LABEL)
     reproduce = f"python -m chaos run kill_mid_turn --seed 3 --durability checkpoint"
     run.begin("chaos", LABEL, seed=3, reproduce=reproduce, scenario=asdict(scenario), schedule=[],

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos.backends import make_backend
-from chaos.client import Workload
+from testbed.engines import make_engine
+from testbed.engines.driver import Workload
 from chaos.runner import run
 from chaos.scenarios import SCENARIOS, ClusterSpec
 from harness.verdict import PASS, UNKNOWN
@@ -34,7 +34,7 @@ NOBODY = 65534
 #: what replays with the reference agent's workflow, from a target file (run by the harness's own interpreter)
 GOOD_TARGET = f'''name = "reference-as-a-target"
 worker = ["{{python}}", "-m", "testbed", "worker", "--address", "{{address}}", "--task-queue", "{{task_queue}}"]
-driver = "chaos.client:Driver"
+driver = "testbed.engines.driver:Driver"
 workflow = "agent.workflow:AgentWorkflow"
 cwd = "{ROOT}"
 '''
@@ -58,7 +58,7 @@ async def saved_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     scenario = replace(SCENARIOS["kill_idle"], name="trust", events=(), random_events=0, warmup_s=0.5, fault_s=0.5,
                        settle_s=30.0, final_s=30.0, cluster=ClusterSpec(workers=1),
                        workload=Workload(conversations=1, messages=2, append_ratio=0.0, until_heal=False))
-    result = await run(scenario, make_backend(), seed=1, out_root=tmp_path_factory.mktemp("saved"))
+    result = await run(scenario, make_engine(), seed=1, out_root=tmp_path_factory.mktemp("saved"))
     replay = next(c for c in result.checks if c.name == "replay")
     assert replay.verdict == PASS, replay.summary
     return result.run_dir
@@ -177,7 +177,8 @@ def test_rerun_refuses_a_target_file_others_can_write(saved_run: Path, tmp_path:
 
 
 def test_rerun_runs_what_the_user_controls(saved_run: Path, tmp_path: Path) -> None:
-    from chaos.backends import OwnAgentOnTemporal, ReferenceOnTemporal
+    from testbed.engines.byo import OwnAgentOnTemporal
+    from testbed.engines.temporal import ReferenceOnTemporal
     from chaos.saved import rerun_job as _rerun
 
     scenario, backend, seed = _rerun(saved_run)  # the reference agent's run: the harness's own code
@@ -194,7 +195,7 @@ def test_rerun_runs_what_the_user_controls(saved_run: Path, tmp_path: Path) -> N
 
 def test_every_planted_workflow_replays_as_the_reference_agent() -> None:
     from chaos.planted import CATALOGUE
-    from chaos.target import reference_workflows
+    from chaos.replay_target import reference_workflows
 
     planted = {b.scenario.cluster.workflow for b in CATALOGUE if b.scenario.cluster.workflow}
     assert planted and planted <= reference_workflows()

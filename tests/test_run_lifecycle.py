@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.backends.temporal import ReferenceOnTemporal
+from testbed.engines.temporal import ReferenceOnTemporal
 from chaos.runner import run
 from chaos.scenarios import SCENARIOS
 from harness.rundir import RUNNER_ERROR, RunDir

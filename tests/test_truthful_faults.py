@@ -17,12 +17,12 @@ import pytest
 from temporalio import activity, workflow
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from chaos.backends.byo import OwnAgentOnTemporal
+from testbed.engines.byo import OwnAgentOnTemporal
 from chaos.checker import injection_evidence
 from chaos.checker.run_data import RunData
 from chaos.nemesis import NemesisContext, kill_worker
-from chaos.runner import check
-from chaos.target import load_target
+from chaos.runner import check, nemesis_context
+from testbed.engines.target import load_target
 from harness.operations import FAIL, History
 from harness.verdict import PASS, UNKNOWN
 from tests.run_directory import problems
@@ -110,10 +110,11 @@ def test_the_targets_continue_as_new_threshold_reaches_its_nemesis(tmp_path: Pat
     path = tmp_path / "chaos-target.toml"
     driver = SimpleNamespace(workflow_ids=["c-0"])  # a target's driver (RemoteDriver) has no agent config
     path.write_text(TARGET + "continue_as_new_events = 40\n")
-    ctx = OwnAgentOnTemporal(load_target(path)).nemesis_context(None, None, driver, 1)  # type: ignore[arg-type]
+    ctx = nemesis_context(OwnAgentOnTemporal(load_target(path)), None, None, driver, 1)  # type: ignore[arg-type]
     assert ctx.continue_as_new_events == 40
     path.write_text(TARGET)
-    assert OwnAgentOnTemporal(load_target(path)).nemesis_context(None, None, driver, 1).continue_as_new_events == 0
+    assert nemesis_context(OwnAgentOnTemporal(load_target(path)), None, None, driver, 1  # type: ignore[arg-type]
+                           ).continue_as_new_events == 0
     path.write_text(TARGET + 'continue_as_new_events = "40"\n')
     with pytest.raises(ValueError, match="continue_as_new_events"):
         load_target(path)

@@ -30,7 +30,7 @@ from agent.tools import workspace_for
 from agent.worker import LEDGER, WORKSPACES, WorkerSettings
 from harness.recording import EffectLedger
 from harness.rundir import OPERATIONS, RunDir
-from chaos.client import Workload, chaos_agent_config, plan_message
+from testbed.engines.driver import Workload, chaos_agent_config, plan_message
 from harness.operations import INFO, INVOKE, OK, Op
 
 CONVERSATIONS = 50

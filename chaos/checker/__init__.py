@@ -17,26 +17,15 @@ Measurements that decide nothing (recovery times) are ``chaos.recovery``.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 
-from chaos.checker import (dbos_steps, drain, effects, injection_evidence, lost, replay, restate_journal, stats,
-                           temporal_history, workflow_tasks)
 from chaos.checker.run_data import RunData
+from harness.rundir import CHECKS
 from harness.verdict import CheckResult
 
 Checker = Callable[[RunData], CheckResult]
 
-#: every check, in the order they run and are shown
-CHECKERS: dict[str, Checker] = {
-    "lost": lost.check,
-    "temporal_history": temporal_history.check,
-    "workflow_tasks": workflow_tasks.check,
-    "effects": effects.check,
-    "replay": replay.check,
-    "injection_evidence": injection_evidence.check,
-    "stats": stats.check,
-    "drain": drain.check,
-    "dbos_steps": dbos_steps.check,
-    "restate_journal": restate_journal.check,
-}
+#: every check, in the order they run and are shown (``harness.rundir.CHECKS``), each in the file named after it
+CHECKERS: dict[str, Checker] = {name: importlib.import_module(f"chaos.checker.{name}").check for name in CHECKS}
 ALL_CHECKERS = list(CHECKERS)

@@ -25,10 +25,9 @@ import os
 from typing import Any
 
 from chaos.checker.run_data import RunData
-from harness.rundir import expect, read_json
+from harness.rundir import DBOS_STEPS, expect, read_json
 from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult
 
-STEPS_FILE = "dbos_steps.json"
 #: DBOS's step timestamps are milliseconds (and its clock is the ledger's: one machine)
 SLACK_S = 0.002
 SHOWN = 10
@@ -40,9 +39,9 @@ def _recorded_at(step: dict[str, Any]) -> float | None:
 
 
 def check(data: RunData) -> CheckResult:
-    path = data.run_dir / STEPS_FILE
+    path = data.run_dir / DBOS_STEPS
     if not os.path.lexists(path):
-        return CheckResult("dbos_steps", NOT_APPLICABLE, f"not applicable: no {STEPS_FILE} (not a run on DBOS)")
+        return CheckResult("dbos_steps", NOT_APPLICABLE, f"not applicable: no {DBOS_STEPS} (not a run on DBOS)")
     saved = expect(read_json(path), "an object", path)
     executions = [e for e in data.ledger_rows("executions") if e["run_id"] == saved.get("engine_run_id", "dbos")]
     if not data.ledger_rows("executions"):

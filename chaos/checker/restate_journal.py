@@ -22,10 +22,9 @@ import os
 from typing import Any
 
 from chaos.checker.run_data import RunData
-from harness.rundir import expect, read_json
+from harness.rundir import RESTATE_JOURNAL, expect, read_json
 from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult
 
-JOURNAL_FILE = "restate_journal.json"
 CLOCK_S = 0.05
 SHOWN = 10
 
@@ -46,9 +45,9 @@ def re_executed(completions: list[dict[str, Any]], executions: list[dict[str, An
 
 
 def check(data: RunData) -> CheckResult:
-    path = data.run_dir / JOURNAL_FILE
+    path = data.run_dir / RESTATE_JOURNAL
     if not os.path.lexists(path):
-        return CheckResult("restate_journal", NOT_APPLICABLE, f"not applicable: no {JOURNAL_FILE} (not a run on "
+        return CheckResult("restate_journal", NOT_APPLICABLE, f"not applicable: no {RESTATE_JOURNAL} (not a run on "
                                                               "Restate)")
     saved = expect(read_json(path), "an object", path)
     if saved.get("error"):

@@ -45,7 +45,7 @@ ROW_FIELDS = ("scenario", "faults", "ok", "fail", "info", "lost", "dup_effects",
               "tool_rec_s", "wft_rec_s", "checked", "verdict")
 
 #: what ``check`` needs to let ``replay`` run the agent's code: the target it may run, given what the run
-#: declares (``chaos.target.replay_target``); None: nothing, and replay is unknown
+#: declares (``chaos.replay_target.replay_target``); None: nothing, and replay is unknown
 ReplayWith = Callable[[dict[str, Any]], ReplayTarget | str | None]
 
 
@@ -96,7 +96,7 @@ def worth_showing(c: CheckResult) -> bool:
 def run_checkers(run_dir: Path, only: list[str] | None = None,
                  replay_target: ReplayTarget | str | None = None) -> list[CheckResult]:
     """The checks ``only`` names (default: all) on the saved run; ``replay_target``: what ``replay`` may run
-    (``chaos.target.replay_target``; None: nothing, and replay is unknown). A check that cannot finish is
+    (``chaos.replay_target.replay_target``; None: nothing, and replay is unknown). A check that cannot finish is
     ``unknown``, with why: a crashed checker knows nothing, so it never reads as a pass."""
     data = RunData(run_dir, replay_target)
     results = []

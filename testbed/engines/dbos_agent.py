@@ -1,13 +1,13 @@
 """The reference agent's loop on DBOS Transact: one DBOS workflow per user message, each model and tool call a step.
 
-    python -m agent.engines.dbos_agent worker --database-url sqlite:///.dah/dbos.sqlite3 --state-dir .dah \\
+    python -m testbed.engines.dbos_agent worker --database-url sqlite:///.dah/dbos.sqlite3 --state-dir .dah \\
         --identity w1-1 --executor-id w1 --model-base-url http://127.0.0.1:PORT/v1
 
 A run is the workflow ``agent_turn`` (one prompt to a final answer, like the checkpoint backend's ``agent_task``);
 its workflow id is the run id the caller gives (the same id again is the same run: DBOS returns the existing
 workflow), its input the agent config (a dict), the prompt and the workspace key its tools share (the messages
 of one conversation share one). The loop is ``agent.loop.run_turn`` unchanged; its two effects are DBOS steps
-running ``agent.engines.steps.plan`` / ``tool``:
+running ``testbed.engines.steps.plan`` / ``tool``:
 
 * **Retry policies** come from the run's config (``planning`` for the model, ``tool`` for tools), so the steps run
   through ``DBOS.run_step_async`` with per-run ``StepOptions`` (a ``@DBOS.step`` decorator fixes its policy at
@@ -62,17 +62,17 @@ from dbos import DBOS, DBOSClient, SetWorkflowID
 from dbos._error import DBOSNonExistentWorkflowError
 
 from agent import loop
-from agent.checkpoint.agent_task import config_from  # the config a run's input carries, as the checkpoint task reads it
+from testbed.engines.checkpoint.agent_task import config_from  # the config a run's input carries, as the checkpoint task reads it
 from agent.contracts import WORKFLOW_NATIVE_TOOLS, ActivityPolicy, AgentConfig
-from agent.engines import steps
-from agent.engines.steps import StepResources
+from testbed.engines import steps
+from testbed.engines.steps import StepResources
 from agent.errors import ModelConfigurationError
 from harness.recording import EffectLedger, ExecutionIdentity
 
 if __name__ == "__main__":
-    # ``python -m agent.engines.dbos_agent``: run as the module ``agent.engines.dbos_agent``, before anything below
+    # ``python -m testbed.engines.dbos_agent``: run as the module ``testbed.engines.dbos_agent``, before anything below
     # registers with DBOS here, so the process has one copy of the workflow and of the resources its steps use.
-    from agent.engines.dbos_agent import main as _main
+    from testbed.engines.dbos_agent import main as _main
 
     sys.exit(_main())
 
@@ -256,7 +256,7 @@ def durability(database_url: str) -> dict[str, Any]:
 
 
 @dataclass
-class Engine:
+class InProcessDbos:
     """DBOS in this process: ``run_turn`` runs one prompt as the workflow ``agent_turn``."""
 
     name: str
@@ -285,6 +285,21 @@ class Engine:
         """The run's recorded steps, as DBOS lists them."""
         return await DBOS.list_workflow_steps_async(run_id)
 
+    @property
+    def banner(self) -> str:
+        """What ``dah demo`` says first (``testbed.engines.base.Session``)."""
+        return (f"durable-agent-harness demo: the agent loop on DBOS Transact ({self.name}: each model and tool call "
+                f"a step)\nSystem database: {self.database_url}")
+
+    async def describe_run(self, run_id: str) -> list[str]:
+        """Where the run is, then its steps as DBOS recorded them (``dah run``)."""
+        lines = [f"run id:      {run_id} (DBOS workflow; system database {self.database_url})"]
+        for step in await self.steps(run_id):
+            took = (step["completed_at_epoch_ms"] or 0) - (step["started_at_epoch_ms"] or 0)
+            status = "error" if step["error"] is not None else "ok"
+            lines.append(f"  ├─ step {step['function_id']:<3} {step['function_name']:<28} {status:<6} {took:8.0f} ms")
+        return lines
+
 
 def dbos_version() -> str:
     from importlib.metadata import version
@@ -294,7 +309,7 @@ def dbos_version() -> str:
 
 @contextlib.asynccontextmanager
 async def engine(state_dir: Path, model_url: str, *, database: str = "sqlite", ledger: EffectLedger | None = None
-                 ) -> AsyncIterator[Engine]:
+                 ) -> AsyncIterator[InProcessDbos]:
     """DBOS launched in this process on a system database under ``state_dir``: ``database`` "sqlite" (a file) or
     "postgres" (a PostgreSQL server started here, ``testbed.postgres``, stopped on exit). ``ledger``: the effect
     ledger the steps record in (default: the state dir's own, opened and closed here)."""
@@ -319,7 +334,7 @@ async def engine(state_dir: Path, model_url: str, *, database: str = "sqlite", l
         configure(StepResources(ledger=ledger, sandbox_root=settings.sandbox_root, model_base_url=model_url,
                                 worker="in-process"))
         await exits.enter_async_context(launched(url, "in-process", queue=False, log_level="ERROR"))
-        yield Engine(name=f"dbos-{database}", database_url=url, ledger=ledger)
+        yield InProcessDbos(name=f"dbos-{database}", database_url=url, ledger=ledger)
 
 
 # -- the client ---------------------------------------------------------------------------------------------------
@@ -440,7 +455,7 @@ async def _worker(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m agent.engines.dbos_agent",
+    parser = argparse.ArgumentParser(prog="python -m testbed.engines.dbos_agent",
                                      description="The reference agent on DBOS Transact.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     p = sub.add_parser("worker", help="take runs from the DBOS queue until SIGTERM/Ctrl-C")

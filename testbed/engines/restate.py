@@ -4,9 +4,9 @@
 
 The cluster is a ``restate-server`` (``testbed.restate_server``, its state in ``<run>/state/restate``, exposed as
 ``Stack.server`` so ``restart_server`` SIGKILLs it and starts it again from that base dir), the scripted model
-server, and one supervised endpoint process (``python -m agent.engines.restate_agent endpoint``) serving the
-``DahAgent`` service on a fixed port behind a ``FaultProxy``; the deployment registered with the server is the
-proxy's address. Each message is one invocation of ``DahAgent/run`` sent through the ingress with the run id as
+server, and one supervised endpoint process (``python -m testbed.engines.restate_agent endpoint``) serving the
+``DahAgent`` service on a fixed port behind the stack's server proxy (``StackSpec.server_proxy_to``): the
+deployment registered with the server is the proxy's address. Each message is one invocation of ``DahAgent/run`` sent through the ingress with the run id as
 its idempotency key (``RestateDriver``).
 
 One endpoint, whatever the scenario's ``cluster.workers``: Restate sends every new invocation of a service to its
@@ -35,40 +35,39 @@ a journaled action is replayed, never run again).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from agent.engines.restate_agent import NAME, request_body
-from agent.engines.restate_client import RestateClient, RestateRunError
-from chaos.backends.base import Backend
-from chaos.backends.checkpoint import NO_EVENT_HISTORIES
-from chaos.backends.oneshot import OneShotDriver, RunFailedError, running_from_ledger
-from chaos.checker.restate_journal import JOURNAL_FILE
-from chaos.scenarios import ChaosScenario
-from chaos.target import REFERENCE, Target
 from harness.operations import History
-from harness.rundir import RunDir
+from harness.recording import EffectLedger
+from harness.rundir import RESTATE_JOURNAL, RunDir
+from testbed.engines.base import Engine, Scenario
+from testbed.engines.checkpoint.engine import NO_EVENT_HISTORIES
+from testbed.engines.oneshot import OneShotDriver, RunFailedError, running_from_ledger
+from testbed.engines.restate_agent import NAME, InProcessRestate, engine, request_body
+from testbed.engines.restate_client import RestateClient, RestateRunError
+from testbed.engines.target import REFERENCE, Target
 from testbed.model_server import LatencyModel
-from testbed.net import FaultProxy
 from testbed.processes import free_port
 from testbed.restate_server import RestateServer, settings
 from testbed.stack import Endpoints, Stack, StackSpec
 from testbed.worker_process import WorkerProcess
 
 #: the endpoint process (its ``--port`` is added per run: fixed for the run, see the module docstring)
-RESTATE_ENDPOINT = ("{python}", "-m", "agent.engines.restate_agent", "endpoint", "--state-dir", "{state_dir}",
+RESTATE_ENDPOINT = ("{python}", "-m", "testbed.engines.restate_agent", "endpoint", "--state-dir", "{state_dir}",
                     "--identity", "{identity}", "--model-base-url", "{model_url}")
 RESTATE_TARGET = replace(REFERENCE, name="reference-agent (restate)", worker=RESTATE_ENDPOINT,
-                         driver="chaos.backends.restate:RestateDriver")
+                         driver="testbed.engines.restate:RestateDriver")
 NO_HISTORIES = NO_EVENT_HISTORIES.replace("the checkpoint backend", "Restate").replace(
     "effects and injection_evidence", "effects, injection_evidence and restate_journal, its journal's own check")
 
 
 @dataclass
-class RestateBackend(Backend):
+class RestateEngine(Engine):
     name: str = "restate"
     suffix: str = "@restate"
     target: Target = field(default_factory=lambda: RESTATE_TARGET)
@@ -78,8 +77,6 @@ class RestateBackend(Backend):
     scenarios: tuple[str, ...] | None = ("kill_mid_turn", "model_outage", "crash_after_effect", "server_restart",
                                          "partition_model", "partition_temporal_blackhole",
                                          "partition_temporal_reset")
-    #: this run's endpoint link (made in stack_spec, registered in make_driver)
-    _proxy: FaultProxy | None = field(default=None, init=False, repr=False)
 
     def reproduce(self) -> dict[str, Any]:
         return {"--durability": "restate"}
@@ -89,10 +86,8 @@ class RestateBackend(Backend):
                 "endpoint_link": "the proxy in front of the endpoint is the 'temporal' link of partition nemeses",
                 "restate_server": settings(RestateServer(Path(".")).config())}
 
-    def stack_spec(self, scenario: ChaosScenario, run: RunDir, seed: int, history: History, ui: bool) -> StackSpec:
+    def stack_spec(self, scenario: Scenario, run: RunDir, seed: int, history: History, ui: bool) -> StackSpec:
         port = free_port("127.0.0.1")
-        self._proxy = FaultProxy("endpoint", ("127.0.0.1", port), seed=seed)
-        self._proxy.__enter__()
 
         def endpoint(name: str, at: Endpoints) -> WorkerProcess:
             values = {"model_url": at.model_url, "state_dir": str(run.state)}
@@ -101,19 +96,21 @@ class RestateBackend(Backend):
                                  faults=scenario.cluster.faults, log_dir=run.logs,
                                  start_timeout_s=self.target.ready_timeout_s)
 
-        return StackSpec(state_dir=run.state, logs_dir=run.logs, temporal="none",
-                         engine_server=lambda logs: RestateServer(run.state / "restate", log_file=logs / "restate.log"),
+        # The server calls the endpoint: the stack's server proxy stands in front of the endpoint (the link the
+        # partition nemeses cut), and the endpoint reaches the model through the stack's model proxy.
+        return StackSpec(state_dir=run.state, logs_dir=run.logs, temporal="none", engine=self,
                          model_latency=LatencyModel.parse(scenario.cluster.model_latency), seed=seed,
                          worker_processes=1, make_worker=endpoint, history=history, ledger=True,
-                         # the endpoint reaches the model through the stack's model proxy (partition_model); the
-                         # stack's other proxy (to the server) is unused: make_driver puts the endpoint's in its place
-                         proxies=True, cleanup=[self._proxy.stop])
+                         proxies=True, server_proxy_to=("127.0.0.1", port))
 
-    async def make_driver(self, stack: Stack, history: History, scenario: ChaosScenario, seed: int) -> Any:
-        """Register the endpoint (through its proxy), then the driver; the proxy is the stack's endpoint link."""
-        assert self._proxy is not None, "stack_spec makes the endpoint's proxy first"
-        stack.temporal_proxy = self._proxy
-        await asyncio.to_thread(stack.server.register, f"http://{self._proxy.address}")
+    def server(self, spec: StackSpec) -> RestateServer:
+        """The ``restate-server``, its state in ``<state dir>/restate``."""
+        return RestateServer(spec.state_dir / "restate", log_file=spec.logs / "restate.log")
+
+    async def make_driver(self, stack: Stack, history: History, scenario: Scenario, seed: int) -> Any:
+        """Register the endpoint (through the stack's server proxy: the endpoint link), then the driver."""
+        assert stack.server_proxy is not None, "stack_spec asks for the proxy in front of the endpoint"
+        await asyncio.to_thread(stack.server.register, f"http://{stack.server_proxy.address}")
         driver = RestateDriver(client=None, history=history, task_queue="", workload=scenario.workload, seed=seed,
                                ingress_url=stack.server.ingress_url)
         if scenario.planning_max_attempts:
@@ -129,8 +126,16 @@ class RestateBackend(Backend):
             report = await asyncio.to_thread(journal_completions, stack.server)
         except Exception as exc:  # the server is unreachable: the checker says unknown, with this
             report = {"error": f"{type(exc).__name__}: {exc}"}
-        (run.path / JOURNAL_FILE).write_text(json.dumps(report, indent=2))
+        (run.path / RESTATE_JOURNAL).write_text(json.dumps(report, indent=2))
 
+
+    def in_process(self, state_dir: Path, model_url: str | None, ledger: EffectLedger, *, worker: bool = True
+                   ) -> contextlib.AbstractAsyncContextManager[InProcessRestate]:
+        """A Restate server and the endpoint in this process (``restate_agent.engine``); ``EngineUnavailable``
+        without a restate-server binary."""
+        if not worker:
+            raise ValueError("--no-worker: on --durability restate the endpoint runs in this process")
+        return engine(state_dir, model_url or "", ledger=ledger)
 
 def journal_completions(server: RestateServer) -> dict[str, Any]:
     """Every ``ctx.run`` the journal shows, and when it completed each. The k-th Run command of an invocation is the

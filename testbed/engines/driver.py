@@ -1,4 +1,4 @@
-"""The client: a driver that starts conversations and sends messages.
+"""The reference agent's chat driver on Temporal: it starts conversations and sends messages.
 
 Each conversation sends a seeded list of messages, one at a time, as
 ``send_message`` Updates: arithmetic (checked against the exact expected

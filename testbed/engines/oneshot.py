@@ -1,6 +1,6 @@
 """The chaos client for engines that run one message as one durable run (checkpoint, DBOS, Restate).
 
-The load is the same seeded workload as on Temporal (``chaos.client.Driver``: the same conversations, messages
+The load is the same seeded workload as on Temporal (``testbed.engines.driver.Driver``: the same conversations, messages
 and think times); each message becomes a one-shot run of the agent loop whose id is ``<conversation>-msg-<n>``
 (a resubmission of that id is the same run on every engine: its idempotency key), the messages of a
 conversation sharing its workspace. The final read collects each conversation's runs: their messages, in order,
@@ -14,34 +14,20 @@ from __future__ import annotations
 
 import asyncio
 import random
-import sqlite3
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from chaos.client import Conversation, Driver
 from harness.operations import FAIL, INFO, OK
+from harness.recording import executions_in_flight
+from testbed.engines.driver import Conversation, Driver
 
 QUEUED, DONE, FAILED = "queued", "done", "failed"
 
 
-def _unfinished(ledger: Path) -> list[dict[str, Any]]:
-    if not ledger.exists():
-        return []
-    db = sqlite3.connect(f"file:{ledger}?mode=ro", uri=True, timeout=5)
-    try:
-        rows = db.execute("SELECT worker, workflow_id, tool, attempt FROM executions WHERE finished_at IS NULL"
-                          ).fetchall()
-    finally:
-        db.close()
-    return [{"workflow_id": run_id, "activity": tool, "attempt": attempt, "worker": worker}
-            for worker, run_id, tool, attempt in rows]
-
-
-async def running_from_ledger(backend: Any, ctx: Any) -> list[dict[str, Any]]:
-    """A backend's ``running``: the ledger's unfinished executions, the model calls and tools in flight now."""
-    return await asyncio.to_thread(_unfinished, ctx.stack.spec.state_dir / backend.target.ledger)
+async def running_from_ledger(engine: Any, stack: Any) -> list[dict[str, Any]]:
+    """An engine's ``running``: the ledger's unfinished executions, the model calls and tools in flight now."""
+    return await asyncio.to_thread(executions_in_flight, stack.spec.state_dir / engine.target.ledger) or []
 
 
 class RunFailedError(RuntimeError):

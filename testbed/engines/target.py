@@ -80,7 +80,7 @@ runner calls it when the faults are healed, so the load spans the fault phase),
 ``to_json()``, whose ``conversations`` list the lost checker reads:
 ``workflow_id``, ``started``, ``planned`` (``text``, ``expect``, ``kind``, and
 for appends ``path`` and ``content``), ``final_history`` (chat messages:
-``role``, ``content``) and ``final_status``. ``chaos.client.Driver`` is the
+``role``, ``content``) and ``final_status``. ``testbed.engines.driver.Driver`` is the
 reference.
 
 The replay checker builds its ``Replayer`` from ``replay_plugins``,
@@ -116,9 +116,7 @@ from pydantic import AfterValidator, Field, ValidationError
 
 from agent.strict import NonEmpty, Spec, StrictModel, looks_secret, one_line
 from agent.worker import LEDGER, WORKSPACES
-from chaos.checker import ALL_CHECKERS
-from chaos.checker.run_data import ReplayTarget
-from harness.rundir import command_line
+from harness.rundir import CHECKS
 from testbed.worker_process import PLACEHOLDER_DEFAULTS, PLACEHOLDERS, REFERENCE_WORKER, fill
 
 #: the driver of a target with a [chat] table (runs in the target's Python)
@@ -132,12 +130,12 @@ class Target:
     warm_line: str | None = "WARM"  # after READY: the model client is loaded (load starts only then)
     ready_timeout_s: float = 60.0  # how long a worker has to print ready_line (or be seen polling)
     task_queue: str | None = None  # None: one per scenario
-    driver: str = "chaos.client:Driver"
+    driver: str = "testbed.engines.driver:Driver"
     workflow: str | None = "agent.workflow:AgentWorkflow"  # None: a target replayed by its replay_command
     model_activity: str = "plan_next_action"
     ledger: str | None = LEDGER
     workspace: str | None = WORKSPACES  # where a conversation's files are, relative to the state dir
-    checkers: tuple[str, ...] = tuple(ALL_CHECKERS)
+    checkers: tuple[str, ...] = tuple(CHECKS)
     cwd: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     python: str | None = None  # the target's interpreter (None: the harness's own)
@@ -305,9 +303,9 @@ class TargetFile(StrictModel):
     model_activity: NonEmpty = Field("plan_next_action", description="a non-empty string (an activity's name)")
     ledger: NonEmpty | None = Field(None, description="a non-empty string (a path relative to the state dir)")
     workspace: NonEmpty | None = Field(None, description="a non-empty string (a path relative to the state dir)")
-    checkers: list[Literal[tuple(ALL_CHECKERS)]] = Field(  # type: ignore[valid-type]
-        list(ALL_CHECKERS), min_length=1,
-        description=f"a non-empty list of checker names, each one of {', '.join(ALL_CHECKERS)}")
+    checkers: list[Literal[tuple(CHECKS)]] = Field(  # type: ignore[valid-type]
+        list(CHECKS), min_length=1,
+        description=f"a non-empty list of checker names, each one of {', '.join(CHECKS)}")
     cwd: NonEmpty = Field(".", description="a directory, relative to this file (a string)")
     env: Annotated[dict[str, str], AfterValidator(_env_names)] = Field(
         {}, description='a table of NAME = "value" lines ([env] section), each value a string')
@@ -329,7 +327,7 @@ class TargetFile(StrictModel):
                                                              "agent continues as new; 0: not declared)")
     address: Annotated[str, AfterValidator(_local_address)] | None = Field(
         None, description="127.0.0.1:PORT (the address its workers hard-code)")
-    chat: dict[str, Any] | None = Field(None, description="a table ([chat] section; see chaos/target.py)")
+    chat: dict[str, Any] | None = Field(None, description="a table ([chat] section; see testbed/engines/target.py)")
 
 
 #: the fields a target file may have
@@ -428,15 +426,6 @@ def target_environment(target: Target) -> dict[str, str]:
     return {**target.env, "PYTHONPATH": target_pythonpath(target.env.get("PYTHONPATH"))}
 
 
-def reference_workflows() -> frozenset[str]:
-    """The workflow classes a reference agent's run may name: its own, and the planted ones (``chaos.mutants``).
-    The only code a run directory can select, and only from this harness's own."""
-    from chaos import mutants
-
-    return frozenset({REFERENCE.workflow, *(f"{mutants.__name__}:{name}" for name, obj in vars(mutants).items()
-                                           if isinstance(obj, type) and obj.__module__ == mutants.__name__)})
-
-
 def load_recorded_target(path: str | Path, what: str = "the target file the run directory names") -> Target:
     """A target file a run directory names, loaded only if the invoking user controls it
     (``harness.private.control_problem``: a path written in run.json proves nothing, whoever crafted the
@@ -447,42 +436,3 @@ def load_recorded_target(path: str | Path, what: str = "the target file the run 
     if problem:
         raise ValueError(f"{what}, {path}, {problem}: it is not used")
     return load_target(Path(os.path.realpath(path)))
-
-
-def replay_target(run_dir: Path, recorded: dict[str, Any], given: Target | None = None) -> ReplayTarget | str:
-    """What the replay checker may run for the run in ``run_dir`` (``recorded``: run.json's ``target``), or why
-    nothing, with the command to give. Trust flows from the command line, never from the run directory:
-
-    1. ``given`` (a target file from the command line: ``--target``, or the one a fresh run was started with);
-    2. else the target file run.json names, if the invoking user controls it (``load_recorded_target``);
-    3. else, if run.json names no target file, the reference agent: this interpreter and this harness's own code,
-       with a workflow of ``reference_workflows()`` (run.json's ``python``, ``cwd``, ``env`` and declarations are
-       never used);
-    4. else nothing: the reason, and ``python -m chaos check DIR --target PATH/TO/chaos-target.toml``.
-
-    A target file declaring another workflow than the run recorded is not the run's agent: nothing."""
-    again = command_line("python -m chaos check", {"--target": "PATH/TO/chaos-target.toml"}, [str(run_dir)])
-    recorded = recorded if isinstance(recorded, dict) else {}
-    workflow, source = recorded.get("workflow"), recorded.get("source")
-    if given is not None and not given.is_reference:
-        target, how = given, f"the target file {given.source}, given on the command line"
-    elif source:
-        try:
-            target = load_recorded_target(str(source), "the run's target file (run.json's target.source)")
-        except ValueError as exc:
-            return f"not replayed: {exc}; replay runs only a target file you control: {again}"
-        how = f"the target file {source} run.json names (yours, and writable by no one else)"
-    elif workflow is None or (isinstance(workflow, str) and workflow in reference_workflows()):
-        return ReplayTarget(workflow=workflow or REFERENCE.workflow, cwd=str(Path(__file__).resolve().parent.parent),
-                            source="the reference agent: this harness's own code and interpreter")
-    else:
-        return (f"not replayed: run.json names no target file and the workflow {str(workflow)[:200]!r}, which is "
-                f"not the reference agent's (nor a planted one of chaos.mutants); for your own agent: {again}")
-    if workflow and workflow != target.workflow:
-        return (f"not replayed: {how.split(',')[0]} declares the workflow {target.workflow}, but the run recorded "
-                f"{str(workflow)[:200]!r}: not the agent that ran; give its own target file: {again}")
-    return ReplayTarget(workflow=target.workflow, command=target.replay_command, source=how,
-                        python=target.interpreter, cwd=target.cwd,
-                        env=dict(target.env), replay_plugins=target.replay_plugins,
-                        data_converter=target.data_converter, workflow_runner=target.workflow_runner,
-                        strict_replay=target.strict_replay, strict_replay_ignore=target.strict_replay_ignore)

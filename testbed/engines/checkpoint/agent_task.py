@@ -19,15 +19,15 @@ from typing import Any
 
 from agent import loop
 from agent.contracts import WORKFLOW_NATIVE_TOOLS, ActivityPolicy, AgentConfig
-from agent.engines import steps
-from agent.engines.steps import StepResources
+from testbed.engines import steps
+from testbed.engines.steps import StepResources
 from agent.errors import ModelConfigurationError
-from agent.checkpoint.records import DurableRunManifest
-from agent.checkpoint.durable_run import StepRetry
-from agent.checkpoint.steps import current_step, step_call, worker_resources
+from testbed.engines.checkpoint.records import DurableRunManifest
+from testbed.engines.checkpoint.durable_run import StepRetry
+from testbed.engines.checkpoint.steps import current_step, step_call, worker_resources
 
 PROJECT_ID = "durable-agent"
-TASK = "agent.checkpoint.agent_task:agent_task"
+TASK = "testbed.engines.checkpoint.agent_task:agent_task"
 
 
 def manifest_for(config: AgentConfig, prompt: str, workspace: str | None = None) -> DurableRunManifest:

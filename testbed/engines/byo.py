@@ -1,5 +1,5 @@
 """Bring your own agent: an agent on Temporal that this project did not write, described by a target file
-(``chaos/target.py``), run in its own Python.
+(``testbed/engines/target.py``), run in its own Python.
 
 The cluster is the reference's (server, model, proxies, supervised workers). The workers are the target's
 command with the target's interpreter; the driver runs there too (``harness.driver_host``, spoken to over
@@ -25,11 +25,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from chaos.backends.temporal import ReferenceOnTemporal
-from chaos.client import TIMEOUTS
-from chaos.scenarios import ChaosScenario
-from chaos.target import Target, target_environment
 from harness.operations import History, Op
+from testbed.engines.base import Scenario
+from testbed.engines.driver import TIMEOUTS
+from testbed.engines.target import Target, target_environment
+from testbed.engines.temporal import ReferenceOnTemporal
 from testbed.processes import spawn, stop
 from testbed.stack import Endpoints, Stack
 from testbed.worker_process import tail
@@ -52,7 +52,7 @@ class OwnAgentOnTemporal(ReferenceOnTemporal):
     def worker_env(self, values: dict[str, str], at: Endpoints | None = None) -> dict[str, str]:
         return {**super().worker_env(values, at), **target_environment(self.target)}
 
-    async def make_driver(self, stack: Stack, history: History, scenario: ChaosScenario, seed: int) -> RemoteDriver:
+    async def make_driver(self, stack: Stack, history: History, scenario: Scenario, seed: int) -> RemoteDriver:
         driver = RemoteDriver(self.target, history, stack.server.address if stack.server else
                               stack.spec.connection.address or "", stack.namespace, stack.spec.task_queue,
                               driver_workload(scenario), seed, stack.spec.logs / "driver.log")
@@ -60,7 +60,7 @@ class OwnAgentOnTemporal(ReferenceOnTemporal):
         return driver
 
 
-def driver_workload(scenario: ChaosScenario) -> dict[str, Any]:
+def driver_workload(scenario: Scenario) -> dict[str, Any]:
     """What a target's driver receives as its ``workload`` (``harness.driver_api.Workload``): the scenario's load,
     and the scenario settings a driver honours (continue-as-new threshold, the timeouts profile's workflow task
     timeout)."""
@@ -70,7 +70,7 @@ def driver_workload(scenario: ChaosScenario) -> dict[str, Any]:
 
 
 class RemoteDriver:
-    """The driver protocol (``chaos/target.py``) over a ``harness.driver_host`` process in the target's Python."""
+    """The driver protocol (``testbed/engines/target.py``) over a ``harness.driver_host`` process in the target's Python."""
 
     def __init__(self, target: Target, history: History, address: str, namespace: str, task_queue: str,
                  workload: dict[str, Any], seed: int, log_path: Path) -> None:

@@ -3,12 +3,12 @@
     python -m chaos run kill_mid_turn model_outage --durability dbos
 
 The cluster is the scripted model server (behind the model fault proxy) and N supervised worker processes
-(``python -m agent.engines.dbos_agent worker``) sharing one DBOS system database: a SQLite file in the run's state
+(``python -m testbed.engines.dbos_agent worker``) sharing one DBOS system database: a SQLite file in the run's state
 dir, or (``database="postgres"``) a PostgreSQL server this harness starts (``testbed.postgres``), exposed as the
 stack's server so ``restart_server`` restarts the database, and reached through the stack's first fault proxy so a
 ``partition`` of the ``temporal`` link cuts the workers from the database. Each worker's DBOS executor id is its
 stable name (``w1``, ``w2``): when the supervisor restarts a killed worker under that name, DBOS recovers the runs
-it held (``agent.engines.dbos_agent``). The client is the same seeded workload; each message is a one-shot run (a
+it held (``testbed.engines.dbos_agent``). The client is the same seeded workload; each message is a one-shot run (a
 DBOS workflow whose id is ``<conversation>-msg-<n>``) enqueued with DBOS's client, the messages of a conversation
 sharing its workspace.
 
@@ -16,7 +16,7 @@ What each checker sees here:
 
 * ``lost``: every acknowledged message's reply is in the final read (each run's result, read from the system
   database), as on Temporal;
-* ``effects``: the effect ledger, written by the steps themselves (``agent.engines.steps``), so a tool whose effect
+* ``effects``: the effect ledger, written by the steps themselves (``testbed.engines.steps``), so a tool whose effect
   was applied twice shows here whatever DBOS recorded;
 * ``injection_evidence``: the kill's evidence is the ledger's unfinished model call on the frozen worker; the
   outage's is the model server's refused requests;
@@ -33,41 +33,39 @@ What each checker sees here:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from agent.engines import dbos_agent
-from agent.worker import LEDGER
-from chaos.backends.base import Backend
-from chaos.backends.oneshot import OneShotDriver, RunFailedError
-from chaos.checker.dbos_steps import STEPS_FILE
-from chaos.nemesis import NemesisContext, ledger_in_flight
-from chaos.scenarios import ChaosScenario
-from chaos.target import REFERENCE, Target
 from harness.operations import History
-from harness.rundir import RunDir
+from harness.recording import EffectLedger
+from harness.rundir import DBOS_STEPS, RunDir
+from testbed.engines import dbos_agent
+from testbed.engines.base import Engine, Scenario
+from testbed.engines.oneshot import OneShotDriver, RunFailedError, running_from_ledger
+from testbed.engines.target import REFERENCE, Target
 from testbed.model_server import LatencyModel
 from testbed.stack import Endpoints, Stack, StackSpec
 from testbed.worker_process import WorkerProcess
 
 #: the DBOS worker; ``{database_url}`` and ``{executor_id}`` are this backend's own placeholders
-DBOS_WORKER = ("{python}", "-m", "agent.engines.dbos_agent", "worker", "--database-url", "{database_url}",
+DBOS_WORKER = ("{python}", "-m", "testbed.engines.dbos_agent", "worker", "--database-url", "{database_url}",
                "--state-dir", "{state_dir}", "--identity", "{identity}", "--executor-id", "{executor_id}",
                "--model-base-url", "{model_url}")
 DBOS_TARGET = replace(REFERENCE, name="reference-agent (dbos)", worker=DBOS_WORKER, ready_line=dbos_agent.READY,
-                      warm_line=dbos_agent.WARM, driver="chaos.backends.dbos:DbosDriver")
+                      warm_line=dbos_agent.WARM, driver="testbed.engines.dbos:DbosDriver")
 NO_EVENT_HISTORIES = ("reads Temporal event histories; DBOS keeps step outputs (operation_outputs), not an event "
                       "history to replay (its step log is checked by dbos_steps)")
 POSTGRES_DIR = "postgres"  # the PostgreSQL data dir, in the state dir
 #: the scenarios with a twin on each database (the others fault Temporal itself, or need it to observe)
-SCENARIOS = {"sqlite": ("kill_mid_turn", "model_outage", "crash_after_effect", "partition_model"),
+DBOS_SCENARIOS = {"sqlite": ("kill_mid_turn", "model_outage", "crash_after_effect", "partition_model"),
              "postgres": ("kill_mid_turn", "model_outage", "crash_after_effect", "partition_model", "server_restart",
                           "partition_temporal_blackhole", "partition_temporal_reset")}
 
 
 @dataclass
-class DbosBackend(Backend):
+class DbosEngine(Engine):
     database: str = "sqlite"  # the system database: "sqlite" (a file in the state dir) or "postgres"
     name: str = "dbos"
     suffix: str = "@dbos"
@@ -78,9 +76,9 @@ class DbosBackend(Backend):
     scenarios: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
-        if self.database not in SCENARIOS:
-            raise ValueError(f"database={self.database!r}: use one of {', '.join(SCENARIOS)}")
-        self.scenarios = SCENARIOS[self.database]
+        if self.database not in DBOS_SCENARIOS:
+            raise ValueError(f"database={self.database!r}: use one of {', '.join(DBOS_SCENARIOS)}")
+        self.scenarios = DBOS_SCENARIOS[self.database]
         if self.database != "sqlite":
             self.name, self.suffix = f"dbos-{self.database}", f"@dbos-{self.database}"
 
@@ -106,7 +104,7 @@ class DbosBackend(Backend):
         assert stack is not None and stack.server is not None, "the PostgreSQL server is not started"
         return stack.server.url
 
-    def stack_spec(self, scenario: ChaosScenario, run: RunDir, seed: int, history: History, ui: bool) -> StackSpec:
+    def stack_spec(self, scenario: Scenario, run: RunDir, seed: int, history: History, ui: bool) -> StackSpec:
         def worker(name: str, at: Endpoints) -> WorkerProcess:
             values = {"model_url": at.model_url, "state_dir": str(run.state), "executor_id": name,
                       "database_url": self.database_url(run, at=at)}
@@ -114,27 +112,26 @@ class DbosBackend(Backend):
                                  warm_line=self.target.warm_line, faults=scenario.cluster.faults, log_dir=run.logs,
                                  start_timeout_s=self.target.ready_timeout_s)
 
-        engine_server = None
-        if self.database == "postgres":
-            from testbed.postgres import PostgresServer
-
-            engine_server = lambda logs: PostgresServer(run.state / POSTGRES_DIR, log_dir=logs)  # noqa: E731
-
-        return StackSpec(state_dir=run.state, logs_dir=run.logs, temporal="none", engine_server=engine_server,
-                         proxies=True,
+        return StackSpec(state_dir=run.state, logs_dir=run.logs, temporal="none", engine=self, proxies=True,
                          model_latency=LatencyModel.parse(scenario.cluster.model_latency), seed=seed,
                          worker_processes=scenario.cluster.workers, make_worker=worker, history=history)
 
-    def make_driver(self, stack: Stack, history: History, scenario: ChaosScenario, seed: int) -> Any:
+    def make_driver(self, stack: Stack, history: History, scenario: Scenario, seed: int) -> Any:
         driver = DbosDriver(client=None, history=history, task_queue="", workload=scenario.workload, seed=seed,
                             database_url=self.database_url(stack.spec.state_dir, stack))
         if scenario.planning_max_attempts:
             driver.config.planning.maximum_attempts = scenario.planning_max_attempts
         return driver
 
-    async def running(self, ctx: NemesisContext) -> list[dict[str, Any]]:
-        """The ledger's unfinished executions: the model calls and tools in flight right now."""
-        return await asyncio.to_thread(ledger_in_flight, ctx.stack.spec.state_dir / LEDGER) or []
+    running = running_from_ledger
+
+    def server(self, spec: StackSpec) -> Any | None:
+        """The PostgreSQL server, with ``database="postgres"`` (its data dir in the state dir)."""
+        if self.database != "postgres":
+            return None
+        from testbed.postgres import PostgresServer
+
+        return PostgresServer(spec.state_dir / POSTGRES_DIR, log_dir=spec.logs)
 
     async def save(self, stack: Stack, run: RunDir, driver: Any) -> None:
         """The system database's durability settings, as the database reports them, into ``run.json``; every
@@ -145,11 +142,19 @@ class DbosBackend(Backend):
         client = dbos_agent.DbosClient(url)
         try:
             runs = [r for conv in driver.to_json().get("runs", {}).values() for r in conv]
-            run.write_json(STEPS_FILE, {"engine_run_id": dbos_agent.ENGINE_RUN_ID,
+            run.write_json(DBOS_STEPS, {"engine_run_id": dbos_agent.ENGINE_RUN_ID,
                                         "workflows": await client.step_log(runs)})
         finally:
             await asyncio.to_thread(client.close)
 
+
+    def in_process(self, state_dir: Path, model_url: str | None, ledger: EffectLedger, *, worker: bool = True
+                   ) -> contextlib.AbstractAsyncContextManager[dbos_agent.InProcessDbos]:
+        """DBOS launched in this process on this engine's system database (``dbos_agent.engine``)."""
+        if not worker:
+            raise ValueError(f"--no-worker: --durability {self.name} runs its workflow in this process (workers of "
+                             "its own: python -m testbed.engines.dbos_agent worker)")
+        return dbos_agent.engine(state_dir, model_url or "", database=self.database, ledger=ledger)
 
 @dataclass
 class DbosDriver(OneShotDriver):

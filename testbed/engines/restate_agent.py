@@ -1,12 +1,12 @@
 """The reference agent's loop on Restate: one prompt to a final answer as one invocation of ``DahAgent/run``.
 
-    python -m agent.engines.restate_agent endpoint --port 9080 --state-dir .dah --identity e1 --model-base-url URL
+    python -m testbed.engines.restate_agent endpoint --port 9080 --state-dir .dah --identity e1 --model-base-url URL
 
 ``engine(state_dir, model_url)`` runs it in this process, with a Restate server it starts (``dah run --durability
-restate``, the benchmarks): the agent's one use of the test bed (``testbed.restate_server``; tests/test_layout.py).
+restate``, the benchmarks); ``testbed.engines.restate`` is the engine the chaos runs attack.
 
 The handler runs ``loop.run_turn`` unchanged; its two effects are ``ctx.run_typed`` actions calling
-``agent.engines.steps.plan`` and ``steps.tool``, so the Restate server journals each model call and tool call and
+``testbed.engines.steps.plan`` and ``steps.tool``, so the Restate server journals each model call and tool call and
 a retried or recovered invocation replays them instead of running them again. Retry options come from the agent
 config's planning and tool policies (``RunOptions``: max attempts, initial and maximum interval, factor); a
 ``ModelConfigurationError`` is terminal. A second handler, ``noop_steps``, times n no-op actions (what a step costs
@@ -52,11 +52,11 @@ from restate.exceptions import TerminalError
 from restate.server import install_shutdown_hook
 
 from agent import loop
-from agent.checkpoint.agent_task import config_from
+from testbed.engines.checkpoint.agent_task import config_from
 from agent.contracts import WORKFLOW_NATIVE_TOOLS, ActivityPolicy, AgentConfig
-from agent.engines import steps
-from agent.engines.restate_client import RestateClient
-from agent.engines.steps import StepResources
+from testbed.engines import steps
+from testbed.engines.restate_client import RestateClient
+from testbed.engines.steps import StepResources
 from agent.errors import ModelConfigurationError
 from harness.recording import EffectLedger, ExecutionIdentity
 
@@ -217,7 +217,7 @@ async def serve(port: int, stop: asyncio.Event, host: str = "127.0.0.1") -> None
 # -- the in-process engine (dah run, the benchmarks) ------------------------------------------------------------
 
 @dataclasses.dataclass
-class RestateEngine:
+class InProcessRestate:
     """The agent on a Restate server this process started: ``run_turn`` submits one run and waits for it."""
 
     server: Any  # testbed.restate_server.RestateServer
@@ -240,15 +240,29 @@ class RestateEngine:
         """The time of each of ``n`` no-op steps of one invocation (ms)."""
         return await self.client.call("noop_steps", n)
 
+    @property
+    def banner(self) -> str:
+        """What ``dah demo`` says first (``testbed.engines.base.Session``)."""
+        return ("durable-agent-harness demo: the agent loop as a Restate service (each step a journaled ctx.run)\n"
+                f"Restate: {self.server.admin_url} (state {self.server.base_dir})")
+
+    async def describe_run(self, run_id: str) -> list[str]:
+        """Where the run is, then its journaled actions as the Restate server reports them (``sys_journal``)."""
+        rows = await asyncio.to_thread(
+            self.server.query, "SELECT j.index, j.entry_type, j.name FROM sys_journal j JOIN sys_invocation i "
+            "ON j.id = i.id WHERE i.idempotency_key = '" + run_id.replace("'", "''") + "' ORDER BY j.index")
+        return [f"run id:      {run_id} (journal in {self.server.base_dir}; admin API {self.server.admin_url})",
+                *(f"  ├─ journal {row['index']:<3} {row['entry_type']:<28} {row.get('name') or ''}" for row in rows)]
+
 
 @contextlib.asynccontextmanager
 async def engine(state_dir: Path, model_url: str, *, ledger: EffectLedger | None = None
-                 ) -> AsyncIterator[RestateEngine]:
+                 ) -> AsyncIterator[InProcessRestate]:
     """A Restate server (its state in ``state_dir/restate``), this process serving the endpoint on a free port,
     registered; all stopped on exit. ``ledger``: an open effect ledger (default: the state dir's, opened here).
     ``EngineUnavailable`` if there is no restate-server binary."""
     from agent import llm
-    from agent.engines import EngineUnavailable
+    from testbed.engines import EngineUnavailable
     from agent.worker import WorkerSettings
     from testbed.processes import free_port
     from testbed.restate_server import RestateServer, RestateServerError, find_restate_server
@@ -282,7 +296,7 @@ async def engine(state_dir: Path, model_url: str, *, ledger: EffectLedger | None
         await _register_when_up(server, url, serving)
         client = RestateClient(server.ingress_url)
         exits.push_async_callback(client.close)
-        yield RestateEngine(server=server, client=client, endpoint_url=url)
+        yield InProcessRestate(server=server, client=client, endpoint_url=url)
 
 
 def _keep_sigterm(loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
@@ -327,7 +341,7 @@ async def _register_when_up(server: Any, url: str, serving: asyncio.Task, timeou
 # -- the endpoint process (chaos workers) -----------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m agent.engines.restate_agent",
+    parser = argparse.ArgumentParser(prog="python -m testbed.engines.restate_agent",
                                      description="The reference agent as a Restate service (DahAgent).")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     p = sub.add_parser("endpoint", help="serve the DahAgent service (HTTP/2 cleartext) until SIGTERM/Ctrl-C")

@@ -15,7 +15,8 @@ store inside it: Temporal's event history is the checkpoint.
 - Divergence (a task function that changed its steps) is Temporal's
   non-determinism error on replay.
 
-    worker: build_worker registers DurableTaskWorkflow and durable_step.
+    worker: build_worker(client, settings, ledger, **on_temporal_worker(settings, ledger)) registers
+            DurableTaskWorkflow and durable_step (the test bed's reference workers all do).
     client: await client.execute_workflow(DurableTaskWorkflow.run, DurableTaskInput(task="pkg.mod:task", ...))
 """
 
@@ -31,13 +32,14 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from agent.checkpoint.records import DurableRunManifest
-    from agent.checkpoint.durable_run import StepRetry
-    from agent.checkpoint.steps import (
+    from testbed.engines.checkpoint.records import DurableRunManifest
+    from testbed.engines.checkpoint.durable_run import StepRetry
+    from testbed.engines.checkpoint.steps import (
         StepCall,
         StepInfo,
         reset_current_step,
         resolve,
+        configure_worker,
         set_current_step,
         worker_resources,
     )
@@ -153,3 +155,12 @@ async def _heartbeat() -> None:
     while True:
         activity.heartbeat()
         await asyncio.sleep(1.0)
+
+
+def on_temporal_worker(settings: Any, ledger: Any) -> dict[str, list[Any]]:
+    """The checkpoint task's workflow and activity, for ``agent.worker.build_worker``'s ``workflows`` and
+    ``activities``, with this process's steps configured as that worker's (``settings``: its ``WorkerSettings``;
+    ``ledger``: its effect ledger): the same task functions as the checkpoint engine, on Temporal."""
+    configure_worker(ledger=ledger, sandbox_root=settings.sandbox_root, model_base_url=settings.model_base_url,
+                     identity=settings.identity)
+    return {"workflows": [DurableTaskWorkflow], "activities": [durable_step]}

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.durable_files import connect_wal
-from agent.checkpoint.records import DurableRunError, DurableRunManifest, LeaseHeldError, canonical_json
-from agent.checkpoint.durable_run import run_durable
-from agent.checkpoint.steps import resolve
-from agent.checkpoint.stores import SqliteStore
+from testbed.engines.checkpoint.records import DurableRunError, DurableRunManifest, LeaseHeldError, canonical_json
+from testbed.engines.checkpoint.durable_run import run_durable
+from testbed.engines.checkpoint.steps import resolve
+from testbed.engines.checkpoint.stores import SqliteStore
 
 log = logging.getLogger(__name__)
 DEFAULT_LEASE_MS = 5_000

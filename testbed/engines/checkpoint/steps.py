@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agent.checkpoint.records import canonical_json
+from testbed.engines.checkpoint.records import canonical_json
 
 
 @dataclass(frozen=True)

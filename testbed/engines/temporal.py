@@ -20,21 +20,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaos.backends.base import Backend
-from chaos.client import TIMEOUTS, Driver, chaos_agent_config
-from chaos.nemesis import NemesisContext
-from chaos.scenarios import ChaosScenario
-from harness.operations import History
 from harness.faults import AgentFaults
+from harness.operations import History
 from harness.recording import ENV_LEDGER
 from harness.rundir import EFFECTS_SERVICE, RunDir
+from testbed.engines.base import Engine, Scenario
+from testbed.engines.driver import TIMEOUTS, Driver, chaos_agent_config
 from testbed.effects_service import ENV_EFFECTS_URL, EffectFault
 from testbed.model_server import LatencyModel
 from testbed.stack import Endpoints, Stack, StackSpec
 from testbed.worker_process import WorkerProcess
 
 @dataclass
-class ReferenceOnTemporal(Backend):
+class ReferenceOnTemporal(Engine):
     name: str = "temporal"
     workers: str = "process"  # or "docker": every worker in a container of ``image`` (host network)
     image: str | None = None
@@ -48,7 +46,7 @@ class ReferenceOnTemporal(Backend):
         docker = {"--placement": "docker", "--image": self.image} if self.workers == "docker" else {}
         return {**super().reproduce(), **docker}
 
-    def stack_spec(self, scenario: ChaosScenario, run: RunDir, seed: int, history: History, ui: bool) -> StackSpec:
+    def stack_spec(self, scenario: Scenario, run: RunDir, seed: int, history: History, ui: bool) -> StackSpec:
         spec = StackSpec(state_dir=run.state, logs_dir=run.logs, server_db=run.state / "temporal.db", ui=ui,
                          quiet_client=True, model_latency=LatencyModel.parse(scenario.cluster.model_latency),
                          seed=seed, proxies=True, worker_processes=scenario.cluster.workers, history=history,
@@ -56,7 +54,7 @@ class ReferenceOnTemporal(Backend):
         if self.external:  # nothing starts a server: the workers' link to the cluster goes through the proxy
             spec.temporal, spec.connection, spec.server_db, spec.ui = "external", self.connection, None, False
         if self.target.address:  # its workers hard-code where Temporal is: the fault proxy goes there
-            spec.temporal_proxy_port = int(self.target.address.rpartition(":")[2])
+            spec.server_proxy_port = int(self.target.address.rpartition(":")[2])
         spec.effects_log = run.path / EFFECTS_SERVICE
         task_queue, faults = spec.task_queue, scenario.cluster.faults
         if self.effects_seen_by_service and "after_effect" in faults.crash_at:
@@ -87,7 +85,7 @@ class ReferenceOnTemporal(Backend):
         """The target's tools call the effects service (``effects = "service"``): its faults come from there."""
         return getattr(self.target, "effects", None) == "service"
 
-    def worker_values(self, at: Endpoints, task_queue: str, state_dir: str, scenario: ChaosScenario) -> dict[str, str]:
+    def worker_values(self, at: Endpoints, task_queue: str, state_dir: str, scenario: Scenario) -> dict[str, str]:
         values = {"address": at.address, "namespace": at.namespace, "task_queue": task_queue,
                   "model_url": at.model_url, "state_dir": state_dir, "effects_url": at.effects_url,
                   "sticky_timeout": f"{TIMEOUTS[scenario.timeouts].sticky_timeout_s:g}"}
@@ -95,7 +93,7 @@ class ReferenceOnTemporal(Backend):
             values["ledger"] = str(Path(state_dir) / self.target.ledger)
         return values
 
-    def worker_command(self, scenario: ChaosScenario) -> tuple[str, ...]:
+    def worker_command(self, scenario: Scenario) -> tuple[str, ...]:
         """The target's worker template; the reference's registers a replacement workflow if the scenario asks."""
         if self.target.is_reference and scenario.cluster.workflow:
             return (*self.target.worker, "--workflow", scenario.cluster.workflow)
@@ -110,7 +108,7 @@ class ReferenceOnTemporal(Backend):
         return env
 
     def _process(self, name: str, at: Endpoints, task_queue: str, faults: Any, run: RunDir,
-                 scenario: ChaosScenario) -> WorkerProcess:
+                 scenario: Scenario) -> WorkerProcess:
         values = {"python": self.target.interpreter, **self.worker_values(at, task_queue, str(run.state), scenario)}
         self._server_address = at.server  # what the readiness check asks (the server itself, not the proxy)
         return WorkerProcess(self.worker_command(scenario), values, identity_prefix=name,
@@ -121,7 +119,7 @@ class ReferenceOnTemporal(Backend):
                              start_timeout_s=self.target.ready_timeout_s)
 
     def _container(self, pool: Any, name: str, at: Endpoints, task_queue: str, faults: Any, run: RunDir,
-                   scenario: ChaosScenario) -> Any:
+                   scenario: Scenario) -> Any:
         """A worker in a container on the host network, with the run's state dir bind-mounted at the same path:
         what its tools write and its effect ledger outlive the container, as a process worker's do."""
         from testbed.containers import ContainerWorker
@@ -140,7 +138,7 @@ class ReferenceOnTemporal(Backend):
                              volumes={state: state}, log_dir=run.logs)
         return ContainerWorker(worker, faults, warm_line=self.target.warm_line)
 
-    def make_driver(self, stack: Stack, history: History, scenario: ChaosScenario, seed: int) -> Any:
+    def make_driver(self, stack: Stack, history: History, scenario: Scenario, seed: int) -> Any:
         timeouts = TIMEOUTS[scenario.timeouts]
         driver = Driver(client=stack.client, history=history, task_queue=stack.spec.task_queue,
                         workload=scenario.workload, seed=seed, config=chaos_agent_config(scenario.timeouts),
@@ -153,15 +151,13 @@ class ReferenceOnTemporal(Backend):
             driver.config.max_history_events = scenario.max_history_events  # continue-as-new past this many events
         return driver
 
-    def nemesis_context(self, stack: Stack, history: History, driver: Any, seed: int) -> NemesisContext:
-        """The shared context, plus what aimed kills read: the effect ledger (workers share the run's state dir
-        with this process; a container has it bind-mounted) and the conversations' continue-as-new threshold: the
-        scenario's, where this harness configures the agent (the reference's driver config), else the target
-        file's ``continue_as_new_events`` (a target's agent continues as new by its own rule; 0: unknown, and a
-        kill aimed before a continue-as-new is recorded as not injected)."""
-        ctx = super().nemesis_context(stack, history, driver, seed)
-        if self.target.ledger:
-            ctx.ledger = stack.spec.state_dir / self.target.ledger
+    def aiming(self, stack: Stack, driver: Any) -> dict[str, Any]:
+        """What aimed kills read: the effect ledger (workers share the run's state dir with this process; a
+        container has it bind-mounted) and the conversations' continue-as-new threshold: the scenario's, where this
+        harness configures the agent (the reference's driver config), else the target file's
+        ``continue_as_new_events`` (a target's agent continues as new by its own rule; 0: unknown, and a kill aimed
+        before a continue-as-new is recorded as not injected)."""
         config = getattr(driver, "config", None)
-        ctx.continue_as_new_events = getattr(config, "max_history_events", 0) or self.target.continue_as_new_events
-        return ctx
+        return {"ledger": stack.spec.state_dir / self.target.ledger if self.target.ledger else None,
+                "continue_as_new_events": getattr(config, "max_history_events", 0)
+                or self.target.continue_as_new_events}

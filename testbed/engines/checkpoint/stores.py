@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.durable_files import connect_wal, write_atomic
-from agent.checkpoint.records import (
+from testbed.engines.checkpoint.records import (
     DEFAULT_LEASE_MS,
     STEP_KINDS,
     DurableRunManifest,

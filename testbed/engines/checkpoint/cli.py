@@ -16,7 +16,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from agent.checkpoint.service import DEFAULT_LEASE_MS
+from testbed.engines.checkpoint.service import DEFAULT_LEASE_MS
 
 
 def _add_db(p: argparse.ArgumentParser) -> None:
@@ -60,9 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 async def _worker(args: argparse.Namespace) -> int:
     from agent import llm
-    from agent.checkpoint.records import derive_worker_id
-    from agent.checkpoint.service import CheckpointWorker
-    from agent.checkpoint.steps import configure_worker
+    from testbed.engines.checkpoint.records import derive_worker_id
+    from testbed.engines.checkpoint.service import CheckpointWorker
+    from testbed.engines.checkpoint.steps import configure_worker
     from agent.worker import WorkerSettings
     from testbed.stack import StackSpec, stack
 
@@ -77,7 +77,7 @@ async def _worker(args: argparse.Namespace) -> int:
     # The stack opens the ledger and, without --model-base-url, starts this worker's own scripted model server;
     # the worker runs here, under this process's own signals.
     spec = StackSpec(state_dir=args.state_dir, temporal="none", model=args.model_base_url is None,
-                     model_url=args.model_base_url, ledger=True, checkpoint_file=args.db)
+                     model_url=args.model_base_url, ledger=True)
     async with stack(spec) as s:
         configure_worker(ledger=s.ledger, sandbox_root=WorkerSettings.in_state_dir(args.state_dir).sandbox_root,
                          model_base_url=s.model_url, identity=identity)
@@ -100,9 +100,9 @@ async def _worker(args: argparse.Namespace) -> int:
 
 async def _run(args: argparse.Namespace) -> int:
     from agent.contracts import AgentConfig
-    from agent.checkpoint.agent_task import TASK, manifest_for
-    from agent.checkpoint.service import CheckpointQueue
-    from agent.checkpoint.stores import SqliteStore
+    from testbed.engines.checkpoint.agent_task import TASK, manifest_for
+    from testbed.engines.checkpoint.service import CheckpointQueue
+    from testbed.engines.checkpoint.stores import SqliteStore
 
     await SqliteStore(args.db).close()  # the store's tables, for the queue's lease check
     queue = CheckpointQueue(args.db)
@@ -121,7 +121,7 @@ async def _run(args: argparse.Namespace) -> int:
 
 
 async def _emit(args: argparse.Namespace) -> int:
-    from agent.checkpoint.stores import SqliteStore
+    from testbed.engines.checkpoint.stores import SqliteStore
 
     store = SqliteStore(args.db)
     try:
@@ -133,7 +133,7 @@ async def _emit(args: argparse.Namespace) -> int:
 
 
 async def _steps(args: argparse.Namespace) -> int:
-    from agent.checkpoint.stores import SqliteStore
+    from testbed.engines.checkpoint.stores import SqliteStore
 
     store = SqliteStore(args.db)
     index = 0

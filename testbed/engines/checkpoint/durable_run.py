@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from agent.checkpoint.records import (
+from testbed.engines.checkpoint.records import (
     DEFAULT_LEASE_MS,
     AwaitEventTimeoutError,
     DivergenceError,
@@ -46,8 +46,8 @@ from agent.checkpoint.records import (
     canonical_hash,
     derive_worker_id,
 )
-from agent.checkpoint.steps import StepInfo, reset_current_step, set_current_step
-from agent.checkpoint.stores import DurableRunStore
+from testbed.engines.checkpoint.steps import StepInfo, reset_current_step, set_current_step
+from testbed.engines.checkpoint.stores import DurableRunStore
 
 T = TypeVar("T")
 

@@ -1,0 +1,154 @@
+"""The engine protocol (see ``testbed.engines``), with the defaults most engines share.
+
+An engine is what makes the agent durable (Temporal, the checkpoint engine, DBOS, Restate, or your agent's own
+Temporal workers). Every caller reaches it through this one class:
+
+* the chaos runner: ``stack_spec`` (what to start), ``make_driver`` (the load), ``running`` and ``aiming`` (what
+  is in flight, for the nemeses that aim at busy workers), ``save`` (what it leaves in the run directory),
+  ``checkers`` / ``not_applicable`` (which checks apply), ``record`` / ``reproduce``;
+* the test bed's stack (``testbed.stack.StackSpec.engine``): ``server`` (the engine's own server, exposed as
+  ``Stack.server``) and ``start_in_stack`` (its parts that run in the stack's process);
+* ``dah run`` / ``dah demo``: ``in_process`` (the engine in this process, one prompt one run: ``Session``).
+
+An engine never imports the chaos package: a scenario is what ``Scenario`` names, duck-typed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from agent.contracts import AgentConfig
+from harness.event_history import save_histories
+from harness.operations import History
+from harness.recording import EffectLedger
+from harness.rundir import RunDir
+from testbed.connection import TemporalConnection
+from testbed.engines.target import REFERENCE, Target
+from testbed.stack import Stack, StackSpec
+
+
+class Cluster(Protocol):
+    """What an engine reads of a scenario's cluster (``chaos.scenarios.ClusterSpec``)."""
+
+    workers: int
+    model_latency: str
+    workflow: str | None
+
+    @property
+    def faults(self) -> Any: ...  # harness.faults.AgentFaults: what the workers carry
+
+
+class Scenario(Protocol):
+    """What an engine reads of a scenario (``chaos.scenarios.ChaosScenario``): the cluster, the load and the agent
+    settings it asks for."""
+
+    name: str
+    cluster: Cluster
+    workload: Any  # testbed.engines.driver.Workload
+    timeouts: str  # a key of testbed.engines.driver.TIMEOUTS
+    planning_max_attempts: int
+    max_history_events: int
+    local_tools: tuple[str, ...]
+    local_model: bool
+
+
+class Session(Protocol):
+    """An engine running in this process for ``dah run`` / ``dah demo``: each prompt one run of its own."""
+
+    banner: str  # what ``dah demo`` says first: the engine, where its state is, the model
+
+    async def run_turn(self, config: AgentConfig, prompt: str, run_id: str) -> dict[str, Any]:
+        """The run ``run_id`` of ``prompt`` to its result (``reply``, ``messages``); an exception if it failed."""
+        ...
+
+    async def describe_run(self, run_id: str) -> list[str]:
+        """Where the run is kept, then one line per step as the engine recorded it (what ``dah run`` prints)."""
+        ...
+
+
+@dataclass
+class Engine:
+    """The protocol, with the defaults most engines share."""
+
+    target: Target = REFERENCE
+    name: str = ""
+    suffix: str = ""  # appended to scenario names where both engines' runs sit side by side ("@checkpoint")
+    not_applicable: dict[str, str] = field(default_factory=dict)  # checker -> why it cannot apply here
+    scenarios: tuple[str, ...] | None = None  # the named scenarios this engine can run (None: all)
+    #: where Temporal is: the embedded dev server (default), or an external cluster (its address and namespace)
+    connection: TemporalConnection = field(default_factory=TemporalConnection)
+
+    @property
+    def external(self) -> bool:
+        """Temporal is a cluster this harness does not own (it cannot restart it, and shares it with others)."""
+        return not self.connection.embedded
+
+    @property
+    def checkers(self) -> list[str]:
+        return [c for c in self.target.checkers if c not in self.not_applicable]
+
+    def record(self) -> dict[str, Any]:
+        """``run.json``'s ``backend``: what ran, and which checkers cannot apply to it (and why)."""
+        return {"name": self.name, "not_applicable": dict(self.not_applicable),
+                "temporal": self.connection.redacted()}
+
+    def reproduce(self) -> dict[str, Any]:
+        """The command-line flags that select this engine again (TLS and API keys come from the environment or
+        a profile, as they did: never on a command line)."""
+        if self.external:
+            return {"--address": self.connection.address, "--namespace": self.connection.namespace}
+        return {}
+
+    def task_queue(self, scenario: Scenario) -> str:
+        """The scenario's task queue; on an external cluster, one of this run's own (``-<random>``): workers of
+        another run on the same cluster and namespace (another user's, an earlier seed's) never take its tasks."""
+        queue = self.target.task_queue or f"chaos-{scenario.name}"
+        # A worker that hard-codes its address hard-codes its queue too: it is the one it polls.
+        return f"{queue}-{uuid.uuid4().hex[:8]}" if self.external and not self.target.address else queue
+
+    # -- the chaos runner ------------------------------------------------------------------------------------
+
+    def stack_spec(self, scenario: Scenario, run: RunDir, seed: int, history: History, ui: bool) -> StackSpec:
+        raise NotImplementedError
+
+    def make_driver(self, stack: Stack, history: History, scenario: Scenario, seed: int) -> Any:
+        raise NotImplementedError
+
+    #: what is running right now, by the engine's own lights: ``async running(stack)`` ->
+    #: [{"workflow_id", "activity", "attempt", "worker"}]; None: Temporal's pending activities say
+    running = None
+
+    def aiming(self, stack: Stack, driver: Any) -> dict[str, Any]:
+        """What aimed kills read beyond the stack, as ``chaos.nemesis.NemesisContext`` fields (``ledger``: the
+        effect ledger where this process can read it; ``continue_as_new_events``); none by default."""
+        return {}
+
+    async def save(self, stack: Stack, run: RunDir, driver: Any) -> None:
+        """Every conversation's event histories (what temporal_history and replay read)."""
+        if stack.client is not None:
+            await save_histories(stack.client, driver.workflow_ids, run.event_histories)
+
+    # -- the stack (testbed.stack.StackSpec.engine) ----------------------------------------------------------
+
+    def server(self, spec: StackSpec) -> Any | None:
+        """The engine's own server or database, started by the stack and exposed as ``Stack.server`` so the
+        server nemeses work on it unchanged: a context manager with ``start()``, ``kill()``, ``pid``, ``port`` and
+        ``ui_url`` (None); None: it has none (Temporal's is the stack's own)."""
+        return None
+
+    async def start_in_stack(self, stack: Stack, exits: contextlib.AsyncExitStack) -> None:
+        """Start what the engine runs in the stack's process (after the model and the ledger, before the worker
+        processes), stopped by ``exits``; nothing by default."""
+
+    # -- dah run / dah demo ----------------------------------------------------------------------------------
+
+    def in_process(self, state_dir: Path, model_url: str | None, ledger: EffectLedger, *, worker: bool = True
+                   ) -> contextlib.AbstractAsyncContextManager[Session]:
+        """This engine in this process, on ``state_dir`` (``worker``: run the steps here too, else only submit
+        them for workers elsewhere); Temporal's ``dah run`` is the stack's own (``testbed.cli``)."""
+        raise NotImplementedError(f"{self.name}: no in-process session")
+
