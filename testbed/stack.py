@@ -193,7 +193,7 @@ class Stack:
         with w.lock:
             if w.process.pid != pid:  # restarted meanwhile: that process is gone already
                 return None
-            identity = w.process.identity
+            identity = w.process.polling_identity  # as the server and the event history name it
             killed_at = time.time()
             w.process.kill()
         value = {"worker": w.name, "identity": identity, "pid": pid, "killed_at": killed_at, "peer_port": peer_port,
