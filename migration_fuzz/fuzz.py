@@ -228,7 +228,7 @@ def reproduce_command(opts: FuzzOptions, seed: int, shape: Shape) -> str:
 
 async def _kill_during(ctx: Any, kills: list[dict[str, Any]], done: asyncio.Event) -> None:
     """Chaos: after a random delay, SIGKILL one random worker (the supervisor restarts it)."""
-    from chaos.nemesis import kill_worker
+    from testbed.faults.nemesis import kill_worker
 
     await asyncio.sleep(ctx.rng.uniform(0.05, 0.8))
     if done.is_set():
@@ -249,7 +249,7 @@ async def run_fuzz(opts: FuzzOptions, say: Callable[[str], None] = lambda m: Non
     """Start the cluster (testbed.stack), run every iteration, check it; the run directory (harness.rundir)
     gets ``run.json``, ``operations.jsonl``, ``results.json`` and ``table.txt``."""
     from chaos.client import DEFAULT_TIMEOUTS, TIMEOUTS
-    from chaos.nemesis import NemesisContext
+    from testbed.faults.nemesis import NemesisContext
     from testbed.model_server import LatencyModel
     from testbed.stack import StackSpec, stack
     from testbed.worker_process import reference_worker

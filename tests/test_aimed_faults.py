@@ -21,7 +21,7 @@ import pytest
 
 from chaos.backends.byo import OwnAgentOnTemporal
 from chaos.checker import run_checkers
-from chaos.nemesis import NemesisContext, aimed_at, kill_worker, ledger_in_flight
+from testbed.faults.nemesis import NemesisContext, aimed_at, kill_worker, ledger_in_flight
 from chaos.runner import run
 from chaos.scenarios import SCENARIOS, ClusterSpec, scenario_from_dict
 from chaos.target import Target

@@ -7,7 +7,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos.nemesis import EMBEDDED_ONLY, NEMESES, NemesisContext
+from testbed.faults.nemesis import EMBEDDED_ONLY, NEMESES, NemesisContext
 from chaos.scenarios import ChaosScenario
 from chaos.target import REFERENCE, Target
 from harness.event_history import save_histories
@@ -36,7 +36,7 @@ class Backend:
 
     @property
     def unavailable_nemeses(self) -> frozenset[str]:
-        """The nemeses this backend's cluster cannot have (``chaos.nemesis.EMBEDDED_ONLY`` on an external one)."""
+        """The nemeses this backend's cluster cannot have (``testbed.faults.nemesis.EMBEDDED_ONLY`` on an external one)."""
         return frozenset(EMBEDDED_ONLY) if self.external else frozenset()
 
     def skip_reason(self, scenario: ChaosScenario) -> str | None:
@@ -78,7 +78,7 @@ class Backend:
         return NemesisContext(stack, history, driver.workflow_ids, random.Random(seed), self.target.model_activity,
                               driver_stop=getattr(driver, "stop", None), running=self.running)
 
-    running = None  # Temporal backends: the nemesis asks Temporal (chaos.nemesis.temporal_in_flight)
+    running = None  # Temporal backends: the nemesis asks Temporal (testbed.faults.nemesis.temporal_in_flight)
     nemeses = NEMESES
 
     async def save(self, stack: Stack, run: RunDir, driver: Any) -> None:

@@ -42,7 +42,7 @@ from agent.worker import LEDGER
 from chaos.backends.base import Backend
 from chaos.backends.oneshot import OneShotDriver, RunFailedError
 from chaos.checker.dbos_steps import STEPS_FILE
-from chaos.nemesis import NemesisContext, ledger_in_flight
+from testbed.faults.nemesis import NemesisContext, ledger_in_flight
 from chaos.scenarios import ChaosScenario
 from chaos.target import REFERENCE, Target
 from harness.operations import History

@@ -52,7 +52,7 @@ from chaos.target import REFERENCE, Target
 from harness.operations import History
 from harness.rundir import RunDir
 from testbed.model_server import LatencyModel
-from testbed.net import FaultProxy
+from testbed.faults.network import FaultProxy
 from testbed.processes import free_port
 from testbed.restate_server import RestateServer, settings
 from testbed.stack import Endpoints, Stack, StackSpec

@@ -22,13 +22,14 @@ from typing import Any
 
 from chaos.backends.base import Backend
 from chaos.client import TIMEOUTS, Driver, chaos_agent_config
-from chaos.nemesis import NemesisContext
+from testbed.faults.nemesis import NemesisContext
 from chaos.scenarios import ChaosScenario
 from harness.operations import History
 from harness.faults import AgentFaults
 from harness.recording import ENV_LEDGER
 from harness.rundir import EFFECTS_SERVICE, RunDir
-from testbed.effects_service import ENV_EFFECTS_URL, EffectFault
+from testbed.effects_service import ENV_EFFECTS_URL
+from testbed.faults.effects import EffectFault
 from testbed.model_server import LatencyModel
 from testbed.stack import Endpoints, Stack, StackSpec
 from testbed.worker_process import WorkerProcess

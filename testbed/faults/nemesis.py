@@ -50,12 +50,12 @@ from pathlib import Path
 from temporalio.api.enums.v1 import EventType, PendingActivityState, PendingWorkflowTaskState
 from temporalio.client import Client
 
-from harness.faults import FaultRule
+from testbed.faults.model import FaultRule
 from harness.recording import MODEL_CALL
-from testbed.effects_service import EffectFault
+from testbed.faults.effects import EffectFault
 from testbed.stack import Stack
 from harness.operations import FAIL, INFO, INVOKE, OK, History
-from testbed.net import Toxic
+from testbed.faults.network import Toxic
 
 
 @dataclass
@@ -584,7 +584,7 @@ async def partition(ctx: NemesisContext, link: str = "temporal", mode: str = "bl
     """Cut the workers' link to Temporal or to the model: ``blackhole`` (a partition: nothing gets through, nothing
     errors; what was sent is delivered when it heals, as TCP would), ``reset`` (TCP RST), ``down`` (connections
     refused), or ``drop`` (bytes thrown away on live connections: no real network does that to TCP; it tests a
-    protocol's own resilience, see ``testbed.net``)."""
+    protocol's own resilience, see ``testbed.faults.network``)."""
     proxy = ctx.stack.temporal_proxy if link == "temporal" else ctx.stack.model_proxy
     assert proxy is not None
     op = ctx.history.invoke("nemesis", "partition", {"link": link, "mode": mode, "duration_s": duration_s})
