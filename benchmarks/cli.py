@@ -45,7 +45,7 @@ examples:
 progress goes to stderr; the results folder to stdout. Also installed as the command dah-bench.
 
 not a section of a run (its own command, a few seconds, no Temporal):
-  python -m benchmarks.proxy   what the fault proxy (testbed/net.py) adds to a link: round-trip latency and
+  python -m benchmarks.proxy   what the fault proxy (testbed/faults/network.py) adds to a link: round-trip latency and
                                throughput against a direct connection; goal <= 100 us added at the median
 """
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -49,7 +48,7 @@ from benchmarks import checkpoint_bench
 from benchmarks.conversations import WORKLOADS, Workload, _check
 from benchmarks.plain import PlainEffects
 from benchmarks.stats import summarise
-from harness.recording import MODEL_CALL
+from harness.recording import MODEL_CALL, read_ledger
 from testbed.model_server import LatencyModel
 
 ENGINE_NAMES = ("plain", "checkpoint", "temporal", "dbos-sqlite", "dbos-postgres", "restate")
@@ -153,13 +152,9 @@ async def _engine(bench: Any, name: str) -> AsyncIterator[Any]:
 def _model_ms(ledger_path: Path, run_id: str) -> float:
     """Time spent inside model steps of a run (their ledger executions: the model call and the client library
     around it), the same measure on every engine."""
-    db = sqlite3.connect(f"file:{ledger_path}?mode=ro", uri=True, timeout=30)
-    try:
-        row = db.execute("SELECT SUM(finished_at - started_at) FROM executions WHERE workflow_id = ? AND kind = ? "
-                         "AND finished_at IS NOT NULL", (run_id, MODEL_CALL)).fetchone()
-    finally:
-        db.close()
-    return round((row[0] or 0.0) * 1000.0, 3)
+    rows = read_ledger(ledger_path, "executions", workflow_id=run_id, timeout_s=30.0)
+    return round(sum(e["finished_at"] - e["started_at"] for e in rows
+                     if e["kind"] == MODEL_CALL and e["finished_at"] is not None) * 1000.0, 3)
 
 
 async def _series(bench: Any, engine: Any, mode: str, workload: Workload, turns: int, warmup: int

@@ -1,4 +1,4 @@
-"""``python -m benchmarks.proxy``: what the fault proxy (testbed/net.py ``FaultProxy``) adds to a TCP link.
+"""``python -m benchmarks.proxy``: what the fault proxy (testbed/faults/network.py ``FaultProxy``) adds to a TCP link.
 
     python -m benchmarks.proxy                          # 5000 64-byte round trips per path, 200 MB each way
     python -m benchmarks.proxy --requests 20000 --payload 1024 --mb 500 --json proxy.json
@@ -46,7 +46,7 @@ from typing import Any
 
 from benchmarks.cli import _positive
 from benchmarks.stats import percentile
-from testbed.net import FaultProxy, Toxic
+from testbed.faults.network import FaultProxy, Toxic
 
 HOST = "127.0.0.1"
 GOAL_US = 100.0
@@ -323,7 +323,7 @@ def measure(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, A
              for p in paths if p != "direct"}
     added_p50 = added["proxied"]["p50_us"]
     return {
-        "benchmark": "fault proxy overhead (testbed/net.py FaultProxy)",
+        "benchmark": "fault proxy overhead (testbed/faults/network.py FaultProxy)",
         "config": {"requests": args.requests, "payload_bytes": args.payload, "rounds": rounds, "warmup": warmup,
                    "mb": args.mb, "pin": args.pin, "noop_toxic": None if args.no_toxic else NOOP_TOXIC,
                    "goal_p50_us": args.goal_us},

@@ -433,7 +433,7 @@ async def throughput(bench: Bench) -> dict[str, Any]:
 
 async def recovery(bench: Bench) -> dict[str, Any]:
     """A turn whose tool runs ``tool_s`` seconds, with and without SIGKILLing the worker running it."""
-    from chaos.nemesis import NemesisContext, kill_worker
+    from testbed.faults.nemesis import NemesisContext, kill_worker
 
     import random
 

@@ -17,7 +17,7 @@ from typing import Any
 @dataclass(frozen=True)
 class NemesisEvent:
     at_s: float  # offset into the fault phase
-    op: str  # a name in chaos.nemesis.NEMESES
+    op: str  # a name in testbed.faults.nemesis.NEMESES
     args: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:

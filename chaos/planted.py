@@ -1,7 +1,7 @@
 """The planted-bug catalogue: for each property a checker claims, a deliberately broken agent that must not pass.
 
 ``python -m chaos planted`` runs every entry (a scenario plus a planted bug: a mutation of
-``harness.faults.MUTATIONS``, a broken workflow of ``chaos.mutants``, or a broken setting), on the reference
+``harness.faults.MUTATIONS``, a broken workflow of ``testbed.faults.planted``, or a broken setting), on the reference
 agent and on the example third-party agent (``examples/third_party_agent``, through its target file), and
 prints one row per bug: the bug, the scenario, the verdict, the checker(s) that caught it, and their evidence.
 An entry is caught when the run is not ``pass`` and one of the checkers it names says ``fail`` (or ``unknown``
@@ -22,6 +22,7 @@ from chaos.generator import NemesisEvent
 from chaos.scenarios import SCENARIOS, ChaosScenario, ClusterSpec
 from harness.printable import table as format_table
 from harness.verdict import FAIL, PASS, UNKNOWN
+from testbed.faults.planted import workflow_spec
 from testbed.cli_options import add_out, progress
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,22 +67,22 @@ CATALOGUE: list[PlantedBug] = [
                        settle_s=15.0, final_s=20.0, **_NO_FAULTS), ("lost",)),
     PlantedBug("wall_clock_workflow", "workflow code reads the wall clock (sandbox off): replays differently",
                replace(SCENARIOS["kill_idle"], name="planted_wall_clock_workflow",
-                       cluster=ClusterSpec(workers=1, workflow="chaos.mutants:WallClockAgentWorkflow"),
+                       cluster=ClusterSpec(workers=1, workflow=workflow_spec("WallClockAgentWorkflow")),
                        workload=Workload(conversations=1, messages=2, append_ratio=0.0, until_heal=False),
                        **_NO_FAULTS), ("replay",)),
     PlantedBug("hash_seed_workflow", "workflow code branches on hash() (the sandbox allows it): each process "
                                      "decides differently", _mutant("kill_mid_turn", "hash_seed_workflow",
-                                                                     workflow="chaos.mutants:HashSeedAgentWorkflow"),
+                                                                     workflow=workflow_spec("HashSeedAgentWorkflow")),
                ("replay", "workflow_tasks")),
     PlantedBug("stuck_workflow_task", "workflow code raises on the third turn: its workflow task fails forever",
-               _mutant("kill_idle", "stuck_workflow_task", workflow="chaos.mutants:CrashOnThirdTurnAgentWorkflow",
+               _mutant("kill_idle", "stuck_workflow_task", workflow=workflow_spec("CrashOnThirdTurnAgentWorkflow"),
                        workload=Workload(conversations=1, messages=4, append_ratio=0.0, until_heal=False, think_s=0.1),
                        settle_s=7.0, final_s=15.0, recovery_within_s=4.0, **_NO_FAULTS),
                ("lost", "workflow_tasks")),
     PlantedBug("forgets_at_continue_as_new", "the state carried into continue-as-new loses the last turn; killed "
                                              "at continue-as-new",
                _mutant("kill_continue_as_new", "forgets_at_continue_as_new",
-                       workflow="chaos.mutants:ForgetfulAgentWorkflow"), ("lost",)),
+                       workflow=workflow_spec("ForgetfulAgentWorkflow")), ("lost",)),
     PlantedBug("gives_up_on_the_model", "model calls limited to one attempt: an outage fails the turn",
                replace(SCENARIOS["model_outage"], name="planted_gives_up_on_the_model", planning_max_attempts=1,
                        workload=Workload(conversations=2, messages=4, append_ratio=0.0)), ("lost",)),

@@ -15,12 +15,11 @@ from testbed.engines.target import REFERENCE, Target, load_recorded_target
 
 
 def reference_workflows() -> frozenset[str]:
-    """The workflow classes a reference agent's run may name: its own, and the planted ones (``chaos.mutants``).
-    The only code a run directory can select, and only from this harness's own."""
-    from chaos import mutants
+    """The workflow classes a reference agent's run may name: its own, and the planted ones
+    (``testbed.faults.planted``). The only code a run directory can select, and only from this harness's own."""
+    from testbed.faults import planted
 
-    return frozenset({REFERENCE.workflow, *(f"{mutants.__name__}:{name}" for name, obj in vars(mutants).items()
-                                           if isinstance(obj, type) and obj.__module__ == mutants.__name__)})
+    return frozenset({REFERENCE.workflow, *(planted.workflow_spec(name) for name in planted.planted_workflows())})
 
 
 def replay_target(run_dir: Path, recorded: dict[str, Any], given: Target | None = None) -> ReplayTarget | str:
@@ -37,7 +36,9 @@ def replay_target(run_dir: Path, recorded: dict[str, Any], given: Target | None 
     A target file declaring another workflow than the run recorded is not the run's agent: nothing."""
     again = command_line("python -m chaos check", {"--target": "PATH/TO/chaos-target.toml"}, [str(run_dir)])
     recorded = recorded if isinstance(recorded, dict) else {}
-    workflow, source = recorded.get("workflow"), recorded.get("source")
+    from testbed.faults.planted import current_workflow
+
+    workflow, source = current_workflow(recorded.get("workflow")), recorded.get("source")
     if given is not None and not given.is_reference:
         target, how = given, f"the target file {given.source}, given on the command line"
     elif source:
@@ -51,7 +52,7 @@ def replay_target(run_dir: Path, recorded: dict[str, Any], given: Target | None 
                             source="the reference agent: this harness's own code and interpreter")
     else:
         return (f"not replayed: run.json names no target file and the workflow {str(workflow)[:200]!r}, which is "
-                f"not the reference agent's (nor a planted one of chaos.mutants); for your own agent: {again}")
+                f"not the reference agent's (nor a planted one of testbed.faults.planted); for your own agent: {again}")
     if workflow and workflow != target.workflow:
         return (f"not replayed: {how.split(',')[0]} declares the workflow {target.workflow}, but the run recorded "
                 f"{str(workflow)[:200]!r}: not the agent that ran; give its own target file: {again}")

@@ -37,7 +37,7 @@ from typing import Any
 
 from chaos.checker.verdict import check as check_saved_run, table_row
 from chaos.generator import NemesisEvent, schedule
-from chaos.nemesis import EMBEDDED_ONLY, NEMESES, NemesisContext
+from testbed.faults.nemesis import EMBEDDED_ONLY, NEMESES, NemesisContext
 from chaos.replay_target import replay_target
 from chaos.scenarios import SCENARIOS, ChaosScenario
 from harness import operations
@@ -179,7 +179,7 @@ async def run(scenario: ChaosScenario, backend: Engine, *, seed: int, out_root: 
 
 
 def unavailable_nemeses(engine: Engine) -> frozenset[str]:
-    """The nemeses this engine's cluster cannot have (``chaos.nemesis.EMBEDDED_ONLY`` on an external one)."""
+    """The nemeses this engine's cluster cannot have (``testbed.faults.nemesis.EMBEDDED_ONLY`` on an external one)."""
     return frozenset(EMBEDDED_ONLY) if engine.external else frozenset()
 
 

@@ -123,7 +123,7 @@ def rerun_job(run_dir: Path, connection: Any = None, target_path: Path | None = 
     if target is None and workflow is not None and (not isinstance(workflow, str)
                                                       or workflow not in reference_workflows()):
         raise ValueError(f"{run_dir}: its scenario's cluster.workflow {str(workflow)[:200]!r} is not the reference "
-                         "agent's nor a planted one (chaos.mutants); a run directory's code is never run")
+                         "agent's nor a planted one (testbed.faults.planted); a run directory's code is never run")
     durability = backend.get("name") if backend.get("name") in TWIN_SUFFIXES.values() else "temporal"
     return (scenario, make_engine(durability, workers=workers, image=image, target=target, target_file=target_path,
                                    connection=connection),

@@ -193,7 +193,13 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
 
 
 def scenario_from_dict(data: dict[str, Any]) -> ChaosScenario:
-    """A scenario as ``run.json`` recorded it (``asdict``), back: ``python -m chaos rerun`` runs it again."""
+    """A scenario as ``run.json`` recorded it (``asdict``), back: ``python -m chaos rerun`` runs it again. A planted
+    workflow an older run names by its old module path is named by its path now (``current_workflow``)."""
+    from testbed.faults.planted import current_workflow
+
     events = tuple(NemesisEvent(e["at_s"], e["op"], dict(e.get("args") or {})) for e in data.get("events") or ())
-    return _build(ChaosScenario, {**data, "events": events, "cluster": _build(ClusterSpec, data.get("cluster") or {}),
+    cluster = dict(data.get("cluster") or {})
+    if "workflow" in cluster:
+        cluster["workflow"] = current_workflow(cluster["workflow"])
+    return _build(ChaosScenario, {**data, "events": events, "cluster": _build(ClusterSpec, cluster),
                                   "workload": _build(Workload, data.get("workload") or {})})

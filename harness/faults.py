@@ -1,8 +1,10 @@
-"""Every fault the harness injects into an agent itself, and into the model API it calls.
+"""The in-agent fault seam: every fault the harness injects into an agent's worker itself.
 
-Network, process and server faults come from outside (``chaos/nemesis.py``,
-``testbed/net.py``). The faults here act *inside* the agent's worker or its
-model API, at points an outside observer cannot hit exactly:
+The orchestrator's faults (process kills and pauses, network, the Temporal server, the scripted model's fault
+rules, the effects service's faults, the planted workflows) live in ``testbed/faults/``, whose docstring maps
+every fault. These stay here, in the standard-library ``harness`` package, because they act *inside* the agent's
+worker, at points an outside observer cannot hit exactly, and an agent we did not write imports this module in
+its own Python; ``harness/recording.py`` is where they fire.
 
 * **crash points** (``CRASH_POINTS``): the worker SIGKILLs itself right after
   a model call completed or right after an effect was applied, before the
@@ -13,9 +15,6 @@ model API, at points an outside observer cannot hit exactly:
 * **mutations** (``MUTATIONS``): deliberately broken builds that exist to prove
   a checker catches what it claims to (``unkeyed_effects``: every effect is
   applied on every attempt, its idempotency key ignored).
-* **model API fault rules** (``FaultRule``): the scripted model server answers
-  an error status, hangs, resets the connection, sends garbage or cuts its
-  answer (streamed or not) mid-way.
 
 The agent-side faults reach a worker either explicitly (``dah worker
 --crash-at/--bug/--mutation``) or through its environment
@@ -70,9 +69,10 @@ A crash point fires once per ledger (the first worker to reach it; the table
 ``crash_points`` says which), so the restarted worker can finish the work. A
 declared mutation with no ``mutations`` row, or a crash point scheduled that
 never fired, means the bug was not exercised: ``injection_evidence`` says
-``unknown``, never ``pass``. ``{identity}`` in the worker command is the worker
-identity the nemesis matches against the ledger's ``worker`` column and
-Temporal's: pass it as the ``worker`` of ``ExecutionIdentity.current``.
+``unknown``, never ``pass``. The nemesis names a worker as the Temporal server
+lists it (``{identity}`` in the worker command, or without it the SDK's default
+``<pid>@<hostname>``) and matches that against the ledger's ``worker`` column:
+pass the same identity as the ``worker`` of ``ExecutionIdentity.current``.
 
 Standard library only: this module is imported in a target agent's own Python.
 """
@@ -80,12 +80,10 @@ Standard library only: this module is imported in a target agent's own Python.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import signal
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
@@ -185,132 +183,3 @@ class AgentFaults:
 
 
 NO_FAULTS = AgentFaults()
-
-
-# ----------------------------------------------------------------------------------------- the model API
-
-FAULT_MODES: tuple[str, ...] = ("status", "hang", "reset", "malformed_json", "malformed_output", "stream_cut")
-FAULT_KEYS: tuple[str, ...] = ("status", "first_n", "duration_s", "scenario", "hang_s")
-FAULT_FORMS = (
-    f"'<mode>[,key=value...]' with mode in {{{', '.join(FAULT_MODES)}}} "
-    f"(status may be written 'status:<code>') and keys in {{{', '.join(FAULT_KEYS)}}}, "
-    "e.g. 'status:503,first_n=3', 'hang,hang_s=5', 'malformed_json,first_n=1,scenario=direct'"
-)
-
-
-def strip_provider(model: str) -> str:
-    """Scenario name of a model string: LiteLLM strips "openai/" but raw clients may not."""
-    return model[len("openai/"):] if model.startswith("openai/") else model
-
-
-@dataclass
-class FaultRule:
-    """One fault the scripted model server applies to matching chat-completion requests.
-
-    Modes: ``status`` (an error status with an OpenAI-style error body; 429 adds
-    ``Retry-After``), ``hang`` (never answer; close after ``hang_s`` or at stop),
-    ``reset`` (TCP RST), ``malformed_json`` (200 with a truncated body),
-    ``malformed_output`` (200, a tool call whose ``arguments`` is not JSON),
-    ``stream_cut`` (200, then the connection closes mid-answer: a streamed answer
-    stops after about half its events, without its terminal event; a whole
-    answer stops halfway through its body).
-    """
-
-    mode: str
-    status: int = 503  # for mode=status; 429 also sends Retry-After
-    first_n: int | None = None  # apply to the first N matching requests per run key; None = unlimited
-    duration_s: float | None = None  # apply only this long after installation; None = no time limit
-    scenario: str | None = None  # only this scenario ("openai/" prefix stripped); None = all
-    hang_s: float | None = None  # for mode=hang: hold this long then close; None = until server stops
-
-    def __post_init__(self) -> None:
-        # Validate here so from_dict() and the admin endpoint get the same checks as parse().
-        if self.mode not in FAULT_MODES:
-            raise ValueError(f"unknown fault mode {self.mode!r}; allowed modes: {', '.join(FAULT_MODES)}")
-        if isinstance(self.status, bool) or not isinstance(self.status, int) or not 400 <= self.status <= 599:
-            raise ValueError(f"fault status must be an HTTP 4xx/5xx code, got {self.status!r}")
-        if self.first_n is not None and (
-            isinstance(self.first_n, bool) or not isinstance(self.first_n, int) or self.first_n < 0
-        ):
-            raise ValueError(f"fault first_n must be an integer >= 0, got {self.first_n!r}")
-        for key in ("duration_s", "hang_s"):
-            val = getattr(self, key)
-            if val is not None:
-                if isinstance(val, bool) or not isinstance(val, (int, float)) or not math.isfinite(val) or val < 0:
-                    raise ValueError(f"fault {key} must be a number >= 0, got {val!r}")
-                setattr(self, key, float(val))
-        if self.hang_s is not None and self.mode != "hang":
-            raise ValueError(f"fault key hang_s only applies to mode 'hang', not {self.mode!r}")
-        if self.scenario is not None:
-            if not isinstance(self.scenario, str) or not self.scenario:
-                raise ValueError(f"fault scenario must be a non-empty string, got {self.scenario!r}")
-            self.scenario = strip_provider(self.scenario)
-
-    @classmethod
-    def parse(cls, spec: str) -> FaultRule:
-        """Parse the CLI form, e.g. "status:503,first_n=3", "hang,hang_s=5", "reset,first_n=2"."""
-        parts = [p.strip() for p in spec.split(",")]
-        head, rest = parts[0], parts[1:]
-        mode, sep, arg = head.partition(":")
-        mode = mode.strip().lower()
-        if mode not in FAULT_MODES:
-            raise ValueError(
-                f"bad fault spec {spec!r}: unknown mode {mode!r}; allowed modes: {', '.join(FAULT_MODES)}; "
-                f"form: {FAULT_FORMS}"
-            )
-        kwargs: dict[str, Any] = {}
-        if sep:
-            if mode != "status":
-                raise ValueError(f"bad fault spec {spec!r}: only 'status' takes ':<code>', got {head!r}")
-            kwargs["status"] = arg
-        for part in rest:
-            key, eq, value = part.partition("=")
-            key = key.strip()
-            if not eq or key not in FAULT_KEYS:
-                raise ValueError(
-                    f"bad fault spec {spec!r}: bad part {part!r}; allowed keys: {', '.join(FAULT_KEYS)}; "
-                    f"form: {FAULT_FORMS}"
-                )
-            if key in kwargs:
-                raise ValueError(f"bad fault spec {spec!r}: key {key!r} given twice")
-            kwargs[key] = value.strip()
-        try:
-            if "status" in kwargs:
-                kwargs["status"] = int(kwargs["status"])
-            if "first_n" in kwargs:
-                kwargs["first_n"] = int(kwargs["first_n"])
-            for key in ("duration_s", "hang_s"):
-                if key in kwargs:
-                    kwargs[key] = float(kwargs[key])
-        except ValueError:
-            raise ValueError(
-                f"bad fault spec {spec!r}: status/first_n must be integers and duration_s/hang_s numbers"
-            ) from None
-        try:
-            return cls(mode=mode, **kwargs)
-        except ValueError as exc:
-            raise ValueError(f"bad fault spec {spec!r}: {exc}") from None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> FaultRule:
-        if not isinstance(d, dict):
-            raise ValueError(f"fault rule must be a JSON object, got {type(d).__name__}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown fault rule key(s) {unknown}; allowed: {sorted(known)}")
-        if "mode" not in d:
-            raise ValueError("fault rule needs a 'mode'")
-        return cls(**d)
-
-    def describe(self) -> str:
-        """Spec-like string for logs, e.g. "status:503,first_n=3"."""
-        out = f"status:{self.status}" if self.mode == "status" else self.mode
-        for key in ("first_n", "duration_s", "scenario", "hang_s"):
-            val = getattr(self, key)
-            if val is not None:
-                out += f",{key}={val:g}" if isinstance(val, float) else f",{key}={val}"
-        return out

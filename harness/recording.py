@@ -58,6 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness import run_files
 from harness.durable_files import connect_wal
 from harness.faults import AgentFaults
 
@@ -434,6 +435,58 @@ class EffectLedger:
             duplicated_effects=sum(1 for n in applied.values() if n > 1),
             pending_effects=sum(1 for e in effects if e["state"] == "pending"),
         )
+
+
+# -- reading a ledger from outside the agent ---------------------------------------------------------------------
+
+#: the ledger's tables, each in the order its rows were written
+LEDGER_TABLES = ("executions", "effects", "applications", "crash_points", "mutations", "meta")
+
+
+def read_ledger(path: str | Path, table: str, *, root: str | Path | None = None, workflow_id: str | None = None,
+                timeout_s: float = 5.0) -> list[dict[str, Any]]:
+    """A ledger table's rows in insertion order, read-only and with no fault seam: how the checkers, the
+    benchmarks and the harness read a ledger that workers may still be writing. ``[]`` if the ledger or the table
+    does not exist. ``root``: the run directory the ledger lies in, which the read must not leave (opened by
+    ``harness.run_files.sqlite_readonly``'s rules: RefusedPath for a symlink or a file that is not regular);
+    ``workflow_id``: only that workflow's rows (tables that have the column)."""
+    if table not in LEDGER_TABLES:
+        raise ValueError(f"ledger table {table!r}: unknown; tables are {', '.join(LEDGER_TABLES)}")
+    path = Path(path)
+    if not os.path.lexists(path):
+        return []
+    if root is not None:
+        conn = run_files.sqlite_readonly(Path(root), path.relative_to(root))
+    else:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout_s)
+        conn.row_factory = sqlite3.Row
+    try:
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (table,)).fetchone():
+            return []
+        sql, args = f"SELECT * FROM {table}", ()  # noqa: S608 - a name of LEDGER_TABLES
+        if workflow_id is not None:
+            sql, args = sql + " WHERE workflow_id = ?", (workflow_id,)
+        return [dict(r) for r in conn.execute(sql + " ORDER BY rowid", args)]
+    finally:
+        conn.close()
+
+
+def write_ledger_rows(path: str | Path, table: str, rows: list[dict[str, Any]]) -> None:
+    """``rows`` written as given into a ledger's ``table`` (the ledger created if new), with no clock and no fault
+    seam, then checkpointed into the one file: for synthetic run directories (benchmark and test fixtures), never
+    for an agent's own recording, which goes through ``EffectLedger``."""
+    if table not in LEDGER_TABLES:
+        raise ValueError(f"ledger table {table!r}: unknown; tables are {', '.join(LEDGER_TABLES)}")
+    if not rows:
+        return
+    columns = list(rows[0])
+    with EffectLedger(path, faults=AgentFaults()) as ledger:
+        conn = ledger._conn
+        conn.execute("BEGIN")
+        conn.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                         [tuple(r[c] for c in columns) for r in rows])
+        conn.execute("COMMIT")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
 def executions_in_flight(path: Path, workers: tuple[str, ...] = ()) -> list[dict[str, Any]] | None:

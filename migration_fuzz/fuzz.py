@@ -228,7 +228,7 @@ def reproduce_command(opts: FuzzOptions, seed: int, shape: Shape) -> str:
 
 async def _kill_during(ctx: Any, kills: list[dict[str, Any]], done: asyncio.Event) -> None:
     """Chaos: after a random delay, SIGKILL one random worker (the supervisor restarts it)."""
-    from chaos.nemesis import kill_worker
+    from testbed.faults.nemesis import kill_worker
 
     await asyncio.sleep(ctx.rng.uniform(0.05, 0.8))
     if done.is_set():
@@ -335,7 +335,7 @@ class Iteration:
     say: Callable[[str], None]
 
     async def run(self, i: int) -> IterationResult:
-        from chaos.nemesis import NemesisContext
+        from testbed.faults.nemesis import NemesisContext
 
         opts, history, client = self.opts, self.history, self.stack.client
         seed = opts.seed + i

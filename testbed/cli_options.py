@@ -74,7 +74,7 @@ class UsageError(Exception):
 
 def model_knobs(args: argparse.Namespace) -> tuple[Any, list[Any]]:
     """The scripted model's ``--model-latency`` and ``--fault`` rules; UsageError naming a bad rule."""
-    from harness.faults import FaultRule
+    from testbed.faults.model import FaultRule
     from testbed.model_server import LatencyModel
 
     latency = LatencyModel.parse(args.model_latency)  # checked by the parser (testbed.cli_options)

@@ -555,6 +555,11 @@ class ContainerWorker:
         return self.worker.identity
 
     @property
+    def polling_identity(self) -> str:
+        """The identity the server sees: a container's worker is given ``{identity}`` (and $DAH_WORKER_IDENTITY)."""
+        return self.worker.identity
+
+    @property
     def alive(self) -> bool:
         return self.worker.alive
 

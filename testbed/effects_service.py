@@ -21,15 +21,15 @@ Contract
   twice, whatever the keys (``chaos/checker/effects.py``).
 * Admin routes (``GET /admin/stats``, ``POST|DELETE /admin/faults``), loopback only, need
   ``Authorization: Bearer <admin_token>`` (401 without it, 403 with another), as the scripted model's do.
-  ``POST /admin/faults`` ``{"faults": [EffectFault dicts]}`` replaces the armed faults:
+  ``POST /admin/faults`` ``{"faults": [EffectFault dicts]}`` replaces the armed faults (``testbed.faults.effects``
+  holds them and their contracts):
   ``{"mode": "crash_after_effect", "count": 1, "match": null}``: the next ``count`` effects (null: each one)
   whose text contains ``match`` are applied and logged, then the service asks ``kill_caller`` (the harness) to
   kill the calling worker process *before* the response is sent, then drops the connection;
   ``{"mode": "status", "status": 503, "duration_s": 5.0, "count": null}``: note requests are answered that status
   (nothing applied) for ``duration_s`` seconds from arming, or ``count`` times.
-* ``caller_pid(peer_port, service_port, pids)``: which of ``pids`` (the worker processes the harness started, or
-  one of their descendants) holds the client end of a TCP connection, read from ``/proc/net/tcp(6)`` socket
-  inodes and ``/proc/<pid>/fd``. The harness's ``kill_caller`` uses it and kills only a pid it started.
+* The harness's ``kill_caller`` (``testbed.faults.effects.kill_caller``) finds the calling worker process by its
+  TCP port (``caller_pid``) and kills only a pid it started.
 * Bounded like the scripted model (``testbed.model_server``, whose connection-limited server and request plumbing
   this reuses): at most ``max_connections`` connections, ``read_timeout_s`` per socket operation, bodies at most
   ``MAX_BODY_BYTES``, at most ``MAX_NOTES`` notes and ``MAX_KEYS`` keys held.
@@ -53,15 +53,15 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from testbed.faults.effects import Armed, EffectFault, KillCaller
 from testbed.model_server import READ_TIMEOUT_S, _Handler, _HTTPServer, http_url
 
-__all__ = ["EffectFault", "EffectsService", "caller_pid", "main", "ENV_EFFECTS_URL", "ADMIN_TOKEN_ENV"]
+__all__ = ["EffectsService", "main", "ENV_EFFECTS_URL", "ADMIN_TOKEN_ENV"]
 
 log = logging.getLogger(__name__)
 
@@ -77,142 +77,12 @@ MAX_KEYS = 20_000
 #: how much of a request's body its log line keeps (the effect line keeps the whole note text)
 LOG_BODY_CHARS = 2048
 MAX_CONNECTIONS = 64
-FAULT_MODES = ("crash_after_effect", "status")
 KIND_NOTE = "note"
-
-#: the harness's side of crash-after-effect: given the caller's TCP port, kill the worker process holding that
-#: connection (only one the harness started) and say what was killed, or None if no such worker was found
-KillCaller = Callable[[int], "dict[str, Any] | None"]
 
 
 def identity(kind: str, text: str) -> str:
     """An effect's identity: its kind and its content (the planned unique text), never its key."""
     return f"{kind}:{text}"
-
-
-@dataclass
-class EffectFault:
-    """One armed fault of the service (see the module docstring)."""
-
-    mode: str
-    count: int | None = 1  # how many times it fires (None: every time it matches)
-    match: str | None = None  # crash_after_effect: only effects whose text contains this
-    status: int = 503  # status: the answer
-    duration_s: float | None = None  # status: for this long after arming (None: until count runs out)
-
-    def __post_init__(self) -> None:
-        if self.mode not in FAULT_MODES:
-            raise ValueError(f"effects fault mode {self.mode!r}: unknown; modes are {', '.join(FAULT_MODES)}")
-        if self.count is not None and (isinstance(self.count, bool) or not isinstance(self.count, int)
-                                       or self.count < 1):
-            raise ValueError(f"effects fault count {self.count!r}: a positive integer or null (every time)")
-        if self.match is not None and not isinstance(self.match, str):
-            raise ValueError(f"effects fault match {self.match!r}: a string or null")
-        if isinstance(self.status, bool) or not isinstance(self.status, int) or not 400 <= self.status <= 599:
-            raise ValueError(f"effects fault status {self.status!r}: an HTTP error status, 400-599")
-        if self.duration_s is not None and (isinstance(self.duration_s, bool)
-                                            or not isinstance(self.duration_s, (int, float)) or self.duration_s <= 0):
-            raise ValueError(f"effects fault duration_s {self.duration_s!r}: a positive number of seconds or null")
-
-    @classmethod
-    def from_dict(cls, data: Any) -> EffectFault:
-        if not isinstance(data, dict):
-            raise ValueError(f"an effects fault is a JSON object, got {type(data).__name__}")
-        unknown = set(data) - {"mode", "count", "match", "status", "duration_s"}
-        if unknown:
-            raise ValueError(f"effects fault: unknown field(s) {', '.join(sorted(unknown))}; fields are mode, count, "
-                             "match, status, duration_s")
-        return cls(**data)
-
-
-@dataclass
-class _Armed:
-    fault: EffectFault
-    armed_at: float
-    fired: int = 0
-
-    def active(self, now: float) -> bool:
-        f = self.fault
-        if f.count is not None and self.fired >= f.count:
-            return False
-        return f.duration_s is None or now - self.armed_at <= f.duration_s
-
-
-# --------------------------------------------------------------------------- who is calling
-
-
-def _tcp_inodes(peer_port: int, service_port: int) -> set[int]:
-    """Inodes of the sockets whose local port is ``peer_port`` and remote port ``service_port`` (the client's end
-    of a connection to this service), from ``/proc/net/tcp`` and ``/proc/net/tcp6``."""
-    found: set[int] = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as f:
-                next(f, None)  # the header
-                for line in f:
-                    cols = line.split()
-                    if len(cols) < 10:
-                        continue
-                    local, remote = cols[1].rpartition(":")[2], cols[2].rpartition(":")[2]
-                    if int(local, 16) == peer_port and int(remote, 16) == service_port and cols[9] != "0":
-                        found.add(int(cols[9]))
-        except (OSError, ValueError):
-            continue
-    return found
-
-
-def _children() -> dict[int, list[int]]:
-    """Parent pid -> its children, for every process this user can see."""
-    out: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat.rpartition(")")[2].split()  # after the command name, which may hold spaces
-        if len(fields) >= 2 and fields[1].isdigit():
-            out.setdefault(int(fields[1]), []).append(int(name))
-    return out
-
-
-def _holds(pid: int, inodes: set[int]) -> bool:
-    wanted = {f"socket:[{i}]" for i in inodes}
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return False
-    for fd in fds:
-        try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}") in wanted:
-                return True
-        except OSError:
-            continue
-    return False
-
-
-def caller_pid(peer_port: int, service_port: int, pids: Iterable[int]) -> int | None:
-    """Which of ``pids`` holds, itself or through a descendant (a worker command that starts its agent as a
-    child), the client end of the connection from ``peer_port`` to ``service_port``; None if none does. Only the
-    given pids are ever answered: the caller kills what it started, never a process it did not."""
-    roots = [p for p in pids if p]
-    inodes = _tcp_inodes(peer_port, service_port)
-    if not inodes or not roots:
-        return None
-    children = _children()
-    for root in roots:
-        stack, seen = [root], set()
-        while stack:
-            pid = stack.pop()
-            if pid in seen:
-                continue
-            seen.add(pid)
-            if _holds(pid, inodes):
-                return root
-            stack.extend(children.get(pid, ()))
-    return None
 
 
 # --------------------------------------------------------------------------- the server
@@ -372,7 +242,7 @@ class EffectsService:
         self._log_file: Any = None
         self._notes: list[dict[str, Any]] = []
         self._keys: dict[str, dict[str, Any]] = {}
-        self._armed: list[_Armed] = []
+        self._armed: list[Armed] = []
         self._counts = {"requests": 0, "effects": 0, "replayed": 0, "keyless": 0, "crashes": 0, "status_faults": 0}
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -439,7 +309,7 @@ class EffectsService:
     def set_faults(self, faults: list[EffectFault]) -> None:
         now = time.monotonic()
         with self._lock:
-            self._armed = [_Armed(f, now) for f in faults]
+            self._armed = [Armed(f, now) for f in faults]
         if self._httpd is not None:
             self._log({"event": "faults", "time": time.time(), "faults": [asdict(f) for f in faults]})
 
@@ -468,7 +338,7 @@ class EffectsService:
         return None
 
     def _apply(self, text: str, conversation: str | None, key: str | None, peer_port: int
-               ) -> tuple[dict[str, Any], bool, _Armed | None]:
+               ) -> tuple[dict[str, Any], bool, Armed | None]:
         """(the answer, whether it was a replay, the crash fault it fires); logs the effect before returning."""
         with self._lock:
             if key is not None and key in self._keys:
@@ -499,7 +369,7 @@ class EffectsService:
                        "peer_port": peer_port})
         return dict(answer), False, crash
 
-    def _crash(self, armed: _Armed, answer: dict[str, Any], peer_port: int, service_port: int) -> bool:
+    def _crash(self, armed: Armed, answer: dict[str, Any], peer_port: int, service_port: int) -> bool:
         """Ask the harness to kill the caller of an effect just applied; True if it did (send no response)."""
         record: dict[str, Any] = {"event": "fault", "fault": "crash_after_effect", "note_id": answer["note_id"],
                                   "peer_port": peer_port}

@@ -17,13 +17,9 @@ Contract
 * The run key of a request is its ``X-DAH-Run`` header (else ``"global"``); the scenario is
   ``body["model"]`` without a leading ``"openai/"`` (the default responder answers a name it has no
   scenario for with its ``auto`` route).
-* ``FaultRule``s are checked in order, on both APIs, streamed or not; the first active matching rule is
-  applied and counted per (rule, run key).  Modes: ``status`` (error status + OpenAI error JSON; 429 adds
-  ``Retry-After``), ``hang`` (never answer; close after ``hang_s`` or at stop), ``reset``
-  (TCP RST), ``malformed_json`` (200 with a truncated JSON body, or a stream whose first event's data is
-  truncated), ``malformed_output`` (200, valid envelope, tool call whose ``arguments`` is not valid JSON),
-  ``stream_cut`` (200, then about half the stream's events and a close with no terminal event and no end
-  of the chunked body; a whole answer: half its body, short of its ``Content-Length``).
+* ``FaultRule``s (``testbed.faults.model``: each mode's contract) are checked in order, on both APIs, streamed
+  or not; the first active matching rule is applied and counted per (rule, run key): ``status``, ``hang``,
+  ``reset``, ``malformed_json``, ``malformed_output``, ``stream_cut``.
 * A ``LatencyModel`` sample (seeded, reproducible) is slept before every normal answer and
   before status / malformed faults, never before ``hang`` / ``reset``.
 * Other routes: ``GET /v1/models``, ``GET /healthz``, and the admin routes ``GET /admin/stats``,
@@ -67,8 +63,9 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterator
 
-from harness.faults import FAULT_FORMS, FaultRule, strip_provider
 from testbed import model_wire
+from testbed.faults.model import FAULT_FORMS, FaultRule, first_active, malformed_tool_call, status_error
+from testbed.model_wire import strip_provider
 
 __all__ = [
     "Responder",
@@ -206,17 +203,7 @@ class LatencyModel:
         return f"{self.kind}:" + ",".join(f"{x:g}" for x in self.params)
 
 
-# --------------------------------------------------------------------------- faults (harness.faults.FaultRule)
-
-_STATUS_ERRORS: dict[int, tuple[str, str, str]] = {
-    # status -> (message, type, code), shaped like the real OpenAI error bodies
-    429: ("Rate limit reached (injected fault)", "rate_limit_error", "rate_limit_exceeded"),
-    500: ("The server had an error while processing your request (injected fault)", "server_error", "internal_error"),
-    502: ("Bad gateway (injected fault)", "server_error", "bad_gateway"),
-    503: ("The engine is currently overloaded, please try again later (injected fault)", "server_error",
-          "service_unavailable"),
-    504: ("Gateway timeout (injected fault)", "server_error", "gateway_timeout"),
-}
+# --------------------------------------------------------------------------- helpers
 
 
 def http_url(host: str, port: int, path: str = "") -> str:
@@ -607,7 +594,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_malformed_json(api, body, chat, scenario, stream)
                 return
             if rule.mode == "malformed_output":
-                self._send_answer(api, body, chat, scenario, self._malformed_message(chat), stream)
+                self._send_answer(api, body, chat, scenario,
+                                  malformed_tool_call(chat, f"call_malformed_{owner._next_id()}"), stream)
                 return
         else:
             owner._sleep_latency()
@@ -700,26 +688,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_raw(200, half.encode("utf-8"))
 
     def _send_status_fault(self, status: int) -> None:
-        message, type_, code = _STATUS_ERRORS.get(
-            status,
-            (f"Injected HTTP {status}", "invalid_request_error" if status < 500 else "server_error", f"http_{status}"),
-        )
-        headers = {"Retry-After": "1"} if status == 429 else None
+        message, type_, code, headers = status_error(status)
         self._send_json(status, _error_body(message, type_, code), headers)
-
-    def _malformed_message(self, body: dict) -> dict:
-        name = "calculator"
-        tools = body.get("tools")
-        try:
-            name = str(tools[0]["function"]["name"]) or name
-        except (TypeError, KeyError, IndexError):
-            pass
-        call = {
-            "id": f"call_malformed_{self.server.owner._next_id()}",
-            "type": "function",
-            "function": {"name": name, "arguments": '{"expression": "25 * 4"'},  # missing closing brace
-        }
-        return {"role": "assistant", "content": None, "tool_calls": [call]}
 
 
 class ScriptedModelServer:
@@ -880,23 +850,14 @@ class ScriptedModelServer:
             self._stats["responses_ok" if ok else "responses_error"] += 1
 
     def _match_fault(self, scenario: str, run_key: str) -> FaultRule | None:
-        """First active rule matching this request; counts it as applied."""
+        """First active rule matching this request (``testbed.faults.model.first_active``); counts it as applied."""
         with self._lock:
-            elapsed = time.monotonic() - self._installed_at
-            for idx, rule in enumerate(self._rules):
-                if rule.scenario is not None and rule.scenario != scenario:
-                    continue
-                if rule.duration_s is not None and elapsed > rule.duration_s:
-                    continue
-                key = (idx, run_key)
-                used = self._rule_counts.get(key, 0)
-                if rule.first_n is not None and used >= rule.first_n:
-                    continue
-                self._rule_counts[key] = used + 1
+            rule = first_active(self._rules, self._rule_counts, time.monotonic() - self._installed_at, scenario,
+                                run_key)
+            if rule is not None:
                 applied = self._stats["faults_applied"]
                 applied[rule.mode] = applied.get(rule.mode, 0) + 1
-                return rule
-        return None
+            return rule
 
     def _sleep_latency(self) -> None:
         with self._lock:

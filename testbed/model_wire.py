@@ -41,6 +41,11 @@ DELTA_CHARS = 16
 MAX_REFERENCE_JSON = 16 * 1024
 
 
+def strip_provider(model: str) -> str:
+    """Scenario name of a model string: LiteLLM strips "openai/" but raw clients may not."""
+    return model[len("openai/"):] if model.startswith("openai/") else model
+
+
 def text_of(content: Any) -> str:
     """Content as one string: a string as is; a list of parts joined by their text (``text``, ``input_text``,
     ``output_text``, ``refusal``); parts with no text (images, files) are left out; None is ''."""

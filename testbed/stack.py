@@ -7,7 +7,8 @@ of it, in reverse order, on any exit path (return, exception, Ctrl-C).
               as ``Stack.server``, and what it runs in this process (the checkpoint engine's queue and worker)
     model:    the scripted OpenAI-compatible server (latency, faults, seed), or an existing one (model_url)
     effects:  the external effects service the agent's tools call (``testbed.effects_service``), logging to
-              ``effects_log``; its crash-after-effect fault kills the calling worker through ``Stack.kill_caller``
+              ``effects_log``; its crash-after-effect fault kills the calling worker
+              (``testbed.faults.effects.kill_caller``)
     proxies:  FaultProxy on the two links that matter (chaos): the server link (worker->Temporal, or between an
               engine's server and its workers: ``server_proxy``) and worker->model
     workers:  in-process Temporal workers (one per WorkerSettings), and N supervised worker processes or
@@ -24,7 +25,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -38,15 +38,17 @@ from agent.contracts import DEFAULT_TASK_QUEUE, AgentConfig, AgentInput, AgentRe
 from agent.tools import workspace_for
 from agent.worker import WorkerSettings, build_worker
 from agent.workflow import AgentWorkflow
-from harness.faults import AgentFaults, FaultRule
-from harness.operations import OK, History
+from harness.faults import AgentFaults
+from harness.operations import History
 from harness.owner import ENV_OWNER, owner_environment
 from harness.recording import EffectLedger
 from testbed.connection import TemporalConnection, quiet_runtime
 from testbed.engines.checkpoint.temporal_adapter import on_temporal_worker
-from testbed.effects_service import EffectFault, EffectsService, caller_pid
+from testbed.effects_service import EffectsService
+from testbed.faults.effects import EffectFault, kill_caller
+from testbed.faults.model import FaultRule
 from testbed.model_server import LatencyModel, ScriptedModelServer
-from testbed.net import FaultProxy
+from testbed.faults.network import FaultProxy
 from testbed.processes import ensure_reaper
 from testbed.scripted_routes import respond
 from testbed.supervisor import SupervisedWorker, Supervisor
@@ -173,34 +175,6 @@ class Stack:
         assert self.model_server is not None, "no scripted model server in this stack"
         self.model_server.set_faults(rules)
 
-    def kill_caller(self, peer_port: int) -> dict[str, Any] | None:
-        """Crash-after-effect (``testbed.effects_service``): SIGKILL the worker process holding the connection from
-        ``peer_port`` to the effects service, recorded as a nemesis ``kill_worker`` aimed ``after_effect``; None if
-        no worker process of this stack holds it (only pids this stack started are ever killed). Called from the
-        service's request thread, before it answers: the caller never sees the response."""
-        assert self.effects_service is not None
-        by_pid = {w.process.pid: w for w in self.workers if getattr(w.process, "pid", None)}
-        pid = caller_pid(peer_port, self.effects_service.port, list(by_pid))
-        if pid is None:
-            return None
-        w = by_pid[pid]
-        history = self.spec.history
-        op = history.invoke("nemesis", "kill_worker", {"when": "busy", "activity": None, "down_s": 0.0,
-                                                       "at": "after_effect", "via": "effects_service"}) \
-            if history else None
-        with w.lock:
-            if w.process.pid != pid:  # restarted meanwhile: that process is gone already
-                return None
-            identity = w.process.identity
-            killed_at = time.time()
-            w.process.kill()
-        value = {"worker": w.name, "identity": identity, "pid": pid, "killed_at": killed_at, "peer_port": peer_port,
-                 "evidence": [{"effect_applied_unanswered": {"peer_port": peer_port}}],
-                 "aim": {"at": "after_effect", "via": "effects_service"}}
-        if op is not None:
-            history.complete(op, OK, value)
-        return {k: value[k] for k in ("worker", "identity", "pid", "killed_at")}
-
     def heal(self) -> None:
         """Undo every fault: links clean and up, workers resumed, the model healthy."""
         for proxy in (self.server_proxy, self.model_proxy):
@@ -266,7 +240,7 @@ async def stack(spec: StackSpec) -> AsyncIterator[Stack]:
                                                  seed=spec.seed)
             exits.enter_context(s.model_server)
         if spec.effects_log is not None:
-            s.effects_service = exits.enter_context(EffectsService(spec.effects_log, kill_caller=s.kill_caller,
+            s.effects_service = exits.enter_context(EffectsService(spec.effects_log, kill_caller=lambda port: kill_caller(s, port),
                                                                    faults=list(spec.effects_faults)))
         if spec.proxies:
             upstream = (spec.server_proxy_to or (("127.0.0.1", s.server.port) if s.server is not None else

@@ -82,7 +82,7 @@ class Supervisor:
             w.process.start()
             w.restarts += 1
             if op is not None:
-                self.history.complete(op, OK, {"worker": w.name, "identity": w.process.identity})
+                self.history.complete(op, OK, {"worker": w.name, "identity": w.process.polling_identity})
         except Exception as exc:  # recorded; the supervisor tries again next round
             log.warning("restarting worker %s failed: %s", w.name, exc)
             if op is not None:

@@ -84,6 +84,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     from agent.worker import SANDBOX, WorkerSettings, build_worker, default_identity, load_workflow
     from harness.faults import AgentFaults
     from testbed.engines.checkpoint.temporal_adapter import on_temporal_worker
+    from testbed.faults import planted
     from testbed.stack import StackSpec, stack
 
     latency, faults = model_knobs(args)
@@ -96,13 +97,13 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         unknown = sorted(agent_faults.bugs - set(TOOLS))
         if unknown:
             raise ValueError(f"--bug {', '.join(unknown)}: not a tool; tools are {', '.join(TOOLS)}")
-        cancel_on_sigterm = agent_faults.mutated("cancel_on_sigterm")  # a planted bug: no drain
         settings = WorkerSettings(
             task_queue=args.task_queue, sandbox_root=args.state_dir / SANDBOX, ledger_path=args.ledger,
             model_base_url=args.model_base_url, identity=args.identity or default_identity(),
             workflow=args.workflow, max_cached_workflows=args.max_cached_workflows,
-            sticky_timeout_s=args.sticky_timeout, drain_timeout_s=0.0 if cancel_on_sigterm else args.drain_timeout,
-            activity_pollers=args.activity_pollers, heartbeat_throttle_s=args.heartbeat_throttle,
+            sticky_timeout_s=args.sticky_timeout, activity_pollers=args.activity_pollers,
+            drain_timeout_s=planted.drain_timeout(agent_faults, args.drain_timeout),  # a planted bug: no drain
+            heartbeat_throttle_s=args.heartbeat_throttle,
         )
         load_workflow(settings.workflow)  # a bad --workflow is a usage error, before connecting
     except ValueError as exc:
@@ -153,11 +154,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
             print(f"worker failed fatally: {type(exc).__name__}: {exc}" if exc else "worker stopped by itself",
                   flush=True)
             return EXIT_WORKER_FAILED
-        if cancel_on_sigterm:
-            from harness.recording import ExecutionIdentity
-
-            s.ledger.record_mutation("cancel_on_sigterm", ExecutionIdentity("-", "-", "-", 0, settings.identity),
-                                     "worker")
+        planted.on_sigterm(agent_faults, s.ledger, settings.identity)
         print(f"DRAINING: no new work; finishing what is in flight (up to {settings.drain_timeout_s:g} s)",
               flush=True)
         await worker.shutdown()

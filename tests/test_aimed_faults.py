@@ -21,7 +21,7 @@ import pytest
 
 from testbed.engines.byo import OwnAgentOnTemporal
 from chaos.checker.verdict import run_checkers
-from chaos.nemesis import NemesisContext, aimed_at, kill_worker
+from testbed.faults.nemesis import NemesisContext, aimed_at, kill_worker
 from chaos.runner import run
 from chaos.scenarios import SCENARIOS, ClusterSpec, scenario_from_dict
 from testbed.engines.target import Target
@@ -101,10 +101,15 @@ class FakeProcess:
     generation: int = 1
     calls: list[str] = field(default_factory=list)
     dead: bool = False
+    sdk_default: str | None = None  # a worker command without {identity}: the server sees it as <pid>@<hostname>
 
     @property
     def identity(self) -> str:
         return f"{self.identity_prefix}-{self.generation}"
+
+    @property
+    def polling_identity(self) -> str:
+        return self.sdk_default or self.identity
 
     @property
     def alive(self) -> bool:
@@ -143,6 +148,22 @@ async def test_a_kill_aimed_at_a_tool_freezes_the_worker_running_it_and_kills_it
     assert value["aim"] == {"when": "busy", "activity": "tool", "at": None}
     assert value["observed_by"] == "effect_ledger" and value["probes"] == 1
     assert {"worker", "identity", "evidence", "down_s", "killed_at"} <= set(value)  # what the checkers read
+
+
+async def test_a_worker_with_the_sdk_default_identity_is_found_and_recorded_as_the_server_sees_it(
+        tmp_path: Path) -> None:
+    """A target whose worker command lacks {identity}: its activities run (and are listed, and recorded) under
+    <pid>@<hostname>, not the harness's w2-1. The aimed kill finds that worker, and records the identity the event
+    history will name, which injection_evidence matches."""
+    path = tmp_path / "l.sqlite3"
+    with EffectLedger(path, faults=AgentFaults()) as ledger:
+        ledger.begin_execution(ident(worker="4242@host", activity_id="7"), "append_file")
+    ctx, procs = fake_context(tmp_path, path)
+    procs["w2"].sdk_default = "4242@host"
+    value = await kill_worker(ctx, when="busy", activity="tool", down_s=0.5, wait_s=1.0)
+    assert value["worker"] == "w2" and value["identity"] == "4242@host", value
+    assert procs["w2"].calls == ["pause", "kill"] and procs["w1"].calls == []
+    assert value["observed_by"] == "effect_ledger" and [e["activity"] for e in value["evidence"]] == ["append_file"]
 
 
 async def test_a_kill_whose_moment_never_comes_kills_anyway_with_no_evidence(tmp_path: Path) -> None:

@@ -45,7 +45,7 @@ async def test_a_tool_that_appends_without_its_idempotency_key_fails_the_effects
 
 async def test_a_workflow_reading_the_wall_clock_fails_the_replay_checker(tmp_path: Path) -> None:
     scenario = ChaosScenario("mutant_wall_clock", "no faults; a non-deterministic workflow",
-                             cluster=ClusterSpec(workers=1, workflow="chaos.mutants:WallClockAgentWorkflow"),
+                             cluster=ClusterSpec(workers=1, workflow="testbed.faults.planted:WallClockAgentWorkflow"),
                              workload=Workload(conversations=1, messages=2, append_ratio=0.0), fault_s=0.5)
     result = await run(scenario, ReferenceOnTemporal(), seed=4, out_root=tmp_path)
     v = verdicts(result)

@@ -11,7 +11,7 @@ import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 
-from chaos.nemesis import NemesisContext, effects_outage
+from testbed.faults.nemesis import NemesisContext, effects_outage
 from chaos.scenarios import SCENARIOS, SUITE
 from harness.operations import FAIL, OK, History
 from testbed.effects_service import EffectsService

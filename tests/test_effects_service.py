@@ -16,7 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from testbed.effects_service import (MAX_BODY_BYTES, EffectFault, EffectsService, caller_pid, identity)
+from testbed.effects_service import MAX_BODY_BYTES, EffectsService, identity
+from testbed.faults.effects import EffectFault, caller_pid
 
 
 def log_lines(path: Path) -> list[dict]:

@@ -20,7 +20,7 @@ from temporalio.service import RPCError
 
 from testbed.temporal_server import EmbeddedTemporal
 from testbed.processes import free_port
-from testbed.net import FaultProxy, Toxic
+from testbed.faults.network import FaultProxy, Toxic
 
 LOCAL = "127.0.0.1"
 FAST = 0.1  # a round trip on loopback with no toxic, with room for a loaded machine

@@ -17,7 +17,8 @@ import uuid
 
 from agent.contracts import AgentConfig, AgentInput, ChatMessage
 from harness.event_history import fetch_run
-from harness.faults import NO_FAULTS, AgentFaults, FaultRule
+from harness.faults import NO_FAULTS, AgentFaults
+from testbed.faults.model import FaultRule
 from testbed.model_server import LatencyModel, ScriptedModelServer
 from testbed.scripted_routes import respond
 from testbed.stack import Stack

@@ -7,6 +7,10 @@
               package is the one place an engine is defined, and never imports chaos
     chaos, benchmarks, migration_fuzz, reports: the tools; checkers and reports never import the agent
     a run's verdict is decided in chaos.checker.verdict alone; harness.verdict holds the values and names no check
+
+And one place for faults: they are defined, switched on and sent to workers only from ``testbed/faults/`` (the
+orchestrator's) and ``harness/faults.py`` (the in-agent seam); the effect ledger is read only through
+``harness.recording``.
 """
 
 from __future__ import annotations
@@ -280,3 +284,92 @@ def test_measurements_are_not_checks() -> None:
 
     found = {f.stem for f in (ROOT / "chaos" / "checker").glob("*.py")}
     assert found - set(ALL_CHECKERS) == {"__init__", "run_data", "verdict"}
+# -- one place for faults, one reader of the ledger -----------------------------------------------------------------
+
+def _in(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def _call_nodes(path: Path) -> list[ast.Call]:
+    return [n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Call)]
+
+
+#: the run-time fault switches: arming the model's or the effects service's faults, adding a toxic to a proxy
+FAULT_SWITCHES = ("set_model_faults", "set_faults", "add_toxic", "remove_toxic")
+#: who may throw them, and why: the fault package; the stack (its ``set_model_faults`` and ``heal``); each service's
+#: own admin route applying what was posted to it; the proxy's benchmark, which measures a no-op toxic
+FAULT_SWITCH_USERS = ("testbed.faults", "testbed.stack", "testbed.model_server", "testbed.effects_service",
+                      "benchmarks.proxy")
+
+
+def test_faults_are_switched_on_only_from_the_fault_package() -> None:
+    found = sorted({f"{m} calls {c.func.attr}" for m, path in modules().items() if not _in(m, FAULT_SWITCH_USERS)
+                    for c in _call_nodes(path) if isinstance(c.func, ast.Attribute) and c.func.attr in FAULT_SWITCHES})
+    assert found == []
+    users = {m for m, path in modules().items() for c in _call_nodes(path)
+             if isinstance(c.func, ast.Attribute) and c.func.attr in FAULT_SWITCHES}
+    assert {"testbed.faults.nemesis"} <= users  # the rule is about real code: the nemesis throws them
+
+
+def _worker_signals(path: Path) -> list[str]:
+    """``kill``/``terminate``/``pause`` sent to a supervised worker: on ``<x>.process`` or on the process a
+    ``with <w>.held() as <name>`` block holds."""
+    tree = ast.parse(path.read_text())
+    held = {item.optional_vars.id for n in ast.walk(tree) if isinstance(n, (ast.With, ast.AsyncWith))
+            for item in n.items if isinstance(item.optional_vars, ast.Name) and isinstance(item.context_expr, ast.Call)
+            and isinstance(item.context_expr.func, ast.Attribute) and item.context_expr.func.attr == "held"}
+    out = []
+    for c in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+        f = c.func
+        if isinstance(f, ast.Attribute) and f.attr in ("kill", "terminate", "pause"):
+            on = f.value
+            if (isinstance(on, ast.Attribute) and on.attr == "process") or (isinstance(on, ast.Name) and on.id in held):
+                out.append(f.attr)
+    return out
+
+
+def test_only_the_fault_package_signals_a_supervised_worker() -> None:
+    """Kills, SIGTERMs and freezes of a running worker are faults (testbed.faults.nemesis, and the effects
+    service's crash after an effect): the one other sender is the stack's teardown, which kills what is left."""
+    senders = {m: _worker_signals(path) for m, path in modules().items()}
+    assert sorted(m for m, s in senders.items() if s and not _in(m, ("testbed.faults",))) == ["testbed.stack"]
+    assert senders["testbed.stack"] == ["kill"]  # _stop_workers, at teardown
+    assert {"kill", "terminate", "pause"} <= set(senders["testbed.faults.nemesis"])
+    assert senders["testbed.faults.effects"] == ["kill"]
+
+
+#: the fault vocabulary's classes and the nemeses' table: defined once, in the fault package or the in-agent seam
+FAULT_DEFINITIONS = {"FaultProxy": "testbed.faults.network", "Toxic": "testbed.faults.network",
+                     "FaultRule": "testbed.faults.model", "EffectFault": "testbed.faults.effects",
+                     "AgentFaults": "harness.faults", "NEMESES": "testbed.faults.nemesis",
+                     "CRASH_POINTS": "harness.faults", "MUTATIONS": "harness.faults"}
+
+
+def test_each_fault_is_defined_in_the_fault_package_or_the_harness_seam() -> None:
+    where: dict[str, list[str]] = defaultdict(list)
+    for m, path in modules().items():
+        for node in ast.parse(path.read_text()).body:
+            names = [node.name] if isinstance(node, ast.ClassDef) else \
+                [t.id for t in node.targets if isinstance(t, ast.Name)] if isinstance(node, ast.Assign) else \
+                [node.target.id] if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) else []
+            for name in names:
+                if name in FAULT_DEFINITIONS:
+                    where[name].append(m)
+    assert {name: sorted(ms) for name, ms in where.items()} == {n: [m] for n, m in FAULT_DEFINITIONS.items()}
+
+
+#: who may import sqlite3, and why: the ledger's own API (harness.recording) and the helpers it stands on; the
+#: engines' own stores (the checkpoint engine's, DBOS's system database); the benchmark of SQLite's own commit floor
+SQLITE_USERS = ("harness.recording", "harness.durable_files", "harness.run_files", "testbed.engines",
+                "benchmarks.checkpoint_bench")
+#: the ledger's tables, as SQL names them
+LEDGER_SQL = re.compile(r"\b(FROM|INTO|UPDATE|JOIN)\s+(executions|effects|applications|crash_points|mutations)\b")
+
+
+def test_the_ledger_is_read_only_through_the_recording_api() -> None:
+    importers = sorted(m for m, path in modules().items() if "sqlite3" in imports(path, m))
+    assert [m for m in importers if not _in(m, SQLITE_USERS)] == []
+    assert "harness.recording" in importers
+    naming = sorted(m for m, path in modules().items() if LEDGER_SQL.search(path.read_text()))
+    assert [m for m in naming if m != "harness.recording"] == []
+    assert "harness.recording" in naming

@@ -24,7 +24,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # before any lite
 import httpx
 import pytest
 
-from harness.faults import FaultRule
+from testbed.faults.model import FaultRule
 from testbed.model_server import LatencyModel, ScriptedModelServer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from harness.faults import FaultRule
+from testbed.faults.model import FaultRule
 from testbed.model_server import ScriptedModelServer
 from testbed.scripted_routes import respond
 

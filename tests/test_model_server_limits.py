@@ -20,7 +20,7 @@ import httpx
 import psutil
 import pytest
 
-from harness.faults import FaultRule
+from testbed.faults.model import FaultRule
 from testbed import model_server
 from testbed.model_server import ADMIN_TOKEN_ENV, MAX_BODY_BYTES, ScriptedModelServer
 from tests.test_model_server import ROOT, _env, chat_body, echo_responder, post_chat, serve

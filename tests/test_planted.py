@@ -25,6 +25,25 @@ def test_every_entry_names_real_checkers_mutations_and_workflows() -> None:
     assert {b.agent for b in CATALOGUE} == {"reference", "third_party"}
 
 
+def test_an_older_run_naming_a_planted_workflow_by_its_old_module_reruns_and_replays_the_same_build(
+        tmp_path: Path) -> None:
+    """Run directories saved before the planted bugs moved name them ``chaos.mutants:NAME``: a rerun starts the same
+    build and the replay checker replays with it (the reference agent's code, never the run directory's)."""
+    from chaos.target import ReplayTarget, reference_workflows, replay_target
+    from testbed.faults.planted import current_workflow, workflow_spec
+
+    bug = next(b for b in CATALOGUE if b.name == "wall_clock_workflow")
+    old = asdict(bug.scenario)
+    old["cluster"]["workflow"] = "chaos.mutants:WallClockAgentWorkflow"
+    assert scenario_from_dict(old) == bug.scenario
+    assert current_workflow("chaos.mutants:WallClockAgentWorkflow") == workflow_spec("WallClockAgentWorkflow") \
+        in reference_workflows()
+    replay = replay_target(tmp_path, {"workflow": "chaos.mutants:HashSeedAgentWorkflow", "source": None})
+    assert isinstance(replay, ReplayTarget) and replay.workflow == "testbed.faults.planted:HashSeedAgentWorkflow"
+    assert isinstance(replay_target(tmp_path, {"workflow": "chaos.mutants:Nothing", "source": None}), str)
+    assert current_workflow("agent.workflow:AgentWorkflow") == "agent.workflow:AgentWorkflow"
+
+
 def test_a_run_that_passed_never_counts_as_caught() -> None:
     bug = next(b for b in CATALOGUE if b.name == "unkeyed_effects")
     assert not caught(bug, "pass", {"effects": "pass"})

@@ -20,7 +20,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from testbed.engines.byo import OwnAgentOnTemporal
 from chaos.checker import injection_evidence
 from chaos.checker.run_data import RunData
-from chaos.nemesis import NemesisContext, kill_worker
+from testbed.faults.nemesis import NemesisContext, kill_worker
 from chaos.runner import check, nemesis_context
 from testbed.engines.target import load_target
 from harness.operations import FAIL, History

@@ -188,12 +188,11 @@ query = "history"
 conversation_path = "messages"
 end = "end"
 ''',
-        # (Its worker takes {identity}: with the SDK's default, <pid>@<hostname>, the worker is found ready, but the
-        # nemesis matches the server's pending activities against the harness's own worker identity, so an aimed
-        # kill never finds its moment and lands only by chance: a known bug, injection_evidence then unknown.)
+        # Its worker takes no {identity}: the SDK's default, <pid>@<hostname>, is what the server lists and what
+        # the harness must find (readiness, aimed kills, the kill's record that injection_evidence matches).
         "per_message": f'''name = "answer-per-message"
 python = {python}
-worker = ["{{python}}", "agents.py", "{{address}}", "{{task_queue}}", "{{model_url}}", "{{identity}}"]
+worker = ["{{python}}", "agents.py", "{{address}}", "{{task_queue}}", "{{model_url}}"]
 workflow = "agents:Answer"
 {COMMON}
 [chat]
@@ -281,6 +280,12 @@ async def test_a_zero_code_target_passes_kill_mid_turn(agent_dir: Path, tmp_path
     assert by["lost"].details["acknowledged"] >= 4, by["lost"].details
     landed = by["injection_evidence"].details["faults"]
     assert any(f["f"] == "kill_worker" and f["landed"] for f in landed), landed
+    assert by["injection_evidence"].verdict == "pass", by["injection_evidence"].as_dict()
+    if shape == "per_message":  # the SDK's default identity: each kill names the process as the server saw it
+        ops = [json.loads(line) for line in (result.run_dir / "operations.jsonl").read_text().splitlines()]
+        kills = [o["value"] for o in ops if o["f"] == "kill_worker" and o["type"] == "ok"]
+        assert kills and all(k["identity"].endswith(f"@{socket.gethostname()}") for k in kills), kills
+        assert any(k["evidence"] for k in kills), kills  # an aimed kill found its moment (not a fallback kill)
     record = json.loads((result.run_dir / "run.json").read_text())
     assert record["target"]["chat"]["style"] == target.chat["style"]
 

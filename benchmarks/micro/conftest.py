@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import sqlite3
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -28,7 +27,7 @@ import pytest
 
 from agent.tools import workspace_for
 from agent.worker import LEDGER, WORKSPACES, WorkerSettings
-from harness.recording import EffectLedger
+from harness.recording import EffectLedger, write_ledger_rows
 from harness.rundir import OPERATIONS, RunDir
 from testbed.engines.driver import Workload, chaos_agent_config, plan_message
 from harness.operations import INFO, INVOKE, OK, Op
@@ -194,17 +193,15 @@ def build_run_dir(run_dir: Path, conversations: int = CONVERSATIONS, messages: i
         target={"name": "reference-agent", "model_activity": "plan_next_action", "ledger": LEDGER,
                 "workspace": WORKSPACES})
 
-    conn = sqlite3.connect(ledger_path)
-    with conn:
-        conn.executemany("INSERT INTO executions (idempotency_key, workflow_id, run_id, activity_id, attempt, tool, "
-                         "worker, started_at, finished_at, outcome, kind) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                         [(*e, "model" if e[5] == "plan_next_action" else "tool") for e in executions])
-        conn.executemany("INSERT INTO effects (idempotency_key, workflow_id, tool, target, digest, state, apply_count, "
-                         "result, first_attempt, applied_attempt, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)", effects)
-        conn.executemany("INSERT INTO applications (idempotency_key, workflow_id, tool, target, attempt, worker, at) "
-                         "VALUES (?,?,?,?,?,?,?)", applications)
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.close()
+    columns = {"executions": ("idempotency_key", "workflow_id", "run_id", "activity_id", "attempt", "tool", "worker",
+                              "started_at", "finished_at", "outcome", "kind"),
+               "effects": ("idempotency_key", "workflow_id", "tool", "target", "digest", "state", "apply_count",
+                           "result", "first_attempt", "applied_attempt", "updated_at"),
+               "applications": ("idempotency_key", "workflow_id", "tool", "target", "attempt", "worker", "at")}
+    rows = {"executions": [(*e, "model" if e[5] == "plan_next_action" else "tool") for e in executions],
+            "effects": effects, "applications": applications}
+    for table, cols in columns.items():
+        write_ledger_rows(ledger_path, table, [dict(zip(cols, r)) for r in rows[table]])
 
     # Worker logs: mostly noise, a few tracebacks (the stats checker scans them).
     logs = run_dir / "logs"

@@ -17,7 +17,7 @@ A kill right after an effect by the external effects service (``kill_worker`` ai
 calling worker before the response) is confirmed by the service's own log: the
 effect, the fault line naming the killed worker, and that request left unanswered;
 it counts as the scenario's ``after_effect`` crash point firing.
-A kill aimed at a workflow task or at a continue-as-new (``chaos.nemesis``,
+A kill aimed at a workflow task or at a continue-as-new (``testbed.faults.nemesis``,
 ``kill_worker(at=...)``) is checked against the saved event histories where
 there are some: the workflow task the frozen victim held never completed (it
 timed out or failed), or the run it held continued as new after the kill, or

@@ -24,7 +24,7 @@ from typing import Any
 
 from harness import operations, run_files
 from harness.event_history import RunRecord, load_saved_records
-from harness.recording import MODEL_CALL, workspace_name
+from harness.recording import MODEL_CALL, read_ledger, workspace_name
 from harness.rundir import EFFECTS_SERVICE, STATE, RunDir, RunDirError, check_conversations, expect, expect_fields, \
     parse_json, read_json
 
@@ -187,16 +187,11 @@ class RunData:
 
     def ledger_rows(self, table: str) -> list[dict[str, Any]]:
         """A ledger table's rows in insertion order; ``[]`` if the ledger or the table does not exist. The ledger is
-        opened read-only by ``harness.run_files``' rules (RefusedPath: a symlink, not a regular file)."""
-        if self.ledger_path is None or not os.path.lexists(self.ledger_path):
+        opened read-only by ``harness.run_files``' rules (RefusedPath: a symlink, not a regular file), through the
+        recording API (``harness.recording.read_ledger``)."""
+        if self.ledger_path is None:
             return []
-        conn = run_files.sqlite_readonly(self.run_dir, self.ledger_path.relative_to(self.run_dir))
-        try:
-            if not conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (table,)).fetchone():
-                return []
-            return [dict(r) for r in conn.execute(f"SELECT * FROM {table} ORDER BY rowid")]  # noqa: S608 - fixed names
-        finally:
-            conn.close()
+        return read_ledger(self.ledger_path, table, root=self.run_dir)
 
     def is_model_call(self, execution: dict[str, Any]) -> bool:
         """Whether a ledger execution was a model call (schema-2 ledgers did not say: their model activity did)."""

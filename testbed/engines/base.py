@@ -123,7 +123,7 @@ class Engine:
     running = None
 
     def aiming(self, stack: Stack, driver: Any) -> dict[str, Any]:
-        """What aimed kills read beyond the stack, as ``chaos.nemesis.NemesisContext`` fields (``ledger``: the
+        """What aimed kills read beyond the stack, as ``testbed.faults.nemesis.NemesisContext`` fields (``ledger``: the
         effect ledger where this process can read it; ``continue_as_new_events``); none by default."""
         return {}
 

@@ -26,7 +26,8 @@ from harness.recording import ENV_LEDGER
 from harness.rundir import EFFECTS_SERVICE, RunDir
 from testbed.engines.base import Engine, Scenario
 from testbed.engines.driver import TIMEOUTS, Driver, chaos_agent_config
-from testbed.effects_service import ENV_EFFECTS_URL, EffectFault
+from testbed.effects_service import ENV_EFFECTS_URL
+from testbed.faults.effects import EffectFault
 from testbed.model_server import LatencyModel
 from testbed.stack import Endpoints, Stack, StackSpec
 from testbed.worker_process import WorkerProcess

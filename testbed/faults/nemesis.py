@@ -27,6 +27,11 @@ a kill mid-call on an activity with a long start-to-close and no heartbeat may l
 the attempt in the history, before the run ends. ``injection_evidence`` counts such a kill as landed when that
 snapshot shows the attempt running on the killed worker and the history shows the activity scheduled and not
 closed at the kill.
+
+Workers are named as the server sees them: ``WorkerProcess.polling_identity``, the harness's ``{identity}`` or, for
+a worker command without it, the SDK's default ``<pid>@<hostname>``. The pending activities and workflow tasks the
+nemesis matches, and the ``identity`` every kill, pause and drain records (which the checkers match against the
+event history's worker identity and the ledger's), all use that name.
 """
 
 from __future__ import annotations
@@ -44,12 +49,12 @@ from pathlib import Path
 from temporalio.api.enums.v1 import EventType, PendingActivityState, PendingWorkflowTaskState
 from temporalio.client import Client
 
-from harness.faults import FaultRule
+from testbed.faults.model import FaultRule
 from harness.recording import MODEL_CALL, executions_in_flight
-from testbed.effects_service import EffectFault
+from testbed.faults.effects import EffectFault
 from testbed.stack import Stack
 from harness.operations import FAIL, INFO, INVOKE, OK, History
-from testbed.net import Toxic
+from testbed.faults.network import Toxic
 
 
 @dataclass
@@ -116,9 +121,11 @@ async def last_task_workers(ctx: NemesisContext) -> dict[str, str]:
 
 
 def _worker_of(ctx: NemesisContext, identity: str) -> str | None:
-    """The live worker with this identity now (a killed generation's activities still look running for a while)."""
+    """The live worker the server sees as ``identity`` now (``polling_identity``: the harness's ``{identity}``, or
+    the SDK's default ``<pid>@<hostname>`` for a worker command without it); a killed generation's activities still
+    look running for a while."""
     for w in ctx.stack.workers:
-        if w.process.identity == identity and w.process.alive:
+        if w.process.polling_identity == identity and w.process.alive:
             return w.name
     return None
 
@@ -155,7 +162,7 @@ async def _wait_for_in_flight(ctx: NemesisContext, activity: str | None, timeout
 async def _aimed_running(ctx: NemesisContext, activity: str | None) -> tuple[list[dict[str, Any]], str]:
     """(the activities ``activity`` aims at, running on live workers, where that was read: the effect ledger where
     this process can read it and it names the live workers, else the backend's ``running`` or Temporal)."""
-    live = tuple(w.process.identity for w in ctx.stack.workers if w.process.alive)
+    live = tuple(w.process.polling_identity for w in ctx.stack.workers if w.process.alive)
     rows = executions_in_flight(ctx.ledger, live) if ctx.ledger is not None and live else None
     if rows is not None:
         source = "effect_ledger"
@@ -209,7 +216,7 @@ async def _freeze_then_kill(ctx: NemesisContext, identity: str, down_s: float,
         return None
     w = ctx.stack.worker(name)
     async with w.held() as proc:
-        if proc.identity != identity or not proc.alive:
+        if proc.polling_identity != identity or not proc.alive:
             return None
         proc.pause()
         try:
@@ -466,7 +473,7 @@ async def kill_worker(ctx: NemesisContext, when: str = "busy", activity: str | N
             busy = {a["workflow_id"] for a in await in_flight(ctx)}
             held = await last_task_workers(ctx)
             for w in ctx.stack.workers:
-                waiting = [wid for wid, identity in held.items() if identity == w.process.identity and wid not in busy]
+                waiting = [wid for wid, identity in held.items() if identity == w.process.polling_identity and wid not in busy]
                 if waiting:
                     victim, evidence = w.name, [{"cached_idle_conversation": wid} for wid in waiting]
                     break
@@ -479,7 +486,7 @@ async def kill_worker(ctx: NemesisContext, when: str = "busy", activity: str | N
         victim = victim or ctx.rng.choice(ctx.stack.workers).name
         w = ctx.stack.worker(victim)
         async with w.held() as proc:
-            identity = proc.identity
+            identity = proc.polling_identity
             w.down_until = time.monotonic() + down_s
             killed_at = time.time()
             proc.kill()
@@ -496,7 +503,7 @@ async def pause_worker(ctx: NemesisContext, pause_s: float = 6.0, wait_s: float 
     victim = _worker_of(ctx, running[0]["worker"]) if running else None
     victim = victim or ctx.rng.choice(ctx.stack.workers).name
     w = ctx.stack.worker(victim)
-    identity = w.process.identity
+    identity = w.process.polling_identity
     evidence = [a for a in running if a["worker"] == identity]
     async with w.held() as proc:
         proc.pause()
@@ -527,7 +534,7 @@ async def drain_worker(ctx: NemesisContext, activity: str | None = "model", down
     victim = victim or ctx.rng.choice(ctx.stack.workers).name
     w = ctx.stack.worker(victim)
     async with w.held() as proc:
-        identity = proc.identity
+        identity = proc.polling_identity
         w.down_until = float("inf")  # the supervisor waits until it has exited
         signalled_at = time.time()
         proc.terminate()
@@ -553,7 +560,7 @@ async def partition(ctx: NemesisContext, link: str = "temporal", mode: str = "bl
     """Cut the workers' link to Temporal or to the model: ``blackhole`` (a partition: nothing gets through, nothing
     errors; what was sent is delivered when it heals, as TCP would), ``reset`` (TCP RST), ``down`` (connections
     refused), or ``drop`` (bytes thrown away on live connections: no real network does that to TCP; it tests a
-    protocol's own resilience, see ``testbed.net``)."""
+    protocol's own resilience, see ``testbed.faults.network``)."""
     proxy = ctx.stack.server_proxy if link == "temporal" else ctx.stack.model_proxy
     assert proxy is not None
     op = ctx.history.invoke("nemesis", "partition", {"link": link, "mode": mode, "duration_s": duration_s})
@@ -684,7 +691,7 @@ async def deploy_fix(ctx: NemesisContext, activity: str = "calculator", min_atte
         async with w.held() as proc:
             await asyncio.to_thread(proc.stop)
             await asyncio.to_thread(proc.start, faults=proc.faults.without_bugs())
-    value = {"evidence": stuck, "workers": [w.process.identity for w in ctx.stack.workers]}
+    value = {"evidence": stuck, "workers": [w.process.polling_identity for w in ctx.stack.workers]}
     ctx.history.complete(op, OK, value)
     return value
 
