@@ -90,121 +90,153 @@ class _Writer:
 def build_run_dir(run_dir: Path, conversations: int = CONVERSATIONS, messages: int = MESSAGES_PER_CONVERSATION,
                   seed: int = 0) -> dict[str, int]:
     """Write a consistent run of ``conversations`` x ``messages`` turns to ``run_dir``; returns its sizes."""
-    rng = random.Random(seed)
     run_dir.mkdir(parents=True, exist_ok=True)
-    tag = "bench0"
-    wids = [f"chaos-{tag}-{i}" for i in range(conversations)]
-    workload = Workload(conversations=conversations, messages=messages, append_ratio=0.4)
-    sandbox = WorkerSettings.in_state_dir(run_dir / "state").sandbox_root
-    h = _Writer(run_dir / OPERATIONS)
-
-    # The ledger: the project's own schema, filled directly (one transaction, not one fsync per row).
-    ledger_path = run_dir / "state" / LEDGER
-    EffectLedger(ledger_path).close()
-    executions: list[tuple] = []
-    effects: list[tuple] = []
-    applications: list[tuple] = []
-
-    h.event("generator", "phase:setup")
-    h.event("generator", "phase:warm-up")
-    planned: dict[str, list[Any]] = {w: [] for w in wids}
-    msg_rngs = {w: random.Random(f"{seed}-messages-{i}") for i, w in enumerate(wids)}
-    for i, wid in enumerate(wids):
-        inv = h.invoke(f"client-{i}", "start_conversation", {"conversation": wid})
-        h.complete(inv, OK)
-    kill_rounds = {messages * (k + 1) // (KILLS + 1): k for k in range(KILLS)}
-    info_sends = 0
-    for n in range(messages):
-        if n == messages // 10:
-            h.event("generator", "phase:faults")
-        if n in kill_rounds:
-            k = kill_rounds[n]
-            identity = f"w{k % 2 + 1}-{k // 2 + 1}"
-            # The victim died mid model call: its execution never finished (the ledger proves the fault landed).
-            executions.append((f"{wids[k]}/run-0/kill-{k}", wids[k], "run-0", f"kill-{k}", 1, "plan_next_action",
-                               identity, h.t0_wall + h.t, None, None))
-            inv = h.invoke("nemesis", "kill_worker", {"when": "busy", "activity": "plan_next_action", "down_s": 1.0})
-            h.complete(inv, OK, {"worker": identity.split("-")[0], "identity": identity,
-                                 "evidence": [{"running_activity": "plan_next_action", "workflow_id": wids[k]}],
-                                 "down_s": 1.0})
-        invokes = []
-        for i, wid in enumerate(wids):
-            msg = plan_message(wid, n, msg_rngs[wid], workload.append_ratio)
-            planned[wid].append(msg)
-            invokes.append(h.invoke(f"client-{i}", "send_message", {"conversation": wid, "n": n, "text": msg.text,
-                                                                     "expect": msg.expect, "match": msg.match}))
-        order = list(range(conversations))
-        rng.shuffle(order)  # concurrent clients: completions interleave
-        for i in order:
-            wid, msg, inv = wids[i], planned[wids[i]][n], invokes[i]
-            if rng.random() < 0.02:  # a timed-out send that was processed anyway: info, in the conversation once
-                info_sends += 1
-                h.complete(inv, INFO, error="TimeoutError: update did not return within 60.0 s")
-            else:
-                h.complete(inv, OK, {"reply": msg.expect, "turn": n + 1})
-            # Ledger: two model calls and one tool call per turn; 5% of tool calls re-executed (attempt 2), deduplicated.
-            t = h.t0_wall + h.t
-            tool_name = "append_file" if msg.kind == "append" else "calculator"
-            for a, tool in ((f"{3 * n}", "plan_next_action"), (f"{3 * n + 1}", tool_name),
-                            (f"{3 * n + 2}", "plan_next_action")):
-                key = f"{wid}/run-0/{a}"
-                attempts = 2 if tool != "plan_next_action" and rng.random() < 0.05 else 1
-                for attempt in range(1, attempts + 1):
-                    executions.append((key, wid, "run-0", a, attempt, tool, f"w{attempt}-1", t, t + 0.01, "ok"))
-                if tool == "append_file":
-                    effects.append((key, wid, tool, msg.path, f"sha-{n}", "applied", 1, msg.expect, 1, 1, t))
-                    applications.append((key, wid, tool, msg.path, 1, "w1-1", t))
-    h.event("generator", "phase:heal")
-    for i, wid in enumerate(wids):
-        inv = h.invoke(f"client-{i}", "end_chat", {"conversation": wid})
-        h.complete(inv, OK, {"reply": None, "turns": messages, "messages": 1 + 4 * messages, "run_index": 0,
-                             "ended_by": "end_chat"})
-    for i, wid in enumerate(wids):
-        inv = h.invoke(f"client-{i}", "read_conversation", {"conversation": wid})
-        h.complete(inv, OK, {"messages": 1 + 4 * messages, "status": "COMPLETED"})
-    h.event("generator", "phase:final")
-    h.save()
-
-    convs = []
-    for wid in wids:
-        history = [{"content": SYSTEM_PROMPT, "role": "system"}]
-        for n, msg in enumerate(planned[wid]):
-            history += turn_messages(msg, f"call_{4 * n + 2}_0")
-        convs.append({"workflow_id": wid, "planned": [asdict(m) for m in planned[wid]], "started": True,
-                      "final_history": history, "final_status": "COMPLETED",
-                      "result": {"ended_by": "end_chat", "messages": len(history), "reply": None, "run_index": 0,
-                                 "turns": messages}})
-        appends: dict[str, str] = {}
-        for msg in planned[wid]:
-            if msg.kind == "append":
-                appends[msg.path] = appends.get(msg.path, "") + msg.content
-        ws = workspace_for(sandbox, wid)
-        ws.mkdir(parents=True, exist_ok=True)
-        for path, text in appends.items():
-            (ws / path).write_text(text)
-    (run_dir / "conversations.json").write_text(json.dumps(
-        {"workload": asdict(workload), "config": asdict(chaos_agent_config()), "conversations": convs},
-        indent=2, default=str))
-
+    run = _SyntheticRun(run_dir, conversations, messages, seed)
+    run.operations()
+    run.write_conversations()
     RunDir(run_dir).begin(
         "chaos", "micro_bench_synthetic", seed=seed, reproduce="(synthetic: benchmarks/micro/conftest.py)",
         scenario={"name": "micro_bench_synthetic", "description": "synthetic, consistent"},
         schedule=[{"at_s": 1.0 + k, "op": "kill_worker", "args": {"when": "busy"}} for k in range(KILLS)],
         target={"name": "reference-agent", "model_activity": "plan_next_action", "ledger": LEDGER,
                 "workspace": WORKSPACES})
+    run.write_ledger()
+    _write_worker_logs(run_dir / "logs", run.tag)
+    return {"history_lines": len(run.h.lines), "client_ops": run.h.client_ops, "info_sends": run.info_sends,
+            "conversations": conversations, "messages_per_conversation": 1 + 4 * messages,
+            "ledger_executions": len(run.executions), "effects": len(run.effects)}
 
-    columns = {"executions": ("idempotency_key", "workflow_id", "run_id", "activity_id", "attempt", "tool", "worker",
-                              "started_at", "finished_at", "outcome", "kind"),
-               "effects": ("idempotency_key", "workflow_id", "tool", "target", "digest", "state", "apply_count",
-                           "result", "first_attempt", "applied_attempt", "updated_at"),
-               "applications": ("idempotency_key", "workflow_id", "tool", "target", "attempt", "worker", "at")}
-    rows = {"executions": [(*e, "model" if e[5] == "plan_next_action" else "tool") for e in executions],
-            "effects": effects, "applications": applications}
-    for table, cols in columns.items():
-        write_ledger_rows(ledger_path, table, [dict(zip(cols, r)) for r in rows[table]])
 
-    # Worker logs: mostly noise, a few tracebacks (the stats checker scans them).
-    logs = run_dir / "logs"
+class _SyntheticRun:
+    """The run ``build_run_dir`` writes: its operation log as it goes, and the ledger rows and conversations that
+    agree with it (every answer right, each kill landing mid model call, a few tool calls run twice but applied
+    once)."""
+
+    tag = "bench0"
+
+    def __init__(self, run_dir: Path, conversations: int, messages: int, seed: int) -> None:
+        self.run_dir, self.messages = run_dir, messages
+        self.rng = random.Random(seed)
+        self.wids = [f"chaos-{self.tag}-{i}" for i in range(conversations)]
+        self.workload = Workload(conversations=conversations, messages=messages, append_ratio=0.4)
+        self.h = _Writer(run_dir / OPERATIONS)
+        self.planned: dict[str, list[Any]] = {w: [] for w in self.wids}
+        self.msg_rngs = {w: random.Random(f"{seed}-messages-{i}") for i, w in enumerate(self.wids)}
+        self.executions: list[tuple] = []
+        self.effects: list[tuple] = []
+        self.applications: list[tuple] = []
+        self.info_sends = 0
+
+    def operations(self) -> None:
+        """The operation log: setup, the turns with ``KILLS`` kills spread among them, heal, the final reads."""
+        h = self.h
+        h.event("generator", "phase:setup")
+        h.event("generator", "phase:warm-up")
+        for i, wid in enumerate(self.wids):
+            h.complete(h.invoke(f"client-{i}", "start_conversation", {"conversation": wid}), OK)
+        kill_rounds = {self.messages * (k + 1) // (KILLS + 1): k for k in range(KILLS)}
+        for n in range(self.messages):
+            if n == self.messages // 10:
+                h.event("generator", "phase:faults")
+            if n in kill_rounds:
+                self.kill(kill_rounds[n])
+            self.turn(n)
+        h.event("generator", "phase:heal")
+        for i, wid in enumerate(self.wids):
+            inv = h.invoke(f"client-{i}", "end_chat", {"conversation": wid})
+            h.complete(inv, OK, {"reply": None, "turns": self.messages, "messages": 1 + 4 * self.messages,
+                                 "run_index": 0, "ended_by": "end_chat"})
+        for i, wid in enumerate(self.wids):
+            inv = h.invoke(f"client-{i}", "read_conversation", {"conversation": wid})
+            h.complete(inv, OK, {"messages": 1 + 4 * self.messages, "status": "COMPLETED"})
+        h.event("generator", "phase:final")
+        h.save()
+
+    def kill(self, k: int) -> None:
+        """The ``k``-th kill: the victim died mid model call, so its execution never finished (the ledger proves
+        the fault landed)."""
+        identity, wid = f"w{k % 2 + 1}-{k // 2 + 1}", self.wids[k]
+        self.executions.append((f"{wid}/run-0/kill-{k}", wid, "run-0", f"kill-{k}", 1, "plan_next_action",
+                                identity, self.h.t0_wall + self.h.t, None, None))
+        inv = self.h.invoke("nemesis", "kill_worker", {"when": "busy", "activity": "plan_next_action", "down_s": 1.0})
+        self.h.complete(inv, OK, {"worker": identity.split("-")[0], "identity": identity,
+                                  "evidence": [{"running_activity": "plan_next_action", "workflow_id": wid}],
+                                  "down_s": 1.0})
+
+    def turn(self, n: int) -> None:
+        """Message ``n`` of every conversation, sent at once, answered in a shuffled order; its ledger rows."""
+        h, invokes = self.h, []
+        for i, wid in enumerate(self.wids):
+            msg = plan_message(wid, n, self.msg_rngs[wid], self.workload.append_ratio)
+            self.planned[wid].append(msg)
+            invokes.append(h.invoke(f"client-{i}", "send_message", {"conversation": wid, "n": n, "text": msg.text,
+                                                                     "expect": msg.expect, "match": msg.match}))
+        order = list(range(len(self.wids)))
+        self.rng.shuffle(order)  # concurrent clients: completions interleave
+        for i in order:
+            wid, msg, inv = self.wids[i], self.planned[self.wids[i]][n], invokes[i]
+            if self.rng.random() < 0.02:  # a timed-out send that was processed anyway: info, in the conversation once
+                self.info_sends += 1
+                h.complete(inv, INFO, error="TimeoutError: update did not return within 60.0 s")
+            else:
+                h.complete(inv, OK, {"reply": msg.expect, "turn": n + 1})
+            self.ledger_rows(wid, n, msg)
+
+    def ledger_rows(self, wid: str, n: int, msg: Any) -> None:
+        """Two model calls and one tool call per turn; 5% of tool calls re-executed (attempt 2), deduplicated."""
+        t = self.h.t0_wall + self.h.t
+        tool_name = "append_file" if msg.kind == "append" else "calculator"
+        for a, tool in ((f"{3 * n}", "plan_next_action"), (f"{3 * n + 1}", tool_name),
+                        (f"{3 * n + 2}", "plan_next_action")):
+            key = f"{wid}/run-0/{a}"
+            attempts = 2 if tool != "plan_next_action" and self.rng.random() < 0.05 else 1
+            for attempt in range(1, attempts + 1):
+                self.executions.append((key, wid, "run-0", a, attempt, tool, f"w{attempt}-1", t, t + 0.01, "ok"))
+            if tool == "append_file":
+                self.effects.append((key, wid, tool, msg.path, f"sha-{n}", "applied", 1, msg.expect, 1, 1, t))
+                self.applications.append((key, wid, tool, msg.path, 1, "w1-1", t))
+
+    def write_conversations(self) -> None:
+        """``conversations.json`` (each conversation's final history) and the workspaces' appended files."""
+        sandbox = WorkerSettings.in_state_dir(self.run_dir / "state").sandbox_root
+        convs = []
+        for wid in self.wids:
+            history = [{"content": SYSTEM_PROMPT, "role": "system"}]
+            for n, msg in enumerate(self.planned[wid]):
+                history += turn_messages(msg, f"call_{4 * n + 2}_0")
+            convs.append({"workflow_id": wid, "planned": [asdict(m) for m in self.planned[wid]], "started": True,
+                          "final_history": history, "final_status": "COMPLETED",
+                          "result": {"ended_by": "end_chat", "messages": len(history), "reply": None,
+                                     "run_index": 0, "turns": self.messages}})
+            appends: dict[str, str] = {}
+            for msg in self.planned[wid]:
+                if msg.kind == "append":
+                    appends[msg.path] = appends.get(msg.path, "") + msg.content
+            ws = workspace_for(sandbox, wid)
+            ws.mkdir(parents=True, exist_ok=True)
+            for path, text in appends.items():
+                (ws / path).write_text(text)
+        (self.run_dir / "conversations.json").write_text(json.dumps(
+            {"workload": asdict(self.workload), "config": asdict(chaos_agent_config()), "conversations": convs},
+            indent=2, default=str))
+
+    def write_ledger(self) -> None:
+        """The ledger: the project's own schema, filled through the recording API (one transaction per table)."""
+        ledger_path = self.run_dir / "state" / LEDGER
+        EffectLedger(ledger_path).close()
+        columns = {"executions": ("idempotency_key", "workflow_id", "run_id", "activity_id", "attempt", "tool",
+                                  "worker", "started_at", "finished_at", "outcome", "kind"),
+                   "effects": ("idempotency_key", "workflow_id", "tool", "target", "digest", "state", "apply_count",
+                               "result", "first_attempt", "applied_attempt", "updated_at"),
+                   "applications": ("idempotency_key", "workflow_id", "tool", "target", "attempt", "worker", "at")}
+        rows = {"executions": [(*e, "model" if e[5] == "plan_next_action" else "tool") for e in self.executions],
+                "effects": self.effects, "applications": self.applications}
+        for table, cols in columns.items():
+            write_ledger_rows(ledger_path, table, [dict(zip(cols, r)) for r in rows[table]])
+
+
+def _write_worker_logs(logs: Path, tag: str) -> None:
+    """Worker logs: mostly noise, a few tracebacks (the stats checker scans them)."""
     logs.mkdir(exist_ok=True)
     for name in ("w1-1", "w2-1", "w1-2"):
         lines = []
@@ -214,10 +246,6 @@ def build_run_dir(run_dir: Path, conversations: int = CONVERSATIONS, messages: i
                 lines += ["Traceback (most recent call last):", '  File "agent/activities.py", line 1, in run',
                           "    raise ConnectionResetError(104)", "ConnectionResetError: [Errno 104] Connection reset"]
         (logs / f"{name}.log").write_text("\n".join(lines) + "\n")
-
-    return {"history_lines": len(h.lines), "client_ops": h.client_ops, "info_sends": info_sends,
-            "conversations": conversations, "messages_per_conversation": 1 + 4 * messages,
-            "ledger_executions": len(executions), "effects": len(effects)}
 
 
 @pytest.fixture(scope="session")
