@@ -48,6 +48,7 @@ fault not injected is ``unknown``: it cannot pass on the strength of a fault tha
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -304,61 +305,99 @@ def _not_injected(inv: Op, done: Op | None, ops: list[Op], claimed: set[int]) ->
             "error": error[:300]}
 
 
-def check(data: RunData) -> CheckResult:
-    faults = []
-    not_injected: list[dict[str, Any]] = []
+@dataclass
+class _Injected:
+    """What the run shows was injected: each fault with whether it landed on in-flight work and the evidence
+    (``faults``), the scheduled faults that never happened and why (``not_injected``), the ledger's crash-point
+    rows (``crashes``), and whether the run has an effect ledger at all."""
+
+    faults: list[dict[str, Any]] = field(default_factory=list)
+    not_injected: list[dict[str, Any]] = field(default_factory=list)
+    crashes: list[dict[str, Any]] = field(default_factory=list)
+    has_ledger: bool = False
+
+
+def _injected(data: RunData) -> _Injected:
+    """Every fault the run injected, read from the operation log and confirmed by the best record the run has."""
+    seen = _Injected(crashes=data.ledger_rows("crash_points"),
+                     has_ledger=data.ledger_path is not None and data.ledger_path.exists())
     claimed: set[int] = set()
     unfinished = _unfinished_executions(data)
-    has_ledger = data.ledger_path is not None and data.ledger_path.exists()
-    runs: dict[str, list[dict[str, Any]]] | None = None
-    crashes = data.ledger_rows("crash_points")
-    for c in crashes:
-        faults.append({"f": "crash_point", "at": None, "landed": True,
-                       "evidence": [{"point": c["point"], "worker": c["worker"], "workflow_id": c["workflow_id"],
-                                     "activity": c["tool"]}]})
+    runs: dict[str, list[dict[str, Any]]] = {}  # the saved histories, read once if a fault needs them
+    for c in seen.crashes:
+        seen.faults.append({"f": "crash_point", "at": None, "landed": True,
+                            "evidence": [{"point": c["point"], "worker": c["worker"],
+                                          "workflow_id": c["workflow_id"], "activity": c["tool"]}]})
     for inv, done in pairs(data.ops):
         missed = _not_injected(inv, done, data.ops, claimed) if inv.process == "nemesis" else None
         if missed is not None:
-            not_injected.append({**missed, "short": _short(missed["why"])})
+            seen.not_injected.append({**missed, "short": _short(missed["why"])})
         elif inv.process == "nemesis" and inv.f in FAULT_OPS:
-            value = done.value if done and isinstance(done.value, dict) else {}
-            evidence = value.get("evidence")
-            fault: dict[str, Any] = {"f": inv.f, "at": round(inv.time, 2)}
-            aim = (inv.value or {}).get("at") if isinstance(inv.value, dict) else None
-            if inv.f == "kill_worker" and aim == "after_effect":
-                fault["aim"] = aim
-                fault["nemesis_saw"] = evidence
-                evidence = _service_kill(data, value)
-            elif inv.f == "kill_worker" and aim in HISTORY_AIMS:
-                fault["aim"] = aim
-                runs = _runs(data) if runs is None else runs
-                named = {e.get("workflow_id") for e in evidence or [] if isinstance(e, dict)}
-                if named and named <= set(runs):
-                    # The nemesis saw it on a frozen worker; the server's own record must agree.
-                    fault["nemesis_saw"] = evidence
-                    evidence = _history_evidence(aim, value, runs)
-            elif inv.f == "kill_worker" and has_ledger and inv.value.get("when") != "idle":
-                # What the nemesis saw was milliseconds old; the ledger says what the victim really left unfinished.
-                if isinstance(value.get("aim"), dict):
-                    fault["aim"] = value["aim"].get("activity")
-                evidence = [{"unfinished_execution": e} for e in unfinished.get(value.get("identity"), [])]
-            elif inv.f == "drain_worker" and has_ledger and value.get("signalled_at") is not None:
-                # Landed if the ledger shows the victim running something when the SIGTERM came.
-                at = float(value["signalled_at"])
-                fault["nemesis_saw"] = evidence
-                evidence = [{"in_flight_at_signal": {"workflow_id": e["workflow_id"], "activity": e["tool"],
-                                                     "attempt": e["attempt"]}}
-                            for e in running_at(data.ledger_rows("executions"), at, value.get("identity"))]
-            elif inv.f == "kill_worker" and inv.value.get("when") != "idle":
-                # No ledger: what the nemesis saw is only a snapshot taken before the kill; the server's histories
-                # must confirm that work was in flight on the victim at the kill instant.
-                fault["nemesis_saw"] = evidence
-                evidence = _kill_in_history(data, value)
-            faults.append({**fault, "landed": bool(evidence), "evidence": evidence})
-        elif (not crashes and inv.process == "supervisor" and inv.f == "restart_worker"
+            seen.faults.append(_landing(data, inv, done, seen.has_ledger, unfinished, runs))
+        elif (not seen.crashes and inv.process == "supervisor" and inv.f == "restart_worker"
               and inv.value.get("reason") == "crash point"):
-            faults.append({"f": "crash_point", "at": round(inv.time, 2), "landed": True,
-                           "evidence": [{"worker": inv.value.get("worker"), "exit_code": inv.value.get("exit_code")}]})
+            seen.faults.append({"f": "crash_point", "at": round(inv.time, 2), "landed": True,
+                                "evidence": [{"worker": inv.value.get("worker"),
+                                              "exit_code": inv.value.get("exit_code")}]})
+    return seen
+
+
+def _landing(data: RunData, inv: Op, done: Op | None, has_ledger: bool,
+             unfinished: dict[str, list[dict[str, Any]]], runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """One nemesis fault: whether it landed on in-flight work, by the most direct evidence the run has of it
+    (the effects service's log, the server's event histories, the effect ledger; else what the nemesis saw)."""
+    value = done.value if done and isinstance(done.value, dict) else {}
+    evidence = value.get("evidence")
+    fault: dict[str, Any] = {"f": inv.f, "at": round(inv.time, 2)}
+    aim = (inv.value or {}).get("at") if isinstance(inv.value, dict) else None
+    if inv.f == "kill_worker" and aim == "after_effect":
+        fault["aim"] = aim
+        fault["nemesis_saw"] = evidence
+        evidence = _service_kill(data, value)
+    elif inv.f == "kill_worker" and aim in HISTORY_AIMS:
+        fault["aim"] = aim
+        if not runs:
+            runs.update(_runs(data))
+        named = {e.get("workflow_id") for e in evidence or [] if isinstance(e, dict)}
+        if named and named <= set(runs):
+            # The nemesis saw it on a frozen worker; the server's own record must agree.
+            fault["nemesis_saw"] = evidence
+            evidence = _history_evidence(aim, value, runs)
+    elif inv.f == "kill_worker" and has_ledger and inv.value.get("when") != "idle":
+        # What the nemesis saw was milliseconds old; the ledger says what the victim really left unfinished.
+        if isinstance(value.get("aim"), dict):
+            fault["aim"] = value["aim"].get("activity")
+        evidence = [{"unfinished_execution": e} for e in unfinished.get(value.get("identity"), [])]
+    elif inv.f == "drain_worker" and has_ledger and value.get("signalled_at") is not None:
+        # Landed if the ledger shows the victim running something when the SIGTERM came.
+        at = float(value["signalled_at"])
+        fault["nemesis_saw"] = evidence
+        evidence = [{"in_flight_at_signal": {"workflow_id": e["workflow_id"], "activity": e["tool"],
+                                             "attempt": e["attempt"]}}
+                    for e in running_at(data.ledger_rows("executions"), at, value.get("identity"))]
+    elif inv.f == "kill_worker" and inv.value.get("when") != "idle":
+        # No ledger: what the nemesis saw is only a snapshot taken before the kill; the server's histories
+        # must confirm that work was in flight on the victim at the kill instant.
+        fault["nemesis_saw"] = evidence
+        evidence = _kill_in_history(data, value)
+    return {**fault, "landed": bool(evidence), "evidence": evidence}
+
+
+def _silent_crash_points(data: RunData, seen: _Injected) -> list[str]:
+    """The crash points the scenario armed that never fired."""
+    points = ((data.run.get("scenario") or {}).get("cluster") or {}).get("crash_at") or []
+    fired = {c["point"] for c in seen.crashes} if seen.crashes else set(points) if any(
+        f["f"] == "crash_point" for f in seen.faults) else set()  # before crash_points: the supervisor's word, unnamed
+    if any(f.get("aim") == "after_effect" and f["landed"] for f in seen.faults):
+        fired.add("after_effect")  # the effects service's crash-after-effect (a target with no harness code)
+    return [p for p in points if p not in fired]
+
+
+def check(data: RunData) -> CheckResult:
+    """Did the faults happen, and hit work in flight? Unknown (never pass) when a planted mutation never ran, an
+    armed crash point never fired, a scheduled fault was not injected, or every fault hit an idle worker."""
+    seen = _injected(data)
+    faults, not_injected = seen.faults, seen.not_injected
     landed = sum(f["landed"] for f in faults)
     declared, mutations, never = _mutations(data)
     details: dict[str, Any] = {"faults": faults, "injected": len(faults), "landed": landed,
@@ -366,18 +405,13 @@ def check(data: RunData) -> CheckResult:
     if declared:
         details["mutations"] = mutations
     if never:
-        why = ("the run has no effect ledger to record it" if not has_ledger else
+        why = ("the run has no effect ledger to record it" if not seen.has_ledger else
                "the ledger records no exercise of it (its mutated path never ran, or the ledger predates the "
                "mutations table)")
         return CheckResult("injection_evidence", UNKNOWN,
                            "; ".join(f"mutation {m} never ran: the bug was not exercised" for m in never)
                            + f" ({why})", details)
-    points = ((data.run.get("scenario") or {}).get("cluster") or {}).get("crash_at") or []
-    fired = {c["point"] for c in crashes} if crashes else set(points) if any(
-        f["f"] == "crash_point" for f in faults) else set()  # before crash_points: the supervisor's word, unnamed
-    if any(f.get("aim") == "after_effect" and f["landed"] for f in faults):
-        fired.add("after_effect")  # the effects service's crash-after-effect (a target with no harness code)
-    silent = [p for p in points if p not in fired]
+    silent = _silent_crash_points(data, seen)
     if silent and faults:  # (no fault at all: "scheduled but none was injected", below)
         return CheckResult("injection_evidence", UNKNOWN,
                            "; ".join(f"crash point {p} never fired: the crash was not exercised" for p in silent),
