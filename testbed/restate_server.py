@@ -65,14 +65,6 @@ def find_restate_server() -> str:
                              f" and restate-server on PATH); `make restate-server` installs it (npm, version {VERSION})")
 
 
-def restate_server_or_none() -> str | None:
-    """``find_restate_server``, or None where there is none (tests skip on it)."""
-    try:
-        return find_restate_server()
-    except RestateServerError:
-        return None
-
-
 def _toml(config: dict[str, Any]) -> str:
     """The few shapes this module writes (top-level scalars, one level of tables) as TOML."""
     def value(v: Any) -> str:
