@@ -405,7 +405,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
 
 
 async def _run_scenarios(args: argparse.Namespace, names: list[str], *, ui: bool) -> int:
-    from testbed.walkthroughs import run_scenario
+    from testbed.walkthroughs import run_walkthrough as run_scenario
 
     scenarios = _scenarios(names)
     failed = 0
@@ -416,7 +416,7 @@ async def _run_scenarios(args: argparse.Namespace, names: list[str], *, ui: bool
 
 
 def _scenarios(names: list[str]) -> list[Any]:
-    from testbed.walkthroughs import SCENARIOS
+    from testbed.walkthroughs import WALKTHROUGHS as SCENARIOS
 
     if names == ["all"]:
         return list(SCENARIOS.values())
@@ -471,7 +471,7 @@ DEMO_HELP = """commands:
 
 
 async def cmd_demo(args: argparse.Namespace) -> int:
-    from testbed.walkthroughs import SCENARIOS, run_scenario
+    from testbed.walkthroughs import WALKTHROUGHS as SCENARIOS, run_walkthrough as run_scenario
 
     cfg = _agent_config(args)
     if args.durability.startswith("dbos"):
@@ -948,7 +948,7 @@ async def cmd_server(args: argparse.Namespace) -> int:
 
 
 def cmd_scenarios(args: argparse.Namespace) -> int:
-    from testbed.walkthroughs import SCENARIOS
+    from testbed.walkthroughs import WALKTHROUGHS as SCENARIOS
 
     for s in SCENARIOS.values():
         print(f"{s.name:<18} {s.description}")
