@@ -88,7 +88,7 @@ def test_every_python_m_subcommand_named_exists() -> None:
 # -- the quick commands, run as printed ----------------------------------------------------------------------------
 
 #: what marks a fenced block whose every command the tests run (an HTML comment: the rendered page does not show it)
-QUICK_MARK = "<!-- quick: tests/test_docs.py runs these as printed -->"
+QUICK_MARK = "<!-- quick: tests/test_docs_commands.py runs these as printed -->"
 QUICK_BLOCK = re.compile(r"^" + re.escape(QUICK_MARK) + r"\n```(?:bash|sh)\n(.*?)^```", re.M | re.S)
 #: the run the docs re-check (``chaos check runs/kill_mid_turn/latest``): what step 1 of the README's tour leaves
 SAVED_RUN = "kill_mid_turn"

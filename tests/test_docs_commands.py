@@ -31,6 +31,10 @@ def _shell(command: str, cwd: Path, timeout_s: float) -> subprocess.CompletedPro
 
 @pytest.fixture(scope="module")
 def fresh_clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # The clone's .venv is the tree's: `make venv` there must find it made (were it stale, pip would reinstall the
+    # tree's environment from the clone, and its console scripts would name the clone's interpreter).
+    stale = subprocess.run(["make", "-q", "venv"], cwd=ROOT, capture_output=True).returncode
+    assert stale == 0, "the virtual environment is older than pyproject.toml: run `make venv`, then these tests"
     clone = tmp_path_factory.mktemp("clone")
     for entry in ROOT.iterdir():
         if entry.name not in {"runs", ".dah", ".git"}:
