@@ -122,7 +122,7 @@ chaos: $(STAMP)
 # The same agent on the other engines (testbed/engines): every twin scenario on DBOS (SQLite, PostgreSQL) and Restate.
 # Not in `make chaos`: it needs PostgreSQL and Restate's server, which a Temporal-only CI need not install.
 chaos-engines: $(STAMP) $(RESTATE)
-	$(PY) -m chaos suite --backends dbos,dbos-postgres,restate --summary runs/chaos-engines-summary.json \
+	$(PY) -m chaos suite --engines dbos,dbos-postgres,restate --summary runs/chaos-engines-summary.json \
 		--junit runs/chaos-engines-junit.xml $(CHAOS_ARGS)
 
 BENCH_ARGS ?=

@@ -539,19 +539,6 @@ def _refuse_existing(tool: str, workspace: Path, parts: list[str], user_path: st
         pass
 
 
-def resolve_in_workspace(workspace: Path, user_path: str) -> Path:
-    """The path of ``user_path`` inside ``workspace``, or a validation error.
-
-    Absolute paths, ``..`` and paths through a symlink (wherever it points) are refused, checked the way the file
-    tools open files (component by component, no symlink followed). Only a check: the file tools never reopen a
-    path by name after checking it, since the file system can change in between.
-    """
-    parts = _split(user_path)
-    if parts:
-        _refuse_existing("path", workspace, parts, user_path, directory=False)
-    return Path(os.path.realpath(workspace)).joinpath(*parts)
-
-
 def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

@@ -1,4 +1,4 @@
-"""The ``checkpoint`` section: what a checkpointed step costs on each backend, against the physical floor.
+"""The ``checkpoint`` section: what a checkpointed step costs on each engine, against the physical floor.
 
 All in one run, side by side:
 
@@ -8,7 +8,7 @@ All in one run, side by side:
   in-memory, file-system and SQLite stores, and the same task on Temporal (``DurableTaskWorkflow``: each
   step an activity, timed from the history as the span between consecutive steps);
 - **per-turn latency** of the reference agent on one prompt (model, calculator, model; the scripted model
-  with no added latency): the plain loop, the checkpoint backend (SQLite), the Temporal agent workflow,
+  with no added latency): the plain loop, the checkpoint engine (SQLite), the Temporal agent workflow,
   and the substrate task on Temporal.
 """
 
@@ -33,7 +33,7 @@ from testbed.engines.checkpoint.stores import FileSystemStore, InMemoryStore, Sq
 from testbed.engines.checkpoint.temporal_adapter import DurableTaskInput, DurableTaskWorkflow
 from agent.workflow import AgentWorkflow
 from benchmarks.plain import PlainEffects
-from benchmarks.stats import summarise
+from harness.percentiles import summarise
 
 PROMPT = "What is 25 * 4?"
 

@@ -112,7 +112,7 @@ async def durable_series(client: Client, task_queue: str, config: AgentConfig, w
 async def plain_series(model: str, scripted_base_url: str | None, ledger: EffectLedger, sandbox_root: Path,
                        tools: list[str], workload: Workload, *, name: str, turns: int, warmup: int,
                        one_shot: bool = False) -> list[dict[str, Any]]:
-    """``one_shot``: every turn a fresh conversation (as the checkpoint backend's runs are), not one growing one."""
+    """``one_shot``: every turn a fresh conversation (as the checkpoint engine's runs are), not one growing one."""
     effects = PlainEffects(model=model, scripted_base_url=scripted_base_url, ledger=ledger, sandbox_root=sandbox_root,
                            run_key=f"bench-{name.replace('/', '-')}-{uuid.uuid4().hex[:8]}")
     conversation = PlainConversation(effects, tools)
@@ -134,7 +134,7 @@ async def plain_series(model: str, scripted_base_url: str | None, ledger: Effect
 
 async def checkpoint_series(store: Any, config: AgentConfig, workload: Workload, *, name: str, turns: int,
                          warmup: int) -> list[dict[str, Any]]:
-    """Table 2's durable series on the checkpoint backend: each turn one run of the agent task (in process,
+    """Table 2's durable series on the checkpoint engine: each turn one run of the agent task (in process,
     ``run_durable`` on the SQLite store); the model's own latency summed from the run's ``llm`` steps."""
     from testbed.engines.checkpoint.agent_task import agent_task, manifest_for
     from testbed.engines.checkpoint.durable_run import run_durable

@@ -6,7 +6,7 @@ Engines (each a one-shot run of the reference agent per turn: the same ``agent.l
 bodies from ``testbed.engines.steps``, the same scripted model in this process, the same effect ledger):
 
 - **plain**: the loop with no durability (``benchmarks.plain.PlainEffects``): the baseline;
-- **checkpoint (journal)**: the checkpoint backend's runner on its SQLite journal, in this process;
+- **checkpoint**: the checkpoint engine's runner on its SQLite store, in this process;
 - **temporal**: the agent workflow on the tuned embedded dev server, an in-process worker;
 - **dbos-sqlite**, **dbos-postgres**: DBOS Transact in this process, its system database SQLite or a PostgreSQL
   server this run starts;
@@ -47,7 +47,7 @@ from agent.workflow import AgentWorkflow
 from benchmarks import checkpoint_bench
 from benchmarks.conversations import WORKLOADS, Workload, _check
 from benchmarks.plain import PlainEffects
-from benchmarks.stats import summarise
+from harness.percentiles import summarise
 from harness.recording import MODEL_CALL, read_ledger
 from testbed.model_server import LatencyModel
 
@@ -128,9 +128,9 @@ async def _engine(bench: Any, name: str) -> AsyncIterator[Any]:
     if name == "plain":
         yield _Plain(bench)
     elif name == "checkpoint":
-        store = SqliteStore(state / "journal.sqlite3")
+        store = SqliteStore(state / "checkpoint.sqlite3")
         try:
-            yield _Checkpoint(store, state / "journal.sqlite3")
+            yield _Checkpoint(store, state / "checkpoint.sqlite3")
         finally:
             await store.close()
     elif name == "temporal":

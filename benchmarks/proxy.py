@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.cli import _positive
-from benchmarks.stats import percentile
+from harness.percentiles import percentile
 from testbed.faults.network import FaultProxy, Toxic
 
 HOST = "127.0.0.1"

@@ -39,7 +39,7 @@ from agent.workflow import AgentWorkflow
 from benchmarks.breakdown import breakdown_by_update, with_client
 from benchmarks.conversations import WORKLOADS, BenchError, durable_series, plain_series, series_record
 from benchmarks.options import Bench
-from benchmarks.stats import percentile, summarise
+from harness.percentiles import percentile, summarise
 from harness.event_history import fetch_histories
 from harness.operations import History
 from harness.rundir import LOGS, OPERATIONS, STATE, RunDir
@@ -180,7 +180,7 @@ async def _latency_series(bench: Bench, local: LocalServer | None, section: str,
         parts = [{**p, "conversation": c} for c, (_, ps) in enumerate(results) for p in ps]
         breakdown = {"name": name, "turns": parts}
     else:
-        # Against the checkpoint backend (one run per turn) the plain loop also starts afresh every turn.
+        # Against the checkpoint engine (one run per turn) the plain loop also starts afresh every turn.
         rows = await plain_series(model, bench.model.url, bench.ledger, bench.sandbox_root, config.tools, workload,
                                   name=name, turns=turns, warmup=bench.options.warmup,
                                   one_shot=bench.options.durability == "checkpoint")

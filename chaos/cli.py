@@ -26,19 +26,19 @@ from chaos import ci, saved, soak, suite
 from testbed.engines.driver import DEFAULT_TIMEOUTS, TIMEOUTS
 from chaos.scenarios import SCENARIOS
 from chaos.soak import DEFAULT_SEEDS
-from chaos.suite import SUITE_BACKENDS, TWIN_SUFFIXES, checkpoint_twins, twins
+from chaos.suite import SUITE_ENGINES, TWIN_SUFFIXES, checkpoint_twins, twins
 from harness.printable import printable
 from harness.rundir import stop_on_sigterm
 from testbed.cli_options import add_durability, add_out
 from testbed.model_server import add_model_latency
 
 
-def _backends(text: str) -> tuple[str, ...]:
+def _engines(text: str) -> tuple[str, ...]:
     names = tuple(s.strip() for s in text.split(",") if s.strip())
     known = ("temporal", *TWIN_SUFFIXES.values())
     bad = [n for n in names if n not in known]
     if bad or not names:
-        raise argparse.ArgumentTypeError(f"unknown backend(s) {', '.join(bad) or '(none given)'}; backends are "
+        raise argparse.ArgumentTypeError(f"unknown engine(s) {', '.join(bad) or '(none given)'}; engines are "
                                          f"{', '.join(known)}")
     return names
 
@@ -121,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--parallel", type=int, default=parallel,
                            help=f"scenarios run at once, each its own cluster (default {parallel})")
         p.add_argument("--target", type=Path, help="a target TOML file: your own agent (default: the reference "
-                                                   "agent; see chaos/target.py)")
+                                                   "agent; see docs/your-agent.md)")
 
     def common(p: argparse.ArgumentParser, parallel: int) -> None:
         p.add_argument("--seed", type=int, default=1, help="seed of the schedule, the load and the model (default 1)")
@@ -144,18 +144,18 @@ def build_parser() -> argparse.ArgumentParser:
     def placement_options(p: argparse.ArgumentParser) -> None:
         p.add_argument("--placement", choices=("process", "docker"), default="process", metavar="{process,docker}",
                        help="where workers run: local processes (default) or Docker containers (needs an engine; "
-                            "the checkpoint backend's workers stay processes)")
+                            "the checkpoint engine's workers stay processes)")
         p.add_argument("--image", help="--placement docker: an image with the worker installed (default: dah-worker, "
                                        "built from this checkout and this machine's files: python -m testbed.images)")
 
-    def backend_options(p: argparse.ArgumentParser) -> None:
+    def engine_options(p: argparse.ArgumentParser) -> None:
         placement_options(p)
         p.add_argument("--timeouts", type=_timeouts, default=[DEFAULT_TIMEOUTS], metavar="PROFILE[,PROFILE]",
-                       help="how fast the agent notices a dead worker (Temporal backend): "
+                       help="how fast the agent notices a dead worker (Temporal): "
                             + "; ".join(f"{t.name}: {t.description}" for t in TIMEOUTS.values())
                             + f" (default {DEFAULT_TIMEOUTS}). Two, comma-separated, run every scenario under each, "
                               "side by side in one table (e.g. fast,defaults)")
-        add_durability(p, help="the agent's durability backend: temporal (default), checkpoint (the "
+        add_durability(p, help="the agent's durability engine: temporal (default), checkpoint (the "
                                "step-checkpointed SQLite substrate; scenarios " + ", ".join(checkpoint_twins()) + "), "
                                "dbos (DBOS Transact on SQLite; " + ", ".join(twins("dbos")) + "), dbos-postgres "
                                "(on PostgreSQL; also " + ", ".join(sorted(set(twins("dbos-postgres")) -
@@ -171,16 +171,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("scenarios", nargs="+", help=f"names: {', '.join(SCENARIOS)}, or 'all'")
     common(p, 1)
     p.add_argument("--ui", action="store_true", help="start the Temporal Web UI and print its address, to watch")
-    backend_options(p)
+    engine_options(p)
     cluster(p)
     p = sub.add_parser("suite", help="the CI suite: every named scenario; exit 1 on any fail, unknown or error")
     common(p, 2)
     p.add_argument("--seeds", type=_seeds, metavar="SEEDS",
                    help="run every scenario on each of these seeds (e.g. 1-3; default: --seed)")
-    p.add_argument("--backends", type=_backends, default=SUITE_BACKENDS, metavar="BACKENDS",
+    p.add_argument("--engines", type=_engines, default=SUITE_ENGINES, metavar="ENGINES",
                    help="whose scenarios, comma-separated: temporal (every named scenario), checkpoint, dbos, "
                         "dbos-postgres, restate (each its twins); default temporal,checkpoint. make chaos-engines: "
-                        "--backends dbos,dbos-postgres,restate")
+                        "--engines dbos,dbos-postgres,restate")
     ci_options(p, "suite")
     placement_options(p)
     cluster(p)
@@ -190,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=_seeds, default=_seeds(DEFAULT_SEEDS),
                    help=f"the seeds: ranges and single seeds, e.g. 1-100 or 1-20,25,30-32 (default {DEFAULT_SEEDS})")
     out_and_target(p)
-    backend_options(p)
+    engine_options(p)
     cluster(p)
     ci_options(p, "soak")
     what = ("merge the run directories and summaries of several CI jobs (or machines) into one verdict table, "
@@ -213,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                "a bring-your-own run, besides the file the run names if you own it "
                                                "and no one else can write it (nothing a run directory names is run)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
-    p = sub.add_parser("rerun", help="run a saved run's scenario again (its seed, backend and target)")
+    p = sub.add_parser("rerun", help="run a saved run's scenario again (its seed, engine and target)")
     p.add_argument("run_dir", type=Path, help="a chaos run directory, e.g. runs/kill_mid_turn/latest")
     p.add_argument("--target", type=Path, help="the target file to run (default: the one the run names, only if "
                                                "you own it and no one else can write it)")
@@ -266,14 +266,14 @@ def _main(argv: list[str]) -> int:
     try:
         connection = _connection(args)
         if args.command == "rerun":
-            scenario, backend, seed = saved.rerun_job(args.run_dir, connection, args.target, args.image)
-            if getattr(backend, "workers", "process") == "docker":
-                docker = argparse.Namespace(placement="docker", image=backend.image, target=None)
+            scenario, engine, seed = saved.rerun_job(args.run_dir, connection, args.target, args.image)
+            if getattr(engine, "workers", "process") == "docker":
+                docker = argparse.Namespace(placement="docker", image=engine.image, target=None)
                 if problem := _check_engine(docker):
                     print(f"{prog}: {problem}", file=sys.stderr)
                     return 2
-                backend.image = docker.image  # the one built here, if none was given
-            return asyncio.run(suite.run_many([(scenario.name + backend.suffix, scenario, backend, seed)], args.out))
+                engine.image = docker.image  # the one built here, if none was given
+            return asyncio.run(suite.run_many([(scenario.name + engine.suffix, scenario, engine, seed)], args.out))
         if getattr(args, "parallel", 1) < 1:
             print(f"{prog}: --parallel {args.parallel}: must be 1 or more", file=sys.stderr)
             return 2

@@ -4,7 +4,7 @@
 
 A scenario lists fixed nemesis events and/or asks for a number of random
 ones drawn from a menu; the same seed always gives the same schedule, which
-is printed and written to the journal so a failing run can be reproduced.
+is printed and written to the run directory (``run.json``) so a failing run can be reproduced.
 """
 
 from __future__ import annotations

@@ -118,10 +118,10 @@ async def run_catalogue(bugs: list[PlantedBug], out: Path, target: Path) -> list
     rows = []
     say = progress()
     for i, bug in enumerate(bugs, 1):
-        backend = make_engine(target=load_target(target), target_file=target) if bug.agent == "third_party" \
+        engine = make_engine(target=load_target(target), target_file=target) if bug.agent == "third_party" \
             else make_engine()
         say(f"{i}/{len(bugs)} {bug.name} on {bug.agent}: {bug.scenario.name} (seed {bug.seed})")
-        result = await run_captured(bug.scenario.name, bug.scenario, backend, seed=bug.seed, out_root=out)
+        result = await run_captured(bug.scenario.name, bug.scenario, engine, seed=bug.seed, out_root=out)
         checks = {c.name: c.verdict for c in result.checks}
         hit = [c for c in result.checks if c.name in bug.caught_by and c.verdict != PASS]
         row = {"bug": bug.name, "agent": bug.agent, "scenario": bug.scenario.name, "verdict": result.verdict,

@@ -70,11 +70,11 @@ class RunResult:
     reproduce: str = ""
 
 
-def reproduce_command(scenario: ChaosScenario, seed: int, backend: Engine, run: RunDir) -> str:
+def reproduce_command(scenario: ChaosScenario, seed: int, engine: Engine, run: RunDir) -> str:
     """The command that runs this again: the named scenario's, or ``rerun`` of this run's saved definition."""
     if SCENARIOS.get(scenario.name) == scenario:
-        return command_line("python -m chaos run", {"--seed": seed, **backend.reproduce()}, [scenario.name])
-    cluster = {k: v for k, v in backend.reproduce().items() if k in ("--address", "--namespace")}
+        return command_line("python -m chaos run", {"--seed": seed, **engine.reproduce()}, [scenario.name])
+    cluster = {k: v for k, v in engine.reproduce().items() if k in ("--address", "--namespace")}
     return command_line("python -m chaos rerun", cluster, [str(run.path)])
 
 
@@ -137,7 +137,7 @@ class Outcome:
                 "error": self.error}
 
 
-async def run_captured(label: str, scenario: ChaosScenario, backend: Engine, *, seed: int, out_root: Path,
+async def run_captured(label: str, scenario: ChaosScenario, engine: Engine, *, seed: int, out_root: Path,
                        progress: Progress = lambda s: None, ui: bool = False,
                        on_run_dir: Callable[[Path], None] = lambda p: None, cluster: Cluster = stack) -> Outcome:
     """``run``, as a suite or a soak counts it: an error is an ``error`` outcome (the run directory already
@@ -145,18 +145,18 @@ async def run_captured(label: str, scenario: ChaosScenario, backend: Engine, *, 
     directory that cannot be made, has none). Ctrl-C and cancellation still propagate."""
     started = time.monotonic()
     try:
-        r = await run(scenario, backend, seed=seed, out_root=out_root, progress=progress, ui=ui,
+        r = await run(scenario, engine, seed=seed, out_root=out_root, progress=progress, ui=ui,
                       on_run_dir=on_run_dir, cluster=cluster)
     except RunFailed as exc:
         return Outcome.failed(label, seed, exc.run_dir, exc.wall_s, exc.reproduce, exc.error)
     except Exception as exc:  # before the run had a directory
-        reproduce = command_line("python -m chaos run", {"--seed": seed, **backend.reproduce()}, [label])
+        reproduce = command_line("python -m chaos run", {"--seed": seed, **engine.reproduce()}, [label])
         return Outcome.failed(label, seed, None, time.monotonic() - started, reproduce,
                               f"{type(exc).__name__}: {exc}")
     return Outcome(label, seed, r.verdict, r.run_dir, r.wall_s, r.reproduce, list(r.checks), dict(r.row))
 
 
-async def run(scenario: ChaosScenario, backend: Engine, *, seed: int, out_root: Path,
+async def run(scenario: ChaosScenario, engine: Engine, *, seed: int, out_root: Path,
               progress: Progress = lambda s: None, ui: bool = False,
               on_run_dir: Callable[[Path], None] = lambda p: None, cluster: Cluster = stack) -> RunResult:
     """One run, start to verdict. An error (a worker dying at setup, a port clash, a harness bug) ends the run
@@ -165,13 +165,13 @@ async def run(scenario: ChaosScenario, backend: Engine, *, seed: int, out_root: 
     Ctrl-C and cancellation end it ``interrupted`` (SIGTERM: ``terminated``) and propagate unchanged.
     ``on_run_dir`` is told the run directory as soon as it exists; ``cluster`` gives the run its cluster."""
     started = time.monotonic()
-    name = scenario.name + backend.suffix
+    name = scenario.name + engine.suffix
     run_dir = RunDir.create(out_root / name)
     on_run_dir(run_dir.path)
-    reproduce = reproduce_command(scenario, seed, backend, run_dir)
+    reproduce = reproduce_command(scenario, seed, engine, run_dir)
     try:
         with run_dir.recording("chaos", name, started=started, seed=seed, reproduce=reproduce) as rec:
-            verdict, checks, row = await _run(scenario, backend, seed, progress, ui, cluster, name, run_dir, rec)
+            verdict, checks, row = await _run(scenario, engine, seed, progress, ui, cluster, name, run_dir, rec)
     except Exception as exc:  # recorded: run.json says failed, logs/runner-error.txt has the traceback
         raise RunFailed(name, seed, run_dir.path, reproduce, f"{type(exc).__name__}: {exc}",
                         time.monotonic() - started) from exc
@@ -201,12 +201,12 @@ def nemesis_context(engine: Engine, stack: Stack, history: History, driver: Any,
                           **engine.aiming(stack, driver))
 
 
-async def _run(scenario: ChaosScenario, backend: Engine, seed: int, progress: Progress, ui: bool, cluster: Cluster,
+async def _run(scenario: ChaosScenario, engine: Engine, seed: int, progress: Progress, ui: bool, cluster: Cluster,
                name: str, run_dir: RunDir, rec: Any) -> tuple[str, list[CheckResult], dict[str, Any]]:
     """The run inside its recording (``RunDir.recording``): what ran, the cluster, the phases, the checkers."""
-    events = schedule(scenario.events, scenario.random_events, scenario.fault_s, seed, unavailable_nemeses(backend))
-    run_dir.update(scenario=asdict(scenario), schedule=[e.as_dict() for e in events], backend=backend.record(),
-                   target=_target_record(scenario, backend), checkers=backend.checkers,
+    events = schedule(scenario.events, scenario.random_events, scenario.fault_s, seed, unavailable_nemeses(engine))
+    run_dir.update(scenario=asdict(scenario), schedule=[e.as_dict() for e in events], backend=engine.record(),
+                   target=_target_record(scenario, engine), checkers=engine.checkers,
                    machine=await asyncio.to_thread(machine_info, temporal_binary_or_none()), phases={})
     history = History(run_dir.operations)
     phases: dict[str, float] = {}
@@ -229,19 +229,19 @@ async def _run(scenario: ChaosScenario, backend: Engine, seed: int, progress: Pr
 
     rec.before_ending = stop_recording
     phase("setup")
-    async with cluster(backend.stack_spec(scenario, run_dir, seed, history, ui)) as s:
+    async with cluster(engine.stack_spec(scenario, run_dir, seed, history, ui)) as s:
         if s.server is not None and getattr(s.server, "ui_url", None):
             progress(f"{name}: Temporal Web UI at {s.server.ui_url}/namespaces/{s.namespace}/workflows")
-        driver = backend.make_driver(s, history, scenario, seed)
+        driver = engine.make_driver(s, history, scenario, seed)
         driver = await driver if inspect.isawaitable(driver) else driver
         try:
-            ctx = nemesis_context(backend, s, history, driver, seed)
+            ctx = nemesis_context(engine, s, history, driver, seed)
             await drive_load(scenario, events, ctx, s, driver, phase, progress, history, NEMESES)
             run_dir.write_json(CONVERSATIONS, driver.to_json())
         finally:
             if hasattr(driver, "close"):  # a driver in a process of its own
                 await asyncio.to_thread(driver.close)
-        await backend.save(s, run_dir, driver)
+        await engine.save(s, run_dir, driver)
         run_dir.update(model_server=s.model_server.stats() if s.model_server else None,
                        supervisor_restarts={w.name: w.restarts for w in s.workers},
                        effects_service={"log": EFFECTS_SERVICE, **s.effects_service.stats()}
@@ -249,14 +249,14 @@ async def _run(scenario: ChaosScenario, backend: Engine, seed: int, progress: Pr
     stop_recording()
     progress(f"{name}: checking")
     rec.doing = "checking"
-    return check(run_dir.path, backend.target)  # the target this run was given
+    return check(run_dir.path, engine.target)  # the target this run was given
 
 
-def _target_record(scenario: ChaosScenario, backend: Engine) -> dict[str, Any]:
+def _target_record(scenario: ChaosScenario, engine: Engine) -> dict[str, Any]:
     """What ``run.json`` says of the agent under test: the target, with the workflow class its workers really
     registered (a scenario may swap in a planted one on the reference), so replay runs the code that ran."""
-    target = backend.target.as_dict()
-    if scenario.cluster.workflow and getattr(backend.target, "is_reference", False):
+    target = engine.target.as_dict()
+    if scenario.cluster.workflow and getattr(engine.target, "is_reference", False):
         target["workflow"] = scenario.cluster.workflow
     return target
 

@@ -94,9 +94,9 @@ def rerun_job(run_dir: Path, connection: Any = None, target_path: Path | None = 
     record = RunDir(run_dir).read_run()
     if record.get("kind") != "chaos" or "scenario" not in record:
         raise ValueError(f"{run_dir} is not a chaos run directory (no scenario in its run.json)")
-    backend = record.get("backend") if isinstance(record.get("backend"), dict) else {}
+    engine = record.get("backend") if isinstance(record.get("backend"), dict) else {}
     again = command_line("python -m chaos rerun", {"--target": "PATH/TO/chaos-target.toml"}, [str(run_dir)])
-    recorded_file = backend.get("target_file")
+    recorded_file = engine.get("target_file")
     if target_path is not None:
         target = load_target(target_path)
     elif recorded_file:
@@ -107,8 +107,8 @@ def rerun_job(run_dir: Path, connection: Any = None, target_path: Path | None = 
         target_path = Path(os.path.realpath(str(recorded_file)))
     else:
         target = None
-    workers = backend.get("workers") or "process"
-    if workers == "docker" and image is None and (backend.get("image") or target is not None):
+    workers = engine.get("workers") or "process"
+    if workers == "docker" and image is None and (engine.get("image") or target is not None):
         if target is not None:
             raise ValueError(f"{run_dir} ran your agent in Docker image {backend.get('image')!r}; a run directory's "
                              f"image is never run: pass the image you trust with --image NAME ({again} --image NAME)")
@@ -124,7 +124,7 @@ def rerun_job(run_dir: Path, connection: Any = None, target_path: Path | None = 
                                                       or workflow not in reference_workflows()):
         raise ValueError(f"{run_dir}: its scenario's cluster.workflow {str(workflow)[:200]!r} is not the reference "
                          "agent's nor a planted one (testbed.faults.planted); a run directory's code is never run")
-    durability = backend.get("name") if backend.get("name") in TWIN_SUFFIXES.values() else "temporal"
+    durability = engine.get("name") if engine.get("name") in TWIN_SUFFIXES.values() else "temporal"
     return (scenario, make_engine(durability, workers=workers, image=image, target=target, target_file=target_path,
                                    connection=connection),
             int(record.get("seed", 1)))

@@ -128,7 +128,7 @@ def summary(label: str, seeds: list[int], outcomes: list[Outcome], wall_s: float
     return "\n".join(printable(line) for line in lines)
 
 
-async def soak(label: str, scenario: Any, backend: Any, seeds: list[int], out_root: Path, *,
+async def soak(label: str, scenario: Any, engine: Any, seeds: list[int], out_root: Path, *,
                reproduce: str, say: Callable[[str], None], verbose: bool = False,
                ci_files: dict[str, Any] | None = None) -> int:
     """Run ``scenario`` once per seed, in order; print progress and the summary; 0 only if every seed passed.
@@ -136,14 +136,14 @@ async def soak(label: str, scenario: Any, backend: Any, seeds: list[int], out_ro
     summary is printed and the interrupt propagates. ``ci_files``: ``summary`` and ``junit`` paths (default:
     in the soak's directory), ``shard`` (``K/N``) and ``all_items`` (every shard's seeds), for ``chaos.ci``."""
     record = SoakRecord(out_root, label, seeds, reproduce, ci_files or {}, scenario=asdict(scenario),
-                        backend=backend.record())
+                        backend=engine.record())
     say(f"soak {label}: {len(seeds)} seed(s) -> {record.path}")
     current: int | None = None
     try:
         for i, seed in enumerate(seeds, 1):
             current = seed
             say(f"seed {i}/{len(seeds)} (seed {seed}): {label} starting")
-            o = await run_captured(label, scenario, backend, seed=seed, out_root=out_root,
+            o = await run_captured(label, scenario, engine, seed=seed, out_root=out_root,
                                    progress=say if verbose else (lambda s: None),
                                    on_run_dir=lambda p, seed=seed: record.ci.running(label, seed, p))
             record.add(o)
@@ -172,8 +172,8 @@ async def run_soak(args: Any, target: Any, connection: Any = None) -> int:
     of this CI shard (``--shard``); ValueError if its cluster cannot have its faults."""
     from chaos.suite import jobs
 
-    [(label, scenario, backend)] = jobs(args, target, connection)
-    if why := skip_reason(backend, scenario):
+    [(label, scenario, engine)] = jobs(args, target, connection)
+    if why := skip_reason(engine, scenario):
         raise ValueError(f"{label}: skipped: {why}")
     seeds = ci.shard(args.seeds, *args.shard) if args.shard else args.seeds
     spec = f"{args.shard[0]}/{args.shard[1]}" if args.shard else None
@@ -183,10 +183,10 @@ async def run_soak(args: Any, target: Any, connection: Any = None) -> int:
         return 0
     if spec:
         print(f"shard {spec}: seeds {format_seeds(seeds)} of {format_seeds(args.seeds)}", file=sys.stderr, flush=True)
-    reproduce = command_line("python -m chaos soak", {"--seeds": format_seeds(seeds), **backend.reproduce(),
+    reproduce = command_line("python -m chaos soak", {"--seeds": format_seeds(seeds), **engine.reproduce(),
                                                       "--model-latency": args.model_latency},
                              [label])
-    return await soak(label, scenario, backend, seeds, args.out, reproduce=reproduce,
+    return await soak(label, scenario, engine, seeds, args.out, reproduce=reproduce,
                       say=progress(time.monotonic()), verbose=args.verbose,
                       ci_files={"summary": args.summary, "junit": args.junit, "shard": spec,
                                 "all_items": [(label, s) for s in args.seeds]})

@@ -38,14 +38,14 @@ COLUMNS = [("scenario", 28), ("faults", 7), ("ok", 4), ("fail", 5), ("info", 5),
 TIMEOUTS_SEPARATOR = "~"
 #: a scenario's twin on the checkpoint backend is SCENARIO@checkpoint
 CHECKPOINT_SUFFIX = "@checkpoint"
-#: the backends other than Temporal, by their twins' suffix (SCENARIO@dbos runs SCENARIO on DBOS)
+#: the engines other than Temporal, by their twins' suffix (SCENARIO@dbos runs SCENARIO on DBOS)
 TWIN_SUFFIXES = {CHECKPOINT_SUFFIX: "checkpoint", "@dbos": "dbos", "@dbos-postgres": "dbos-postgres",
                  "@restate": "restate"}
 #: what "the Temporal server" and "the workers' link to Temporal" of a scenario are on another engine
 STAND_INS = {"dbos-postgres": ": the server is PostgreSQL, the link the workers' to it",
              "restate": ": the server is restate-server, the link the server's to the endpoint"}
 #: what ``python -m chaos suite`` runs by default: every scenario on Temporal, and the checkpoint backend's twins
-SUITE_BACKENDS = ("temporal", "checkpoint")
+SUITE_ENGINES = ("temporal", "checkpoint")
 
 
 def table(rows: list[dict[str, Any]], with_seed: bool = False) -> str:
@@ -116,7 +116,7 @@ def jobs(args: argparse.Namespace, target: Any, connection: Any = None) -> list[
     if args.command == "soak" and args.scenarios == ["all"]:
         raise ValueError("soak runs one scenario; name it (python -m chaos list)")
     if args.command == "suite":
-        names = [n for b in getattr(args, "backends", SUITE_BACKENDS)
+        names = [n for b in getattr(args, "engines", SUITE_ENGINES)
                  for n in (SUITE if b == "temporal" else [t + suffixes[b] for t in twins(b)])]
     elif args.scenarios == ["all"]:
         names = [n + suffix for n in twins(durability)] if suffix else list(SUITE)
@@ -140,7 +140,7 @@ def jobs(args: argparse.Namespace, target: Any, connection: Any = None) -> list[
     for label in names:
         base, twin_of = split_twin(label)
         checkpoint_twin = twin_of != "temporal"  # no Temporal: its timeouts profiles do not apply
-        backend = make_engine(twin_of, workers=getattr(args, "placement", "process"),
+        engine = make_engine(twin_of, workers=getattr(args, "placement", "process"),
                               image=getattr(args, "image", None), target=target,
                               target_file=getattr(args, "target", None), connection=connection)
         scenario = SCENARIOS[base]
@@ -149,10 +149,10 @@ def jobs(args: argparse.Namespace, target: Any, connection: Any = None) -> list[
                                                                                  model_latency=latency))
         for profile in ([DEFAULT_TIMEOUTS] if checkpoint_twin else pinned.get(label, profiles)):  # Temporal only
             if profile == DEFAULT_TIMEOUTS:
-                jobs.append((label, scenario, backend))
+                jobs.append((label, scenario, engine))
                 continue
             name = f"{base}{TIMEOUTS_SEPARATOR}{profile}"  # its own runs/<name>/, its own row
-            jobs.append((name, dataclasses.replace(scenario, name=name, timeouts=profile), backend))
+            jobs.append((name, dataclasses.replace(scenario, name=name, timeouts=profile), engine))
     return jobs
 
 
@@ -169,10 +169,10 @@ async def run_many(items: list[tuple[str, Any, Any, int]], out: Path, parallel: 
     results: dict[tuple[str, int], Any] = {}
     slots = asyncio.Semaphore(max(1, parallel))
 
-    skipped = {(label, seed): why for label, scenario, backend, seed in items
-               if (why := skip_reason(backend, scenario))}
+    skipped = {(label, seed): why for label, scenario, engine, seed in items
+               if (why := skip_reason(engine, scenario))}
 
-    async def one(i: int, label: str, scenario: Any, backend: Any, seed: int) -> None:
+    async def one(i: int, label: str, scenario: Any, engine: Any, seed: int) -> None:
         if (label, seed) in skipped:
             say(f"scenario {i}/{len(items)}: {label}: SKIPPED: {skipped[(label, seed)]}")
             if record is not None:
@@ -181,7 +181,7 @@ async def run_many(items: list[tuple[str, Any, Any, int]], out: Path, parallel: 
         async with slots:
             say(f"scenario {i}/{len(items)}: {label} (seed {seed})")
             started = (lambda p: record.running(label, seed, p)) if record is not None else (lambda p: None)
-            result = await run_captured(label, scenario, backend, seed=seed, out_root=out, progress=say, ui=ui,
+            result = await run_captured(label, scenario, engine, seed=seed, out_root=out, progress=say, ui=ui,
                                         on_run_dir=started)
             results[(label, seed)] = result
             if record is not None:
@@ -230,8 +230,8 @@ async def run_many(items: list[tuple[str, Any, Any, int]], out: Path, parallel: 
 
 async def suite(args: argparse.Namespace, target: Any, connection: Any = None) -> int:
     """The suite, or the shard of it ``--shard K/N`` names, with its summary JSON and JUnit XML."""
-    everything = [(label, scenario, backend, seed) for seed in args.seeds
-                  for label, scenario, backend in jobs(args, target, connection)]
+    everything = [(label, scenario, engine, seed) for seed in args.seeds
+                  for label, scenario, engine in jobs(args, target, connection)]
     mine = ci.shard(everything, *args.shard) if args.shard else everything
     spec = f"{args.shard[0]}/{args.shard[1]}" if args.shard else None
     name = f"chaos suite (seeds {format_seeds(args.seeds)}{f', shard {spec}' if spec else ''})"

@@ -11,6 +11,7 @@ histories), so it imports in an agent's own Python as well as in the harness's.
     driver_host     a target's driver, run in the target's own Python and spoken to over its stdin/stdout
     replayer        Temporal's replayer, run in the target's own Python
     private         paths only the invoking user controls: private temporary directories, trusted files
+    percentiles     percentiles and the latency summary (n, mean, sd, p50, p95, p99) the benchmarks and reports show
 """
 
 from __future__ import annotations

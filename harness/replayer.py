@@ -1,4 +1,4 @@
-"""Replay saved histories on a cold worker: ``python -m harness.replayer DIR --workflow MODULE:CLASS``.
+"""Replay saved event histories on a cold worker: ``python -m harness.replayer DIR --workflow MODULE:CLASS``.
 
 The replayer is built the way the agent's workers are, from what the target declared (``testbed/engines/target.py``):
 
@@ -174,15 +174,15 @@ async def replay(histories_dir: Path, replayer: Replayer, recorder: InputRecorde
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.replayer", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("histories", type=Path, help="directory of <workflow id>/<n>-<run id>.json histories")
+    parser.add_argument("histories", type=Path, help="directory of <workflow id>/<n>-<run id>.json event histories")
     parser.add_argument("--workflow", default="agent.workflow:AgentWorkflow", help="MODULE:CLASS of the workflow")
     parser.add_argument("--plugin", action="append", default=[], metavar="MODULE:NAME",
                         help="a worker plugin the agent's workers use (repeatable, in order)")
     parser.add_argument("--data-converter", metavar="MODULE:NAME", help="the agent's data converter")
     parser.add_argument("--workflow-runner", metavar="MODULE:NAME", help="the agent's workflow runner")
-    parser.add_argument("--namespace", help="the namespace the histories ran in (default: the Replayer's)")
+    parser.add_argument("--namespace", help="the namespace the event histories ran in (default: the Replayer's)")
     parser.add_argument("--no-strict", dest="strict", action="store_false",
-                        help="do not compare activity and child workflow inputs with the history's")
+                        help="do not compare activity and child workflow inputs with the event history's")
     parser.add_argument("--strict-ignore", action="append", default=[], metavar="JSON_PATH",
                         help="a JSON path left out of every compared input, e.g. '$.messages[*].timestamp' "
                              "(repeatable): a value the agent's framework computes afresh on every replay")

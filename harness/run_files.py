@@ -223,13 +223,6 @@ def open_binary(root: Path, rel: str | os.PathLike[str], limit: int) -> Iterator
         yield stream
 
 
-@contextlib.contextmanager
-def open_text(root: Path, rel: str | os.PathLike[str], limit: int, errors: str = "strict") -> Iterator[io.TextIOBase]:
-    """``open_binary`` as a UTF-8 text stream."""
-    with open_binary(root, rel, limit) as stream, io.TextIOWrapper(stream, encoding="utf-8", errors=errors) as text:
-        yield text
-
-
 def entries(root: Path, rel: str | os.PathLike[str] = ".") -> dict[str, int]:
     """The directory ``rel`` below ``root``: each entry's name and mode, symlinks not followed (an entry that is a
     symlink has ``stat.S_ISLNK``; the directory itself may not be one). FileNotFoundError if there is none."""

@@ -513,7 +513,7 @@ class Builder:
             ("Recovery after a worker kill", lambda d: self.points(d, "recovery", tab.recovery, figs.plot_recovery)),
             ("Resources", self.resources),
             ("Micro-benchmarks", self.micro),
-            ("Checkpoint backend against Temporal", lambda d: self.points(d, "checkpoint_backend", tab.checkpoint,
+            ("Checkpoint engine against Temporal", lambda d: self.points(d, "checkpoint_backend", tab.checkpoint,
                                                                            figs.plot_checkpoint, "checkpoint")),
             ("Engines side by side", self.engines),
             ("Table 1: fault scenarios", self.table1),

@@ -9,7 +9,7 @@ Images carry no titles: the caption says what a figure shows. Every axis is
 labelled with its unit; integer axes have integer ticks; a durable/plain pair
 shares a colour and the loop is the line style; a median or mean drawn as a
 bar or point carries its 95 % bootstrap interval as an error bar
-(``reports.stats``). Chaos figures follow Jepsen's conventions: ok blue, fail
+(``reports.confidence``). Chaos figures follow Jepsen's conventions: ok blue, fail
 red, info orange; each nemesis fault window shaded in a colour per fault kind,
 a solid line where it was injected, dashed lines at the faults and heal phases.
 Length figures mark each continue-as-new (a new run of the workflow).
@@ -32,7 +32,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from reports import ops as opsmod
 from reports import style
 from reports.sources import ChaosRun
-from reports.stats import bootstrap_ci
+from reports.confidence import bootstrap_ci
 from reports.tables import COMPONENTS, column, component_medians, recovery_waits
 
 log = logging.getLogger(__name__)
@@ -452,26 +452,30 @@ def plot_resources(doc: dict[str, Any], out: Path) -> Figure | None:
                   "peak resident memory (MB), during each benchmark section (psutil samples).", wide=True)
 
 
+def _steps_against_floor(ax: Any, points: list[dict[str, Any]], labels: list[str], xlabel: str) -> None:
+    """Horizontal bars: each point's median step (blue) or durable-write floor (grey), log scale, with the bootstrap
+    95 % interval of the median where the run kept its samples (none: no whisker)."""
+    colours = ["0.6" if p["measure"] == "floor" else style.PALETTE[0] for p in points]
+    xerr = np.array([_median_err(np.asarray(p.get("samples_ms") or [], dtype=float))[1:] for p in points]).T
+    ax.barh(labels, [p["p50_ms"] for p in points], color=colours, xerr=xerr if xerr.any() else None, ecolor="0.2",
+            capsize=2)
+    ax.set_xscale("log")
+    _log(ax.xaxis)
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    ax.grid(axis="x")
+
+
 def plot_checkpoint(points: list[dict[str, Any]], out: Path) -> Figure | None:
     rows = [p for p in points if p.get("measure") in ("floor", "step") and not math.isnan(p["p50_ms"])
             and p["p50_ms"] > 0]
     if not rows:
         return None
     fig, ax = style.new(style.SINGLE, 0.6 + 0.25 * len(rows))
-    labels = [f"{p['measure']}: {p['backend']}" for p in rows]
-    colours = ["0.6" if p["measure"] == "floor" else style.PALETTE[0] for p in rows]
-    # the interval of each median, from the samples the run kept (none: no whisker)
-    xerr = np.array([_median_err(np.asarray(p.get("samples_ms") or [], dtype=float))[1:] for p in rows]).T
-    ax.barh(labels, [p["p50_ms"] for p in rows], color=colours, xerr=xerr if xerr.any() else None, ecolor="0.2",
-            capsize=2)
-    ax.set_xscale("log")
-    _log(ax.xaxis)
-    ax.invert_yaxis()
-    ax.set_xlabel("median per step (ms)")
-    ax.grid(axis="x")
+    _steps_against_floor(ax, rows, [f"{p['measure']}: {p['backend']}" for p in rows], "median per step (ms)")
     style.save(fig, out, "checkpoint")
-    return Figure("checkpoint", "Checkpoint backend", "What a checkpointed step costs: the median of one no-op "
-                  "checkpointed step on each backend (blue) against the physical floor of one durable write on "
+    return Figure("checkpoint", "Checkpoint engine", "What a checkpointed step costs: the median of one no-op "
+                  "checkpointed step on each engine (blue) against the physical floor of one durable write on "
                   "this disk (grey), log scale, with the bootstrap 95 % interval of the median where the run "
                   "kept its samples. The plain loop's step is a bare await.")
 
@@ -505,16 +509,7 @@ def plot_engines(doc: dict[str, Any], out: Path) -> Figure | None:
     left.set_ylabel("median turn minus model (ms)")
     left.grid(axis="y")
     style.legend(left)
-    labels = [p["engine"] for p in steps]
-    colours = ["0.6" if p["measure"] == "floor" else style.PALETTE[0] for p in steps]
-    xerr = np.array([_median_err(np.asarray(p.get("samples_ms") or [], dtype=float))[1:] for p in steps]).T
-    right.barh(labels, [p["p50_ms"] for p in steps], color=colours, xerr=xerr if xerr.any() else None,
-               ecolor="0.2", capsize=2)
-    right.set_xscale("log")
-    _log(right.xaxis)
-    right.invert_yaxis()
-    right.set_xlabel("median per no-op step (ms)")
-    right.grid(axis="x")
+    _steps_against_floor(right, steps, [p["engine"] for p in steps], "median per no-op step (ms)")
     style.save(fig, out, "engines")
     return Figure("engines", "Engines side by side", "The same agent loop on each engine, in one run. Left: the "
                   "median turn minus the time inside model steps, per workload and model mode (what the engine and "

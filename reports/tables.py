@@ -23,9 +23,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from harness.percentiles import summarise
 from harness.printable import printable
 from reports.sources import ChaosRun, FuzzRun, SoakRun
-from reports.stats import FEW_FOR_P99, bootstrap_ci, with_ci
+from reports.confidence import FEW_FOR_P99, bootstrap_ci, with_ci
 
 DASH = "—"
 
@@ -189,15 +190,6 @@ def html_table(t: Table) -> str:
 
 # ---------------------------------------------------------------- statistics
 
-def stats(values: list[float] | np.ndarray) -> dict[str, float]:
-    x = np.asarray([v for v in values if not math.isnan(v)], dtype=float)
-    if x.size == 0:
-        return {k: math.nan for k in ("n", "mean", "sd", "min", "max", "p50", "p95", "p99")} | {"n": 0}
-    return {"n": int(x.size), "mean": float(x.mean()), "sd": float(x.std(ddof=1)) if x.size > 1 else math.nan,
-            "min": float(x.min()), "max": float(x.max()), "p50": float(np.percentile(x, 50)),
-            "p95": float(np.percentile(x, 95)), "p99": float(np.percentile(x, 99))}
-
-
 def column(turns: list[dict[str, Any]], key: str) -> np.ndarray:
     return np.asarray([t.get(key, math.nan) for t in turns], dtype=float)
 
@@ -245,7 +237,7 @@ def table2(series: list[dict[str, Any]]) -> Table | None:
     rows = []
     for s in (s for s in series if s["section"] == "table2"):
         x = column(s["turns"], "client_ms")
-        st = stats(x)
+        st = summarise(x)
         rows.append({"Series": s["name"], "Loop": s["loop"].capitalize(), "Model": model_label(s),
                      "Workload": s["workload"], **st, **_ci_columns(x, "mean", "mean", st["mean"]),
                      **_ci_columns(x, "median", "median", st["p50"])})
@@ -383,7 +375,7 @@ def tuning(series: list[dict[str, Any]], breakdown_series: list[dict[str, Any]] 
     rows = []
     for s in tuned:
         x = column(s["turns"], "client_ms")
-        st = stats(x)
+        st = summarise(x)
         comps = component_medians(by_name[s["name"]]["turns"]) if s["name"] in by_name else {}
         rows.append({"Series": s["name"], "Server": s.get("server") or DASH,
                      "Worker": s.get("variant") or DASH,
@@ -525,7 +517,7 @@ def checkpoint(points: list[dict[str, Any]]) -> Table | None:
                                   zip(df[f"{name}_ms"], df[f"{name} CI low"], df[f"{name} CI high"])]
     cols = ["measure", "backend", "n", "p50 [95% CI]", "mean [95% CI]", "p95_ms", "vs_floor",
             "p50_ms", "p50 CI low", "p50 CI high", "mean_ms", "mean CI low", "mean CI high"]
-    return Table("checkpoint", "The checkpoint backend against the plain loop and Temporal, in one run. floor: one "
+    return Table("checkpoint", "The checkpoint engine against the plain loop and Temporal, in one run. floor: one "
                  "fsync'd SQLite commit (WAL, synchronous=FULL, one-row insert) and a raw write + fsync; step: a "
                  "no-op checkpointed step (vs_floor = p50 / the SQLite floor); turn: one prompt answered by the "
                  "reference agent (model, calculator, model; scripted model, no added latency). Bootstrap 95 % "
@@ -718,7 +710,7 @@ def engines_turns(doc: dict[str, Any]) -> Table | None:
     for s in doc["series"]:
         x = column(s["turns"], "client_ms")
         over = x - column(s["turns"], "model_ms")
-        st = stats(x)
+        st = summarise(x)
         rows.append({"Engine": s["engine"], "Workload": s["workload"], "Model": model_label(s), "n": st["n"],
                      **_ci_columns(x, "median", "median", st["p50"]), "p95": st["p95"],
                      **_ci_columns(over, "minus model", "median", float(np.nanmedian(over)) if over.size else math.nan),

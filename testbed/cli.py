@@ -138,7 +138,7 @@ def _add_stack_options(p: argparse.ArgumentParser) -> None:
     from testbed.model_server import add_model_latency
 
     g = p.add_argument_group("local stack")
-    add_durability(g, help="durability backend: temporal (default: the workflow on a Temporal server), checkpoint "
+    add_durability(g, help="durability engine: temporal (default: the workflow on a Temporal server), checkpoint "
                         "(the same agent loop, each step checkpointed in STATE_DIR/checkpoint.sqlite3), dbos (a DBOS "
                         "workflow, its system database STATE_DIR/dbos.sqlite3), dbos-postgres (DBOS on a "
                         "PostgreSQL server started in STATE_DIR/postgres) or restate (the same loop as a Restate "
@@ -371,30 +371,30 @@ async def cmd_run(args: argparse.Namespace) -> int:
 
 
 async def _run_scenarios(args: argparse.Namespace, names: list[str], *, ui: bool) -> int:
-    from testbed.walkthroughs import run_scenario
+    from testbed.walkthroughs import run_walkthrough
 
     scenarios = _scenarios(names)
     failed = 0
     async with _stack(args, ui=ui) as stack:
         for scenario in scenarios:
-            failed += not await _show_scenario(stack, scenario, run_scenario)
+            failed += not await _show_scenario(stack, scenario, run_walkthrough)
     return EXIT_FAILED if failed else 0
 
 
 def _scenarios(names: list[str]) -> list[Any]:
-    from testbed.walkthroughs import SCENARIOS
+    from testbed.walkthroughs import WALKTHROUGHS
 
     if names == ["all"]:
-        return list(SCENARIOS.values())
-    unknown = [n for n in names if n not in SCENARIOS]
+        return list(WALKTHROUGHS.values())
+    unknown = [n for n in names if n not in WALKTHROUGHS]
     if unknown:
-        raise UsageError(f"unknown scenario {', '.join(unknown)}; known: {', '.join(SCENARIOS)} (or 'all')")
-    return [SCENARIOS[n] for n in names]
+        raise UsageError(f"unknown scenario {', '.join(unknown)}; known: {', '.join(WALKTHROUGHS)} (or 'all')")
+    return [WALKTHROUGHS[n] for n in names]
 
 
-async def _show_scenario(stack: Any, scenario: Any, run_scenario: Any) -> bool:
+async def _show_scenario(stack: Any, scenario: Any, run_walkthrough: Any) -> bool:
     print(f"\n== scenario {scenario.name}: {scenario.description}")
-    outcome = await run_scenario(stack, scenario)
+    outcome = await run_walkthrough(stack, scenario)
     for prompt, reply in zip(scenario.prompts, outcome.replies):
         print(f"you>   {prompt}\nagent> {reply}")
     await _print_graph(stack, outcome.workflow_id, outcome.runs[0].run_id)
@@ -437,7 +437,7 @@ DEMO_HELP = """commands:
 
 
 async def cmd_demo(args: argparse.Namespace) -> int:
-    from testbed.walkthroughs import SCENARIOS, run_scenario
+    from testbed.walkthroughs import WALKTHROUGHS, run_walkthrough
 
     cfg = _agent_config(args)
     if args.durability != "temporal":  # an engine of testbed.engines.ENGINES, in this process
@@ -466,13 +466,13 @@ async def cmd_demo(args: argparse.Namespace) -> int:
             if line == "/help":
                 print(DEMO_HELP)
             elif line == "/scenarios":
-                for s in SCENARIOS.values():
+                for s in WALKTHROUGHS.values():
                     print(f"  {s.name:<18} {s.description}")
             elif line.startswith("/scenario"):
                 names = line.split()[1:] or ["direct"]
                 try:
                     for scenario in _scenarios(names):
-                        await _show_scenario(stack, scenario, run_scenario)
+                        await _show_scenario(stack, scenario, run_walkthrough)
                 except UsageError as exc:
                     print(f"error: {exc}")
             elif line.startswith("/"):
@@ -504,10 +504,10 @@ async def _demo_prompt(stack: Any, cfg: AgentConfig, prompt: str) -> None:
 
 def _one_shot_checks(args: argparse.Namespace, cfg: AgentConfig) -> None:
     if args.scenario:
-        raise UsageError(f"--scenario runs on the Temporal backend only; on --durability {args.durability} give a "
+        raise UsageError(f"--scenario runs on Temporal only; on --durability {args.durability} give a "
                          "prompt with --model scripted:<scenario>")
     if cfg.env.name != "base":
-        raise UsageError(f"env {cfg.env.name}: environments run on the Temporal backend only "
+        raise UsageError(f"env {cfg.env.name}: environments run on Temporal only "
                          f"(not --durability {args.durability})")
 
 
@@ -687,9 +687,9 @@ async def cmd_server(args: argparse.Namespace) -> int:
 
 
 def cmd_scenarios(args: argparse.Namespace) -> int:
-    from testbed.walkthroughs import SCENARIOS
+    from testbed.walkthroughs import WALKTHROUGHS
 
-    for s in SCENARIOS.values():
+    for s in WALKTHROUGHS.values():
         print(f"{s.name:<18} {s.description}")
     return 0
 
@@ -763,7 +763,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("model-server", help="the scripted OpenAI-compatible model server", add_help=False)
     p.set_defaults(func=None)
 
-    p = sub.add_parser("checkpoint", help="the checkpoint backend: worker, run, emit, steps (dah checkpoint --help)",
+    p = sub.add_parser("checkpoint", help="the checkpoint engine: worker, run, emit, steps (dah checkpoint --help)",
                        add_help=False)
     p.set_defaults(func=None)
 

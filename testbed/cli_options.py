@@ -1,6 +1,6 @@
 """The options every command spells the same way (docs/commands.md, "One interface across the commands").
 
-    --durability {temporal,checkpoint,dbos,dbos-postgres,restate}   the agent's durability backend (dah,
+    --durability {temporal,checkpoint,dbos,dbos-postgres,restate}   the agent's durability engine (dah,
                                          python -m chaos; python -m benchmarks: temporal and checkpoint)
     --model-latency SPEC                 the scripted model's response latency, one grammar
                                          (testbed.model_server.add_model_latency)
@@ -34,7 +34,7 @@ def deprecated(prog: str, old: str, new: str) -> None:
 
 
 def add_durability(parser: Any, *, help: str, choices: Sequence[str] = DURABILITY) -> argparse.Action:
-    """``--durability {temporal,checkpoint,...}`` (default temporal); ``choices``: the backends this command
+    """``--durability {temporal,checkpoint,...}`` (default temporal); ``choices``: the engines this command
     supports (default all). ``parser`` may be an argument group."""
     return parser.add_argument("--durability", choices=choices, default="temporal",
                                metavar="{" + ",".join(choices) + "}", help=help)

@@ -30,7 +30,6 @@ engine, and for the browser image the ``chromium`` package (``make system-deps``
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import functools
 import hashlib
 import importlib.metadata as metadata
@@ -520,14 +519,6 @@ def _connect() -> Any:
 
 
 BUILDERS = {"worker": worker_image, "browser": browser_image}
-# One build at a time: two at once would both import the shared runtime.
-_background = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="image-build")
-
-
-def build_in_background(which: str) -> concurrent.futures.Future[str]:
-    """Start building an image (queued behind any other) and return the future of its tag. The tests start
-    their images' builds when they are collected, so the builds overlap the tests that run before them."""
-    return _background.submit(BUILDERS[which])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,11 +31,10 @@ import signal
 import stat
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 from urllib.parse import quote
 
-from testbed.processes import free_port, spawn
+from testbed.processes import ServerProcess, free_port, spawn
 
 ENV_BIN = "DAH_POSTGRES_BIN"
 USER = "postgres"  # the OS user the server runs as under root, and the database superuser
@@ -97,8 +96,11 @@ def find_bin(name: str) -> str:
     return found
 
 
-class PostgresServer:
+class PostgresServer(ServerProcess):
     """``data_dir`` (created by initdb if empty) served on a free port of 127.0.0.1; logs to ``log_dir``."""
+
+    name = "postgres"
+    error = PostgresError
 
     def __init__(self, data_dir: Path, log_dir: Path | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
         self.data_dir = Path(data_dir).resolve()
@@ -107,11 +109,8 @@ class PostgresServer:
         self.passfile = password_file(self.data_dir)
         self.host, self.port = host, port
         self.ui_url: str | None = None
+        self.startup_timeout_s = START_TIMEOUT_S
         self._proc: subprocess.Popen | None = None
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc else None
 
     @property
     def address(self) -> str:
@@ -128,8 +127,10 @@ class PostgresServer:
             return []
         return ["setpriv", f"--reuid={USER}", f"--regid={USER}", "--init-groups", f"--pdeathsig={pdeathsig}", "--"]
 
-    def _prepare(self) -> None:
-        """The data dir (initdb on first use) and the socket dir, owned by the user the server runs as."""
+    def prepare(self) -> None:
+        """The port, the data dir (initdb on first use) and the socket dir, owned by the user the server runs as."""
+        self.port = self.port or free_port(self.host)
+        self._isready = find_bin("pg_isready")
         for d in (self.data_dir, self.log_file.parent):
             d.mkdir(parents=True, exist_ok=True)
         if self.socket_dir is None:
@@ -178,34 +179,20 @@ class PostgresServer:
                                     f"{oct(st.st_mode & 0o777)}); put the state dir where it can (e.g. under /tmp "
                                     f"directly), or chmod o+x {d}")
 
-    def start(self) -> PostgresServer:
-        """Start the server (initdb first if the data dir is new); return once it accepts connections."""
-        if self._proc is not None and self._proc.poll() is None:
-            return self
-        self._prepare()
-        self.port = self.port or free_port(self.host)
-        argv = [*self._as_user(pdeathsig="INT"), find_bin("postgres"), "-D", str(self.data_dir), "-p", str(self.port),
+    def argv(self) -> list[str]:
+        return [*self._as_user(pdeathsig="INT"), find_bin("postgres"), "-D", str(self.data_dir), "-p", str(self.port),
                 "-k", str(self.socket_dir), "-c", f"listen_addresses={self.host}", "-c", "max_connections=200"]
-        with open(self.log_file, "ab") as log:
-            self._proc = spawn(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        self._wait_ready()
-        return self
 
-    def _wait_ready(self) -> None:
-        isready = find_bin("pg_isready")
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            assert self._proc is not None
-            if self._proc.poll() is not None:
-                raise PostgresError(f"postgres exited with {self._proc.returncode} during start-up (log "
-                                    f"{self.log_file}): {self.log_file.read_text(errors='replace')[-1500:]}")
-            if subprocess.run([isready, "-h", self.host, "-p", str(self.port), "-U", USER, "-q"],
-                              capture_output=True).returncode == 0:
-                return
-            time.sleep(0.1)
-        self.kill()
-        raise PostgresError(f"postgres did not accept connections on {self.address} within {START_TIMEOUT_S:g} s "
-                            f"(log {self.log_file})")
+    def log_path(self) -> Path:
+        return self.log_file
+
+    def ready(self) -> bool:
+        """``pg_isready``: the server accepts connections."""
+        return subprocess.run([self._isready, "-h", self.host, "-p", str(self.port), "-U", USER, "-q"],
+                              capture_output=True).returncode == 0
+
+    def awaited(self) -> str:
+        return f"on {self.address}"
 
     def kill(self) -> None:
         """SIGKILL every server process (the postmaster's process group): a crash. Committed data survives."""
@@ -215,29 +202,22 @@ class PostgresServer:
             except ProcessLookupError:
                 pass
             self._proc.wait()
-            self._proc = None
+            self._ended()
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = 15.0) -> None:
         """A fast shutdown (SIGINT: PostgreSQL's own), a kill if it lingers."""
         if self._proc is None:
             return
         if self._proc.poll() is None:
             self._proc.send_signal(signal.SIGINT)
             try:
-                self._proc.wait(timeout=15)
+                self._proc.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
                 pass
         self.kill()
 
-    def restart(self) -> PostgresServer:
-        self.stop()
-        return self.start()
-
-    def __enter__(self) -> PostgresServer:
-        return self.start()
-
     def __exit__(self, *exc: object) -> None:
-        self.stop()
+        super().__exit__(*exc)
         if self.socket_dir is not None:
             shutil.rmtree(self.socket_dir, ignore_errors=True)
             self.socket_dir = None

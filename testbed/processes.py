@@ -9,6 +9,9 @@ and sets it again: ``testbed.postgres``), and dockerd and the containers
 (a supervisor and a reaper that outlive us on purpose: ``testbed.dockerd``,
 ``ensure_reaper``), and what a worker leaves running on purpose (its browser:
 ``harness.owner``).
+
+``ServerProcess`` is the one lifecycle of everything we start and own (the Temporal, Restate and PostgreSQL servers,
+worker processes): start, wait until it answers, stop, kill, ``with``.
 """
 
 from __future__ import annotations
@@ -24,8 +27,12 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import IO, Any
 
 from harness.exit import before_exit
 from harness.owner import owner_value
@@ -103,7 +110,7 @@ def ensure_reaper() -> None:
         if _reaper is not None and _reaper.poll() is None:
             return
         # No parent-death signal: the reaper must outlive us; our end of its stdin closing is its signal.
-        _reaper = spawn(python_module_command("testbed.containers", "reap", owner_value()), pdeathsig=0,
+        _reaper = spawn([sys.executable, "-m", "testbed.containers", "reap", owner_value()], pdeathsig=0,
                         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         before_exit(functools.partial(_reap_now, _reaper))
 
@@ -150,7 +157,169 @@ def port_open(host: str, port: int, timeout: float = 0.2) -> bool:
         return False
 
 
-def python_module_command(module: str, *args: str) -> list[str]:
-    """Run a module of this project with the current interpreter."""
-    return [sys.executable, "-m", module, *args]
 
+class ServerProcess:
+    """A process we start and own (a server, a worker): started by ``spawn``, ready once it answers, stopped by the
+    pid we started, and a context manager (``with`` and ``async with``) that stops it on any exit.
+
+    A subclass gives what differs: ``argv()`` (its command line), ``prepare()`` (files and ports before a start),
+    ``ready()`` (does it answer yet?), ``log_path()`` (where its output goes; None: a temporary file), its ``name``
+    and ``error`` class for the two start-up errors (``start_exited``, ``start_timed_out``: one line naming what
+    failed and the log, then the log's tail) and ``awaited()`` (what the time-out says it waited for). ``start``
+    returns at once if it is running; a start that fails stops what it started and raises. ``stop``/``kill`` forget
+    the process (``pid`` is None after) unless the subclass keeps it (``_ended``).
+    """
+
+    _proc: Any = None  # the subprocess.Popen (or testbed.forkserver.ForkedProcess) of this start
+    _log: IO[bytes] | None = None
+    _log_start: int = 0
+    #: what errors and logs call the process, and the class of its start-up errors
+    name: str = "process"
+    error: type[Exception] = RuntimeError
+    startup_timeout_s: float = 60.0
+    #: seconds between two readiness probes
+    ready_interval_s: float = 0.1
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.poll() if self._proc else None
+
+    # -- what a subclass gives --------------------------------------------------------------------------------------
+
+    def argv(self) -> list[str]:
+        """The command line of the next start."""
+        raise NotImplementedError
+
+    def prepare(self) -> None:
+        """Before each start: ports, directories, configuration files."""
+
+    def ready(self) -> bool:
+        """Does the process answer yet (asked every ``ready_interval_s`` until the start-up deadline)?"""
+        raise NotImplementedError
+
+    def log_path(self) -> Path | None:
+        return None
+
+    def awaited(self) -> str:
+        """What start-up waits for, as its time-out error says it (``name`` did not answer ...)."""
+        return ""
+
+    def describe(self) -> str:
+        """What ``start`` logs once the process answers."""
+        return self.name
+
+    def start_exited(self, returncode: int) -> Exception:
+        path = self.log_path()
+        return self.error(f"{self.name} exited with code {returncode} during start-up"
+                          + (f" (log {path})" if path else "") + f":\n{self.log_since_start()[-2000:]}")
+
+    def start_timed_out(self, timeout_s: float) -> Exception:
+        path = self.log_path()
+        return self.error(f"{self.name} did not answer {self.awaited()} within {timeout_s:g} s"
+                          + (f" (log {path})" if path else ""))
+
+    # -- the lifecycle ----------------------------------------------------------------------------------------------
+
+    def start(self) -> Any:
+        """Start the process and return (self) once it answers; at once if it is running."""
+        if self.alive:
+            return self
+        self.prepare()
+        started = time.monotonic()
+        self.launch(self.argv())
+        self.wait_until_ready(self.startup_timeout_s)
+        log.info("%s ready in %.1f s (pid %s)", self.describe(), time.monotonic() - started, self.pid)
+        return self
+
+    def launch(self, argv: Sequence[str], **kwargs: Any) -> None:
+        """Spawn ``argv`` with its output appended to ``log_path()`` (a file, never a pipe: nobody drains a pipe,
+        and a full one would block the process; readable: a failed start is explained from it)."""
+        path = self.log_path()
+        self._log = open(path, "a+b") if path else tempfile.TemporaryFile()
+        self._log_start = self._log.seek(0, os.SEEK_END)
+        self._proc = spawn(argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, **kwargs)
+
+    def log_since_start(self) -> str:
+        """What the process wrote since this start."""
+        if self._log is None or self._log.closed:
+            return ""
+        self._log.flush()
+        self._log.seek(self._log_start)
+        return self._log.read().decode(errors="replace")
+
+    def wait_until_ready(self, timeout_s: float, ready: Callable[[], bool] | None = None,
+                         exited: Callable[[int], Exception] | None = None,
+                         timed_out: Callable[[float], Exception] | None = None,
+                         interval_s: float | None = None) -> None:
+        """Return once ``ready()`` (default: ``self.ready``) is true; if the process exits first, or the deadline
+        passes, stop it and raise ``exited(returncode)`` or ``timed_out(timeout_s)`` (default: the start errors)."""
+        ready, exited = ready or self.ready, exited or self.start_exited
+        timed_out = timed_out or self.start_timed_out
+        deadline = time.monotonic() + timeout_s
+        try:
+            while time.monotonic() < deadline:
+                if ready():
+                    return
+                if self._proc is not None and self._proc.poll() is not None:
+                    error = exited(self._proc.returncode)
+                    break
+                time.sleep(self.ready_interval_s if interval_s is None else interval_s)
+            else:
+                error = timed_out(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        self.stop()
+        raise error
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM the process we started (SIGCONT first: a stopped process cannot handle it), then SIGKILL it
+        after ``grace_s``. Idempotent."""
+        if self._proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                if self._proc.poll() is None:
+                    self._proc.send_signal(signal.SIGCONT)
+            stop(self._proc, grace_s=grace_s)
+            self._ended()
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, mid-whatever; nothing of the process runs any more."""
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+            self._ended()
+
+    def _ended(self) -> None:
+        """After a stop or a kill: forget the process and close its log."""
+        self._proc = None
+        if self._log is not None:
+            self._log.close()
+
+    def restart(self) -> Any:
+        """Stop and start again (the same ports and state, where the subclass keeps them)."""
+        self.stop()
+        return self.start()
+
+    def __enter__(self) -> Any:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> Any:
+        import asyncio
+
+        return await asyncio.to_thread(self.start)
+
+    async def __aexit__(self, *exc: object) -> None:
+        import asyncio
+
+        await asyncio.to_thread(self.stop)

@@ -27,7 +27,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import tomllib
 import urllib.error
 import urllib.request
@@ -35,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testbed.processes import free_port, spawn, stop
+from testbed.processes import ServerProcess, free_port
 
 log = logging.getLogger(__name__)
 
@@ -64,14 +63,6 @@ def find_restate_server() -> str:
             return candidate
     raise RestateServerError(f"no restate-server binary found (looked for ${ENV_BINARY}, {Path(sys.prefix) / NPM_BINARY}"
                              f" and restate-server on PATH); `make restate-server` installs it (npm, version {VERSION})")
-
-
-def restate_server_or_none() -> str | None:
-    """``find_restate_server``, or None where there is none (tests skip on it)."""
-    try:
-        return find_restate_server()
-    except RestateServerError:
-        return None
 
 
 def _toml(config: dict[str, Any]) -> str:
@@ -111,7 +102,7 @@ def settings(config: dict[str, Any]) -> dict[str, Any]:
 
 
 @dataclass
-class RestateServer:
+class RestateServer(ServerProcess):
     """A single-node ``restate-server`` whose state lives in ``base_dir``."""
 
     base_dir: Path
@@ -122,8 +113,11 @@ class RestateServer:
     admin_port: int = 0
     node_port: int = 0
     ui_url: str | None = None  # the nemeses ask; Restate's UI is not served here
+    name = "restate-server"
+    error = RestateServerError
+    ready_interval_s = 0.05
     _proc: subprocess.Popen | None = field(default=None, init=False, repr=False)
-    _log: Any = field(default=None, init=False, repr=False)
+    _pending: list[str] = field(default_factory=list, init=False, repr=False)  # what start-up still waits for
 
     @property
     def port(self) -> int:
@@ -134,10 +128,6 @@ class RestateServer:
     def address(self) -> str:
         """``host:port`` of the admin API (``Stack.endpoints`` hands a server's address to worker processes)."""
         return f"{self.ip}:{self.admin_port}"
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc else None
 
     @property
     def ingress_url(self) -> str:
@@ -160,80 +150,47 @@ class RestateServer:
                 "ingress": {"bind-address": f"{self.ip}:{self.ingress_port}"},
                 "default-retry-policy": RETRY_POLICY}
 
-    def command(self) -> list[str]:
+    def argv(self) -> list[str]:
         return [find_restate_server(), "--config-file", str(self.config_file), "--base-dir",
                 str(self.base_dir / "data"), "--no-logo"]
 
-    def start(self) -> RestateServer:
-        """Start the server (the ports of the first start again) and return once its admin API is healthy."""
-        if self._proc is not None and self._proc.poll() is None:
-            return self
+    def prepare(self) -> None:
+        """The ports of the first start again, and the configuration file."""
         for name in ("ingress_port", "admin_port", "node_port"):
             if not getattr(self, name):
                 setattr(self, name, free_port(self.ip))
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.config_file.write_text(_toml(self.config()))
-        self._log = open(self.log_file, "a+b") if self.log_file else open(self.base_dir / "restate.log", "a+b")
-        self._log_start = self._log.seek(0, os.SEEK_END)
-        started = time.monotonic()
-        self._proc = spawn(self.command(), stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        log.info("restate-server ready (admin %s, ingress %s) in %.1f s (pid %s)", self.admin_url,
-                 self.ingress_url, time.monotonic() - started, self._proc.pid)
-        return self
+        self._pending = [f"{self.admin_url}/health", f"{self.ingress_url}/restate/health", "query"]
 
-    def _wait_ready(self) -> None:
+    def log_path(self) -> Path:
+        return self.log_file or self.base_dir / "restate.log"
+
+    def describe(self) -> str:
+        return f"{self.name} (admin {self.admin_url}, ingress {self.ingress_url})"
+
+    def ready(self) -> bool:
         """Admin /health answers, the ingress too, and a query of the invocation table (every partition has a
         leader: invocations can be taken and read)."""
-        deadline = time.monotonic() + self.startup_timeout_s
-        pending = [f"{self.admin_url}/health", f"{self.ingress_url}/restate/health", "query"]
-        while pending and time.monotonic() < deadline:
-            assert self._proc is not None
-            if self._proc.poll() is not None:
-                self._log.flush()
-                self._log.seek(self._log_start)
-                err = self._log.read().decode(errors="replace")
-                raise RestateServerError(f"restate-server exited with code {self._proc.returncode} during "
-                                         f"start-up:\n{err[-2000:]}")
+        while self._pending:
             try:
-                if pending[0] == "query":
+                if self._pending[0] == "query":
                     self.query("SELECT count(*) AS n FROM sys_invocation")
-                    pending.pop(0)
-                    continue
-                with urllib.request.urlopen(pending[0], timeout=1.0) as resp:
-                    if resp.status == 200:
-                        pending.pop(0)
-                        continue
+                else:
+                    with urllib.request.urlopen(self._pending[0], timeout=1.0) as resp:
+                        if resp.status != 200:
+                            return False
             except (urllib.error.URLError, OSError, RestateServerError):
-                pass
-            time.sleep(0.05)
-        if pending:
-            raise RestateServerError(f"restate-server did not answer {pending[0]} within {self.startup_timeout_s} s "
-                                     f"(log {self._log.name})")
+                return False
+            self._pending.pop(0)
+        return True
 
-    def stop(self) -> None:
-        if self._proc is not None:
-            stop(self._proc)
-            self._proc = None
-            self._log.close()
+    def awaited(self) -> str:
+        return self._pending[0]
 
     def kill(self) -> None:
         """SIGKILL the server (a crash); ``start()`` resumes from the base dir."""
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.wait()
-            self._proc = None
-            self._log.close()
-
-    def __enter__(self) -> RestateServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        super().kill()
 
     # -- the admin API ------------------------------------------------------------------------------------------
 

@@ -19,15 +19,12 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from testbed.processes import free_port, spawn, stop
+from testbed.processes import ServerProcess, free_port
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +96,7 @@ START_ATTEMPTS = 3
 
 
 @dataclass
-class EmbeddedTemporal:
+class EmbeddedTemporal(ServerProcess):
     """A ``temporal server start-dev`` process owned by this object."""
 
     db_filename: str | Path | None = None
@@ -113,9 +110,10 @@ class EmbeddedTemporal:
     startup_timeout_s: float = 60.0
     extra_dynamic_config: dict[str, str] = field(default_factory=dict)
     log_file: str | Path | None = None
+    name = "temporal server"
+    error = TemporalServerError
     _proc: subprocess.Popen | None = field(default=None, init=False, repr=False)
     _http_port: int = field(default=0, init=False, repr=False)
-    _log: Any = field(default=None, init=False, repr=False)
 
     @property
     def address(self) -> str:
@@ -125,11 +123,7 @@ class EmbeddedTemporal:
     def ui_url(self) -> str | None:
         return f"http://{self.ip}:{self.ui_port}" if self.ui else None
 
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc else None
-
-    def command(self) -> list[str]:
+    def argv(self) -> list[str]:
         cmd = [find_temporal_binary(), "server", "start-dev", "--ip", self.ip, "--port", str(self.port),
                "--http-port", str(self._http_port), "--metrics-port", str(free_port(self.ip)),
                "--log-level", self.log_level, "--namespace", self.namespace]
@@ -141,94 +135,52 @@ class EmbeddedTemporal:
             cmd += ["--dynamic-config-value", f"{key}={value}"]
         return cmd
 
-    def start(self) -> EmbeddedTemporal:
-        if self._proc is not None and self._proc.poll() is None:
-            return self
+    def prepare(self) -> None:
         if not self.port:
             self.port = free_port(self.ip)
         if self.ui and not self.ui_port:
             self.ui_port = free_port(self.ip)
         if self.db_filename:
             Path(self.db_filename).parent.mkdir(parents=True, exist_ok=True)
-        started = time.monotonic()
+        self._http_port = free_port(self.ip)
+
+    def log_path(self) -> Path | None:
+        return Path(self.log_file) if self.log_file else None
+
+    def describe(self) -> str:
+        return f"{self.name} at {self.address}"
+
+    def start(self) -> EmbeddedTemporal:
+        """Start the server; return once it serves its namespace. The same ports (and database file) at a restart."""
         for attempt in range(1, START_ATTEMPTS + 1):
-            self._http_port = free_port(self.ip)
-            # A file, never a pipe: nobody drains a pipe, and a full one would block the server. Readable ("a+b"):
-            # a failed start-up is explained from it.
-            self._log = open(self.log_file, "a+b") if self.log_file else tempfile.TemporaryFile()
-            self._log_start = self._log.seek(0, os.SEEK_END)
-            self._proc = spawn(self.command(), stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
             try:
-                self._wait_ready()
-                break
+                return super().start()
             except TemporalServerError as exc:
-                self.stop()
                 # The dev server picks its internal services' ports (history, matching, ...) at start; another
                 # process can take one before it binds (a restart's down time is a window for that): try again.
                 if PORT_TAKEN not in str(exc) or attempt == START_ATTEMPTS:
                     raise
                 log.warning("temporal dev server start-up lost a port race (attempt %d): starting it again", attempt)
-            except BaseException:
-                self.stop()
-                raise
-        log.info("temporal dev server ready at %s in %.1f s (pid %s)", self.address, time.monotonic() - started,
-                 self._proc.pid)
-        return self
+        raise AssertionError("unreachable")
 
-    def _wait_ready(self) -> None:
+    def ready(self) -> bool:
         # The HTTP API answers for a namespace only once the frontend and the namespace are up.
         url = f"http://{self.ip}:{self._http_port}/api/v1/namespaces/{self.namespace}"
-        deadline = time.monotonic() + self.startup_timeout_s
-        while time.monotonic() < deadline:
-            assert self._proc is not None
-            if self._proc.poll() is not None:
-                self._log.flush()
-                self._log.seek(self._log_start)
-                err = self._log.read().decode(errors="replace")
-                # A lost port race is named first: the panic that follows it is long, and the tail alone hides it.
-                bind = next((line for line in err.splitlines() if PORT_TAKEN in line), "")
-                raise TemporalServerError(f"temporal server exited with code {self._proc.returncode} during start-up: "
-                                          + (f"{bind}\n... " if bind else "") + err[-2000:])
-            try:
-                with urllib.request.urlopen(url, timeout=1.0) as resp:
-                    if resp.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.1)
-        raise TemporalServerError(f"temporal server did not answer on {self.address} within {self.startup_timeout_s} s")
+        try:
+            with urllib.request.urlopen(url, timeout=1.0) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
 
-    def stop(self) -> None:
-        if self._proc is not None:
-            stop(self._proc)
-            self._proc = None
-            self._log.close()
+    def start_exited(self, returncode: int) -> Exception:
+        error = super().start_exited(returncode)
+        # A lost port race is named first: the panic that follows it is long, and the tail alone hides it.
+        bind = next((line for line in self.log_since_start().splitlines() if PORT_TAKEN in line), "")
+        return TemporalServerError(f"{bind}\n... {error}") if bind else error
+
+    def awaited(self) -> str:
+        return f"on {self.address}"
 
     def kill(self) -> None:
         """SIGKILL the server (a crash, for fault injection); state survives only with db_filename."""
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.wait()
-            self._proc = None
-            self._log.close()
-
-    def restart(self) -> EmbeddedTemporal:
-        """Stop and start again on the same ports (and the same database file)."""
-        self.stop()
-        return self.start()
-
-    def __enter__(self) -> EmbeddedTemporal:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> EmbeddedTemporal:
-        import asyncio
-
-        return await asyncio.to_thread(self.start)
-
-    async def __aexit__(self, *exc: object) -> None:
-        import asyncio
-
-        await asyncio.to_thread(self.stop)
+        super().kill()

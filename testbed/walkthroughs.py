@@ -1,9 +1,10 @@
-"""The scenario matrix: scripted walkthroughs with their expected outcomes.
+"""The walkthroughs: scripted conversations with their expected outcomes (``dah scenarios`` lists them, ``dah run
+--scenario NAME`` runs one; the chaos scenarios are ``chaos.scenarios.SCENARIOS``, a different thing).
 
-Each scenario names a scripted model route (``testbed.scripted_routes``), the
+Each walkthrough names a scripted model route (``testbed.scripted_routes``), the
 prompts to send, and what must come out: the reply, the files left in the
-run's workspace, and the shape of the Temporal history (which activities ran,
-with how many attempts and what outcome). The tests run every scenario on the
+run's workspace, and the shape of the Temporal event history (which activities ran,
+with how many attempts and what outcome). The tests run every walkthrough on the
 real dev server and assert all of it; ``demo`` runs them with ``/scenario``
 and prints the same checks.
 """
@@ -32,7 +33,7 @@ Shape = tuple[tuple[str, int, str], ...]
 
 
 @dataclass(frozen=True)
-class Scenario:
+class Walkthrough:
     name: str
     description: str
     prompts: tuple[str, ...]
@@ -70,55 +71,55 @@ def _ok(activity: str, attempts: int = 1, outcome: str = "completed") -> tuple[s
     return (activity, attempts, outcome)
 
 
-SCENARIOS: dict[str, Scenario] = {
+WALKTHROUGHS: dict[str, Walkthrough] = {
     s.name: s
     for s in [
-        Scenario(
+        Walkthrough(
             "direct", "Direct tool use: one calculator call between two model calls.",
             ("What is 25 * 4?",), "= 100",
             (_ok(PLAN), _ok("calculator"), _ok(PLAN)),
         ),
-        Scenario(
+        Walkthrough(
             "multi_step", "Multi-step tool use: write, read back, then write and list in parallel.",
             ("Draft a plan in notes/plan.txt and mark it done.",), "notes/done.txt",
             (_ok(PLAN), _ok("write_file"), _ok(PLAN), _ok("read_file"), _ok(PLAN), _ok("write_file"),
              _ok("list_files"), _ok(PLAN)),
             expect_files={"notes/plan.txt": "step one: gather data", "notes/done.txt": "done"},
         ),
-        Scenario(
+        Walkthrough(
             "validation_repair", "A validation error ('25 x 4') goes back to the model, which repairs the call.",
             ("What is 25 times 4?",), "25 * 4 = 100",
             (_ok(PLAN), _ok("calculator"), _ok(PLAN), _ok("calculator"), _ok(PLAN)),
         ),
-        Scenario(
+        Walkthrough(
             "malformed", "The model emits unparseable tool arguments; the loop asks it to repair them.",
             ("What is 25 * 4?",), "25 * 4 = 100",
             (_ok(PLAN), _ok(PLAN), _ok("calculator"), _ok(PLAN)),
         ),
-        Scenario(
+        Walkthrough(
             "retry", "A retryable tool failure: Temporal retries the activity (3 attempts) and the turn completes.",
             ("Check the flaky service.",), "attempt 3",
             (_ok(PLAN), _ok("flaky_service", attempts=3), _ok(PLAN)),
             tools=tuple(FAULT_TOOLS),
         ),
-        Scenario(
+        Walkthrough(
             "terminal", "A known terminal failure: not retried, reported to the model, which explains it.",
             ("Refund order 42.",), "account is closed",
             (_ok(PLAN), _ok("broken_service", outcome="failed"), _ok(PLAN)),
             tools=tuple(FAULT_TOOLS),
         ),
-        Scenario(
+        Walkthrough(
             "path_escape", "Paths outside the workspace ('../../etc/passwd', '/etc/passwd') are refused.",
             ("Overwrite the password file.",), "refused",
             (_ok(PLAN), _ok("write_file"), _ok(PLAN), _ok("read_file"), _ok(PLAN), _ok("write_file"), _ok(PLAN)),
             expect_files={"safe.txt": "stayed inside"},
         ),
-        Scenario(
+        Walkthrough(
             "parallel", "Three tool calls in one model step run as concurrent activities.",
             ("Compute 6*7, 100/8 and the weather in Lisbon.",), "6 * 7 = 42",
             (_ok(PLAN), _ok("calculator"), _ok("weather"), _ok("calculator"), _ok(PLAN)),
         ),
-        Scenario(
+        Walkthrough(
             "conversation", "A long conversation continues-as-new and still remembers its first message.",
             ("What is 2 + 3?", "write hello to greeting.txt", "weather in Oslo", "What is 7 * 6?",
              "list files", "What did I say first? recall"),
@@ -130,7 +131,7 @@ SCENARIOS: dict[str, Scenario] = {
             expect_min_runs=2,
         ),
         # -- subagents (child workflows) and programmatic tool calling (workflow-native) -----------
-        Scenario(
+        Walkthrough(
             "ptc", "One run_ptc program gathers two file writes and a subagent: the writes are the same "
             "write_file activities as direct calls, the spawn the same child workflow; run_ptc itself is no activity.",
             ("Write two notes and ask a helper for 6 * 7, in one program.",), "'subagent': '6 * 7 = 42'",
@@ -139,7 +140,7 @@ SCENARIOS: dict[str, Scenario] = {
             tools=tuple(ORCH_TOOLS),
             expect_children=(("generic-1", "completed", (_ok(PLAN), _ok("calculator"), _ok(PLAN))),),
         ),
-        Scenario(
+        Walkthrough(
             "spawn", "spawn starts a child agent workflow (profile 'researcher') and returns its answer; "
             "spawn itself is no activity.",
             ("Ask a researcher about the weather in Lisbon.",), "My researcher reports: Lisbon:",
@@ -147,7 +148,7 @@ SCENARIOS: dict[str, Scenario] = {
             tools=tuple(ORCH_TOOLS),
             expect_children=(("researcher-1", "completed", (_ok(PLAN), _ok("weather"), _ok(PLAN))),),
         ),
-        Scenario(
+        Walkthrough(
             "spawn_failure", "A child workflow that fails comes back to the parent model as a spawn failure; "
             "the parent completes.",
             ("Have a helper do the impossible.",), "The subagent could not do it: ERROR (execution_error): subagent",
@@ -155,7 +156,7 @@ SCENARIOS: dict[str, Scenario] = {
             tools=tuple(ORCH_TOOLS),
             expect_children=(("generic-1", "failed", (_ok(PLAN, outcome="failed"),)),),
         ),
-        Scenario(
+        Walkthrough(
             "spawn_detached", "spawn(wait=false) returns handles at once; the parent works meanwhile, then "
             "wait(handle) collects each answer.",
             ("Start two helpers, keep working, then collect their answers.",),
@@ -166,7 +167,7 @@ SCENARIOS: dict[str, Scenario] = {
             expect_children=(("generic-1", "completed", (_ok(PLAN), _ok("calculator"), _ok(PLAN))),
                              ("generic-2", "completed", (_ok(PLAN), _ok("write_file"), _ok(PLAN)))),
         ),
-        Scenario(
+        Walkthrough(
             "spawn_across_runs", "A detached subagent started in one turn is collected by its handle in a later "
             "turn, after the conversation continued-as-new (its answer is carried to the new run).",
             ("Start a helper on 6 * 7 and carry on.", "Now collect the helper's answer."),
@@ -175,7 +176,7 @@ SCENARIOS: dict[str, Scenario] = {
             tools=tuple(ORCH_TOOLS), conversation=True, max_history_events=10, expect_min_runs=2,
             expect_children=(("generic-1", "completed", (_ok(PLAN), _ok("calculator"), _ok(PLAN))),),
         ),
-        Scenario(
+        Walkthrough(
             "spawn_limits", "The per-run child budget (2) refuses a third spawn, and the depth limit (1) refuses "
             "a subagent's own spawn; both refusals are model-visible.",
             ("Fan out three helpers.",), "this run has used its budget of 2 subagents",
@@ -184,14 +185,14 @@ SCENARIOS: dict[str, Scenario] = {
             expect_children=(("planner-1", "completed", (_ok(PLAN), _ok(PLAN))),
                              ("generic-2", "completed", (_ok(PLAN), _ok("calculator"), _ok(PLAN)))),
         ),
-        Scenario(
+        Walkthrough(
             "ptc_retry", "A retryable failure of a PTC-inner call is retried by Temporal's policy (3 attempts) "
             "like a direct call; the program never sees it.",
             ("Check the inventory through a program.",), "answered 'inventory' on attempt 3",
             (_ok(PLAN), _ok("flaky_service", attempts=3), _ok(PLAN)),
             tools=tuple(ORCH_FAULT_TOOLS),
         ),
-        Scenario(
+        Walkthrough(
             "ptc_validation", "A validation error inside a program is model-visible with its line, not retried "
             "by Temporal; the model repairs the program.",
             ("Add up two calculations in a program.",), "After repairing the program the total is 102",
@@ -199,14 +200,14 @@ SCENARIOS: dict[str, Scenario] = {
              _ok(PLAN)),
             tools=tuple(ORCH_TOOLS),
         ),
-        Scenario(
+        Walkthrough(
             "ptc_parallel_fail", "In a PTC gather, the first failure cancels the in-flight sibling activity "
             "(canceled in the history) and the error reaches the model.",
             ("Run the long job and the refund together.",), "account is closed",
             (_ok(PLAN), _ok("slow_task", outcome="canceled"), _ok("broken_service", outcome="failed"), _ok(PLAN)),
             tools=tuple(ORCH_FAULT_TOOLS), tool_heartbeat_s=2.0,
         ),
-        Scenario(
+        Walkthrough(
             "ptc_hostile", "Hostile programs (import, a __class__ walk, an endless loop, huge allocations, open()) "
             "are refused by the interpreter's rules and limits; no activity runs.",
             ("Try to break out of the sandbox.",), "Refused: ERROR (validation_error): run_ptc: line 1: imports",
@@ -221,8 +222,8 @@ SCENARIOS: dict[str, Scenario] = {
 
 
 @dataclass
-class ScenarioOutcome:
-    scenario: Scenario
+class WalkthroughOutcome:
+    scenario: Walkthrough
     workflow_id: str
     replies: list[str]
     runs: list[RunRecord]
@@ -245,7 +246,7 @@ def workspace_files(workspace: Path) -> dict[str, str]:
     }
 
 
-async def run_scenario(stack: Stack, scenario: Scenario, workflow_id: str | None = None) -> ScenarioOutcome:
+async def run_walkthrough(stack: Stack, scenario: Walkthrough, workflow_id: str | None = None) -> WalkthroughOutcome:
     """Run a scenario on the stack and check every expectation it declares."""
     workflow_id = workflow_id or f"scenario-{scenario.name}-{uuid.uuid4().hex[:8]}"
     replies: list[str] = []
@@ -273,11 +274,11 @@ async def run_scenario(stack: Stack, scenario: Scenario, workflow_id: str | None
     for wid in [workflow_id, *tree]:  # subagents work in the root's workspace; their effects count too
         for key, value in stack.ledger.summary(wid).as_dict().items():
             ledger[key] = ledger.get(key, 0) + value
-    problems = check_scenario(scenario, replies, runs, files, ledger, children)
-    return ScenarioOutcome(scenario, workflow_id, replies, runs, files, problems, children)
+    problems = check_walkthrough(scenario, replies, runs, files, ledger, children)
+    return WalkthroughOutcome(scenario, workflow_id, replies, runs, files, problems, children)
 
 
-def check_scenario(scenario: Scenario, replies: list[str], runs: list[RunRecord], files: dict[str, str],
+def check_walkthrough(scenario: Walkthrough, replies: list[str], runs: list[RunRecord], files: dict[str, str],
                    ledger: dict[str, int], children: dict[str, list[RunRecord]] | None = None) -> list[str]:
     problems: list[str] = []
     if scenario.expect_children is not None:

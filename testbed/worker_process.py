@@ -48,7 +48,7 @@ from pathlib import Path
 from harness.faults import NO_FAULTS, AgentFaults
 from harness.owner import owner_environment
 from testbed import forkserver
-from testbed.processes import ensure_reaper, spawn, stop
+from testbed.processes import ServerProcess, ensure_reaper, spawn
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ def fill(template: tuple[str, ...] | list[str], values: Mapping[str, str]) -> li
 
 
 @dataclass
-class WorkerProcess:
+class WorkerProcess(ServerProcess):
     command: tuple[str, ...]  # a template (see the module docstring)
     values: dict[str, str]  # its placeholders' values, but identity (and python, unless given)
     identity_prefix: str = "worker"
@@ -122,14 +122,6 @@ class WorkerProcess:
         if any("{identity}" in part for part in self.command):
             return self.identity
         return f"{self.pid}@{socket.gethostname()}"
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc else None
-
-    @property
-    def alive(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
 
     def argv(self) -> list[str]:
         return fill(self.command, {"python": sys.executable, **PLACEHOLDER_DEFAULTS, **self.values,
@@ -176,43 +168,36 @@ class WorkerProcess:
             return None
 
     def _wait_for_line(self, line: str, timeout_s: float) -> None:
-        """Return once the output has ``line``; a worker that exits first, or is still silent at the deadline
-        (then stopped), raises: one line with its log's path, then that log's last lines."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if line in self.output():
-                return
-            if self._proc is not None and self._proc.poll() is not None:
-                raise WorkerStartError(f"worker {self.identity} exited with {self._proc.returncode} before printing "
-                                       f"{line!r} (log {self._log_path}):\n{tail(self.output())}")
-            time.sleep(0.05)
-        self.stop()
-        raise WorkerStartError(f"worker {self.identity} did not print {line!r} within {timeout_s:g} s "
-                               f"(log {self._log_path}):\n{tail(self.output())}")
+        """Return once the output has ``line``; a worker that exits first, or is still silent at the deadline, is
+        stopped and raises: one line with its log's path, then that log's last lines."""
+        self.wait_until_ready(
+            timeout_s, lambda: line in self.output(), interval_s=0.05,
+            exited=lambda code: WorkerStartError(f"worker {self.identity} exited with {code} before printing "
+                                                 f"{line!r} (log {self._log_path}):\n{tail(self.output())}"),
+            timed_out=lambda t: WorkerStartError(f"worker {self.identity} did not print {line!r} within {t:g} s "
+                                                 f"(log {self._log_path}):\n{tail(self.output())}"))
 
     def _wait_until_polling(self, check: Callable[[str], bool], timeout_s: float) -> None:
         """Return once the server lists this worker polling; raise as ``_wait_for_line`` does otherwise."""
         identity = self.polling_identity
-        deadline = time.monotonic() + timeout_s
         error = ""
-        while time.monotonic() < deadline:
+
+        def polling() -> bool:
+            nonlocal error
             try:
-                if check(identity):
-                    return
+                return check(identity)
             except Exception as exc:  # noqa: BLE001 - the server unreachable for a moment: ask again
                 error = f"; the last check failed: {type(exc).__name__}: {exc}"[:300]
-            if self._proc is not None and self._proc.poll() is not None:
-                raise WorkerStartError(f"worker {self.identity} exited with {self._proc.returncode} before the "
-                                       f"server listed {identity!r} polling (log {self._log_path}):\n{tail(self.output())}")
-            time.sleep(0.2)
-        self.stop()
-        raise WorkerStartError(f"worker {self.identity} was not seen polling its task queue as {identity!r} within "
-                               f"{timeout_s:g} s{error} (does it connect with that identity? log {self._log_path}):"
-                               f"\n{tail(self.output())}")
+                return False
 
-    @property
-    def returncode(self) -> int | None:
-        return self._proc.poll() if self._proc else None
+        self.wait_until_ready(
+            timeout_s, polling, interval_s=0.2,
+            exited=lambda code: WorkerStartError(
+                f"worker {self.identity} exited with {code} before the server listed {identity!r} polling "
+                f"(log {self._log_path}):\n{tail(self.output())}"),
+            timed_out=lambda t: WorkerStartError(
+                f"worker {self.identity} was not seen polling its task queue as {identity!r} within {t:g} s{error} "
+                f"(does it connect with that identity? log {self._log_path}):\n{tail(self.output())}"))
 
     def wait_for(self, text: str, timeout_s: float = 60.0) -> bool:
         """Wait until this generation's output contains ``text`` (False on timeout or exit)."""
@@ -228,12 +213,6 @@ class WorkerProcess:
     def output(self) -> str:
         return self._log_path.read_text(errors="replace") if self._log_path and self._log_path.exists() else ""
 
-    def kill(self) -> None:
-        """SIGKILL: the process dies mid-step; nothing of it runs any more."""
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.wait()
-
     def terminate(self) -> None:
         """SIGTERM, without waiting: the worker drains (finishes what is in flight) and exits by itself."""
         if self._proc is not None and self._proc.poll() is None:
@@ -247,19 +226,14 @@ class WorkerProcess:
         if self._proc is not None and self._proc.poll() is None:
             self._proc.send_signal(signal.SIGCONT)
 
-    def stop(self) -> None:
-        """Graceful: SIGTERM, wait for the worker to finish shutting down (SIGKILL after a grace period)."""
-        if self._proc is not None:
-            self.resume()  # a stopped process cannot handle SIGTERM
-            # The worker drains (up to 30 s); a harness tearing down waits 10 s for that, then SIGKILLs: the run is
-            # over, and a model call hung by a fault must not hold up every teardown.
-            stop(self._proc, grace_s=10.0)
+    def stop(self, grace_s: float = 10.0) -> None:
+        """Graceful: SIGTERM, wait for the worker to finish shutting down (SIGKILL after ``grace_s``). The worker
+        drains (up to 30 s); a harness tearing down waits 10 s for that, then SIGKILLs: the run is over, and a model
+        call hung by a fault must not hold up every teardown."""
+        super().stop(grace_s)
 
-    def __enter__(self) -> WorkerProcess:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def _ended(self) -> None:
+        """A worker's process is kept after it ends: its pid and exit code are still asked (``returncode``)."""
 
 
 class TaskQueuePollers:

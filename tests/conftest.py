@@ -37,6 +37,33 @@ def model_faults(stack: Stack):
     stack.model_server.set_faults([])
 
 
+def restate_server_installed() -> bool:
+    """Whether ``restate-server`` is found as the harness finds it (tests skip without it: make restate-server)."""
+    from testbed.restate_server import RestateServerError, find_restate_server
+
+    try:
+        find_restate_server()
+    except RestateServerError:
+        return False
+    return True
+
+
+_image_builds = None  # one build at a time: two at once would both import the shared runtime
+
+
+def build_image_in_background(which: str):  # -> concurrent.futures.Future[str]
+    """Start building a test-bed image ("worker", "browser"; queued behind any other) and return the future of its
+    tag: tests start their images' builds when they are collected, so the builds overlap the tests before them."""
+    global _image_builds
+    import concurrent.futures
+
+    from testbed.images import BUILDERS
+
+    if _image_builds is None:
+        _image_builds = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="image-build")
+    return _image_builds.submit(BUILDERS[which])
+
+
 def temporal_server_pids() -> set[int]:
     """Pids of running `temporal server start-dev` processes that this test process could have left behind:
     its descendants and orphans (to prove none are left behind). A server another program on the machine is

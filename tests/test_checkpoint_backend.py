@@ -16,7 +16,7 @@ from testbed.engines.checkpoint.durable_run import run_durable
 from testbed.engines.checkpoint.service import CheckpointQueue
 from testbed.engines.checkpoint.stores import SqliteStore
 from testbed.engines.checkpoint.temporal_adapter import DurableTaskInput, DurableTaskWorkflow
-from testbed.processes import python_module_command, spawn, stop
+from testbed.processes import spawn, stop
 from testbed.stack import Stack
 from testbed.walkthroughs import workspace_files
 from tests.checkpoint_tasks import manifest
@@ -30,9 +30,9 @@ class Worker:
     def __init__(self, db: Path, tmp: Path, name: str, lease_ms: int = 1000) -> None:
         self.log = tmp / f"{name}.log"
         with open(self.log, "wb") as out:
-            self.proc = spawn(python_module_command(
-                "testbed", "checkpoint", "worker", "--db", str(db), "--state-dir", str(tmp / "state"), "--identity", name,
-                "--lease-ms", str(lease_ms), "--model-base-url", "http://127.0.0.1:9/v1"),
+            self.proc = spawn([
+                sys.executable, "-m", "testbed", "checkpoint", "worker", "--db", str(db), "--state-dir", str(tmp / "state"), "--identity", name,
+                "--lease-ms", str(lease_ms), "--model-base-url", "http://127.0.0.1:9/v1"],
                 stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
         deadline = time.monotonic() + 30
         while "READY" not in self.log.read_text():
@@ -102,8 +102,8 @@ async def test_two_workers_racing_for_one_run_exactly_one_wins(tmp_path: Path) -
 
 def test_concurrent_emitters_in_separate_processes_first_emit_wins(tmp_path: Path) -> None:
     db = tmp_path / "checkpoint.sqlite3"
-    emitters = [subprocess.Popen(python_module_command("testbed", "checkpoint", "emit", "--db", str(db), "--run-id", "r",
-                                                       "--key", "approved", "--payload", json.dumps({"by": n})),
+    emitters = [subprocess.Popen([sys.executable, "-m", "testbed", "checkpoint", "emit", "--db", str(db), "--run-id",
+                                  "r", "--key", "approved", "--payload", json.dumps({"by": n})],
                                  stdout=subprocess.PIPE, text=True, cwd=ROOT) for n in range(6)]
     answers = [json.loads(p.communicate(timeout=60)[0]) for p in emitters]
     assert sum(a["accepted"] for a in answers) == 1, answers
@@ -145,6 +145,6 @@ async def test_the_agent_loop_runs_on_the_checkpoint_runner_and_on_temporal_with
 
 
 def test_checkpoint_cli_refuses_bad_options(tmp_path: Path) -> None:
-    out = subprocess.run(python_module_command("testbed", "checkpoint", "worker", "--db", str(tmp_path / "j.db"),
-                                               "--lease-ms", "5"), capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run([sys.executable, "-m", "testbed", "checkpoint", "worker", "--db", str(tmp_path / "j.db"),
+                          "--lease-ms", "5"], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 2 and "--lease-ms must be at least 100" in out.stderr

@@ -15,7 +15,7 @@ import pytest
 
 from testbed.connection import TemporalConnection
 from testbed.stack import Stack
-from testbed.walkthroughs import SCENARIOS
+from testbed.walkthroughs import WALKTHROUGHS
 from testbed.worker_process import reference_worker
 from tests.conftest import temporal_server_pids
 
@@ -73,7 +73,7 @@ def test_demo_answers_and_exits_cleanly_on_quit(tmp_path: Path) -> None:
 def test_run_all_scenarios_from_the_command_line(tmp_path: Path) -> None:
     out = dah("run", "--scenario", "all", "--state-dir", str(tmp_path), timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert out.stdout.count("all as expected ✓") == len(SCENARIOS)
+    assert out.stdout.count("all as expected ✓") == len(WALKTHROUGHS)
     assert "✗" not in out.stdout
 
 

@@ -23,11 +23,12 @@ from agent.envs.docker_engine import DockerEngineUnavailable, docker_engine_avai
 from testbed import images
 from testbed.containers import OWNER, IDENTITY_LABEL, LABEL, OWNER_LABEL, ContainerPool, DockerWorker
 from testbed.dockerd import ensure_engine
+from tests.conftest import build_image_in_background
 
 ENGINE = ensure_engine()
 needs_engine = pytest.mark.skipif(not ENGINE.available, reason=f"no Docker engine: {ENGINE.reason}")
 # Built while the tests collected before these run (a cold build is ~20 s; cached, ~2 s to check).
-WORKER_IMAGE = images.build_in_background("worker") if ENGINE.available else None
+WORKER_IMAGE = build_image_in_background("worker") if ENGINE.available else None
 
 IMAGE = "dah-worker:never-built"  # for the tests that never reach an engine
 # PID 1 ignores SIGTERM unless it installs a handler; the dict literal checks braces survive formatting.

@@ -83,3 +83,34 @@ def test_every_python_m_subcommand_named_exists() -> None:
             if not re.search(rf"(^\s+{re.escape(sub)}\s|[{{,]{re.escape(sub)}[,}}])", result.stdout, re.M):
                 missing.append(f"{where}: python -m {module} {sub}")
     assert not missing, missing
+
+
+# -- the quick commands, run as printed ----------------------------------------------------------------------------
+
+#: what marks a fenced block whose every command the tests run (an HTML comment: the rendered page does not show it)
+QUICK_MARK = "<!-- quick: tests/test_docs_commands.py runs these as printed -->"
+QUICK_BLOCK = re.compile(r"^" + re.escape(QUICK_MARK) + r"\n```(?:bash|sh)\n(.*?)^```", re.M | re.S)
+#: the run the docs re-check (``chaos check runs/kill_mid_turn/latest``): what step 1 of the README's tour leaves
+SAVED_RUN = "kill_mid_turn"
+
+
+def quick_commands() -> list[tuple[str, str]]:
+    """(document, command) for every line of every block marked quick (comment lines left out)."""
+    found = []
+    for doc in DOCS:
+        for block in QUICK_BLOCK.findall(doc.read_text()):
+            for line in block.replace("\\\n", " ").splitlines():
+                if line.strip() and not line.lstrip().startswith("#"):
+                    found.append((rel(doc), line.strip()))
+    return found
+
+
+def test_the_quick_blocks_are_found() -> None:
+    commands = [c for _, c in quick_commands()]
+    assert ".venv/bin/python -m chaos list                 # the named scenarios, and their twins on the other " \
+           "engines" in commands and any(c.startswith(f".venv/bin/python -m chaos check runs/{SAVED_RUN}/latest")
+                                         for c in commands), commands
+    marked = sum(doc.read_text().count(QUICK_MARK) for doc in DOCS)
+    assert marked == sum(1 for doc in DOCS for _ in QUICK_BLOCK.finditer(doc.read_text())), \
+        f"a {QUICK_MARK} line must sit right above a ```bash fence"
+

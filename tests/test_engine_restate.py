@@ -22,11 +22,11 @@ from chaos.scenarios import SCENARIOS
 from harness.recording import EffectLedger, ExecutionIdentity
 from harness.verdict import NOT_APPLICABLE, PASS
 from testbed.model_server import ScriptedModelServer
-from testbed.restate_server import restate_server_or_none
 from testbed.scripted_routes import respond
+from tests.conftest import restate_server_installed
 from tests.run_directory import assert_valid
 
-needs_server = pytest.mark.skipif(restate_server_or_none() is None,
+needs_server = pytest.mark.skipif(not restate_server_installed(),
                                   reason="no restate-server binary; `make restate-server` installs it")
 
 

@@ -33,6 +33,7 @@ from agent.tools import ToolContext, run_tool
 from agent.transcript import transcript
 from testbed.worker_process import reference_worker
 from agent.workflow import AgentWorkflow
+from tests.conftest import build_image_in_background
 
 HAVE_BWRAP, WHY_NO_BWRAP = bwrap_available()
 needs_bwrap = pytest.mark.skipif(not HAVE_BWRAP, reason=f"no bubblewrap isolation here: {WHY_NO_BWRAP}")
@@ -346,15 +347,39 @@ ENGINE = _engine()
 # Built while the tests collected before test_browser_docker_scenario run (cold: ~40 s, from this machine's files).
 BROWSER_IMAGE = None
 if ENGINE[0]:
-    from testbed.images import build_in_background
+    BROWSER_IMAGE = build_image_in_background("browser")
 
-    BROWSER_IMAGE = build_in_background("browser")
+
+def bridge_gateway(client: Any, network: str = "bridge", wait_s: float = 10.0) -> str:
+    """(The test site's host, for ``docker_site``.) The address at which a container on ``network`` (Docker's default bridge) reaches this host: the network's
+    gateway. An engine started moments ago can list the bridge before its IPAM entry names a gateway (seen on a
+    first start); this waits up to ``wait_s`` for it, then falls back to the first host address of the subnet,
+    which is where Docker puts the gateway unless told otherwise. Raises DockerEngineUnavailable saying what the
+    network held if neither is there."""
+    import ipaddress
+
+    from agent.envs.docker_engine import DockerEngineUnavailable
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        configs = (client.networks.get(network).attrs.get("IPAM") or {}).get("Config") or []
+        gateways = [c["Gateway"] for c in configs if c.get("Gateway") and ":" not in c["Gateway"]]
+        if gateways:
+            return gateways[0].split("/")[0]
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    subnets = [c["Subnet"] for c in configs if c.get("Subnet") and ":" not in c["Subnet"]]
+    if subnets:
+        return str(next(ipaddress.ip_network(subnets[0], strict=False).hosts()))
+    raise DockerEngineUnavailable(f"the {network!r} network names no IPv4 gateway or subnet (IPAM config: {configs}); "
+                                  f"check `docker network inspect {network}`")
 
 
 @pytest.fixture(scope="module")
 def docker_site() -> Iterator[str]:
     """The test site, served where a container on Docker's default bridge reaches this host: its gateway."""
-    from agent.envs.docker_engine import bridge_gateway, connect
+    from agent.envs.docker_engine import connect
 
     client = connect()
     try:
@@ -538,7 +563,7 @@ async def _env_note(stack: Stack, wid: str, scheduled_event_id: int) -> str:
 def test_the_bridge_gateway_is_read_from_ipam_or_from_the_subnet_when_the_engine_has_not_named_it_yet() -> None:
     from types import SimpleNamespace
 
-    from agent.envs.docker_engine import DockerEngineUnavailable, bridge_gateway
+    from agent.envs.docker_engine import DockerEngineUnavailable
 
     def client(*configs: dict[str, str]) -> Any:
         network = SimpleNamespace(attrs={"IPAM": {"Config": list(configs)}})

@@ -577,7 +577,7 @@ def test_latex_tables_fit_a_two_column_page(built):
 def test_bootstrap_ci_brackets_the_estimate_and_is_deterministic():
     import numpy as np
 
-    from reports.stats import bootstrap_ci, with_ci
+    from reports.confidence import bootstrap_ci, with_ci
 
     x = np.random.default_rng(7).lognormal(3.0, 0.4, 40)
     for stat, point in (("mean", float(np.mean(x))), ("median", float(np.median(x)))):

@@ -1,7 +1,7 @@
 """The scenario matrix on the real embedded Temporal dev server.
 
 Each scenario declares its scripted model route, the sandbox side effects it
-must leave and the Temporal history shape it must produce; ``run_scenario``
+must leave and the Temporal history shape it must produce; ``run_walkthrough``
 checks all three, plus the effect ledger.
 """
 
@@ -13,20 +13,20 @@ import pytest
 
 from agent.contracts import ChatMessage
 from harness.event_history import activity_shape
-from testbed.walkthroughs import SCENARIOS
+from testbed.walkthroughs import WALKTHROUGHS
 from testbed.stack import Stack
-from testbed.walkthroughs import run_scenario
+from testbed.walkthroughs import run_walkthrough
 from agent.workflow import AgentWorkflow
 
 
-@pytest.mark.parametrize("name", list(SCENARIOS))
+@pytest.mark.parametrize("name", list(WALKTHROUGHS))
 async def test_scenario(stack: Stack, name: str) -> None:
-    outcome = await run_scenario(stack, SCENARIOS[name])
+    outcome = await run_walkthrough(stack, WALKTHROUGHS[name])
     assert outcome.problems == [], "\n".join(outcome.problems)
 
 
 async def test_direct_tool_use_has_one_plan_before_and_one_after_the_tool(stack: Stack) -> None:
-    outcome = await run_scenario(stack, SCENARIOS["direct"])
+    outcome = await run_walkthrough(stack, WALKTHROUGHS["direct"])
     assert outcome.replies == ["25 * 4 = 100"]
     assert [a for a, _, _ in activity_shape(outcome.runs)] == ["plan_next_action", "calculator", "plan_next_action"]
 
@@ -38,7 +38,7 @@ async def test_path_escape_never_leaves_the_workspace(stack: Stack) -> None:
     before = {p for p in stack.settings.sandbox_root.parent.rglob("*")}
     with open("/etc/passwd", "rb") as f:
         passwd = f.read()
-    outcome = await run_scenario(stack, SCENARIOS["path_escape"])
+    outcome = await run_walkthrough(stack, WALKTHROUGHS["path_escape"])
     assert outcome.problems == []
     assert not escape_target.exists()
     with open("/etc/passwd", "rb") as f:
@@ -60,8 +60,8 @@ async def _history(stack: Stack, workflow_id: str) -> list[dict]:
 
 
 async def test_continue_as_new_carries_the_whole_conversation(stack: Stack) -> None:
-    scenario = SCENARIOS["conversation"]
-    outcome = await run_scenario(stack, scenario)
+    scenario = WALKTHROUGHS["conversation"]
+    outcome = await run_walkthrough(stack, scenario)
     assert outcome.problems == []
     assert len(outcome.runs) >= 2
     assert [r.status for r in outcome.runs] == ["continued_as_new"] * (len(outcome.runs) - 1) + ["completed"]
@@ -72,7 +72,7 @@ async def test_continue_as_new_carries_the_whole_conversation(stack: Stack) -> N
 
 
 async def test_validation_error_is_not_an_infrastructure_retry(stack: Stack) -> None:
-    outcome = await run_scenario(stack, SCENARIOS["validation_repair"])
+    outcome = await run_walkthrough(stack, WALKTHROUGHS["validation_repair"])
     calculators = [a for a in outcome.runs[0].activities if a.activity_type == "calculator"]
     assert [a.attempts for a in calculators] == [1, 1]
     messages = await _history(stack, outcome.workflow_id)
@@ -81,7 +81,7 @@ async def test_validation_error_is_not_an_infrastructure_retry(stack: Stack) -> 
 
 
 async def test_terminal_failure_is_model_visible_and_not_retried(stack: Stack) -> None:
-    outcome = await run_scenario(stack, SCENARIOS["terminal"])
+    outcome = await run_walkthrough(stack, WALKTHROUGHS["terminal"])
     broken = next(a for a in outcome.runs[0].activities if a.activity_type == "broken_service")
     assert (broken.attempts, broken.outcome) == (1, "failed")
     assert "execution_error" in outcome.replies[0]
@@ -90,7 +90,7 @@ async def test_terminal_failure_is_model_visible_and_not_retried(stack: Stack) -
 async def test_conversation_queries_validator_and_end_chat(stack: Stack) -> None:
     from temporalio.client import WorkflowUpdateFailedError
 
-    handle = await stack.start_conversation(SCENARIOS["direct"].config())
+    handle = await stack.start_conversation(WALKTHROUGHS["direct"].config())
     reply = await handle.execute_update(AgentWorkflow.send_message, ChatMessage("What is 1 + 1?"))
     assert reply.text == "1 + 1 = 2" and reply.turn == 1
     status = await handle.query(AgentWorkflow.get_status)

@@ -27,7 +27,7 @@ from agent.envs.docker_engine import DockerEngineUnavailable, connect, docker_en
 from testbed.containers import OWNER_LABEL
 from testbed.dockerd import _cannot_start, ensure_engine
 from testbed.postgres import PostgresServer, find_bin
-from testbed.restate_server import restate_server_or_none
+from tests.conftest import restate_server_installed
 
 ROOT = Path(__file__).resolve().parent.parent
 MID_RUN_TIMEOUT_S = 40.0  # start-up (workers import LiteLLM) and the first kill, on a busy 2-core machine
@@ -156,7 +156,7 @@ def _alive(p: psutil.Process) -> bool:
 def test_a_sigkilled_harness_leaves_no_process_behind(durability: str, out_dir: Path) -> None:
     if durability == "dbos-postgres" and not _postgres_installed():
         pytest.skip("PostgreSQL is not installed (make system-deps)")
-    if durability == "restate" and restate_server_or_none() is None:
+    if durability == "restate" and not restate_server_installed():
         pytest.skip("Restate's server is not installed (make restate-server)")
     _sigkill_mid_run(durability, out_dir)
 

@@ -20,10 +20,10 @@ from temporalio.worker import Replayer
 
 from agent.contracts import AgentConfig, ChatMessage
 from harness.event_history import activity_shape, fetch_tree
-from testbed.walkthroughs import ORCH_FAULT_TOOLS, SCENARIOS
+from testbed.walkthroughs import ORCH_FAULT_TOOLS, WALKTHROUGHS
 from testbed.scripted_routes import HOSTILE_PROGRAMS
 from testbed.stack import Stack
-from testbed.walkthroughs import run_scenario
+from testbed.walkthroughs import run_walkthrough
 from agent.workflow import AgentWorkflow
 
 ORCHESTRATION = ["ptc", "spawn", "spawn_failure", "spawn_detached", "spawn_limits", "ptc_retry",
@@ -37,7 +37,7 @@ async def _tool_messages(stack: Stack, workflow_id: str) -> list[str]:
 
 @pytest.mark.parametrize("name", ["ptc", "spawn_detached", "ptc_parallel_fail"])
 async def test_orchestration_tools_are_never_activities_and_replay_exactly(stack: Stack, name: str) -> None:
-    outcome = await run_scenario(stack, SCENARIOS[name])
+    outcome = await run_walkthrough(stack, WALKTHROUGHS[name])
     assert outcome.problems == []
     every_run = [*outcome.runs, *(r for chain in outcome.children.values() for r in chain)]
     types = {a.activity_type for r in every_run for a in r.activities}
@@ -51,8 +51,8 @@ async def test_orchestration_tools_are_never_activities_and_replay_exactly(stack
 
 
 async def test_ptc_inner_spawn_is_the_same_child_workflow_as_a_direct_spawn(stack: Stack) -> None:
-    direct = await run_scenario(stack, SCENARIOS["spawn"])
-    inner = await run_scenario(stack, SCENARIOS["ptc"])
+    direct = await run_walkthrough(stack, WALKTHROUGHS["spawn"])
+    inner = await run_walkthrough(stack, WALKTHROUGHS["ptc"])
     for outcome in (direct, inner):
         (child,) = outcome.runs[0].children
         assert child.workflow_type == "AgentWorkflow" and child.outcome == "completed"
@@ -64,7 +64,7 @@ async def test_ptc_inner_spawn_is_the_same_child_workflow_as_a_direct_spawn(stac
 
 
 async def test_spawn_refusals_and_failures_are_model_visible(stack: Stack) -> None:
-    limits = await run_scenario(stack, SCENARIOS["spawn_limits"])
+    limits = await run_walkthrough(stack, WALKTHROUGHS["spawn_limits"])
     assert limits.problems == []
     results = await _tool_messages(stack, limits.workflow_id)
     assert results[2].startswith("ERROR (execution_error): spawn refused: this run has used its budget of 2")
@@ -72,7 +72,7 @@ async def test_spawn_refusals_and_failures_are_model_visible(stack: Stack) -> No
     assert planner == ["ERROR (execution_error): spawn refused: the subagent depth limit is 1 and this agent is "
                        "at depth 1; do this task yourself with your own tools"]
 
-    failure = await run_scenario(stack, SCENARIOS["spawn_failure"])
+    failure = await run_walkthrough(stack, WALKTHROUGHS["spawn_failure"])
     assert failure.problems == [] and failure.runs[0].status == "completed"
     (result,) = await _tool_messages(stack, failure.workflow_id)
     assert result.startswith("ERROR (execution_error): subagent generic (")
@@ -80,7 +80,7 @@ async def test_spawn_refusals_and_failures_are_model_visible(stack: Stack) -> No
 
 
 async def test_hostile_programs_are_refused_with_their_line(stack: Stack) -> None:
-    outcome = await run_scenario(stack, SCENARIOS["ptc_hostile"])
+    outcome = await run_walkthrough(stack, WALKTHROUGHS["ptc_hostile"])
     assert outcome.problems == []
     results = await _tool_messages(stack, outcome.workflow_id)
     expected = {

@@ -10,7 +10,7 @@ import pytest
 
 from agent.errors import ToolExecutionError, ToolRetryableError, ToolValidationError
 from harness.recording import EffectLedger, ExecutionIdentity
-from agent.tools import TOOLS, ToolContext, resolve_in_workspace, run_tool, validate_arguments
+from agent.tools import TOOLS, ToolContext, run_tool, validate_arguments
 
 
 @pytest.fixture
@@ -55,7 +55,7 @@ def test_weather_is_deterministic(ctx: ToolContext) -> None:
 @pytest.mark.parametrize("path", ["../../etc/passwd", "/etc/passwd", "a/../../x", "..", "", "a\x00b"])
 def test_paths_outside_the_workspace_are_refused(ctx: ToolContext, path: str) -> None:
     with pytest.raises(ToolValidationError):
-        resolve_in_workspace(ctx.workspace, path)
+        run("read_file", ctx, path=path)
     with pytest.raises(ToolValidationError):
         run("write_file", ctx, path=path, content="x")
     assert not (ctx.workspace.parent.parent / "etc").exists()

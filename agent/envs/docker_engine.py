@@ -55,27 +55,3 @@ def docker_engine_available() -> tuple[bool, str]:
     finally:
         client.close()
 
-
-def bridge_gateway(client: Any, network: str = "bridge", wait_s: float = 10.0) -> str:
-    """The address at which a container on ``network`` (Docker's default bridge) reaches this host: the network's
-    gateway. An engine started moments ago can list the bridge before its IPAM entry names a gateway (seen on a
-    first start); this waits up to ``wait_s`` for it, then falls back to the first host address of the subnet,
-    which is where Docker puts the gateway unless told otherwise. Raises DockerEngineUnavailable saying what the
-    network held if neither is there."""
-    import ipaddress
-    import time
-
-    deadline = time.monotonic() + wait_s
-    while True:
-        configs = (client.networks.get(network).attrs.get("IPAM") or {}).get("Config") or []
-        gateways = [c["Gateway"] for c in configs if c.get("Gateway") and ":" not in c["Gateway"]]
-        if gateways:
-            return gateways[0].split("/")[0]
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    subnets = [c["Subnet"] for c in configs if c.get("Subnet") and ":" not in c["Subnet"]]
-    if subnets:
-        return str(next(ipaddress.ip_network(subnets[0], strict=False).hosts()))
-    raise DockerEngineUnavailable(f"the {network!r} network names no IPv4 gateway or subnet (IPAM config: {configs}); "
-                                  f"check `docker network inspect {network}`")

@@ -1,4 +1,5 @@
-"""Summary statistics of latency samples (the columns of the paper's Table 2)."""
+"""Percentiles and the summary every latency table shows (n, mean, sd, min, max, p50, p95, p99): one definition
+for the benchmarks that measure and the report that reads their samples back."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def summarise(values: Sequence[float]) -> dict[str, float]:
-    """n, mean, sd (sample), min, max, p50, p95, p99; NaN for what an empty or single sample cannot give."""
+    """n, mean, sd (sample), min, max, p50, p95, p99 of the values that are not NaN (a sample that was not taken);
+    NaN for what an empty or single sample cannot give."""
+    values = [v for v in values if not math.isnan(v)]
     n = len(values)
     return {
         "n": n,
