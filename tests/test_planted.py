@@ -29,7 +29,7 @@ def test_an_older_run_naming_a_planted_workflow_by_its_old_module_reruns_and_rep
         tmp_path: Path) -> None:
     """Run directories saved before the planted bugs moved name them ``chaos.mutants:NAME``: a rerun starts the same
     build and the replay checker replays with it (the reference agent's code, never the run directory's)."""
-    from chaos.target import ReplayTarget, reference_workflows, replay_target
+    from chaos.replay_target import ReplayTarget, reference_workflows, replay_target
     from testbed.faults.planted import current_workflow, workflow_spec
 
     bug = next(b for b in CATALOGUE if b.name == "wall_clock_workflow")
