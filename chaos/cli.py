@@ -106,93 +106,102 @@ def _seeds(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _out_and_target(p: argparse.ArgumentParser, parallel: int | None = None) -> None:
+    add_out(p, "<scenario>")
+    if parallel is not None:
+        p.add_argument("--parallel", type=int, default=parallel,
+                       help=f"scenarios run at once, each its own cluster (default {parallel})")
+    p.add_argument("--target", type=Path, help="a target TOML file: your own agent (default: the reference "
+                                               "agent; see docs/your-agent.md)")
+
+
+def _common(p: argparse.ArgumentParser, parallel: int) -> None:
+    p.add_argument("--seed", type=int, default=1, help="seed of the schedule, the load and the model (default 1)")
+    _out_and_target(p, parallel)
+
+
+def _ci_options(p: argparse.ArgumentParser, what: str) -> None:
+    from chaos import ci
+
+    items = "scenario x seed runs" if what == "suite" else "seeds"
+    where = "OUT/" if what == "suite" else "the soak's own directory, "
+    summary, junit = (ci.SUITE_SUMMARY, ci.SUITE_JUNIT) if what == "suite" else (ci.SOAK_SUMMARY, ci.SOAK_JUNIT)
+    p.add_argument("--shard", type=_shard, metavar="K/N",
+                   help=f"run only CI job K's share of the {items}, of N jobs (e.g. 2/4): the same split on "
+                        "every machine, each run in exactly one shard; merge with python -m chaos summary")
+    p.add_argument("--summary", type=Path, metavar="PATH",
+                   help=f"the summary JSON, one row per run (default: {where}{summary})")
+    p.add_argument("--junit", type=Path, metavar="PATH",
+                   help=f"the JUnit XML, one testcase per run (default: {where}{junit})")
+
+
+def _placement_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--placement", choices=("process", "docker"), default="process", metavar="{process,docker}",
+                   help="where workers run: local processes (default) or Docker containers (needs an engine; "
+                        "the checkpoint engine's workers stay processes)")
+    p.add_argument("--image", help="--placement docker: an image with the worker installed (default: dah-worker, "
+                                   "built from this checkout and this machine's files: python -m testbed.images)")
+
+
+def _engine_options(p: argparse.ArgumentParser) -> None:
+    _placement_options(p)
+    p.add_argument("--timeouts", type=_timeouts, default=[DEFAULT_TIMEOUTS], metavar="PROFILE[,PROFILE]",
+                   help="how fast the agent notices a dead worker (Temporal): "
+                        + "; ".join(f"{t.name}: {t.description}" for t in TIMEOUTS.values())
+                        + f" (default {DEFAULT_TIMEOUTS}). Two, comma-separated, run every scenario under each, "
+                          "side by side in one table (e.g. fast,defaults)")
+    add_durability(p, help="the agent's durability engine: temporal (default), checkpoint (the "
+                           "step-checkpointed SQLite substrate; scenarios " + ", ".join(checkpoint_twins()) + "), "
+                           "dbos (DBOS Transact on SQLite; " + ", ".join(twins("dbos")) + "), dbos-postgres "
+                           "(on PostgreSQL; also " + ", ".join(sorted(set(twins("dbos-postgres")) -
+                                                                      set(twins("dbos")))) + ") or restate "
+                           "(a Restate server; " + ", ".join(twins("restate")) + ")")
+    add_model_latency(p, default=None, default_text="each scenario's own: fixed:100, or fixed:500 where a kill "
+                                                    "must land mid-call")
+
+
+def _cluster(p: argparse.ArgumentParser) -> None:
     from testbed.connection import add_connection_arguments
 
-    parser = argparse.ArgumentParser(prog="python -m chaos", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    sub.add_parser("list", help="the named scenarios")
+    add_connection_arguments(p, embedded_default=True)
 
-    def out_and_target(p: argparse.ArgumentParser, parallel: int | None = None) -> None:
-        add_out(p, "<scenario>")
-        if parallel is not None:
-            p.add_argument("--parallel", type=int, default=parallel,
-                           help=f"scenarios run at once, each its own cluster (default {parallel})")
-        p.add_argument("--target", type=Path, help="a target TOML file: your own agent (default: the reference "
-                                                   "agent; see docs/your-agent.md)")
 
-    def common(p: argparse.ArgumentParser, parallel: int) -> None:
-        p.add_argument("--seed", type=int, default=1, help="seed of the schedule, the load and the model (default 1)")
-        out_and_target(p, parallel)
-
-    def ci_options(p: argparse.ArgumentParser, what: str) -> None:
-        from chaos import ci
-
-        items = "scenario x seed runs" if what == "suite" else "seeds"
-        where = "OUT/" if what == "suite" else "the soak's own directory, "
-        summary, junit = (ci.SUITE_SUMMARY, ci.SUITE_JUNIT) if what == "suite" else (ci.SOAK_SUMMARY, ci.SOAK_JUNIT)
-        p.add_argument("--shard", type=_shard, metavar="K/N",
-                       help=f"run only CI job K's share of the {items}, of N jobs (e.g. 2/4): the same split on "
-                            "every machine, each run in exactly one shard; merge with python -m chaos summary")
-        p.add_argument("--summary", type=Path, metavar="PATH",
-                       help=f"the summary JSON, one row per run (default: {where}{summary})")
-        p.add_argument("--junit", type=Path, metavar="PATH",
-                       help=f"the JUnit XML, one testcase per run (default: {where}{junit})")
-
-    def placement_options(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--placement", choices=("process", "docker"), default="process", metavar="{process,docker}",
-                       help="where workers run: local processes (default) or Docker containers (needs an engine; "
-                            "the checkpoint engine's workers stay processes)")
-        p.add_argument("--image", help="--placement docker: an image with the worker installed (default: dah-worker, "
-                                       "built from this checkout and this machine's files: python -m testbed.images)")
-
-    def engine_options(p: argparse.ArgumentParser) -> None:
-        placement_options(p)
-        p.add_argument("--timeouts", type=_timeouts, default=[DEFAULT_TIMEOUTS], metavar="PROFILE[,PROFILE]",
-                       help="how fast the agent notices a dead worker (Temporal): "
-                            + "; ".join(f"{t.name}: {t.description}" for t in TIMEOUTS.values())
-                            + f" (default {DEFAULT_TIMEOUTS}). Two, comma-separated, run every scenario under each, "
-                              "side by side in one table (e.g. fast,defaults)")
-        add_durability(p, help="the agent's durability engine: temporal (default), checkpoint (the "
-                               "step-checkpointed SQLite substrate; scenarios " + ", ".join(checkpoint_twins()) + "), "
-                               "dbos (DBOS Transact on SQLite; " + ", ".join(twins("dbos")) + "), dbos-postgres "
-                               "(on PostgreSQL; also " + ", ".join(sorted(set(twins("dbos-postgres")) -
-                                                                          set(twins("dbos")))) + ") or restate "
-                               "(a Restate server; " + ", ".join(twins("restate")) + ")")
-        add_model_latency(p, default=None, default_text="each scenario's own: fixed:100, or fixed:500 where a kill "
-                                                        "must land mid-call")
-
-    def cluster(p: argparse.ArgumentParser) -> None:
-        add_connection_arguments(p, embedded_default=True)
-
+def _run_command(sub: Any) -> None:
     p = sub.add_parser("run", help="run named scenarios (or 'all')")
     p.add_argument("scenarios", nargs="+", help=f"names: {', '.join(SCENARIOS)}, or 'all'")
-    common(p, 1)
+    _common(p, 1)
     p.add_argument("--ui", action="store_true", help="start the Temporal Web UI and print its address, to watch")
-    engine_options(p)
-    cluster(p)
+    _engine_options(p)
+    _cluster(p)
+
+
+def _suite_command(sub: Any) -> None:
     p = sub.add_parser("suite", help="the CI suite: every named scenario; exit 1 on any fail, unknown or error")
-    common(p, 2)
+    _common(p, 2)
     p.add_argument("--seeds", type=_seeds, metavar="SEEDS",
                    help="run every scenario on each of these seeds (e.g. 1-3; default: --seed)")
     p.add_argument("--engines", type=_engines, default=SUITE_ENGINES, metavar="ENGINES",
                    help="whose scenarios, comma-separated: temporal (every named scenario), checkpoint, dbos, "
                         "dbos-postgres, restate (each its twins); default temporal,checkpoint. make chaos-engines: "
                         "--engines dbos,dbos-postgres,restate")
-    ci_options(p, "suite")
-    placement_options(p)
-    cluster(p)
+    _ci_options(p, "suite")
+    _placement_options(p)
+    _cluster(p)
+
+
+def _soak_command(sub: Any) -> None:
     p = sub.add_parser("soak", help="one scenario over many seeds, one after another; the verdict distribution; "
                                     "exit 1 unless every seed passed")
     p.add_argument("scenarios", nargs=1, metavar="SCENARIO", help=f"a name: {', '.join(SCENARIOS)}")
     p.add_argument("--seeds", type=_seeds, default=_seeds(DEFAULT_SEEDS),
                    help=f"the seeds: ranges and single seeds, e.g. 1-100 or 1-20,25,30-32 (default {DEFAULT_SEEDS})")
-    out_and_target(p)
-    engine_options(p)
-    cluster(p)
-    ci_options(p, "soak")
+    _out_and_target(p)
+    _engine_options(p)
+    _cluster(p)
+    _ci_options(p, "soak")
+
+
+def _summary_command(sub: Any) -> None:
     what = ("merge the run directories and summaries of several CI jobs (or machines) into one verdict table, "
             "summary JSON and JUnit XML; exit 1 unless every planned run passed. Verdicts are read as the run "
             "directories wrote them, not authenticated: where artefacts are not trusted, re-check each run with "
@@ -204,15 +213,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the merged summary JSON (default chaos-summary.json)")
     p.add_argument("--junit", type=Path, default=Path("chaos-junit.xml"),
                    help="the merged JUnit XML (default chaos-junit.xml)")
+
+
+def _planted_command(sub: Any) -> None:
     p = sub.add_parser("planted", help="the planted-bug catalogue: broken agents that must not pass "
                                        "(python -m chaos planted --help)", add_help=False)
     p.add_argument("rest", nargs=argparse.REMAINDER)
+
+
+def _check_command(sub: Any) -> None:
     p = sub.add_parser("check", help="re-run the checkers offline on a saved run directory")
     p.add_argument("run_dir", type=Path, help="e.g. runs/kill_mid_turn/latest")
     p.add_argument("--target", type=Path, help="your target file: the only agent code the replay checker runs for "
                                                "a bring-your-own run, besides the file the run names if you own it "
                                                "and no one else can write it (nothing a run directory names is run)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+
+
+def _rerun_command(sub: Any) -> None:
     p = sub.add_parser("rerun", help="run a saved run's scenario again (its seed, engine and target)")
     p.add_argument("run_dir", type=Path, help="a chaos run directory, e.g. runs/kill_mid_turn/latest")
     p.add_argument("--target", type=Path, help="the target file to run (default: the one the run names, only if "
@@ -220,7 +238,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--image", help="--placement docker: the worker image to run (never the one the run names; "
                                    "default for the reference agent: dah-worker, built from this checkout)")
     add_out(p, "<scenario>")
-    cluster(p)
+    _cluster(p)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m chaos", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub.add_parser("list", help="the named scenarios")
+    for add in (_run_command, _suite_command, _soak_command, _summary_command, _planted_command, _check_command, _rerun_command):
+        add(sub)
     return parser
 
 
