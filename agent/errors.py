@@ -8,7 +8,7 @@ The class of an error decides who handles it, and nothing else does:
 - ``ToolExecutionError``: a known, terminal failure of the tool's work (a
   service refused the request). Retrying would not help; the model is told.
 - ``ToolRetryableError``: a transient failure. It is raised out of the activity
-  so the durability backend's retry policy (Temporal's) applies.
+  so the durability engine's retry policy (Temporal's) applies.
 
 Any other exception is a bug: it is retried like a transient failure, which
 is what keeps a run alive until a fixed worker is deployed (the hot-fix case).
@@ -37,7 +37,7 @@ class ToolExecutionError(ToolError):
 
 
 class ToolRetryableError(ToolError):
-    """A transient failure: retried by the backend's retry policy."""
+    """A transient failure: retried by the engine's retry policy."""
 
     error_type = "ToolRetryableError"
 

@@ -1,7 +1,7 @@
-"""The agent loop's decision logic, with no durability backend in it.
+"""The agent loop's decision logic, with no durability engine in it.
 
 Messages in, next action out; tool results appended. This module imports
-nothing from Temporal and does no I/O of its own: the backend hands it an
+nothing from Temporal and does no I/O of its own: the engine hands it an
 ``AgentEffects`` whose two methods (plan, call a tool) are the only places
 where the outside world is touched. On Temporal those are activities and the
 loop runs inside the workflow, so everything here must be deterministic: no
@@ -81,7 +81,7 @@ class TurnResult:
 
 
 class AgentEffects(Protocol):
-    """The two ways the loop touches the world; the backend makes them durable."""
+    """The two ways the loop touches the world; the engine makes them durable."""
 
     async def plan(self, messages: list[dict[str, Any]], tools: list[str]) -> dict[str, Any]:
         """Ask the model for the next assistant message (OpenAI chat format), offering these tools."""

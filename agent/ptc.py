@@ -40,7 +40,7 @@ from agent.numeric_limits import integer_problem, power_problem, product_problem
 
 try:
     from temporalio import workflow as _workflow
-except ImportError:  # the interpreter works without Temporal (the checkpoint backend, tests)
+except ImportError:  # the interpreter works without Temporal (the checkpoint engine, tests)
     _workflow = None  # type: ignore[assignment]
 
 __all__ = [

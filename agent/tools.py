@@ -1,7 +1,7 @@
 """The agent's tools: their model-facing specs and their implementations.
 
 Implementations are plain functions of ``(arguments, ToolContext)``. They
-raise the classified errors of ``agent.errors``; the backend (a Temporal
+raise the classified errors of ``agent.errors``; the engine (a Temporal
 activity, or the checkpoint runner) turns those into model-visible results or
 retries. Side-effecting tools apply their effect through the effect ledger
 with the activity's idempotency key, so a retried attempt does not apply it

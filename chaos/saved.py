@@ -1,7 +1,7 @@
 """What ``python -m chaos`` does with a saved run directory: check it again, or run it again.
 
     check_command(path)   ``chaos check``: every checker again, offline, on the saved files (``chaos.runner.check``)
-    rerun_job(path)       ``chaos rerun``: (scenario, backend, seed) as run.json recorded them, to run again
+    rerun_job(path)       ``chaos rerun``: (scenario, engine, seed) as run.json recorded them, to run again
 
 Nothing a run directory names is run unless the user controls it (``testbed.engines.target.load_recorded_target``).
 """
@@ -78,7 +78,7 @@ def unfinished(run: RunDir) -> str | None:
 
 def rerun_job(run_dir: Path, connection: Any = None, target_path: Path | None = None,
               image: str | None = None) -> tuple[Any, Any, int]:
-    """(scenario, backend, seed) as a saved run recorded them, on ``connection``'s cluster (None: the embedded
+    """(scenario, engine, seed) as a saved run recorded them, on ``connection``'s cluster (None: the embedded
     server; the saved run's cluster is not reused: its address may not be this machine's to reach).
 
     The scenario is data (validated); nothing the run names is run unless the user controls it: the target file
@@ -94,9 +94,9 @@ def rerun_job(run_dir: Path, connection: Any = None, target_path: Path | None = 
     record = RunDir(run_dir).read_run()
     if record.get("kind") != "chaos" or "scenario" not in record:
         raise ValueError(f"{run_dir} is not a chaos run directory (no scenario in its run.json)")
-    engine = record.get("backend") if isinstance(record.get("backend"), dict) else {}
+    saved_engine = record.get("backend") if isinstance(record.get("backend"), dict) else {}
     again = command_line("python -m chaos rerun", {"--target": "PATH/TO/chaos-target.toml"}, [str(run_dir)])
-    recorded_file = engine.get("target_file")
+    recorded_file = saved_engine.get("target_file")
     if target_path is not None:
         target = load_target(target_path)
     elif recorded_file:
@@ -107,12 +107,13 @@ def rerun_job(run_dir: Path, connection: Any = None, target_path: Path | None = 
         target_path = Path(os.path.realpath(str(recorded_file)))
     else:
         target = None
-    workers = engine.get("workers") or "process"
-    if workers == "docker" and image is None and (engine.get("image") or target is not None):
+    workers = saved_engine.get("workers") or "process"
+    if workers == "docker" and image is None and (saved_engine.get("image") or target is not None):
         if target is not None:
-            raise ValueError(f"{run_dir} ran your agent in Docker image {backend.get('image')!r}; a run directory's "
-                             f"image is never run: pass the image you trust with --image NAME ({again} --image NAME)")
-        print(f"note: {run_dir} names the image {backend.get('image')!r}; a run directory's image is never run: "
+            raise ValueError(f"{run_dir} ran your agent in Docker image {saved_engine.get('image')!r}; a run "
+                             f"directory's image is never run: pass the image you trust with --image NAME "
+                             f"({again} --image NAME)")
+        print(f"note: {run_dir} names the image {saved_engine.get('image')!r}; a run directory's image is never run: "
               "using dah-worker built from this checkout (--image NAME for another)", file=sys.stderr)
     try:
         scenario = scenario_from_dict(record["scenario"])
@@ -124,7 +125,7 @@ def rerun_job(run_dir: Path, connection: Any = None, target_path: Path | None = 
                                                       or workflow not in reference_workflows()):
         raise ValueError(f"{run_dir}: its scenario's cluster.workflow {str(workflow)[:200]!r} is not the reference "
                          "agent's nor a planted one (testbed.faults.planted); a run directory's code is never run")
-    durability = engine.get("name") if engine.get("name") in TWIN_SUFFIXES.values() else "temporal"
+    durability = saved_engine.get("name") if saved_engine.get("name") in TWIN_SUFFIXES.values() else "temporal"
     return (scenario, make_engine(durability, workers=workers, image=image, target=target, target_file=target_path,
                                    connection=connection),
             int(record.get("seed", 1)))

@@ -22,7 +22,7 @@ from harness.faults import AgentFaults
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    """What a scenario needs of the cluster under test (the backend builds it; testbed.stack starts it)."""
+    """What a scenario needs of the cluster under test (the engine builds it; testbed.stack starts it)."""
 
     workers: int = 2
     model_latency: str = "fixed:100"

@@ -36,7 +36,7 @@ COLUMNS = [("scenario", 28), ("faults", 7), ("ok", 4), ("fail", 5), ("info", 5),
            ("wft_rec_s", 10), ("checked", 8), ("verdict", 8)]
 #: a scenario under a timeouts profile other than the default is SCENARIO~PROFILE (e.g. kill_idle~defaults)
 TIMEOUTS_SEPARATOR = "~"
-#: a scenario's twin on the checkpoint backend is SCENARIO@checkpoint
+#: a scenario's twin on the checkpoint engine is SCENARIO@checkpoint
 CHECKPOINT_SUFFIX = "@checkpoint"
 #: the engines other than Temporal, by their twins' suffix (SCENARIO@dbos runs SCENARIO on DBOS)
 TWIN_SUFFIXES = {CHECKPOINT_SUFFIX: "checkpoint", "@dbos": "dbos", "@dbos-postgres": "dbos-postgres",
@@ -44,7 +44,7 @@ TWIN_SUFFIXES = {CHECKPOINT_SUFFIX: "checkpoint", "@dbos": "dbos", "@dbos-postgr
 #: what "the Temporal server" and "the workers' link to Temporal" of a scenario are on another engine
 STAND_INS = {"dbos-postgres": ": the server is PostgreSQL, the link the workers' to it",
              "restate": ": the server is restate-server, the link the server's to the endpoint"}
-#: what ``python -m chaos suite`` runs by default: every scenario on Temporal, and the checkpoint backend's twins
+#: what ``python -m chaos suite`` runs by default: every scenario on Temporal, and the checkpoint engine's twins
 SUITE_ENGINES = ("temporal", "checkpoint")
 
 

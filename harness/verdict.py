@@ -4,7 +4,7 @@
 was violated) and ``unknown`` (the checker could not tell: data missing, a
 fault that hit nothing, a crash of the checker itself). A fourth value,
 ``not_applicable``, says a check reads something this run cannot have (Temporal
-event histories on the checkpoint backend); it is shown with its reason and
+event histories on the checkpoint engine); it is shown with its reason and
 counts neither way.
 
 This module only names the values, their order (``worst``) and the record a

@@ -1,4 +1,4 @@
-"""Task functions for the checkpoint backend's multi-process tests (importable by worker processes)."""
+"""Task functions for the checkpoint engine's multi-process tests (importable by worker processes)."""
 
 from __future__ import annotations
 

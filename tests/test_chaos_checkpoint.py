@@ -1,4 +1,4 @@
-"""The chaos harness on the checkpoint backend: the same load, faults and checkers, with Temporal-only
+"""The chaos harness on the checkpoint engine: the same load, faults and checkers, with Temporal-only
 checkers reported as not applicable (never as a pass)."""
 
 

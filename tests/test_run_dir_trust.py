@@ -176,7 +176,8 @@ def test_rerun_refuses_a_target_file_others_can_write(saved_run: Path, tmp_path:
     assert out.returncode == 2 and "'os:system'" in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
 
-def test_rerun_runs_what_the_user_controls(saved_run: Path, tmp_path: Path) -> None:
+def test_rerun_runs_what_the_user_controls(saved_run: Path, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
     from testbed.engines.byo import OwnAgentOnTemporal
     from testbed.engines.temporal import ReferenceOnTemporal
     from chaos.saved import rerun_job as _rerun
@@ -191,6 +192,18 @@ def test_rerun_runs_what_the_user_controls(saved_run: Path, tmp_path: Path) -> N
     (copy / "run.json").write_text(json.dumps(record))
     _, backend, _ = _rerun(copy)  # the target file it names is yours alone: used
     assert isinstance(backend, OwnAgentOnTemporal) and backend.target.source == str(good)
+
+    # A run whose workers were Docker containers names an image: never run. For your agent, the rerun asks for the
+    # image you trust; for the reference agent, it says so and builds its own.
+    record["backend"] = {**record["backend"], "workers": "docker", "image": "someone/else:latest"}
+    (copy / "run.json").write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=r"Docker image 'someone/else:latest'; a run directory's image is never run"):
+        _rerun(copy)
+    record["backend"] = {**record["backend"], "name": "temporal", "target_file": None}
+    (copy / "run.json").write_text(json.dumps(record))
+    _, backend, _ = _rerun(copy)
+    assert isinstance(backend, ReferenceOnTemporal) and backend.image is None
+    assert "names the image 'someone/else:latest'; a run directory's image is never run" in capsys.readouterr().err
 
 
 def test_every_planted_workflow_replays_as_the_reference_agent() -> None:

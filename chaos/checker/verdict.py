@@ -5,7 +5,7 @@
 
 * **Which checks apply** (``plan``): every check in ``chaos.checker.CHECKERS`` unless
   - the run cannot have what it reads: ``not_applicable``, with its reason. The backend says so in ``run.json``
-    (Temporal event histories on the checkpoint backend); a fault's own check on a run without that fault
+    (Temporal event histories on the checkpoint engine); a fault's own check on a run without that fault
     (``FAULT_CHECKERS``); an engine's own records on a run on another engine (``ENGINE_CHECKERS``);
   - the target opted out of it (its ``checkers`` list leaves it out): ``unknown`` ("not checked"), never left
     out, so a run cannot pass on a property nobody checked.

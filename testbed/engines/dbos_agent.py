@@ -3,7 +3,7 @@
     python -m testbed.engines.dbos_agent worker --database-url sqlite:///.dah/dbos.sqlite3 --state-dir .dah \\
         --identity w1-1 --executor-id w1 --model-base-url http://127.0.0.1:PORT/v1
 
-A run is the workflow ``agent_turn`` (one prompt to a final answer, like the checkpoint backend's ``agent_task``);
+A run is the workflow ``agent_turn`` (one prompt to a final answer, like the checkpoint engine's ``agent_task``);
 its workflow id is the run id the caller gives (the same id again is the same run: DBOS returns the existing
 workflow), its input the agent config (a dict), the prompt and the workspace key its tools share (the messages
 of one conversation share one). The loop is ``agent.loop.run_turn`` unchanged; its two effects are DBOS steps

@@ -16,7 +16,7 @@ port (behind the same proxy): after a kill, the server retries the invocation th
 capped at 2 s here: ``testbed.restate_server.RETRY_POLICY``) and replays its journal; completed ``ctx.run``
 actions are not run again.
 
-Faults, as on the other backends: ``kill_mid_turn`` (SIGKILL the endpoint while the effect ledger shows a model
+Faults, as on the other engines: ``kill_mid_turn`` (SIGKILL the endpoint while the effect ledger shows a model
 call in flight on it), ``model_outage`` (the model refuses requests), ``crash_after_effect`` (the endpoint
 SIGKILLs itself right after a tool's side effect, before its ``ctx.run`` completes), ``server_restart`` (SIGKILL
 ``restate-server`` and start it from its base dir) and ``partition_temporal_blackhole`` / ``_reset``, whose
@@ -62,7 +62,7 @@ RESTATE_ENDPOINT = ("{python}", "-m", "testbed.engines.restate_agent", "endpoint
                     "--identity", "{identity}", "--model-base-url", "{model_url}")
 RESTATE_TARGET = replace(REFERENCE, name="reference-agent (restate)", worker=RESTATE_ENDPOINT,
                          driver="testbed.engines.restate:RestateDriver")
-NO_HISTORIES = NO_EVENT_HISTORIES.replace("the checkpoint backend", "Restate").replace(
+NO_HISTORIES = NO_EVENT_HISTORIES.replace("the checkpoint engine", "Restate").replace(
     "effects and injection_evidence", "effects, injection_evidence and restate_journal, its journal's own check")
 
 

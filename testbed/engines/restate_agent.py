@@ -148,7 +148,7 @@ class RestateEffects:
     async def call_tool(self, call: loop.ToolCall) -> loop.ToolResult:
         if call.name in WORKFLOW_NATIVE_TOOLS:
             return loop.ToolResult(call.id, call.name, loop.BAD_CALL,
-                                   f"{call.name} is not available on the restate backend (Temporal only)")
+                                   f"{call.name} is not available on the Restate engine (Temporal only)")
         future = self.ctx.run_typed(f"tool:{call.name}", _tool_action, run_options(self.config.tool),
                                     workflow_id=self.workflow_id, activity_id=self._next_activity_id(),
                                     name=call.name, arguments=call.arguments,

@@ -1,6 +1,6 @@
 """What a durable step of the agent does, whatever engine runs it: one model call, or one tool call.
 
-Every engine (the checkpoint backend, DBOS, Restate) wraps these two coroutines in its own notion of a
+Every engine (the checkpoint engine, DBOS, Restate) wraps these two coroutines in its own notion of a
 step; what they do inside is the same, so the effect ledger (``harness.recording``) records them the same way and
 the chaos checkers read every engine's runs alike:
 

@@ -161,7 +161,7 @@ async def _wait_for_in_flight(ctx: NemesisContext, activity: str | None, timeout
 
 async def _aimed_running(ctx: NemesisContext, activity: str | None) -> tuple[list[dict[str, Any]], str]:
     """(the activities ``activity`` aims at, running on live workers, where that was read: the effect ledger where
-    this process can read it and it names the live workers, else the backend's ``running`` or Temporal)."""
+    this process can read it and it names the live workers, else the engine's ``running`` or Temporal)."""
     live = tuple(w.process.polling_identity for w in ctx.stack.workers if w.process.alive)
     rows = executions_in_flight(ctx.ledger, live) if ctx.ledger is not None and live else None
     if rows is not None:
@@ -431,7 +431,7 @@ async def kill_worker(ctx: NemesisContext, when: str = "busy", activity: str | N
     None for any), one idle but holding conversations in its cache ("idle", Temporal only), or any one, now
     ("any"). ``at`` "workflow_task": one holding a workflow task (``_aim_workflow_task``); "continue_as_new": one
     holding a conversation about to continue-as-new or that just did (``phase``; ``history_events``: the
-    threshold, default the backend's ``continue_as_new_events``: the scenario's setting on the reference, a
+    threshold, default the engine's ``continue_as_new_events``: the scenario's setting on the reference, a
     target file's ``continue_as_new_events`` on a target). An aimed kill that finds no moment within ``wait_s``
     kills a worker anyway, with empty ``evidence``. The completion records ``aim`` and how the aim was observed
     (``observed_by``, ``probes``: how many times a worker was frozen to check it). A "before" kill whose threshold

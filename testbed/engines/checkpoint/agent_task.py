@@ -4,7 +4,7 @@ Each model call is an ``llm`` step and each tool call a ``tool`` step, both
 ``step_call``s of module-level functions, so the task runs unchanged on the
 checkpoint runner (``run_durable``) and on Temporal (``DurableTaskWorkflow``).
 Retry policies come from the agent config's planning and tool policies, as
-on the Temporal backend. A tool's side effect goes through the effect ledger
+on Temporal. A tool's side effect goes through the effect ledger
 with the step's identity (``<run id>/checkpoint/<step index>``), stable across
 retries and across a takeover by another worker.
 
@@ -100,7 +100,7 @@ class StepEffects:
     async def call_tool(self, call: loop.ToolCall) -> loop.ToolResult:
         if call.name in WORKFLOW_NATIVE_TOOLS:
             return loop.ToolResult(call.id, call.name, loop.BAD_CALL,
-                                   f"{call.name} is not available on the checkpoint backend (Temporal only)")
+                                   f"{call.name} is not available on the checkpoint engine (Temporal only)")
         out = await self.ctx.step(
             f"tool:{call.name}", step_call(tool_step, name=call.name, arguments=call.arguments,
                                            max_attempts=self.config.tool.maximum_attempts,

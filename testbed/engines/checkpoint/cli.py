@@ -1,4 +1,4 @@
-"""``dah checkpoint``: the checkpoint backend's worker, and a client for it.
+"""``dah checkpoint``: the checkpoint engine's worker, and a client for it.
 
     dah checkpoint worker --db .dah/checkpoint.sqlite3        # run queued runs until Ctrl-C / SIGTERM
     dah checkpoint run --db .dah/checkpoint.sqlite3 "What is 25 * 4?"   # submit a prompt, print the answer
@@ -26,7 +26,7 @@ def _add_db(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dah checkpoint",
-                                     description="The checkpoint durability backend (step-checkpointed runs in SQLite).")
+                                     description="The checkpoint durability engine (step-checkpointed runs in SQLite).")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser("worker", help="run queued runs until SIGTERM/Ctrl-C")

@@ -53,7 +53,7 @@ LEASE_MS = 2000  # a killed worker's runs are taken over after this
 CHECKPOINT_TARGET = replace(REFERENCE, name="reference-agent (checkpoint)",
                             worker=(*CHECKPOINT_WORKER, "--lease-ms", str(LEASE_MS)),
                             driver="testbed.engines.checkpoint.engine:CheckpointDriver")
-NO_EVENT_HISTORIES = ("reads Temporal event histories; the checkpoint backend has none (its runs are checked by lost, "
+NO_EVENT_HISTORIES = ("reads Temporal event histories; the checkpoint engine has none (its runs are checked by lost, "
                       "effects and injection_evidence)")
 
 
@@ -146,7 +146,7 @@ class CheckpointSession:
     def __init__(self, db: Path) -> None:
         self.db = db
         self.queue = CheckpointQueue(db)
-        self.banner = ("durable-agent-harness demo: the agent loop on the checkpoint backend (steps checkpointed in "
+        self.banner = ("durable-agent-harness demo: the agent loop on the checkpoint engine (steps checkpointed in "
                        f"SQLite)\nCheckpoints: {db}")
 
     async def run_turn(self, config: AgentConfig, prompt: str, run_id: str) -> dict[str, Any]:

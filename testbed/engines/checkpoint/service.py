@@ -1,4 +1,4 @@
-"""The checkpoint backend as a service: a queue of runs in the SQLite file, and workers that run them.
+"""The checkpoint engine as a service: a queue of runs in the SQLite file, and workers that run them.
 
 A client submits a run (task name + manifest) and waits for its result; any
 number of worker processes poll the same database file, take a run whose

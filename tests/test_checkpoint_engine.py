@@ -1,4 +1,4 @@
-"""The checkpoint backend across processes (real SIGKILL), and the same agent task on both backends."""
+"""The checkpoint engine across processes (real SIGKILL), and the same agent task on it and on Temporal."""
 
 from __future__ import annotations
 
