@@ -63,7 +63,8 @@ def _serve() -> int:
         if cache is not None:
             sys.pycache_prefix = str(cache)
             sys.dont_write_bytecode = False
-    import testbed.cli  # noqa: F401  - the worker command and everything it imports
+    import testbed.cli  # noqa: F401  - dah, and its worker command (testbed.worker_main) with what it imports
+    import testbed.worker_main  # noqa: F401
     import agent.worker  # noqa: F401
     import temporalio.worker  # noqa: F401
     from agent import llm
