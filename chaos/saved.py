@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from chaos.fault_timeline import lines
 from chaos.suite import TWIN_SUFFIXES
 from harness.printable import printable
 from harness.rundir import RUN_JSON, RunDir, RunDirError, command_line
@@ -58,6 +59,10 @@ def check_command(path: Path, target_path: Path | None = None, as_json: bool = F
     else:
         for c in checks:
             print(f"{printable(c.name):<20} {printable(c.verdict):<15} {printable(c.summary)}")
+        timeline = lines((run_dir.read_verdict() or {}).get("fault_timeline") or {})
+        if timeline:
+            print("\nthe faults, as scheduled and as they happened:")
+            print("\n".join(printable(line) for line in timeline))
         print(f"\nverdict: {verdict}")
     return 0 if verdict == "pass" else 1
 

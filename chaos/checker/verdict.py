@@ -29,6 +29,7 @@ from typing import Any
 
 from chaos.checker import ALL_CHECKERS, CHECKERS
 from chaos.checker.run_data import ReplayTarget, RunData, client_sends
+from chaos.fault_timeline import fault_timeline
 from chaos.recovery import decompose, recovery
 from harness import operations
 from harness.operations import INFO, Op
@@ -219,5 +220,6 @@ def check(path: Path, replay_with: ReplayWith = lambda declared: None) -> tuple[
         "checkers_not_run": chosen.opted_out + list(chosen.not_applicable),
         "recovery": recovery(ops),
         "recovery_decomposition": decomposed,
+        "fault_timeline": fault_timeline(record, ops),
         "summary": summary})
     return verdict, checks, summary
