@@ -31,6 +31,15 @@ from testbed.engines.target import REFERENCE, Target
 from testbed.stack import Stack, StackSpec
 
 
+#: the checks that read Temporal's event histories
+EVENT_HISTORY_CHECKS = ("temporal_history", "workflow_tasks", "replay")
+
+
+def without_event_histories(why: str) -> dict[str, str]:
+    """``not_applicable`` of an engine that keeps no Temporal event histories: each check that reads them, and why."""
+    return dict.fromkeys(EVENT_HISTORY_CHECKS, why)
+
+
 class Cluster(Protocol):
     """What an engine reads of a scenario's cluster (``chaos.scenarios.ClusterSpec``)."""
 

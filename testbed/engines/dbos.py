@@ -42,7 +42,7 @@ from harness.operations import History
 from harness.recording import EffectLedger
 from harness.rundir import DBOS_STEPS, RunDir
 from testbed.engines import dbos_agent
-from testbed.engines.base import Engine, Scenario
+from testbed.engines.base import Engine, Scenario, without_event_histories
 from testbed.engines.oneshot import OneShotDriver, RunFailedError, running_from_ledger
 from testbed.engines.target import REFERENCE, Target
 from testbed.model_server import LatencyModel
@@ -70,9 +70,7 @@ class DbosEngine(Engine):
     name: str = "dbos"
     suffix: str = "@dbos"
     target: Target = field(default_factory=lambda: DBOS_TARGET)
-    not_applicable: dict[str, str] = field(default_factory=lambda: {"temporal_history": NO_EVENT_HISTORIES,
-                                                                    "workflow_tasks": NO_EVENT_HISTORIES,
-                                                                    "replay": NO_EVENT_HISTORIES})
+    not_applicable: dict[str, str] = field(default_factory=lambda: without_event_histories(NO_EVENT_HISTORIES))
     scenarios: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:

@@ -45,7 +45,7 @@ from typing import Any
 from harness.operations import History
 from harness.recording import EffectLedger
 from harness.rundir import RESTATE_JOURNAL, RunDir
-from testbed.engines.base import Engine, Scenario
+from testbed.engines.base import Engine, Scenario, without_event_histories
 from testbed.engines.checkpoint.engine import NO_EVENT_HISTORIES
 from testbed.engines.oneshot import OneShotDriver, RunFailedError, running_from_ledger
 from testbed.engines.restate_agent import NAME, InProcessRestate, engine, request_body
@@ -71,9 +71,7 @@ class RestateEngine(Engine):
     name: str = "restate"
     suffix: str = "@restate"
     target: Target = field(default_factory=lambda: RESTATE_TARGET)
-    not_applicable: dict[str, str] = field(default_factory=lambda: {"temporal_history": NO_HISTORIES,
-                                                                    "workflow_tasks": NO_HISTORIES,
-                                                                    "replay": NO_HISTORIES})
+    not_applicable: dict[str, str] = field(default_factory=lambda: without_event_histories(NO_HISTORIES))
     scenarios: tuple[str, ...] | None = ("kill_mid_turn", "model_outage", "crash_after_effect", "server_restart",
                                          "partition_model", "partition_temporal_blackhole",
                                          "partition_temporal_reset")

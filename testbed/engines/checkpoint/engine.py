@@ -38,7 +38,7 @@ from agent.worker import WorkerSettings
 from harness.operations import History
 from harness.recording import EffectLedger
 from harness.rundir import RunDir
-from testbed.engines.base import Engine, Scenario
+from testbed.engines.base import Engine, Scenario, without_event_histories
 from testbed.engines.checkpoint import CHECKPOINT_DB
 from testbed.engines.checkpoint.agent_task import TASK, manifest_for
 from testbed.engines.checkpoint.service import CheckpointQueue
@@ -62,9 +62,7 @@ class CheckpointEngine(Engine):
     name: str = "checkpoint"
     suffix: str = "@checkpoint"
     target: Target = field(default_factory=lambda: CHECKPOINT_TARGET)
-    not_applicable: dict[str, str] = field(default_factory=lambda: {"temporal_history": NO_EVENT_HISTORIES,
-                                                                    "workflow_tasks": NO_EVENT_HISTORIES,
-                                                                    "replay": NO_EVENT_HISTORIES})
+    not_applicable: dict[str, str] = field(default_factory=lambda: without_event_histories(NO_EVENT_HISTORIES))
     #: the scenarios with a twin here (the others fault Temporal itself or its links)
     scenarios: tuple[str, ...] | None = ("kill_mid_turn", "model_outage")
     #: run a checkpoint worker in the stack's process (``dah run``); the chaos runs' workers are processes
