@@ -40,7 +40,7 @@ import asyncio
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timezone
 from typing import Any
 
@@ -73,6 +73,10 @@ class NemesisContext:
     ledger: Path | None = None
     #: the conversations' continue-as-new threshold in history events, where the backend knows it (0: unknown)
     continue_as_new_events: int = 0
+    #: what overlapping faults share (faults run at their scheduled times, so two may hold the same link or the
+    #: model at once): per proxy, how many ``down`` partitions hold it down; the model's fault rules in force
+    downs: dict[int, int] = field(default_factory=dict)
+    model_rules: list[FaultRule] = field(default_factory=list)
 
     @property
     def client(self) -> Client | None:
@@ -157,6 +161,16 @@ async def _wait_for_in_flight(ctx: NemesisContext, activity: str | None, timeout
             return running
         await asyncio.sleep(0.05)
     return []
+
+
+async def _in_flight_now(ctx: NemesisContext, limit_s: float = 1.0) -> list[dict[str, Any]]:
+    """What is running on live workers now, read once (at most ``limit_s``): the evidence of a fault that starts
+    on time rather than waiting for work to hit."""
+    try:
+        running = await asyncio.wait_for(in_flight(ctx), limit_s)
+    except Exception:  # the server is unreachable, say: nothing observable
+        return []
+    return [a for a in running if _worker_of(ctx, a["worker"])]
 
 
 async def _aimed_running(ctx: NemesisContext, activity: str | None) -> tuple[list[dict[str, Any]], str]:
@@ -564,22 +578,27 @@ async def partition(ctx: NemesisContext, link: str = "temporal", mode: str = "bl
     proxy = ctx.stack.server_proxy if link == "temporal" else ctx.stack.model_proxy
     assert proxy is not None
     op = ctx.history.invoke("nemesis", "partition", {"link": link, "mode": mode, "duration_s": duration_s})
-    running = await _wait_for_in_flight(ctx, None, 10.0)
     before = proxy.stats()
+    name = f"partition_{mode}_{op.index}"  # unique: an overlapping partition of the same link keeps its own
     if mode == "down":
+        ctx.downs[id(proxy)] = ctx.downs.get(id(proxy), 0) + 1
         proxy.disable()
     else:
-        proxy.add_toxic(Toxic(kind=mode, toxicity=toxicity, name=f"partition_{mode}"))
-    await asyncio.sleep(duration_s)
+        proxy.add_toxic(Toxic(kind=mode, toxicity=toxicity, name=name))
+    applied_at = time.time()
+    running = await _in_flight_now(ctx)  # on time first; then what it caught
+    await asyncio.sleep(max(0.0, applied_at + duration_s - time.time()))
     after = proxy.stats()
     if mode == "down":
-        proxy.enable()
+        ctx.downs[id(proxy)] -= 1
+        if not ctx.downs[id(proxy)]:  # the last one holding the link down
+            proxy.enable()
     else:
-        proxy.remove_toxic(f"partition_{mode}")
+        proxy.remove_toxic(name)
     dropped = {k: after.get(k, 0) - before.get(k, 0) for k in ("blackholed_bytes", "dropped_bytes", "resets", "refused_while_down")
                if isinstance(after.get(k), int) and after.get(k, 0) - before.get(k, 0) > 0}
     evidence = ([{"in_flight": a} for a in running] + ([{"proxy": dropped}] if dropped else [])) if (running or dropped) else []
-    value = {"link": link, "mode": mode, "evidence": evidence, "proxy_delta": dropped}
+    value = {"link": link, "mode": mode, "evidence": evidence, "proxy_delta": dropped, "applied_at": applied_at}
     ctx.history.complete(op, OK, value)
     return value
 
@@ -592,22 +611,24 @@ async def degrade_link(ctx: NemesisContext, link: str = "temporal", latency_ms: 
     assert proxy is not None
     op = ctx.history.invoke("nemesis", "degrade_link", {"link": link, "latency_ms": latency_ms, "jitter_ms": jitter_ms,
                                                         "rate_kbps": rate_kbps, "stream": stream})
-    running = await _wait_for_in_flight(ctx, None, 10.0)
     before = proxy.stats()
-    names = [f"degrade_latency_{stream}"]
+    names = [f"degrade_latency_{stream}_{op.index}"]  # unique: an overlapping fault of the same link keeps its own
     await asyncio.to_thread(proxy.add_toxic, Toxic(kind="latency", stream=stream, latency_ms=latency_ms,
                                                    jitter_ms=jitter_ms, toxicity=toxicity, name=names[0]))
     if rate_kbps > 0:
-        names.append(f"degrade_bandwidth_{stream}")
+        names.append(f"degrade_bandwidth_{stream}_{op.index}")
         await asyncio.to_thread(proxy.add_toxic, Toxic(kind="bandwidth", stream=stream, rate_kbps=rate_kbps,
                                                        toxicity=toxicity, name=names[1]))
-    await asyncio.sleep(duration_s)
+    applied_at = time.time()
+    running = await _in_flight_now(ctx)
+    await asyncio.sleep(max(0.0, applied_at + duration_s - time.time()))
     for name in names:
         await asyncio.to_thread(proxy.remove_toxic, name)
     after = proxy.stats()
     moved = sum(after.get(k, 0) - before.get(k, 0) for k in ("bytes_upstream", "bytes_downstream"))
     evidence = [{"in_flight": a} for a in running] + ([{"bytes_delayed": moved}] if moved else [])
-    value = {"link": link, "evidence": evidence if running or moved else [], "bytes_through": moved}
+    value = {"link": link, "evidence": evidence if running or moved else [], "bytes_through": moved,
+             "applied_at": applied_at}
     ctx.history.complete(op, OK, value)
     return value
 
@@ -615,7 +636,8 @@ async def degrade_link(ctx: NemesisContext, link: str = "temporal", latency_ms: 
 async def restart_server(ctx: NemesisContext, down_s: float = 3.0) -> dict[str, Any]:
     """SIGKILL the Temporal server and start it again from its database file."""
     op = ctx.history.invoke("nemesis", "restart_server", {"down_s": down_s})
-    running = await _wait_for_in_flight(ctx, None, 10.0)
+    running = await _wait_for_in_flight(ctx, None, 10.0)  # aimed: a restart with work in flight
+    killed_at = time.time()
     await asyncio.to_thread(ctx.stack.server.kill)
     await asyncio.sleep(down_s)
     try:
@@ -623,7 +645,7 @@ async def restart_server(ctx: NemesisContext, down_s: float = 3.0) -> dict[str, 
     except Exception as exc:
         ctx.history.complete(op, INFO, {"evidence": running}, error=f"{type(exc).__name__}: {exc}")
         raise
-    value = {"evidence": running, "pid": ctx.stack.server.pid}
+    value = {"evidence": running, "pid": ctx.stack.server.pid, "killed_at": killed_at}
     ctx.history.complete(op, OK, value)
     return value
 
@@ -637,11 +659,15 @@ async def model_outage(ctx: NemesisContext, status: int = 503, duration_s: float
     # A hung request is dropped when the outage ends (as a dead API's connections eventually are).
     rule = FaultRule(mode=mode, status=status) if mode == "status" else \
         FaultRule(mode=mode, hang_s=duration_s) if mode == "hang" else FaultRule(mode=mode)
-    await asyncio.to_thread(ctx.stack.set_model_faults, [rule])
+    ctx.model_rules.append(rule)
+    await asyncio.to_thread(ctx.stack.set_model_faults, list(ctx.model_rules))
+    applied_at = time.time()
     await asyncio.sleep(duration_s)
-    await asyncio.to_thread(ctx.stack.set_model_faults, [])
+    ctx.model_rules.remove(rule)  # an overlapping outage's rule stays in force
+    await asyncio.to_thread(ctx.stack.set_model_faults, list(ctx.model_rules))
     hits = (await asyncio.to_thread(model.stats))["faults_applied"].get(mode, 0) - before
-    value = {"mode": mode, "requests_refused": hits, "evidence": [{"model_requests_faulted": hits}] if hits else []}
+    value = {"mode": mode, "requests_refused": hits, "evidence": [{"model_requests_faulted": hits}] if hits else [],
+             "applied_at": applied_at}
     ctx.history.complete(op, OK, value)
     return value
 
