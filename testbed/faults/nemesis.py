@@ -7,6 +7,12 @@ worker's cache, bytes dropped by a proxy, requests the model refused). A fault
 with no evidence hit nothing; the evidence checker will not let a run whose
 faults all hit nothing pass.
 
+Faults run at their scheduled times, each in its own task (``chaos.runner``), so two may overlap. A partition,
+a slow link and a model outage take effect at once and then read what was in flight (``applied_at``); what
+overlapping faults share is counted in the context (``downs``: a link stays down until the last ``down`` partition
+of it ends; ``model_rules``: overlapping model outages are in force together), and toxics are named per operation.
+A kill aimed at in-flight work, a pause, a drain and a server restart wait for their target by design.
+
 A kill can be *aimed* (``kill_worker``): at a worker running a given activity
 (``activity``: ``"model"``, ``"tool"`` for any other activity, or an activity
 type's own name such as ``append_file``), at a worker holding a workflow task
