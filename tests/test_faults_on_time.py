@@ -176,3 +176,31 @@ async def test_overlapping_model_outages_compose(tmp_path: Path) -> None:
     statuses = [[r.status for r in rules] for rules in applied]
     # 503; 503 and 429 together; when the 503 ends the 429 stays in force; then none
     assert statuses == [[503], [503, 429], [429], []], statuses
+
+
+async def test_an_aimed_kill_that_finds_nothing_never_thaws_a_worker_a_pause_holds(tmp_path: Path) -> None:
+    from contextlib import asynccontextmanager
+
+    from testbed.faults.nemesis import _freeze_then_kill
+
+    signals: list[str] = []
+    process = SimpleNamespace(polling_identity="w1-1", alive=True, pause=lambda: signals.append("STOP"),
+                              resume=lambda: signals.append("CONT"), kill=lambda: signals.append("KILL"))
+
+    @asynccontextmanager
+    async def held() -> Any:
+        yield process
+
+    worker = SimpleNamespace(name="w1", process=process, held=held, down_until=0.0)
+    stack = SimpleNamespace(workers=[worker], worker=lambda name: worker, client=None)
+    ctx = NemesisContext(stack, History(tmp_path / "ops.jsonl"), [], random.Random(1))  # type: ignore[arg-type]
+
+    async def nothing() -> list[dict[str, Any]]:
+        return []
+
+    assert await _freeze_then_kill(ctx, "w1-1", 1.0, nothing) is None
+    assert signals == ["STOP", "CONT"]  # an ordinary worker is let go on
+    signals.clear()
+    ctx.paused.add("w1")
+    assert await _freeze_then_kill(ctx, "w1-1", 1.0, nothing) is None
+    assert signals == ["STOP"]  # the pause still holds it

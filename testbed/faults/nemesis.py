@@ -10,7 +10,8 @@ faults all hit nothing pass.
 Faults run at their scheduled times, each in its own task (``chaos.runner``), so two may overlap. A partition,
 a slow link and a model outage take effect at once and then read what was in flight (``applied_at``); what
 overlapping faults share is counted in the context (``downs``: a link stays down until the last ``down`` partition
-of it ends; ``model_rules``: overlapping model outages are in force together), and toxics are named per operation.
+of it ends; ``model_rules``: overlapping model outages are in force together; ``paused``: an aimed kill never thaws
+a worker a pause holds), and toxics are named per operation.
 A kill aimed at in-flight work, a pause, a drain and a server restart wait for their target by design.
 
 A kill can be *aimed* (``kill_worker``): at a worker running a given activity
@@ -83,6 +84,9 @@ class NemesisContext:
     #: model at once): per proxy, how many ``down`` partitions hold it down; the model's fault rules in force
     downs: dict[int, int] = field(default_factory=dict)
     model_rules: list[FaultRule] = field(default_factory=list)
+    #: workers a ``pause_worker`` holds frozen: an aimed kill that freezes one to check its aim and finds nothing
+    #: leaves it frozen (thawing it would cut the pause short)
+    paused: set[str] = field(default_factory=set)
 
     @property
     def client(self) -> Client | None:
@@ -244,7 +248,8 @@ async def _freeze_then_kill(ctx: NemesisContext, identity: str, down_s: float,
         except Exception:  # the server is down, say: the aim cannot be confirmed
             evidence = []
         if not evidence:
-            proc.resume()
+            if name not in ctx.paused:
+                proc.resume()
             return None
         snapshot = None
         if ctx.client is not None:
@@ -528,7 +533,11 @@ async def pause_worker(ctx: NemesisContext, pause_s: float = 6.0, wait_s: float 
     async with w.held() as proc:
         proc.pause()
         paused_at = time.time()
-    await asyncio.sleep(pause_s)
+        ctx.paused.add(victim)
+    try:
+        await asyncio.sleep(pause_s)
+    finally:
+        ctx.paused.discard(victim)
     async with w.held() as proc:
         proc.resume()
         resumed_at = time.time()
