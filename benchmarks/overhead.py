@@ -136,8 +136,11 @@ async def overhead(bench: Bench) -> dict[str, Any]:
                                     log_dir=bench.run.logs / local.profile, env=local.stack.endpoints.env)
     await asyncio.to_thread(floor_worker.start)
     loads = (0, bench.options.overhead_load) if bench.options.overhead_load else (0,)
-    hogs: dict[str, int] = {}
-    processes = lambda: {**local.pids(), "bench (client + model)": os.getpid(), **hogs}  # noqa: E731
+    hogs: dict[str, int] = {}  # the resource sampler's view of the CPU-bound processes running now
+
+    def processes() -> dict[str, int]:
+        return {**local.pids(), "bench (client + model)": os.getpid(), **hogs}
+
     series, breakdowns = [], []
     try:
         with bench.sampler.section("overhead", processes):
@@ -148,8 +151,10 @@ async def overhead(bench: Bench) -> dict[str, Any]:
                         if len(loads) > 1 or bench.options.overhead_rounds > 1:
                             bench.say(f"  round {round_no}, "
                                       + (f"{load} CPU-bound process(es) beside it" if load else "idle"))
-                        got, parts = await _round(bench, round_no, load)
-                        hogs.clear()
+                        try:
+                            got, parts = await _round(bench, round_no, load)
+                        finally:
+                            hogs.clear()
                     series += got
                     breakdowns += parts
     finally:

@@ -441,7 +441,9 @@ def overhead(series: list[dict[str, Any]], breakdown_series: list[dict[str, Any]
                  "and tools dispatched or local activities); 'floor' is an Update running the same number of trivial "
                  "activities, all dispatched or all local like the turn's steps (none for a mix), on the same server, "
                  "its turns interleaved with the agent's (agent, floor, agent, floor, ...); 'vs floor' is the median "
-                 "of the per-turn ratios overhead / floor. 'load': CPU-bound processes beside the round.", df,
+                 "of the per-turn ratios overhead / floor (a run from before the interleaving measured the floors "
+                 "after every agent series: the ratio of the two medians). 'load': CPU-bound processes beside the "
+                 "round.", df,
                  {"n": "d", "load": "d", "round": "d", "overhead p50": MS, "floor p50": MS, "above floor": MS,
                   "vs floor": ".2f", **{c: MS for c in hide if c.startswith("median ")}},
                  hide=hide)
