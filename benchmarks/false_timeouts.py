@@ -42,21 +42,27 @@ def count(run_dir: Path) -> dict[str, Any]:
             "messages_ok": sum(o.type == "ok" for o in sends), "messages_not_ok": sum(o.type != "ok" for o in sends)}
 
 
-async def one(profile: str, hogs: int, duration_s: float, seed: int, out: Path) -> dict[str, Any]:
+async def run_beside_hogs(scenario: Any, hogs: int, seed: int, out: Path) -> Any:
+    """One chaos run of the reference agent while ``hogs`` processes spin on the CPU (started here, killed by pid)."""
     from testbed.engines.temporal import ReferenceOnTemporal
     from chaos.runner import run
+
+    procs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(hogs)]
+    try:
+        return await run(scenario, ReferenceOnTemporal(), seed=seed, out_root=out)
+    finally:
+        for p in procs:  # only the processes started here, by pid
+            p.kill()
+            p.wait()
+
+
+async def one(profile: str, hogs: int, duration_s: float, seed: int, out: Path) -> dict[str, Any]:
     from chaos.scenarios import ChaosScenario
 
     scenario = ChaosScenario(f"loaded_{profile}", f"no fault; {hogs} CPU hogs; timeouts {profile}",
                              workload=Workload(conversations=3, think_s=0.2, append_ratio=0.4, flaky_ratio=0.0),
                              fault_s=duration_s, timeouts=profile)
-    procs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(hogs)]
-    try:
-        result = await run(scenario, ReferenceOnTemporal(), seed=seed, out_root=out)
-    finally:
-        for p in procs:  # only the processes started here, by pid
-            p.kill()
-            p.wait()
+    result = await run_beside_hogs(scenario, hogs, seed, out)
     return {"profile": profile, "hogs": hogs, "verdict": result.verdict, **count(result.run_dir),
             "run_dir": str(result.run_dir)}
 
