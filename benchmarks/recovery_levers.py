@@ -3,6 +3,7 @@
     python -m benchmarks.recovery_levers                              # every lever, the four kill scenarios, seeds 1-3
     python -m benchmarks.recovery_levers --levers main,fast --seeds 1-20 --hogs 0
     python -m benchmarks.recovery_levers --scenarios kill_mid_turn --seeds 1-5 --hogs 2
+    python -m benchmarks.recovery_levers --soaks runs/soak-kill_mid_turn/latest --label fast   # measure a soak
 
 The levers are steps from the settings chaos ran with before they were tuned (``main``: heartbeat 1.5 s held back
 up to 0.5 s, retry after 0.1 s, workflow task 1.5 s, sticky 1 s, a 4 s first try and a 0.5 s pause before a
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.false_timeouts import run_beside_hogs
+from harness.percentiles import percentile
 from testbed.cli_options import add_out, progress, runs_root
 from testbed.engines.driver import TIMEOUTS, Timeouts
 
@@ -122,12 +124,7 @@ def false_timeouts(run_dir: Path) -> dict[str, int]:
 
 
 def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * q  # linear interpolation between the closest ranks
-    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
-    return round(ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo), 2)
+    return round(percentile(values, q * 100), 2) if values else None
 
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -145,7 +142,6 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
 async def one(scenario_name: str, lever: tuple[str, str, Timeouts, dict[str, Any]], seed: int, hogs: int,
               out: Path) -> dict[str, Any]:
     from chaos.scenarios import SCENARIOS
-    from harness.rundir import RunDir
 
     name, _, timeouts, client = lever
     TIMEOUTS[timeouts.name] = timeouts  # this process's runs only: the workers get its sticky and throttle values
@@ -153,11 +149,30 @@ async def one(scenario_name: str, lever: tuple[str, str, Timeouts, dict[str, Any
     scenario = dataclasses.replace(base, name=f"{scenario_name}~{name}", timeouts=timeouts.name,
                                    workload=dataclasses.replace(base.workload, **client))
     result = await run_beside_hogs(scenario, hogs, seed, out)
-    verdict = RunDir(result.run_dir).read_verdict() or {}
-    return {"scenario": scenario_name, "lever": name, "seed": seed, "verdict": result.verdict,
-            "recovery_s": (verdict.get("recovery") or {}).get("worst_s"),
-            "parts": (verdict.get("recovery_parts") or {}).get("parts"),
-            "false_timeouts": false_timeouts(result.run_dir), "run_dir": str(result.run_dir)}
+    return measured(result.run_dir, scenario_name, name, seed, result.verdict)
+
+
+def measured(run_dir: Path, scenario: str, lever: str, seed: int, verdict: str) -> dict[str, Any]:
+    """A run's row, computed from its directory alone (the recovery and its parts as ``chaos check`` computes them)."""
+    from chaos.checker.run_data import RunData
+    from chaos.recovery import recovery, recovery_parts
+
+    data = RunData(run_dir)
+    return {"scenario": scenario, "lever": lever, "seed": seed, "verdict": verdict,
+            "recovery_s": recovery(data.ops)["worst_s"], "parts": recovery_parts(data).get("parts"),
+            "false_timeouts": false_timeouts(run_dir), "run_dir": str(run_dir)}
+
+
+def soak_summary(soak_dirs: list[Path], label: str) -> dict[str, Any]:
+    """``python -m chaos soak``'s runs (each directory's soak.json), measured as the levers are: one row per soak."""
+    doc: dict[str, Any] = {"runs": [], "summary": {}}
+    for soak in soak_dirs:
+        record = json.loads((soak / "soak.json").read_text())
+        rows = [measured(Path(r["run_dir"]), record["scenario"], label, r["seed"], r["verdict"])
+                for r in record["runs"] if r.get("run_dir") and Path(r["run_dir"]).is_dir()]
+        doc["runs"] += rows
+        doc["summary"][f"{record['scenario']}~{label}"] = summarise(rows)
+    return doc
 
 
 def _seeds(text: str) -> list[int]:
@@ -176,8 +191,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scenarios", default=",".join(KILL_SCENARIOS), help="kill scenarios, comma-separated")
     p.add_argument("--seeds", default="1-3", help="seeds, e.g. 1-3 or 1,4,7 (default 1-3)")
     p.add_argument("--hogs", type=int, default=2, help="CPU-spinning processes beside each run (default 2)")
+    p.add_argument("--soaks", type=Path, nargs="+", metavar="SOAK_DIR",
+                   help="run nothing: measure these soaks' runs (python -m chaos soak's directories) the same way")
+    p.add_argument("--label", default="soak", help="--soaks: the lever name their rows get (default soak)")
     add_out(p, "recovery_levers")
     args = p.parse_args(argv)
+    if args.soaks:
+        doc = soak_summary(args.soaks, args.label)
+        print(table(doc))
+        return 0
     chosen = [lv for lv in levers() if lv[0] in args.levers.split(",")]
     scenarios = [s for s in args.scenarios.split(",") if s]
     if not chosen or not scenarios or args.hogs < 0:

@@ -162,6 +162,7 @@ class ChaosRun:
     summary_from_history: bool  # True: the run was never checked; counts recomputed from its operation log
     checks: list[dict[str, Any]]
     end_s: float
+    recovery_parts: dict[str, Any] = field(default_factory=dict)  # verdict.json's (chaos.recovery.recovery_parts)
 
 
 @dataclass
@@ -511,7 +512,9 @@ def _load_chaos(path: Path, scenario_dir: str, sources: Sources) -> ChaosRun:
     if summary is None:
         nemesis = len(opsmod.fault_windows(ops, end_s))
         summary = table_row(name, ops, [], verdict=verdict, faults_scheduled=nemesis)
-    return ChaosRun(name, path, record, ops, verdict, note, summary, from_history, checks, end_s)
+    parts = checked.get("recovery_parts") if isinstance(checked, dict) else None
+    return ChaosRun(name, path, record, ops, verdict, note, summary, from_history, checks, end_s,
+                    parts if isinstance(parts, dict) else {})
 
 
 def _find_chaos(runs_dir: Path, sources: Sources) -> None:
@@ -579,8 +582,28 @@ def _find_soaks(runs_dir: Path, sources: Sources) -> None:
             if len(rows) < len(doc["runs"]):
                 sources.warn(f"partly used {path}: {len(doc['runs']) - len(rows)} damaged row(s) in {SOAK_JSON}")
             name = str(doc.get("scenario") or parent.name.removeprefix(SOAK_PREFIX))
+            for r in rows:
+                r["recovery"] = _seed_recovery(r, runs_dir / name)
             sources.soaks.append(SoakRun(name, path, record, doc, rows))
             break
+
+
+def _seed_recovery(row: dict[str, Any], scenario_dir: Path) -> dict[str, Any]:
+    """A soak seed's recovery and its parts, from its run's verdict.json (where soak.json says, else the run of that
+    name under ``scenario_dir``, for a runs root moved elsewhere); ``{}`` when there is none to read."""
+    where = row.get("run_dir")
+    if not isinstance(where, str):
+        return {}
+    for path in (Path(where), scenario_dir / Path(where).name):
+        try:
+            verdict = RunDir(path).read_verdict() if _real_dir(path) else None
+        except (OSError, ValueError, RunDirError):
+            continue
+        if isinstance(verdict, dict):
+            rec, parts = verdict.get("recovery"), verdict.get("recovery_parts")
+            return {"worst_s": rec.get("worst_s") if isinstance(rec, dict) else None,
+                    "parts": parts.get("parts") if isinstance(parts, dict) else None}
+    return {}
 
 
 def _newest(runs: list[Any], what: str, sources: Sources) -> Any:
