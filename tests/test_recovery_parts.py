@@ -143,3 +143,23 @@ async def test_a_real_kill_run_is_decomposed_in_its_verdict_and_again_offline(tm
     assert json.loads((result.run_dir / "verdict.json").read_text())["recovery_parts"] == saved
     false = recovery_levers.false_timeouts(result.run_dir)
     assert set(false) == {"activity", "workflow_task", "resend"} and all(v >= 0 for v in false.values())
+
+
+def test_the_report_shows_each_runs_parts_and_a_soaks_percentiles_and_mean_parts() -> None:
+    from reports import tables
+    from reports.sources import ChaosRun, SoakRun
+
+    parts = {"detection_s": 1.0, "backoff_s": 0.1, "sticky_wait_s": 0.3, "replay_s": 0.1, "turn_s": 1.0,
+             "client_delivery_s": 0.0, "before_send_s": 0.0}
+    runs = [ChaosRun("kill_mid_turn", Path("r1"), {}, [], "pass", "", {}, False, [], 0.0,
+                     {"total_s": 2.5, "parts": parts}),
+            ChaosRun("model_outage", Path("r2"), {}, [], "pass", "", {}, False, [], 0.0, {})]  # nothing to cut
+    t = tables.recovery_parts(runs)
+    assert t is not None and list(t.df["Scenario"]) == ["kill_mid_turn"]
+    assert t.df.iloc[0]["Sticky wait (s)"] == 0.3 and t.df.iloc[0]["Recovery (s)"] == 2.5
+    rows = [{"seed": s, "verdict": "pass", "recovery": {"worst_s": float(s), "parts": {**parts, "turn_s": float(s)}}}
+            for s in range(1, 5)] + [{"seed": 9, "verdict": "pass", "recovery": {}}]  # a seed with no verdict.json
+    soak = tables.soak_recovery(SoakRun("kill_mid_turn", Path("s"), {}, {}, rows))
+    row = soak.df.iloc[0]
+    assert (row["seeds"], row["p50 (s)"], row["max (s)"], row["mean turn (s)"]) == (4, 2.5, 4.0, 2.5)
+    assert tables.soak_recovery(SoakRun("x", Path("s"), {}, {}, rows[-1:])) is None
