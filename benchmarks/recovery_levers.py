@@ -12,8 +12,9 @@ keeping the ones before it (``LEVERS``). For each step, each scenario runs once 
 spin on the CPU beside it (started here and killed by pid), and the step's row says:
 
 * recovery: the p50 and p95 over its runs of the run's recovery (``verdict.json``'s ``recovery.worst_s``: the worst
-  conversation's wait from a fault's end to its next correct answer) and the mean of each of its parts
-  (``recovery_parts``: detection, backoff, sticky wait, replay, turn, client delivery, before send);
+  conversation's wait from a fault's end to its next correct answer), of the same wait less the time before the
+  message was sent (``held``: a conversation thinking is the workload, not the fault), and the mean of each of its
+  parts (``recovery_parts``: detection, backoff, sticky wait, replay, turn, client delivery, before send);
 * false timeouts (``false_timeouts``), counted from the run directory: activity attempts retried though the worker
   running the attempt before was never faulted (a heartbeat or start-to-close timeout on a live worker: the model
   call or tool paid twice), workflow tasks that timed out on (or on the sticky queue of) a worker never faulted (a
@@ -134,8 +135,9 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
                                                         .get(p) is not None]) else None for p in PARTS}
     false = {k: sum(r["false_timeouts"][k] for r in rows if r.get("false_timeouts")) for k in
              ("activity", "workflow_task", "resend")}
+    held = [r["held_s"] for r in rows if r.get("held_s") is not None]
     return {"runs": len(rows), "measured": len(rec), "p50_s": _pct(rec, 0.5), "p95_s": _pct(rec, 0.95),
-            "max_s": max(rec) if rec else None, "not_pass": sum(r["verdict"] != "pass" for r in rows),
+            "max_s": max(rec) if rec else None, "held_p50_s": _pct(held, 0.5), "held_p95_s": _pct(held, 0.95), "not_pass": sum(r["verdict"] != "pass" for r in rows),
             "parts_mean_s": parts, "false_timeouts": false}
 
 
@@ -159,7 +161,8 @@ def measured(run_dir: Path, scenario: str, lever: str, seed: int, verdict: str) 
 
     data = RunData(run_dir)
     return {"scenario": scenario, "lever": lever, "seed": seed, "verdict": verdict,
-            "recovery_s": recovery(data.ops)["worst_s"], "parts": recovery_parts(data).get("parts"),
+            "recovery_s": recovery(data.ops)["worst_s"], "held_s": (parts := recovery_parts(data)).get("held_s"),
+            "parts": parts.get("parts"),
             "false_timeouts": false_timeouts(run_dir), "run_dir": str(run_dir)}
 
 
@@ -232,11 +235,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def table(doc: dict[str, Any]) -> str:
     """The summary as a Markdown table: one row per scenario and lever."""
-    cols = ["scenario~lever", "runs", "not_pass", "p50_s", "p95_s", "max_s", *(p.removesuffix("_s") for p in PARTS),
+    cols = ["scenario~lever", "runs", "not_pass", "p50_s", "p95_s", "max_s", "held_p50_s", "held_p95_s",
+            *(p.removesuffix("_s") for p in PARTS),
             "false: activity", "wft", "resend"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for key, s in doc["summary"].items():
-        cells = [key, s["runs"], s["not_pass"], s["p50_s"], s["p95_s"], s["max_s"],
+        cells = [key, s["runs"], s["not_pass"], s["p50_s"], s["p95_s"], s["max_s"], s["held_p50_s"], s["held_p95_s"],
                  *(s["parts_mean_s"][p] for p in PARTS), *s["false_timeouts"].values()]
         lines.append("| " + " | ".join("-" if c is None else str(c) for c in cells) + " |")
     return "\n".join(lines)

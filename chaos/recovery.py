@@ -329,7 +329,9 @@ def decompose_wait(data: RunData, wait: dict[str, Any], faults: list[dict[str, A
         covering = {label for label, lo, hi in spans if lo <= mid < hi}
         label = next((p for p in _PRIORITY if p in covering), "turn_s")
         parts["client_delivery_s" if label == "lost_update_s" else label] += b - a
-    return {**row, "parts": {k: round(v, 2) for k, v in parts.items()}}
+    # held: the wait less the time before the message was sent (what the fault, not the workload, cost the user)
+    return {**row, "held_s": round(end - start - parts["before_send_s"], 2),
+            "parts": {k: round(v, 2) for k, v in parts.items()}}
 
 
 def recovery_parts(data: RunData) -> dict[str, Any]:

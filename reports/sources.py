@@ -602,6 +602,7 @@ def _seed_recovery(row: dict[str, Any], scenario_dir: Path) -> dict[str, Any]:
         if isinstance(verdict, dict):
             rec, parts = verdict.get("recovery"), verdict.get("recovery_parts")
             return {"worst_s": rec.get("worst_s") if isinstance(rec, dict) else None,
+                    "held_s": parts.get("held_s") if isinstance(parts, dict) else None,
                     "parts": parts.get("parts") if isinstance(parts, dict) else None}
     return {}
 

@@ -670,13 +670,16 @@ def soak_recovery(run: SoakRun) -> Table | None:
         return None
     rec = [float(m["worst_s"]) for m in measured]
     stats = summarise(rec)
-    row = {"seeds": len(rec), "p50 (s)": stats["p50"], "p95 (s)": stats["p95"], "max (s)": stats["max"]}
+    held = summarise([float(m["held_s"]) for m in measured if isinstance(m.get("held_s"), (int, float))])
+    row = {"seeds": len(rec), "p50 (s)": stats["p50"], "p95 (s)": stats["p95"], "max (s)": stats["max"],
+           "held p50 (s)": held["p50"], "held p95 (s)": held["p95"]}
     for key, head in RECOVERY_PARTS.items():
         values = [float(m["parts"][key]) for m in measured if isinstance(m.get("parts"), dict)
                   and isinstance(m["parts"].get(key), (int, float))]
         row[f"mean {head[0].lower()}{head[1:]}"] = summarise(values)["mean"]
     return Table(f"soak-{run.scenario}-recovery", f"Soak of {run.scenario}: recovery over its seeds (each seed's "
-                 "worst wait from a fault's end to a correct answer) and the mean of each part: " + _PARTS_CAPTION
+                 "worst wait from a fault's end to a correct answer), held (the same wait from when the message "
+                 "was sent, if later) and the mean of each part: " + _PARTS_CAPTION
                  + ".", pd.DataFrame([row]), {c: "d" if c == "seeds" else ".2f" for c in row}, saved=False)
 
 

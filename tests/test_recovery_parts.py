@@ -92,7 +92,7 @@ def test_a_kill_mid_model_call_is_detection_backoff_sticky_wait_replay_turn_and_
                                               completed_at=at(14.0))),
                  [_execution("w1-1", 9.5, None, 1), _execution("w2-1", 11.65, 12.15, 2, scheduled=11.6)])
     out = recovery.recovery_parts(data)
-    assert out["total_s"] == out["wait_s"] == 4.39 and len(out["by_fault"]) == 1
+    assert out["total_s"] == out["wait_s"] == out["held_s"] == 4.39 and len(out["by_fault"]) == 1
     assert out["parts"] == {"detection_s": 1.49, "backoff_s": 0.15, "sticky_wait_s": 1.0, "replay_s": 0.1,
                             "turn_s": 1.25, "client_delivery_s": 0.4, "before_send_s": 0.0}
     assert round(sum(out["parts"].values()), 2) == out["total_s"]
@@ -108,6 +108,7 @@ def test_an_idle_conversation_waits_before_it_sends_and_a_lost_update_waits_for_
                                            completed_at=at(13.0))))
     parts = recovery.recovery_parts(data)["parts"]
     assert parts["before_send_s"] == 0.49 and parts["client_delivery_s"] == 2.02 and parts["turn_s"] == 0.5
+    assert recovery.recovery_parts(data)["held_s"] == 2.52
     assert parts["detection_s"] == parts["sticky_wait_s"] == parts["replay_s"] == parts["backoff_s"] == 0.0
 
 
