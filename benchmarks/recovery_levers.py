@@ -17,8 +17,9 @@ spin on the CPU beside it (started here and killed by pid), and the step's row s
   parts (``recovery_parts``: detection, backoff, sticky wait, replay, turn, client delivery, before send);
 * false timeouts (``false_timeouts``), counted from the run directory: activity attempts retried though the worker
   running the attempt before was never faulted (a heartbeat or start-to-close timeout on a live worker: the model
-  call or tool paid twice), workflow tasks that timed out on (or on the sticky queue of) a worker never faulted (a
-  replay elsewhere), and re-sends of a message during whose tries no fault began (one more RPC each).
+  call or tool paid twice), workflow tasks that timed out on a worker never faulted (``workflow_task``) or on the
+  sticky queue of one (``sticky``; both a replay elsewhere), and re-sends of a message during whose tries no fault
+  began (``resend``: one more RPC each).
 
 Everything is written to ``<out>/recovery_levers/<stamp>/levers.json``; the run directories stay under it.
 """
@@ -99,7 +100,7 @@ def false_timeouts(run_dir: Path) -> dict[str, int]:
         still_running = prev["finished_at"] is None or prev["finished_at"] >= gave_up_at
         if still_running and not _faulted(faults, prev["worker"], gave_up_at):
             activity += 1
-    wft = 0
+    wft = sticky = 0
     for chain in data.event_histories.values():
         for run in chain:
             last_worker = ""
@@ -108,7 +109,8 @@ def false_timeouts(run_dir: Path) -> dict[str, int]:
                     # started: the worker that held it; never started: the sticky queue of the last one that worked
                     who = t.identity or last_worker
                     if not _faulted(faults, who, t.closed_at.timestamp()):
-                        wft += 1
+                        wft += bool(t.identity)
+                        sticky += not t.identity
                 if t.outcome == "completed":
                     last_worker = t.identity
     fault_times = [at for _, at in faults]
@@ -121,7 +123,7 @@ def false_timeouts(run_dir: Path) -> dict[str, int]:
                      == v.get("conversation") and (i.value or {}).get("n") == v.get("n")), None)
         if sent is not None and not any(sent - 0.5 <= at <= o.wall for at in fault_times):
             resends += 1
-    return {"activity": activity, "workflow_task": wft, "resend": resends}
+    return {"activity": activity, "workflow_task": wft, "sticky": sticky, "resend": resends}
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -134,7 +136,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     parts = {p: round(statistics.fmean(v), 2) if (v := [r["parts"][p] for r in rows if (r.get("parts") or {})
                                                         .get(p) is not None]) else None for p in PARTS}
     false = {k: sum(r["false_timeouts"][k] for r in rows if r.get("false_timeouts")) for k in
-             ("activity", "workflow_task", "resend")}
+             ("activity", "workflow_task", "sticky", "resend")}
     held = [r["held_s"] for r in rows if r.get("held_s") is not None]
     return {"runs": len(rows), "measured": len(rec), "p50_s": _pct(rec, 0.5), "p95_s": _pct(rec, 0.95),
             "max_s": max(rec) if rec else None, "held_p50_s": _pct(held, 0.5), "held_p95_s": _pct(held, 0.95), "not_pass": sum(r["verdict"] != "pass" for r in rows),
@@ -237,7 +239,7 @@ def table(doc: dict[str, Any]) -> str:
     """The summary as a Markdown table: one row per scenario and lever."""
     cols = ["scenario~lever", "runs", "not_pass", "p50_s", "p95_s", "max_s", "held_p50_s", "held_p95_s",
             *(p.removesuffix("_s") for p in PARTS),
-            "false: activity", "wft", "resend"]
+            "false: activity", "wft", "sticky", "resend"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for key, s in doc["summary"].items():
         cells = [key, s["runs"], s["not_pass"], s["p50_s"], s["p95_s"], s["max_s"], s["held_p50_s"], s["held_p95_s"],

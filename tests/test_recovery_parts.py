@@ -143,7 +143,7 @@ async def test_a_real_kill_run_is_decomposed_in_its_verdict_and_again_offline(tm
     check(result.run_dir)  # offline, from the files alone: the same parts
     assert json.loads((result.run_dir / "verdict.json").read_text())["recovery_parts"] == saved
     false = recovery_levers.false_timeouts(result.run_dir)
-    assert set(false) == {"activity", "workflow_task", "resend"} and all(v >= 0 for v in false.values())
+    assert set(false) == {"activity", "workflow_task", "sticky", "resend"} and all(v >= 0 for v in false.values())
 
 
 def test_the_report_shows_each_runs_parts_and_a_soaks_percentiles_and_mean_parts() -> None:
