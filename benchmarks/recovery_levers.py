@@ -14,7 +14,7 @@ spin on the CPU beside it (started here and killed by pid), and the step's row s
 * recovery: the p50 and p95 over its runs of the run's recovery (``verdict.json``'s ``recovery.worst_s``: the worst
   conversation's wait from a fault's end to its next correct answer), of the same wait less the time before the
   message was sent (``held``: a conversation thinking is the workload, not the fault), and the mean of each of its
-  parts (``recovery_parts``: detection, backoff, sticky wait, replay, turn, client delivery, before send);
+  parts (``recovery_parts``: detection, no worker, backoff, sticky wait, replay, turn, client delivery, before send);
 * false timeouts (``false_timeouts``), counted from the run directory: activity attempts retried though the worker
   running the attempt before was never faulted (a heartbeat or start-to-close timeout on a live worker: the model
   call or tool paid twice), workflow tasks that timed out on a worker never faulted (``workflow_task``) or on the
@@ -38,12 +38,12 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.false_timeouts import run_beside_hogs
+from chaos.recovery import PARTS
 from harness.percentiles import percentile
 from testbed.cli_options import add_out, progress, runs_root
 from testbed.engines.driver import TIMEOUTS, Timeouts
 
 KILL_SCENARIOS = ("kill_mid_turn", "kill_idle", "kill_mid_tool", "kill_workflow_task")
-PARTS = ("detection_s", "backoff_s", "sticky_wait_s", "replay_s", "turn_s", "client_delivery_s", "before_send_s")
 
 #: (name, what the step changes, the timeouts profile, the client: Workload's try_timeout_s and resend_at_once);
 #: each step keeps the ones before it, and the last is the ``fast`` profile as it ships

@@ -231,10 +231,11 @@ def recovery(ops: list[Op]) -> dict[str, Any]:
 # ------------------------------------------------------------------------------- one wait, part by part
 
 #: the parts a recovery wait is cut into, in the order a kill's recovery goes through them
-PARTS = ("detection_s", "backoff_s", "sticky_wait_s", "replay_s", "turn_s", "client_delivery_s", "before_send_s")
+PARTS = ("detection_s", "no_worker_s", "backoff_s", "sticky_wait_s", "replay_s", "turn_s", "client_delivery_s",
+         "before_send_s")
 #: which part an instant counts in when several spans cover it: the first in this order
-_PRIORITY = ("client_delivery_s", "before_send_s", "detection_s", "sticky_wait_s", "backoff_s", "replay_s",
-             "lost_update_s")
+_PRIORITY = ("client_delivery_s", "before_send_s", "detection_s", "no_worker_s", "sticky_wait_s", "backoff_s",
+             "replay_s", "lost_update_s")
 
 
 def _backoff(policy: tuple[float, float, float] | None, attempt: int) -> float | None:
@@ -265,6 +266,8 @@ def _spans(data: RunData, workflow_id: str, faults: list[dict[str, Any]], execut
     for f in faults:
         if f["op"] == "restart_server" or f["at"] > end:
             continue
+        if f["reference_is"] != "fault (another worker alive)":  # every worker down until a replacement polled
+            spans.append(("no_worker_s", f["at"], f["reference"] if f["reference"] is not None else end))
         for e in running_at(mine, f["at"], f["identity"]):
             retry = min(run_again(mine, e, f["at"]), default=None, key=lambda x: x["started_at"])
             if retry is None or retry["attempt"] < 2:  # finished in place, or a local activity run again by a task
@@ -296,6 +299,7 @@ def decompose_wait(data: RunData, wait: dict[str, Any], faults: list[dict[str, A
     * ``before_send_s``: the conversation had not sent the message yet (its think time);
     * ``detection_s``: the work sat on a dead worker before the server gave up on it (an activity's heartbeat
       timeout, from the fault to the retry's schedule time less its backoff; a workflow task's timeout);
+    * ``no_worker_s``: no worker was alive (the fault took the last one) until a replacement was polling;
     * ``backoff_s``: the retry's backoff, and its wait for a worker to take it;
     * ``sticky_wait_s``: a workflow task waited on a dead worker's sticky queue until its schedule-to-start timeout;
     * ``replay_s``: the workflow task after a timed-out one (on another worker, which replays the history first);
@@ -303,8 +307,8 @@ def decompose_wait(data: RunData, wait: dict[str, Any], faults: list[dict[str, A
       a pause before the re-send), or had yet to re-send a message the server lost with a timed-out workflow task;
     * ``turn_s``: the rest: the turn's own work (model calls, tools, workflow tasks) and dispatch.
 
-    Where spans overlap, an instant counts once, in the first of client delivery, before send, detection, sticky
-    wait, backoff, replay. Without the message's update in a saved event history (engines without Temporal
+    Where spans overlap, an instant counts once, in the first of client delivery, before send, detection, no
+    worker, sticky wait, backoff, replay. Without the message's update in a saved event history (engines without Temporal
     histories), ``parts`` is None."""
     end_op, send, answer = wait["end"], wait["send"], wait["answer"]
     start, end = end_op.wall, answer.wall

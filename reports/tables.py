@@ -636,10 +636,11 @@ def table1(runs: list[ChaosRun]) -> Table | None:
 
 
 #: chaos.recovery.PARTS, as the report heads them
-RECOVERY_PARTS = {"detection_s": "Detection (s)", "backoff_s": "Backoff (s)", "sticky_wait_s": "Sticky wait (s)",
+RECOVERY_PARTS = {"detection_s": "Detection (s)", "no_worker_s": "No worker (s)", "backoff_s": "Backoff (s)", "sticky_wait_s": "Sticky wait (s)",
                   "replay_s": "Replay (s)", "turn_s": "Turn (s)", "client_delivery_s": "Client delivery (s)",
                   "before_send_s": "Before send (s)"}
-_PARTS_CAPTION = ("detection (the work sat on the dead worker until a heartbeat or workflow task timeout), backoff "
+_PARTS_CAPTION = ("detection (the work sat on the dead worker until a heartbeat or workflow task timeout), no worker "
+                  "(every worker was down until a replacement polled), backoff "
                   "(the retry's backoff and dispatch), sticky wait (a workflow task on the dead worker's sticky "
                   "queue), replay (the next workflow task, on another worker), turn (the turn's own work), client "
                   "delivery (the server held the reply, or had lost the message, and the client did not know yet), "

@@ -93,7 +93,7 @@ def test_a_kill_mid_model_call_is_detection_backoff_sticky_wait_replay_turn_and_
                  [_execution("w1-1", 9.5, None, 1), _execution("w2-1", 11.65, 12.15, 2, scheduled=11.6)])
     out = recovery.recovery_parts(data)
     assert out["total_s"] == out["wait_s"] == out["held_s"] == 4.39 and len(out["by_fault"]) == 1
-    assert out["parts"] == {"detection_s": 1.49, "backoff_s": 0.15, "sticky_wait_s": 1.0, "replay_s": 0.1,
+    assert out["parts"] == {"detection_s": 1.49, "no_worker_s": 0.0, "backoff_s": 0.15, "sticky_wait_s": 1.0, "replay_s": 0.1,
                             "turn_s": 1.25, "client_delivery_s": 0.4, "before_send_s": 0.0}
     assert round(sum(out["parts"].values()), 2) == out["total_s"]
 
@@ -110,6 +110,18 @@ def test_an_idle_conversation_waits_before_it_sends_and_a_lost_update_waits_for_
     assert parts["before_send_s"] == 0.49 and parts["client_delivery_s"] == 2.02 and parts["turn_s"] == 0.5
     assert recovery.recovery_parts(data)["held_s"] == 2.52
     assert parts["detection_s"] == parts["sticky_wait_s"] == parts["replay_s"] == parts["backoff_s"] == 0.0
+
+
+def test_a_kill_of_the_last_live_worker_waits_for_its_replacement() -> None:
+    # One worker: the kill at 10 leaves none until the replacement polls at 11.2; the message, sent at 10.5, then
+    # takes 0.3 s and the client hears of it at once.
+    ops = _kill(10.0) + [op(4, "supervisor", "invoke", "restart_worker", 11.0, {"worker": "w1"}),
+                         op(5, "supervisor", OK, "restart_worker", 11.2, {"worker": "w1", "identity": "w1-2"}, 4)]
+    data = _Data(ops + _send(2, 10.5, 11.5),
+                 _history([], UpdateRecord("msg-0", "send_message", outcome="completed", accepted_at=at(11.3),
+                                           completed_at=at(11.5))), run={"scenario": {"cluster": {"workers": 1}}})
+    parts = recovery.recovery_parts(data)["parts"]
+    assert (parts["before_send_s"], parts["no_worker_s"], parts["turn_s"]) == (0.49, 0.7, 0.3)
 
 
 def test_without_the_message_in_an_event_history_there_are_no_parts_and_no_fault_no_rows() -> None:
