@@ -41,7 +41,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from chaos.checker.verdict import saved_verdict, table_row
@@ -582,29 +582,31 @@ def _find_soaks(runs_dir: Path, sources: Sources) -> None:
             if len(rows) < len(doc["runs"]):
                 sources.warn(f"partly used {path}: {len(doc['runs']) - len(rows)} damaged row(s) in {SOAK_JSON}")
             name = str(doc.get("scenario") or parent.name.removeprefix(SOAK_PREFIX))
-            for r in rows:
-                r["recovery"] = _seed_recovery(r, runs_dir / name)
+            for r in rows:  # each seed's run beside the soak's folder (its name from the tree, not from soak.json)
+                r["recovery"] = _seed_recovery(r, runs_dir / parent.name.removeprefix(SOAK_PREFIX))
             sources.soaks.append(SoakRun(name, path, record, doc, rows))
             break
 
 
 def _seed_recovery(row: dict[str, Any], scenario_dir: Path) -> dict[str, Any]:
-    """A soak seed's recovery and its parts, from its run's verdict.json (where soak.json says, else the run of that
-    name under ``scenario_dir``, for a runs root moved elsewhere); ``{}`` when there is none to read."""
+    """A soak seed's recovery and its parts, from its run's verdict.json: the run directory of the name soak.json's
+    ``run_dir`` ends in, under ``scenario_dir`` (the soak's scenario folder in the same runs root). soak.json is run
+    data: a path it names elsewhere is never followed. ``{}`` when there is none to read."""
     where = row.get("run_dir")
-    if not isinstance(where, str):
+    name = PurePosixPath(where.replace("\\", "/")).name if isinstance(where, str) else ""
+    if not re.fullmatch(r"[0-9A-Za-z][0-9A-Za-z_.-]*", name) or not _real_dir(scenario_dir):
         return {}
-    for path in (Path(where), scenario_dir / Path(where).name):
-        try:
-            verdict = RunDir(path).read_verdict() if _real_dir(path) else None
-        except (OSError, ValueError, RunDirError):
-            continue
-        if isinstance(verdict, dict):
-            rec, parts = verdict.get("recovery"), verdict.get("recovery_parts")
-            return {"worst_s": rec.get("worst_s") if isinstance(rec, dict) else None,
-                    "held_s": parts.get("held_s") if isinstance(parts, dict) else None,
-                    "parts": parts.get("parts") if isinstance(parts, dict) else None}
-    return {}
+    path = scenario_dir / name
+    try:
+        verdict = RunDir(path).read_verdict() if _real_dir(path) else None
+    except (OSError, ValueError, RunDirError, RefusedPath):
+        return {}
+    if not isinstance(verdict, dict):
+        return {}
+    rec, parts = verdict.get("recovery"), verdict.get("recovery_parts")
+    return {"worst_s": rec.get("worst_s") if isinstance(rec, dict) else None,
+            "held_s": parts.get("held_s") if isinstance(parts, dict) else None,
+            "parts": parts.get("parts") if isinstance(parts, dict) else None}
 
 
 def _newest(runs: list[Any], what: str, sources: Sources) -> Any:
