@@ -63,11 +63,14 @@ def _retrieve(task: asyncio.Future) -> None:
 
 
 async def send_message(handle: WorkflowHandle, text: str, update_id: str, *, deadline_s: float = 120.0,
-                       try_timeout_s: float = TRY_TIMEOUT_S,
+                       try_timeout_s: float = TRY_TIMEOUT_S, pause_after_timeout: bool = True,
                        on_retry: Callable[[int, str], None] | None = None) -> Delivery:
     """Send ``text`` as the update ``update_id`` until it is answered; see the module docstring.
 
-    ``on_retry(attempt, error)`` is called before each re-send (to record or show it)."""
+    ``on_retry(attempt, error)`` is called before each re-send (to record or show it). ``pause_after_timeout``
+    False: a try that simply ran out of time is re-sent at once (the re-send re-attaches to the update if the server
+    still has it, so the client hears of the reply as soon as it exists, and re-admits it if the server lost it);
+    the pause is kept after errors (a broken connection, a restarting server)."""
     from agent.workflow import AgentWorkflow
 
     started = time.monotonic()
@@ -87,11 +90,14 @@ async def send_message(handle: WorkflowHandle, text: str, update_id: str, *, dea
             raise  # the workflow's own answer: the turn was refused or failed
         except (asyncio.TimeoutError, RPCError, WorkflowUpdateRPCTimeoutOrCancelledError) as exc:
             errors.append(f"{type(exc).__name__}: {exc}"[:200])
+            timed_out = isinstance(exc, (asyncio.TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError))
         if await workflow_closed(handle):
             raise MessageNotDelivered("the workflow has closed", attempt, errors, closed=True)
         if time.monotonic() - started >= deadline_s:
             raise MessageNotDelivered(f"no reply within {deadline_s:.0f}s", attempt, errors)
         if on_retry is not None:
             on_retry(attempt + 1, errors[-1])
+        if timed_out and not pause_after_timeout:
+            continue
         low, high = RETRY_PAUSE_S
         await asyncio.sleep(min(high, low * attempt))

@@ -40,16 +40,22 @@ def count(run_dir: Path) -> dict[str, Any]:
             "messages_ok": sum(o.type == "ok" for o in sends), "messages_not_ok": sum(o.type != "ok" for o in sends)}
 
 
-async def one(profile: str, hogs: int, duration_s: float, seed: int, out: Path) -> dict[str, Any]:
+async def run_beside_hogs(scenario: Any, hogs: int, seed: int, out: Path) -> Any:
+    """One chaos run of the reference agent while ``hogs`` processes spin on the CPU (started here, killed by pid)."""
     from testbed.engines.temporal import ReferenceOnTemporal
     from chaos.runner import run
+
+    with cpu_hogs(hogs):  # started here, killed by pid (and by the kernel with us)
+        return await run(scenario, ReferenceOnTemporal(), seed=seed, out_root=out)
+
+
+async def one(profile: str, hogs: int, duration_s: float, seed: int, out: Path) -> dict[str, Any]:
     from chaos.scenarios import ChaosScenario
 
     scenario = ChaosScenario(f"loaded_{profile}", f"no fault; {hogs} CPU hogs; timeouts {profile}",
                              workload=Workload(conversations=3, think_s=0.2, append_ratio=0.4, flaky_ratio=0.0),
                              fault_s=duration_s, timeouts=profile)
-    with cpu_hogs(hogs):
-        result = await run(scenario, ReferenceOnTemporal(), seed=seed, out_root=out)
+    result = await run_beside_hogs(scenario, hogs, seed, out)
     return {"profile": profile, "hogs": hogs, "verdict": result.verdict, **count(result.run_dir),
             "run_dir": str(result.run_dir)}
 

@@ -179,6 +179,28 @@ def decompose(data: RunData) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------ the client's view
 
 
+def client_waits(ops: list[Op]) -> list[dict[str, Any]]:
+    """For each fault's end, each conversation's wait to its next correct answer: ``{end, conversation, wait_s,
+    send, answer}`` (the fault's completion op, and the answered send's invoke and completion; ``wait_s`` None and
+    no send: nothing was answered correctly after that end)."""
+    oks: dict[str, list[tuple[Op, Op]]] = {}
+    convs: set[str] = set()
+    for inv, done in client_sends(ops):
+        conv = str((inv.value or {}).get("conversation", inv.process))
+        convs.add(conv)
+        if answered(inv, done):
+            oks.setdefault(conv, []).append((inv, done))
+    ends = [done for inv, done in pairs(ops)
+            if inv.process == "nemesis" and done is not None and done.type != FAIL and not inv.f.startswith("phase:")]
+    out = []
+    for end in ends:
+        for conv in sorted(convs):
+            nxt = min((p for p in oks.get(conv, []) if p[1].time >= end.time), default=None, key=lambda p: p[1].time)
+            out.append({"end": end, "conversation": conv, "wait_s": nxt[1].time - end.time if nxt else None,
+                        "send": nxt[0] if nxt else None, "answer": nxt[1] if nxt else None})
+    return out
+
+
 def recovery(ops: list[Op]) -> dict[str, Any]:
     """Recovery per conversation: for each fault's end, each conversation's wait to its next *correct* answer
     (``answered``: an acknowledged send whose reply matches its expected answer; any other reply, a refusal or a
@@ -188,25 +210,146 @@ def recovery(ops: list[Op]) -> dict[str, Any]:
     after one); ``by_conversation``: each one's longest wait; ``never``: conversations that sent a message after a
     fault ended and never had one answered correctly again (they did not recover, whatever the others did). A fault
     that was not injected (its operation ``fail``) starts no wait."""
-    oks: dict[str, list[float]] = {}
     sent_after: dict[str, float] = {}
-    for inv, done in client_sends(ops):
+    for inv, _ in client_sends(ops):
         conv = str((inv.value or {}).get("conversation", inv.process))
-        if answered(inv, done):
-            oks.setdefault(conv, []).append(done.time)
         sent_after[conv] = max(sent_after.get(conv, 0.0), inv.time)
-    ends = [done.time for inv, done in pairs(ops)
-            if inv.process == "nemesis" and done is not None and done.type != FAIL and not inv.f.startswith("phase:")]
     by_conv: dict[str, float] = {}
     never: set[str] = set()
-    for end in ends:
-        for conv in sorted(set(oks) | set(sent_after)):
-            nxt = next((t for t in sorted(oks.get(conv, [])) if t >= end), None)
-            if nxt is not None:
-                by_conv[conv] = max(by_conv.get(conv, 0.0), nxt - end)
-            elif sent_after.get(conv, -1.0) >= end or any(
-                    i.time < end and (d is None or d.time >= end) for i, d in client_sends(ops)
-                    if str((i.value or {}).get("conversation", i.process)) == conv):
-                never.add(conv)
+    for w in client_waits(ops):
+        conv, end = w["conversation"], w["end"].time
+        if w["wait_s"] is not None:
+            by_conv[conv] = max(by_conv.get(conv, 0.0), w["wait_s"])
+        elif sent_after.get(conv, -1.0) >= end or any(
+                i.time < end and (d is None or d.time >= end) for i, d in client_sends(ops)
+                if str((i.value or {}).get("conversation", i.process)) == conv):
+            never.add(conv)
     return {"worst_s": round(max(by_conv.values()), 1) if by_conv else None,
             "by_conversation": {c: round(v, 1) for c, v in sorted(by_conv.items())}, "never": sorted(never)}
+
+
+# ------------------------------------------------------------------------------- one wait, part by part
+
+#: the parts a recovery wait is cut into, in the order a kill's recovery goes through them
+PARTS = ("detection_s", "no_worker_s", "backoff_s", "sticky_wait_s", "replay_s", "turn_s", "client_delivery_s",
+         "before_send_s")
+#: which part an instant counts in when several spans cover it: the first in this order
+_PRIORITY = ("client_delivery_s", "before_send_s", "detection_s", "no_worker_s", "sticky_wait_s", "backoff_s",
+             "replay_s", "lost_update_s")
+
+
+def _backoff(policy: tuple[float, float, float] | None, attempt: int) -> float | None:
+    """The backoff before ``attempt`` (2 or more) under the retry policy (initial, coefficient, maximum)."""
+    if policy is None or attempt < 2:
+        return None
+    initial, coefficient, maximum = policy
+    wait = initial * coefficient ** (attempt - 2)
+    return min(wait, maximum) if maximum else wait
+
+
+def _update(data: RunData, workflow_id: str, send: Op) -> Any:
+    """The update record of this send: the driver's id (``msg-<n>``), else the first with its text."""
+    value = send.value if isinstance(send.value, dict) else {}
+    records = data.updates(workflow_id) or []
+    by_id = [u for u in records if u.update_id == f"msg-{value.get('n')}"]
+    by_text = [u for u in records if u.text == value.get("text")]
+    return next(iter(by_id or by_text), None)
+
+
+def _spans(data: RunData, workflow_id: str, faults: list[dict[str, Any]], executions: list[dict[str, Any]],
+           start: float, end: float) -> list[tuple[str, float, float]]:
+    """The server-side spans of one workflow that a wait in [start, end] can fall into."""
+    spans: list[tuple[str, float, float]] = []
+    chain = data.event_histories.get(workflow_id) or []
+    policies = {(r.run_id, a.activity_id): a.retry_policy for r in chain for a in r.activities}
+    mine = [e for e in executions if e["workflow_id"] == workflow_id]
+    for f in faults:
+        if f["op"] == "restart_server" or f["at"] > end:
+            continue
+        if f["reference_is"] != "fault (another worker alive)":  # every worker down until a replacement polled
+            spans.append(("no_worker_s", f["at"], f["reference"] if f["reference"] is not None else end))
+        for e in running_at(mine, f["at"], f["identity"]):
+            retry = min(run_again(mine, e, f["at"]), default=None, key=lambda x: x["started_at"])
+            if retry is None or retry["attempt"] < 2:  # finished in place, or a local activity run again by a task
+                continue
+            wait = _backoff(policies.get((e["run_id"], e["activity_id"])), retry["attempt"])
+            noticed = retry["scheduled_at"] - wait if retry.get("scheduled_at") and wait is not None \
+                else retry.get("scheduled_at") or retry["started_at"]
+            spans += [("detection_s", f["at"], noticed), ("backoff_s", noticed, retry["started_at"])]
+    for run in chain:
+        for k, t in enumerate(run.workflow_tasks):
+            if t.outcome != "timed_out" or t.closed_at is None:
+                continue
+            closed = _wall(t.closed_at)
+            if t.started_at is not None:  # held by a worker that died (or was too slow): its timeout
+                held = [f["at"] for f in faults if f["identity"] and f["identity"] == t.identity]
+                spans.append(("detection_s", max([_wall(t.started_at), *[a for a in held if a <= closed]]), closed))
+            else:  # never started: it waited on a dead worker's sticky queue
+                spans.append(("sticky_wait_s", _wall(t.scheduled_at), closed))
+            nxt = next((r for r in run.workflow_tasks[k + 1:] if r.started_at is not None), None)
+            if nxt is not None and nxt.closed_at is not None:  # the next task, on another worker, replays the history
+                spans.append(("replay_s", _wall(nxt.started_at), _wall(nxt.closed_at)))
+    return [(label, a, b) for label, a, b in spans if a is not None and b is not None and b > a]
+
+
+def decompose_wait(data: RunData, wait: dict[str, Any], faults: list[dict[str, Any]],
+                   executions: list[dict[str, Any]]) -> dict[str, Any]:
+    """One conversation's wait after a fault (``client_waits``), cut into ``PARTS`` that add up to it:
+
+    * ``before_send_s``: the conversation had not sent the message yet (its think time);
+    * ``detection_s``: the work sat on a dead worker before the server gave up on it (an activity's heartbeat
+      timeout, from the fault to the retry's schedule time less its backoff; a workflow task's timeout);
+    * ``no_worker_s``: no worker was alive (the fault took the last one) until a replacement was polling;
+    * ``backoff_s``: the retry's backoff, and its wait for a worker to take it;
+    * ``sticky_wait_s``: a workflow task waited on a dead worker's sticky queue until its schedule-to-start timeout;
+    * ``replay_s``: the workflow task after a timed-out one (on another worker, which replays the history first);
+    * ``client_delivery_s``: the client had yet to hear of the reply the server already held (a try waited out,
+      a pause before the re-send), or had yet to re-send a message the server lost with a timed-out workflow task;
+    * ``turn_s``: the rest: the turn's own work (model calls, tools, workflow tasks) and dispatch.
+
+    Where spans overlap, an instant counts once, in the first of client delivery, before send, detection, no
+    worker, sticky wait, backoff, replay. Without the message's update in a saved event history (engines without Temporal
+    histories), ``parts`` is None."""
+    end_op, send, answer = wait["end"], wait["send"], wait["answer"]
+    start, end = end_op.wall, answer.wall
+    row: dict[str, Any] = {"fault": end_op.f, "conversation": wait["conversation"],
+                           "n": (send.value or {}).get("n") if isinstance(send.value, dict) else None,
+                           "wait_s": round(wait["wait_s"], 2), "total_s": round(end - start, 2)}
+    update = _update(data, wait["conversation"], send)
+    if update is None or update.completed_at is None:
+        return {**row, "parts": None, "why": "no event history holds this message's update"}
+    spans = [("before_send_s", start, send.wall), ("client_delivery_s", _wall(update.completed_at), end)]
+    accepted = _wall(update.accepted_at)
+    for o in data.ops:  # the message lost with a workflow task: it waited for the client's re-send
+        v = o.value if isinstance(o.value, dict) else {}
+        if o.f == "resend_message" and o.type == "invoke" and v.get("conversation") == wait["conversation"] \
+                and v.get("n") == row["n"] and accepted is not None and send.wall < o.wall <= accepted:
+            spans.append(("lost_update_s", send.wall, o.wall))
+    spans += _spans(data, wait["conversation"], faults, executions, start, end)
+    cuts = sorted({start, end, *(x for _, a, b in spans for x in (a, b) if start < x < end)})
+    parts = dict.fromkeys(PARTS, 0.0)
+    for a, b in zip(cuts, cuts[1:]):
+        mid = (a + b) / 2
+        covering = {label for label, lo, hi in spans if lo <= mid < hi}
+        label = next((p for p in _PRIORITY if p in covering), "turn_s")
+        parts["client_delivery_s" if label == "lost_update_s" else label] += b - a
+    # held: the wait less the time before the message was sent (what the fault, not the workload, cost the user)
+    return {**row, "held_s": round(end - start - parts["before_send_s"], 2),
+            "parts": {k: round(v, 2) for k, v in parts.items()}}
+
+
+def recovery_parts(data: RunData) -> dict[str, Any]:
+    """The run's recovery (``recovery``'s worst wait) and each fault's worst wait, cut into ``PARTS``
+    (``decompose_wait``): ``{...the worst wait's row, by_fault: [one row per fault end]}``; ``{}``: no fault ended
+    with a correct answer after it."""
+    workers = int(((data.run.get("scenario") or {}).get("cluster") or {}).get("workers") or 1)
+    faults = faults_from_ops(data.ops, workers)
+    executions = data.ledger_rows("executions")
+    by_end: dict[int, dict[str, Any]] = {}
+    for w in client_waits(data.ops):
+        if w["wait_s"] is not None and (w["end"].index not in by_end or w["wait_s"] > by_end[w["end"].index]["wait_s"]):
+            by_end[w["end"].index] = w
+    rows = [decompose_wait(data, w, faults, executions) for _, w in sorted(by_end.items())]
+    if not rows:
+        return {}
+    return {**max(rows, key=lambda r: r["wait_s"]), "by_fault": rows}

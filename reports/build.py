@@ -359,6 +359,9 @@ class Builder:
                  + (f" ({', '.join(failed)})" if failed else "") + f", {len(unknown)} unknown"
                  + (f" ({', '.join(unknown)})" if unknown else "") + ".")
         self.emit_table(doc, t)
+        parts = tab.recovery_parts(self.src.chaos)
+        if parts is not None:
+            self.emit_table(doc, parts)
 
     def chaos_runs(self, doc: Doc) -> None:
         if not self.src.chaos:
@@ -409,6 +412,9 @@ class Builder:
                      f"{s.get('wall_s', '?')} s",
                      f"reproduce: `{j.get('reproduce', '?')}`"])
         self.emit_table(doc, tab.soak_distribution(run))
+        recovered = tab.soak_recovery(run)
+        if recovered is not None:
+            self.emit_table(doc, recovered)
         bad = tab.soak_non_pass(run)
         if bad is None:
             doc.para("Every seed that finished passed." if run.runs else "No seed finished.")

@@ -41,7 +41,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from chaos.checker.verdict import saved_verdict, table_row
@@ -162,6 +162,7 @@ class ChaosRun:
     summary_from_history: bool  # True: the run was never checked; counts recomputed from its operation log
     checks: list[dict[str, Any]]
     end_s: float
+    recovery_parts: dict[str, Any] = field(default_factory=dict)  # verdict.json's (chaos.recovery.recovery_parts)
 
 
 @dataclass
@@ -511,7 +512,9 @@ def _load_chaos(path: Path, scenario_dir: str, sources: Sources) -> ChaosRun:
     if summary is None:
         nemesis = len(opsmod.fault_windows(ops, end_s))
         summary = table_row(name, ops, [], verdict=verdict, faults_scheduled=nemesis)
-    return ChaosRun(name, path, record, ops, verdict, note, summary, from_history, checks, end_s)
+    parts = checked.get("recovery_parts") if isinstance(checked, dict) else None
+    return ChaosRun(name, path, record, ops, verdict, note, summary, from_history, checks, end_s,
+                    parts if isinstance(parts, dict) else {})
 
 
 def _find_chaos(runs_dir: Path, sources: Sources) -> None:
@@ -579,8 +582,31 @@ def _find_soaks(runs_dir: Path, sources: Sources) -> None:
             if len(rows) < len(doc["runs"]):
                 sources.warn(f"partly used {path}: {len(doc['runs']) - len(rows)} damaged row(s) in {SOAK_JSON}")
             name = str(doc.get("scenario") or parent.name.removeprefix(SOAK_PREFIX))
+            for r in rows:  # each seed's run beside the soak's folder (its name from the tree, not from soak.json)
+                r["recovery"] = _seed_recovery(r, runs_dir / parent.name.removeprefix(SOAK_PREFIX))
             sources.soaks.append(SoakRun(name, path, record, doc, rows))
             break
+
+
+def _seed_recovery(row: dict[str, Any], scenario_dir: Path) -> dict[str, Any]:
+    """A soak seed's recovery and its parts, from its run's verdict.json: the run directory of the name soak.json's
+    ``run_dir`` ends in, under ``scenario_dir`` (the soak's scenario folder in the same runs root). soak.json is run
+    data: a path it names elsewhere is never followed. ``{}`` when there is none to read."""
+    where = row.get("run_dir")
+    name = PurePosixPath(where.replace("\\", "/")).name if isinstance(where, str) else ""
+    if not re.fullmatch(r"[0-9A-Za-z][0-9A-Za-z_.-]*", name) or not _real_dir(scenario_dir):
+        return {}
+    path = scenario_dir / name
+    try:
+        verdict = RunDir(path).read_verdict() if _real_dir(path) else None
+    except (OSError, ValueError, RunDirError, RefusedPath):
+        return {}
+    if not isinstance(verdict, dict):
+        return {}
+    rec, parts = verdict.get("recovery"), verdict.get("recovery_parts")
+    return {"worst_s": rec.get("worst_s") if isinstance(rec, dict) else None,
+            "held_s": parts.get("held_s") if isinstance(parts, dict) else None,
+            "parts": parts.get("parts") if isinstance(parts, dict) else None}
 
 
 def _newest(runs: list[Any], what: str, sources: Sources) -> Any:

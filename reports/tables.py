@@ -667,6 +667,59 @@ def table1(runs: list[ChaosRun]) -> Table | None:
                  wide=True)
 
 
+#: chaos.recovery.PARTS, as the report heads them
+RECOVERY_PARTS = {"detection_s": "Detection (s)", "no_worker_s": "No worker (s)", "backoff_s": "Backoff (s)", "sticky_wait_s": "Sticky wait (s)",
+                  "replay_s": "Replay (s)", "turn_s": "Turn (s)", "client_delivery_s": "Client delivery (s)",
+                  "before_send_s": "Before send (s)"}
+_PARTS_CAPTION = ("detection (the work sat on the dead worker until a heartbeat or workflow task timeout), no worker "
+                  "(every worker was down until a replacement polled), backoff "
+                  "(the retry's backoff and dispatch), sticky wait (a workflow task on the dead worker's sticky "
+                  "queue), replay (the next workflow task, on another worker), turn (the turn's own work), client "
+                  "delivery (the server held the reply, or had lost the message, and the client did not know yet), "
+                  "before send (the conversation had not sent the message yet)")
+
+
+def recovery_parts(runs: list[ChaosRun]) -> Table | None:
+    """Each chaos run's recovery (the worst wait from a fault's end to a correct answer) cut into its parts."""
+    rows = []
+    for r in runs:
+        parts = r.recovery_parts.get("parts") if isinstance(r.recovery_parts.get("parts"), dict) else None
+        if parts is None:
+            continue
+        rows.append({"Scenario": r.scenario, "Recovery (s)": _seconds(r.recovery_parts.get("total_s")),
+                     **{head: _seconds(parts.get(key)) for key, head in RECOVERY_PARTS.items()}})
+    if not rows:
+        return None
+    return Table("recovery_parts", "Recovery, part by part: each run's worst wait from a fault's end to a correct "
+                 "answer (wall clock), cut into " + _PARTS_CAPTION + ". The parts add up to the wait.",
+                 pd.DataFrame(rows), {c: ".2f" for c in ["Recovery (s)", *RECOVERY_PARTS.values()]})
+
+
+def soak_recovery(run: SoakRun) -> Table | None:
+    """A soak's recovery over its seeds (p50, p95, max) and each part's mean, from each seed's verdict.json."""
+    measured = [r["recovery"] for r in run.runs if isinstance(r.get("recovery"), dict)
+                and isinstance(r["recovery"].get("worst_s"), (int, float))]
+    if not measured:
+        return None
+    rec = [float(m["worst_s"]) for m in measured]
+    stats = summarise(rec)
+    held = summarise([float(m["held_s"]) for m in measured if isinstance(m.get("held_s"), (int, float))])
+    row = {"seeds": len(rec), "p50 (s)": stats["p50"], "p95 (s)": stats["p95"], "max (s)": stats["max"],
+           "held p50 (s)": held["p50"], "held p95 (s)": held["p95"]}
+    for key, head in RECOVERY_PARTS.items():
+        values = [float(m["parts"][key]) for m in measured if isinstance(m.get("parts"), dict)
+                  and isinstance(m["parts"].get(key), (int, float))]
+        row[f"mean {head[0].lower()}{head[1:]}"] = summarise(values)["mean"]
+    return Table(f"soak-{run.scenario}-recovery", f"Soak of {run.scenario}: recovery over its seeds (each seed's "
+                 "worst wait from a fault's end to a correct answer), held (the same wait from when the message "
+                 "was sent, if later) and the mean of each part: " + _PARTS_CAPTION
+                 + ".", pd.DataFrame([row]), {c: "d" if c == "seeds" else ".2f" for c in row}, saved=False)
+
+
+def _seconds(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) else math.nan
+
+
 FUZZ_COLS = ["iterations", "completed", "children", "cross_worker_children", "cross_worker_children_pct",
              "moved_workflows", "moved_workflows_pct", "activities_off_parent_worker_pct", "worker_kills",
              "violations", "mean_seconds"]

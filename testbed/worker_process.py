@@ -8,7 +8,7 @@ A worker is a command *template* whose placeholders are filled per start:
 ``{python}`` (the interpreter: the harness's, or a target's own), ``{address}``
 ``{namespace}`` ``{task_queue}`` (Temporal, usually through a fault proxy),
 ``{identity}`` (``<prefix>-<generation>``, new at every start), ``{model_url}``,
-``{state_dir}``, ``{ledger}``, ``{checkpoint_db}``, ``{sticky_timeout}`` and ``{effects_url}`` (the external
+``{state_dir}``, ``{ledger}``, ``{checkpoint_db}``, ``{sticky_timeout}``, ``{heartbeat_throttle}`` and ``{effects_url}`` (the external
 effects service's base URL, ``testbed.effects_service``; also ``$DAH_EFFECTS_URL``). ``REFERENCE_WORKER`` and
 ``CHECKPOINT_WORKER`` are the reference agent's two (Temporal, checkpoint);
 a target file names its own. Plain replacement, never ``str.format``: commands
@@ -53,16 +53,17 @@ from testbed.processes import ServerProcess, ensure_reaper, spawn
 log = logging.getLogger(__name__)
 
 PLACEHOLDERS = ("python", "address", "namespace", "task_queue", "identity", "model_url", "state_dir", "ledger",
-                "checkpoint_db", "sticky_timeout", "effects_url")
+                "checkpoint_db", "sticky_timeout", "heartbeat_throttle", "effects_url")
 #: placeholders a caller may leave out: their value when it does
-PLACEHOLDER_DEFAULTS = {"sticky_timeout": "1"}
+PLACEHOLDER_DEFAULTS = {"sticky_timeout": "1", "heartbeat_throttle": "0.5"}
 #: the reference agent's Temporal worker (``dah worker``): READY once polling, WARM once LiteLLM is loaded.
 #: Deployed with a short sticky timeout (``{sticky_timeout}``, 1 s unless the chaos timeouts profile says otherwise):
 #: after a worker dies its workflows wait that long, not the SDK's 10 s, before another worker takes their next
 #: task (the price, on a busy live worker, is a replay elsewhere).
 REFERENCE_WORKER = ("{python}", "-m", "testbed", "worker", "--address", "{address}", "--namespace", "{namespace}",
                     "--task-queue", "{task_queue}", "--identity", "{identity}", "--state-dir", "{state_dir}",
-                    "--model-base-url", "{model_url}", "--sticky-timeout", "{sticky_timeout}")
+                    "--model-base-url", "{model_url}", "--sticky-timeout", "{sticky_timeout}",
+                    "--heartbeat-throttle", "{heartbeat_throttle}")
 #: the reference agent's checkpoint-backend worker (``dah checkpoint worker``)
 CHECKPOINT_WORKER = ("{python}", "-m", "testbed", "checkpoint", "worker", "--db", "{checkpoint_db}",
                      "--state-dir", "{state_dir}", "--identity", "{identity}", "--model-base-url", "{model_url}")

@@ -30,7 +30,7 @@ from typing import Any
 from chaos.checker import ALL_CHECKERS, CHECKERS
 from chaos.checker.run_data import ReplayTarget, RunData, client_sends
 from chaos.fault_timeline import fault_timeline
-from chaos.recovery import decompose, recovery
+from chaos.recovery import decompose, recovery, recovery_parts
 from harness import operations
 from harness.operations import INFO, Op
 from harness.run_files import RefusedPath
@@ -212,6 +212,10 @@ def check(path: Path, replay_with: ReplayWith = lambda declared: None) -> tuple[
     except Exception as exc:  # a measurement, not a check: a run it cannot read still gets its verdict
         decomposed = {"error": f"{type(exc).__name__}: {exc}", "model_call_s": None, "tool_s": None,
                       "workflow_task_s": None}
+    try:
+        parts = recovery_parts(RunData(path))
+    except Exception as exc:  # a measurement too
+        parts = {"error": f"{type(exc).__name__}: {exc}"}
     summary = table_row(record.get("name") or run_dir.path.parent.name, ops, checks, decomposed, verdict=verdict)
     run_dir.write_json(VERDICT_JSON, {
         "schema": SCHEMA, "verdict": verdict, "checks": [c.as_dict() for c in checks],
@@ -220,6 +224,7 @@ def check(path: Path, replay_with: ReplayWith = lambda declared: None) -> tuple[
         "checkers_not_run": chosen.opted_out + list(chosen.not_applicable),
         "recovery": recovery(ops),
         "recovery_decomposition": decomposed,
+        "recovery_parts": parts,
         "fault_timeline": fault_timeline(record, ops),
         "summary": summary})
     return verdict, checks, summary

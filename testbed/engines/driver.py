@@ -39,7 +39,11 @@ class Workload:
     op_timeout_s: float = 60.0  # past this a send is recorded as info
     # One try of a send: past it the message is re-sent under the same update id (an update lost with the workflow
     # task that carried it, on a killed worker, is answered only once re-sent; a live one is simply re-attached to).
-    try_timeout_s: float = 4.0
+    try_timeout_s: float = 2.0
+    # A try that ran out of time is re-sent at once (True), or after agent.messaging's pause (0.5 s, growing), as
+    # after an error. At once, the client hears of a reply that came just after its try ended without waiting out
+    # the pause (the re-send re-attaches to the update).
+    resend_at_once: bool = True
     append_ratio: float = 0.4
     flaky_ratio: float = 0.0  # messages whose tool fails transiently twice (Temporal retries it)
     repair_ratio: float = 0.0  # messages whose first tool call is refused as invalid (the model repairs it)
@@ -87,15 +91,20 @@ class Timeouts:
     sticky_timeout_s: float  # a task waits this long on a dead worker's sticky queue before any worker may take it
     # The activity policies of model calls and tools; None: the agent's own (agent.contracts) are kept.
     heartbeat_s: float | None = None  # model calls and tools heartbeat four times in this (at most every second)
+    # The most the SDK holds an activity's heartbeats back (``dah worker --heartbeat-throttle``): the heartbeat
+    # timeout minus this is the slack a busy worker has before a false timeout; half of it, on average, is how much
+    # sooner than the heartbeat timeout the server notices a killed worker.
+    heartbeat_throttle_s: float = 0.5
     initial_interval_s: float | None = None  # the first retry's backoff (doubling, up to maximum_interval_s)
     maximum_interval_s: float | None = None
     start_to_close_s: float | None = None
 
 
 TIMEOUTS = {t.name: t for t in [
-    Timeouts("fast", "tuned for recovery: heartbeat 1.5 s, retry after 0.1 s, workflow task 1.5 s, sticky 1 s",
-             workflow_task_timeout_s=1.5, sticky_timeout_s=1.0, heartbeat_s=1.5, initial_interval_s=0.1,
-             maximum_interval_s=4.0, start_to_close_s=10.0),
+    Timeouts("fast", "tuned for recovery: heartbeat 0.8 s (held back at most 0.2 s), retry after 0.1 s, "
+             "workflow task 1 s, sticky 0.3 s",
+             workflow_task_timeout_s=1.0, sticky_timeout_s=0.3, heartbeat_s=0.8, heartbeat_throttle_s=0.2,
+             initial_interval_s=0.1, maximum_interval_s=4.0, start_to_close_s=10.0),
     Timeouts("defaults", "the agent's and the SDK's defaults: heartbeat 20 s (tools 10 s), retry after 5 s "
              "(tools 2 s), workflow task 10 s, sticky 10 s",
              workflow_task_timeout_s=10.0, sticky_timeout_s=10.0),
@@ -202,6 +211,7 @@ class Driver:
                 # Temporal (and the workflow, across continue-as-new) keeps a re-send from becoming a second turn.
                 got = await send_message(handle, msg.text, f"msg-{n}", deadline_s=self.workload.op_timeout_s,
                                          try_timeout_s=self.workload.try_timeout_s,
+                                         pause_after_timeout=not self.workload.resend_at_once,
                                          on_retry=resent)
                 self.history.complete(op, OK, {"reply": got.reply.text, "turn": got.reply.turn,
                                                "attempts": got.attempts})

@@ -3,7 +3,8 @@
     name = "my-agent"
     python = "../my-agent/.venv/bin/python"   # its own interpreter (default: the harness's); relative to this file
     # {python} {address} {namespace} {task_queue} {identity} {model_url} {state_dir} {ledger} are filled per worker;
-    # {sticky_timeout}: seconds, the sticky schedule-to-start timeout the run's timeouts profile asks for
+    # {sticky_timeout}: seconds, the sticky schedule-to-start timeout the run's timeouts profile asks for;
+    # {heartbeat_throttle}: seconds, the most the SDK may hold an activity's heartbeats back (the profile's)
     worker = ["{python}", "-m", "my_agent.worker", "--address", "{address}", "--task-queue", "{task_queue}",
               "--identity", "{identity}", "--model-url", "{model_url}"]
     ready_line = "READY"                 # optional: the worker prints this once it polls; unset: ready once the

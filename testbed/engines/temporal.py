@@ -89,7 +89,8 @@ class ReferenceOnTemporal(Engine):
     def worker_values(self, at: Endpoints, task_queue: str, state_dir: str, scenario: Scenario) -> dict[str, str]:
         values = {"address": at.address, "namespace": at.namespace, "task_queue": task_queue,
                   "model_url": at.model_url, "state_dir": state_dir, "effects_url": at.effects_url,
-                  "sticky_timeout": f"{TIMEOUTS[scenario.timeouts].sticky_timeout_s:g}"}
+                  "sticky_timeout": f"{TIMEOUTS[scenario.timeouts].sticky_timeout_s:g}",
+                  "heartbeat_throttle": f"{TIMEOUTS[scenario.timeouts].heartbeat_throttle_s:g}"}
         if self.target.ledger:
             values["ledger"] = str(Path(state_dir) / self.target.ledger)
         return values
