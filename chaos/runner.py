@@ -249,7 +249,8 @@ async def _run(scenario: ChaosScenario, engine: Engine, seed: int, progress: Pro
     stop_recording()
     progress(f"{name}: checking")
     rec.doing = "checking"
-    return check(run_dir.path, engine.target)  # the target this run was given
+    # off the event loop: the runs side by side with this one (a suite's, a soak's) go on meanwhile
+    return await asyncio.to_thread(check, run_dir.path, engine.target)  # the target this run was given
 
 
 def _target_record(scenario: ChaosScenario, engine: Engine) -> dict[str, Any]:

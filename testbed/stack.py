@@ -226,7 +226,7 @@ async def stack(spec: StackSpec) -> AsyncIterator[Stack]:
     spec.logs.mkdir(parents=True, exist_ok=True)
     async with contextlib.AsyncExitStack() as exits:
         for fn in spec.cleanup:
-            exits.callback(fn)
+            _stop_off_loop(exits, fn)
         if spec.temporal == "embedded":
             s.server = EmbeddedTemporal(db_filename=spec.server_db, port=spec.server_port, ui=spec.ui, ui_port=spec.ui_port,
                                         tuned=spec.tuned, namespace=spec.connection.namespace,
@@ -234,28 +234,28 @@ async def stack(spec: StackSpec) -> AsyncIterator[Stack]:
             await exits.enter_async_context(s.server)
         elif spec.engine is not None and (server := spec.engine.server(spec)) is not None:
             s.server = server
-            await asyncio.to_thread(exits.enter_context, s.server)
+            await _enter_off_loop(exits, s.server)
         if spec.model:
             s.model_server = ScriptedModelServer(respond, latency=spec.model_latency, faults=spec.model_faults,
                                                  seed=spec.seed)
-            exits.enter_context(s.model_server)
+            await _enter_off_loop(exits, s.model_server)
         if spec.effects_log is not None:
-            s.effects_service = exits.enter_context(EffectsService(spec.effects_log, kill_caller=lambda port: kill_caller(s, port),
-                                                                   faults=list(spec.effects_faults)))
+            s.effects_service = await _enter_off_loop(exits, EffectsService(
+                spec.effects_log, kill_caller=lambda port: kill_caller(s, port), faults=list(spec.effects_faults)))
         if spec.proxies:
             upstream = (spec.server_proxy_to or (("127.0.0.1", s.server.port) if s.server is not None else
                         _host_port(spec.connection.address) if spec.temporal == "external" else None))
             if upstream is not None:  # an external cluster's link is attacked on this machine's side of it
                 proxy = FaultProxy("server", upstream, seed=spec.seed, listen_port=spec.server_proxy_port)
                 try:
-                    s.server_proxy = exits.enter_context(proxy)
+                    s.server_proxy = await _enter_off_loop(exits, proxy)
                 except OSError as exc:
                     raise RuntimeError(f"cannot put the fault proxy at 127.0.0.1:{spec.server_proxy_port}, the "
                                        f"address the target's workers hard-code ({exc.strerror or exc}): stop what "
                                        "listens there (a Temporal server?) and run again") from None
             if s.model_server is not None:
-                s.model_proxy = exits.enter_context(
-                    FaultProxy("model", ("127.0.0.1", s.model_server.port), seed=spec.seed + 1))
+                s.model_proxy = await _enter_off_loop(
+                    exits, FaultProxy("model", ("127.0.0.1", s.model_server.port), seed=spec.seed + 1))
         if spec.temporal != "none":
             runtime = {"runtime": quiet_runtime()} if spec.quiet_client else {}
             s.client = await spec.connection.connect(s.server.address if s.server else None, **runtime)
@@ -278,11 +278,24 @@ async def stack(spec: StackSpec) -> AsyncIterator[Stack]:
             endpoints = s.endpoints
             s.workers = [SupervisedWorker(spec.make_worker(f"w{i}", endpoints))
                          for i in range(1, spec.worker_processes + 1)]
-            exits.callback(_stop_workers, s.workers)
+            _stop_off_loop(exits, _stop_workers, s.workers)
             await asyncio.to_thread(_start_workers, s.workers)
             supervisor = Supervisor(s.workers, spec.history).start()
-            exits.callback(supervisor.stop)  # runs before _stop_workers: nothing restarts what is being stopped
+            _stop_off_loop(exits, supervisor.stop)  # runs before _stop_workers: nothing restarts what is being stopped
         yield s
+
+
+def _stop_off_loop(exits: contextlib.AsyncExitStack, fn: Callable[..., Any], *args: Any) -> None:
+    """Call ``fn(*args)`` on the way out, in a thread: a blocking stop (a thread's join, a server's shutdown) does
+    not hold up the runs side by side on this event loop (a soak's, a suite's)."""
+    exits.push_async_callback(asyncio.to_thread, fn, *args)
+
+
+async def _enter_off_loop(exits: contextlib.AsyncExitStack, cm: contextlib.AbstractContextManager[Any]) -> Any:
+    """``exits.enter_context(cm)``, its start and its stop each in a thread (``_stop_off_loop``)."""
+    value = await asyncio.to_thread(cm.__enter__)
+    exits.push_async_exit(lambda *exc: asyncio.to_thread(cm.__exit__, *exc))
+    return value
 
 
 @contextlib.contextmanager
