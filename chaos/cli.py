@@ -197,6 +197,11 @@ def _soak_command(sub: Any) -> None:
     p.add_argument("--seeds", type=_seeds, default=_seeds(DEFAULT_SEEDS),
                    help=f"the seeds: ranges and single seeds, e.g. 1-100 or 1-20,25,30-32 (default {DEFAULT_SEEDS})")
     _out_and_target(p, suite.default_parallel(), "seeds")
+    p.add_argument("--cluster-per-seed", action="store_true",
+                   help="start and stop a Temporal server for every seed (default: the reference agent's seeds "
+                        "share one warm server per --parallel lane, each seed with its own task queue, workers, "
+                        "model server and proxies, its workflows terminated at its end; seeds that restart or "
+                        "partition the server always have their own)")
     _engine_options(p)
     _cluster(p)
     _ci_options(p, "soak")

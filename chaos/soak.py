@@ -23,12 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from chaos import ci
-from chaos.runner import ERROR, Outcome, run_captured, skip_reason
+from chaos.generator import schedule
+from chaos.runner import ERROR, Outcome, run_captured, skip_reason, unavailable_nemeses
 from chaos.seeds import format_seeds
 from harness.printable import printable
 from harness.rundir import SCHEMA, RunDir, command_line, machine_info
 from harness.verdict import FAIL, PASS, UNKNOWN
 from testbed.cli_options import progress
+from testbed.stack import WarmTemporal
 
 #: the verdicts a soak counts, in the order it shows them
 OUTCOMES = (PASS, FAIL, UNKNOWN, ERROR)
@@ -136,9 +138,32 @@ def summary(label: str, seeds: list[int], outcomes: list[Outcome], wall_s: float
     return "\n".join(printable(line) for line in lines)
 
 
+def own_cluster_because(engine: Any) -> str | None:
+    """Why ``engine``'s runs cannot share a warm server (None: they can): only the reference agent's worker
+    processes on the embedded server take the task queue each run is given there."""
+    if engine.name != "temporal" or not getattr(engine.target, "is_reference", False):
+        return "not the reference agent on Temporal"
+    if engine.external:
+        return "an external cluster"
+    if getattr(engine, "workers", "process") != "process":
+        return "workers in containers"
+    return None
+
+
+#: faults aimed at the server itself (``chaos.generator``'s menu): a run with one has a server of its own
+SERVER_FAULTS = {("restart_server", None), ("partition", "temporal")}
+
+
+def seed_needs_own_cluster(engine: Any, scenario: Any, seed: int) -> bool:
+    """Whether this seed's schedule (``chaos.generator.schedule``, as the run will draw it) restarts or partitions
+    the server: it runs on a cluster of its own, not on the lane's warm one."""
+    events = schedule(scenario.events, scenario.random_events, scenario.fault_s, seed, unavailable_nemeses(engine))
+    return any((e.op, None) in SERVER_FAULTS or (e.op, e.args.get("link")) in SERVER_FAULTS for e in events)
+
+
 async def soak(label: str, scenario: Any, engine: Any, seeds: list[int], out_root: Path, *,
                reproduce: str, say: Callable[[str], None], verbose: bool = False,
-               ci_files: dict[str, Any] | None = None, parallel: int = 1) -> int:
+               ci_files: dict[str, Any] | None = None, parallel: int = 1, warm: bool = True) -> int:
     """Run ``scenario`` once per seed, ``parallel`` seeds at a time (``chaos.suite.in_lanes``), taken in order;
     print progress and the summary; 0 only if every seed passed. Ctrl-C (SIGTERM): the soak's directory ends
     ``interrupted`` (``terminated``) with the seeds it finished, the summary is printed and the interrupt
@@ -146,20 +171,24 @@ async def soak(label: str, scenario: Any, engine: Any, seeds: list[int], out_roo
     (``K/N``) and ``all_items`` (every shard's seeds), for ``chaos.ci``."""
     from chaos.suite import in_lanes, warm_fork_server
 
+    warm = warm and not own_cluster_because(engine)
     record = SoakRecord(out_root, label, seeds, reproduce, ci_files or {}, scenario=asdict(scenario),
-                        backend=engine.record(), parallel=parallel)
+                        backend=engine.record(), parallel=parallel, warm_cluster=warm)
     say(f"soak {label}: {len(seeds)} seed(s)" + (f", {parallel} at a time" if parallel > 1 else "")
-        + f" -> {record.path}")
+        + (", on warm Temporal servers" if warm else "") + f" -> {record.path}")
     warm_fork_server([engine])
     running: dict[int, int] = {}  # seed -> its place in the soak (1-based), while it runs
+    servers = [WarmTemporal(record.dir.logs / f"temporal-lane{n + 1}.log") for n in range(max(1, parallel))]
 
     async def one(lane: int, i: int, seed: int) -> None:
         running[seed] = i
         say(f"seed {i}/{len(seeds)} (seed {seed}): {label} starting")
+        own = seed_needs_own_cluster(engine, scenario, seed)
         # a copy per run: an engine keeps a run's own fields (ReferenceOnTemporal's readiness check)
         o = await run_captured(label, scenario, copy.copy(engine), seed=seed, out_root=out_root,
                                progress=say if verbose else (lambda s: None),
-                               on_run_dir=lambda p: record.ci.running(label, seed, p))
+                               on_run_dir=lambda p: record.ci.running(label, seed, p),
+                               **({"cluster": servers[lane]} if warm and not own else {}))
         record.add(o)
         del running[seed]
         say(f"seed {i}/{len(seeds)} (seed {seed}): {o.verdict.upper()} in {o.wall_s:.0f}s -> "
@@ -168,7 +197,11 @@ async def soak(label: str, scenario: Any, engine: Any, seeds: list[int], out_roo
             say(f"  seed {seed} {line}")
 
     try:
-        await in_lanes(seeds, parallel, one)
+        try:
+            await in_lanes(seeds, parallel, one)
+        finally:
+            for server in servers:
+                await server.close()
     except BaseException as exc:
         record.interrupted_seeds = sorted(running, key=running.__getitem__)
         record.finish(exc)
@@ -206,4 +239,5 @@ async def run_soak(args: Any, target: Any, connection: Any = None) -> int:
     return await soak(label, scenario, engine, seeds, args.out, reproduce=reproduce,
                       say=progress(time.monotonic()), verbose=args.verbose,
                       ci_files={"summary": args.summary, "junit": args.junit, "shard": spec,
-                                "all_items": [(label, s) for s in args.seeds]}, parallel=args.parallel)
+                                "all_items": [(label, s) for s in args.seeds]}, parallel=args.parallel,
+                      warm=not args.cluster_per_seed)

@@ -14,6 +14,9 @@ of it, in reverse order, on any exit path (return, exception, Ctrl-C).
     workers:  in-process Temporal workers (one per WorkerSettings), and N supervised worker processes or
               containers made by ``make_worker`` (restarted when they die)
 
+``WarmTemporal`` is one embedded server that several runs use in turn (a soak's seeds), each its own stack on it,
+its own task queue, its workflows ended at its end and none left from an earlier one.
+
 The demo, ``dah run``, ``dah worker``, ``dah server``, the engines (``testbed.engines``), the benchmarks, the migration
 fuzzer and the tests all start through here. Blocking start-ups run off the event loop; worker processes
 start side by side (each imports LiteLLM: seconds).
@@ -86,6 +89,9 @@ class StackSpec:
     server_db: Path | None = None  # embedded: keep the server's state in this file (it survives a restart)
     server_port: int = 0
     tuned: bool = True  # embedded: raised per-shard queue read rates (testbed.temporal_server)
+    #: embedded: SIGKILL the server at the end instead of its graceful stop (~1 s): for a caller that has read all
+    #: it needs of it before the stack ends (a chaos run saves its histories first)
+    kill_server_at_exit: bool = False
     ui: bool = False
     ui_port: int = 0
     server_log_level: str = "warn"
@@ -231,7 +237,11 @@ async def stack(spec: StackSpec) -> AsyncIterator[Stack]:
             s.server = EmbeddedTemporal(db_filename=spec.server_db, port=spec.server_port, ui=spec.ui, ui_port=spec.ui_port,
                                         tuned=spec.tuned, namespace=spec.connection.namespace,
                                         log_level=spec.server_log_level, log_file=spec.logs / "temporal.log")
-            await exits.enter_async_context(s.server)
+            if spec.kill_server_at_exit:
+                _stop_off_loop(exits, s.server.kill)
+                await asyncio.to_thread(s.server.start)
+            else:
+                await exits.enter_async_context(s.server)
         elif spec.engine is not None and (server := spec.engine.server(spec)) is not None:
             s.server = server
             await _enter_off_loop(exits, s.server)
@@ -334,3 +344,82 @@ def _stop_workers(workers: list[SupervisedWorker]) -> None:
 
     with ThreadPoolExecutor(len(workers)) as pool:
         list(pool.map(kill, workers))
+
+
+class LeftRunning(RuntimeError):
+    """A warm server still runs workflows an earlier run left: the next run on it would not be isolated."""
+
+
+class WarmTemporal:
+    """One embedded Temporal server that several runs use in turn, each with its own stack (workers, model server,
+    proxies, effects service, ledger) and its own task queue: a ``chaos.runner.Cluster``. It saves each run the
+    server's start (0.2-0.4 s) and its stop.
+
+    Isolation: a run starts only on a server with no workflow running (else ``LeftRunning``, naming them: the run
+    errors and the server is replaced); its workflows are terminated at its end (their timers and retries with
+    them), before its workers stop, and the end waits until the server lists none running. Its task queue is its
+    own (``<queue>-<n>``), so nothing dispatched for an earlier run reaches its workers. The server has no database
+    file: a run that restarts or partitions the server needs a cluster of its own (the caller decides)."""
+
+    def __init__(self, log_file: Path) -> None:
+        self.log_file = log_file
+        self.server: EmbeddedTemporal | None = None
+        self.runs = 0
+
+    def __call__(self, spec: StackSpec) -> contextlib.AbstractAsyncContextManager[Stack]:
+        return self._stack(spec)
+
+    @contextlib.asynccontextmanager
+    async def _stack(self, spec: StackSpec) -> AsyncIterator[Stack]:
+        if self.server is None:
+            self.log_file.parent.mkdir(parents=True, exist_ok=True)
+            self.server = EmbeddedTemporal(log_file=self.log_file, namespace=spec.connection.namespace)
+            await asyncio.to_thread(self.server.start)
+        self.runs += 1
+        # in place: what the engine's spec made (its workers' factory) reads the queue from the spec at start
+        spec.temporal, spec.server_db, spec.ui = "external", None, False
+        spec.connection = TemporalConnection(address=self.server.address, namespace=spec.connection.namespace)
+        spec.task_queue = f"{spec.task_queue}-{self.runs}"
+        try:
+            client = await spec.connection.connect(runtime=quiet_runtime())
+            left = await running_workflows(client)
+            if left:
+                raise LeftRunning(f"the warm Temporal server at {self.server.address} still runs {len(left)} "
+                                  f"workflow(s) an earlier run left ({', '.join(left[:5])}): this run would not be "
+                                  "isolated; the server is replaced for the next run")
+        except BaseException:
+            await self.close()
+            raise
+        async with stack(spec) as s:
+            try:
+                yield s
+            finally:
+                try:
+                    await end_every_workflow(client)
+                except BaseException:
+                    await self.close()
+                    raise
+
+    async def close(self) -> None:
+        if self.server is not None:
+            await asyncio.to_thread(self.server.kill)
+            self.server = None
+
+
+async def running_workflows(client: Client) -> list[str]:
+    """The ids of every workflow running in the client's namespace."""
+    return [w.id async for w in client.list_workflows('ExecutionStatus="Running"')]
+
+
+async def end_every_workflow(client: Client, wait_s: float = 5.0) -> None:
+    """Terminate every workflow running in the client's namespace, then wait until the server lists none (its
+    visibility store lags a write by a moment); LeftRunning if some are still listed after ``wait_s``."""
+    deadline = asyncio.get_running_loop().time() + wait_s
+    while left := await running_workflows(client):
+        for wid in left:
+            with contextlib.suppress(Exception):  # it may have ended meanwhile
+                await client.get_workflow_handle(wid).terminate(reason="the run ended (testbed.stack.WarmTemporal)")
+        if asyncio.get_running_loop().time() > deadline:
+            raise LeftRunning(f"{len(left)} workflow(s) still running after they were terminated: "
+                              f"{', '.join(left[:5])}")
+        await asyncio.sleep(0.05)
