@@ -43,6 +43,14 @@ def _verdict(path: Path) -> tuple[str, dict[str, str], list[str], int]:
             [f["op"] for f in timeline["faults"]], timeline["late"])
 
 
+def _model_calls_are_its_own(path: Path) -> None:
+    """The seed's model server counted only this seed's conversations: it is the seed's own (a bring-your-own agent
+    sends no run header, so a shared one could not tell seeds apart)."""
+    stats = json.loads((path / "run.json").read_text())["model_server"]
+    own = {c["workflow_id"] for c in json.loads((path / "conversations.json").read_text())["conversations"]}
+    assert set(stats["by_run"]) == own and sum(stats["by_run"].values()) == stats["requests"] > 0, (stats, own)
+
+
 async def test_a_seed_after_20_others_on_a_warm_server_gives_what_it_gives_cold(tmp_path: Path) -> None:
     cold = await run(SHORT, ReferenceOnTemporal(), seed=1, out_root=tmp_path / "cold")
     warm = WarmTemporal(tmp_path / "temporal.log")
@@ -59,6 +67,7 @@ async def test_a_seed_after_20_others_on_a_warm_server_gives_what_it_gives_cold(
     verdict, checks, ops, late = _verdict(after.run_dir)
     assert ops == ["kill_worker"] and late == 0
     assert problems(after.run_dir) == []
+    _model_calls_are_its_own(after.run_dir)
     assert not (after.run_dir / "logs" / "temporal.log").exists()  # it ran on the shared server
 
 
@@ -76,6 +85,7 @@ async def test_a_workflow_left_running_stops_the_next_seed_on_the_warm_server(tm
         assert warm.server is None  # replaced: the next seed starts on a fresh server
         again = await run(SHORT, ReferenceOnTemporal(), seed=2, out_root=tmp_path, cluster=warm)
         assert again.verdict == "pass"
+        _model_calls_are_its_own(again.run_dir)
     finally:
         await warm.close()
 
