@@ -24,7 +24,9 @@ sections:
   table2      the paper's Table 2: durable vs plain loop, mock vs model, per workload; and the overhead breakdown
   tuning      per-step overhead before/after tuning: stock vs tuned dev server, eager activities on/off
   overhead    durable overhead per turn, the worker in its own process: dispatched vs local tools / model calls,
-              beside the floor of each shape (N trivial activities)
+              each series interleaved turn by turn with the floor of its shape (N trivial activities);
+              --overhead-rounds N --overhead-load K: the ratio's spread over N rounds, idle and beside K CPU-bound
+              processes
   length      per-turn latency and history bytes against conversation length, continue-as-new off/on
   throughput  turns/s against concurrent conversations and worker processes
   recovery    what a worker SIGKILL adds to a turn, against the activity heartbeat timeout
@@ -40,6 +42,7 @@ examples:
   python -m benchmarks                              # everything; then `make report`
   python -m benchmarks --quick
   python -m benchmarks --only table2 --turns 100 --model-latency normal:800,200
+  python -m benchmarks --only overhead --overhead-rounds 3 --overhead-load 2
   OPENAI_API_KEY=... python -m benchmarks --only table2 --model openai/gpt-4o-mini
 
 progress goes to stderr; the results folder to stdout. Also installed as the command dah-bench.
@@ -50,13 +53,24 @@ not a section of a run (its own command, a few seconds, no Temporal):
 """
 
 
-def _positive(text: str) -> int:
+def _whole(text: str) -> int:
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+
+def _positive(text: str) -> int:
+    value = _whole(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _load(text: str) -> int:
+    value = _whole(text)
+    if not 0 <= value <= 64:
+        raise argparse.ArgumentTypeError(f"{value}: CPU-bound processes are 0 to 64")
     return value
 
 
@@ -97,6 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"comma-separated sections to run ({','.join(SECTION_NAMES)})")
     p.add_argument("--turns", type=_positive, help="measured turns per Table 2 series (default 50; quick 5)")
     p.add_argument("--workloads", type=_workloads, help="Table 2 workloads (default reply,tool)")
+    p.add_argument("--overhead-rounds", type=_positive, metavar="N",
+                   help="run the overhead section N times and show each ratio's spread over the rounds (default 1)")
+    p.add_argument("--overhead-load", type=_load, metavar="K",
+                   help="run every overhead round twice, idle and with K CPU-bound processes beside it (started "
+                        "and stopped by the run), and show the ratios side by side (default 0: idle only)")
     p.add_argument("--engines", type=_engines, metavar="ENGINES",
                    help="the engines section's engines, comma-separated (default all: plain,checkpoint,temporal,"
                         "dbos-sqlite,dbos-postgres,restate)")
@@ -133,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     overrides = {k: v for k, v in {"turns": args.turns, "workloads": args.workloads, "model": args.model,
                                    "model_latency": args.model_latency, "seed": args.seed, "out": out,
                                    "only": args.only, "durability": args.durability, "engines": args.engines,
-                                   "engines_turns": args.engines_turns}.items() if v is not None}
+                                   "engines_turns": args.engines_turns, "overhead_rounds": args.overhead_rounds,
+                                   "overhead_load": args.overhead_load}.items() if v is not None}
     if overrides["durability"] == "checkpoint":
         bad = [s for s in args.only if s not in CHECKPOINT_SECTIONS]
         if bad:

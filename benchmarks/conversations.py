@@ -64,6 +64,62 @@ def series_record(name: str, section: str, loop: str, model_mode: str, workload:
             "model_latency": model_latency, "server": server, "eager": eager, "turns": turns}
 
 
+class DurableConversation:
+    """One conversation workflow driven a turn at a time (``await turn(n)``), so that another series can take its
+    turns in between (the overhead section's A B A B); ``finish()`` ends it and reads its event history."""
+
+    def __init__(self, client: Client, task_queue: str, config: AgentConfig, workload: Workload, *, name: str,
+                 warmup: int, histories_dir: Path | None) -> None:
+        self.client, self.task_queue, self.config, self.workload = client, task_queue, config, workload
+        self.name, self.warmup, self.histories_dir = name, warmup, histories_dir
+        self.wid = f"bench-{name.replace('/', '-')}-{uuid.uuid4().hex[:8]}"
+        self.chat: WorkflowHandle | None = None
+        self.timed: list[tuple[int, str, float, int]] = []
+
+    async def start(self) -> None:
+        await self.client.start_workflow(AgentWorkflow.run, AgentInput(config=self.config), id=self.wid,
+                                         task_queue=self.task_queue)
+        self.chat = self.client.get_workflow_handle_for(AgentWorkflow.run, self.wid)  # follows continue-as-new
+
+    async def turn(self, n: int) -> int:
+        """Message ``n`` (1-based, warm-up included); the measured turn's index ``i`` (<= 0: a warm-up turn)."""
+        assert self.chat is not None, "start() first"
+        i = n - self.warmup
+        uid = f"turn-{i}" if i > 0 else f"warmup-{n}"
+        started = time.perf_counter()
+        reply: AgentReply = await self.chat.execute_update(AgentWorkflow.send_message,
+                                                           ChatMessage(self.workload.prompt(n)), id=uid)
+        ms = (time.perf_counter() - started) * 1000.0
+        _check(self.name, self.config.model, self.workload, n, reply.text)
+        if i > 0:
+            self.timed.append((i, uid, ms, reply.steps))
+        return i
+
+    async def end(self) -> None:
+        if self.chat is None:
+            return
+        try:
+            await self.chat.signal(AgentWorkflow.end_chat)
+            await self.chat.result()
+        except Exception as exc:  # the figures are what matter; a conversation that will not end is logged
+            log.warning("%s: conversation %s did not end cleanly: %s", self.name, self.wid, exc)
+
+    async def results(self) -> tuple[list[dict], list[dict]]:
+        """(per-turn latency rows, per-turn breakdown rows), from the timings and the event history."""
+        chain = await fetch_histories(self.client, self.wid)
+        if self.histories_dir is not None:
+            save_chain(chain, self.histories_dir / self.name.replace("/", "__") / self.wid)
+        parts = breakdown_by_update(h for _, h in chain)
+        rows, breakdown = [], []
+        for i, uid, ms, steps in self.timed:
+            b = parts.get(uid)
+            rows.append({"i": i, "client_ms": round(ms, 3), "model_ms": round(b["model_ms"], 3) if b else None,
+                         "steps": steps, "activities": b["act_count"] if b else None})
+            if b is not None:
+                breakdown.append({"i": i, **with_client(b, ms)})
+        return rows, breakdown
+
+
 async def durable_series(client: Client, task_queue: str, config: AgentConfig, workload: Workload, *, name: str,
                          turns: int, warmup: int, histories_dir: Path | None,
                          after_turn: Callable[[int, WorkflowHandle], Awaitable[None]] | None = None
@@ -72,41 +128,17 @@ async def durable_series(client: Client, task_queue: str, config: AgentConfig, w
 
     ``await after_turn(i, conversation handle)`` runs after each measured turn, outside the timing.
     """
-    wid = f"bench-{name.replace('/', '-')}-{uuid.uuid4().hex[:8]}"
-    await client.start_workflow(AgentWorkflow.run, AgentInput(config=config), id=wid, task_queue=task_queue)
-    chat = client.get_workflow_handle_for(AgentWorkflow.run, wid)  # follows continue-as-new
-    timed: list[tuple[int, str, float, int]] = []
+    conversation = DurableConversation(client, task_queue, config, workload, name=name, warmup=warmup,
+                                       histories_dir=histories_dir)
+    await conversation.start()
     try:
         for n in range(1, warmup + turns + 1):
-            i = n - warmup
-            uid = f"turn-{i}" if i > 0 else f"warmup-{n}"
-            started = time.perf_counter()
-            reply: AgentReply = await chat.execute_update(AgentWorkflow.send_message,
-                                                          ChatMessage(workload.prompt(n)), id=uid)
-            ms = (time.perf_counter() - started) * 1000.0
-            _check(name, config.model, workload, n, reply.text)
-            if i > 0:
-                timed.append((i, uid, ms, reply.steps))
-                if after_turn is not None:
-                    await after_turn(i, chat)
+            i = await conversation.turn(n)
+            if i > 0 and after_turn is not None:
+                await after_turn(i, conversation.chat)
     finally:
-        try:
-            await chat.signal(AgentWorkflow.end_chat)
-            await chat.result()
-        except Exception as exc:  # the figures are what matter; a conversation that will not end is logged
-            log.warning("%s: conversation %s did not end cleanly: %s", name, wid, exc)
-    chain = await fetch_histories(client, wid)
-    if histories_dir is not None:
-        save_chain(chain, histories_dir / name.replace("/", "__") / wid)
-    parts = breakdown_by_update(h for _, h in chain)
-    rows, breakdown = [], []
-    for i, uid, ms, steps in timed:
-        b = parts.get(uid)
-        rows.append({"i": i, "client_ms": round(ms, 3), "model_ms": round(b["model_ms"], 3) if b else None,
-                     "steps": steps, "activities": b["act_count"] if b else None})
-        if b is not None:
-            breakdown.append({"i": i, **with_client(b, ms)})
-    return rows, breakdown
+        await conversation.end()
+    return await conversation.results()
 
 
 async def plain_series(model: str, scripted_base_url: str | None, ledger: EffectLedger, sandbox_root: Path,

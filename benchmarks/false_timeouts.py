@@ -16,15 +16,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks.load import cpu_hogs
 from testbed.engines.driver import TIMEOUTS, Workload
 from testbed.cli_options import add_out, progress, runs_root
-
-HOG = "while True:\n    pass\n"
 
 
 def count(run_dir: Path) -> dict[str, Any]:
@@ -50,13 +48,8 @@ async def one(profile: str, hogs: int, duration_s: float, seed: int, out: Path) 
     scenario = ChaosScenario(f"loaded_{profile}", f"no fault; {hogs} CPU hogs; timeouts {profile}",
                              workload=Workload(conversations=3, think_s=0.2, append_ratio=0.4, flaky_ratio=0.0),
                              fault_s=duration_s, timeouts=profile)
-    procs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(hogs)]
-    try:
+    with cpu_hogs(hogs):
         result = await run(scenario, ReferenceOnTemporal(), seed=seed, out_root=out)
-    finally:
-        for p in procs:  # only the processes started here, by pid
-            p.kill()
-            p.wait()
     return {"profile": profile, "hogs": hogs, "verdict": result.verdict, **count(result.run_dir),
             "run_dir": str(result.run_dir)}
 

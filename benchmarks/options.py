@@ -38,6 +38,8 @@ class Options:
     model: str = "scripted"  # or a LiteLLM model for the model mode (a live provider; needs its key)
     model_latency: str = "lognormal:300,0.25"  # the scripted model's emulated latency in model mode
     tuning_turns: int = 30
+    overhead_rounds: int = 1  # the overhead section, repeated: the spread of its ratios over rounds
+    overhead_load: int = 0  # CPU-bound processes beside a second run of every overhead round (0: idle rounds only)
     engines_turns: int = 20  # measured turns per series of the engines section (6 engines x 4 series)
     #: the engines section's engines (benchmarks.engines_bench.ENGINE_NAMES)
     engines: tuple[str, ...] = ("plain", "checkpoint", "temporal", "dbos-sqlite", "dbos-postgres", "restate")

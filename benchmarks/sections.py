@@ -3,17 +3,17 @@
 * ``table2``: the paper's Table 2: durable vs plain loop, mock vs model, per workload, on the tuned server.
 * ``tuning``: the per-step overhead before/after tuning: stock vs tuned server, eager activities on/off, the
   workflow sandbox on/off, the calculator as a local activity, the worker in-process vs in its own process.
-* ``overhead``: the durable overhead per turn with the worker in its own process (as deployed), serial turns,
-  reply and tool workloads: model calls and tools dispatched (the default), the calculator local, model calls
-  local, both; beside the floor of each shape (N trivial activities, dispatched or local: ``benchmarks.floor``).
+* ``overhead``: in ``benchmarks/overhead.py``.
 * ``length``: per-turn latency and history size against conversation length, continue-as-new off/on.
 * ``throughput``: turns/s against concurrent conversations and worker processes.
 * ``recovery``: the time a worker SIGKILL adds to a turn, against the activity heartbeat timeout.
 * ``micro``: pytest-benchmark micro-benchmarks (``benchmarks/micro``), in a subprocess.
 
-All comparisons inside a section run in the same process on the same
-machine, one after another, so their ratios hold on a shared machine even
-when the absolute figures drift.
+The series of a section run in the same process on the same machine, one
+after another: on a machine whose load changes from minute to minute, series
+measured minutes apart compare different machines. The overhead section, whose
+ratios are a goal, therefore interleaves each agent series with its floor turn
+by turn (``benchmarks/overhead.py``).
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def _model_for(bench: Bench, mode: str) -> tuple[str, str]:
     return "scripted", MOCK_LATENCY if mode == "mock" else bench.options.model_latency
 
 
-def _say_series(bench: Bench, name: str, rows: list[dict[str, Any]]) -> None:
+def say_series(bench: Bench, name: str, rows: list[dict[str, Any]]) -> None:
     s = summarise([r["client_ms"] for r in rows])
     over = summarise([r["client_ms"] - (r["model_ms"] or 0.0) for r in rows])
     bench.say(f"  {name:<28} n={s['n']:<4} mean {s['mean']:8.1f} ms  p50 {s['p50']:8.1f}  p95 {s['p95']:8.1f}  "
@@ -185,7 +185,7 @@ async def _latency_series(bench: Bench, local: LocalServer | None, section: str,
                                   name=name, turns=turns, warmup=bench.options.warmup,
                                   one_shot=bench.options.durability == "checkpoint")
         breakdown = None
-    _say_series(bench, name, rows)
+    say_series(bench, name, rows)
     record = series_record(name, section, loop, mode, workload, latency, server,
                            VARIANTS[variant].get("eager_activities", True) if loop == "durable" else None, rows)
     record["backend"] = bench.options.durability if loop == "durable" else None
@@ -236,85 +236,6 @@ async def tuning(bench: Bench) -> dict[str, Any]:
     return {"series": [s["name"] for s in series]}
 
 
-#: the agent configurations the overhead section measures (AgentConfig fields): name -> fields
-OVERHEAD_CONFIGS: dict[str, dict[str, Any]] = {
-    "activities": {},
-    "local-tools": {"local_tools": ["calculator"]},
-    "local-model": {"local_model": True},
-    "local-all": {"local_model": True, "local_tools": ["calculator"]},
-}
-#: what a reply turn (one model call, no tool) would measure twice: the tool settings change nothing there
-OVERHEAD_REPLY_SKIPS = ("local-tools", "local-all")
-#: the floor's shapes: (activities per Update, local); a reply turn has 1 model call, a tool turn 3 steps
-FLOOR_SHAPES = ((1, False), (3, False), (1, True), (3, True))
-FLOOR_VARIANT = "floor"  # the floor worker's task queue: LocalServer.task_queue(FLOOR_VARIANT)
-
-
-async def overhead(bench: Bench) -> dict[str, Any]:
-    """Serial turns against the reference worker in its own process on the tuned server, per agent configuration
-    (``OVERHEAD_CONFIGS``) and workload, with the instant model; then the floor of each shape
-    (``benchmarks.floor``) from a second worker process on the same server. Overhead = client latency minus the
-    model's own (read from the history, markers included)."""
-    local = bench.tuned
-    bench.model.set_latency(LatencyModel.parse(MOCK_LATENCY), seed=bench.options.seed)
-    floor = reference_worker(local.address, local.task_queue(FLOOR_VARIANT), bench.model.url, bench.run.state,
-                             namespace=local.stack.namespace, identity_prefix="bench-floor",
-                             extra_args=("--workflow", "benchmarks.floor:FloorWorkflow"), warm_line="WARM",
-                             log_dir=bench.run.logs / local.profile, env=local.stack.endpoints.env)
-    await asyncio.to_thread(floor.start)
-    series, breakdowns = [], []
-    try:
-        with bench.sampler.section("overhead", lambda: {**local.pids(), "bench (client + model)": os.getpid()}):
-            for workload_name in bench.options.workloads:
-                for name, fields in OVERHEAD_CONFIGS.items():
-                    if workload_name == "reply" and name in OVERHEAD_REPLY_SKIPS:
-                        continue
-                    workload, series_name = WORKLOADS[workload_name], f"process/{name}/{workload_name}"
-                    config = AgentConfig(model="scripted", **fields)
-                    rows, parts = await durable_series(local.client, local.task_queue(PROCESS_VARIANT), config,
-                                                       workload, name=series_name, turns=bench.options.turns,
-                                                       warmup=bench.options.warmup,
-                                                       histories_dir=bench.run.event_histories)
-                    _say_series(bench, series_name, rows)
-                    record = series_record(series_name, "overhead", "durable", "mock", workload, MOCK_LATENCY,
-                                           local.profile, True, rows)
-                    record.update(variant=name, process=True, local_tools=list(config.local_tools),
-                                  local_model=config.local_model)
-                    series.append(record)
-                    breakdowns.append({"name": series_name, "turns": parts})
-            for activities, is_local in FLOOR_SHAPES:
-                series.append(await _floor_series(bench, activities, is_local))
-    finally:
-        await asyncio.to_thread(floor.stop)
-    bench.extend("latency", series)
-    bench.extend("breakdown", breakdowns)
-    return {"series": [s["name"] for s in series]}
-
-
-async def _floor_series(bench: Bench, activities: int, is_local: bool) -> dict[str, Any]:
-    from benchmarks.floor import FloorStep, FloorWorkflow
-
-    client = bench.tuned.client
-    name = f"floor/{activities}-{'local' if is_local else 'dispatched'}"
-    wid = f"bench-{name.replace('/', '-')}-{uuid.uuid4().hex[:8]}"
-    handle = await client.start_workflow(FloorWorkflow.run, id=wid, task_queue=bench.tuned.task_queue(FLOOR_VARIANT))
-    rows = []
-    try:
-        for n in range(1, bench.options.warmup + bench.options.turns + 1):
-            started = time.perf_counter()
-            await handle.execute_update(FloorWorkflow.step, FloorStep(activities, is_local))
-            ms = (time.perf_counter() - started) * 1000.0
-            if n > bench.options.warmup:
-                rows.append({"i": n - bench.options.warmup, "client_ms": round(ms, 3), "model_ms": 0.0})
-    finally:
-        await handle.signal(FloorWorkflow.end)
-        await handle.result()
-    _say_series(bench, name, rows)
-    return {"name": name, "section": "overhead", "loop": "floor", "model_mode": None, "workload": None,
-            "model_latency": None, "server": bench.tuned.profile, "eager": True, "turns": rows, "variant": name,
-            "process": True, "floor_activities": activities, "floor_local": is_local}
-
-
 async def length(bench: Bench) -> dict[str, Any]:
     """One long conversation without and with continue-as-new; history size read after every turn."""
     out = []
@@ -341,7 +262,7 @@ async def length(bench: Bench) -> dict[str, Any]:
                 if run_id not in run_ids:
                     run_ids.append(run_id)
                 r.update(history_bytes=size, history_events=events, run_index=run_ids.index(run_id))
-            _say_series(bench, f"length/{name}", rows)
+            say_series(bench, f"length/{name}", rows)
             bench.say(f"    history at the last turn: {rows[-1]['history_bytes'] / 1024:.0f} KiB, "
                       f"{rows[-1]['history_events']} events, {len(run_ids)} run(s)")
             out.append({"name": name, "continue_as_new": f"every {every} events" if every else "server-suggested",

@@ -21,7 +21,7 @@ from typing import Any
 
 from agent import llm
 from testbed.engines.checkpoint.steps import configure_worker
-from benchmarks import checkpoint_bench, engines_bench, sections
+from benchmarks import checkpoint_bench, engines_bench, overhead, sections
 from benchmarks.options import BENCH_FOLDER, SECTION_NAMES, Bench, Options
 from harness.rundir import RunDir, command_line, machine_info
 from testbed.temporal_server import TUNED_DYNAMIC_CONFIG, temporal_binary_or_none
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 SECTIONS: dict[str, Callable[..., Any]] = {
     "table2": sections.table2,
     "tuning": sections.tuning,
-    "overhead": sections.overhead,
+    "overhead": overhead.overhead,
     "length": sections.length,
     "throughput": sections.throughput,
     "recovery": sections.recovery,
@@ -49,7 +49,8 @@ def reproduce_command(options: Options) -> str:
     return command_line("python -m benchmarks", {
         "--quick": options.quick, "--only": ",".join(options.only) or None, "--turns": options.turns,
         "--workloads": ",".join(options.workloads), "--engines": ",".join(options.engines),
-        "--engines-turns": options.engines_turns, "--model": options.model, "--model-latency": options.model_latency,
+        "--engines-turns": options.engines_turns, "--overhead-rounds": options.overhead_rounds,
+        "--overhead-load": options.overhead_load, "--model": options.model, "--model-latency": options.model_latency,
         "--durability": options.durability, "--seed": options.seed, "--out": str(options.out),
         # an external cluster's address and namespace; its TLS and API key come from the environment or a profile
         "--address": options.connection.address if options.external else None,

@@ -5,11 +5,12 @@ operation log says when the nemesis began it (its operation's invoke), when it e
 kill, when the process died (``killed_at``). Read together they show whether the faults came on time and whether
 the ones the schedule overlaps overlapped:
 
-    op, at_s (scheduled), started_s, ended_s, late_s (started - scheduled), landed_s (kills: when it died)
+    op, at_s (scheduled), started_s, ended_s, late_s (started - scheduled), landed_s (when it took effect)
 
 all in seconds since the fault phase began. A fault whose start came more than ``TOLERANCE_S`` after its time is
-``late``; a kill aimed at in-flight work begins aiming on time and lands when its target shows (``aimed``: its
-lateness is the start of aiming, ``landed_s`` the kill). A scheduled fault with no operation of its kind left is
+``late``; a kill aimed at in-flight work, a pause, a drain and a server restart begin aiming on time and land when
+their target shows (``aimed``: the lateness is the start of aiming, ``landed_s`` the blow); a partition, a slow link
+and a model outage take effect at once (``landed_s``: when the proxy or the model server had it). A scheduled fault with no operation of its kind left is
 ``started_s`` null: it never began (``injection_evidence`` says why). Operations are matched to the schedule in
 order, per kind.
 """
@@ -22,6 +23,11 @@ from harness.operations import INVOKE, Op
 
 #: how late a fault may start and still be on time (seconds)
 TOLERANCE_S = 0.1
+#: faults that wait for their target by design (besides kills aimed at in-flight work): their lateness is the
+#: start of aiming, ``landed_s`` when they struck
+AIMED = ("pause_worker", "drain_worker", "restart_server")
+#: where a completion says when the fault took effect (wall clock), in the order looked for
+LANDED = ("killed_at", "paused_at", "signalled_at", "applied_at")
 
 
 def _faults_began(ops: list[Op]) -> float | None:
@@ -54,11 +60,13 @@ def fault_timeline(record: dict[str, Any], ops: list[Op]) -> dict[str, Any]:
                        late=started - at_s > TOLERANCE_S,
                        ended_s=round(end.time - t0, 3) if end is not None else None)
             args = event.get("args") if isinstance(event.get("args"), dict) else {}
-            if event["op"] == "kill_worker" and (args.get("when", "busy") != "idle" or args.get("at")):
+            if event["op"] in AIMED or (event["op"] == "kill_worker"
+                                        and (args.get("when", "busy") != "idle" or args.get("at"))):
                 row["aimed"] = True
             value = end.value if end is not None and isinstance(end.value, dict) else {}
-            if isinstance(value.get("killed_at"), (int, float)):
-                row["landed_s"] = round(value["killed_at"] - (inv.wall - inv.time) - t0, 3)
+            landed = next((value[k] for k in LANDED if isinstance(value.get(k), (int, float))), None)
+            if landed is not None:
+                row["landed_s"] = round(landed - (inv.wall - inv.time) - t0, 3)
         rows.append(row)
     return {"faults": rows, "late": sum(1 for r in rows if r["late"]), "tolerance_s": TOLERANCE_S}
 
@@ -73,7 +81,7 @@ def lines(timeline: dict[str, Any]) -> list[str]:
             return "-" if v is None else f"{v:.2f}"
 
         note = " never began" if r["started_s"] is None else (
-            f" aimed; killed at {r['landed_s']:.2f}" if r.get("aimed") and r.get("landed_s") is not None else "")
+            f" aimed; struck at {r['landed_s']:.2f}" if r.get("aimed") and r.get("landed_s") is not None else "")
         out.append(f"{str(r['op'])[:16]:<16} {cell(r['at_s']):>9} {cell(r['started_s']):>8} {cell(r['ended_s']):>8} "
                    f"{cell(r['late_s']):>7}{' LATE' if r['late'] else ''}{note}")
     return out

@@ -31,7 +31,7 @@ import random
 import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -272,6 +272,66 @@ def check(path: Path, target: Target | None = None) -> tuple[str, list[CheckResu
     return check_saved_run(path, lambda declared: replay_target(path, declared, target))
 
 
+#: the longest an event-ended fault phase waits for a killed worker's replacement after its last fault (seconds)
+WORKERS_BACK_LIMIT_S = 20.0
+
+
+def ends_on_events(scenario: ChaosScenario) -> bool:
+    """Whether the fault phase ends when its scheduled faults have ended and every worker is back (``True``), or
+    runs the scenario's whole ``fault_s`` (a scenario with nothing scheduled, or whose faults live in the workers:
+    crash points and planted mutations act on whatever load the phase's length brings)."""
+    continuous = scenario.cluster.crash_at or scenario.cluster.mutations
+    return bool(scenario.events or scenario.random_events) and not continuous
+
+
+async def _workers_back(cluster: Any, limit_s: float) -> None:
+    """Until no worker is held down by a fault (its ``down_until`` past) and every worker process is alive again,
+    for at most ``limit_s``: the heal would otherwise cut a kill's down time short."""
+    deadline = time.monotonic() + limit_s
+    workers = list(getattr(cluster, "workers", None) or [])
+    while time.monotonic() < deadline:
+        now = time.monotonic()
+        if all(w.down_until <= now and w.process.alive for w in workers):
+            return
+        await asyncio.sleep(0.02)
+
+
+class _OwnOps:
+    """The run's operation log as one fault sees it: every record goes to the run's log; ``invoked`` keeps the
+    operations this fault began, so an error is attributed to the fault that raised it while others overlap."""
+
+    def __init__(self, history: History) -> None:
+        self._history = history
+        self.invoked: list[operations.Op] = []
+
+    def invoke(self, process: str, f: str, value: Any = None) -> operations.Op:
+        op = self._history.invoke(process, f, value)
+        self.invoked.append(op)
+        return op
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._history, name)
+
+
+async def _fault(event: NemesisEvent, fault_start: float, ctx: Any, name: str, progress: Progress,
+                 history: History, nemeses: dict[str, Callable[..., Any]]) -> None:
+    """One scheduled fault, begun at its time (``fault_start + at_s``) whatever the others are doing: faults the
+    schedule overlaps overlap. An error is recorded (``nemesis_error``); the run goes on to heal and check."""
+    wait = fault_start + event.at_s - time.monotonic()
+    if wait > 0:
+        await asyncio.sleep(wait)
+    progress(f"{name}: nemesis {event.op} {event.args}")
+    own = _OwnOps(history)
+    try:
+        await nemeses[event.op](replace(ctx, history=own) if is_dataclass(ctx) else ctx, **event.args)
+    except Exception as exc:  # recorded; the run goes on to heal and check
+        # A nemesis that raised before recording its operation injected nothing (``op_recorded`` false): the
+        # faults column and injection_evidence count it as a fault that did not happen (never as 1/1).
+        recorded = any(op.process == "nemesis" and op.f == event.op for op in own.invoked)
+        history.event("nemesis", "nemesis_error", {"op": event.op, "args": event.args, "op_recorded": recorded,
+                                                   "error": f"{type(exc).__name__}: {exc}"})
+
+
 async def drive_load(scenario: ChaosScenario, events: list[NemesisEvent], ctx: Any, cluster: Any, driver: Any,
                      phase: Callable[[str], None], progress: Progress, history: History,
                      nemeses: dict[str, Callable[..., Any]]) -> None:
@@ -301,24 +361,20 @@ async def _warm_up_faults_heal_settle(scenario: ChaosScenario, events: list[Neme
     await asyncio.sleep(scenario.warmup_s)
     phase("faults")
     fault_start = time.monotonic()
-    for event in events:
-        wait = fault_start + event.at_s - time.monotonic()
-        if wait > 0:
-            await asyncio.sleep(wait)
-        progress(f"{scenario.name}: nemesis {event.op} {event.args}")
-        before = len(history.ops())
-        try:
-            await nemeses[event.op](ctx, **event.args)
-        except Exception as exc:  # recorded; the run goes on to heal and check
-            # A nemesis that raised before recording its operation injected nothing (``op_recorded`` false): the
-            # faults column and injection_evidence count it as a fault that did not happen (never as 1/1).
-            recorded = any(op.process == "nemesis" and op.f == event.op and op.type == operations.INVOKE
-                           for op in history.ops()[before:])
-            history.event("nemesis", "nemesis_error", {"op": event.op, "args": event.args, "op_recorded": recorded,
-                                                       "error": f"{type(exc).__name__}: {exc}"})
-    remaining = fault_start + scenario.fault_s - time.monotonic()
-    if remaining > 0:
-        await asyncio.sleep(remaining)
+    faults = [asyncio.create_task(_fault(event, fault_start, ctx, scenario.name, progress, history, nemeses))
+              for event in events]
+    try:
+        await asyncio.gather(*faults)
+    finally:
+        for task in faults:  # an error or Ctrl-C: no fault outlives the phase
+            task.cancel()
+        await asyncio.gather(*faults, return_exceptions=True)
+    if ends_on_events(scenario):
+        await _workers_back(cluster, limit_s=WORKERS_BACK_LIMIT_S)
+    else:
+        remaining = fault_start + scenario.fault_s - time.monotonic()
+        if remaining > 0:
+            await asyncio.sleep(remaining)
     phase("heal")
     if ctx.driver_stop is not None:
         ctx.driver_stop()  # no new messages: settle waits only for those in flight

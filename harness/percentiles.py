@@ -33,3 +33,35 @@ def summarise(values: Sequence[float]) -> dict[str, float]:
         "p95": percentile(values, 95),
         "p99": percentile(values, 99),
     }
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+    """n, median, quartiles (q1, q3), min and max of the values that are not NaN: how much repeated measurements
+    of one figure disagree."""
+    values = [v for v in values if not math.isnan(v)]
+    s = summarise(values)
+    return {"n": s["n"], "median": s["p50"], "q1": percentile(values, 25), "q3": percentile(values, 75),
+            "min": s["min"], "max": s["max"]}
+
+
+def median_floor_ratio(turns: Sequence[dict]) -> float:
+    """One round of an overhead series (``latency.json``): the median of its turns' ``vs_floor``, each turn's
+    overhead over its paired floor turn (NaN for a series measured without a floor beside it)."""
+    return percentile([v for t in turns if (v := t.get("vs_floor")) is not None and not math.isnan(v)], 50)
+
+
+def floor_ratio_spreads(series: Sequence[dict]) -> list[dict]:
+    """The overhead section's ratios over its rounds (``latency.json``'s overhead series; ``--overhead-rounds``):
+    per agent configuration, workload and load (``load_processes``, CPU-bound processes beside it), the round
+    figures (``median_floor_ratio``) and their ``spread``, in the order the series were measured. Series paired
+    with no floor are left out."""
+    rounds: dict[tuple[str, str, int], list[float]] = {}
+    floors: dict[tuple[str, str, int], str] = {}
+    for s in series:
+        if s.get("section") != "overhead" or s.get("loop") != "durable" or not s.get("floor"):
+            continue
+        key = (str(s.get("variant")), str(s.get("workload")), int(s.get("load_processes") or 0))
+        rounds.setdefault(key, []).append(median_floor_ratio(s["turns"]))
+        floors[key] = str(s["floor"]).split("@")[0]
+    return [{"series": f"process/{v}/{w}", "floor": floors[(v, w, k)], "load_processes": k,
+             "rounds": rounds[(v, w, k)], **spread(rounds[(v, w, k)])} for v, w, k in rounds]

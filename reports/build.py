@@ -249,25 +249,28 @@ class Builder:
         self.emit_table(doc, t)
         self.emit_figure(doc, figs.plot_breakdown(series, self.fig_dir))
 
-    def _latency_section(self, doc: Doc, section: str, table: Any, figure: Any = None) -> None:
-        """A section of ``latency.json`` with the breakdown beside it: its table, and its figure if it has one."""
+    def _latency_section(self, doc: Doc, section: str, table: Any, figure: Any = None) -> list[dict[str, Any]]:
+        """A section of ``latency.json`` with the breakdown beside it: its table, and its figure if it has one;
+        the run's series (none: no data)."""
         series = self.bench_data(doc, "latency", section)
         if series is None:
-            return
+            return []
         bd = self.run.data.get("breakdown")
         t = table(series, bd)
         if t is None:
-            return
+            return []
         log.info("%s: %d series", section, len(t.df))
         self.emit_table(doc, t)
         if figure is not None:
             self.emit_figure(doc, figure(series, bd, self.fig_dir))
+        return series
 
     def tuning(self, doc: Doc) -> None:
         self._latency_section(doc, "tuning", tab.tuning, figs.plot_tuning)
 
     def overhead(self, doc: Doc) -> None:
-        self._latency_section(doc, "overhead", tab.overhead)
+        series = self._latency_section(doc, "overhead", tab.overhead)
+        self.emit_table(doc, tab.overhead_spread(series))
 
     def length(self, doc: Doc) -> None:
         series = self.bench_data(doc, "length", "length")

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.percentiles import summarise
+from harness.percentiles import floor_ratio_spreads, median_floor_ratio, summarise
 from harness.printable import printable
 from reports.sources import ChaosRun, FuzzRun, SoakRun
 from reports.confidence import FEW_FOR_P99, bootstrap_ci, with_ci
@@ -396,40 +396,72 @@ def tuning(series: list[dict[str, Any]], breakdown_series: list[dict[str, Any]] 
 
 
 def overhead(series: list[dict[str, Any]], breakdown_series: list[dict[str, Any]] | None) -> Table | None:
-    """The overhead section: per configuration and workload, the durable overhead per turn (client minus the
-    model's own), the floor of the same number of dispatches beside it, and where the time went."""
+    """The overhead section: per configuration and workload (and round and load, when the run repeated it), the
+    durable overhead per turn (client minus the model's own), the floor of the same number of dispatches beside
+    it, their ratio, and where the time went."""
     mine = [s for s in series if s["section"] == "overhead"]
     if not mine:
         return None
     by_name = {b["name"]: b for b in breakdown_series or []}
-    floors = {(s.get("floor_activities"), s.get("floor_local")): _median(column(s["turns"], "client_ms"))
+    floors = {s["name"]: _median(column(s["turns"], "client_ms")) for s in mine if s.get("loop") == "floor"}
+    # runs before the pairing measured one floor per shape after every agent series: found by shape
+    shapes = {(s.get("floor_activities"), s.get("floor_local")): floors[s["name"]]
               for s in mine if s.get("loop") == "floor"}
     rows = []
     for s in mine:
         t = s["turns"]
         over = _median(column(t, "client_ms") - np.nan_to_num(column(t, "model_ms")))
+        tags = {"load": int(s.get("load_processes") or 0), "round": int(s.get("round") or 1)}
         if s.get("loop") == "floor":
             shape = f"{s['floor_activities']} trivial activit{'y' if s['floor_activities'] == 1 else 'ies'}"
-            rows.append({"Series": s["name"], "Configuration": "floor", "Workload": shape, "n": len(t),
-                         "overhead p50": over, "floor p50": math.nan, "above floor": math.nan})
+            rows.append({"Series": s["name"], "Configuration": "floor", "Workload": shape, **tags, "n": len(t),
+                         "overhead p50": over, "floor p50": math.nan, "above floor": math.nan,
+                         "vs floor": math.nan})
             continue
-        steps = 1 if s["workload"] == "reply" else 3
-        # a tool turn's three steps (two model calls, the calculator): a floor only where all are alike
-        local_model, local_tool = bool(s.get("local_model")), bool(s.get("local_tools"))
-        shape = None if steps == 3 and local_model != local_tool else (steps, local_model)
-        floor = floors.get(shape, math.nan) if shape else math.nan
+        if "floor" in s:  # paired turn by turn: the ratio is the median of the per-turn ratios
+            floor = floors.get(s["floor"], math.nan) if s["floor"] else math.nan
+            ratio = median_floor_ratio(t)
+        else:
+            steps = 1 if s["workload"] == "reply" else 3
+            # a tool turn's three steps (two model calls, the calculator): a floor only where all are alike
+            local_model, local_tool = bool(s.get("local_model")), bool(s.get("local_tools"))
+            shape = None if steps == 3 and local_model != local_tool else (steps, local_model)
+            floor = shapes.get(shape, math.nan) if shape else math.nan
+            ratio = over / floor
         comps = component_medians(by_name[s["name"]]["turns"]) if s["name"] in by_name else {}
         rows.append({"Series": s["name"], "Configuration": s.get("variant") or DASH, "Workload": s["workload"],
-                     "n": len(t), "overhead p50": over, "floor p50": floor, "above floor": over - floor,
-                     **{f"median {k}": v for k, v in comps.items()}})
+                     **tags, "n": len(t), "overhead p50": over, "floor p50": floor, "above floor": over - floor,
+                     "vs floor": ratio, **{f"median {k}": v for k, v in comps.items()}})
     df = pd.DataFrame(rows)
     hide = tuple(c for c in df.columns if c.startswith("median "))
+    if df["load"].eq(0).all() and df["round"].eq(1).all():
+        hide += ("load", "round")
     return Table("overhead", "Durable overhead per turn with the worker in its own process (ms, median of serial "
                  "turns, instant model): client latency minus the model's own, per agent configuration (model calls "
                  "and tools dispatched or local activities); 'floor' is an Update running the same number of trivial "
-                 "activities, all dispatched or all local like the turn's steps (none for a mix), on the same server.", df,
-                 {"n": "d", "overhead p50": MS, "floor p50": MS, "above floor": MS, **{c: MS for c in hide}},
+                 "activities, all dispatched or all local like the turn's steps (none for a mix), on the same server, "
+                 "its turns interleaved with the agent's (agent, floor, agent, floor, ...); 'vs floor' is the median "
+                 "of the per-turn ratios overhead / floor (a run from before the interleaving measured the floors "
+                 "after every agent series: the ratio of the two medians). 'load': CPU-bound processes beside the "
+                 "round.", df,
+                 {"n": "d", "load": "d", "round": "d", "overhead p50": MS, "floor p50": MS, "above floor": MS,
+                  "vs floor": ".2f", **{c: MS for c in hide if c.startswith("median ")}},
                  hide=hide)
+
+
+def overhead_spread(series: list[dict[str, Any]]) -> Table | None:
+    """The overhead section's ratios over its rounds, idle and with CPU-bound processes beside it."""
+    spreads = floor_ratio_spreads([s for s in series if s["section"] == "overhead"])
+    if not spreads:
+        return None
+    df = pd.DataFrame([{"Series": s["series"], "Floor": s["floor"], "load": s["load_processes"], "rounds": s["n"],
+                        "median": s["median"], "q1": s["q1"], "q3": s["q3"], "min": s["min"], "max": s["max"]}
+                       for s in spreads])
+    return Table("overhead_spread", "Overhead / floor over the section's rounds (--overhead-rounds), per load "
+                 "(CPU-bound processes beside the round, --overhead-load): each round's figure is the median of its "
+                 "per-turn ratios, each agent turn paired with the floor turn measured right after it; median, "
+                 "quartiles and range of the rounds' figures.", df,
+                 {"load": "d", "rounds": "d", **{c: ".2f" for c in ("median", "q1", "q3", "min", "max")}})
 
 
 # ---------------------------------------------------------------- scaling, throughput, recovery, resources, micro

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.conftest import temporal_server_pids
@@ -67,6 +68,18 @@ def test_quick_benchmark_then_report_from_the_saved_run(tmp_path: Path) -> None:
                              "process/local-tools/tool", "process/local-model/tool", "process/local-all/tool",
                              "floor/1-dispatched", "floor/3-dispatched", "floor/1-local", "floor/3-local"}
     assert all(len(s["turns"]) == 3 for s in overhead.values())
+    # Each series whose steps are alike is paired with the floor of its shape, turn by turn; a mix has no floor.
+    assert {n: s["floor"] for n, s in overhead.items() if s["loop"] == "durable"} == {
+        "process/activities/reply": "floor/1-dispatched", "process/local-model/reply": "floor/1-local",
+        "process/activities/tool": "floor/3-dispatched", "process/local-all/tool": "floor/3-local",
+        "process/local-tools/tool": None, "process/local-model/tool": None}
+    for name, s in overhead.items():
+        if s.get("floor"):
+            floor_ms = {t["i"]: t["client_ms"] for t in overhead[s["floor"]]["turns"]}
+            assert overhead[s["floor"]]["paired_with"] == name
+            assert [t["floor_ms"] for t in s["turns"]] == [floor_ms[t["i"]] for t in s["turns"]]
+            assert all(t["vs_floor"] > 0 for t in s["turns"])
+    assert {(s["round"], s["load_processes"]) for s in overhead.values()} == {(1, 0)}
 
     breakdown = {s["name"]: s["turns"] for s in json.loads((run_dir / "breakdown.json").read_text())["series"]}
     for turn in breakdown["process/local-all/tool"]:  # the whole turn in one task: two model calls and the tool
@@ -91,6 +104,39 @@ def test_quick_benchmark_then_report_from_the_saved_run(tmp_path: Path) -> None:
     for name in ("report.md", "table2.csv", "table2.tex", "breakdown.csv", "length.csv", "overhead.csv"):
         assert (tmp_path / "out" / name).exists(), name
     assert "\\toprule" in (tmp_path / "out" / "table2.tex").read_text()
+
+
+def _cpu_hogs_of_this_interpreter() -> set[int]:
+    """The CPU-bound processes (benchmarks.load) started by this interpreter's benchmark runs."""
+    from benchmarks.load import HOG
+
+    return {p.pid for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == [sys.executable, "-c", HOG]}
+
+
+@pytest.mark.background  # a benchmark run in a subprocess: in the second pytest (conftest)
+def test_overhead_rounds_idle_and_loaded_are_named_apart_and_leave_no_process(tmp_path: Path) -> None:
+    before = _cpu_hogs_of_this_interpreter()
+    out = bench("--quick", "--only", "overhead", "--workloads", "reply", "--turns", "2", "--overhead-rounds", "2",
+                "--overhead-load", "1", "--out", str(tmp_path / "runs"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert _cpu_hogs_of_this_interpreter() <= before, "a CPU-bound process was left running"
+    run_dir = (tmp_path / "runs" / "bench" / "latest").resolve()
+    assert_valid(run_dir)
+    record = json.loads((run_dir / "run.json").read_text())
+    assert "--overhead-rounds 2 --overhead-load 1" in record["reproduce"]
+    series = json.loads((run_dir / "latency.json").read_text())["series"]
+    agents = {(s["name"], s["round"], s["load_processes"], s["floor"]) for s in series if s["loop"] == "durable"}
+    assert agents == {(f"process/{c}/reply{suffix}", r, k, f"floor/1-{kind}{suffix}")
+                      for c, kind in (("activities", "dispatched"), ("local-model", "local"))
+                      for r, k, suffix in ((1, 0, ""), (1, 1, "@load1-r1"), (2, 0, "@idle-r2"), (2, 1, "@load1-r2"))}
+    assert len({s["name"] for s in series}) == len(series) == 16
+    # Progress shows the spread, idle and loaded side by side; the report has it as a table.
+    assert "idle" in out.stderr and "1 CPU-bound" in out.stderr
+    report = subprocess.run([sys.executable, "-m", "reports", "--runs", str(tmp_path / "runs"), "--out",
+                             str(tmp_path / "out")], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert report.returncode == 0, report.stderr[-3000:]
+    spread = (tmp_path / "out" / "overhead_spread.csv").read_text().splitlines()
+    assert spread[0].startswith("Series,Floor,load,rounds,median") and len(spread) == 5  # 2 series x 2 loads
 
 
 def test_unknown_section_is_refused_with_the_list() -> None:

@@ -43,7 +43,7 @@ def test_an_aimed_kill_is_on_time_when_aiming_began_and_says_when_it_landed() ->
     aimed, idle = fault_timeline(record, ops)["faults"]
     assert aimed["late"] is False and aimed["aimed"] is True and aimed["landed_s"] == 2.0
     assert idle["late"] is False and "aimed" not in idle
-    assert "aimed; killed at 2.00" in "\n".join(lines(fault_timeline(record, ops)))
+    assert "aimed; struck at 2.00" in "\n".join(lines(fault_timeline(record, ops)))
 
 
 def test_a_run_with_no_schedule_or_no_fault_phase_claims_nothing() -> None:

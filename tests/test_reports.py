@@ -25,6 +25,19 @@ def _series(name, section, loop, mode, workload, latency, client, model, server=
                       for i, (c, m) in enumerate(zip(client, model))]}
 
 
+def _paired(suffix, load, ratios):
+    """An overhead series of the tool workload and its floor, paired turn by turn: each turn's ratio given."""
+    agent = {**_series(f"process/activities/tool{suffix}", "overhead", "durable", "mock", "tool", "fixed:0",
+                       [60, 62, 64], [10, 10, 10], "tuned", True), "variant": "activities", "local_model": False,
+             "local_tools": [], "floor": f"floor/3-dispatched{suffix}", "round": 1, "load_processes": load}
+    for t, floor_ms, ratio in zip(agent["turns"], [40, 41, 42], ratios):
+        t.update(floor_ms=floor_ms, vs_floor=ratio)
+    floor = {**_series(f"floor/3-dispatched{suffix}", "overhead", "floor", None, None, None, [40, 41, 42],
+                       [0, 0, 0], "tuned", True), "floor_activities": 3, "floor_local": False,
+             "paired_with": agent["name"], "round": 1, "load_processes": load}
+    return agent, floor
+
+
 def _bd_turn(i, client, rtt, wss, wex, ass, aex, model, other):
     return {"i": i, "client_ms": client, "server_ms": client - rtt, "client_rtt_ms": rtt,
             "wft_sched_to_start_ms": wss, "wft_exec_ms": wex, "act_sched_to_start_ms": ass, "act_exec_ms": aex,
@@ -68,6 +81,9 @@ def write_bench(run: Path, *, status="complete", files=None, started="2026-11-22
                        True), "floor_activities": 1, "floor_local": False},
             {**_series("floor/1-local", "overhead", "floor", None, None, None, [8, 9, 10], [0, 0, 0], "tuned",
                        True), "floor_activities": 1, "floor_local": True},
+            # Paired turn by turn (runs since the interleaving): the ratio is the median of the per-turn ratios,
+            # and a loaded round is a row of its own in the spread.
+            *_paired("", 0, [1.1, 1.3, 1.2]), *_paired("@load2-r1", 2, [1.5, 1.7, 1.6]),
         ]},
         "breakdown": {"series": [
             {"name": "durable/mock/reply", "turns": [_bd_turn(i, 10 + 2 * i, 2, 3, 2, 1, 2, 1, 1 + i)
@@ -355,6 +371,13 @@ def test_breakdown_tuning_micro_numbers(built):
     assert overhead.loc["process/activities/reply", "overhead p50"] == pytest.approx(22.0)
     assert overhead.loc["process/activities/reply", "above floor"] == pytest.approx(22.0 - 16.0)
     assert overhead.loc["process/local-model/reply", "above floor"] == pytest.approx(12.0 - 9.0)
+    assert overhead.loc["process/activities/reply", "vs floor"] == pytest.approx(22.0 / 16.0)  # before pairing
+    paired = overhead.loc["process/activities/tool"]
+    assert (paired["floor p50"], paired["vs floor"], paired["load"]) == (41.0, pytest.approx(1.2), 0)
+    assert overhead.loc["process/activities/tool@load2-r1", "vs floor"] == pytest.approx(1.6)
+    spread = pd.read_csv(built["out"] / "overhead_spread.csv").set_index("load")
+    assert list(spread["Series"]) == ["process/activities/tool"] * 2 and set(spread["Floor"]) == {"floor/3-dispatched"}
+    assert spread.loc[0, "median"] == pytest.approx(1.2) and spread.loc[2, "median"] == pytest.approx(1.6)
 
 
 def test_table1_verdicts(built):

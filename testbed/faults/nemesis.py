@@ -7,6 +7,13 @@ worker's cache, bytes dropped by a proxy, requests the model refused). A fault
 with no evidence hit nothing; the evidence checker will not let a run whose
 faults all hit nothing pass.
 
+Faults run at their scheduled times, each in its own task (``chaos.runner``), so two may overlap. A partition,
+a slow link and a model outage take effect at once and then read what was in flight (``applied_at``); what
+overlapping faults share is counted in the context (``downs``: a link stays down until the last ``down`` partition
+of it ends; ``model_rules``: overlapping model outages are in force together; ``paused``: an aimed kill never thaws
+a worker a pause holds), and toxics are named per operation.
+A kill aimed at in-flight work, a pause, a drain and a server restart wait for their target by design.
+
 A kill can be *aimed* (``kill_worker``): at a worker running a given activity
 (``activity``: ``"model"``, ``"tool"`` for any other activity, or an activity
 type's own name such as ``append_file``), at a worker holding a workflow task
@@ -40,7 +47,7 @@ import asyncio
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timezone
 from typing import Any
 
@@ -73,6 +80,13 @@ class NemesisContext:
     ledger: Path | None = None
     #: the conversations' continue-as-new threshold in history events, where the backend knows it (0: unknown)
     continue_as_new_events: int = 0
+    #: what overlapping faults share (faults run at their scheduled times, so two may hold the same link or the
+    #: model at once): per proxy, how many ``down`` partitions hold it down; the model's fault rules in force
+    downs: dict[int, int] = field(default_factory=dict)
+    model_rules: list[FaultRule] = field(default_factory=list)
+    #: workers a ``pause_worker`` holds frozen: an aimed kill that freezes one to check its aim and finds nothing
+    #: leaves it frozen (thawing it would cut the pause short)
+    paused: set[str] = field(default_factory=set)
 
     @property
     def client(self) -> Client | None:
@@ -159,6 +173,16 @@ async def _wait_for_in_flight(ctx: NemesisContext, activity: str | None, timeout
     return []
 
 
+async def _in_flight_now(ctx: NemesisContext, limit_s: float = 1.0) -> list[dict[str, Any]]:
+    """What is running on live workers now, read once (at most ``limit_s``): the evidence of a fault that starts
+    on time rather than waiting for work to hit."""
+    try:
+        running = await asyncio.wait_for(in_flight(ctx), limit_s)
+    except Exception:  # the server is unreachable, say: nothing observable
+        return []
+    return [a for a in running if _worker_of(ctx, a["worker"])]
+
+
 async def _aimed_running(ctx: NemesisContext, activity: str | None) -> tuple[list[dict[str, Any]], str]:
     """(the activities ``activity`` aims at, running on live workers, where that was read: the effect ledger where
     this process can read it and it names the live workers, else the engine's ``running`` or Temporal)."""
@@ -224,7 +248,8 @@ async def _freeze_then_kill(ctx: NemesisContext, identity: str, down_s: float,
         except Exception:  # the server is down, say: the aim cannot be confirmed
             evidence = []
         if not evidence:
-            proc.resume()
+            if name not in ctx.paused:
+                proc.resume()
             return None
         snapshot = None
         if ctx.client is not None:
@@ -508,7 +533,11 @@ async def pause_worker(ctx: NemesisContext, pause_s: float = 6.0, wait_s: float 
     async with w.held() as proc:
         proc.pause()
         paused_at = time.time()
-    await asyncio.sleep(pause_s)
+        ctx.paused.add(victim)
+    try:
+        await asyncio.sleep(pause_s)
+    finally:
+        ctx.paused.discard(victim)
     async with w.held() as proc:
         proc.resume()
         resumed_at = time.time()
@@ -564,22 +593,27 @@ async def partition(ctx: NemesisContext, link: str = "temporal", mode: str = "bl
     proxy = ctx.stack.server_proxy if link == "temporal" else ctx.stack.model_proxy
     assert proxy is not None
     op = ctx.history.invoke("nemesis", "partition", {"link": link, "mode": mode, "duration_s": duration_s})
-    running = await _wait_for_in_flight(ctx, None, 10.0)
     before = proxy.stats()
+    name = f"partition_{mode}_{op.index}"  # unique: an overlapping partition of the same link keeps its own
     if mode == "down":
+        ctx.downs[id(proxy)] = ctx.downs.get(id(proxy), 0) + 1
         proxy.disable()
     else:
-        proxy.add_toxic(Toxic(kind=mode, toxicity=toxicity, name=f"partition_{mode}"))
-    await asyncio.sleep(duration_s)
+        proxy.add_toxic(Toxic(kind=mode, toxicity=toxicity, name=name))
+    applied_at = time.time()
+    running = await _in_flight_now(ctx)  # on time first; then what it caught
+    await asyncio.sleep(max(0.0, applied_at + duration_s - time.time()))
     after = proxy.stats()
     if mode == "down":
-        proxy.enable()
+        ctx.downs[id(proxy)] -= 1
+        if not ctx.downs[id(proxy)]:  # the last one holding the link down
+            proxy.enable()
     else:
-        proxy.remove_toxic(f"partition_{mode}")
+        proxy.remove_toxic(name)
     dropped = {k: after.get(k, 0) - before.get(k, 0) for k in ("blackholed_bytes", "dropped_bytes", "resets", "refused_while_down")
                if isinstance(after.get(k), int) and after.get(k, 0) - before.get(k, 0) > 0}
     evidence = ([{"in_flight": a} for a in running] + ([{"proxy": dropped}] if dropped else [])) if (running or dropped) else []
-    value = {"link": link, "mode": mode, "evidence": evidence, "proxy_delta": dropped}
+    value = {"link": link, "mode": mode, "evidence": evidence, "proxy_delta": dropped, "applied_at": applied_at}
     ctx.history.complete(op, OK, value)
     return value
 
@@ -592,22 +626,24 @@ async def degrade_link(ctx: NemesisContext, link: str = "temporal", latency_ms: 
     assert proxy is not None
     op = ctx.history.invoke("nemesis", "degrade_link", {"link": link, "latency_ms": latency_ms, "jitter_ms": jitter_ms,
                                                         "rate_kbps": rate_kbps, "stream": stream})
-    running = await _wait_for_in_flight(ctx, None, 10.0)
     before = proxy.stats()
-    names = [f"degrade_latency_{stream}"]
+    names = [f"degrade_latency_{stream}_{op.index}"]  # unique: an overlapping fault of the same link keeps its own
     await asyncio.to_thread(proxy.add_toxic, Toxic(kind="latency", stream=stream, latency_ms=latency_ms,
                                                    jitter_ms=jitter_ms, toxicity=toxicity, name=names[0]))
     if rate_kbps > 0:
-        names.append(f"degrade_bandwidth_{stream}")
+        names.append(f"degrade_bandwidth_{stream}_{op.index}")
         await asyncio.to_thread(proxy.add_toxic, Toxic(kind="bandwidth", stream=stream, rate_kbps=rate_kbps,
                                                        toxicity=toxicity, name=names[1]))
-    await asyncio.sleep(duration_s)
+    applied_at = time.time()
+    running = await _in_flight_now(ctx)
+    await asyncio.sleep(max(0.0, applied_at + duration_s - time.time()))
     for name in names:
         await asyncio.to_thread(proxy.remove_toxic, name)
     after = proxy.stats()
     moved = sum(after.get(k, 0) - before.get(k, 0) for k in ("bytes_upstream", "bytes_downstream"))
     evidence = [{"in_flight": a} for a in running] + ([{"bytes_delayed": moved}] if moved else [])
-    value = {"link": link, "evidence": evidence if running or moved else [], "bytes_through": moved}
+    value = {"link": link, "evidence": evidence if running or moved else [], "bytes_through": moved,
+             "applied_at": applied_at}
     ctx.history.complete(op, OK, value)
     return value
 
@@ -615,7 +651,8 @@ async def degrade_link(ctx: NemesisContext, link: str = "temporal", latency_ms: 
 async def restart_server(ctx: NemesisContext, down_s: float = 3.0) -> dict[str, Any]:
     """SIGKILL the Temporal server and start it again from its database file."""
     op = ctx.history.invoke("nemesis", "restart_server", {"down_s": down_s})
-    running = await _wait_for_in_flight(ctx, None, 10.0)
+    running = await _wait_for_in_flight(ctx, None, 10.0)  # aimed: a restart with work in flight
+    killed_at = time.time()
     await asyncio.to_thread(ctx.stack.server.kill)
     await asyncio.sleep(down_s)
     try:
@@ -623,7 +660,7 @@ async def restart_server(ctx: NemesisContext, down_s: float = 3.0) -> dict[str, 
     except Exception as exc:
         ctx.history.complete(op, INFO, {"evidence": running}, error=f"{type(exc).__name__}: {exc}")
         raise
-    value = {"evidence": running, "pid": ctx.stack.server.pid}
+    value = {"evidence": running, "pid": ctx.stack.server.pid, "killed_at": killed_at}
     ctx.history.complete(op, OK, value)
     return value
 
@@ -637,11 +674,15 @@ async def model_outage(ctx: NemesisContext, status: int = 503, duration_s: float
     # A hung request is dropped when the outage ends (as a dead API's connections eventually are).
     rule = FaultRule(mode=mode, status=status) if mode == "status" else \
         FaultRule(mode=mode, hang_s=duration_s) if mode == "hang" else FaultRule(mode=mode)
-    await asyncio.to_thread(ctx.stack.set_model_faults, [rule])
+    ctx.model_rules.append(rule)
+    await asyncio.to_thread(ctx.stack.set_model_faults, list(ctx.model_rules))
+    applied_at = time.time()
     await asyncio.sleep(duration_s)
-    await asyncio.to_thread(ctx.stack.set_model_faults, [])
+    ctx.model_rules.remove(rule)  # an overlapping outage's rule stays in force
+    await asyncio.to_thread(ctx.stack.set_model_faults, list(ctx.model_rules))
     hits = (await asyncio.to_thread(model.stats))["faults_applied"].get(mode, 0) - before
-    value = {"mode": mode, "requests_refused": hits, "evidence": [{"model_requests_faulted": hits}] if hits else []}
+    value = {"mode": mode, "requests_refused": hits, "evidence": [{"model_requests_faulted": hits}] if hits else [],
+             "applied_at": applied_at}
     ctx.history.complete(op, OK, value)
     return value
 
