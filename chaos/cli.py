@@ -106,11 +106,12 @@ def _seeds(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _out_and_target(p: argparse.ArgumentParser, parallel: int | None = None) -> None:
+def _out_and_target(p: argparse.ArgumentParser, parallel: int | None = None, what: str = "scenarios") -> None:
     add_out(p, "<scenario>")
     if parallel is not None:
         p.add_argument("--parallel", type=int, default=parallel,
-                       help=f"scenarios run at once, each its own cluster (default {parallel})")
+                       help=f"{what} run at once, each its own cluster (default {parallel}"
+                            + (f": one per core, at most {suite.MAX_PARALLEL}" if what == "seeds" else "") + ")")
     p.add_argument("--target", type=Path, help="a target TOML file: your own agent (default: the reference "
                                                "agent; see docs/your-agent.md)")
 
@@ -190,12 +191,17 @@ def _suite_command(sub: Any) -> None:
 
 
 def _soak_command(sub: Any) -> None:
-    p = sub.add_parser("soak", help="one scenario over many seeds, one after another; the verdict distribution; "
-                                    "exit 1 unless every seed passed")
+    p = sub.add_parser("soak", help="one scenario over many seeds, --parallel at a time, in their order; the "
+                                    "verdict distribution; exit 1 unless every seed passed")
     p.add_argument("scenarios", nargs=1, metavar="SCENARIO", help=f"a name: {', '.join(SCENARIOS)}")
     p.add_argument("--seeds", type=_seeds, default=_seeds(DEFAULT_SEEDS),
                    help=f"the seeds: ranges and single seeds, e.g. 1-100 or 1-20,25,30-32 (default {DEFAULT_SEEDS})")
-    _out_and_target(p)
+    _out_and_target(p, suite.default_parallel(), "seeds")
+    p.add_argument("--cluster-per-seed", action="store_true",
+                   help="start and stop a Temporal server for every seed (default: the reference agent's seeds "
+                        "share one warm server per --parallel lane, each seed with its own task queue, workers, "
+                        "model server and proxies, its workflows terminated at its end; seeds that restart or "
+                        "partition the server always have their own)")
     _engine_options(p)
     _cluster(p)
     _ci_options(p, "soak")

@@ -229,7 +229,9 @@ async def _run(scenario: ChaosScenario, engine: Engine, seed: int, progress: Pro
 
     rec.before_ending = stop_recording
     phase("setup")
-    async with cluster(engine.stack_spec(scenario, run_dir, seed, history, ui)) as s:
+    spec = engine.stack_spec(scenario, run_dir, seed, history, ui)
+    spec.kill_server_at_exit = True  # the histories are saved before the stack ends: no graceful stop to wait for
+    async with cluster(spec) as s:
         if s.server is not None and getattr(s.server, "ui_url", None):
             progress(f"{name}: Temporal Web UI at {s.server.ui_url}/namespaces/{s.namespace}/workflows")
         driver = engine.make_driver(s, history, scenario, seed)
@@ -249,7 +251,8 @@ async def _run(scenario: ChaosScenario, engine: Engine, seed: int, progress: Pro
     stop_recording()
     progress(f"{name}: checking")
     rec.doing = "checking"
-    return check(run_dir.path, engine.target)  # the target this run was given
+    # off the event loop: the runs side by side with this one (a suite's, a soak's) go on meanwhile
+    return await asyncio.to_thread(check, run_dir.path, engine.target)  # the target this run was given
 
 
 def _target_record(scenario: ChaosScenario, engine: Engine) -> dict[str, Any]:

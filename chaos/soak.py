@@ -1,18 +1,20 @@
-"""``python -m chaos soak SCENARIO --seeds 1-100``: one scenario over many seeds, one after another.
+"""``python -m chaos soak SCENARIO --seeds 1-100``: one scenario over many seeds, ``--parallel`` at a time.
 
 The soak is a caller of the runner: each seed is an ordinary run (``chaos.runner.run_captured``) with its own
-run directory under ``--out``, exactly as ``python -m chaos run SCENARIO --seed N`` makes it. A run that raises
+run directory under ``--out`` and its own cluster, exactly as ``python -m chaos run SCENARIO --seed N`` makes it;
+seeds start in their order, ``--parallel`` of them side by side (default: one per core, ``chaos.suite``). A run that raises
 (a worker dying at setup, a port clash, a harness bug) is recorded ``failed`` in its own run directory and
 counts as ``error``; the soak goes on. Ctrl-C (or SIGTERM) stops it, keeping what it did.
 
 The soak's own run directory, ``<out>/soak-<scenario>/<UTC stamp>/`` (kind ``soak``), holds ``run.json`` and
-``soak.json``: one row per seed finished, and the verdict distribution, rewritten after every seed
+``soak.json``: one row per seed finished (in the seeds' order), and the verdict distribution, rewritten after every seed
 (``RUN_DIRECTORY.md``), and the CI files (``chaos.ci``): ``summary.json`` and ``junit.xml`` (or where
 ``--summary`` / ``--junit`` say). The exit status is 0 only when every seed passed.
 """
 
 from __future__ import annotations
 
+import copy
 import sys
 import time
 from collections.abc import Callable
@@ -21,12 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from chaos import ci
-from chaos.runner import ERROR, Outcome, run_captured, skip_reason
+from chaos.generator import schedule
+from chaos.runner import ERROR, Outcome, run_captured, skip_reason, unavailable_nemeses
 from chaos.seeds import format_seeds
 from harness.printable import printable
 from harness.rundir import SCHEMA, RunDir, command_line, machine_info
 from harness.verdict import FAIL, PASS, UNKNOWN
 from testbed.cli_options import progress
+from testbed.stack import WarmTemporal
 
 #: the verdicts a soak counts, in the order it shows them
 OUTCOMES = (PASS, FAIL, UNKNOWN, ERROR)
@@ -57,7 +61,7 @@ class SoakRecord:
         from testbed.temporal_server import temporal_binary_or_none
 
         self.label, self.seeds, self.outcomes = label, seeds, []
-        self.interrupted_seed: int | None = None
+        self.interrupted_seeds: list[int] = []
         self.started = time.monotonic()
         self.dir = RunDir.create(Path(out_root) / f"{SOAK_PREFIX}{label}")
         self.ci = ci.CiRecord("soak", f"chaos soak {label}", [(label, s) for s in seeds],
@@ -73,7 +77,9 @@ class SoakRecord:
         return self.dir.path
 
     def add(self, outcome: Outcome) -> None:
+        """A seed ended; the outcomes stay in the soak's seed order, however the seeds side by side finished."""
         self.outcomes.append(outcome)
+        self.outcomes.sort(key=lambda o: self.seeds.index(o.seed))
         self.ci.ended(outcome)
         self.save()
 
@@ -84,31 +90,35 @@ class SoakRecord:
             "done": done, "wall_s": round(time.monotonic() - self.started, 1),
             "distribution": distribution(self.outcomes), "percent": percentages(self.outcomes),
             "all_passed": bool(done) and done == len(self.seeds) and all(o.verdict == PASS for o in self.outcomes),
-            "interrupted_seed": self.interrupted_seed,
+            "interrupted_seeds": self.interrupted_seeds,
             "runs": [o.as_row() for o in self.outcomes]})
 
     def finish(self, exc: BaseException | None = None) -> None:
         """The soak ended: ``complete``, or as ``exc`` ends a run (``RunDir.end_with``: stopped, or failed)
-        during ``interrupted_seed``; its CI files say the same."""
+        during ``interrupted_seeds``; its CI files say the same."""
         wall_s = time.monotonic() - self.started
         if exc is None:
             self.dir.finish("complete", wall_s)
         else:
-            self.dir.end_with(exc, wall_s, f"seed {self.interrupted_seed}" if self.interrupted_seed is not None
-                              else None)
+            self.dir.end_with(exc, wall_s, during(self.interrupted_seeds) or None)
         self.ci.finish(self.dir.run["status"])
         self.save()
 
 
+def during(seeds: list[int]) -> str:
+    """``seed 3``, ``seeds 3, 4``: the seeds that were running (``""``: none)."""
+    return f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}" if seeds else ""
+
+
 def summary(label: str, seeds: list[int], outcomes: list[Outcome], wall_s: float, soak_dir: Path,
-            interrupted_seed: int | None = None, how: str = "interrupted") -> str:
+            interrupted_seeds: list[int] | None = None, how: str = "interrupted") -> str:
     """The verdict distribution, then every seed that did not pass: what went wrong, how to reproduce, where (each
     line ``printable``).
-    ``how``: how the soak was stopped during ``interrupted_seed`` (``interrupted``, ``terminated``)."""
+    ``how``: how the soak was stopped during ``interrupted_seeds`` (``interrupted``, ``terminated``)."""
     dist, pct = distribution(outcomes), percentages(outcomes)
     done = len(outcomes)
     lines = [f"soak {label}: {done} of {len(seeds)} seed(s) in {wall_s:.0f}s"
-             + (f" ({how} during seed {interrupted_seed})" if interrupted_seed is not None else ""), ""]
+             + (f" ({how} during {during(interrupted_seeds)})" if interrupted_seeds else ""), ""]
     lines.append(f"  {'verdict':<8} {'seeds':>5} {'%':>6}")
     for v in OUTCOMES:
         lines.append(f"  {v:<8} {dist[v]:>5} {pct[v]:>6.1f}")
@@ -128,36 +138,76 @@ def summary(label: str, seeds: list[int], outcomes: list[Outcome], wall_s: float
     return "\n".join(printable(line) for line in lines)
 
 
+def own_cluster_because(engine: Any) -> str | None:
+    """Why ``engine``'s runs cannot share a warm server (None: they can): only the reference agent's worker
+    processes on the embedded server take the task queue each run is given there."""
+    if engine.name != "temporal" or not getattr(engine.target, "is_reference", False):
+        return "not the reference agent on Temporal"
+    if engine.external:
+        return "an external cluster"
+    if getattr(engine, "workers", "process") != "process":
+        return "workers in containers"
+    return None
+
+
+#: faults aimed at the server itself (``chaos.generator``'s menu): a run with one has a server of its own
+SERVER_FAULTS = {("restart_server", None), ("partition", "temporal")}
+
+
+def seed_needs_own_cluster(engine: Any, scenario: Any, seed: int) -> bool:
+    """Whether this seed's schedule (``chaos.generator.schedule``, as the run will draw it) restarts or partitions
+    the server: it runs on a cluster of its own, not on the lane's warm one."""
+    events = schedule(scenario.events, scenario.random_events, scenario.fault_s, seed, unavailable_nemeses(engine))
+    return any((e.op, None) in SERVER_FAULTS or (e.op, e.args.get("link")) in SERVER_FAULTS for e in events)
+
+
 async def soak(label: str, scenario: Any, engine: Any, seeds: list[int], out_root: Path, *,
                reproduce: str, say: Callable[[str], None], verbose: bool = False,
-               ci_files: dict[str, Any] | None = None) -> int:
-    """Run ``scenario`` once per seed, in order; print progress and the summary; 0 only if every seed passed.
-    Ctrl-C (SIGTERM): the soak's directory ends ``interrupted`` (``terminated``) with the seeds it finished, the
-    summary is printed and the interrupt propagates. ``ci_files``: ``summary`` and ``junit`` paths (default:
-    in the soak's directory), ``shard`` (``K/N``) and ``all_items`` (every shard's seeds), for ``chaos.ci``."""
+               ci_files: dict[str, Any] | None = None, parallel: int = 1, warm: bool = True) -> int:
+    """Run ``scenario`` once per seed, ``parallel`` seeds at a time (``chaos.suite.in_lanes``), taken in order;
+    print progress and the summary; 0 only if every seed passed. Ctrl-C (SIGTERM): the soak's directory ends
+    ``interrupted`` (``terminated``) with the seeds it finished, the summary is printed and the interrupt
+    propagates. ``ci_files``: ``summary`` and ``junit`` paths (default: in the soak's directory), ``shard``
+    (``K/N``) and ``all_items`` (every shard's seeds), for ``chaos.ci``."""
+    from chaos.suite import in_lanes, warm_fork_server
+
+    warm = warm and not own_cluster_because(engine)
     record = SoakRecord(out_root, label, seeds, reproduce, ci_files or {}, scenario=asdict(scenario),
-                        backend=engine.record())
-    say(f"soak {label}: {len(seeds)} seed(s) -> {record.path}")
-    current: int | None = None
+                        backend=engine.record(), parallel=parallel, warm_cluster=warm)
+    say(f"soak {label}: {len(seeds)} seed(s)" + (f", {parallel} at a time" if parallel > 1 else "")
+        + (", on warm Temporal servers" if warm else "") + f" -> {record.path}")
+    warm_fork_server([engine])
+    running: dict[int, int] = {}  # seed -> its place in the soak (1-based), while it runs
+    servers = [WarmTemporal(record.dir.logs / f"temporal-lane{n + 1}.log") for n in range(max(1, parallel))]
+
+    async def one(lane: int, i: int, seed: int) -> None:
+        running[seed] = i
+        say(f"seed {i}/{len(seeds)} (seed {seed}): {label} starting")
+        own = seed_needs_own_cluster(engine, scenario, seed)
+        # a copy per run: an engine keeps a run's own fields (ReferenceOnTemporal's readiness check)
+        o = await run_captured(label, scenario, copy.copy(engine), seed=seed, out_root=out_root,
+                               progress=say if verbose else (lambda s: None),
+                               on_run_dir=lambda p: record.ci.running(label, seed, p),
+                               **({"cluster": servers[lane]} if warm and not own else {}))
+        record.add(o)
+        del running[seed]
+        say(f"seed {i}/{len(seeds)} (seed {seed}): {o.verdict.upper()} in {o.wall_s:.0f}s -> "
+            f"{o.run_dir or '(no run directory)'}   [{tally(record.outcomes)}]")
+        for line in o.lines():
+            say(f"  seed {seed} {line}")
+
     try:
-        for i, seed in enumerate(seeds, 1):
-            current = seed
-            say(f"seed {i}/{len(seeds)} (seed {seed}): {label} starting")
-            o = await run_captured(label, scenario, engine, seed=seed, out_root=out_root,
-                                   progress=say if verbose else (lambda s: None),
-                                   on_run_dir=lambda p, seed=seed: record.ci.running(label, seed, p))
-            record.add(o)
-            current = None
-            say(f"seed {i}/{len(seeds)} (seed {seed}): {o.verdict.upper()} in {o.wall_s:.0f}s -> "
-                f"{o.run_dir or '(no run directory)'}   [{tally(record.outcomes)}]")
-            for line in o.lines():
-                say(f"  seed {seed} {line}")
+        try:
+            await in_lanes(seeds, parallel, one)
+        finally:
+            for server in servers:
+                await server.close()
     except BaseException as exc:
-        record.interrupted_seed = current
+        record.interrupted_seeds = sorted(running, key=running.__getitem__)
         record.finish(exc)
         print()
-        print(summary(label, seeds, record.outcomes, time.monotonic() - record.started, record.path, current,
-                      record.dir.run["status"]), flush=True)
+        print(summary(label, seeds, record.outcomes, time.monotonic() - record.started, record.path,
+                      record.interrupted_seeds, record.dir.run["status"]), flush=True)
         print(f"CI files: {record.ci.paths()}", flush=True)
         raise
     record.finish()
@@ -189,4 +239,5 @@ async def run_soak(args: Any, target: Any, connection: Any = None) -> int:
     return await soak(label, scenario, engine, seeds, args.out, reproduce=reproduce,
                       say=progress(time.monotonic()), verbose=args.verbose,
                       ci_files={"summary": args.summary, "junit": args.junit, "shard": spec,
-                                "all_items": [(label, s) for s in args.seeds]})
+                                "all_items": [(label, s) for s in args.seeds]}, parallel=args.parallel,
+                      warm=not args.cluster_per_seed)

@@ -3,6 +3,7 @@ running them side by side, each through the one run lifecycle (``chaos.runner.ru
 table at the end.
 
     jobs(args, ...)       the (label, scenario, backend) a ``run``, ``suite`` or ``soak`` command names
+    in_lanes(items, ...)  run items ``--parallel`` at a time, in their order: the one scheduler of the suite and the soak
     run_many(items, ...)  run them (``--parallel`` at a time), each its own cluster; print the table; 0 if all passed
     suite(args, ...)      the CI suite, or one shard of it, with its summary JSON and JUnit XML (``chaos.ci``)
 
@@ -14,9 +15,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import dataclasses
+import os
 import sys
 import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +49,10 @@ TWIN_SUFFIXES = {CHECKPOINT_SUFFIX: "checkpoint", "@dbos": "dbos", "@dbos-postgr
 #: what "the Temporal server" and "the workers' link to Temporal" of a scenario are on another engine
 STAND_INS = {"dbos-postgres": ": the server is PostgreSQL, the link the workers' to it",
              "restate": ": the server is restate-server, the link the server's to the endpoint"}
+#: the most runs ``default_parallel`` puts side by side
+MAX_PARALLEL = 4
+#: threads a run may keep busy at once (``asyncio.to_thread``: its check, its cluster's stop, a nemesis, a heal)
+THREADS_PER_LANE = 4
 #: what ``python -m chaos suite`` runs by default: every scenario on Temporal, and the checkpoint engine's twins
 SUITE_ENGINES = ("temporal", "checkpoint")
 
@@ -156,6 +165,49 @@ def jobs(args: argparse.Namespace, target: Any, connection: Any = None) -> list[
     return jobs
 
 
+def default_parallel() -> int:
+    """Runs at once where the user does not say: one per core this process may use, at most ``MAX_PARALLEL`` (the
+    runs share this process's one event loop: their loads, nemeses and fault proxies)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_PARALLEL))
+
+
+def warm_fork_server(engines: Any) -> None:
+    """Start the fork server (``testbed.forkserver``) now, in the background, if any of ``engines`` forks its workers
+    from it: its imports (LiteLLM: seconds) overlap this process's own start and the first cluster's."""
+    from testbed import forkserver
+
+    if any(getattr(e, "workers", "process") == "process" and forkserver.can_fork(e.target.worker_command())
+           for e in engines):
+        forkserver.start_soon()
+
+
+async def in_lanes(items: list[Any], parallel: int, run_one: Callable[[int, int, Any], Awaitable[None]]) -> None:
+    """``await run_one(lane, i, item)`` for each item (``i`` from 1), in their order, at most ``parallel`` at once: a
+    lane (0 .. parallel-1) runs one item at a time and takes the next one not yet started when it is done, so it
+    can keep what outlives one run (a warm cluster). An exception (Ctrl-C, cancellation) stops every lane: the
+    runs under way are stopped (each records how), the items not started never start."""
+    todo = iter(enumerate(items, 1))
+    lanes = max(1, min(parallel, len(items)))
+    if lanes > 1:  # each run hands blocking steps to threads (starts, stops, checks): room for every lane's
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(THREADS_PER_LANE * lanes + 4))
+
+    async def lane(n: int) -> None:
+        for i, item in todo:  # one iterator for every lane: each item is taken once, in order
+            await run_one(n, i, item)
+
+    tasks = [asyncio.create_task(lane(n)) for n in range(lanes)]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
 async def run_many(items: list[tuple[str, Any, Any, int]], out: Path, parallel: int = 1, ui: bool = False,
                     record: Any = None) -> int:
     """``items``: (label, scenario, backend, seed); the table at the end; 1 if any did not pass. ``record``: a
@@ -167,38 +219,42 @@ async def run_many(items: list[tuple[str, Any, Any, int]], out: Path, parallel: 
     start = time.monotonic()
     say = _progress(start)
     results: dict[tuple[str, int], Any] = {}
-    slots = asyncio.Semaphore(max(1, parallel))
 
     skipped = {(label, seed): why for label, scenario, engine, seed in items
                if (why := skip_reason(engine, scenario))}
-
-    async def one(i: int, label: str, scenario: Any, engine: Any, seed: int) -> None:
+    for i, (label, _, _, seed) in enumerate(items, 1):
         if (label, seed) in skipped:
             say(f"scenario {i}/{len(items)}: {label}: SKIPPED: {skipped[(label, seed)]}")
             if record is not None:
                 record.skipped(label, seed, skipped[(label, seed)])
+    warm_fork_server(engine for label, _, engine, seed in items if (label, seed) not in skipped)
+
+    async def one(lane: int, i: int, item: tuple[str, Any, Any, int]) -> None:
+        label, scenario, engine, seed = item
+        if (label, seed) in skipped:
             return
-        async with slots:
-            say(f"scenario {i}/{len(items)}: {label} (seed {seed})")
-            started = (lambda p: record.running(label, seed, p)) if record is not None else (lambda p: None)
-            result = await run_captured(label, scenario, engine, seed=seed, out_root=out, progress=say, ui=ui,
-                                        on_run_dir=started)
-            results[(label, seed)] = result
-            if record is not None:
-                record.ended(result)
-            if result.error:
-                say(f"{label}: ERROR after {result.wall_s:.0f}s -> {result.run_dir}")
-                for line in result.lines():
-                    say(f"  {label} {line}")
-                say(f"  {label} reproduce with: {result.reproduce}")
-                return
-            say(f"{label}: {result.verdict.upper()} in {result.wall_s:.0f}s -> {result.run_dir}")
-            for c in result.checks:
-                if worth_showing(c):
-                    say(f"  {label} {c.name}: {c.verdict}: {c.summary}")
+        say(f"scenario {i}/{len(items)}: {label} (seed {seed})")
+        started = (lambda p: record.running(label, seed, p)) if record is not None else (lambda p: None)
+        # a copy: an engine keeps a run's own fields (ReferenceOnTemporal's readiness check), and runs side by side
+        # may share one engine (a scenario under two timeouts profiles)
+        result = await run_captured(label, scenario, copy.copy(engine), seed=seed, out_root=out, progress=say,
+                                    ui=ui, on_run_dir=started)
+        results[(label, seed)] = result
+        if record is not None:
+            record.ended(result)
+        if result.error:
+            say(f"{label}: ERROR after {result.wall_s:.0f}s -> {result.run_dir}")
+            for line in result.lines():
+                say(f"  {label} {line}")
+            say(f"  {label} reproduce with: {result.reproduce}")
+            return
+        say(f"{label}: {result.verdict.upper()} in {result.wall_s:.0f}s -> {result.run_dir}")
+        for c in result.checks:
+            if worth_showing(c):
+                say(f"  {label} {c.name}: {c.verdict}: {c.summary}")
 
     try:
-        await asyncio.gather(*(one(i, *item) for i, item in enumerate(items, 1)))
+        await in_lanes(items, parallel, one)
     except BaseException as exc:
         if record is not None:
             record.finish(ending_status(exc))

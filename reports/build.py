@@ -405,9 +405,11 @@ class Builder:
         seeds = s.get("seeds") if isinstance(s.get("seeds"), list) else []
         passed = sum(1 for r in run.runs if r["verdict"] == "pass")
         status = j.get("status", s.get("status", "?"))
+        stopped = s.get("interrupted_seeds") or ([s["interrupted_seed"]] if s.get("interrupted_seed") is not None
+                                                else [])  # an older soak.json names one seed
         doc.bullets([f"run: `{run.path}` ({stamp_time(run.path.name)}), status **{status}**"
-                     + (f", interrupted during seed {s['interrupted_seed']}" if s.get("interrupted_seed") is not None
-                        else ""),
+                     + (f", interrupted during seed{'s' if len(stopped) > 1 else ''} {', '.join(map(str, stopped))}"
+                        if isinstance(stopped, list) and stopped else ""),
                      f"{len(run.runs)} of {len(seeds) or '?'} seed(s) finished, {passed} passed; "
                      f"{s.get('wall_s', '?')} s",
                      f"reproduce: `{j.get('reproduce', '?')}`"])

@@ -342,6 +342,19 @@ def shared() -> ForkServer:
         return _server
 
 
+def start_soon() -> None:
+    """Start the process's fork server in the background (``shared`` then waits for it, if it is not ready yet): a
+    caller that will fork workers starts it before its first cluster, so the imports overlap that start-up."""
+    def start() -> None:
+        try:
+            shared()
+        except Exception as exc:  # noqa: BLE001 - the first worker to need it starts it again, and says why
+            log.warning("the fork server did not start in the background: %s", exc)
+
+    if enabled():
+        threading.Thread(target=start, name="forkserver-start", daemon=True).start()
+
+
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING)
     raise SystemExit(_serve())

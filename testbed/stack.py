@@ -14,6 +14,9 @@ of it, in reverse order, on any exit path (return, exception, Ctrl-C).
     workers:  in-process Temporal workers (one per WorkerSettings), and N supervised worker processes or
               containers made by ``make_worker`` (restarted when they die)
 
+``WarmTemporal`` is one embedded server that several runs use in turn (a soak's seeds), each its own stack on it,
+its own task queue, its workflows ended at its end and none left from an earlier one.
+
 The demo, ``dah run``, ``dah worker``, ``dah server``, the engines (``testbed.engines``), the benchmarks, the migration
 fuzzer and the tests all start through here. Blocking start-ups run off the event loop; worker processes
 start side by side (each imports LiteLLM: seconds).
@@ -86,6 +89,9 @@ class StackSpec:
     server_db: Path | None = None  # embedded: keep the server's state in this file (it survives a restart)
     server_port: int = 0
     tuned: bool = True  # embedded: raised per-shard queue read rates (testbed.temporal_server)
+    #: embedded: SIGKILL the server at the end instead of its graceful stop (~1 s): for a caller that has read all
+    #: it needs of it before the stack ends (a chaos run saves its histories first)
+    kill_server_at_exit: bool = False
     ui: bool = False
     ui_port: int = 0
     server_log_level: str = "warn"
@@ -226,36 +232,40 @@ async def stack(spec: StackSpec) -> AsyncIterator[Stack]:
     spec.logs.mkdir(parents=True, exist_ok=True)
     async with contextlib.AsyncExitStack() as exits:
         for fn in spec.cleanup:
-            exits.callback(fn)
+            _stop_off_loop(exits, fn)
         if spec.temporal == "embedded":
             s.server = EmbeddedTemporal(db_filename=spec.server_db, port=spec.server_port, ui=spec.ui, ui_port=spec.ui_port,
                                         tuned=spec.tuned, namespace=spec.connection.namespace,
                                         log_level=spec.server_log_level, log_file=spec.logs / "temporal.log")
-            await exits.enter_async_context(s.server)
+            if spec.kill_server_at_exit:
+                _stop_off_loop(exits, s.server.kill)
+                await asyncio.to_thread(s.server.start)
+            else:
+                await exits.enter_async_context(s.server)
         elif spec.engine is not None and (server := spec.engine.server(spec)) is not None:
             s.server = server
-            await asyncio.to_thread(exits.enter_context, s.server)
+            await _enter_off_loop(exits, s.server)
         if spec.model:
             s.model_server = ScriptedModelServer(respond, latency=spec.model_latency, faults=spec.model_faults,
                                                  seed=spec.seed)
-            exits.enter_context(s.model_server)
+            await _enter_off_loop(exits, s.model_server)
         if spec.effects_log is not None:
-            s.effects_service = exits.enter_context(EffectsService(spec.effects_log, kill_caller=lambda port: kill_caller(s, port),
-                                                                   faults=list(spec.effects_faults)))
+            s.effects_service = await _enter_off_loop(exits, EffectsService(
+                spec.effects_log, kill_caller=lambda port: kill_caller(s, port), faults=list(spec.effects_faults)))
         if spec.proxies:
             upstream = (spec.server_proxy_to or (("127.0.0.1", s.server.port) if s.server is not None else
                         _host_port(spec.connection.address) if spec.temporal == "external" else None))
             if upstream is not None:  # an external cluster's link is attacked on this machine's side of it
                 proxy = FaultProxy("server", upstream, seed=spec.seed, listen_port=spec.server_proxy_port)
                 try:
-                    s.server_proxy = exits.enter_context(proxy)
+                    s.server_proxy = await _enter_off_loop(exits, proxy)
                 except OSError as exc:
                     raise RuntimeError(f"cannot put the fault proxy at 127.0.0.1:{spec.server_proxy_port}, the "
                                        f"address the target's workers hard-code ({exc.strerror or exc}): stop what "
                                        "listens there (a Temporal server?) and run again") from None
             if s.model_server is not None:
-                s.model_proxy = exits.enter_context(
-                    FaultProxy("model", ("127.0.0.1", s.model_server.port), seed=spec.seed + 1))
+                s.model_proxy = await _enter_off_loop(
+                    exits, FaultProxy("model", ("127.0.0.1", s.model_server.port), seed=spec.seed + 1))
         if spec.temporal != "none":
             runtime = {"runtime": quiet_runtime()} if spec.quiet_client else {}
             s.client = await spec.connection.connect(s.server.address if s.server else None, **runtime)
@@ -278,11 +288,24 @@ async def stack(spec: StackSpec) -> AsyncIterator[Stack]:
             endpoints = s.endpoints
             s.workers = [SupervisedWorker(spec.make_worker(f"w{i}", endpoints))
                          for i in range(1, spec.worker_processes + 1)]
-            exits.callback(_stop_workers, s.workers)
+            _stop_off_loop(exits, _stop_workers, s.workers)
             await asyncio.to_thread(_start_workers, s.workers)
             supervisor = Supervisor(s.workers, spec.history).start()
-            exits.callback(supervisor.stop)  # runs before _stop_workers: nothing restarts what is being stopped
+            _stop_off_loop(exits, supervisor.stop)  # runs before _stop_workers: nothing restarts what is being stopped
         yield s
+
+
+def _stop_off_loop(exits: contextlib.AsyncExitStack, fn: Callable[..., Any], *args: Any) -> None:
+    """Call ``fn(*args)`` on the way out, in a thread: a blocking stop (a thread's join, a server's shutdown) does
+    not hold up the runs side by side on this event loop (a soak's, a suite's)."""
+    exits.push_async_callback(asyncio.to_thread, fn, *args)
+
+
+async def _enter_off_loop(exits: contextlib.AsyncExitStack, cm: contextlib.AbstractContextManager[Any]) -> Any:
+    """``exits.enter_context(cm)``, its start and its stop each in a thread (``_stop_off_loop``)."""
+    value = await asyncio.to_thread(cm.__enter__)
+    exits.push_async_exit(lambda *exc: asyncio.to_thread(cm.__exit__, *exc))
+    return value
 
 
 @contextlib.contextmanager
@@ -321,3 +344,82 @@ def _stop_workers(workers: list[SupervisedWorker]) -> None:
 
     with ThreadPoolExecutor(len(workers)) as pool:
         list(pool.map(kill, workers))
+
+
+class LeftRunning(RuntimeError):
+    """A warm server still runs workflows an earlier run left: the next run on it would not be isolated."""
+
+
+class WarmTemporal:
+    """One embedded Temporal server that several runs use in turn, each with its own stack (workers, model server,
+    proxies, effects service, ledger) and its own task queue: a ``chaos.runner.Cluster``. It saves each run the
+    server's start (0.2-0.4 s) and its stop.
+
+    Isolation: a run starts only on a server with no workflow running (else ``LeftRunning``, naming them: the run
+    errors and the server is replaced); its workflows are terminated at its end (their timers and retries with
+    them), before its workers stop, and the end waits until the server lists none running. Its task queue is its
+    own (``<queue>-<n>``), so nothing dispatched for an earlier run reaches its workers. The server has no database
+    file: a run that restarts or partitions the server needs a cluster of its own (the caller decides)."""
+
+    def __init__(self, log_file: Path) -> None:
+        self.log_file = log_file
+        self.server: EmbeddedTemporal | None = None
+        self.runs = 0
+
+    def __call__(self, spec: StackSpec) -> contextlib.AbstractAsyncContextManager[Stack]:
+        return self._stack(spec)
+
+    @contextlib.asynccontextmanager
+    async def _stack(self, spec: StackSpec) -> AsyncIterator[Stack]:
+        if self.server is None:
+            self.log_file.parent.mkdir(parents=True, exist_ok=True)
+            self.server = EmbeddedTemporal(log_file=self.log_file, namespace=spec.connection.namespace)
+            await asyncio.to_thread(self.server.start)
+        self.runs += 1
+        # in place: what the engine's spec made (its workers' factory) reads the queue from the spec at start
+        spec.temporal, spec.server_db, spec.ui = "external", None, False
+        spec.connection = TemporalConnection(address=self.server.address, namespace=spec.connection.namespace)
+        spec.task_queue = f"{spec.task_queue}-{self.runs}"
+        try:
+            client = await spec.connection.connect(runtime=quiet_runtime())
+            left = await running_workflows(client)
+            if left:
+                raise LeftRunning(f"the warm Temporal server at {self.server.address} still runs {len(left)} "
+                                  f"workflow(s) an earlier run left ({', '.join(left[:5])}): this run would not be "
+                                  "isolated; the server is replaced for the next run")
+        except BaseException:
+            await self.close()
+            raise
+        async with stack(spec) as s:
+            try:
+                yield s
+            finally:
+                try:
+                    await end_every_workflow(client)
+                except BaseException:
+                    await self.close()
+                    raise
+
+    async def close(self) -> None:
+        if self.server is not None:
+            await asyncio.to_thread(self.server.kill)
+            self.server = None
+
+
+async def running_workflows(client: Client) -> list[str]:
+    """The ids of every workflow running in the client's namespace."""
+    return [w.id async for w in client.list_workflows('ExecutionStatus="Running"')]
+
+
+async def end_every_workflow(client: Client, wait_s: float = 5.0) -> None:
+    """Terminate every workflow running in the client's namespace, then wait until the server lists none (its
+    visibility store lags a write by a moment); LeftRunning if some are still listed after ``wait_s``."""
+    deadline = asyncio.get_running_loop().time() + wait_s
+    while left := await running_workflows(client):
+        for wid in left:
+            with contextlib.suppress(Exception):  # it may have ended meanwhile
+                await client.get_workflow_handle(wid).terminate(reason="the run ended (testbed.stack.WarmTemporal)")
+        if asyncio.get_running_loop().time() > deadline:
+            raise LeftRunning(f"{len(left)} workflow(s) still running after they were terminated: "
+                              f"{', '.join(left[:5])}")
+        await asyncio.sleep(0.05)

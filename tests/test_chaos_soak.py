@@ -87,7 +87,7 @@ def test_a_soak_counts_every_seed_and_lists_each_that_did_not_pass(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     calls: list[tuple[str, int]] = []
     monkeypatch.setattr(runner, "run", _fake_run({2: "fail", 3: "error", 5: "unknown", 6: "crash"}, calls))
-    rc = cli.main(["soak", "kill_idle", "--seeds", "1-5,6", "--out", str(tmp_path)])
+    rc = cli.main(["soak", "kill_idle", "--seeds", "1-5,6", "--out", str(tmp_path), "--parallel", "1"])
     out, err = capsys.readouterr()
     assert rc == 1
     assert calls == [("kill_idle", s) for s in range(1, 7)]  # one after another; an error does not stop it
@@ -137,14 +137,14 @@ def test_an_interrupted_soak_keeps_the_seeds_it_finished(tmp_path: Path, monkeyp
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     calls: list[tuple[str, int]] = []
     monkeypatch.setattr(runner, "run", _fake_run({1: "fail", 3: "interrupt"}, calls))
-    assert cli.main(["soak", "kill_idle", "--seeds", "1-10", "--out", str(tmp_path)]) == 130
+    assert cli.main(["soak", "kill_idle", "--seeds", "1-10", "--out", str(tmp_path), "--parallel", "1"]) == 130
     assert [s for _, s in calls] == [1, 2, 3]  # Ctrl-C stops the soak
     assert "(interrupted during seed 3)" in capsys.readouterr().out
     soak_dir = _soak_dir(tmp_path)
     assert json.loads((soak_dir / "run.json").read_text())["status"] == "interrupted"
     assert not (tmp_path / "soak-kill_idle" / "latest").exists()
     soak = json.loads((soak_dir / "soak.json").read_text())
-    assert (soak["status"], soak["done"], soak["interrupted_seed"]) == ("interrupted", 2, 3)
+    assert (soak["status"], soak["done"], soak["interrupted_seeds"]) == ("interrupted", 2, [3])
     assert soak["distribution"] == {"pass": 1, "fail": 1, "unknown": 0, "error": 0}
     assert problems(soak_dir) == []
 
@@ -157,6 +157,70 @@ def test_an_interrupted_soak_keeps_the_seeds_it_finished(tmp_path: Path, monkeyp
     assert "| pass | 1 | 50.0 |" in report.replace("  ", " ")
     assert "python -m chaos run kill_idle --seed 1" in report and LOST in report
     assert "Soak of kill_idle" in (tmp_path / "report" / "report.html").read_text()
+
+
+def _timed_run(seconds: dict[int, float], calls: list[tuple[str, int]], at_once: list[int]):
+    """``_fake_run``'s passing runs, each taking ``seconds[seed]`` (default 0.05 s); ``at_once``: how many were
+    running as each one started. Seed 0 is Ctrl-C once the others have started."""
+    running: set[int] = set()
+    passing = _fake_run({}, [])
+
+    async def fake(scenario: Any, backend: Any, *, seed: int, **kwargs: Any) -> RunResult:
+        calls.append((scenario.name, seed))
+        running.add(seed)
+        at_once.append(len(running))
+        try:
+            if seed == 0:
+                await asyncio.sleep(0.2)
+                signal.raise_signal(signal.SIGINT)
+            await asyncio.sleep(seconds.get(seed, 0.05))
+            return await passing(scenario, backend, seed=seed, **kwargs)
+        finally:
+            running.discard(seed)
+
+    return fake
+
+
+def test_a_soak_runs_seeds_side_by_side_and_keeps_its_records_in_seed_order(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    calls: list[tuple[str, int]] = []
+    at_once: list[int] = []
+    # seed 1 is slow: seeds 2-4 finish before it, in the other lane
+    monkeypatch.setattr(runner, "run", _timed_run({1: 0.6}, calls, at_once))
+    assert cli.main(["soak", "kill_idle", "--seeds", "1-4", "--out", str(tmp_path), "--parallel", "2"]) == 0
+    out, err = capsys.readouterr()
+    assert [s for _, s in calls] == [1, 2, 3, 4]  # started in their order
+    assert max(at_once) == 2 and at_once[:2] == [1, 2]  # two at once, never more
+    assert "kill_idle: 4 seed(s), 2 at a time" in err
+    assert err.index("(seed 4): PASS") < err.index("(seed 1): PASS")  # progress as they end
+    soak_dir = _soak_dir(tmp_path)
+    soak = json.loads((soak_dir / "soak.json").read_text())
+    assert [r["seed"] for r in soak["runs"]] == [1, 2, 3, 4] and soak["all_passed"] is True
+    assert json.loads((soak_dir / "run.json").read_text())["parallel"] == 2
+    summary = json.loads((soak_dir / "summary.json").read_text())
+    assert [(r["seed"], r["verdict"], r["status"]) for r in summary["runs"]] == [
+        (s, "pass", "complete") for s in (1, 2, 3, 4)]
+    assert problems(soak_dir) == []
+
+
+def test_ctrl_c_stops_every_seed_under_way_and_none_starts_after(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    calls: list[tuple[str, int]] = []
+    monkeypatch.setattr(runner, "run", _timed_run({5: 30.0}, calls, []))
+    # seed 5 is long; seed 0 (Ctrl-C) starts after 7 and 8 ended in its lane, while 5 is under way in the other
+    assert cli.main(["soak", "kill_idle", "--seeds", "5,7,8,0,9,10", "--out", str(tmp_path), "--parallel",
+                     "2"]) == 130
+    assert [s for _, s in calls] == [5, 7, 8, 0]  # 9 and 10 never started
+    assert "(interrupted during seeds 5, 0)" in capsys.readouterr().out
+    soak_dir = _soak_dir(tmp_path)
+    soak = json.loads((soak_dir / "soak.json").read_text())
+    assert (soak["status"], soak["done"], soak["interrupted_seeds"]) == ("interrupted", 2, [5, 0])
+    assert [r["seed"] for r in soak["runs"]] == [7, 8]
+    summary = {r["seed"]: r["status"] for r in json.loads((soak_dir / "summary.json").read_text())["runs"]}
+    assert summary == {5: "not_run", 7: "complete", 8: "complete", 0: "not_run", 9: "not_run", 10: "not_run"}  # the
+    # fake runs never made a run directory; a real one stopped reads as its run.json says (test_chaos_ci)
+    assert json.loads((soak_dir / "run.json").read_text())["stopped_during"] == "seeds 5, 0"
+    assert problems(soak_dir) == []
 
 
 def test_the_suite_records_an_error_and_goes_on_to_the_next_scenario(

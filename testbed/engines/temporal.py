@@ -76,9 +76,9 @@ class ReferenceOnTemporal(Engine):
             pool = ContainerPool()
             spec.cleanup.append(pool.close)
             spec.cleanup.append(pool.cleanup)
-            spec.make_worker = lambda name, at: self._container(pool, name, at, task_queue, faults, run, scenario)
-        else:
-            spec.make_worker = lambda name, at: self._process(name, at, task_queue, faults, run, scenario)
+            spec.make_worker = lambda name, at: self._container(pool, name, at, spec.task_queue, faults, run, scenario)
+        else:  # the spec's queue when the worker starts: a cluster shared by runs gives each run a queue of its own
+            spec.make_worker = lambda name, at: self._process(name, at, spec.task_queue, faults, run, scenario)
         return spec
 
     @property
