@@ -106,19 +106,20 @@ def _seeds(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _out_and_target(p: argparse.ArgumentParser, parallel: int | None = None, what: str = "scenarios") -> None:
+def _out_and_target(p: argparse.ArgumentParser, parallel: int | None = None, what: str = "scenarios",
+                    per_core: bool = False) -> None:
     add_out(p, "<scenario>")
     if parallel is not None:
         p.add_argument("--parallel", type=int, default=parallel,
                        help=f"{what} run at once, each its own cluster (default {parallel}"
-                            + (f": one per core, at most {suite.MAX_PARALLEL}" if what == "seeds" else "") + ")")
+                            + (f": two per core, at most {suite.MAX_PARALLEL}" if per_core else "") + ")")
     p.add_argument("--target", type=Path, help="a target TOML file: your own agent (default: the reference "
                                                "agent; see docs/your-agent.md)")
 
 
-def _common(p: argparse.ArgumentParser, parallel: int) -> None:
+def _common(p: argparse.ArgumentParser, parallel: int, per_core: bool = False) -> None:
     p.add_argument("--seed", type=int, default=1, help="seed of the schedule, the load and the model (default 1)")
-    _out_and_target(p, parallel)
+    _out_and_target(p, parallel, per_core=per_core)
 
 
 def _ci_options(p: argparse.ArgumentParser, what: str) -> None:
@@ -178,7 +179,7 @@ def _run_command(sub: Any) -> None:
 
 def _suite_command(sub: Any) -> None:
     p = sub.add_parser("suite", help="the CI suite: every named scenario; exit 1 on any fail, unknown or error")
-    _common(p, 2)
+    _common(p, suite.default_parallel(), per_core=True)
     p.add_argument("--seeds", type=_seeds, metavar="SEEDS",
                    help="run every scenario on each of these seeds (e.g. 1-3; default: --seed)")
     p.add_argument("--engines", type=_engines, default=SUITE_ENGINES, metavar="ENGINES",
@@ -196,7 +197,7 @@ def _soak_command(sub: Any) -> None:
     p.add_argument("scenarios", nargs=1, metavar="SCENARIO", help=f"a name: {', '.join(SCENARIOS)}")
     p.add_argument("--seeds", type=_seeds, default=_seeds(DEFAULT_SEEDS),
                    help=f"the seeds: ranges and single seeds, e.g. 1-100 or 1-20,25,30-32 (default {DEFAULT_SEEDS})")
-    _out_and_target(p, suite.default_parallel(), "seeds")
+    _out_and_target(p, suite.default_parallel(), "seeds", per_core=True)
     p.add_argument("--cluster-per-seed", action="store_true",
                    help="start and stop a Temporal server for every seed (default: the reference agent's seeds "
                         "share one warm server per --parallel lane, each seed with its own task queue, workers, "

@@ -2,7 +2,7 @@
 
 The soak is a caller of the runner: each seed is an ordinary run (``chaos.runner.run_captured``) with its own
 run directory under ``--out`` and its own cluster, exactly as ``python -m chaos run SCENARIO --seed N`` makes it;
-seeds start in their order, ``--parallel`` of them side by side (default: one per core, ``chaos.suite``). A run that raises
+seeds start in their order, ``--parallel`` of them side by side (default: two per core, at most 4, ``chaos.suite``). A run that raises
 (a worker dying at setup, a port clash, a harness bug) is recorded ``failed`` in its own run directory and
 counts as ``error``; the soak goes on. Ctrl-C (or SIGTERM) stops it, keeping what it did.
 
