@@ -173,6 +173,16 @@ async def _wait_for_in_flight(ctx: NemesisContext, activity: str | None, timeout
     return []
 
 
+async def _in_flight_while(ctx: NemesisContext, until: float) -> list[dict[str, Any]]:
+    """What was running on live workers while a fault already in force lasts (until ``until``, wall clock), read
+    every 0.1 s until something is: the evidence of a fault that starts on time rather than waiting for work."""
+    while True:
+        found = await _in_flight_now(ctx)
+        if found or time.time() >= until:
+            return found
+        await asyncio.sleep(min(0.1, max(0.0, until - time.time())))
+
+
 async def _in_flight_now(ctx: NemesisContext, limit_s: float = 1.0) -> list[dict[str, Any]]:
     """What is running on live workers now, read once (at most ``limit_s``): the evidence of a fault that starts
     on time rather than waiting for work to hit."""
@@ -589,7 +599,9 @@ async def partition(ctx: NemesisContext, link: str = "temporal", mode: str = "bl
     """Cut the workers' link to Temporal or to the model: ``blackhole`` (a partition: nothing gets through, nothing
     errors; what was sent is delivered when it heals, as TCP would), ``reset`` (TCP RST), ``down`` (connections
     refused), or ``drop`` (bytes thrown away on live connections: no real network does that to TCP; it tests a
-    protocol's own resilience, see ``testbed.faults.network``)."""
+    protocol's own resilience, see ``testbed.faults.network``). It starts on time; its evidence is the work seen in
+    flight while it lasted (read every 0.1 s until some is) and what the proxy did: bytes held or thrown away,
+    connections reset, and for ``down`` the live connections it cut (the workers' polls among them)."""
     proxy = ctx.stack.server_proxy if link == "temporal" else ctx.stack.model_proxy
     assert proxy is not None
     op = ctx.history.invoke("nemesis", "partition", {"link": link, "mode": mode, "duration_s": duration_s})
@@ -601,7 +613,7 @@ async def partition(ctx: NemesisContext, link: str = "temporal", mode: str = "bl
     else:
         proxy.add_toxic(Toxic(kind=mode, toxicity=toxicity, name=name))
     applied_at = time.time()
-    running = await _in_flight_now(ctx)  # on time first; then what it caught
+    running = await _in_flight_while(ctx, applied_at + duration_s)  # on time first; then what it caught
     await asyncio.sleep(max(0.0, applied_at + duration_s - time.time()))
     after = proxy.stats()
     if mode == "down":
@@ -612,6 +624,8 @@ async def partition(ctx: NemesisContext, link: str = "temporal", mode: str = "bl
         proxy.remove_toxic(name)
     dropped = {k: after.get(k, 0) - before.get(k, 0) for k in ("blackholed_bytes", "dropped_bytes", "resets", "refused_while_down")
                if isinstance(after.get(k), int) and after.get(k, 0) - before.get(k, 0) > 0}
+    if mode == "down" and before.get("active"):  # the live connections taking the link down cut (the workers' own)
+        dropped["connections_cut"] = before["active"]
     evidence = ([{"in_flight": a} for a in running] + ([{"proxy": dropped}] if dropped else [])) if (running or dropped) else []
     value = {"link": link, "mode": mode, "evidence": evidence, "proxy_delta": dropped, "applied_at": applied_at}
     ctx.history.complete(op, OK, value)
@@ -635,7 +649,7 @@ async def degrade_link(ctx: NemesisContext, link: str = "temporal", latency_ms: 
         await asyncio.to_thread(proxy.add_toxic, Toxic(kind="bandwidth", stream=stream, rate_kbps=rate_kbps,
                                                        toxicity=toxicity, name=names[1]))
     applied_at = time.time()
-    running = await _in_flight_now(ctx)
+    running = await _in_flight_while(ctx, applied_at + duration_s)
     await asyncio.sleep(max(0.0, applied_at + duration_s - time.time()))
     for name in names:
         await asyncio.to_thread(proxy.remove_toxic, name)
