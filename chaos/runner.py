@@ -31,7 +31,7 @@ import random
 import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import asdict, dataclass, field, is_dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -313,7 +313,7 @@ class _OwnOps:
         return getattr(self._history, name)
 
 
-async def _fault(event: NemesisEvent, fault_start: float, ctx: Any, name: str, progress: Progress,
+async def _fault(event: NemesisEvent, fault_start: float, ctx: NemesisContext, name: str, progress: Progress,
                  history: History, nemeses: dict[str, Callable[..., Any]]) -> None:
     """One scheduled fault, begun at its time (``fault_start + at_s``) whatever the others are doing: faults the
     schedule overlaps overlap. An error is recorded (``nemesis_error``); the run goes on to heal and check."""
@@ -323,7 +323,7 @@ async def _fault(event: NemesisEvent, fault_start: float, ctx: Any, name: str, p
     progress(f"{name}: nemesis {event.op} {event.args}")
     own = _OwnOps(history)
     try:
-        await nemeses[event.op](replace(ctx, history=own) if is_dataclass(ctx) else ctx, **event.args)
+        await nemeses[event.op](replace(ctx, history=own), **event.args)
     except Exception as exc:  # recorded; the run goes on to heal and check
         # A nemesis that raised before recording its operation injected nothing (``op_recorded`` false): the
         # faults column and injection_evidence count it as a fault that did not happen (never as 1/1).
