@@ -10,6 +10,8 @@
     DAH_MUTATIONS     mutations, comma-separated                 none
     DOCKER_HOST       the Docker engine, unix:// tcp:// ssh://   unix:///var/run/docker.sock
                       (http:// https:// npipe:// fd://)
+    DAH_KEEP_RUNS     runs each runs folder keeps after a run    20
+                      (N, or all: remove nothing; dah gc --keep)
 
 An empty variable counts as unset. Every command line (``dah``, ``python -m chaos``, ``-m benchmarks``,
 ``-m migration_fuzz``) calls ``check_environment`` first: a bad value is one line naming the variable, the value
@@ -58,6 +60,13 @@ def _docker_host(value: str) -> str:
     return value
 
 
+def _keep_runs(value: str) -> str:
+    from harness.retention import parse_keep
+
+    parse_keep(value)  # ValueError: what is allowed
+    return value
+
+
 class EnvOptions(StrictModel):
     """The variables, by their names; each field's description says what it allows."""
 
@@ -72,6 +81,8 @@ class EnvOptions(StrictModel):
         None, description=f"mutations, comma-separated: {', '.join(MUTATIONS)}")
     DOCKER_HOST: Annotated[str, AfterValidator(_docker_host)] | None = Field(
         None, description="a Docker engine URL such as unix:///var/run/docker.sock")
+    DAH_KEEP_RUNS: Annotated[str, AfterValidator(_keep_runs)] | None = Field(
+        None, description="runs kept per runs folder after a run: a number, or all")
 
 
 def _validate(values: dict[str, str]) -> EnvOptions:

@@ -8,10 +8,11 @@ import logging
 import os
 import shlex
 import sys
+from datetime import datetime, timezone
 from typing import Any
 
 from agent.llm import is_scripted
-from testbed.cli_options import add_durability, add_out, progress, runs_root
+from testbed.cli_options import add_durability, add_keep_runs, add_out, progress, prune_runs, runs_root
 from testbed.model_server import add_model_latency
 from testbed.connection import add_connection_arguments, connection_from_args, redact_argv
 from benchmarks.conversations import WORKLOADS, BenchError
@@ -131,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "SQLite); with checkpoint the default sections are table2, checkpoint and micro")
     p.add_argument("--seed", type=int, default=0, help="seed of the emulated model latencies (default 0)")
     add_out(p, BENCH_FOLDER)
+    add_keep_runs(p)
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
     add_connection_arguments(p, embedded_default=True)
     return p
@@ -174,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     say = progress()
     command = "python -m benchmarks " + shlex.join(redact_argv(argv if argv is not None else sys.argv[1:]))
+    started = datetime.now(timezone.utc)
     try:
         run_dir = asyncio.run(run(options, say, command.strip()))
     except KeyboardInterrupt:
@@ -186,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"benchmark failed: {exc}\nfinished sections are saved in the newest run under "
               f"{options.out / BENCH_FOLDER} (run.json status 'failed')", file=sys.stderr)
         return 1
+    prune_runs(options.out, started, args.keep_runs)
     print(f"results: {run_dir}\nreport:  make report   (or: python -m reports --bench {run_dir})")
     return 0
 

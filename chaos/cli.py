@@ -10,6 +10,10 @@
     python -m chaos check runs/kill_mid_turn/latest     # the checkers again, offline, on a saved run (anywhere)
     python -m chaos rerun runs/mutant/20261122T201530Z  # a run again, from the scenario its run.json saved
 
+After a run, suite, soak or rerun, each runs folder it wrote into keeps its newest 20 runs (--keep-runs N|all,
+$DAH_KEEP_RUNS) besides latest and every run that did not pass or that a soak, summary or report names; dah gc
+collects by hand (docs/commands.md, "Keeping runs").
+
 Progress goes to stderr; the results table to stdout. Also installed as the command dah-chaos.
 """
 
@@ -19,6 +23,7 @@ import argparse
 import asyncio
 import logging
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +34,7 @@ from chaos.soak import DEFAULT_SEEDS
 from chaos.suite import SUITE_ENGINES, TWIN_SUFFIXES, checkpoint_twins, twins
 from harness.printable import printable
 from harness.rundir import stop_on_sigterm
-from testbed.cli_options import add_durability, add_out
+from testbed.cli_options import add_durability, add_keep_runs, add_out, prune_runs
 from testbed.model_server import add_model_latency
 
 
@@ -109,6 +114,7 @@ def _seeds(text: str) -> list[int]:
 def _out_and_target(p: argparse.ArgumentParser, parallel: int | None = None, what: str = "scenarios",
                     per_core: bool = False) -> None:
     add_out(p, "<scenario>")
+    add_keep_runs(p)
     if parallel is not None:
         p.add_argument("--parallel", type=int, default=parallel,
                        help=f"{what} run at once, each its own cluster (default {parallel}"
@@ -245,6 +251,7 @@ def _rerun_command(sub: Any) -> None:
     p.add_argument("--image", help="--placement docker: the worker image to run (never the one the run names; "
                                    "default for the reference agent: dah-worker, built from this checkout)")
     add_out(p, "<scenario>")
+    add_keep_runs(p)
     _cluster(p)
 
 
@@ -298,6 +305,13 @@ def _main(argv: list[str]) -> int:
         return ci.summary_command(args.dirs, args.summary, args.junit)
     if args.command == "check":
         return saved.check_command(args.run_dir, args.target, args.json)
+    started = datetime.now(timezone.utc)
+
+    def pruned(code: int) -> int:
+        """Once the command's runs are written: the folders it wrote into keep their newest --keep-runs runs."""
+        prune_runs(args.out, started, args.keep_runs)
+        return code
+
     try:
         connection = _connection(args)
         if args.command == "rerun":
@@ -308,7 +322,8 @@ def _main(argv: list[str]) -> int:
                     print(f"{prog}: {problem}", file=sys.stderr)
                     return 2
                 engine.image = docker.image  # the one built here, if none was given
-            return asyncio.run(suite.run_many([(scenario.name + engine.suffix, scenario, engine, seed)], args.out))
+            return pruned(asyncio.run(suite.run_many([(scenario.name + engine.suffix, scenario, engine, seed)],
+                                                     args.out)))
         if getattr(args, "parallel", 1) < 1:
             print(f"{prog}: --parallel {args.parallel}: must be 1 or more", file=sys.stderr)
             return 2
@@ -318,12 +333,12 @@ def _main(argv: list[str]) -> int:
             print(f"{prog}: {problem}", file=sys.stderr)
             return 2
         if args.command == "soak":
-            return asyncio.run(soak.run_soak(args, target, connection))
+            return pruned(asyncio.run(soak.run_soak(args, target, connection)))
         if args.command == "suite":
             args.seeds = args.seeds or [args.seed]
-            return asyncio.run(suite.suite(args, target, connection))
+            return pruned(asyncio.run(suite.suite(args, target, connection)))
         jobs = [(*job, args.seed) for job in suite.jobs(args, target, connection)]
-        return asyncio.run(suite.run_many(jobs, args.out, args.parallel, getattr(args, "ui", False)))
+        return pruned(asyncio.run(suite.run_many(jobs, args.out, args.parallel, getattr(args, "ui", False))))
     except ValueError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2

@@ -16,10 +16,11 @@ import logging
 import os
 import sys
 import time
+from datetime import datetime, timezone
 
 from agent.env_options import check_environment
 from migration_fuzz.fuzz import FUZZ_FOLDER, KINDS, FuzzOptions, run_fuzz, table
-from testbed.cli_options import add_out, progress, runs_root
+from testbed.cli_options import add_keep_runs, add_out, progress, prune_runs, runs_root
 from testbed.model_server import add_model_latency
 from testbed.connection import add_connection_arguments, connection_from_args
 
@@ -49,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="iterations in flight at once (default 1); with --chaos each still schedules its own kill, "
                         "which may land on another iteration's work")
     add_out(p, FUZZ_FOLDER)
+    add_keep_runs(p)
     p.add_argument("--iteration-timeout", type=float, default=120.0,
                    help="seconds one parent run may take before it counts as a violation (default 120)")
     add_model_latency(p, default="fixed:20", default_text="fixed:20")
@@ -72,12 +74,13 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:  # EnvOptionError is one
         print(f"migration_fuzz: {exc}", file=sys.stderr)
         return 2
-    start = time.monotonic()
+    start, started = time.monotonic(), datetime.now(timezone.utc)
     try:
         report = asyncio.run(run_fuzz(opts, progress(start)))
     except KeyboardInterrupt:
         print("migration_fuzz: interrupted; every process it started was stopped", file=sys.stderr)
         return 130
+    prune_runs(out, started, args.keep_runs)
     print(table(report["families"]))
     verdict = "all invariants held" if report["invariants_held"] else "INVARIANTS VIOLATED"
     print(f"\n{verdict}; {len(report['iterations'])} iteration(s) in {report['wall_seconds']} s: "

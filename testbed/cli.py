@@ -8,6 +8,7 @@
     dah model-server         the scripted OpenAI-compatible model server
     dah scenarios            the scripted walkthroughs
     dah checkpoint ...       the checkpoint engine: worker, run, emit, steps (testbed.engines.checkpoint.cli)
+    dah gc                   remove saved runs no longer needed (--dry-run, --keep N, --older-than 7d)
 
 Library code logs; only this module prints.
 """
@@ -32,6 +33,7 @@ from typing import Any
 
 from agent.contracts import DEFAULT_TASK_QUEUE, AgentConfig
 from testbed.cli_options import UsageError, connection, model_knobs
+from testbed.runs_gc import add_gc_parser
 from testbed.worker_main import add_worker_parser, stop_event
 
 EXIT_USAGE = 2
@@ -769,6 +771,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("scenarios", help="list the scripted walkthroughs")
     p.set_defaults(func=cmd_scenarios)
+
+    add_gc_parser(sub)
     return parser
 
 

@@ -6,6 +6,9 @@
                                          (testbed.model_server.add_model_latency)
     --out DIR                            the runs root (default runs/); each command writes into its own folder
                                          under it: runs/<scenario>/, runs/bench/, runs/migration_fuzz/
+    --keep-runs N|all                    after the command, each folder it wrote into keeps its newest N runs and
+                                         every protected one (default $DAH_KEEP_RUNS, else 20; all: remove nothing;
+                                         ``harness.retention``, ``dah gc``)
     progress                             on stderr (``progress``); results tables and machine output on stdout
 
 Each concept has one flag: the old spellings (``--backend``, ``--latency``, ``--durability journal``) are gone, and
@@ -18,6 +21,7 @@ import argparse
 import sys
 import time
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +48,56 @@ def add_out(parser: Any, folder: str, default: Path = RUNS) -> argparse.Action:
     """``--out DIR``: the runs root, as for every command; this one writes into DIR/<folder>/."""
     return parser.add_argument("--out", type=Path, default=default, metavar="DIR",
                                help=f"the runs root: this command writes into DIR/{folder}/ (default {default}/)")
+
+
+def _keep(text: str) -> str:
+    from harness.retention import parse_keep
+
+    try:
+        parse_keep(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+    return text
+
+
+def add_keep_runs(parser: Any) -> argparse.Action:
+    """``--keep-runs N|all``: the retention of the runs this command writes (``prune_runs`` after it)."""
+    from harness.retention import DEFAULT_KEEP, KEEP_ENV
+
+    return parser.add_argument("--keep-runs", type=_keep, default=None, metavar="N|all",
+                               help=f"afterwards, each runs folder this command wrote into keeps its newest N runs, "
+                                    f"every run that did not pass, latest and every run a soak, summary or report "
+                                    f"names; the others are removed (default ${KEEP_ENV}, else {DEFAULT_KEEP}; "
+                                    f"all: remove nothing; dah gc does it by hand)")
+
+
+#: the report directory whose report.md protects the runs it names (python -m reports' default --out)
+REPORT_DIR = Path("reports/out")
+
+
+def prune_runs(out: Path, since: datetime, keep_runs: str | None) -> None:
+    """After a command that started at ``since`` (UTC) wrote runs under the runs root ``out``: the folders it wrote
+    into keep their newest ``keep_runs`` (``--keep-runs`` as given: ``N`` or ``all``; None: ``$DAH_KEEP_RUNS``,
+    else 20) and every protected run (``harness.retention``). One line on stderr when it removed anything; a
+    problem is a line too, never the command's failure."""
+    from harness.retention import default_keep, human_bytes, parse_keep, prune_after_run
+
+    try:
+        keep = default_keep() if keep_runs is None else parse_keep(keep_runs)
+        result = prune_after_run(out, since, keep, (REPORT_DIR,))
+    except (OSError, ValueError) as exc:
+        print(f"runs not pruned: {exc}", file=sys.stderr, flush=True)
+        return
+    if result is None:
+        return
+    gone = result.removed
+    if gone:
+        print(printable(f"pruned {len(gone)} older run(s) ({human_bytes(sum(r.bytes for r in gone))}) of "
+                        f"{', '.join(sorted({r.group for r in gone}))} under {result.root}: each keeps its newest "
+                        f"{keep}, latest, and every run not passed or named by a soak, summary or report "
+                        "(--keep-runs all keeps every run)"), file=sys.stderr, flush=True)
+    for note in result.notes:
+        print(printable(f"prune: {note}"), file=sys.stderr, flush=True)
 
 
 def runs_root(out: Path, folder: str, prog: str) -> Path:

@@ -47,7 +47,7 @@ def visible(parser: argparse.ArgumentParser) -> list[argparse.Action]:
 
 
 def test_every_help_renders_and_each_concept_has_one_flag() -> None:
-    seen: dict[str, set[str]] = {"durability": set(), "model_latency": set(), "out": set()}
+    seen: dict[str, set[str]] = {"durability": set(), "model_latency": set(), "out": set(), "keep_runs": set()}
     for name, parser in parsers():
         parser.format_help()  # every --help renders
         for action in visible(parser):
@@ -68,12 +68,16 @@ def test_every_help_renders_and_each_concept_has_one_flag() -> None:
                 assert action.default == Path("runs") and "the runs root" in action.help, name
             if action.dest == "placement":
                 assert flags == {"--placement"}, name
+            if action.dest == "keep_runs":  # the retention of what a writer wrote (harness/retention.py)
+                seen["keep_runs"].add(name)
+                assert flags == {"--keep-runs"} and action.metavar == "N|all" and "DAH_KEEP_RUNS" in action.help, name
     assert seen["durability"] >= {"dah run", "dah demo", "python -m chaos run", "python -m chaos soak",
                                   "python -m benchmarks"}
     assert seen["model_latency"] >= {"dah run", "dah demo", "dah worker", "python -m chaos run", "python -m chaos soak",
                                      "python -m benchmarks", "python -m migration_fuzz",
                                      "python -m testbed.model_server"}
     assert seen["out"] == WRITERS
+    assert seen["keep_runs"] == WRITERS
 
 
 @pytest.mark.parametrize(("build", "old", "new", "dest", "value"), [
