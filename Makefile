@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 RESTATE_VERSION ?= 1.7.12
 RESTATE := $(VENV)/restate/.installed
 
-.PHONY: help venv demo test run clean clean-runs chaos chaos-engines bench bench-quick report system-deps restate-server \
+.PHONY: help venv demo test run clean clean-runs gc chaos chaos-engines bench bench-quick report system-deps restate-server \
 	example-ai-sdk example-pydantic-ai example-openai-agents
 
 help:
@@ -30,7 +30,10 @@ help:
 	@echo "make example-pydantic-ai    examples/pydantic_ai_agent's own virtual environment (Pydantic AI on Temporal)"
 	@echo "make example-openai-agents  examples/openai_agents_agent's own virtual environment (OpenAI Agents SDK on Temporal)"
 	@echo "make clean  remove the virtual environment and build clutter (keeps runs/ and reports/out/)"
-	@echo "make clean-runs   remove the saved runs (runs/), the built report (reports/out/) and the demo's state (.dah/)"
+	@echo "make gc     remove saved runs no longer needed: each runs/ folder keeps its newest 20, latest, every run that"
+	@echo "           did not pass and every run a soak, summary or report names (every run does this after itself;"
+	@echo "           --keep-runs all or DAH_KEEP_RUNS=all turns that off). GC_ARGS='--dry-run' or '--keep 5 --older-than 7d'"
+	@echo "make clean-runs   remove every saved run (runs/), the built report (reports/out/) and the demo's state (.dah/)"
 
 venv: $(STAMP)
 
@@ -107,13 +110,18 @@ system-deps:
 		echo "(or run the suite without them, their tests skipped: make test SYSTEM_DEPS=no)" >&2; exit 1; \
 	fi
 
-# Saved runs and reports are results, not clutter: only clean-runs removes them.
+# Saved runs and reports are results, not clutter: clean keeps them. Each runs folder keeps its newest 20 runs and
+# every protected one after every run (harness/retention.py); gc collects by hand; clean-runs removes them all.
 clean:
 	rm -rf $(VENV) *.egg-info build dist .pytest_cache .hypothesis
 	find . -name __pycache__ -type d -not -path './runs/*' -prune -exec rm -rf {} +
 
 clean-runs:
 	rm -rf runs reports/out .dah
+
+GC_ARGS ?=
+gc: $(STAMP)
+	$(PY) -m testbed gc $(GC_ARGS)
 
 CHAOS_ARGS ?=
 chaos: $(STAMP)

@@ -12,7 +12,7 @@ result file, a run still running, anything through a symlink, anything not named
 from __future__ import annotations
 
 import argparse
-import sys
+import os
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,9 @@ def add_gc_parser(sub: Any) -> None:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
+    if args.runs == RUNS and not os.path.lexists(RUNS):
+        print(f"no {RUNS}/ here yet: nothing to remove")
+        return 0
     if not args.runs.is_dir():
         raise UsageError(f"--runs {args.runs}: no such directory (the runs root chaos, benchmarks and migration "
                          "fuzz write into; default runs/)")
