@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from reports import ops as opsmod
 from reports import style
@@ -54,14 +54,63 @@ class Figure:
     wide: bool = False  # drawn style.DOUBLE wide: figure* across both columns
 
 
-def _log(axis: Any) -> None:
-    """A log axis labelled 0.1, 0.2, 0.5, 1, ... over a narrow range, by decades over a wide one (labels that
-    do not run into each other), with no slow mathtext labels. Call it after plotting: it reads the range."""
+_SUPERSCRIPT = str.maketrans("-0123456789", "\u207b\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079")
+
+
+def _log_label(v: float) -> str:
+    """1.5, 20, 0.001 as written; very small or large values as a power of ten (10⁻⁴), short enough to sit side by
+    side, without mathtext."""
+    if v <= 0:
+        return ""
+    if 1e-3 <= v < 1e5:
+        return f"{v:g}"
+    exp = math.log10(v)
+    return f"10{str(round(exp)).translate(_SUPERSCRIPT)}" if abs(exp - round(exp)) < 1e-9 else f"{v:.0e}"
+
+
+def log_ticks(lo: float, hi: float, room: int = 8) -> list[float]:
+    """Labelled ticks of a log axis over [lo, hi]: 1, 1.5, 2, 3, 5, 7 per decade over less than about a decade,
+    1, 2, 5 over up to 2.5 decades, every decade (or every other) over more; at most ``room`` of them, and at least
+    the two ticks around the range when fewer than three fall inside it (the caller widens the axis to them)."""
+    lo, hi = (lo, hi) if lo <= hi else (hi, lo)
+    if not (lo > 0 and math.isfinite(lo) and math.isfinite(hi)):
+        return []
+    decades = math.log10(hi / lo) if hi > lo else 0.0
+    for subs in ((1.0, 1.5, 2.0, 3.0, 5.0, 7.0), (1.0, 2.0, 5.0), (1.0, 3.0), (1.0,)):
+        if len(subs) * max(decades, 0.3) <= room * 1.2 or subs == (1.0,):
+            break
+    d0, d1 = math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1
+    every = [s * 10.0 ** d for d in range(d0, d1 + 1) for s in subs]
+    if subs == (1.0,):
+        stride = max(1, math.ceil((decades + 1) / room))
+        every = [10.0 ** d for d in range(d0, d1 + 1) if d % stride == 0]
+    eps = 1e-9
+    inside = [v for v in every if lo * (1 - eps) <= v <= hi * (1 + eps)]
+    if len(inside) >= 3:
+        return inside
+    below = [v for v in every if v < lo * (1 - eps)]
+    above = [v for v in every if v > hi * (1 + eps)]
+    return ([below[-1]] if below else []) + inside + ([above[0]] if above else [])
+
+
+def _log(axis: Any, room: int = 8) -> None:
+    """Label a log axis with ``log_ticks`` (1, 1.5, 2, 3, 5 s over a narrow range; 1, 2, 5 over a wider one; by
+    decades over a wide one), widening it to the ticks around the data when fewer than three fall inside. Call it
+    after plotting: it reads the range."""
     lo, hi = sorted(axis.get_view_interval())
-    decades = math.log10(hi / lo) if lo > 0 and hi > 0 else 0.0
-    axis.set_major_locator(LogLocator(subs=(1.0,) if decades > 2.5 else (1.0, 2.0, 5.0), numticks=8))
-    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ticks = log_ticks(lo, hi, room)
+    if not ticks:
+        return
+    axis.set_major_locator(FixedLocator(ticks))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: _log_label(v)))
+    axis.set_minor_locator(LogLocator(subs="all", numticks=100))
     axis.set_minor_formatter(NullFormatter())
+    new_lo, new_hi = min(lo, ticks[0]), max(hi, ticks[-1])
+    if (new_lo, new_hi) != (lo, hi):
+        if axis is axis.axes.xaxis:
+            axis.axes.set_xlim(new_lo, new_hi)
+        else:
+            axis.axes.set_ylim(new_lo, new_hi)
 
 
 def _median_err(values: np.ndarray) -> tuple[float, float, float]:
@@ -74,42 +123,6 @@ def _median_err(values: np.ndarray) -> tuple[float, float, float]:
     if math.isnan(lo):
         return med, 0.0, 0.0
     return med, max(med - lo, 0.0), max(hi - med, 0.0)
-
-
-def fault_colour(f: str, seen: dict[str, str]) -> str:
-    if f not in seen:
-        seen[f] = FAULT_COLOURS.get(f) or _SPARE[len([k for k in seen if k not in FAULT_COLOURS]) % len(_SPARE)]
-    return seen[f]
-
-
-def _shade(ax: Any, run: ChaosRun, colours: dict[str, str]) -> list[Any]:
-    """Fault windows, injections, phases and supervisor restarts on ``ax``; returns their legend handles."""
-    handles: dict[str, Any] = {}
-    for w in opsmod.fault_windows(run.ops, run.end_s):
-        c = fault_colour(w.f, colours)
-        ax.axvspan(w.start_s, max(w.end_s, w.start_s + 1e-3), color=c, alpha=0.18, lw=0)
-        ax.axvline(w.start_s, color=c, lw=1.2)
-        handles.setdefault(w.f, Patch(facecolor=c, alpha=0.35, edgecolor=c,
-                                      label=w.f + ("" if w.ended else " (not ended)")))
-    phases = opsmod.phase_times(run.ops, run.record.get("phases") if isinstance(run.record.get("phases"), dict)
-                                else None)
-    for name in ("faults", "heal"):
-        if name in phases:
-            ax.axvline(phases[name], color="0.25", ls="--", lw=1)
-            ax.annotate(name, (phases[name], 1.0), xycoords=("data", "axes fraction"), xytext=(2, -10),
-                        textcoords="offset points", fontsize=style.SMALL_PT, color="0.25")
-    if any(k in phases for k in ("faults", "heal")):
-        handles["_phase"] = Line2D([], [], color="0.25", ls="--", lw=1, label="phase (faults, heal)")
-    restarts = opsmod.supervisor_restarts(run.ops)
-    for t in restarts:
-        ax.axvline(t, color="black", ls=":", lw=0.8)
-    if restarts:
-        handles["_sup"] = Line2D([], [], color="black", ls=":", lw=0.8, label="supervisor restart")
-    return list(handles.values())
-
-
-def _legend(ax: Any, extra: list[Any]) -> None:
-    style.legend(ax, ax.get_legend_handles_labels()[0] + extra, outside=True)
 
 
 def _stack_legend(ax: Any, extra: Any) -> None:
@@ -125,6 +138,125 @@ def _buckets(end_s: float) -> float:
     return float(max(1.0, math.ceil(end_s / 300.0)))
 
 
+def fault_colour(f: str, seen: dict[str, str]) -> str:
+    if f not in seen:
+        seen[f] = FAULT_COLOURS.get(f) or _SPARE[len([k for k in seen if k not in FAULT_COLOURS]) % len(_SPARE)]
+    return seen[f]
+
+
+def _phases(run: ChaosRun) -> dict[str, float]:
+    return opsmod.phase_times(run.ops, run.record.get("phases") if isinstance(run.record.get("phases"), dict)
+                              else None)
+
+
+def _drawn_range(run: ChaosRun, clients: pd.DataFrame) -> tuple[float, float]:
+    """The time range a chaos figure draws: from just before the first client operation, fault or the warm-up
+    phase, to the end of the run. The setup before them (servers and workers starting, nothing to see) is left out;
+    the axis keeps the run's own clock."""
+    phases = _phases(run)
+    firsts = [float(clients["invoke_s"].min())] + [w.start_s for w in opsmod.fault_windows(run.ops, run.end_s)]
+    firsts += [phases[p] for p in ("warm-up", "faults") if p in phases]
+    first = min(t for t in firsts if math.isfinite(t))
+    end = max(run.end_s, first + 1e-3)
+    pad = max(0.3, 0.02 * (end - first))
+    return max(0.0, first - pad), end + 0.5 * pad
+
+
+def _timeline(ax: Any, run: ChaosRun, colours: dict[str, str], lo: float, hi: float) -> list[str]:
+    """The strip above a chaos plot: the run's phases, then one lane per fault kind with each fault's window (from
+    its injection to its end, hatched when it had not ended), then the supervisor's worker restarts. The lanes are
+    labelled on the y axis, so the figure needs no fault legend. Returns the lanes, top first."""
+    lanes: list[str] = ["phase"]
+    windows = opsmod.fault_windows(run.ops, run.end_s)
+    for w in windows:
+        if w.f not in lanes:
+            lanes.append(w.f)
+    restarts = opsmod.supervisor_restarts(run.ops)
+    if restarts:
+        lanes.append("worker restart")
+    row = {name: len(lanes) - 1 - i for i, name in enumerate(lanes)}  # top lane first
+    span = hi - lo
+    phases = sorted((t, name) for name, t in _phases(run).items() if math.isfinite(t))
+    for n, (t, name) in enumerate(phases):
+        end = phases[n + 1][0] if n + 1 < len(phases) else run.end_s
+        a, b = max(t, lo), min(end, hi)
+        if b <= a:
+            continue
+        ax.broken_barh([(a, b - a)], (row["phase"] - 0.4, 0.8), facecolor="0.93" if n % 2 else "0.82", lw=0)
+        if (b - a) / span > 0.012 * (len(name) + 1):  # room for the name at 7 pt
+            ax.text((a + b) / 2, row["phase"], name, ha="center", va="center", fontsize=style.SMALL_PT, color="0.15")
+    min_w = 0.004 * span  # an instant fault (a kill) still shows as a mark
+    for f in lanes[1:len(lanes) - bool(restarts)]:
+        # faults of one kind that overlap (two slow links at once) share the lane in sub-rows, each seen whole
+        ends: list[float] = []
+        placed = []
+        for w in (w for w in windows if w.f == f):
+            sub = next((k for k, e in enumerate(ends) if e <= w.start_s), len(ends))
+            ends[sub:sub + 1] = [max(w.end_s, w.start_s + min_w)]
+            placed.append((w, sub))
+        h = 0.8 / len(ends)
+        c = fault_colour(f, colours)
+        for w, sub in placed:
+            ax.broken_barh([(w.start_s, max(w.end_s - w.start_s, min_w))], (row[f] + 0.4 - (sub + 1) * h, h * 0.85),
+                           facecolor=c, edgecolor=c, lw=0.6, hatch=None if w.ended else "////",
+                           alpha=1.0 if w.ended else 0.5)
+    if restarts:
+        ax.plot(restarts, [row["worker restart"]] * len(restarts), ls="none", marker="x", ms=4, mew=1.0,
+                color="black")
+    ax.set_yticks(list(row.values()), list(row.keys()))
+    ax.set_ylim(-0.6, len(lanes) - 0.4)
+    ax.tick_params(axis="y", length=0)
+    ax.tick_params(axis="x", which="both", bottom=False, labelbottom=False)
+    for side in ("top", "right", "left", "bottom"):
+        ax.spines[side].set_visible(False)
+    return lanes
+
+
+def _shade(ax: Any, run: ChaosRun, colours: dict[str, str]) -> None:
+    """Each fault window lightly shaded on a data panel, in its lane's colour, and a line where it was injected;
+    dashed grey lines at the faults and heal phases."""
+    for w in opsmod.fault_windows(run.ops, run.end_s):
+        c = fault_colour(w.f, colours)
+        ax.axvspan(w.start_s, max(w.end_s, w.start_s + 1e-3), color=c, alpha=0.1, lw=0)
+        ax.axvline(w.start_s, color=c, lw=0.9)
+    phases = _phases(run)
+    for name in ("faults", "heal"):
+        if name in phases:
+            ax.axvline(phases[name], color="0.3", ls="--", lw=0.8)
+
+
+def _chaos_figure(run: ChaosRun, clients: pd.DataFrame, colours: dict[str, str]) -> tuple[Any, Any, float]:
+    """A double-column figure: the timeline strip over a data panel sharing its time axis (setup cropped);
+    the figure, the data panel and where the drawn range starts."""
+    lo, hi = _drawn_range(run, clients)
+    n_lanes = 1 + len({w.f for w in opsmod.fault_windows(run.ops, run.end_s)}) + bool(
+        opsmod.supervisor_restarts(run.ops))
+    strip = 0.17 * n_lanes + 0.05
+    fig, (top, ax) = style.new(style.DOUBLE, 2.3 + strip, nrows=2, sharex=True,
+                               gridspec_kw={"height_ratios": [strip, 2.3]})
+    fig.get_layout_engine().set(h_pad=0.01, hspace=0.0)
+    _timeline(top, run, colours, lo, hi)
+    _shade(ax, run, colours)
+    ax.set_xlim(lo, hi)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=12, steps=[1, 2, 5, 10]))
+    ax.set_xlabel("time since run start (s)")
+    return fig, ax, lo
+
+
+def _cropped(run: ChaosRun, lo: float) -> str:
+    """What the timeline's phase lane holds, in order, and what the figure leaves out."""
+    order = [name for t, name in sorted((t, name) for name, t in _phases(run).items() if math.isfinite(t))
+             if t < run.end_s - 1e-3]  # the last phase ("stopped") marks the end: it has no span
+    return ((f" Phases, in order: {', '.join(order)}." if order else "")
+            + (f" The first {lo:.0f} s of the run (setup: servers and workers starting, no operations) are not "
+               f"drawn." if lo >= 1 else ""))
+
+
+_TIMELINE_NOTE = ("The strip above shows the run's phases, each nemesis fault from injection to end (one lane per kind, "
+                  "hatched if it had not ended) and the supervisor's worker restarts (x); the panel shades the same "
+                  "fault windows, dashed lines at the faults and heal phases.")
+
+
 def plot_chaos(run: ChaosRun, out: Path, stem: str) -> list[Figure]:
     clients = opsmod.client_ops(run.ops, run.end_s)
     if clients.empty:
@@ -134,58 +266,65 @@ def plot_chaos(run: ChaosRun, out: Path, stem: str) -> list[Figure]:
     floor = 1e-3  # log axes: a 0 s latency is drawn at 1 ms
 
     # (a) every operation
-    fig, ax = style.new(style.DOUBLE)
+    fig, ax, lo = _chaos_figure(run, clients, colours)
     for kind in ("ok", "fail", "info"):
         sel = clients[(clients["type"] == kind) & clients["completed"]]
         if len(sel):
-            ax.scatter(sel["invoke_s"], sel["latency_s"].clip(lower=floor), s=7, color=TYPE_COLOURS[kind],
-                       alpha=0.75, lw=0, label=f"{kind} ({len(sel)})")
+            ax.scatter(sel["invoke_s"], sel["latency_s"].clip(lower=floor), s=9, color=TYPE_COLOURS[kind],
+                       alpha=0.8, lw=0, label=f"{kind} ({len(sel)})", zorder=3)
     never = clients[~clients["completed"]]
     if len(never):
         ax.scatter(never["invoke_s"], never["latency_s"].clip(lower=floor), s=16, marker="^",
-                   facecolor="none", edgecolor=TYPE_COLOURS["info"], lw=0.9,
+                   facecolor="none", edgecolor=TYPE_COLOURS["info"], lw=0.9, zorder=3,
                    label=f"info, never completed ({len(never)})")
     ax.set_yscale("log")
+    ax.margins(y=0.08)
     _log(ax.yaxis)
-    ax.set_xlim(0, max(run.end_s, 1e-3) * 1.01)
-    ax.set_xlabel("time since run start (s)")
     ax.set_ylabel("latency (s, log scale)")
-    ax.grid(alpha=0.3, which="both")
-    _legend(ax, _shade(ax, run, colours))
+    ax.grid(alpha=0.3, which="major")
+    style.legend(ax, outside=True)
     style.save(fig, out, f"{stem}-latency-raw")
     n_never = len(never)
     figs.append(Figure(f"{stem}-latency-raw", f"{run.scenario}: raw latency",
                        f"Every client send_message of `{run.scenario}`, at its invoke time, by outcome (ok blue, fail "
-                       f"red, info orange); shaded spans are nemesis fault windows (solid line: injection), dashed "
-                       f"lines the faults and heal phases."
+                       f"red, info orange), latency on a log scale. " + _TIMELINE_NOTE + _cropped(run, lo)
                        + (f" {n_never} operation(s) never completed: drawn as triangles with their latency taken to "
                           f"the end of the run ({run.end_s:.1f} s)." if n_never else ""), wide=True))
 
     # (b) quantiles per window, by invoke time
     width = _buckets(run.end_s)
     done = clients[clients["completed"]].copy()
-    fig, ax = style.new(style.DOUBLE)
+    fig, ax, lo = _chaos_figure(run, clients, colours)
     if len(done):
         done["bucket"] = (done["invoke_s"] // width) * width
         g = done.groupby("bucket")["latency_s"]
-        q = pd.DataFrame({"p50": g.quantile(0.5), "p95": g.quantile(0.95), "p99": g.quantile(0.99), "max": g.max()})
-        for col, colour in zip(q.columns, ("#1f77b4", "#2ca02c", "#ff7f0e", "#444444")):
-            ax.plot(q.index + width / 2, q[col].clip(lower=floor), marker="o", ms=2.5, lw=1.0, color=colour,
-                    label=col)
+        # every window, empty ones as gaps: a line never bridges a window without operations
+        index = np.arange(done["bucket"].min(), done["bucket"].max() + width / 2, width)
+        q = pd.DataFrame({"p50": g.quantile(0.5), "p95": g.quantile(0.95), "p99": g.quantile(0.99),
+                          "max": g.max(), "n": g.size()}).reindex(index, method="nearest", tolerance=width / 4)
+        for col, colour, marker, min_n in (("max", "#444444", "v", 1), ("p99", "#ff7f0e", "^", 100),
+                                           ("p95", "#2ca02c", "s", 20), ("p50", "#1f77b4", "o", 1)):
+            y = q[col].where(q["n"] >= min_n)
+            if y.notna().any():
+                ax.plot(q.index + width / 2, y.clip(lower=floor), marker=marker, ms=3, lw=1.0, color=colour,
+                        label=col, zorder=3)
     ax.set_yscale("log")
+    ax.margins(y=0.08)
     _log(ax.yaxis)
-    ax.set_xlim(0, max(run.end_s, 1e-3) * 1.01)
-    ax.set_xlabel("time since run start (s)")
     ax.set_ylabel("latency (s, log scale)")
-    ax.grid(alpha=0.3, which="both")
-    _legend(ax, _shade(ax, run, colours))
+    ax.grid(alpha=0.3, which="major")
+    h, labels = ax.get_legend_handles_labels()
+    order = [labels.index(k) for k in ("p50", "p95", "p99", "max") if k in labels]
+    style.legend(ax, [h[i] for i in order], outside=True)
     style.save(fig, out, f"{stem}-latency-quantiles")
     figs.append(Figure(f"{stem}-latency-quantiles", f"{run.scenario}: latency quantiles",
-                       f"Latency quantiles (p50, p95, p99, max) of the completed send_message operations of "
-                       f"`{run.scenario}` invoked in each {width:g} s window, with the same fault shading.", wide=True))
+                       f"Latency quantiles of the completed send_message operations of `{run.scenario}` invoked in "
+                       f"each {width:g} s window (log scale): median and maximum of every window, p95 where the "
+                       f"window has at least 20 operations and p99 where it has 100; a window without operations "
+                       f"is a gap. " + _TIMELINE_NOTE + _cropped(run, lo), wide=True))
 
     # (c) completions per second, by completion time
-    fig, ax = style.new(style.DOUBLE)
+    fig, ax, lo = _chaos_figure(run, clients, colours)
     edges = np.arange(0.0, run.end_s + width, width)
     if len(edges) < 2:
         edges = np.array([0.0, width])
@@ -195,17 +334,16 @@ def plot_chaos(run: ChaosRun, out: Path, stem: str) -> list[Figure]:
             continue
         hist, _ = np.histogram(t, bins=edges)
         ax.step(edges, np.append(hist, hist[-1]) / width, where="post", color=TYPE_COLOURS[kind], lw=1.1,
-                label=kind)
-    ax.set_xlim(0, max(run.end_s, 1e-3) * 1.01)
+                label=kind, zorder=3)
     ax.set_ylim(bottom=0)
-    ax.set_xlabel("time since run start (s)")
-    ax.set_ylabel("completions per second (ops/s)")
+    ax.margins(y=0.1)
+    ax.set_ylabel("completions per second")
     ax.grid(alpha=0.3)
-    _legend(ax, _shade(ax, run, colours))
+    style.legend(ax, outside=True)
     style.save(fig, out, f"{stem}-rate")
     figs.append(Figure(f"{stem}-rate", f"{run.scenario}: throughput",
                        f"Completed send_message operations per second of `{run.scenario}` ({width:g} s windows, by "
-                       f"completion time and outcome), with the same fault shading.", wide=True))
+                       f"completion time and outcome). " + _TIMELINE_NOTE + _cropped(run, lo), wide=True))
     return figs
 
 

@@ -69,10 +69,17 @@ RC = {
 plt.rcParams.update(RC)
 
 
-def new(width: float = SINGLE, height: float | None = None, ncols: int = 1, **kw: Any) -> tuple[plt.Figure, Any]:
+def new(width: float = SINGLE, height: float | None = None, ncols: int = 1, nrows: int = 1, **kw: Any
+        ) -> tuple[plt.Figure, Any]:
     """A figure at its print size (``SINGLE`` or ``DOUBLE`` wide) and its axes."""
     assert width in (SINGLE, DOUBLE), width
-    return plt.subplots(1, ncols, figsize=(width, height or HEIGHT[width]), **kw)
+    return plt.subplots(nrows, ncols, figsize=(width, height or HEIGHT[width]), **kw)
+
+
+def bar_height(n: int, width: float = SINGLE, extra: float = 0.9) -> float:
+    """The height (in) of a horizontal-bar figure with ``n`` bars: ``extra`` for the axis and legend, and a
+    row per bar that fits a 7 pt label."""
+    return max(HEIGHT[width], extra + 0.2 * n)
 
 
 def save(fig: plt.Figure, out: Path, name: str) -> None:
