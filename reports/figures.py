@@ -347,46 +347,124 @@ def plot_chaos(run: ChaosRun, out: Path, stem: str) -> list[Figure]:
     return figs
 
 
-def plot_breakdown(series: list[dict[str, Any]], out: Path) -> Figure | None:
-    """Two panels: the whole turn (the model's own time and the loop's overhead, with the median client
-    latency), and the overhead alone on its own scale, component by component: the model's time would
-    otherwise dwarf every overhead component."""
-    if not series:
-        return None
-    fig, (whole, over) = style.new(style.DOUBLE, 2.8, ncols=2, width_ratios=[1, 2])
-    x = np.arange(len(series))
-    names = [s["name"] for s in series]
-    meds = [component_medians(s["turns"]) for s in series]
-    model = np.nan_to_num(np.array([m[MODEL] for m in meds]))
-    overhead = np.array([float(np.nansum([v for k, v in m.items() if k != MODEL])) for m in meds])
-    model_colour = COMPONENT_COLOURS[[label for label, _ in COMPONENTS].index(MODEL)]
-    whole.bar(x, model, 0.6, color=model_colour, label="model")
-    whole.bar(x, overhead, 0.6, bottom=model, color="0.6", label="overhead (sum of the rest)")
-    client = [_median_err(column(s["turns"], "client_ms")) for s in series]
-    whole.errorbar(x, [c[0] for c in client], yerr=[[c[1] for c in client], [c[2] for c in client]], fmt="_",
-                   ms=14, mew=1.4, color="black", elinewidth=0.8, capsize=2, zorder=3,
-                   label="median client latency [95% CI]")
-    whole.set_ylabel("median time per turn (ms)")
-    style.legend(whole, above=True, loc="upper left", ncols=3)
-    bottom = np.zeros(len(series))
+#: The breakdown components as the LaTeX breakdown table heads them.
+COMPONENT_LABELS = {"client_rtt": "client RTT", "wft_sched_to_start": "WFT wait", "wft_exec": "WFT exec",
+                    "act_sched_to_start": "activity wait", "act_exec - model": "activity exec \u2212 model",
+                    "model": "model", "other": "other"}
+
+
+def breakdown_section(name: str, sections: dict[str, str] | None = None) -> str:
+    """The bench section a breakdown series belongs to: the section of the latency series of that name when the
+    run has it, else as ``benchmarks`` names them (``durable/<model>/<workload>`` Table 2, ``process/<shape>/
+    <workload>`` the overhead section, the rest tuning)."""
+    if sections and name in sections:
+        return sections[name]
+    return "table2" if name.startswith("durable/") else "overhead" if name.startswith("process/") else "tuning"
+
+
+def _breakdown_label(name: str, section: str) -> str:
+    """A bar's label: "reply, mock" for Table 2's durable/mock/reply, "local-model, reply (load 2, round 1)" for
+    the overhead section's process/local-model/reply@load2-r1."""
+    base, _, suffix = name.partition("@")
+    parts = base.split("/")
+    if section == "table2" and len(parts) == 3:
+        label = f"{parts[2]}, {parts[1]}"
+    elif section == "overhead" and len(parts) == 3:
+        label = f"{parts[1]}, {parts[2]}"
+    else:
+        label = base
+    if suffix:
+        load, _, rnd = suffix.partition("-r")
+        label += f" ({'idle' if load == 'idle' else 'load ' + load.removeprefix('load')}, round {rnd})"
+    return label
+
+
+def _stacked_h(ax: Any, y: np.ndarray, meds: list[dict[str, float]], labels: list[str]) -> None:
+    """Horizontal bars at ``y``, the median of each component in ``labels`` stacked left to right."""
+    left = np.zeros(len(y))
     for (label, _), colour in zip(COMPONENTS, COMPONENT_COLOURS):
-        if label == MODEL:
+        if label not in labels:
             continue
         vals = np.nan_to_num(np.array([m[label] for m in meds]))
-        over.bar(x, vals, 0.6, bottom=bottom, color=colour, label=label)
-        bottom += vals
-    over.set_ylabel("median overhead per turn (ms)")
-    for ax in (whole, over):
-        ax.set_xticks(x, names, rotation=30 if len(series) > 2 else 0, ha="right" if len(series) > 2 else "center")
-        ax.grid(axis="y")
-        ax.set_ylim(bottom=0)
-        ax.margins(y=0.15)
-    _stack_legend(over, None)
-    style.save(fig, out, "breakdown")
-    return Figure("breakdown", "Latency breakdown", "Where a durable turn's time goes, per series. Left: the median "
-                  "model time and the sum of the median overhead components, stacked; the black mark is the median "
-                  "client latency with its 95% bootstrap interval (medians of parts need not add up to it exactly). "
-                  "Right: the overhead alone on its own scale, each component's median stacked (ms).", wide=True)
+        ax.barh(y, vals, 0.65, left=left, color=colour, label=COMPONENT_LABELS[label])
+        left += vals
+
+
+def _client_marks(ax: Any, y: np.ndarray, group: list[dict[str, Any]]) -> None:
+    """The median client latency of each series as a black tick across its bar, with its 95 % bootstrap interval."""
+    client = [_median_err(column(s["turns"], "client_ms")) for s in group]
+    ax.errorbar([c[0] for c in client], y, xerr=[[c[1] for c in client], [c[2] for c in client]], fmt="|", ms=11,
+                mew=1.6, color="black", elinewidth=0.8, capsize=2, zorder=3, label="median client latency [95% CI]")
+
+
+def _bar_axis(ax: Any, y: np.ndarray, labels: list[str], xlabel: str) -> None:
+    ax.set_yticks(y, labels)
+    ax.set_ylim(len(y) - 0.5, -0.5)  # the first series on top
+    ax.set_xlabel(xlabel)
+    ax.set_xlim(left=0)
+    ax.margins(x=0.08)
+    ax.grid(axis="x")
+
+
+def _breakdown_table2(group: list[dict[str, Any]], out: Path, stem: str) -> Figure:
+    """Two panels sharing the series: the whole turn (model and overhead) and the overhead alone, on its own scale:
+    the model's time would otherwise dwarf every overhead component."""
+    y = np.arange(len(group))
+    labels = [_breakdown_label(s["name"], "table2") for s in group]
+    meds = [component_medians(s["turns"]) for s in group]
+    fig, (whole, over) = style.new(style.DOUBLE, style.bar_height(len(group), style.DOUBLE, 1.3), ncols=2,
+                                   sharey=True, width_ratios=[1, 1.3])
+    model = np.nan_to_num(np.array([m[MODEL] for m in meds]))
+    overhead = np.array([float(np.nansum([v for k, v in m.items() if k != MODEL])) for m in meds])
+    whole.barh(y, model, 0.65, color=COMPONENT_COLOURS[[c for c, _ in COMPONENTS].index(MODEL)], label="model")
+    whole.barh(y, overhead, 0.65, left=model, color="0.65", label="overhead (the components on the right)")
+    _client_marks(whole, y, group)
+    _bar_axis(whole, y, labels, "median time per turn (ms)")
+    _stacked_h(over, y, meds, [c for c, _ in COMPONENTS if c != MODEL])
+    _bar_axis(over, y, labels, "median overhead per turn (ms)")
+    over.tick_params(axis="y", labelleft=False)
+    style.legend(whole, above=True, loc="upper left", ncols=1)
+    style.legend(over, above=True, loc="upper right", ncols=3)
+    style.save(fig, out, stem)
+    return Figure(stem, "Where a durable turn's time goes", "Table 2's durable series (workload, model), one bar "
+                  "each. Left: the median model time and the sum of the medians of the other components (the "
+                  "overhead), stacked; the black tick is the median client latency with its 95% bootstrap interval "
+                  "(medians of parts need not add up to it). Right: the overhead alone on its own scale, each "
+                  "component's median stacked (ms): client RTT, the workflow task's wait (WFT wait) and execution "
+                  "(WFT exec), the activities' wait and execution less the model's time, and the rest.", wide=True)
+
+
+def _breakdown_overhead(group: list[dict[str, Any]], out: Path, stem: str) -> Figure:
+    y = np.arange(len(group))
+    labels = [_breakdown_label(s["name"], "overhead") for s in group]
+    meds = [component_medians(s["turns"]) for s in group]
+    fig, ax = style.new(style.DOUBLE, style.bar_height(len(group), style.DOUBLE, 0.8))
+    _stacked_h(ax, y, meds, [c for c, _ in COMPONENTS])
+    _client_marks(ax, y, group)
+    _bar_axis(ax, y, labels, "median time per turn (ms)")
+    style.legend(ax, outside=True)
+    style.save(fig, out, stem)
+    return Figure(stem, "Where the time goes, per deployment shape", "The overhead section's series (worker "
+                  "shape, workload; the instant model), one bar each: each component's median stacked (ms), the "
+                  "black tick the median client latency with its 95% bootstrap interval.", wide=True)
+
+
+def plot_breakdown(series: list[dict[str, Any]], out: Path, latency: list[dict[str, Any]] | None = None
+                   ) -> list[Figure]:
+    """One figure per question: ``breakdown`` for Table 2's durable series, ``breakdown-overhead`` for the overhead
+    section's deployment shapes. The tuning series' breakdown is the tuning figure (``plot_tuning``). ``latency``:
+    the run's latency series, which say each series' section."""
+    sections = {s["name"]: s.get("section", "table2") for s in latency or []}
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for s in series:
+        if s["turns"]:
+            groups.setdefault(breakdown_section(s["name"], sections), []).append(s)
+    figs = []
+    if groups.get("table2"):
+        figs.append(_breakdown_table2(groups["table2"], out, "breakdown"))
+    if groups.get("overhead"):
+        figs.append(_breakdown_overhead(groups["overhead"], out, "breakdown-overhead"))
+    return figs
 
 
 def _tuning_label(s: dict[str, Any]) -> str:
@@ -397,39 +475,40 @@ def _tuning_label(s: dict[str, Any]) -> str:
 
 def plot_tuning(series: list[dict[str, Any]], breakdown_series: list[dict[str, Any]] | None, out: Path
                 ) -> Figure | None:
+    """Horizontal bars, one per tuning series, the stock and tuned server of each worker variant side by side: the
+    median client latency, and inside it each breakdown component's median where the run has the breakdown."""
     tuned = [s for s in series if s["section"] == "tuning"]
     if not tuned:
         return None
+    variants = list(dict.fromkeys(_tuning_label(s).split(" ", 1)[-1] for s in tuned))
+    tuned.sort(key=lambda s: variants.index(_tuning_label(s).split(" ", 1)[-1]))  # stable: stock before tuned
     by_name = {b["name"]: b for b in breakdown_series or []}
-    fig, ax = style.new(style.DOUBLE, 2.8)
-    x = np.arange(len(tuned))
+    fig, ax = style.new(style.DOUBLE, style.bar_height(len(tuned), style.DOUBLE, 0.8))
+    y = np.arange(len(tuned), dtype=float) + np.searchsorted(
+        np.cumsum([sum(1 for s in tuned if _tuning_label(s).endswith(" " + v)) for v in variants]),
+        np.arange(len(tuned)), side="right") * 0.5  # a half-bar gap between worker variants
+    with_parts = [j for j, s in enumerate(tuned) if s["name"] in by_name]
+    if with_parts:
+        _stacked_h(ax, y[with_parts], [component_medians(by_name[tuned[j]["name"]]["turns"]) for j in with_parts],
+                   [c for c, _ in COMPONENTS])
     med = [_median_err(column(s["turns"], "client_ms")) for s in tuned]
-    stacked = False
-    for j, s in enumerate(tuned):
-        if s["name"] in by_name:
-            m = component_medians(by_name[s["name"]]["turns"])
-            bottom = 0.0
-            for (label, _), colour in zip(COMPONENTS, COMPONENT_COLOURS):
-                v = 0.0 if math.isnan(m[label]) else m[label]
-                ax.bar(j, v, 0.6, bottom=bottom, color=colour, label=label if not stacked else None)
-                bottom += v
-            stacked = True
     medians = [0.0 if math.isnan(m[0]) else m[0] for m in med]
-    ax.bar(x, medians, 0.6, facecolor="none" if stacked else style.PALETTE[0], edgecolor="black", lw=0.8,
-           label="median client latency")
-    ax.errorbar(x, medians, yerr=[[m[1] for m in med], [m[2] for m in med]], fmt="none", ecolor="black",
+    ax.barh(y, medians, 0.65, facecolor="none" if with_parts else style.PALETTE[0], edgecolor="black", lw=0.8,
+            label="median client latency")
+    ax.errorbar(medians, y, xerr=[[m[1] for m in med], [m[2] for m in med]], fmt="none", ecolor="black",
                 elinewidth=0.8, capsize=2, label="95% CI of the median")
-    ax.set_xticks(x, [_tuning_label(s) for s in tuned], rotation=25, ha="right", rotation_mode="anchor")
-    ax.set_ylabel("median client latency per turn (ms)")
-    ax.set_xlabel("server profile and worker options (tool workload, mock model)")
-    ax.set_ylim(bottom=0)
-    ax.grid(axis="y")
-    _stack_legend(ax, None)
+    ax.set_yticks(y, [_tuning_label(s) for s in tuned])
+    ax.set_ylim(y[-1] + 0.6, -0.6)
+    ax.set_xlabel("median client latency per turn (ms; tool workload, mock model)")
+    ax.set_xlim(left=0)
+    ax.grid(axis="x")
+    style.legend(ax, outside=True)
     style.save(fig, out, "tuning")
     return Figure("tuning", "Tuning", "Median client latency per turn (ms) for each tuning series (server "
-                  "dynamic-config profile, eager activity execution, workflow sandbox), with its 95% bootstrap "
-                  "interval" + ("; where the run has its breakdown, the components' medians are stacked inside the "
-                                "outlined total." if stacked else "."), wide=True)
+                  "dynamic-config profile, stock or tuned, for each worker variant: eager activity execution, the "
+                  "workflow sandbox, local tools, the worker in its own process), with its 95% bootstrap interval"
+                  + ("; where the run has its breakdown, the components' medians are stacked inside the outlined "
+                     "total (medians of parts need not add up to it)." if with_parts else "."), wide=True)
 
 
 def plot_latency_cdf(series: list[dict[str, Any]], out: Path) -> Figure | None:
@@ -566,42 +645,63 @@ def plot_recovery(points: list[dict[str, Any]], out: Path) -> Figure | None:
 
 
 def plot_resources(doc: dict[str, Any], out: Path) -> Figure | None:
+    """Horizontal bars, one group per bench section holding only the processes that ran in it (no empty slots),
+    a colour per process; CPU left, memory right."""
     sections = [s for s, procs in doc["sections"].items() if procs]
     if not sections:
         return None
     procs = sorted({p for s in sections for p in doc["sections"][s]})
-    fig, axes = style.new(style.DOUBLE, 2.6, ncols=2)
-    width = 0.8 / len(procs)
-    x = np.arange(len(sections))
-    for ax, key, ylabel in ((axes[0], "cpu_mean_pct", "mean CPU (% of one core)"),
+    colour = {p: COMPONENT_COLOURS[j % len(COMPONENT_COLOURS)] for j, p in enumerate(procs)}
+    rows: list[tuple[float, str, str]] = []  # (y, section, process)
+    centres, y = [], 0.0
+    for s in sections:
+        here = [p for p in procs if p in doc["sections"][s]]
+        rows += [(y + k, s, p) for k, p in enumerate(here)]
+        centres.append(y + (len(here) - 1) / 2)
+        y += len(here) + 0.8  # a gap between sections
+    fig, axes = style.new(style.DOUBLE, max(style.HEIGHT[style.DOUBLE], 1.0 + 0.12 * y), ncols=2,
+                          sharey=True)
+    for ax, key, xlabel in ((axes[0], "cpu_mean_pct", "mean CPU (% of one core)"),
                             (axes[1], "rss_max_mb", "peak resident memory (MB)")):
-        for j, p in enumerate(procs):
-            vals = [doc["sections"][s].get(p, {}).get(key, math.nan) for s in sections]
-            ax.bar(x + (j - (len(procs) - 1) / 2) * width, np.nan_to_num(vals), width, label=p,
-                   color=COMPONENT_COLOURS[j % len(COMPONENT_COLOURS)])
-        ax.set_xticks(x, sections, rotation=30 if len(sections) > 3 else 0, ha="right" if len(sections) > 3
-                      else "center")
-        ax.set_xlabel("benchmark section")
-        ax.set_ylabel(ylabel)
-        ax.grid(axis="y")
-    style.legend(axes[1], outside=True)
+        for p in procs:
+            mine = [(r, doc["sections"][s][p].get(key, math.nan)) for r, s, q in rows if q == p]
+            ax.barh([r for r, _ in mine], np.nan_to_num([v for _, v in mine]), 0.85, color=colour[p], label=p)
+        ax.set_xlabel(xlabel)
+        ax.set_xlim(left=0)
+        ax.grid(axis="x")
+    axes[0].set_yticks(centres, sections)
+    axes[0].set_ylim(y - 0.8 + 0.1, -0.6)
+    axes[0].tick_params(axis="y", length=0)
+    style.legend(axes[0], above=True, loc="upper center", ncols=3)
     style.save(fig, out, "resources")
     return Figure("resources", "Resources", "Left: mean CPU per process (% of one core; 200 % = two cores); right: "
-                  "peak resident memory (MB), during each benchmark section (psutil samples).", wide=True)
+                  "peak resident memory (MB), during each benchmark section (psutil samples); each section shows the "
+                  "processes that ran in it.", wide=True)
 
 
 def _steps_against_floor(ax: Any, points: list[dict[str, Any]], labels: list[str], xlabel: str) -> None:
-    """Horizontal bars: each point's median step (blue) or durable-write floor (grey), log scale, with the bootstrap
-    95 % interval of the median where the run kept its samples (none: no whisker)."""
-    colours = ["0.6" if p["measure"] == "floor" else style.PALETTE[0] for p in points]
+    """A dot per point on a log axis (a bar's length means nothing on one): each median step (blue circle) or
+    durable-write floor (grey square), with the bootstrap 95 % interval of the median where the run kept its
+    samples (none: no whisker), and the fastest floor as a dotted line to read every step against."""
+    y = np.arange(len(points))
     xerr = np.array([_median_err(np.asarray(p.get("samples_ms") or [], dtype=float))[1:] for p in points]).T
-    ax.barh(labels, [p["p50_ms"] for p in points], color=colours, xerr=xerr if xerr.any() else None, ecolor="0.2",
-            capsize=2)
+    for measure, colour, marker, label in (("floor", "0.45", "s", "floor: one durable write"),
+                                           ("step", style.PALETTE[0], "o", "median step")):
+        sel = [j for j, p in enumerate(points) if (p["measure"] == "floor") == (measure == "floor")]
+        if sel:
+            ax.errorbar([points[j]["p50_ms"] for j in sel], y[sel], xerr=xerr[:, sel] if xerr.any() else None,
+                        fmt=marker, color=colour, ms=4.5, ecolor=colour, elinewidth=0.9, capsize=2, label=label)
+    floors = [p["p50_ms"] for p in points if p["measure"] == "floor"]
+    if floors:
+        ax.axvline(min(floors), color="0.45", ls=":", lw=0.9)
+    ax.set_yticks(y, labels)
+    ax.set_ylim(len(points) - 0.5, -0.5)
     ax.set_xscale("log")
-    _log(ax.xaxis)
-    ax.invert_yaxis()
+    ax.margins(x=0.1)
+    _log(ax.xaxis, room=6)
     ax.set_xlabel(xlabel)
     ax.grid(axis="x")
+    ax.grid(axis="y", alpha=0.15)
 
 
 def plot_checkpoint(points: list[dict[str, Any]], out: Path) -> Figure | None:
@@ -609,13 +709,15 @@ def plot_checkpoint(points: list[dict[str, Any]], out: Path) -> Figure | None:
             and p["p50_ms"] > 0]
     if not rows:
         return None
-    fig, ax = style.new(style.SINGLE, 0.6 + 0.25 * len(rows))
-    _steps_against_floor(ax, rows, [f"{p['measure']}: {p['backend']}" for p in rows], "median per step (ms)")
+    fig, ax = style.new(style.SINGLE, style.bar_height(len(rows), style.SINGLE, 0.6))
+    _steps_against_floor(ax, rows, [p["backend"] for p in rows], "median per step (ms, log scale)")
+    style.legend(ax, above=True)
     style.save(fig, out, "checkpoint")
     return Figure("checkpoint", "Checkpoint engine", "What a checkpointed step costs: the median of one no-op "
-                  "checkpointed step on each engine (blue) against the physical floor of one durable write on "
-                  "this disk (grey), log scale, with the bootstrap 95 % interval of the median where the run "
-                  "kept its samples. The plain loop's step is a bare await.")
+                  "checkpointed step on each engine (blue circles) against the physical floor of one durable "
+                  "write on this disk (grey squares; the dotted line is the fastest), log scale, with the "
+                  "bootstrap 95 % interval of the median where the run kept its samples. The plain loop's step is "
+                  "a bare await.")
 
 
 def plot_engines(doc: dict[str, Any], out: Path) -> Figure | None:
@@ -629,9 +731,10 @@ def plot_engines(doc: dict[str, Any], out: Path) -> Figure | None:
         return None
     engines = sorted({s["engine"] for s in series}, key=_engine_rank)
     groups = sorted({(s["workload"], s["model_mode"]) for s in series})
-    fig, (left, right) = style.new(style.DOUBLE, 2.4, ncols=2)
-    width = 0.8 / max(1, len(groups))
-    x = np.arange(len(engines))
+    rows = max(len(engines) * max(1, len(groups)) * 0.6, len(steps))
+    fig, (left, right) = style.new(style.DOUBLE, style.bar_height(round(rows), style.DOUBLE, 0.9), ncols=2)
+    height = 0.8 / max(1, len(groups))
+    y = np.arange(len(engines))
     for j, (workload, mode) in enumerate(groups):
         meds, errs = [], []
         for e in engines:
@@ -641,16 +744,19 @@ def plot_engines(doc: dict[str, Any], out: Path) -> Figure | None:
             med, lo, hi = _median_err(over)
             meds.append(med)
             errs.append((lo, hi))
-        left.bar(x + (j - (len(groups) - 1) / 2) * width, np.nan_to_num(meds), width, label=f"{workload}, {mode}",
-                 yerr=np.array(errs).T, ecolor="0.2", capsize=2, color=style.PALETTE[j % len(style.PALETTE)])
-    left.set_xticks(x, engines, rotation=30, ha="right")
-    left.set_ylabel("median turn minus model (ms)")
-    left.grid(axis="y")
-    style.legend(left)
-    _steps_against_floor(right, steps, [p["engine"] for p in steps], "median per no-op step (ms)")
+        left.barh(y + (j - (len(groups) - 1) / 2) * height, np.nan_to_num(meds), height, label=f"{workload}, {mode}",
+                  xerr=np.array(errs).T, ecolor="0.2", capsize=2, color=style.PALETTE[j % len(style.PALETTE)])
+    left.set_yticks(y, engines)
+    left.set_ylim(len(engines) - 0.5, -0.5)
+    left.set_xlabel("median turn minus model (ms)")
+    left.set_xlim(left=0)
+    left.grid(axis="x")
+    style.legend(left, above=True, loc="upper left")
+    _steps_against_floor(right, steps, [p["engine"] for p in steps], "median per no-op step (ms, log scale)")
+    style.legend(right, above=True, loc="upper right")
     style.save(fig, out, "engines")
     return Figure("engines", "Engines side by side", "The same agent loop on each engine, in one run. Left: the "
                   "median turn minus the time inside model steps, per workload and model mode (what the engine and "
-                  "the loop add); right: the median of one no-op durable step on each engine (blue) against the "
-                  "floor of one durable write on this disk (grey), log scale. Whiskers: bootstrap 95 % intervals of "
-                  "the medians.", wide=True)
+                  "the loop add); right: the median of one no-op durable step on each engine (blue circles) against "
+                  "the floor of one durable write on this disk (grey squares, the fastest dotted), log scale. "
+                  "Whiskers: bootstrap 95 % intervals of the medians.", wide=True)
