@@ -4,14 +4,17 @@ Contract: each ``plot_*`` function takes normalised data from
 ``reports.sources`` / ``reports.tables`` and a directory, saves
 ``<dir>/<name>.pdf``, ``.png`` and ``.svg`` at the figure's print size
 (``style.SINGLE`` or ``style.DOUBLE`` wide), and returns a ``Figure`` record
-(name, title, caption) for the report, or None when there is nothing to plot.
+(name, title, caption) for the report, or None when there is nothing to plot
+(``plot_chaos``, ``plot_length`` and ``plot_breakdown``: a list, one figure per question).
 Images carry no titles: the caption says what a figure shows. Every axis is
-labelled with its unit; integer axes have integer ticks; a durable/plain pair
-shares a colour and the loop is the line style; a median or mean drawn as a
-bar or point carries its 95 % bootstrap interval as an error bar
+labelled with its unit; integer axes have integer ticks; series with long names
+are horizontal bars; a log axis has at least three labelled ticks (``log_ticks``);
+a durable/plain pair shares a colour and the loop is the line style; a median or
+mean drawn as a bar or point carries its 95 % bootstrap interval as an error bar
 (``reports.confidence``). Chaos figures follow Jepsen's conventions: ok blue, fail
-red, info orange; each nemesis fault window shaded in a colour per fault kind,
-a solid line where it was injected, dashed lines at the faults and heal phases.
+red, info orange; a strip above the data names the run's phases, each nemesis fault
+(one lane per kind, injection to end) and the supervisor's restarts, and the panel
+below shades the same windows; the setup before the warm-up is not drawn.
 Length figures mark each continue-as-new (a new run of the workflow).
 """
 
