@@ -483,13 +483,15 @@ def plot_tuning(series: list[dict[str, Any]], breakdown_series: list[dict[str, A
     tuned = [s for s in series if s["section"] == "tuning"]
     if not tuned:
         return None
-    variants = list(dict.fromkeys(_tuning_label(s).split(" ", 1)[-1] for s in tuned))
-    tuned.sort(key=lambda s: variants.index(_tuning_label(s).split(" ", 1)[-1]))  # stable: stock before tuned
+    def variant(s: dict[str, Any]) -> str:
+        return _tuning_label(s).split(" ", 1)[-1]
+
+    variants = list(dict.fromkeys(variant(s) for s in tuned))
+    tuned.sort(key=lambda s: variants.index(variant(s)))  # stable: each variant's servers side by side
     by_name = {b["name"]: b for b in breakdown_series or []}
     fig, ax = style.new(style.DOUBLE, style.bar_height(len(tuned), style.DOUBLE, 0.8))
-    y = np.arange(len(tuned), dtype=float) + np.searchsorted(
-        np.cumsum([sum(1 for s in tuned if _tuning_label(s).endswith(" " + v)) for v in variants]),
-        np.arange(len(tuned)), side="right") * 0.5  # a half-bar gap between worker variants
+    # a half-bar gap between worker variants
+    y = np.array([j + 0.5 * variants.index(variant(s)) for j, s in enumerate(tuned)])
     with_parts = [j for j, s in enumerate(tuned) if s["name"] in by_name]
     if with_parts:
         _stacked_h(ax, y[with_parts], [component_medians(by_name[tuned[j]["name"]]["turns"]) for j in with_parts],
