@@ -247,7 +247,8 @@ class Builder:
             return
         log.info("breakdown: %d series", len(t.df))
         self.emit_table(doc, t)
-        self.emit_figure(doc, figs.plot_breakdown(series, self.fig_dir))
+        for f in figs.plot_breakdown(series, self.fig_dir, self.run.data.get("latency")):
+            self.emit_figure(doc, f)
 
     def _latency_section(self, doc: Doc, section: str, table: Any, figure: Any = None) -> list[dict[str, Any]]:
         """A section of ``latency.json`` with the breakdown beside it: its table, and its figure if it has one;

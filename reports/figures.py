@@ -4,14 +4,17 @@ Contract: each ``plot_*`` function takes normalised data from
 ``reports.sources`` / ``reports.tables`` and a directory, saves
 ``<dir>/<name>.pdf``, ``.png`` and ``.svg`` at the figure's print size
 (``style.SINGLE`` or ``style.DOUBLE`` wide), and returns a ``Figure`` record
-(name, title, caption) for the report, or None when there is nothing to plot.
+(name, title, caption) for the report, or None when there is nothing to plot
+(``plot_chaos``, ``plot_length`` and ``plot_breakdown``: a list, one figure per question).
 Images carry no titles: the caption says what a figure shows. Every axis is
-labelled with its unit; integer axes have integer ticks; a durable/plain pair
-shares a colour and the loop is the line style; a median or mean drawn as a
-bar or point carries its 95 % bootstrap interval as an error bar
+labelled with its unit; integer axes have integer ticks; series with long names
+are horizontal bars; a log axis has at least three labelled ticks (``log_ticks``);
+a durable/plain pair shares a colour and the loop is the line style; a median or
+mean drawn as a bar or point carries its 95 % bootstrap interval as an error bar
 (``reports.confidence``). Chaos figures follow Jepsen's conventions: ok blue, fail
-red, info orange; each nemesis fault window shaded in a colour per fault kind,
-a solid line where it was injected, dashed lines at the faults and heal phases.
+red, info orange; a strip above the data names the run's phases, each nemesis fault
+(one lane per kind, injection to end) and the supervisor's restarts, and the panel
+below shades the same windows; the setup before the warm-up is not drawn.
 Length figures mark each continue-as-new (a new run of the workflow).
 """
 
@@ -27,7 +30,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from reports import ops as opsmod
 from reports import style
@@ -54,14 +57,63 @@ class Figure:
     wide: bool = False  # drawn style.DOUBLE wide: figure* across both columns
 
 
-def _log(axis: Any) -> None:
-    """A log axis labelled 0.1, 0.2, 0.5, 1, ... over a narrow range, by decades over a wide one (labels that
-    do not run into each other), with no slow mathtext labels. Call it after plotting: it reads the range."""
+_SUPERSCRIPT = str.maketrans("-0123456789", "\u207b\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079")
+
+
+def _log_label(v: float) -> str:
+    """1.5, 20, 0.001 as written; very small or large values as a power of ten (10⁻⁴), short enough to sit side by
+    side, without mathtext."""
+    if v <= 0:
+        return ""
+    if 1e-3 <= v < 1e5:
+        return f"{v:g}"
+    exp = math.log10(v)
+    return f"10{str(round(exp)).translate(_SUPERSCRIPT)}" if abs(exp - round(exp)) < 1e-9 else f"{v:.0e}"
+
+
+def log_ticks(lo: float, hi: float, room: int = 8) -> list[float]:
+    """Labelled ticks of a log axis over [lo, hi]: 1, 1.5, 2, 3, 5, 7 per decade over less than about a decade,
+    1, 2, 5 over up to 2.5 decades, every decade (or every other) over more; at most ``room`` of them, and at least
+    the two ticks around the range when fewer than three fall inside it (the caller widens the axis to them)."""
+    lo, hi = (lo, hi) if lo <= hi else (hi, lo)
+    if not (lo > 0 and math.isfinite(lo) and math.isfinite(hi)):
+        return []
+    decades = math.log10(hi / lo) if hi > lo else 0.0
+    for subs in ((1.0, 1.5, 2.0, 3.0, 5.0, 7.0), (1.0, 2.0, 5.0), (1.0, 3.0), (1.0,)):
+        if len(subs) * max(decades, 0.3) <= room * 1.2 or subs == (1.0,):
+            break
+    d0, d1 = math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1
+    every = [s * 10.0 ** d for d in range(d0, d1 + 1) for s in subs]
+    if subs == (1.0,):
+        stride = max(1, math.ceil((decades + 1) / room))
+        every = [10.0 ** d for d in range(d0, d1 + 1) if d % stride == 0]
+    eps = 1e-9
+    inside = [v for v in every if lo * (1 - eps) <= v <= hi * (1 + eps)]
+    if len(inside) >= 3:
+        return inside
+    below = [v for v in every if v < lo * (1 - eps)]
+    above = [v for v in every if v > hi * (1 + eps)]
+    return ([below[-1]] if below else []) + inside + ([above[0]] if above else [])
+
+
+def _log(axis: Any, room: int = 8) -> None:
+    """Label a log axis with ``log_ticks`` (1, 1.5, 2, 3, 5 s over a narrow range; 1, 2, 5 over a wider one; by
+    decades over a wide one), widening it to the ticks around the data when fewer than three fall inside. Call it
+    after plotting: it reads the range."""
     lo, hi = sorted(axis.get_view_interval())
-    decades = math.log10(hi / lo) if lo > 0 and hi > 0 else 0.0
-    axis.set_major_locator(LogLocator(subs=(1.0,) if decades > 2.5 else (1.0, 2.0, 5.0), numticks=8))
-    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ticks = log_ticks(lo, hi, room)
+    if not ticks:
+        return
+    axis.set_major_locator(FixedLocator(ticks))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: _log_label(v)))
+    axis.set_minor_locator(LogLocator(subs="all", numticks=100))
     axis.set_minor_formatter(NullFormatter())
+    new_lo, new_hi = min(lo, ticks[0]), max(hi, ticks[-1])
+    if (new_lo, new_hi) != (lo, hi):
+        if axis is axis.axes.xaxis:
+            axis.axes.set_xlim(new_lo, new_hi)
+        else:
+            axis.axes.set_ylim(new_lo, new_hi)
 
 
 def _median_err(values: np.ndarray) -> tuple[float, float, float]:
@@ -74,42 +126,6 @@ def _median_err(values: np.ndarray) -> tuple[float, float, float]:
     if math.isnan(lo):
         return med, 0.0, 0.0
     return med, max(med - lo, 0.0), max(hi - med, 0.0)
-
-
-def fault_colour(f: str, seen: dict[str, str]) -> str:
-    if f not in seen:
-        seen[f] = FAULT_COLOURS.get(f) or _SPARE[len([k for k in seen if k not in FAULT_COLOURS]) % len(_SPARE)]
-    return seen[f]
-
-
-def _shade(ax: Any, run: ChaosRun, colours: dict[str, str]) -> list[Any]:
-    """Fault windows, injections, phases and supervisor restarts on ``ax``; returns their legend handles."""
-    handles: dict[str, Any] = {}
-    for w in opsmod.fault_windows(run.ops, run.end_s):
-        c = fault_colour(w.f, colours)
-        ax.axvspan(w.start_s, max(w.end_s, w.start_s + 1e-3), color=c, alpha=0.18, lw=0)
-        ax.axvline(w.start_s, color=c, lw=1.2)
-        handles.setdefault(w.f, Patch(facecolor=c, alpha=0.35, edgecolor=c,
-                                      label=w.f + ("" if w.ended else " (not ended)")))
-    phases = opsmod.phase_times(run.ops, run.record.get("phases") if isinstance(run.record.get("phases"), dict)
-                                else None)
-    for name in ("faults", "heal"):
-        if name in phases:
-            ax.axvline(phases[name], color="0.25", ls="--", lw=1)
-            ax.annotate(name, (phases[name], 1.0), xycoords=("data", "axes fraction"), xytext=(2, -10),
-                        textcoords="offset points", fontsize=style.SMALL_PT, color="0.25")
-    if any(k in phases for k in ("faults", "heal")):
-        handles["_phase"] = Line2D([], [], color="0.25", ls="--", lw=1, label="phase (faults, heal)")
-    restarts = opsmod.supervisor_restarts(run.ops)
-    for t in restarts:
-        ax.axvline(t, color="black", ls=":", lw=0.8)
-    if restarts:
-        handles["_sup"] = Line2D([], [], color="black", ls=":", lw=0.8, label="supervisor restart")
-    return list(handles.values())
-
-
-def _legend(ax: Any, extra: list[Any]) -> None:
-    style.legend(ax, ax.get_legend_handles_labels()[0] + extra, outside=True)
 
 
 def _stack_legend(ax: Any, extra: Any) -> None:
@@ -125,6 +141,125 @@ def _buckets(end_s: float) -> float:
     return float(max(1.0, math.ceil(end_s / 300.0)))
 
 
+def fault_colour(f: str, seen: dict[str, str]) -> str:
+    if f not in seen:
+        seen[f] = FAULT_COLOURS.get(f) or _SPARE[len([k for k in seen if k not in FAULT_COLOURS]) % len(_SPARE)]
+    return seen[f]
+
+
+def _phases(run: ChaosRun) -> dict[str, float]:
+    return opsmod.phase_times(run.ops, run.record.get("phases") if isinstance(run.record.get("phases"), dict)
+                              else None)
+
+
+def _drawn_range(run: ChaosRun, clients: pd.DataFrame) -> tuple[float, float]:
+    """The time range a chaos figure draws: from just before the first client operation, fault or the warm-up
+    phase, to the end of the run. The setup before them (servers and workers starting, nothing to see) is left out;
+    the axis keeps the run's own clock."""
+    phases = _phases(run)
+    firsts = [float(clients["invoke_s"].min())] + [w.start_s for w in opsmod.fault_windows(run.ops, run.end_s)]
+    firsts += [phases[p] for p in ("warm-up", "faults") if p in phases]
+    first = min(t for t in firsts if math.isfinite(t))
+    end = max(run.end_s, first + 1e-3)
+    pad = max(0.3, 0.02 * (end - first))
+    return max(0.0, first - pad), end + 0.5 * pad
+
+
+def _timeline(ax: Any, run: ChaosRun, colours: dict[str, str], lo: float, hi: float) -> list[str]:
+    """The strip above a chaos plot: the run's phases, then one lane per fault kind with each fault's window (from
+    its injection to its end, hatched when it had not ended), then the supervisor's worker restarts. The lanes are
+    labelled on the y axis, so the figure needs no fault legend. Returns the lanes, top first."""
+    lanes: list[str] = ["phase"]
+    windows = opsmod.fault_windows(run.ops, run.end_s)
+    for w in windows:
+        if w.f not in lanes:
+            lanes.append(w.f)
+    restarts = opsmod.supervisor_restarts(run.ops)
+    if restarts:
+        lanes.append("worker restart")
+    row = {name: len(lanes) - 1 - i for i, name in enumerate(lanes)}  # top lane first
+    span = hi - lo
+    phases = sorted((t, name) for name, t in _phases(run).items() if math.isfinite(t))
+    for n, (t, name) in enumerate(phases):
+        end = phases[n + 1][0] if n + 1 < len(phases) else run.end_s
+        a, b = max(t, lo), min(end, hi)
+        if b <= a:
+            continue
+        ax.broken_barh([(a, b - a)], (row["phase"] - 0.4, 0.8), facecolor="0.93" if n % 2 else "0.82", lw=0)
+        if (b - a) / span > 0.012 * (len(name) + 1):  # room for the name at 7 pt
+            ax.text((a + b) / 2, row["phase"], name, ha="center", va="center", fontsize=style.SMALL_PT, color="0.15")
+    min_w = 0.004 * span  # an instant fault (a kill) still shows as a mark
+    for f in lanes[1:len(lanes) - bool(restarts)]:
+        # faults of one kind that overlap (two slow links at once) share the lane in sub-rows, each seen whole
+        ends: list[float] = []
+        placed = []
+        for w in (w for w in windows if w.f == f):
+            sub = next((k for k, e in enumerate(ends) if e <= w.start_s), len(ends))
+            ends[sub:sub + 1] = [max(w.end_s, w.start_s + min_w)]
+            placed.append((w, sub))
+        h = 0.8 / len(ends)
+        c = fault_colour(f, colours)
+        for w, sub in placed:
+            ax.broken_barh([(w.start_s, max(w.end_s - w.start_s, min_w))], (row[f] + 0.4 - (sub + 1) * h, h * 0.85),
+                           facecolor=c, edgecolor=c, lw=0.6, hatch=None if w.ended else "////",
+                           alpha=1.0 if w.ended else 0.5)
+    if restarts:
+        ax.plot(restarts, [row["worker restart"]] * len(restarts), ls="none", marker="x", ms=4, mew=1.0,
+                color="black")
+    ax.set_yticks(list(row.values()), list(row.keys()))
+    ax.set_ylim(-0.6, len(lanes) - 0.4)
+    ax.tick_params(axis="y", length=0)
+    ax.tick_params(axis="x", which="both", bottom=False, labelbottom=False)
+    for side in ("top", "right", "left", "bottom"):
+        ax.spines[side].set_visible(False)
+    return lanes
+
+
+def _shade(ax: Any, run: ChaosRun, colours: dict[str, str]) -> None:
+    """Each fault window lightly shaded on a data panel, in its lane's colour, and a line where it was injected;
+    dashed grey lines at the faults and heal phases."""
+    for w in opsmod.fault_windows(run.ops, run.end_s):
+        c = fault_colour(w.f, colours)
+        ax.axvspan(w.start_s, max(w.end_s, w.start_s + 1e-3), color=c, alpha=0.1, lw=0)
+        ax.axvline(w.start_s, color=c, lw=0.9)
+    phases = _phases(run)
+    for name in ("faults", "heal"):
+        if name in phases:
+            ax.axvline(phases[name], color="0.3", ls="--", lw=0.8)
+
+
+def _chaos_figure(run: ChaosRun, clients: pd.DataFrame, colours: dict[str, str]) -> tuple[Any, Any, float]:
+    """A double-column figure: the timeline strip over a data panel sharing its time axis (setup cropped);
+    the figure, the data panel and where the drawn range starts."""
+    lo, hi = _drawn_range(run, clients)
+    n_lanes = 1 + len({w.f for w in opsmod.fault_windows(run.ops, run.end_s)}) + bool(
+        opsmod.supervisor_restarts(run.ops))
+    strip = 0.17 * n_lanes + 0.05
+    fig, (top, ax) = style.new(style.DOUBLE, 2.3 + strip, nrows=2, sharex=True,
+                               gridspec_kw={"height_ratios": [strip, 2.3]})
+    fig.get_layout_engine().set(h_pad=0.01, hspace=0.0)
+    _timeline(top, run, colours, lo, hi)
+    _shade(ax, run, colours)
+    ax.set_xlim(lo, hi)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=12, steps=[1, 2, 5, 10]))
+    ax.set_xlabel("time since run start (s)")
+    return fig, ax, lo
+
+
+def _cropped(run: ChaosRun, lo: float) -> str:
+    """What the timeline's phase lane holds, in order, and what the figure leaves out."""
+    order = [name for t, name in sorted((t, name) for name, t in _phases(run).items() if math.isfinite(t))
+             if t < run.end_s - 1e-3]  # the last phase ("stopped") marks the end: it has no span
+    return ((f" Phases, in order: {', '.join(order)}." if order else "")
+            + (f" The first {lo:.0f} s of the run (setup: servers and workers starting, no operations) are not "
+               f"drawn." if lo >= 1 else ""))
+
+
+_TIMELINE_NOTE = ("The strip above shows the run's phases, each nemesis fault from injection to end (one lane per kind, "
+                  "hatched if it had not ended) and the supervisor's worker restarts (x); the panel shades the same "
+                  "fault windows, dashed lines at the faults and heal phases.")
+
+
 def plot_chaos(run: ChaosRun, out: Path, stem: str) -> list[Figure]:
     clients = opsmod.client_ops(run.ops, run.end_s)
     if clients.empty:
@@ -134,58 +269,65 @@ def plot_chaos(run: ChaosRun, out: Path, stem: str) -> list[Figure]:
     floor = 1e-3  # log axes: a 0 s latency is drawn at 1 ms
 
     # (a) every operation
-    fig, ax = style.new(style.DOUBLE)
+    fig, ax, lo = _chaos_figure(run, clients, colours)
     for kind in ("ok", "fail", "info"):
         sel = clients[(clients["type"] == kind) & clients["completed"]]
         if len(sel):
-            ax.scatter(sel["invoke_s"], sel["latency_s"].clip(lower=floor), s=7, color=TYPE_COLOURS[kind],
-                       alpha=0.75, lw=0, label=f"{kind} ({len(sel)})")
+            ax.scatter(sel["invoke_s"], sel["latency_s"].clip(lower=floor), s=9, color=TYPE_COLOURS[kind],
+                       alpha=0.8, lw=0, label=f"{kind} ({len(sel)})", zorder=3)
     never = clients[~clients["completed"]]
     if len(never):
         ax.scatter(never["invoke_s"], never["latency_s"].clip(lower=floor), s=16, marker="^",
-                   facecolor="none", edgecolor=TYPE_COLOURS["info"], lw=0.9,
+                   facecolor="none", edgecolor=TYPE_COLOURS["info"], lw=0.9, zorder=3,
                    label=f"info, never completed ({len(never)})")
     ax.set_yscale("log")
+    ax.margins(y=0.08)
     _log(ax.yaxis)
-    ax.set_xlim(0, max(run.end_s, 1e-3) * 1.01)
-    ax.set_xlabel("time since run start (s)")
     ax.set_ylabel("latency (s, log scale)")
-    ax.grid(alpha=0.3, which="both")
-    _legend(ax, _shade(ax, run, colours))
+    ax.grid(alpha=0.3, which="major")
+    style.legend(ax, outside=True)
     style.save(fig, out, f"{stem}-latency-raw")
     n_never = len(never)
     figs.append(Figure(f"{stem}-latency-raw", f"{run.scenario}: raw latency",
                        f"Every client send_message of `{run.scenario}`, at its invoke time, by outcome (ok blue, fail "
-                       f"red, info orange); shaded spans are nemesis fault windows (solid line: injection), dashed "
-                       f"lines the faults and heal phases."
+                       f"red, info orange), latency on a log scale. " + _TIMELINE_NOTE + _cropped(run, lo)
                        + (f" {n_never} operation(s) never completed: drawn as triangles with their latency taken to "
                           f"the end of the run ({run.end_s:.1f} s)." if n_never else ""), wide=True))
 
     # (b) quantiles per window, by invoke time
     width = _buckets(run.end_s)
     done = clients[clients["completed"]].copy()
-    fig, ax = style.new(style.DOUBLE)
+    fig, ax, lo = _chaos_figure(run, clients, colours)
     if len(done):
         done["bucket"] = (done["invoke_s"] // width) * width
         g = done.groupby("bucket")["latency_s"]
-        q = pd.DataFrame({"p50": g.quantile(0.5), "p95": g.quantile(0.95), "p99": g.quantile(0.99), "max": g.max()})
-        for col, colour in zip(q.columns, ("#1f77b4", "#2ca02c", "#ff7f0e", "#444444")):
-            ax.plot(q.index + width / 2, q[col].clip(lower=floor), marker="o", ms=2.5, lw=1.0, color=colour,
-                    label=col)
+        # every window, empty ones as gaps: a line never bridges a window without operations
+        index = np.arange(done["bucket"].min(), done["bucket"].max() + width / 2, width)
+        q = pd.DataFrame({"p50": g.quantile(0.5), "p95": g.quantile(0.95), "p99": g.quantile(0.99),
+                          "max": g.max(), "n": g.size()}).reindex(index, method="nearest", tolerance=width / 4)
+        for col, colour, marker, min_n in (("max", "#444444", "v", 1), ("p99", "#ff7f0e", "^", 100),
+                                           ("p95", "#2ca02c", "s", 20), ("p50", "#1f77b4", "o", 1)):
+            y = q[col].where(q["n"] >= min_n)
+            if y.notna().any():
+                ax.plot(q.index + width / 2, y.clip(lower=floor), marker=marker, ms=3, lw=1.0, color=colour,
+                        label=col, zorder=3)
     ax.set_yscale("log")
+    ax.margins(y=0.08)
     _log(ax.yaxis)
-    ax.set_xlim(0, max(run.end_s, 1e-3) * 1.01)
-    ax.set_xlabel("time since run start (s)")
     ax.set_ylabel("latency (s, log scale)")
-    ax.grid(alpha=0.3, which="both")
-    _legend(ax, _shade(ax, run, colours))
+    ax.grid(alpha=0.3, which="major")
+    h, labels = ax.get_legend_handles_labels()
+    order = [labels.index(k) for k in ("p50", "p95", "p99", "max") if k in labels]
+    style.legend(ax, [h[i] for i in order], outside=True)
     style.save(fig, out, f"{stem}-latency-quantiles")
     figs.append(Figure(f"{stem}-latency-quantiles", f"{run.scenario}: latency quantiles",
-                       f"Latency quantiles (p50, p95, p99, max) of the completed send_message operations of "
-                       f"`{run.scenario}` invoked in each {width:g} s window, with the same fault shading.", wide=True))
+                       f"Latency quantiles of the completed send_message operations of `{run.scenario}` invoked in "
+                       f"each {width:g} s window (log scale): median and maximum of every window, p95 where the "
+                       f"window has at least 20 operations and p99 where it has 100; a window without operations "
+                       f"is a gap. " + _TIMELINE_NOTE + _cropped(run, lo), wide=True))
 
     # (c) completions per second, by completion time
-    fig, ax = style.new(style.DOUBLE)
+    fig, ax, lo = _chaos_figure(run, clients, colours)
     edges = np.arange(0.0, run.end_s + width, width)
     if len(edges) < 2:
         edges = np.array([0.0, width])
@@ -195,60 +337,137 @@ def plot_chaos(run: ChaosRun, out: Path, stem: str) -> list[Figure]:
             continue
         hist, _ = np.histogram(t, bins=edges)
         ax.step(edges, np.append(hist, hist[-1]) / width, where="post", color=TYPE_COLOURS[kind], lw=1.1,
-                label=kind)
-    ax.set_xlim(0, max(run.end_s, 1e-3) * 1.01)
+                label=kind, zorder=3)
     ax.set_ylim(bottom=0)
-    ax.set_xlabel("time since run start (s)")
-    ax.set_ylabel("completions per second (ops/s)")
+    ax.margins(y=0.1)
+    ax.set_ylabel("completions per second")
     ax.grid(alpha=0.3)
-    _legend(ax, _shade(ax, run, colours))
+    style.legend(ax, outside=True)
     style.save(fig, out, f"{stem}-rate")
     figs.append(Figure(f"{stem}-rate", f"{run.scenario}: throughput",
                        f"Completed send_message operations per second of `{run.scenario}` ({width:g} s windows, by "
-                       f"completion time and outcome), with the same fault shading.", wide=True))
+                       f"completion time and outcome). " + _TIMELINE_NOTE + _cropped(run, lo), wide=True))
     return figs
 
 
-def plot_breakdown(series: list[dict[str, Any]], out: Path) -> Figure | None:
-    """Two panels: the whole turn (the model's own time and the loop's overhead, with the median client
-    latency), and the overhead alone on its own scale, component by component: the model's time would
-    otherwise dwarf every overhead component."""
-    if not series:
-        return None
-    fig, (whole, over) = style.new(style.DOUBLE, 2.8, ncols=2, width_ratios=[1, 2])
-    x = np.arange(len(series))
-    names = [s["name"] for s in series]
-    meds = [component_medians(s["turns"]) for s in series]
-    model = np.nan_to_num(np.array([m[MODEL] for m in meds]))
-    overhead = np.array([float(np.nansum([v for k, v in m.items() if k != MODEL])) for m in meds])
-    model_colour = COMPONENT_COLOURS[[label for label, _ in COMPONENTS].index(MODEL)]
-    whole.bar(x, model, 0.6, color=model_colour, label="model")
-    whole.bar(x, overhead, 0.6, bottom=model, color="0.6", label="overhead (sum of the rest)")
-    client = [_median_err(column(s["turns"], "client_ms")) for s in series]
-    whole.errorbar(x, [c[0] for c in client], yerr=[[c[1] for c in client], [c[2] for c in client]], fmt="_",
-                   ms=14, mew=1.4, color="black", elinewidth=0.8, capsize=2, zorder=3,
-                   label="median client latency [95% CI]")
-    whole.set_ylabel("median time per turn (ms)")
-    style.legend(whole, above=True, loc="upper left", ncols=3)
-    bottom = np.zeros(len(series))
+#: The breakdown components as the LaTeX breakdown table heads them.
+COMPONENT_LABELS = {"client_rtt": "client RTT", "wft_sched_to_start": "WFT wait", "wft_exec": "WFT exec",
+                    "act_sched_to_start": "activity wait", "act_exec - model": "activity exec \u2212 model",
+                    "model": "model", "other": "other"}
+
+
+def breakdown_section(name: str, sections: dict[str, str] | None = None) -> str:
+    """The bench section a breakdown series belongs to: the section of the latency series of that name when the
+    run has it, else as ``benchmarks`` names them (``durable/<model>/<workload>`` Table 2, ``process/<shape>/
+    <workload>`` the overhead section, the rest tuning)."""
+    if sections and name in sections:
+        return sections[name]
+    return "table2" if name.startswith("durable/") else "overhead" if name.startswith("process/") else "tuning"
+
+
+def _breakdown_label(name: str, section: str) -> str:
+    """A bar's label: "reply, mock" for Table 2's durable/mock/reply, "local-model, reply (load 2, round 1)" for
+    the overhead section's process/local-model/reply@load2-r1."""
+    base, _, suffix = name.partition("@")
+    parts = base.split("/")
+    if section == "table2" and len(parts) == 3:
+        label = f"{parts[2]}, {parts[1]}"
+    elif section == "overhead" and len(parts) == 3:
+        label = f"{parts[1]}, {parts[2]}"
+    else:
+        label = base
+    if suffix:
+        load, _, rnd = suffix.partition("-r")
+        label += f" ({'idle' if load == 'idle' else 'load ' + load.removeprefix('load')}, round {rnd})"
+    return label
+
+
+def _stacked_h(ax: Any, y: np.ndarray, meds: list[dict[str, float]], labels: list[str]) -> None:
+    """Horizontal bars at ``y``, the median of each component in ``labels`` stacked left to right."""
+    left = np.zeros(len(y))
     for (label, _), colour in zip(COMPONENTS, COMPONENT_COLOURS):
-        if label == MODEL:
+        if label not in labels:
             continue
         vals = np.nan_to_num(np.array([m[label] for m in meds]))
-        over.bar(x, vals, 0.6, bottom=bottom, color=colour, label=label)
-        bottom += vals
-    over.set_ylabel("median overhead per turn (ms)")
-    for ax in (whole, over):
-        ax.set_xticks(x, names, rotation=30 if len(series) > 2 else 0, ha="right" if len(series) > 2 else "center")
-        ax.grid(axis="y")
-        ax.set_ylim(bottom=0)
-        ax.margins(y=0.15)
-    _stack_legend(over, None)
-    style.save(fig, out, "breakdown")
-    return Figure("breakdown", "Latency breakdown", "Where a durable turn's time goes, per series. Left: the median "
-                  "model time and the sum of the median overhead components, stacked; the black mark is the median "
-                  "client latency with its 95% bootstrap interval (medians of parts need not add up to it exactly). "
-                  "Right: the overhead alone on its own scale, each component's median stacked (ms).", wide=True)
+        ax.barh(y, vals, 0.65, left=left, color=colour, label=COMPONENT_LABELS[label])
+        left += vals
+
+
+def _client_marks(ax: Any, y: np.ndarray, group: list[dict[str, Any]]) -> None:
+    """The median client latency of each series as a black tick across its bar, with its 95 % bootstrap interval."""
+    client = [_median_err(column(s["turns"], "client_ms")) for s in group]
+    ax.errorbar([c[0] for c in client], y, xerr=[[c[1] for c in client], [c[2] for c in client]], fmt="|", ms=11,
+                mew=1.6, color="black", elinewidth=0.8, capsize=2, zorder=3, label="median client latency [95% CI]")
+
+
+def _bar_axis(ax: Any, y: np.ndarray, labels: list[str], xlabel: str) -> None:
+    ax.set_yticks(y, labels)
+    ax.set_ylim(len(y) - 0.5, -0.5)  # the first series on top
+    ax.set_xlabel(xlabel)
+    ax.set_xlim(left=0)
+    ax.margins(x=0.08)
+    ax.grid(axis="x")
+
+
+def _breakdown_table2(group: list[dict[str, Any]], out: Path, stem: str) -> Figure:
+    """Two panels sharing the series: the whole turn (model and overhead) and the overhead alone, on its own scale:
+    the model's time would otherwise dwarf every overhead component."""
+    y = np.arange(len(group))
+    labels = [_breakdown_label(s["name"], "table2") for s in group]
+    meds = [component_medians(s["turns"]) for s in group]
+    fig, (whole, over) = style.new(style.DOUBLE, style.bar_height(len(group), style.DOUBLE, 1.3), ncols=2,
+                                   sharey=True, width_ratios=[1, 1.3])
+    model = np.nan_to_num(np.array([m[MODEL] for m in meds]))
+    overhead = np.array([float(np.nansum([v for k, v in m.items() if k != MODEL])) for m in meds])
+    whole.barh(y, model, 0.65, color=COMPONENT_COLOURS[[c for c, _ in COMPONENTS].index(MODEL)], label="model")
+    whole.barh(y, overhead, 0.65, left=model, color="0.65", label="overhead (the components on the right)")
+    _client_marks(whole, y, group)
+    _bar_axis(whole, y, labels, "median time per turn (ms)")
+    _stacked_h(over, y, meds, [c for c, _ in COMPONENTS if c != MODEL])
+    _bar_axis(over, y, labels, "median overhead per turn (ms)")
+    over.tick_params(axis="y", labelleft=False)
+    style.legend(whole, above=True, loc="upper left", ncols=1)
+    style.legend(over, above=True, loc="upper right", ncols=3)
+    style.save(fig, out, stem)
+    return Figure(stem, "Where a durable turn's time goes", "Table 2's durable series (workload, model), one bar "
+                  "each. Left: the median model time and the sum of the medians of the other components (the "
+                  "overhead), stacked; the black tick is the median client latency with its 95% bootstrap interval "
+                  "(medians of parts need not add up to it). Right: the overhead alone on its own scale, each "
+                  "component's median stacked (ms): client RTT, the workflow task's wait (WFT wait) and execution "
+                  "(WFT exec), the activities' wait and execution less the model's time, and the rest.", wide=True)
+
+
+def _breakdown_overhead(group: list[dict[str, Any]], out: Path, stem: str) -> Figure:
+    y = np.arange(len(group))
+    labels = [_breakdown_label(s["name"], "overhead") for s in group]
+    meds = [component_medians(s["turns"]) for s in group]
+    fig, ax = style.new(style.DOUBLE, style.bar_height(len(group), style.DOUBLE, 0.8))
+    _stacked_h(ax, y, meds, [c for c, _ in COMPONENTS])
+    _client_marks(ax, y, group)
+    _bar_axis(ax, y, labels, "median time per turn (ms)")
+    style.legend(ax, outside=True)
+    style.save(fig, out, stem)
+    return Figure(stem, "Where the time goes, per deployment shape", "The overhead section's series (worker "
+                  "shape, workload; the instant model), one bar each: each component's median stacked (ms), the "
+                  "black tick the median client latency with its 95% bootstrap interval.", wide=True)
+
+
+def plot_breakdown(series: list[dict[str, Any]], out: Path, latency: list[dict[str, Any]] | None = None
+                   ) -> list[Figure]:
+    """One figure per question: ``breakdown`` for Table 2's durable series, ``breakdown-overhead`` for the overhead
+    section's deployment shapes. The tuning series' breakdown is the tuning figure (``plot_tuning``). ``latency``:
+    the run's latency series, which say each series' section."""
+    sections = {s["name"]: s.get("section", "table2") for s in latency or []}
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for s in series:
+        if s["turns"]:
+            groups.setdefault(breakdown_section(s["name"], sections), []).append(s)
+    figs = []
+    if groups.get("table2"):
+        figs.append(_breakdown_table2(groups["table2"], out, "breakdown"))
+    if groups.get("overhead"):
+        figs.append(_breakdown_overhead(groups["overhead"], out, "breakdown-overhead"))
+    return figs
 
 
 def _tuning_label(s: dict[str, Any]) -> str:
@@ -259,39 +478,42 @@ def _tuning_label(s: dict[str, Any]) -> str:
 
 def plot_tuning(series: list[dict[str, Any]], breakdown_series: list[dict[str, Any]] | None, out: Path
                 ) -> Figure | None:
+    """Horizontal bars, one per tuning series, the stock and tuned server of each worker variant side by side: the
+    median client latency, and inside it each breakdown component's median where the run has the breakdown."""
     tuned = [s for s in series if s["section"] == "tuning"]
     if not tuned:
         return None
+    def variant(s: dict[str, Any]) -> str:
+        return _tuning_label(s).split(" ", 1)[-1]
+
+    variants = list(dict.fromkeys(variant(s) for s in tuned))
+    tuned.sort(key=lambda s: variants.index(variant(s)))  # stable: each variant's servers side by side
     by_name = {b["name"]: b for b in breakdown_series or []}
-    fig, ax = style.new(style.DOUBLE, 2.8)
-    x = np.arange(len(tuned))
+    fig, ax = style.new(style.DOUBLE, style.bar_height(len(tuned), style.DOUBLE, 0.8))
+    # a half-bar gap between worker variants
+    y = np.array([j + 0.5 * variants.index(variant(s)) for j, s in enumerate(tuned)])
+    with_parts = [j for j, s in enumerate(tuned) if s["name"] in by_name]
+    if with_parts:
+        _stacked_h(ax, y[with_parts], [component_medians(by_name[tuned[j]["name"]]["turns"]) for j in with_parts],
+                   [c for c, _ in COMPONENTS])
     med = [_median_err(column(s["turns"], "client_ms")) for s in tuned]
-    stacked = False
-    for j, s in enumerate(tuned):
-        if s["name"] in by_name:
-            m = component_medians(by_name[s["name"]]["turns"])
-            bottom = 0.0
-            for (label, _), colour in zip(COMPONENTS, COMPONENT_COLOURS):
-                v = 0.0 if math.isnan(m[label]) else m[label]
-                ax.bar(j, v, 0.6, bottom=bottom, color=colour, label=label if not stacked else None)
-                bottom += v
-            stacked = True
     medians = [0.0 if math.isnan(m[0]) else m[0] for m in med]
-    ax.bar(x, medians, 0.6, facecolor="none" if stacked else style.PALETTE[0], edgecolor="black", lw=0.8,
-           label="median client latency")
-    ax.errorbar(x, medians, yerr=[[m[1] for m in med], [m[2] for m in med]], fmt="none", ecolor="black",
+    ax.barh(y, medians, 0.65, facecolor="none" if with_parts else style.PALETTE[0], edgecolor="black", lw=0.8,
+            label="median client latency")
+    ax.errorbar(medians, y, xerr=[[m[1] for m in med], [m[2] for m in med]], fmt="none", ecolor="black",
                 elinewidth=0.8, capsize=2, label="95% CI of the median")
-    ax.set_xticks(x, [_tuning_label(s) for s in tuned], rotation=25, ha="right", rotation_mode="anchor")
-    ax.set_ylabel("median client latency per turn (ms)")
-    ax.set_xlabel("server profile and worker options (tool workload, mock model)")
-    ax.set_ylim(bottom=0)
-    ax.grid(axis="y")
-    _stack_legend(ax, None)
+    ax.set_yticks(y, [_tuning_label(s) for s in tuned])
+    ax.set_ylim(y[-1] + 0.6, -0.6)
+    ax.set_xlabel("median client latency per turn (ms; tool workload, mock model)")
+    ax.set_xlim(left=0)
+    ax.grid(axis="x")
+    style.legend(ax, outside=True)
     style.save(fig, out, "tuning")
     return Figure("tuning", "Tuning", "Median client latency per turn (ms) for each tuning series (server "
-                  "dynamic-config profile, eager activity execution, workflow sandbox), with its 95% bootstrap "
-                  "interval" + ("; where the run has its breakdown, the components' medians are stacked inside the "
-                                "outlined total." if stacked else "."), wide=True)
+                  "dynamic-config profile, stock or tuned, for each worker variant: eager activity execution, the "
+                  "workflow sandbox, local tools, the worker in its own process), with its 95% bootstrap interval"
+                  + ("; where the run has its breakdown, the components' medians are stacked inside the outlined "
+                     "total (medians of parts need not add up to it)." if with_parts else "."), wide=True)
 
 
 def plot_latency_cdf(series: list[dict[str, Any]], out: Path) -> Figure | None:
@@ -428,42 +650,63 @@ def plot_recovery(points: list[dict[str, Any]], out: Path) -> Figure | None:
 
 
 def plot_resources(doc: dict[str, Any], out: Path) -> Figure | None:
+    """Horizontal bars, one group per bench section holding only the processes that ran in it (no empty slots),
+    a colour per process; CPU left, memory right."""
     sections = [s for s, procs in doc["sections"].items() if procs]
     if not sections:
         return None
     procs = sorted({p for s in sections for p in doc["sections"][s]})
-    fig, axes = style.new(style.DOUBLE, 2.6, ncols=2)
-    width = 0.8 / len(procs)
-    x = np.arange(len(sections))
-    for ax, key, ylabel in ((axes[0], "cpu_mean_pct", "mean CPU (% of one core)"),
+    colour = {p: COMPONENT_COLOURS[j % len(COMPONENT_COLOURS)] for j, p in enumerate(procs)}
+    rows: list[tuple[float, str, str]] = []  # (y, section, process)
+    centres, y = [], 0.0
+    for s in sections:
+        here = [p for p in procs if p in doc["sections"][s]]
+        rows += [(y + k, s, p) for k, p in enumerate(here)]
+        centres.append(y + (len(here) - 1) / 2)
+        y += len(here) + 0.8  # a gap between sections
+    fig, axes = style.new(style.DOUBLE, max(style.HEIGHT[style.DOUBLE], 1.0 + 0.12 * y), ncols=2,
+                          sharey=True)
+    for ax, key, xlabel in ((axes[0], "cpu_mean_pct", "mean CPU (% of one core)"),
                             (axes[1], "rss_max_mb", "peak resident memory (MB)")):
-        for j, p in enumerate(procs):
-            vals = [doc["sections"][s].get(p, {}).get(key, math.nan) for s in sections]
-            ax.bar(x + (j - (len(procs) - 1) / 2) * width, np.nan_to_num(vals), width, label=p,
-                   color=COMPONENT_COLOURS[j % len(COMPONENT_COLOURS)])
-        ax.set_xticks(x, sections, rotation=30 if len(sections) > 3 else 0, ha="right" if len(sections) > 3
-                      else "center")
-        ax.set_xlabel("benchmark section")
-        ax.set_ylabel(ylabel)
-        ax.grid(axis="y")
-    style.legend(axes[1], outside=True)
+        for p in procs:
+            mine = [(r, doc["sections"][s][p].get(key, math.nan)) for r, s, q in rows if q == p]
+            ax.barh([r for r, _ in mine], np.nan_to_num([v for _, v in mine]), 0.85, color=colour[p], label=p)
+        ax.set_xlabel(xlabel)
+        ax.set_xlim(left=0)
+        ax.grid(axis="x")
+    axes[0].set_yticks(centres, sections)
+    axes[0].set_ylim(y - 0.8 + 0.1, -0.6)
+    axes[0].tick_params(axis="y", length=0)
+    style.legend(axes[0], above=True, loc="upper center", ncols=3)
     style.save(fig, out, "resources")
     return Figure("resources", "Resources", "Left: mean CPU per process (% of one core; 200 % = two cores); right: "
-                  "peak resident memory (MB), during each benchmark section (psutil samples).", wide=True)
+                  "peak resident memory (MB), during each benchmark section (psutil samples); each section shows the "
+                  "processes that ran in it.", wide=True)
 
 
 def _steps_against_floor(ax: Any, points: list[dict[str, Any]], labels: list[str], xlabel: str) -> None:
-    """Horizontal bars: each point's median step (blue) or durable-write floor (grey), log scale, with the bootstrap
-    95 % interval of the median where the run kept its samples (none: no whisker)."""
-    colours = ["0.6" if p["measure"] == "floor" else style.PALETTE[0] for p in points]
+    """A dot per point on a log axis (a bar's length means nothing on one): each median step (blue circle) or
+    durable-write floor (grey square), with the bootstrap 95 % interval of the median where the run kept its
+    samples (none: no whisker), and the fastest floor as a dotted line to read every step against."""
+    y = np.arange(len(points))
     xerr = np.array([_median_err(np.asarray(p.get("samples_ms") or [], dtype=float))[1:] for p in points]).T
-    ax.barh(labels, [p["p50_ms"] for p in points], color=colours, xerr=xerr if xerr.any() else None, ecolor="0.2",
-            capsize=2)
+    for measure, colour, marker, label in (("floor", "0.45", "s", "floor: one durable write"),
+                                           ("step", style.PALETTE[0], "o", "median step")):
+        sel = [j for j, p in enumerate(points) if (p["measure"] == "floor") == (measure == "floor")]
+        if sel:
+            ax.errorbar([points[j]["p50_ms"] for j in sel], y[sel], xerr=xerr[:, sel] if xerr.any() else None,
+                        fmt=marker, color=colour, ms=4.5, ecolor=colour, elinewidth=0.9, capsize=2, label=label)
+    floors = [p["p50_ms"] for p in points if p["measure"] == "floor"]
+    if floors:
+        ax.axvline(min(floors), color="0.45", ls=":", lw=0.9)
+    ax.set_yticks(y, labels)
+    ax.set_ylim(len(points) - 0.5, -0.5)
     ax.set_xscale("log")
-    _log(ax.xaxis)
-    ax.invert_yaxis()
+    ax.margins(x=0.1)
+    _log(ax.xaxis, room=6)
     ax.set_xlabel(xlabel)
     ax.grid(axis="x")
+    ax.grid(axis="y", alpha=0.15)
 
 
 def plot_checkpoint(points: list[dict[str, Any]], out: Path) -> Figure | None:
@@ -471,13 +714,15 @@ def plot_checkpoint(points: list[dict[str, Any]], out: Path) -> Figure | None:
             and p["p50_ms"] > 0]
     if not rows:
         return None
-    fig, ax = style.new(style.SINGLE, 0.6 + 0.25 * len(rows))
-    _steps_against_floor(ax, rows, [f"{p['measure']}: {p['backend']}" for p in rows], "median per step (ms)")
+    fig, ax = style.new(style.SINGLE, style.bar_height(len(rows), style.SINGLE, 0.6))
+    _steps_against_floor(ax, rows, [p["backend"] for p in rows], "median per step (ms, log scale)")
+    style.legend(ax, above=True)
     style.save(fig, out, "checkpoint")
     return Figure("checkpoint", "Checkpoint engine", "What a checkpointed step costs: the median of one no-op "
-                  "checkpointed step on each engine (blue) against the physical floor of one durable write on "
-                  "this disk (grey), log scale, with the bootstrap 95 % interval of the median where the run "
-                  "kept its samples. The plain loop's step is a bare await.")
+                  "checkpointed step on each engine (blue circles) against the physical floor of one durable "
+                  "write on this disk (grey squares; the dotted line is the fastest), log scale, with the "
+                  "bootstrap 95 % interval of the median where the run kept its samples. The plain loop's step is "
+                  "a bare await.")
 
 
 def plot_engines(doc: dict[str, Any], out: Path) -> Figure | None:
@@ -491,9 +736,10 @@ def plot_engines(doc: dict[str, Any], out: Path) -> Figure | None:
         return None
     engines = sorted({s["engine"] for s in series}, key=_engine_rank)
     groups = sorted({(s["workload"], s["model_mode"]) for s in series})
-    fig, (left, right) = style.new(style.DOUBLE, 2.4, ncols=2)
-    width = 0.8 / max(1, len(groups))
-    x = np.arange(len(engines))
+    rows = max(len(engines) * max(1, len(groups)) * 0.6, len(steps))
+    fig, (left, right) = style.new(style.DOUBLE, style.bar_height(round(rows), style.DOUBLE, 0.9), ncols=2)
+    height = 0.8 / max(1, len(groups))
+    y = np.arange(len(engines))
     for j, (workload, mode) in enumerate(groups):
         meds, errs = [], []
         for e in engines:
@@ -503,16 +749,19 @@ def plot_engines(doc: dict[str, Any], out: Path) -> Figure | None:
             med, lo, hi = _median_err(over)
             meds.append(med)
             errs.append((lo, hi))
-        left.bar(x + (j - (len(groups) - 1) / 2) * width, np.nan_to_num(meds), width, label=f"{workload}, {mode}",
-                 yerr=np.array(errs).T, ecolor="0.2", capsize=2, color=style.PALETTE[j % len(style.PALETTE)])
-    left.set_xticks(x, engines, rotation=30, ha="right")
-    left.set_ylabel("median turn minus model (ms)")
-    left.grid(axis="y")
-    style.legend(left)
-    _steps_against_floor(right, steps, [p["engine"] for p in steps], "median per no-op step (ms)")
+        left.barh(y + (j - (len(groups) - 1) / 2) * height, np.nan_to_num(meds), height, label=f"{workload}, {mode}",
+                  xerr=np.array(errs).T, ecolor="0.2", capsize=2, color=style.PALETTE[j % len(style.PALETTE)])
+    left.set_yticks(y, engines)
+    left.set_ylim(len(engines) - 0.5, -0.5)
+    left.set_xlabel("median turn minus model (ms)")
+    left.set_xlim(left=0)
+    left.grid(axis="x")
+    style.legend(left, above=True, loc="upper left")
+    _steps_against_floor(right, steps, [p["engine"] for p in steps], "median per no-op step (ms, log scale)")
+    style.legend(right, above=True, loc="upper right")
     style.save(fig, out, "engines")
     return Figure("engines", "Engines side by side", "The same agent loop on each engine, in one run. Left: the "
                   "median turn minus the time inside model steps, per workload and model mode (what the engine and "
-                  "the loop add); right: the median of one no-op durable step on each engine (blue) against the "
-                  "floor of one durable write on this disk (grey), log scale. Whiskers: bootstrap 95 % intervals of "
-                  "the medians.", wide=True)
+                  "the loop add); right: the median of one no-op durable step on each engine (blue circles) against "
+                  "the floor of one durable write on this disk (grey squares, the fastest dotted), log scale. "
+                  "Whiskers: bootstrap 95 % intervals of the medians.", wide=True)

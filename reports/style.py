@@ -28,6 +28,7 @@ import matplotlib
 matplotlib.use("Agg")  # headless: the report is built on CI machines and servers
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
+from matplotlib.transforms import Bbox  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -69,20 +70,47 @@ RC = {
 plt.rcParams.update(RC)
 
 
-def new(width: float = SINGLE, height: float | None = None, ncols: int = 1, **kw: Any) -> tuple[plt.Figure, Any]:
+def new(width: float = SINGLE, height: float | None = None, ncols: int = 1, nrows: int = 1, **kw: Any
+        ) -> tuple[plt.Figure, Any]:
     """A figure at its print size (``SINGLE`` or ``DOUBLE`` wide) and its axes."""
     assert width in (SINGLE, DOUBLE), width
-    return plt.subplots(1, ncols, figsize=(width, height or HEIGHT[width]), **kw)
+    return plt.subplots(nrows, ncols, figsize=(width, height or HEIGHT[width]), **kw)
+
+
+def bar_height(n: int, width: float = SINGLE, extra: float = 0.9) -> float:
+    """The height (in) of a horizontal-bar figure with ``n`` bars: ``extra`` for the axis and legend, and a
+    row per bar that fits a 7 pt label."""
+    return max(HEIGHT[width], extra + 0.2 * n)
 
 
 def save(fig: plt.Figure, out: Path, name: str) -> None:
-    """``<out>/<name>.pdf``, ``.png`` and ``.svg``; closes the figure."""
+    """``<out>/<name>.pdf``, ``.png`` and ``.svg``; closes the figure. Tick labels drawn over one another are
+    logged as a warning naming the figure: the figure needs fewer ticks or horizontal bars."""
     out.mkdir(parents=True, exist_ok=True)
     for fmt in FORMATS:
         meta = {"pdf": {"CreationDate": None, "ModDate": None}, "svg": {"Date": None}}.get(fmt)
         fig.savefig(out / f"{name}.{fmt}", dpi=PNG_DPI if fmt == "png" else None, metadata=meta)
+    clashes = overlapping_labels(fig)
+    if clashes:
+        log.warning("figure %s: tick labels overlap (%d pairs), e.g. %s", name, len(clashes), clashes[0])
     plt.close(fig)
     log.debug("figure %s", name)
+
+
+def overlapping_labels(fig: plt.Figure) -> list[str]:
+    """Pairs of tick labels on one axis that are drawn over each other, as "y: 'a' / 'b'"."""
+    renderer = fig.canvas.get_renderer()
+    found = []
+    for ax in fig.axes:
+        for axis_name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+            boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in axis.get_ticklabels()
+                     if t.get_visible() and t.get_text()]
+            for n, (a_text, a) in enumerate(boxes):
+                for b_text, b in boxes[n + 1:]:
+                    both = Bbox.intersection(a, b)
+                    if both is not None and both.width * both.height > 1.0:  # pixels: touching is not overlapping
+                        found.append(f"{axis_name}: {a_text!r} / {b_text!r}")
+    return found
 
 
 def pair_colour(key: Any, seen: dict[Any, str]) -> str:
