@@ -42,7 +42,7 @@ from chaos.replay_target import replay_target
 from chaos.scenarios import SCENARIOS, ChaosScenario
 from harness import operations
 from harness.operations import History
-from harness.rundir import CONVERSATIONS, EFFECTS_SERVICE, RunDir, command_line, machine_info
+from harness.rundir import CONVERSATIONS, EFFECTS_SERVICE, RunDir, command_line, machine_info, tool
 from harness.verdict import FAIL, UNKNOWN, CheckResult
 from testbed.engines.base import Engine
 from testbed.engines.target import Target
@@ -73,9 +73,9 @@ class RunResult:
 def reproduce_command(scenario: ChaosScenario, seed: int, engine: Engine, run: RunDir) -> str:
     """The command that runs this again: the named scenario's, or ``rerun`` of this run's saved definition."""
     if SCENARIOS.get(scenario.name) == scenario:
-        return command_line("python -m chaos run", {"--seed": seed, **engine.reproduce()}, [scenario.name])
+        return command_line(f"{tool('chaos')} run", {"--seed": seed, **engine.reproduce()}, [scenario.name])
     cluster = {k: v for k, v in engine.reproduce().items() if k in ("--address", "--namespace")}
-    return command_line("python -m chaos rerun", cluster, [str(run.path)])
+    return command_line(f"{tool('chaos')} rerun", cluster, [str(run.path)])
 
 
 class RunFailed(Exception):
@@ -150,7 +150,7 @@ async def run_captured(label: str, scenario: ChaosScenario, engine: Engine, *, s
     except RunFailed as exc:
         return Outcome.failed(label, seed, exc.run_dir, exc.wall_s, exc.reproduce, exc.error)
     except Exception as exc:  # before the run had a directory
-        reproduce = command_line("python -m chaos run", {"--seed": seed, **engine.reproduce()}, [label])
+        reproduce = command_line(f"{tool('chaos')} run", {"--seed": seed, **engine.reproduce()}, [label])
         return Outcome.failed(label, seed, None, time.monotonic() - started, reproduce,
                               f"{type(exc).__name__}: {exc}")
     return Outcome(label, seed, r.verdict, r.run_dir, r.wall_s, r.reproduce, list(r.checks), dict(r.row))

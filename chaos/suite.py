@@ -31,9 +31,9 @@ from chaos.runner import run_captured, skip_reason
 from chaos.scenarios import SCENARIOS, SUITE
 from chaos.seeds import format_seeds
 from harness.printable import printable, table as format_table
-from harness.rundir import ending_status
+from harness.rundir import ending_status, tool
 from harness.verdict import PASS
-from testbed.cli_options import progress as _progress
+from testbed.cli_options import progress as _progress, unknown as _unknown
 from testbed.engines.driver import DEFAULT_TIMEOUTS, TIMEOUTS
 
 COLUMNS = [("scenario", 28), ("faults", 7), ("ok", 4), ("fail", 5), ("info", 5), ("lost", 5), ("dup_effects", 12),
@@ -89,7 +89,7 @@ def load_target_for(args: argparse.Namespace, explicit_parallel: bool) -> Any:
             raise ValueError(f"--parallel {args.parallel}: the target {args.target} hard-codes the address "
                              f"{target.address} (the fault proxy must listen there), so it runs one "
                              "scenario at a time: use --parallel 1")
-        print(f"python -m chaos {args.command}: {args.target} hard-codes the address {target.address}: one "
+        print(f"{tool('chaos')} {args.command}: {args.target} hard-codes the address {target.address}: one "
               "scenario at a time", file=sys.stderr)
         args.parallel = 1
     return target
@@ -123,7 +123,7 @@ def jobs(args: argparse.Namespace, target: Any, connection: Any = None) -> list[
     suffixes = {d: sfx for sfx, d in TWIN_SUFFIXES.items()}  # backend -> its twins' suffix
     suffix = suffixes.get(durability)
     if args.command == "soak" and args.scenarios == ["all"]:
-        raise ValueError("soak runs one scenario; name it (python -m chaos list)")
+        raise ValueError(f"soak runs one scenario; name it ({tool('chaos')} list names them)")
     if args.command == "suite":
         names = [n for b in getattr(args, "engines", SUITE_ENGINES)
                  for n in (SUITE if b == "temporal" else [t + suffixes[b] for t in twins(b)])]
@@ -137,12 +137,13 @@ def jobs(args: argparse.Namespace, target: Any, connection: Any = None) -> list[
         base, sep, profile = n.partition(TIMEOUTS_SEPARATOR)
         if sep:
             if profile not in TIMEOUTS:
-                raise ValueError(f"{n}: unknown timeouts profile {profile!r}; profiles are {', '.join(TIMEOUTS)}")
+                raise ValueError(f"{n}: {_unknown('timeouts profile', [profile], list(TIMEOUTS))}")
             names[i] = base
             pinned[base] = [profile]
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise ValueError(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(known)}")
+        raise ValueError(_unknown("scenario", unknown, known, f"{tool('chaos')} list",
+                                  suggest=lambda n: known if "@" in n else list(SCENARIOS)))
     jobs = []
     profiles = getattr(args, "timeouts", [DEFAULT_TIMEOUTS])
     latency = getattr(args, "model_latency", None)

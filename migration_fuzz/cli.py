@@ -19,14 +19,15 @@ import time
 
 from agent.env_options import check_environment
 from migration_fuzz.fuzz import FUZZ_FOLDER, KINDS, FuzzOptions, run_fuzz, table
-from testbed.cli_options import add_out, progress, runs_root
+from harness.rundir import tool
+from testbed.cli_options import CommandParser, add_out, progress, runs_root
 from testbed.model_server import add_model_latency
 from testbed.connection import add_connection_arguments, connection_from_args
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m migration_fuzz",
+    p = CommandParser(
+        prog=tool("migration_fuzz"),
         description="Cross-worker migration fuzzing: W worker processes poll one task queue; each iteration runs "
                     "a parent agent workflow that fans out subagents (child workflows) and file writes in a "
                     "shape drawn from the seed; the event histories show which worker ran each workflow task "
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    out = runs_root(args.out, FUZZ_FOLDER, "python -m migration_fuzz")
+    out = runs_root(args.out, FUZZ_FOLDER, tool("migration_fuzz"))
     try:
         connection = connection_from_args(args)
         opts = FuzzOptions(iterations=args.iterations, workers=args.workers, max_n=args.max_n, kind=args.kind,
@@ -70,13 +71,13 @@ def main(argv: list[str] | None = None) -> int:
         opts.validate()
         check_environment()
     except ValueError as exc:  # EnvOptionError is one
-        print(f"migration_fuzz: {exc}", file=sys.stderr)
+        print(f"{tool('migration_fuzz')}: {exc}", file=sys.stderr)
         return 2
     start = time.monotonic()
     try:
         report = asyncio.run(run_fuzz(opts, progress(start)))
     except KeyboardInterrupt:
-        print("migration_fuzz: interrupted; every process it started was stopped", file=sys.stderr)
+        print(f"{tool('migration_fuzz')}: interrupted; every process it started was stopped", file=sys.stderr)
         return 130
     print(table(report["families"]))
     verdict = "all invariants held" if report["invariants_held"] else "INVARIANTS VIOLATED"

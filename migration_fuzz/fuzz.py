@@ -35,7 +35,7 @@ from harness.faults import NO_FAULTS
 from harness.operations import History
 from harness.printable import table as format_table
 from harness.recording import EffectLedger
-from harness.rundir import RunDir, command_line, machine_info
+from harness.rundir import RunDir, command_line, machine_info, tool
 from testbed.scripted_routes import FUZZ_KINDS, fuzz_file, fuzz_prompt
 from testbed.temporal_server import temporal_binary_or_none
 
@@ -221,7 +221,7 @@ def _cluster_flags(opts: FuzzOptions) -> dict[str, Any]:
 
 
 def reproduce_command(opts: FuzzOptions, seed: int, shape: Shape) -> str:
-    return (f"python -m migration_fuzz --seed {seed} --iterations 1 --kind {shape.kind} --max-n {opts.max_n} "
+    return (f"{tool('migration_fuzz')} --seed {seed} --iterations 1 --kind {shape.kind} --max-n {opts.max_n} "
             f"--workers {opts.workers}" + (" --chaos" if opts.chaos else "")
             + "".join(f" {flag} {shlex.quote(value)}" for flag, value in _cluster_flags(opts).items()))
 
@@ -239,7 +239,7 @@ async def _kill_during(ctx: Any, kills: list[dict[str, Any]], done: asyncio.Even
 
 def reproduce_run(opts: FuzzOptions) -> str:
     """The command line of this whole run, every option explicit."""
-    return command_line("python -m migration_fuzz", {
+    return command_line(tool("migration_fuzz"), {
         "--iterations": opts.iterations, "--workers": opts.workers, "--max-n": opts.max_n, "--kind": opts.kind,
         "--seed": opts.seed, "--model-latency": opts.model_latency, "--iteration-timeout": opts.iteration_timeout_s,
         "--chaos": opts.chaos, "--concurrency": opts.concurrency, "--out": str(opts.out), **_cluster_flags(opts)})

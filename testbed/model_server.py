@@ -917,7 +917,9 @@ def add_model_latency(parser: Any, *, default: str | None, default_text: str,
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from testbed.cli_options import CommandParser
+
+    parser = CommandParser(
         prog="python -m testbed.model_server",
         description=(
             "Scripted OpenAI-compatible model server with fault injection. Serves POST /v1/chat/completions "

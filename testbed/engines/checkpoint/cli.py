@@ -25,7 +25,10 @@ def _add_db(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dah checkpoint",
+    from harness.rundir import tool
+    from testbed.cli_options import CommandParser
+
+    parser = CommandParser(prog=f"{tool('testbed')} checkpoint",
                                      description="The checkpoint durability engine (step-checkpointed runs in SQLite).")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
