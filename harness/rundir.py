@@ -609,16 +609,16 @@ SCRIPTS = {"testbed": "dah", "chaos": "dah-chaos", "benchmarks": "dah-bench", "m
            "reports": "dah-report"}
 
 
-def tool(package: str) -> str:
+def tool(package: str, cwd: Path | None = None) -> str:
     """How a printed command runs one of the tools from here, as a shell word: its console script by name when
     that name on PATH is this interpreter's (an activated venv), else by path (``.venv/bin/dah-chaos`` in a
     checkout after ``make``); ``PYTHON -m package`` where no script is installed. Paths under the working
-    directory print relative to it."""
+    directory (``cwd``, default the current one) print relative to it."""
     import shutil
 
     def shown(path: Path) -> str:
         try:
-            path = path.relative_to(Path.cwd())
+            path = path.relative_to(cwd or Path.cwd())
         except ValueError:
             return shlex.quote(str(path))
         return shlex.quote(str(path) if path.parent != Path(".") else f"./{path}")

@@ -93,7 +93,7 @@ class CommandParser(argparse.ArgumentParser):
         if message.startswith("unrecognized arguments: "):  # the subcommand that was given them reports them
             parser = next((p for p in _parsers(self) if p is CommandParser._innermost), self)
             message = parser._unrecognized(message.removeprefix("unrecognized arguments: ").split())
-        parser.exit(2, printable(f"{parser.prog}: {message}") + f"\nsee: {parser.prog} --help\n")
+        parser.exit(2, printable(f"{parser.prog}: error: {message}") + f"\nsee: {parser.prog} --help\n")
 
     def _unrecognized(self, extras: list[str]) -> str:
         options = sorted({o for a in self._actions for o in a.option_strings})
