@@ -217,7 +217,7 @@ async def _run(scenario: ChaosScenario, engine: Engine, seed: int, progress: Pro
             rec.doing = p  # what run.json's stopped_during says if the run is stopped
         phases[p] = round(history.now(), 3)
         history.event("nemesis" if p == "heal" else "generator", f"phase:{p}")
-        progress(f"{name}: {p} (t={history.now():.1f}s)")
+        progress(f"{name}: {'recording stopped' if p == 'stopped' else p} (t={history.now():.1f}s)")
 
     def stop_recording() -> None:
         if stopped:  # once: on the way to the checkers, or when the run ends before them
