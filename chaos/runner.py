@@ -126,7 +126,7 @@ class Outcome:
         if self.error:
             first, *rest = [line for line in self.error.splitlines() if line.strip()] or [""]
             return [f"error: {first}", *(f"  | {line}" for line in rest)]
-        return [f"{c.name}: {c.verdict}: {c.summary}" for c in self.non_pass]
+        return [f"{c.name}: {c.shown()}" for c in self.non_pass]
 
     def as_row(self) -> dict[str, Any]:
         """``soak.json``'s row for this seed."""

@@ -58,7 +58,8 @@ def check_command(path: Path, target_path: Path | None = None, as_json: bool = F
         print(json.dumps({"verdict": verdict, "checks": [c.as_dict() for c in checks]}, default=str))
     else:
         for c in checks:
-            print(f"{printable(c.name):<20} {printable(c.verdict):<15} {printable(c.summary)}")
+            said, _, summary = c.shown().partition(": ")
+            print(f"{printable(c.name):<20} {printable(said):<15} {printable(summary)}")
         timeline = lines((run_dir.read_verdict() or {}).get("fault_timeline") or {})
         if timeline:
             print("\nthe faults, as scheduled and as they happened:")

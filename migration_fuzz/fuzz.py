@@ -426,9 +426,20 @@ TABLE_COLUMNS = [("family", 14), ("iters", 6), ("completed", 10), ("children", 9
                  ("moved wf", 10), ("acts off parent", 16), ("kills", 6), ("violations", 11), ("mean s", 7)]
 
 
+#: what the table's columns mean, printed under it
+LEGEND = [("completed", "C/N: parent runs that completed, of N iterations"),
+          ("children", "child workflows (subagents) started"),
+          ("cross-worker", "children whose first workflow task ran on another worker than the parent task that "
+                           "started them"),
+          ("moved wf", "workflows (parents and children) whose workflow tasks ran on more than one worker"),
+          ("acts off parent", "activities whose last attempt ran on another worker than the parent's first task"),
+          ("kills", "workers SIGKILLed (--chaos)"),
+          ("violations", "broken invariants: a child not completed once, a file not written once")]
+
+
 def table(summary: dict[str, dict[str, Any]]) -> str:
     """The families' results (``harness.printable.table``): one line per shape family, then all of them."""
-    return format_table(TABLE_COLUMNS, ([
+    return format_table(TABLE_COLUMNS, legend=LEGEND, rows=([
         kind, s["iterations"], f"{s['completed']}/{s['iterations']}", s["children"],
         f"{s['cross_worker_children']} ({s['cross_worker_children_pct']}%)",
         f"{s['moved_workflows']} ({s['moved_workflows_pct']}%)", f"{s['activities_off_parent_worker_pct']}%",

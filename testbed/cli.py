@@ -412,11 +412,14 @@ async def _show_scenario(stack: Any, scenario: Any, run_walkthrough: Any) -> boo
 
 
 class _LineReader:
-    """Reads stdin on a daemon thread, so a pending read never blocks shutdown."""
+    """Reads stdin on a daemon thread, so a pending read never blocks shutdown. At a terminal it prompts; from a
+    pipe or a file it prompts nothing and echoes each line after its prompt (``you> hi``), so the output reads as
+    the session it was, never ``you> agent>`` on one line."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._queue: asyncio.Queue[str | None] = asyncio.Queue()
         self._loop = loop
+        self._typed = sys.stdin.isatty()  # a person types, and sees what they type
         threading.Thread(target=self._read, name="stdin-reader", daemon=True).start()
 
     def _read(self) -> None:
@@ -425,8 +428,13 @@ class _LineReader:
         self._loop.call_soon_threadsafe(self._queue.put_nowait, None)
 
     async def readline(self, prompt: str) -> str | None:
-        print(prompt, end="", flush=True)
-        return await self._queue.get()
+        if self._typed:
+            print(prompt, end="", flush=True)
+            return await self._queue.get()
+        line = await self._queue.get()
+        if line is not None:
+            print(f"{prompt}{line}", flush=True)
+        return line
 
 
 DEMO_HELP = """commands:
