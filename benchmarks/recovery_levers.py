@@ -190,7 +190,7 @@ def _seeds(text: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = CommandParser(prog="python -m benchmarks.recovery_levers", description=__doc__,
+    p = CommandParser(prog=tool("benchmarks.recovery_levers"), description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     names = [n for n, *_ in _STEPS]
     p.add_argument("--levers", default=",".join(names), help=f"steps, comma-separated (default all: {','.join(names)})")

@@ -124,7 +124,7 @@ def rerun_job(run_dir: Path, connection: Any = None, target_path: Path | None = 
     try:
         scenario = scenario_from_dict(record["scenario"])
     except (TypeError, KeyError, AttributeError, ValueError) as exc:
-        raise RunDirError(Path(run_dir) / RUN_JSON, "a scenario as python -m chaos run records it",
+        raise RunDirError(Path(run_dir) / RUN_JSON, "a scenario as dah-chaos run records it",
                           f"{type(exc).__name__}: {exc}"[:120], "scenario") from None
     workflow = scenario.cluster.workflow
     if target is None and workflow is not None and (not isinstance(workflow, str)
