@@ -11,13 +11,14 @@ import sys
 from typing import Any
 
 from agent.llm import is_scripted
-from testbed.cli_options import CommandParser, add_durability, add_out, progress, runnable, runs_root, unknown
+from testbed.cli_options import add_durability, add_out, progress, runs_root
+from harness.commands import CommandParser, runnable, tool, unknown
 from testbed.model_server import add_model_latency
 from testbed.connection import add_connection_arguments, connection_from_args, redact_argv
 from benchmarks.conversations import WORKLOADS, BenchError
 from benchmarks.options import BENCH_FOLDER, CHECKPOINT_SECTIONS, SECTION_NAMES, Options
 from benchmarks.suite import run
-from harness.rundir import stop_on_sigterm, stopped_exit_code, stopped_status, tool
+from harness.rundir import stop_on_sigterm, stopped_exit_code, stopped_status
 
 EPILOG = """\
 sections:

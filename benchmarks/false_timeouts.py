@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.load import cpu_hogs
-from harness.rundir import tool
+from harness.commands import CommandParser, tool
 from testbed.engines.driver import TIMEOUTS, Workload
-from testbed.cli_options import CommandParser, add_out, progress, runs_root
+from testbed.cli_options import add_out, progress, runs_root
 
 
 def count(run_dir: Path) -> dict[str, Any]:

@@ -46,8 +46,7 @@ from typing import Any
 
 from benchmarks.cli import _positive
 from harness.percentiles import percentile
-from harness.rundir import tool
-from testbed.cli_options import CommandParser
+from harness.commands import CommandParser, tool
 from testbed.faults.network import FaultProxy, Toxic
 
 HOST = "127.0.0.1"

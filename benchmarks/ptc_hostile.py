@@ -25,8 +25,7 @@ import time
 from pathlib import Path
 
 from agent.ptc_corpus import DETERMINISM, HOSTILE
-from harness.rundir import tool
-from testbed.cli_options import CommandParser
+from harness.commands import CommandParser, tool
 
 _CHILD = r"""
 import asyncio, importlib.util, json, resource, sys, time

@@ -40,8 +40,8 @@ from typing import Any
 from benchmarks.false_timeouts import run_beside_hogs
 from chaos.recovery import PARTS
 from harness.percentiles import percentile
-from harness.rundir import tool
-from testbed.cli_options import CommandParser, add_out, progress, runs_root
+from harness.commands import CommandParser, tool
+from testbed.cli_options import add_out, progress, runs_root
 from testbed.engines.driver import TIMEOUTS, Timeouts
 
 KILL_SCENARIOS = ("kill_mid_turn", "kill_idle", "kill_mid_tool", "kill_workflow_task")

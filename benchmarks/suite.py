@@ -23,7 +23,8 @@ from agent import llm
 from testbed.engines.checkpoint.steps import configure_worker
 from benchmarks import checkpoint_bench, engines_bench, overhead, sections
 from benchmarks.options import BENCH_FOLDER, SECTION_NAMES, Bench, Options
-from harness.rundir import RunDir, command_line, machine_info, tool
+from harness.rundir import RunDir, command_line, machine_info
+from harness.commands import tool
 from testbed.temporal_server import TUNED_DYNAMIC_CONFIG, temporal_binary_or_none
 
 log = logging.getLogger(__name__)

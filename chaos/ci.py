@@ -35,8 +35,8 @@ from harness.durable_files import write_atomic
 from harness.printable import printable
 from harness.printable import table as format_table
 from harness.run_files import RefusedPath
-from harness.rundir import (LATEST, tool, RUN_JSON, SCHEMA, STOPPED, RunDir, RunDirError, describe, expect, expect_fields,
-                            read_json, utc_now, write_json)
+from harness.rundir import LATEST, RUN_JSON, SCHEMA, STOPPED, RunDir, RunDirError, describe, expect, expect_fields, read_json, utc_now, write_json
+from harness.commands import tool
 from chaos.checker.verdict import saved_verdict
 from harness.verdict import FAIL, PASS, UNKNOWN, CheckResult
 

@@ -28,8 +28,9 @@ from chaos.scenarios import SCENARIOS
 from chaos.soak import DEFAULT_SEEDS
 from chaos.suite import SUITE_ENGINES, TWIN_SUFFIXES, checkpoint_twins, twins
 from harness.printable import printable
-from harness.rundir import stop_on_sigterm, tool
-from testbed.cli_options import CommandParser, add_durability, add_out, runnable, unknown as _unknown
+from harness.rundir import stop_on_sigterm
+from harness.commands import CommandParser, runnable, tool, unknown as _unknown
+from testbed.cli_options import add_durability, add_out
 from testbed.model_server import add_model_latency
 
 

@@ -23,8 +23,8 @@ from chaos.scenarios import SCENARIOS, ChaosScenario, ClusterSpec
 from harness.printable import table as format_table
 from harness.verdict import FAIL, PASS, UNKNOWN
 from testbed.faults.planted import workflow_spec
-from harness.rundir import tool
-from testbed.cli_options import CommandParser, add_out, progress
+from harness.commands import CommandParser, tool
+from testbed.cli_options import add_out, progress
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_TARGET = ROOT / "examples" / "third_party_agent" / "chaos-target.toml"

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from chaos.checker.run_data import ReplayTarget
-from harness.rundir import command_line, tool
+from harness.rundir import command_line
+from harness.commands import tool
 from testbed.engines.target import REFERENCE, Target, load_recorded_target
 
 

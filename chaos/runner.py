@@ -42,7 +42,8 @@ from chaos.replay_target import replay_target
 from chaos.scenarios import SCENARIOS, ChaosScenario
 from harness import operations
 from harness.operations import History
-from harness.rundir import CONVERSATIONS, EFFECTS_SERVICE, RunDir, command_line, machine_info, tool
+from harness.rundir import CONVERSATIONS, EFFECTS_SERVICE, RunDir, command_line, machine_info
+from harness.commands import tool
 from harness.verdict import FAIL, UNKNOWN, CheckResult
 from testbed.engines.base import Engine
 from testbed.engines.target import Target

@@ -17,7 +17,8 @@ from typing import Any
 from chaos.fault_timeline import lines
 from chaos.suite import TWIN_SUFFIXES
 from harness.printable import printable
-from harness.rundir import RUN_JSON, RunDir, RunDirError, command_line, tool
+from harness.rundir import RUN_JSON, RunDir, RunDirError, command_line
+from harness.commands import tool
 
 
 def check_command(path: Path, target_path: Path | None = None, as_json: bool = False) -> int:

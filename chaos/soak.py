@@ -27,7 +27,8 @@ from chaos.generator import schedule
 from chaos.runner import ERROR, Outcome, run_captured, skip_reason, unavailable_nemeses
 from chaos.seeds import format_seeds
 from harness.printable import printable
-from harness.rundir import SCHEMA, RunDir, command_line, machine_info, tool
+from harness.rundir import SCHEMA, RunDir, command_line, machine_info
+from harness.commands import tool
 from harness.verdict import FAIL, PASS, UNKNOWN
 from testbed.cli_options import progress
 from testbed.stack import WarmTemporal

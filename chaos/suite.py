@@ -31,9 +31,10 @@ from chaos.runner import run_captured, skip_reason
 from chaos.scenarios import SCENARIOS, SUITE
 from chaos.seeds import format_seeds
 from harness.printable import printable, table as format_table
-from harness.rundir import ending_status, tool
+from harness.rundir import ending_status
+from harness.commands import tool, unknown as _unknown
 from harness.verdict import PASS
-from testbed.cli_options import progress as _progress, unknown as _unknown
+from testbed.cli_options import progress as _progress
 from testbed.engines.driver import DEFAULT_TIMEOUTS, TIMEOUTS
 
 COLUMNS = [("scenario", 28), ("faults", 7), ("ok", 4), ("fail", 5), ("info", 5), ("lost", 5), ("dup_effects", 12),

@@ -604,33 +604,6 @@ def machine_info(temporal_binary: str | None = None) -> dict[str, Any]:
     return info
 
 
-#: the console scripts ([project.scripts] in pyproject.toml), by the package each runs as ``python -m``
-SCRIPTS = {"testbed": "dah", "chaos": "dah-chaos", "benchmarks": "dah-bench", "migration_fuzz": "dah-fuzz",
-           "reports": "dah-report"}
-
-
-def tool(package: str, cwd: Path | None = None) -> str:
-    """How a printed command runs one of the tools from here, as a shell word: its console script by name when
-    that name on PATH is this interpreter's (an activated venv), else by path (``.venv/bin/dah-chaos`` in a
-    checkout after ``make``); ``PYTHON -m package`` where no script is installed. Paths under the working
-    directory (``cwd``, default the current one) print relative to it."""
-    import shutil
-
-    def shown(path: Path) -> str:
-        try:
-            path = path.relative_to(cwd or Path.cwd())
-        except ValueError:
-            return shlex.quote(str(path))
-        return shlex.quote(str(path) if path.parent != Path(".") else f"./{path}")
-
-    bin_dir = Path(sys.executable).parent
-    script = bin_dir / SCRIPTS.get(package, package)
-    if script.is_file():
-        on_path = shutil.which(script.name)
-        return script.name if on_path and Path(on_path).parent == bin_dir else shown(script)
-    return f"{shown(Path(sys.executable))} -m {package}"
-
-
 def command_line(prog: str, options: dict[str, Any], positional: list[str] | None = None) -> str:
     """A shell command from options (``None``/``False`` left out, ``True`` a bare flag, lists repeated)."""
     parts = [*shlex.split(prog), *(positional or [])]

@@ -19,8 +19,8 @@ import time
 
 from agent.env_options import check_environment
 from migration_fuzz.fuzz import FUZZ_FOLDER, KINDS, FuzzOptions, run_fuzz, table
-from harness.rundir import tool
-from testbed.cli_options import CommandParser, add_out, progress, runs_root
+from harness.commands import CommandParser, tool
+from testbed.cli_options import add_out, progress, runs_root
 from testbed.model_server import add_model_latency
 from testbed.connection import add_connection_arguments, connection_from_args
 

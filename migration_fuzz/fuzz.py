@@ -35,7 +35,8 @@ from harness.faults import NO_FAULTS
 from harness.operations import History
 from harness.printable import table as format_table
 from harness.recording import EffectLedger
-from harness.rundir import RunDir, command_line, machine_info, tool
+from harness.rundir import RunDir, command_line, machine_info
+from harness.commands import tool
 from testbed.scripted_routes import FUZZ_KINDS, fuzz_file, fuzz_prompt
 from testbed.temporal_server import temporal_binary_or_none
 

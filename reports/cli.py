@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 from harness.printable import printable
-from harness.rundir import RunDirError, tool
-from testbed.cli_options import CommandParser
+from harness.rundir import RunDirError
+from harness.commands import CommandParser, tool
 from reports.build import build
 
 OUTPUTS = """outputs (under --out):

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from agent.contracts import DEFAULT_TASK_QUEUE, AgentConfig
-from harness.rundir import tool
-from testbed.cli_options import CommandParser, UsageError, connection, model_knobs
+from harness.commands import CommandParser, tool
+from testbed.cli_options import UsageError, connection, model_knobs
 from testbed.worker_main import add_worker_parser, stop_event
 
 EXIT_USAGE = 2

@@ -40,7 +40,7 @@ from typing import Any
 from agent.envs.docker_engine import connect, docker_host
 from harness.faults import ENV_BUGS, ENV_CRASH_AT, ENV_MUTATIONS, NO_FAULTS, AgentFaults
 from harness.owner import OWNER_LABEL, owner_value
-from harness.rundir import tool
+from harness.commands import tool
 from testbed.processes import ensure_reaper
 from testbed.worker_process import WorkerStartError
 

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from harness.rundir import tool
+from harness.commands import CommandParser, runnable, tool
 
 log = logging.getLogger(__name__)
 
@@ -524,8 +524,6 @@ BUILDERS = {"worker": worker_image, "browser": browser_image}
 
 
 def main(argv: list[str] | None = None) -> int:
-    from testbed.cli_options import CommandParser, runnable
-
     parser = CommandParser(prog=tool("testbed.images"), description=runnable(__doc__),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

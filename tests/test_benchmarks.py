@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness.rundir import tool
+from harness.commands import tool
 from tests.conftest import temporal_server_pids
 from tests.run_directory import assert_valid
 

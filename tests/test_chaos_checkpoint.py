@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from chaos.checker.verdict import compose
-from harness.rundir import tool
+from harness.commands import tool
 from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult
 from testbed.engines.driver import Workload
 from chaos.generator import NemesisEvent

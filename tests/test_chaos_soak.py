@@ -21,7 +21,8 @@ from chaos.runner import RunFailed, RunResult
 from chaos.scenarios import SCENARIOS
 from chaos.runner import run_captured
 from chaos.seeds import format_seeds, parse_seeds
-from harness.rundir import RUNNER_ERROR, RunDir, tool
+from harness.rundir import RUNNER_ERROR, RunDir
+from harness.commands import tool
 from harness.verdict import CheckResult
 from tests.run_directory import problems as all_problems
 

@@ -14,11 +14,10 @@ import pytest
 
 from benchmarks.cli import build_parser as bench_parser
 from chaos.cli import build_parser as chaos_parser
-from harness.rundir import SCRIPTS, tool
+from harness.commands import CommandParser, SCRIPTS, tool, unknown
 from migration_fuzz.cli import build_parser as fuzz_parser
 from reports.cli import build_parser as reports_parser
 from testbed.cli import build_parser as dah_parser
-from testbed.cli_options import CommandParser, unknown
 from testbed.engines.checkpoint.cli import build_parser as checkpoint_parser
 from testbed.model_server import build_arg_parser as model_server_parser
 

@@ -17,7 +17,8 @@ from testbed.engines.byo import OwnAgentOnTemporal
 from chaos.scenarios import SCENARIOS
 from testbed.engines.target import load_target
 from harness.faults import NO_FAULTS
-from harness.rundir import RunDir, tool
+from harness.rundir import RunDir
+from harness.commands import tool
 from testbed.stack import Endpoints
 from testbed.worker_process import WorkerProcess, WorkerStartError
 

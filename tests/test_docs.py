@@ -71,7 +71,7 @@ def test_every_make_target_named_exists() -> None:
 
 
 def test_every_python_m_subcommand_named_exists() -> None:
-    from harness.rundir import SCRIPTS
+    from harness.commands import SCRIPTS
 
     package = {script: pkg for pkg, script in SCRIPTS.items()}
     named: dict[str, set[tuple[str, str]]] = {}

@@ -18,7 +18,7 @@ from chaos.cli import build_parser as chaos_parser
 from migration_fuzz.cli import build_parser as fuzz_parser
 from reports.cli import build_parser as reports_parser
 from testbed.cli import build_parser as dah_parser
-from harness.rundir import SCRIPTS, tool
+from harness.commands import SCRIPTS, tool
 from testbed.cli_options import DURABILITY, progress, runs_root
 from testbed.model_server import LATENCY_GRAMMAR, build_arg_parser as model_server_parser
 

@@ -29,7 +29,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from harness.rundir import tool
+from harness.commands import tool
 
 ROOT = Path(__file__).resolve().parent.parent
 LABEL = "kill_mid_turn@checkpoint"

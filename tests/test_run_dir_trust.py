@@ -27,7 +27,7 @@ from testbed.engines import make_engine
 from testbed.engines.driver import Workload
 from chaos.runner import run
 from chaos.scenarios import SCENARIOS, ClusterSpec
-from harness.rundir import tool
+from harness.commands import tool
 from harness.verdict import PASS, UNKNOWN
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -40,7 +40,8 @@ from typing import Any
 
 from harness.operations import History
 from harness.recording import EffectLedger
-from harness.rundir import DBOS_STEPS, RunDir, tool
+from harness.rundir import DBOS_STEPS, RunDir
+from harness.commands import tool
 from testbed.engines import dbos_agent
 from testbed.engines.base import Engine, Scenario, without_event_histories
 from testbed.engines.oneshot import OneShotDriver, RunFailedError, running_from_ledger
