@@ -68,8 +68,7 @@ def unknown(what: str, bad: Sequence[str], known: Sequence[str], listed_by: str 
     parts = []
     for name in bad:
         pool = list(suggest(name)) if suggest else known
-        close = difflib.get_close_matches(name, pool, n=3, cutoff=0.5) or difflib.get_close_matches(
-            name, pool, n=2, cutoff=0.3)
+        close = difflib.get_close_matches(name, pool, n=3, cutoff=0.5)  # below that, a guess misleads
         parts.append(f"unknown {what} {name!r}" + (f" (did you mean {' or '.join(close)}?)" if close else ""))
     return "; ".join(parts) + f"; {_allowed(what, known, listed_by)}"
 

@@ -39,7 +39,7 @@ CASES = [
     ("dah-chaos", ["run", "kill_idle", "--timeouts", "fsat"], "'fsat'", "fast"),
     ("dah-chaos", ["chek", "runs"], "'chek'", "check"),
     ("dah-chaos", ["planted", "--lsit"], "'--lsit'", "--list"),
-    ("dah-bench", ["--only", "nope"], "'nope'", "table2"),
+    ("dah-bench", ["--only", "nope"], "'nope'", "sections are table2, tuning"),
     ("dah-bench", ["--only", "tabel2"], "'tabel2'", "table2"),
     ("dah-bench", ["--durability", "dbos"], "'dbos'", "checkpoint"),
     ("dah-fuzz", ["--kind", "ptc-spwns"], "'ptc-spwns'", "ptc-spawns"),
