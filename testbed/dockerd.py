@@ -134,6 +134,11 @@ def _cannot_start(reason: str) -> str | None:
     return None
 
 
+def started_engines() -> list[DockerDaemon]:
+    """The engines this process started and has not stopped yet."""
+    return [engine for engine in _started if engine.started_here]
+
+
 def stop_started_engines() -> None:
     """Stop every engine this process started: for entry points that leave through ``os._exit`` (no atexit)."""
     while _started:

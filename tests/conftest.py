@@ -108,6 +108,16 @@ def pytest_configure(config: pytest.Config) -> None:
                    "own, they run here.")
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """A Docker engine a test module started at collection said so under pytest's capture, unseen: say it again
+    here, so the "stopped the Docker engine this run started" line at exit has its "started" above it."""
+    from testbed.dockerd import started_engines
+
+    for engine in started_engines():
+        terminalreporter.write_line(f"started the Docker engine at collection (dockerd's supervisor pid "
+                                    f"{engine.process.pid}, log {engine.log_path}); it stops when pytest exits")
+
+
 def _background_mark(event: str, nodeid: str) -> None:
     """In the background child: note that a test started or ended, for the parent's progress lines."""
     path = os.environ.get(BACKGROUND_PROGRESS_ENV)
