@@ -13,6 +13,7 @@ from typing import Any
 
 from agent.llm import is_scripted
 from testbed.cli_options import add_durability, add_keep_runs, add_out, progress, prune_runs, runs_root
+from harness.commands import CommandParser, runnable, tool, unknown
 from testbed.model_server import add_model_latency
 from testbed.connection import add_connection_arguments, connection_from_args, redact_argv
 from benchmarks.conversations import WORKLOADS, BenchError
@@ -76,12 +77,7 @@ def _load(text: str) -> int:
 
 
 def _sections(text: str) -> tuple[str, ...]:
-    names = tuple(s.strip() for s in text.split(",") if s.strip())
-    bad = [s for s in names if s not in SECTION_NAMES]
-    if bad or not names:
-        raise argparse.ArgumentTypeError(f"unknown section(s) {', '.join(bad) or '(none given)'}; "
-                                         f"sections are {', '.join(SECTION_NAMES)}")
-    return names
+    return _names(text, SECTION_NAMES, "section")
 
 
 def _names(text: str, known: Any, what: str) -> tuple[str, ...]:
@@ -89,8 +85,7 @@ def _names(text: str, known: Any, what: str) -> tuple[str, ...]:
     names = tuple(s.strip() for s in text.split(",") if s.strip())
     bad = [s for s in names if s not in known]
     if bad or not names:
-        raise argparse.ArgumentTypeError(f"unknown {what}(s) {', '.join(bad) or '(none given)'}; "
-                                         f"{what}s are {', '.join(known)}")
+        raise argparse.ArgumentTypeError(unknown(what, bad, known))
     return names
 
 
@@ -105,8 +100,8 @@ def _engines(text: str) -> tuple[str, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0].strip("`"),
-                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = CommandParser(prog=tool("benchmarks"), description=__doc__.split("\n")[0].strip("`"),
+                                epilog=runnable(EPILOG), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="the CI profile: a few turns of everything but recovery")
     p.add_argument("--only", type=_sections, default=(), metavar="SECTIONS",
                    help=f"comma-separated sections to run ({','.join(SECTION_NAMES)})")
@@ -146,11 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_environment()
     except EnvOptionError as exc:
-        print(f"python -m benchmarks: {exc}", file=sys.stderr)
+        print(f"{tool('benchmarks')}: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    out = runs_root(args.out, BENCH_FOLDER, "python -m benchmarks")
+    out = runs_root(args.out, BENCH_FOLDER, tool("benchmarks"))
     overrides = {k: v for k, v in {"turns": args.turns, "workloads": args.workloads, "model": args.model,
                                    "model_latency": args.model_latency, "seed": args.seed, "out": out,
                                    "only": args.only, "durability": args.durability, "engines": args.engines,
@@ -159,13 +154,13 @@ def main(argv: list[str] | None = None) -> int:
     if overrides["durability"] == "checkpoint":
         bad = [s for s in args.only if s not in CHECKPOINT_SECTIONS]
         if bad:
-            print(f"python -m benchmarks: --durability checkpoint: section(s) {', '.join(bad)} measure Temporal "
+            print(f"{tool('benchmarks')}: --durability checkpoint: section(s) {', '.join(bad)} measure Temporal "
                   f"itself; with checkpoint use {', '.join(CHECKPOINT_SECTIONS)}", file=sys.stderr)
             return 2
     try:
         connection = connection_from_args(args)
     except ValueError as exc:
-        print(f"python -m benchmarks: {exc}", file=sys.stderr)
+        print(f"{tool('benchmarks')}: {exc}", file=sys.stderr)
         return 2
     if not connection.embedded:
         overrides["connection"] = connection
@@ -175,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
               "or leave --model at 'scripted'", file=sys.stderr)
         return 2
     say = progress()
-    command = "python -m benchmarks " + shlex.join(redact_argv(argv if argv is not None else sys.argv[1:]))
+    command = tool("benchmarks") + " " + shlex.join(redact_argv(argv if argv is not None else sys.argv[1:]))
     started = datetime.now(timezone.utc)
     try:
         run_dir = asyncio.run(run(options, say, command.strip()))
@@ -190,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{options.out / BENCH_FOLDER} (run.json status 'failed')", file=sys.stderr)
         return 1
     prune_runs(options.out, started, args.keep_runs)
-    print(f"results: {run_dir}\nreport:  make report   (or: python -m reports --bench {run_dir})")
+    print(f"results: {run_dir}\nreport:  make report   (or: {tool('reports')} --bench {run_dir})")
     return 0
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.load import cpu_hogs
+from harness.commands import CommandParser, tool
 from testbed.engines.driver import TIMEOUTS, Workload
 from testbed.cli_options import add_out, progress, runs_root
 
@@ -61,7 +62,7 @@ async def one(profile: str, hogs: int, duration_s: float, seed: int, out: Path) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.false_timeouts", description=__doc__,
+    p = CommandParser(prog=tool("benchmarks.false_timeouts"), description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--timeouts", default="fast,defaults", help="profiles, comma-separated (default fast,defaults)")
     p.add_argument("--hogs", type=int, default=4, help="CPU-spinning processes during each run (default 4)")

@@ -46,6 +46,7 @@ from typing import Any
 
 from benchmarks.cli import _positive
 from harness.percentiles import percentile
+from harness.commands import CommandParser, tool
 from testbed.faults.network import FaultProxy, Toxic
 
 HOST = "127.0.0.1"
@@ -365,7 +366,7 @@ def render(result: dict[str, Any]) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     summary, details = __doc__.split("\n\n", 1)
-    p = argparse.ArgumentParser(prog="python -m benchmarks.proxy", description=summary.split(": ", 1)[1],
+    p = CommandParser(prog=tool("benchmarks.proxy"), description=summary.split(": ", 1)[1],
                                 epilog=details, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--requests", type=_positive, default=5000, help="round trips per path (default 5000)")
     p.add_argument("--payload", type=_positive, default=64, help="bytes per request, echoed back (default 64)")

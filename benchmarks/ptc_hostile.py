@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from agent.ptc_corpus import DETERMINISM, HOSTILE
+from harness.commands import CommandParser, tool
 
 _CHILD = r"""
 import asyncio, importlib.util, json, resource, sys, time
@@ -76,7 +77,7 @@ def run_one(module: Path, code: str, *, timeout: float, memory_cap_mb: int, hash
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.ptc_hostile", description=__doc__.split("\n\n")[0],
+    parser = CommandParser(prog=tool("benchmarks.ptc_hostile"), description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--module", type=Path, default=Path(__file__).resolve().parent.parent / "agent" / "ptc.py",
                         help="the interpreter's source file to measure (default: agent/ptc.py of this checkout)")

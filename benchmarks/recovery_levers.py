@@ -40,6 +40,7 @@ from typing import Any
 from benchmarks.false_timeouts import run_beside_hogs
 from chaos.recovery import PARTS
 from harness.percentiles import percentile
+from harness.commands import CommandParser, tool
 from testbed.cli_options import add_out, progress, runs_root
 from testbed.engines.driver import TIMEOUTS, Timeouts
 
@@ -189,7 +190,7 @@ def _seeds(text: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.recovery_levers", description=__doc__,
+    p = CommandParser(prog=tool("benchmarks.recovery_levers"), description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     names = [n for n, *_ in _STEPS]
     p.add_argument("--levers", default=",".join(names), help=f"steps, comma-separated (default all: {','.join(names)})")
@@ -197,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", default="1-3", help="seeds, e.g. 1-3 or 1,4,7 (default 1-3)")
     p.add_argument("--hogs", type=int, default=2, help="CPU-spinning processes beside each run (default 2)")
     p.add_argument("--soaks", type=Path, nargs="+", metavar="SOAK_DIR",
-                   help="run nothing: measure these soaks' runs (python -m chaos soak's directories) the same way")
+                   help="run nothing: measure these soaks' runs (" + tool("chaos") + " soak's directories) the same way")
     p.add_argument("--label", default="soak", help="--soaks: the lever name their rows get (default soak)")
     add_out(p, "recovery_levers")
     args = p.parse_args(argv)

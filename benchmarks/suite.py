@@ -24,6 +24,7 @@ from testbed.engines.checkpoint.steps import configure_worker
 from benchmarks import checkpoint_bench, engines_bench, overhead, sections
 from benchmarks.options import BENCH_FOLDER, SECTION_NAMES, Bench, Options
 from harness.rundir import RunDir, command_line, machine_info
+from harness.commands import tool
 from testbed.temporal_server import TUNED_DYNAMIC_CONFIG, temporal_binary_or_none
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ SECTION_FILES = {"length": "length.json", "throughput": "throughput.json", "reco
 
 def reproduce_command(options: Options) -> str:
     """The command line of this run with every option explicit (defaults may change; this will not)."""
-    return command_line("python -m benchmarks", {
+    return command_line(tool("benchmarks"), {
         "--quick": options.quick, "--only": ",".join(options.only) or None, "--turns": options.turns,
         "--workloads": ",".join(options.workloads), "--engines": ",".join(options.engines),
         "--engines-turns": options.engines_turns, "--overhead-rounds": options.overhead_rounds,

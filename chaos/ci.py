@@ -35,8 +35,8 @@ from harness.durable_files import write_atomic
 from harness.printable import printable
 from harness.printable import table as format_table
 from harness.run_files import RefusedPath
-from harness.rundir import (LATEST, RUN_JSON, SCHEMA, STOPPED, RunDir, RunDirError, describe, expect, expect_fields,
-                            read_json, utc_now, write_json)
+from harness.rundir import LATEST, RUN_JSON, SCHEMA, STOPPED, RunDir, RunDirError, describe, expect, expect_fields, read_json, utc_now, write_json
+from harness.commands import tool
 from chaos.checker.verdict import saved_verdict
 from harness.verdict import FAIL, PASS, UNKNOWN, CheckResult
 
@@ -458,14 +458,14 @@ def summary_command(dirs: list[Path], summary_path: Path, junit_path: Path) -> i
     are read as the run directories wrote them, not authenticated: re-check with ``chaos check`` where untrusted."""
     missing = [str(d) for d in dirs if not d.is_dir()]
     if missing:
-        print(f"python -m chaos summary: not a directory: {', '.join(missing)}; give run roots (runs/), artefact "
+        print(f"{tool('chaos')} summary: not a directory: {', '.join(missing)}; give run roots (runs/), artefact "
               "folders or run directories", file=sys.stderr)
         return 2
     merged = merge(dirs)
     if not merged.rows:
         for problem in merged.unreadable or [f"no chaos runs or suite/soak summaries under "
                                              f"{', '.join(map(str, dirs))}"]:
-            print(f"python -m chaos summary: {problem}", file=sys.stderr)
+            print(f"{tool('chaos')} summary: {problem}", file=sys.stderr)
         return 2
     rows = merged.rows
     print(table(rows))
@@ -483,7 +483,7 @@ def summary_command(dirs: list[Path], summary_path: Path, junit_path: Path) -> i
     for note in merged.notes:
         print(printable(f"note: {note}"))
     for problem in merged.unreadable:  # each counted above as not passed: never a pass
-        print(printable(f"python -m chaos summary: {problem}"), file=sys.stderr)
+        print(printable(f"{tool('chaos')} summary: {problem}"), file=sys.stderr)
     write_outputs(rows, summary_path, junit_path, command="summary", status="complete", wall_s=sum(
         float(r.get("wall_s") or 0) for r in rows), suite_name="chaos (merged)", extra={"sources": merged.sources,
                                                                                      "notes": merged.notes})

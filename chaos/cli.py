@@ -34,6 +34,7 @@ from chaos.soak import DEFAULT_SEEDS
 from chaos.suite import SUITE_ENGINES, TWIN_SUFFIXES, checkpoint_twins, twins
 from harness.printable import printable
 from harness.rundir import stop_on_sigterm
+from harness.commands import CommandParser, runnable, tool, unknown as _unknown
 from testbed.cli_options import add_durability, add_keep_runs, add_out, prune_runs
 from testbed.model_server import add_model_latency
 
@@ -43,8 +44,7 @@ def _engines(text: str) -> tuple[str, ...]:
     known = ("temporal", *TWIN_SUFFIXES.values())
     bad = [n for n in names if n not in known]
     if bad or not names:
-        raise argparse.ArgumentTypeError(f"unknown engine(s) {', '.join(bad) or '(none given)'}; engines are "
-                                         f"{', '.join(known)}")
+        raise argparse.ArgumentTypeError(_unknown("engine", bad, known))
     return names
 
 
@@ -89,7 +89,7 @@ def _timeouts(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in TIMEOUTS]
     if not names or unknown:
-        raise argparse.ArgumentTypeError(f"{text!r}: profiles are {', '.join(TIMEOUTS)} (comma-separated)")
+        raise argparse.ArgumentTypeError(f"{_unknown('timeouts profile', unknown, list(TIMEOUTS))} (comma-separated)")
     return list(dict.fromkeys(names))
 
 
@@ -136,7 +136,7 @@ def _ci_options(p: argparse.ArgumentParser, what: str) -> None:
     summary, junit = (ci.SUITE_SUMMARY, ci.SUITE_JUNIT) if what == "suite" else (ci.SOAK_SUMMARY, ci.SOAK_JUNIT)
     p.add_argument("--shard", type=_shard, metavar="K/N",
                    help=f"run only CI job K's share of the {items}, of N jobs (e.g. 2/4): the same split on "
-                        "every machine, each run in exactly one shard; merge with python -m chaos summary")
+                        f"every machine, each run in exactly one shard; merge with {tool('chaos')} summary")
     p.add_argument("--summary", type=Path, metavar="PATH",
                    help=f"the summary JSON, one row per run (default: {where}{summary})")
     p.add_argument("--junit", type=Path, metavar="PATH",
@@ -148,7 +148,7 @@ def _placement_options(p: argparse.ArgumentParser) -> None:
                    help="where workers run: local processes (default) or Docker containers (needs an engine; "
                         "the checkpoint engine's workers stay processes)")
     p.add_argument("--image", help="--placement docker: an image with the worker installed (default: dah-worker, "
-                                   "built from this checkout and this machine's files: python -m testbed.images)")
+                                   "built from this checkout and this machine's files: " + tool("testbed.images") + ")")
 
 
 def _engine_options(p: argparse.ArgumentParser) -> None:
@@ -218,7 +218,7 @@ def _summary_command(sub: Any) -> None:
     what = ("merge the run directories and summaries of several CI jobs (or machines) into one verdict table, "
             "summary JSON and JUnit XML; exit 1 unless every planned run passed. Verdicts are read as the run "
             "directories wrote them, not authenticated: where artefacts are not trusted, re-check each run with "
-            "python -m chaos check")
+            f"{tool('chaos')} check")
     p = sub.add_parser("summary", help=what, description=what)
     p.add_argument("dirs", nargs="+", type=Path, metavar="DIR",
                    help="run roots (e.g. each job's runs/), downloaded artefact folders, or single run directories")
@@ -230,7 +230,7 @@ def _summary_command(sub: Any) -> None:
 
 def _planted_command(sub: Any) -> None:
     p = sub.add_parser("planted", help="the planted-bug catalogue: broken agents that must not pass "
-                                       "(python -m chaos planted --help)", add_help=False)
+                                       f"({tool('chaos')} planted --help)", add_help=False)
     p.add_argument("rest", nargs=argparse.REMAINDER)
 
 
@@ -256,7 +256,7 @@ def _rerun_command(sub: Any) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m chaos", description=__doc__,
+    parser = CommandParser(prog=tool("chaos"), description=runnable(__doc__),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         return _main(argv)
     except (RunDirError, RefusedPath) as exc:
         command = next((a for a in argv if not a.startswith("-")), "")
-        print(printable(f"python -m chaos {command}: {exc}"), file=sys.stderr)
+        print(printable(f"{tool('chaos')} {command}: {exc}"), file=sys.stderr)
         return 2
 
 
@@ -288,7 +288,7 @@ def _main(argv: list[str]) -> int:
     try:
         check_environment()
     except EnvOptionError as exc:
-        print(f"python -m chaos: {exc}", file=sys.stderr)
+        print(f"{tool('chaos')}: {exc}", file=sys.stderr)
         return 2
     if argv[:1] == ["planted"]:
         from chaos.planted import main as planted
@@ -297,7 +297,7 @@ def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    prog = f"python -m chaos {args.command}"
+    prog = f"{tool('chaos')} {args.command}"
     if args.command == "list":
         print("\n".join(suite.scenario_list()))
         return 0

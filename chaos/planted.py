@@ -23,6 +23,7 @@ from chaos.scenarios import SCENARIOS, ChaosScenario, ClusterSpec
 from harness.printable import table as format_table
 from harness.verdict import FAIL, PASS, UNKNOWN
 from testbed.faults.planted import workflow_spec
+from harness.commands import CommandParser, tool
 from testbed.cli_options import add_out, progress
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -144,7 +145,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m chaos planted", description=__doc__.split("\n\n")[0])
+    p = CommandParser(prog=f"{tool('chaos')} planted", description=__doc__.split("\n\n")[0])
     p.add_argument("names", nargs="*", help=f"entries to run (default all): {', '.join(b.name for b in CATALOGUE)}")
     add_out(p, "<scenario>")
     p.add_argument("--target", type=Path, default=EXAMPLE_TARGET,

@@ -11,6 +11,7 @@ from typing import Any
 
 from chaos.checker.run_data import ReplayTarget
 from harness.rundir import command_line
+from harness.commands import tool
 from testbed.engines.target import REFERENCE, Target, load_recorded_target
 
 
@@ -34,7 +35,7 @@ def replay_target(run_dir: Path, recorded: dict[str, Any], given: Target | None 
     4. else nothing: the reason, and ``python -m chaos check DIR --target PATH/TO/chaos-target.toml``.
 
     A target file declaring another workflow than the run recorded is not the run's agent: nothing."""
-    again = command_line("python -m chaos check", {"--target": "PATH/TO/chaos-target.toml"}, [str(run_dir)])
+    again = command_line(f"{tool('chaos')} check", {"--target": "PATH/TO/chaos-target.toml"}, [str(run_dir)])
     recorded = recorded if isinstance(recorded, dict) else {}
     from testbed.faults.planted import current_workflow
 

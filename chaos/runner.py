@@ -43,6 +43,7 @@ from chaos.scenarios import SCENARIOS, ChaosScenario
 from harness import operations
 from harness.operations import History
 from harness.rundir import CONVERSATIONS, EFFECTS_SERVICE, RunDir, command_line, machine_info
+from harness.commands import tool
 from harness.verdict import FAIL, UNKNOWN, CheckResult
 from testbed.engines.base import Engine
 from testbed.engines.target import Target
@@ -73,9 +74,9 @@ class RunResult:
 def reproduce_command(scenario: ChaosScenario, seed: int, engine: Engine, run: RunDir) -> str:
     """The command that runs this again: the named scenario's, or ``rerun`` of this run's saved definition."""
     if SCENARIOS.get(scenario.name) == scenario:
-        return command_line("python -m chaos run", {"--seed": seed, **engine.reproduce()}, [scenario.name])
+        return command_line(f"{tool('chaos')} run", {"--seed": seed, **engine.reproduce()}, [scenario.name])
     cluster = {k: v for k, v in engine.reproduce().items() if k in ("--address", "--namespace")}
-    return command_line("python -m chaos rerun", cluster, [str(run.path)])
+    return command_line(f"{tool('chaos')} rerun", cluster, [str(run.path)])
 
 
 class RunFailed(Exception):
@@ -126,7 +127,7 @@ class Outcome:
         if self.error:
             first, *rest = [line for line in self.error.splitlines() if line.strip()] or [""]
             return [f"error: {first}", *(f"  | {line}" for line in rest)]
-        return [f"{c.name}: {c.verdict}: {c.summary}" for c in self.non_pass]
+        return [f"{c.name}: {c.shown()}" for c in self.non_pass]
 
     def as_row(self) -> dict[str, Any]:
         """``soak.json``'s row for this seed."""
@@ -150,7 +151,7 @@ async def run_captured(label: str, scenario: ChaosScenario, engine: Engine, *, s
     except RunFailed as exc:
         return Outcome.failed(label, seed, exc.run_dir, exc.wall_s, exc.reproduce, exc.error)
     except Exception as exc:  # before the run had a directory
-        reproduce = command_line("python -m chaos run", {"--seed": seed, **engine.reproduce()}, [label])
+        reproduce = command_line(f"{tool('chaos')} run", {"--seed": seed, **engine.reproduce()}, [label])
         return Outcome.failed(label, seed, None, time.monotonic() - started, reproduce,
                               f"{type(exc).__name__}: {exc}")
     return Outcome(label, seed, r.verdict, r.run_dir, r.wall_s, r.reproduce, list(r.checks), dict(r.row))
@@ -217,7 +218,7 @@ async def _run(scenario: ChaosScenario, engine: Engine, seed: int, progress: Pro
             rec.doing = p  # what run.json's stopped_during says if the run is stopped
         phases[p] = round(history.now(), 3)
         history.event("nemesis" if p == "heal" else "generator", f"phase:{p}")
-        progress(f"{name}: {p} (t={history.now():.1f}s)")
+        progress(f"{name}: {'recording stopped' if p == 'stopped' else p} (t={history.now():.1f}s)")
 
     def stop_recording() -> None:
         if stopped:  # once: on the way to the checkers, or when the run ends before them

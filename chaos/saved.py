@@ -18,13 +18,14 @@ from chaos.fault_timeline import lines
 from chaos.suite import TWIN_SUFFIXES
 from harness.printable import printable
 from harness.rundir import RUN_JSON, RunDir, RunDirError, command_line
+from harness.commands import tool
 
 
 def check_command(path: Path, target_path: Path | None = None, as_json: bool = False) -> int:
     """``python -m chaos check DIR``: the checkers again on a saved run, printed (``--json``: as JSON); 0 only if
     it passes, 1 otherwise, 2 for a directory that is no run or a target file that does not load. A run stopped
     before its final read has nothing to check: ``unknown``, saying so."""
-    prog = "python -m chaos check"
+    prog = f"{tool('chaos')} check"
     from chaos.runner import check
 
     run_dir = RunDir(path.resolve())
@@ -58,7 +59,8 @@ def check_command(path: Path, target_path: Path | None = None, as_json: bool = F
         print(json.dumps({"verdict": verdict, "checks": [c.as_dict() for c in checks]}, default=str))
     else:
         for c in checks:
-            print(f"{printable(c.name):<20} {printable(c.verdict):<15} {printable(c.summary)}")
+            said, _, summary = c.shown().partition(": ")
+            print(f"{printable(c.name):<20} {printable(said):<15} {printable(summary)}")
         timeline = lines((run_dir.read_verdict() or {}).get("fault_timeline") or {})
         if timeline:
             print("\nthe faults, as scheduled and as they happened:")
@@ -100,7 +102,7 @@ def rerun_job(run_dir: Path, connection: Any = None, target_path: Path | None = 
     if record.get("kind") != "chaos" or "scenario" not in record:
         raise ValueError(f"{run_dir} is not a chaos run directory (no scenario in its run.json)")
     saved_engine = record.get("backend") if isinstance(record.get("backend"), dict) else {}
-    again = command_line("python -m chaos rerun", {"--target": "PATH/TO/chaos-target.toml"}, [str(run_dir)])
+    again = command_line(f"{tool('chaos')} rerun", {"--target": "PATH/TO/chaos-target.toml"}, [str(run_dir)])
     recorded_file = saved_engine.get("target_file")
     if target_path is not None:
         target = load_target(target_path)
@@ -123,7 +125,7 @@ def rerun_job(run_dir: Path, connection: Any = None, target_path: Path | None = 
     try:
         scenario = scenario_from_dict(record["scenario"])
     except (TypeError, KeyError, AttributeError, ValueError) as exc:
-        raise RunDirError(Path(run_dir) / RUN_JSON, "a scenario as python -m chaos run records it",
+        raise RunDirError(Path(run_dir) / RUN_JSON, "a scenario as dah-chaos run records it",
                           f"{type(exc).__name__}: {exc}"[:120], "scenario") from None
     workflow = scenario.cluster.workflow
     if target is None and workflow is not None and (not isinstance(workflow, str)

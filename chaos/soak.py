@@ -28,6 +28,7 @@ from chaos.runner import ERROR, Outcome, run_captured, skip_reason, unavailable_
 from chaos.seeds import format_seeds
 from harness.printable import printable
 from harness.rundir import SCHEMA, RunDir, command_line, machine_info
+from harness.commands import tool
 from harness.verdict import FAIL, PASS, UNKNOWN
 from testbed.cli_options import progress
 from testbed.stack import WarmTemporal
@@ -228,12 +229,12 @@ async def run_soak(args: Any, target: Any, connection: Any = None) -> int:
     seeds = ci.shard(args.seeds, *args.shard) if args.shard else args.seeds
     spec = f"{args.shard[0]}/{args.shard[1]}" if args.shard else None
     if not seeds:
-        print(f"python -m chaos soak: shard {spec}: none of seeds {format_seeds(args.seeds)} fall to this shard "
+        print(f"{tool('chaos')} soak: shard {spec}: none of seeds {format_seeds(args.seeds)} fall to this shard "
               "(more shards than seeds); nothing to do", file=sys.stderr)
         return 0
     if spec:
         print(f"shard {spec}: seeds {format_seeds(seeds)} of {format_seeds(args.seeds)}", file=sys.stderr, flush=True)
-    reproduce = command_line("python -m chaos soak", {"--seeds": format_seeds(seeds), **engine.reproduce(),
+    reproduce = command_line(f"{tool('chaos')} soak", {"--seeds": format_seeds(seeds), **engine.reproduce(),
                                                       "--model-latency": args.model_latency},
                              [label])
     return await soak(label, scenario, engine, seeds, args.out, reproduce=reproduce,

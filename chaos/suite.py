@@ -32,6 +32,7 @@ from chaos.scenarios import SCENARIOS, SUITE
 from chaos.seeds import format_seeds
 from harness.printable import printable, table as format_table
 from harness.rundir import ending_status
+from harness.commands import tool, unknown as _unknown
 from harness.verdict import PASS
 from testbed.cli_options import progress as _progress
 from testbed.engines.driver import DEFAULT_TIMEOUTS, TIMEOUTS
@@ -39,6 +40,19 @@ from testbed.engines.driver import DEFAULT_TIMEOUTS, TIMEOUTS
 COLUMNS = [("scenario", 28), ("faults", 7), ("ok", 4), ("fail", 5), ("info", 5), ("lost", 5), ("dup_effects", 12),
            ("recovery_s", 11), ("model_rec_s", 12), ("tool_rec_s", 11),
            ("wft_rec_s", 10), ("checked", 8), ("verdict", 8)]
+#: what the verdict table's columns mean, printed under it
+LEGEND = [("faults", "L/N: of the N faults injected (or tried), L struck work in flight (injection_evidence)"),
+          ("ok fail info", "the client's operations: answered / certainly not done / unknown (may or may not have "
+                           "happened: a timeout, a lost connection)"),
+          ("lost", "acknowledged messages with no correct answer at the end (the lost check)"),
+          ("dup_effects", "external effects applied more than once (the effects check; declared: the target "
+                          "declares none)"),
+          ("recovery_s", "the longest wait after a fault for a conversation's next correct answer, seconds "
+                         "(never (N): N never got one)"),
+          ("*_rec_s", "the longest time from a fault to the retry of a model call, a tool call, a timed-out "
+                      "workflow task, seconds (- none was retried)"),
+          ("checked", "P/N: P of the N checks reached pass or fail; the rest were unknown or not applicable"),
+          ("?", "no value: the run ended in an error before it was checked")]
 #: a scenario under a timeouts profile other than the default is SCENARIO~PROFILE (e.g. kill_idle~defaults)
 TIMEOUTS_SEPARATOR = "~"
 #: a scenario's twin on the checkpoint engine is SCENARIO@checkpoint
@@ -61,17 +75,19 @@ def table(rows: list[dict[str, Any]], with_seed: bool = False) -> str:
     """The verdict table, one row per run (``harness.printable.table``); ``with_seed``: a seed column (a suite
     over several seeds)."""
     columns = [COLUMNS[0], ("seed", 5), *COLUMNS[1:]] if with_seed else COLUMNS
-    return format_table(columns, ([r.get(name) for name, _ in columns] for r in rows))
+    return format_table(columns, ([r.get(name) for name, _ in columns] for r in rows), legend=LEGEND)
 
 
 def scenario_list() -> list[str]:
-    """``python -m chaos list``: every named scenario, then each engine's twins, one line each."""
-    lines = [f"{s.name:<30} {s.description}" for s in SCENARIOS.values()]
+    """``python -m chaos list``: every named scenario, then each engine's twins, one line each, the descriptions
+    aligned past the longest name."""
+    rows = [(s.name, s.description) for s in SCENARIOS.values()]
     for suffix, durability in TWIN_SUFFIXES.items():
         for name in twins(durability):
             where = STAND_INS.get(durability, "") if name.startswith(("server_", "partition_temporal")) else ""
-            lines.append(f"{name + suffix:<30} {SCENARIOS[name].description} (on {durability}{where})")
-    return lines
+            rows.append((name + suffix, f"{SCENARIOS[name].description} (on {durability}{where})"))
+    width = max(len(name) for name, _ in rows)
+    return [f"{name:<{width}}  {description}" for name, description in rows]
 
 
 def load_target_for(args: argparse.Namespace, explicit_parallel: bool) -> Any:
@@ -89,7 +105,7 @@ def load_target_for(args: argparse.Namespace, explicit_parallel: bool) -> Any:
             raise ValueError(f"--parallel {args.parallel}: the target {args.target} hard-codes the address "
                              f"{target.address} (the fault proxy must listen there), so it runs one "
                              "scenario at a time: use --parallel 1")
-        print(f"python -m chaos {args.command}: {args.target} hard-codes the address {target.address}: one "
+        print(f"{tool('chaos')} {args.command}: {args.target} hard-codes the address {target.address}: one "
               "scenario at a time", file=sys.stderr)
         args.parallel = 1
     return target
@@ -123,7 +139,7 @@ def jobs(args: argparse.Namespace, target: Any, connection: Any = None) -> list[
     suffixes = {d: sfx for sfx, d in TWIN_SUFFIXES.items()}  # backend -> its twins' suffix
     suffix = suffixes.get(durability)
     if args.command == "soak" and args.scenarios == ["all"]:
-        raise ValueError("soak runs one scenario; name it (python -m chaos list)")
+        raise ValueError(f"soak runs one scenario; name it ({tool('chaos')} list names them)")
     if args.command == "suite":
         names = [n for b in getattr(args, "engines", SUITE_ENGINES)
                  for n in (SUITE if b == "temporal" else [t + suffixes[b] for t in twins(b)])]
@@ -137,12 +153,13 @@ def jobs(args: argparse.Namespace, target: Any, connection: Any = None) -> list[
         base, sep, profile = n.partition(TIMEOUTS_SEPARATOR)
         if sep:
             if profile not in TIMEOUTS:
-                raise ValueError(f"{n}: unknown timeouts profile {profile!r}; profiles are {', '.join(TIMEOUTS)}")
+                raise ValueError(f"{n}: {_unknown('timeouts profile', [profile], list(TIMEOUTS))}")
             names[i] = base
             pinned[base] = [profile]
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise ValueError(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(known)}")
+        raise ValueError(_unknown("scenario", unknown, known, f"{tool('chaos')} list",
+                                  suggest=lambda n: known if "@" in n else list(SCENARIOS)))
     jobs = []
     profiles = getattr(args, "timeouts", [DEFAULT_TIMEOUTS])
     latency = getattr(args, "model_latency", None)
@@ -253,7 +270,7 @@ async def run_many(items: list[tuple[str, Any, Any, int]], out: Path, parallel: 
         say(f"{label}: {result.verdict.upper()} in {result.wall_s:.0f}s -> {result.run_dir}")
         for c in result.checks:
             if worth_showing(c):
-                say(f"  {label} {c.name}: {c.verdict}: {c.summary}")
+                say(f"  {label} {c.name}: {c.shown()}")
 
     try:
         await in_lanes(items, parallel, one)

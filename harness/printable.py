@@ -31,21 +31,27 @@ def printable(text: object, keep: str = "") -> str:
 
 
 def table(columns: Sequence[tuple[str, int] | tuple[str, int, str]], rows: Iterable[Sequence[object]], *,
-          markdown: bool = False) -> str:
+          markdown: bool = False, legend: Sequence[tuple[str, str]] = ()) -> str:
     """The one way a command prints a results table: a header, a rule, one line per row, every cell
     ``printable`` (``None`` as ``-``). ``columns``: (name, width) or (name, width, ``">"`` to right-align);
     a cell wider than its column pushes the rest along, as a terminal shows it. ``markdown``: a Markdown
-    table instead (widths ignored; a ``|`` inside a cell shown as ``/``), for pasting into a report."""
+    table instead (widths ignored; a ``|`` inside a cell shown as ``/``), for pasting into a report.
+    ``legend``: (column, what it means) for every column whose name does not say it, printed under the table."""
     def cell(value: object) -> str:
         return "-" if value is None else printable(value)
 
+    if legend:
+        width = max(len(name) for name, _ in legend)
+        key = ["", *(f"  {name:<{width}}  {meaning}" for name, meaning in legend)]
+    else:
+        key = []
     if markdown:
         lines = ["| " + " | ".join(c[0] for c in columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
         lines += ["| " + " | ".join(cell(v).replace("|", "/") for v in row) + " |" for row in rows]
-        return "\n".join(lines)
+        return "\n".join(lines + key)
 
     def line(cells: Sequence[str]) -> str:
         return " ".join(f"{text:{(c[2] if len(c) > 2 else '<')}{c[1]}}" for text, c in zip(cells, columns)).rstrip()
 
     header = line([c[0] for c in columns])
-    return "\n".join([header, "-" * len(header), *(line([cell(v) for v in row]) for row in rows)])
+    return "\n".join([header, "-" * len(header), *(line([cell(v) for v in row]) for row in rows), *key])

@@ -37,6 +37,13 @@ class CheckResult:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def shown(self) -> str:
+        """``verdict: summary`` for a line a person reads, the summary's own restatement of the verdict left out
+        (``not_applicable: not applicable: no worker was drained`` reads ``not_applicable: no worker was
+        drained``)."""
+        said = self.verdict.replace("_", " ") + ": "
+        return f"{self.verdict}: {self.summary[len(said):] if self.summary.startswith(said) else self.summary}"
+
     @classmethod
     def from_dict(cls, d: Any) -> CheckResult:
         """A saved check; anything malformed reads as ``unknown`` (a damaged record never reads as a pass)."""

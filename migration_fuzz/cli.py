@@ -20,14 +20,15 @@ from datetime import datetime, timezone
 
 from agent.env_options import check_environment
 from migration_fuzz.fuzz import FUZZ_FOLDER, KINDS, FuzzOptions, run_fuzz, table
+from harness.commands import CommandParser, tool
 from testbed.cli_options import add_keep_runs, add_out, progress, prune_runs, runs_root
 from testbed.model_server import add_model_latency
 from testbed.connection import add_connection_arguments, connection_from_args
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m migration_fuzz",
+    p = CommandParser(
+        prog=tool("migration_fuzz"),
         description="Cross-worker migration fuzzing: W worker processes poll one task queue; each iteration runs "
                     "a parent agent workflow that fans out subagents (child workflows) and file writes in a "
                     "shape drawn from the seed; the event histories show which worker ran each workflow task "
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    out = runs_root(args.out, FUZZ_FOLDER, "python -m migration_fuzz")
+    out = runs_root(args.out, FUZZ_FOLDER, tool("migration_fuzz"))
     try:
         connection = connection_from_args(args)
         opts = FuzzOptions(iterations=args.iterations, workers=args.workers, max_n=args.max_n, kind=args.kind,
@@ -72,13 +73,13 @@ def main(argv: list[str] | None = None) -> int:
         opts.validate()
         check_environment()
     except ValueError as exc:  # EnvOptionError is one
-        print(f"migration_fuzz: {exc}", file=sys.stderr)
+        print(f"{tool('migration_fuzz')}: {exc}", file=sys.stderr)
         return 2
     start, started = time.monotonic(), datetime.now(timezone.utc)
     try:
         report = asyncio.run(run_fuzz(opts, progress(start)))
     except KeyboardInterrupt:
-        print("migration_fuzz: interrupted; every process it started was stopped", file=sys.stderr)
+        print(f"{tool('migration_fuzz')}: interrupted; every process it started was stopped", file=sys.stderr)
         return 130
     prune_runs(out, started, args.keep_runs)
     print(table(report["families"]))

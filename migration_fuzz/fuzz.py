@@ -36,6 +36,7 @@ from harness.operations import History
 from harness.printable import table as format_table
 from harness.recording import EffectLedger
 from harness.rundir import RunDir, command_line, machine_info
+from harness.commands import tool
 from testbed.scripted_routes import FUZZ_KINDS, fuzz_file, fuzz_prompt
 from testbed.temporal_server import temporal_binary_or_none
 
@@ -221,7 +222,7 @@ def _cluster_flags(opts: FuzzOptions) -> dict[str, Any]:
 
 
 def reproduce_command(opts: FuzzOptions, seed: int, shape: Shape) -> str:
-    return (f"python -m migration_fuzz --seed {seed} --iterations 1 --kind {shape.kind} --max-n {opts.max_n} "
+    return (f"{tool('migration_fuzz')} --seed {seed} --iterations 1 --kind {shape.kind} --max-n {opts.max_n} "
             f"--workers {opts.workers}" + (" --chaos" if opts.chaos else "")
             + "".join(f" {flag} {shlex.quote(value)}" for flag, value in _cluster_flags(opts).items()))
 
@@ -239,7 +240,7 @@ async def _kill_during(ctx: Any, kills: list[dict[str, Any]], done: asyncio.Even
 
 def reproduce_run(opts: FuzzOptions) -> str:
     """The command line of this whole run, every option explicit."""
-    return command_line("python -m migration_fuzz", {
+    return command_line(tool("migration_fuzz"), {
         "--iterations": opts.iterations, "--workers": opts.workers, "--max-n": opts.max_n, "--kind": opts.kind,
         "--seed": opts.seed, "--model-latency": opts.model_latency, "--iteration-timeout": opts.iteration_timeout_s,
         "--chaos": opts.chaos, "--concurrency": opts.concurrency, "--out": str(opts.out), **_cluster_flags(opts)})
@@ -426,9 +427,20 @@ TABLE_COLUMNS = [("family", 14), ("iters", 6), ("completed", 10), ("children", 9
                  ("moved wf", 10), ("acts off parent", 16), ("kills", 6), ("violations", 11), ("mean s", 7)]
 
 
+#: what the table's columns mean, printed under it
+LEGEND = [("completed", "C/N: parent runs that completed, of N iterations"),
+          ("children", "child workflows (subagents) started"),
+          ("cross-worker", "children whose first workflow task ran on another worker than the parent task that "
+                           "started them"),
+          ("moved wf", "workflows (parents and children) whose workflow tasks ran on more than one worker"),
+          ("acts off parent", "activities whose last attempt ran on another worker than the parent's first task"),
+          ("kills", "workers SIGKILLed (--chaos)"),
+          ("violations", "broken invariants: a child not completed once, a file not written once")]
+
+
 def table(summary: dict[str, dict[str, Any]]) -> str:
     """The families' results (``harness.printable.table``): one line per shape family, then all of them."""
-    return format_table(TABLE_COLUMNS, ([
+    return format_table(TABLE_COLUMNS, legend=LEGEND, rows=([
         kind, s["iterations"], f"{s['completed']}/{s['iterations']}", s["children"],
         f"{s['cross_worker_children']} ({s['cross_worker_children_pct']}%)",
         f"{s['moved_workflows']} ({s['moved_workflows_pct']}%)", f"{s['activities_off_parent_worker_pct']}%",

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from harness.printable import printable
 from harness.rundir import RunDirError
+from harness.commands import CommandParser, tool
 from reports.build import build
 
 OUTPUTS = """outputs (under --out):
@@ -48,8 +49,8 @@ damaged or partial runs are skipped or partly used, with a warning line in the r
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m reports",
+    p = CommandParser(
+        prog=tool("reports"),
         description="Build a paper-ready report (Markdown, HTML, CSV, LaTeX tables, PDF/PNG/SVG figures) from "
                     "saved benchmark, chaos and migration-fuzz run directories. Uses the saved files only: no "
                     "Temporal server, no network.",

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.contracts import DEFAULT_TASK_QUEUE, AgentConfig
+from harness.commands import CommandParser, tool
 from testbed.cli_options import UsageError, connection, model_knobs
 from testbed.runs_gc import add_gc_parser
 from testbed.worker_main import add_worker_parser, stop_event
@@ -340,7 +341,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
     if args.scenario:
         return await _run_scenarios(args, [args.scenario], ui=False)
     if not args.prompt:
-        raise UsageError("run needs a prompt, e.g. dah run \"What is 25 * 4?\" (or --scenario NAME)")
+        raise UsageError(f"run needs a prompt, e.g. {tool('testbed')} run \"What is 25 * 4?\" (or --scenario NAME)")
     async with _stack(args, ui=False) as stack:
         await _model_client_ready(args)
         workflow_id = args.workflow_id or f"run-{uuid.uuid4().hex[:12]}"
@@ -413,11 +414,14 @@ async def _show_scenario(stack: Any, scenario: Any, run_walkthrough: Any) -> boo
 
 
 class _LineReader:
-    """Reads stdin on a daemon thread, so a pending read never blocks shutdown."""
+    """Reads stdin on a daemon thread, so a pending read never blocks shutdown. At a terminal it prompts; from a
+    pipe or a file it prompts nothing and echoes each line after its prompt (``you> hi``), so the output reads as
+    the session it was, never ``you> agent>`` on one line."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._queue: asyncio.Queue[str | None] = asyncio.Queue()
         self._loop = loop
+        self._typed = sys.stdin.isatty()  # a person types, and sees what they type
         threading.Thread(target=self._read, name="stdin-reader", daemon=True).start()
 
     def _read(self) -> None:
@@ -426,8 +430,13 @@ class _LineReader:
         self._loop.call_soon_threadsafe(self._queue.put_nowait, None)
 
     async def readline(self, prompt: str) -> str | None:
-        print(prompt, end="", flush=True)
-        return await self._queue.get()
+        if self._typed:
+            print(prompt, end="", flush=True)
+            return await self._queue.get()
+        line = await self._queue.get()
+        if line is not None:
+            print(f"{prompt}{line}", flush=True)
+        return line
 
 
 DEMO_HELP = """commands:
@@ -537,7 +546,7 @@ async def _session(args: argparse.Namespace, cfg: AgentConfig) -> AsyncIterator[
 
 async def _one_shot_run(args: argparse.Namespace, cfg: AgentConfig) -> int:
     if not args.prompt:
-        raise UsageError(f"run needs a prompt, e.g. dah run --durability {args.durability} \"What is 25 * 4?\"")
+        raise UsageError(f"run needs a prompt, e.g. {tool('testbed')} run --durability {args.durability} \"What is 25 * 4?\"")
     run_id = args.workflow_id or f"{args.durability}-{uuid.uuid4().hex[:12]}"
     async with _session(args, cfg) as session:
         try:
@@ -601,7 +610,7 @@ async def cmd_chat(args: argparse.Namespace) -> int:
     try:
         client = await conn.connect()
     except Exception as exc:
-        raise UsageError(f"cannot reach Temporal at {conn.address} ({exc}); start 'dah server' and 'dah worker' "
+        raise UsageError(f"cannot reach Temporal at {conn.address} ({exc}); start '{tool('testbed')} server' and '{tool('testbed')} worker' "
                          "first, or pass --address") from None
     workflow_id = args.workflow_id or f"chat-{uuid.uuid4().hex[:12]}"
     if args.workflow_id:
@@ -625,7 +634,7 @@ async def cmd_chat(args: argparse.Namespace) -> int:
             continue
         try:
             if line == "/detach":
-                print(f"left {workflow_id} running; re-attach with: dah chat --workflow-id {workflow_id}")
+                print(f"left {workflow_id} running; re-attach with: {tool('testbed')} chat --workflow-id {workflow_id}")
                 return 0
             if line == "/history":
                 for m in await chat.query(AgentWorkflow.get_history):
@@ -702,12 +711,12 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from testbed.connection import add_connection_arguments
 
-    parser = argparse.ArgumentParser(prog="dah", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="Run 'dah COMMAND --help' for a command's options. The other tools "
-                                            "are installed beside dah: dah-chaos (python -m chaos), dah-bench "
-                                            "(python -m benchmarks), dah-fuzz (python -m migration_fuzz) and "
-                                            "dah-report (python -m reports).")
+    dah = tool("testbed")
+    parser = CommandParser(prog=dah, description=__doc__.split("\n\n")[0],
+                           formatter_class=argparse.RawDescriptionHelpFormatter,
+                           epilog=f"Run '{dah} COMMAND --help' for a command's options. The other tools are installed "
+                                  f"beside it: {tool('chaos')} (chaos scenarios), {tool('benchmarks')} (benchmarks), "
+                                  f"{tool('migration_fuzz')} (migration fuzzing) and {tool('reports')} (the report).")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-v info, -vv debug)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -765,7 +774,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("model-server", help="the scripted OpenAI-compatible model server", add_help=False)
     p.set_defaults(func=None)
 
-    p = sub.add_parser("checkpoint", help="the checkpoint engine: worker, run, emit, steps (dah checkpoint --help)",
+    p = sub.add_parser("checkpoint", help=f"the checkpoint engine: worker, run, emit, steps ({dah} checkpoint --help)",
                        add_help=False)
     p.set_defaults(func=None)
 
@@ -855,7 +864,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from agent.llm import clean_message
 
         print(f"dah {args.command}: internal error: {clean_message(f'{type(exc).__name__}: {exc}')} "
-              f"(run 'dah -vv {args.command} ...' for the traceback)", file=sys.stderr)
+              f"(run '{tool('testbed')} -vv {args.command} ...' for the traceback)", file=sys.stderr)
         return EXIT_FAILED
 
 

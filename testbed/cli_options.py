@@ -10,6 +10,9 @@
                                          every protected one (default $DAH_KEEP_RUNS, else 20; all: remove nothing;
                                          ``harness.retention``, ``dah gc``)
     progress                             on stderr (``progress``); results tables and machine output on stdout
+    usage errors                         one line naming the bad value and what is allowed (an unknown name: the
+                                         closest known ones), then "see: PROG --help"; exit 2
+                                         (``harness.commands.CommandParser``, the parser of every command)
 
 Each concept has one flag: the old spellings (``--backend``, ``--latency``, ``--durability journal``) are gone, and
 argparse refuses them.

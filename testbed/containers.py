@@ -40,6 +40,7 @@ from typing import Any
 from agent.envs.docker_engine import connect, docker_host
 from harness.faults import ENV_BUGS, ENV_CRASH_AT, ENV_MUTATIONS, NO_FAULTS, AgentFaults
 from harness.owner import OWNER_LABEL, owner_value
+from harness.commands import tool
 from testbed.processes import ensure_reaper
 from testbed.worker_process import WorkerStartError
 
@@ -224,7 +225,7 @@ class DockerWorker:
         except ImageNotFound as e:
             raise WorkerStartError(
                 f"docker image {self.image!r} is not on this engine (nothing is pulled); build the harness's worker "
-                f"image with `python -m testbed.images build worker`, or `docker build`/`docker load` {self.image!r}"
+                f"image with `{tool('testbed.images')} build worker`, or `docker build`/`docker load` {self.image!r}"
             ) from e
 
     def start(self) -> DockerWorker:

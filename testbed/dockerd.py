@@ -92,20 +92,25 @@ def ensure_engine(*, log_dir: Path | None = None) -> DockerDaemon:
     engine = DockerDaemon(False, "starting", process=proc, log_path=log_path)
     _started.append(engine)
     atexit.register(engine.stop)
-    deadline = time.monotonic() + START_TIMEOUT_S
+    # Said when it happens, so the "stopped" line at the end has its "started" (even if it never answers)
+    print(f"started the Docker engine (no engine was running; dockerd's supervisor pid {proc.pid}, log {log_path}); "
+          "this run stops it when it ends", file=sys.stderr, flush=True)
+    began = time.monotonic()
+    deadline = began + START_TIMEOUT_S
     while time.monotonic() < deadline:
         available, reason = docker_engine_available()
         if available:
             engine.available, engine.reason = True, reason
-            print(f"started the Docker engine (dockerd's supervisor pid {proc.pid}, log {log_path}); it stops when "
-                  "this run ends",
-                  file=sys.stderr)
+            print(f"the Docker engine answers ({time.monotonic() - began:.1f} s after it started)", file=sys.stderr,
+                  flush=True)
             return engine
         if proc.poll() is not None:  # e.g. another process's dockerd won the start: use that one if it answers
             engine.process = None
             available, reason = docker_engine_available()
             if available:
                 engine.available, engine.reason = True, reason
+                print(f"the Docker engine this run started exited (supervisor pid {proc.pid}); using the one that "
+                      "answers instead (not this run's: it is left running)", file=sys.stderr, flush=True)
                 return engine
             break
         time.sleep(0.2)
@@ -127,6 +132,11 @@ def _cannot_start(reason: str) -> str | None:
     if "docker SDK not installed" in reason:
         return reason
     return None
+
+
+def started_engines() -> list[DockerDaemon]:
+    """The engines this process started and has not stopped yet."""
+    return [engine for engine in _started if engine.started_here]
 
 
 def stop_started_engines() -> None:

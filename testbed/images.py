@@ -49,6 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from harness.commands import CommandParser, runnable, tool
+
 log = logging.getLogger(__name__)
 
 RECIPE_VERSION = "1"
@@ -522,7 +524,7 @@ BUILDERS = {"worker": worker_image, "browser": browser_image}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m testbed.images", description=__doc__,
+    parser = CommandParser(prog=tool("testbed.images"), description=runnable(__doc__),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     build = sub.add_parser("build", help="build the images that are missing (cached by a hash of their inputs); "
@@ -535,14 +537,14 @@ def main(argv: list[str] | None = None) -> int:
 
     engine = ensure_engine()
     if not engine.available:
-        print(f"python -m testbed.images: {engine.reason}", file=sys.stderr)
+        print(f"{tool('testbed.images')}: {engine.reason}", file=sys.stderr)
         return 2
     try:
         client = _connect()
         for name in (BUILDERS if args.which == "all" else [args.which]):
             print(BUILDERS[name](client))
     except ImageBuildError as e:
-        print(f"python -m testbed.images: {e}", file=sys.stderr)
+        print(f"{tool('testbed.images')}: {e}", file=sys.stderr)
         return 1
     finally:
         engine.stop()

@@ -63,6 +63,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterator
 
+from harness.commands import CommandParser
 from testbed import model_wire
 from testbed.faults.model import FAULT_FORMS, FaultRule, first_active, malformed_tool_call, status_error
 from testbed.model_wire import strip_provider
@@ -917,7 +918,7 @@ def add_model_latency(parser: Any, *, default: str | None, default_text: str,
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="python -m testbed.model_server",
         description=(
             "Scripted OpenAI-compatible model server with fault injection. Serves POST /v1/chat/completions "

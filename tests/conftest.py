@@ -4,11 +4,13 @@ the server, ~5 s to import LiteLLM)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -89,6 +91,9 @@ def temporal_server_pids() -> set[int]:
 
 #: set in the child pytest that runs the background tests (it must not start a child of its own)
 BACKGROUND_CHILD_ENV = "DAH_PYTEST_BACKGROUND_CHILD"
+#: the child appends "start|end <node id> <time>" lines here as its tests run: the parent's progress lines read it
+BACKGROUND_PROGRESS_ENV = "DAH_PYTEST_BACKGROUND_PROGRESS"
+BACKGROUND_PROGRESS_EVERY_S = 15.0  # while the parent waits for the child: a line saying what still runs
 BACKGROUND_TIMEOUT_S = 240.0  # counted from when the session reaches the first of them: the child started at collection
 _BACKGROUND_PIDS: set[int] = set()  # the child pytest: its servers are its own, not leaks of this process
 
@@ -101,6 +106,51 @@ def pytest_configure(config: pytest.Config) -> None:
                    "machine's cores: make test's wall time is the longer of the two); their items, moved to the "
                    "end, report the child's result for each (with the child's output on failure). Run on their "
                    "own, they run here.")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """A Docker engine a test module started at collection said so under pytest's capture, unseen: say it again
+    here, so the "stopped the Docker engine this run started" line at exit has its "started" above it."""
+    from testbed.dockerd import started_engines
+
+    for engine in started_engines():
+        terminalreporter.write_line(f"started the Docker engine at collection (dockerd's supervisor pid "
+                                    f"{engine.process.pid}, log {engine.log_path}); it stops when pytest exits")
+
+
+def _background_mark(event: str, nodeid: str) -> None:
+    """In the background child: note that a test started or ended, for the parent's progress lines."""
+    path = os.environ.get(BACKGROUND_PROGRESS_ENV)
+    if path and os.environ.get(BACKGROUND_CHILD_ENV):
+        with open(path, "a") as f:
+            f.write(f"{event} {time.time():.3f} {nodeid}\n")
+
+
+def pytest_runtest_logstart(nodeid: str, location: object) -> None:
+    _background_mark("start", nodeid)
+
+
+def pytest_runtest_logfinish(nodeid: str, location: object) -> None:
+    _background_mark("end", nodeid)
+
+
+def background_progress(progress: Path, total: int, waited_s: float, now: float | None = None) -> str:
+    """The parent's line while it waits for the background child: how many of its tests ended, which one runs and
+    for how long (from the child's progress file)."""
+    now = time.time() if now is None else now
+    started: dict[str, float] = {}
+    ended: set[str] = set()
+    with contextlib.suppress(OSError):
+        for line in progress.read_text().splitlines():
+            event, at, nodeid = (line.split(" ", 2) + ["", ""])[:3]
+            if event == "start":
+                started[nodeid] = float(at)
+            elif event == "end":
+                ended.add(nodeid)
+    running = [f"{nodeid} ({now - at:.0f} s)" for nodeid, at in started.items() if nodeid not in ended]
+    doing = ", ".join(running) or ("(finishing: the child pytest's teardown)" if len(ended) >= total else
+                                   "(starting up)")
+    return f"background tests: {len(ended)}/{total} done, waited {waited_s:.0f} s; running: {doing}"
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -119,22 +169,47 @@ def _run_in_background(config: pytest.Config, items: list[pytest.Item]) -> None:
     import xml.etree.ElementTree as ET
 
     workdir = Path(tempfile.mkdtemp(prefix="dah-background-"))
-    log, junit = workdir / "output.log", workdir / "junit.xml"
+    log, junit, progress = workdir / "output.log", workdir / "junit.xml", workdir / "progress.txt"
     with log.open("wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
                                  *(item.nodeid for item in items)], cwd=config.rootpath,
-                                env={**os.environ, BACKGROUND_CHILD_ENV: "1"}, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                env={**os.environ, BACKGROUND_CHILD_ENV: "1", BACKGROUND_PROGRESS_ENV: str(progress)},
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     _BACKGROUND_PIDS.add(proc.pid)
+
+    said: list[str] = []
+
+    def say(line: str) -> None:
+        """A line on the terminal past pytest's capture (as its live logging writes), or nowhere under -p no:terminal."""
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        capture = config.pluginmanager.get_plugin("capturemanager")
+        if reporter is None:
+            return
+        with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+            if not said:  # the -q progress dots end without a newline
+                reporter.write("\n")
+            said.append(line)
+            reporter.write_line(line)
+
+    def wait() -> bool:
+        """Wait for the child (up to BACKGROUND_TIMEOUT_S), saying every BACKGROUND_PROGRESS_EVERY_S which of its
+        tests runs; False if it ran over."""
+        began = time.monotonic()
+        while proc.poll() is None:
+            left = BACKGROUND_TIMEOUT_S - (time.monotonic() - began)
+            if left <= 0:
+                return False
+            try:
+                proc.wait(timeout=min(left, BACKGROUND_PROGRESS_EVERY_S))
+            except subprocess.TimeoutExpired:
+                say(background_progress(progress, len(items), time.monotonic() - began))
+        return True
 
     def outcome(item: pytest.Item) -> tuple[str, str]:
         """(passed | failed | skipped | missing, detail) of ``item`` in the child's JUnit file."""
-        if proc.poll() is None:
-            try:
-                proc.wait(timeout=BACKGROUND_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                stop()
-                return "failed", f"the background pytest ran over {BACKGROUND_TIMEOUT_S:g} s here and was stopped"
+        if proc.poll() is None and not wait():
+            stop()
+            return "failed", f"the background pytest ran over {BACKGROUND_TIMEOUT_S:g} s here and was stopped"
         if not junit.exists():
             return "failed", f"the background pytest exited {proc.returncode} without a JUnit file"
         module, _, name = item.nodeid.partition("::")

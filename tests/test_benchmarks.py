@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from harness.commands import tool
 from tests.conftest import temporal_server_pids
 from tests.run_directory import assert_valid
 
@@ -44,7 +45,7 @@ def test_quick_benchmark_then_report_from_the_saved_run(tmp_path: Path) -> None:
     assert record["status"] == "complete" and record["sections"] == ["table2", "tuning", "overhead", "length",
                                                                      "checkpoint"]
     assert record["machine"]["cores"] and record["machine"]["temporalio"]
-    assert record["reproduce"].startswith("python -m benchmarks --quick --only table2,tuning,overhead,length,checkpoint "
+    assert record["reproduce"].startswith(f"{tool('benchmarks', ROOT)} --quick --only table2,tuning,overhead,length,checkpoint "
                                           "--turns 3 ")
     checkpoint = json.loads((run_dir / "checkpoint_backend.json").read_text())
     assert {p["measure"] for p in checkpoint["points"]} == {"floor", "step", "turn"}

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from chaos.checker.verdict import compose
+from harness.commands import tool
 from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult
 from testbed.engines.driver import Workload
 from chaos.generator import NemesisEvent
@@ -52,7 +53,7 @@ async def test_a_worker_kill_on_the_checkpoint_backend_loses_nothing(tmp_path: P
     assert verdict == PASS and [c.verdict for c in checks if c.name == "replay"] == [NOT_APPLICABLE]
     assert_valid(result.run_dir)
     assert json.loads((result.run_dir / "run.json").read_text())["reproduce"] == \
-        f"python -m chaos rerun {result.run_dir}"  # not a named scenario: rerun from what run.json saved
+        f"{tool('chaos')} rerun {result.run_dir}"  # not a named scenario: rerun from what run.json saved
     # Copied elsewhere (as to another machine) and checked there from the command line: the same verdicts.
     assert_rechecked_identically_elsewhere(result.run_dir, tmp_path / "elsewhere")
 

@@ -22,6 +22,7 @@ from chaos.scenarios import SCENARIOS
 from chaos.runner import run_captured
 from chaos.seeds import format_seeds, parse_seeds
 from harness.rundir import RUNNER_ERROR, RunDir
+from harness.commands import tool
 from harness.verdict import CheckResult
 from tests.run_directory import problems as all_problems
 
@@ -103,7 +104,7 @@ def test_a_soak_counts_every_seed_and_lists_each_that_did_not_pass(
     assert "seed 3: error\n    error: WorkerStartError: worker w1-1 exited with 3 before printing 'READY' (log " \
            "logs/w1-1.log):\n      | boom: no config\n    reproduce: python -m chaos run kill_idle --seed 3" in summary
     assert "seed 5: unknown\n    injection_evidence: unknown: no fault landed" in summary
-    assert "seed 6: error\n    error: OSError: No space left on device\n    reproduce: python -m chaos run " \
+    assert f"seed 6: error\n    error: OSError: No space left on device\n    reproduce: {tool('chaos')} run " \
            "kill_idle --seed 6\n    run dir:   (none" in summary
 
     soak_dir = _soak_dir(tmp_path)
@@ -112,7 +113,7 @@ def test_a_soak_counts_every_seed_and_lists_each_that_did_not_pass(
     record = json.loads((soak_dir / "run.json").read_text())
     assert (record["kind"], record["name"], record["status"], record["seeds"]) == ("soak", "kill_idle", "complete",
                                                                                    [1, 2, 3, 4, 5, 6])
-    assert record["reproduce"] == "python -m chaos soak kill_idle --seeds 1-6"
+    assert record["reproduce"] == f"{tool('chaos')} soak kill_idle --seeds 1-6"
     soak = json.loads((soak_dir / "soak.json").read_text())
     assert soak["distribution"] == {"pass": 2, "fail": 1, "unknown": 1, "error": 2}
     assert soak["percent"]["pass"] == 33.3 and soak["done"] == 6 and soak["all_passed"] is False
@@ -242,7 +243,7 @@ def test_the_suite_records_an_error_and_goes_on_to_the_next_scenario(
     assert "model_outage: error: WorkerStartError: worker w1-1 exited with 3 before printing 'READY' (log " \
            "logs/w1-1.log): (...); reproduce with: python -m chaos run model_outage --seed 1; artefacts in " \
            f"{tmp_path.resolve() / 'model_outage'}" in out
-    assert "pause_worker: error: OSError: No space left on device; reproduce with: python -m chaos run " \
+    assert f"pause_worker: error: OSError: No space left on device; reproduce with: {tool('chaos')} run " \
            "pause_worker --seed 1" in out
 
 
@@ -263,7 +264,7 @@ async def test_a_run_that_raises_is_recorded_failed_with_its_error_and_reproduce
     with pytest.raises(RunFailed) as caught:
         await runner.run(SCENARIOS["kill_idle"], _NoCluster(), seed=3, out_root=tmp_path)
     exc = caught.value
-    assert exc.error == "RuntimeError: port 7233 already in use" and exc.reproduce == "python -m chaos run " \
+    assert exc.error == "RuntimeError: port 7233 already in use" and exc.reproduce == f"{tool('chaos')} run " \
                                                                                       "kill_idle --seed 3"
     record = json.loads((exc.run_dir / "run.json").read_text())
     assert (record["status"], record["error"], record["reproduce"]) == ("failed", exc.error, exc.reproduce)
@@ -273,7 +274,7 @@ async def test_a_run_that_raises_is_recorded_failed_with_its_error_and_reproduce
 
     outcome = await run_captured("kill_idle", SCENARIOS["kill_idle"], _NoCluster(), seed=4, out_root=tmp_path)
     assert (outcome.verdict, outcome.error, outcome.reproduce) == (
-        "error", "RuntimeError: port 7233 already in use", "python -m chaos run kill_idle --seed 4")
+        "error", "RuntimeError: port 7233 already in use", f"{tool('chaos')} run kill_idle --seed 4")
     assert outcome.row == {"scenario": "kill_idle", **dict.fromkeys(
         ("faults", "ok", "fail", "info", "lost", "dup_effects", "recovery_s", "model_rec_s", "tool_rec_s", "wft_rec_s",
          "checked"), "?"), "verdict": "error"}

@@ -18,6 +18,7 @@ from chaos.scenarios import SCENARIOS
 from testbed.engines.target import load_target
 from harness.faults import NO_FAULTS
 from harness.rundir import RunDir
+from harness.commands import tool
 from testbed.stack import Endpoints
 from testbed.worker_process import WorkerProcess, WorkerStartError
 
@@ -54,7 +55,7 @@ def test_a_bad_target_file_is_one_line_and_exit_2(tmp_path: Path, text: str, exp
     path = tmp_path / "target.toml"
     path.write_text(text)
     out = run("chaos", "run", "kill_mid_turn", "--target", str(path), "--out", str(tmp_path / "runs"))
-    assert_one_line_usage_error(out, f"python -m chaos run: target file {path}: {expected}")
+    assert_one_line_usage_error(out, f"{tool('chaos')} run: target file {path}: {expected}")
     assert not (tmp_path / "runs").exists()  # refused before anything started
 
 
@@ -104,7 +105,7 @@ def test_every_command_line_refuses_a_bad_variable_before_starting(tmp_path: Pat
     assert_one_line_usage_error(run("testbed", "worker", "--state-dir", str(tmp_path), env=env),
                                 "dah worker: error: environment: 'DAH_FORKSERVER' must be 0 or 1, got 'off'")
     assert_one_line_usage_error(run("chaos", "list", env=env),
-                                "python -m chaos: environment: 'DAH_FORKSERVER' must be 0 or 1, got 'off'")
+                                f"{tool('chaos')}: environment: 'DAH_FORKSERVER' must be 0 or 1, got 'off'")
 
 
 def test_good_variables_are_read() -> None:

@@ -17,6 +17,10 @@ FENCE = re.compile(r"^```.*?^```", re.M | re.S)
 CODE_SPAN = re.compile(r"`([^`\n]+)`")
 MAKE = re.compile(r"\bmake((?:\s+[a-z][a-z0-9-]*)+)")
 PYTHON_M = re.compile(r"\bpython3? -m ([A-Za-z_][\w.]*) ([a-z][\w-]*(?:\|[a-z][\w-]*)*)")
+#: a console script ([project.scripts]) and a subcommand: ``dah-chaos check``, ``.venv/bin/dah run``
+SCRIPT = re.compile(r"(?<![\w-])(dah(?:-chaos|-bench|-fuzz|-report)?) ([a-z][\w-]*(?:\|[a-z][\w-]*)*)")
+#: bare ``python -m TOOL`` where a page shows a command: the system Python has none of the dependencies
+BARE_TOOL = re.compile(r"(?<![/\w])python3? -m (chaos|benchmarks|migration_fuzz|reports|testbed)\b")
 
 
 def code(text: str) -> list[str]:
@@ -67,13 +71,19 @@ def test_every_make_target_named_exists() -> None:
 
 
 def test_every_python_m_subcommand_named_exists() -> None:
+    from harness.commands import SCRIPTS
+
+    package = {script: pkg for pkg, script in SCRIPTS.items()}
     named: dict[str, set[tuple[str, str]]] = {}
     for doc in DOCS:
         for snippet in code(doc.read_text()):
             for m in PYTHON_M.finditer(snippet):
                 for sub in m.group(2).split("|"):
                     named.setdefault(m.group(1), set()).add((sub, rel(doc)))
-    assert "chaos" in named  # the extraction works
+            for m in SCRIPT.finditer(snippet):
+                for sub in m.group(2).split("|"):
+                    named.setdefault(package[m.group(1)], set()).add((sub, rel(doc)))
+    assert "chaos" in named and "testbed" in named  # the extraction works
     missing = []
     for module, subs in sorted(named.items()):
         result = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True,
@@ -107,10 +117,27 @@ def quick_commands() -> list[tuple[str, str]]:
 
 def test_the_quick_blocks_are_found() -> None:
     commands = [c for _, c in quick_commands()]
-    assert ".venv/bin/python -m chaos list                 # the named scenarios, and their twins on the other " \
-           "engines" in commands and any(c.startswith(f".venv/bin/python -m chaos check runs/{SAVED_RUN}/latest")
+    assert ".venv/bin/dah-chaos list                       # the named scenarios, and their twins on the other " \
+           "engines" in commands and any(c.startswith(f".venv/bin/dah-chaos check runs/{SAVED_RUN}/latest")
                                          for c in commands), commands
     marked = sum(doc.read_text().count(QUICK_MARK) for doc in DOCS)
     assert marked == sum(1 for doc in DOCS for _ in QUICK_BLOCK.finditer(doc.read_text())), \
         f"a {QUICK_MARK} line must sit right above a ```bash fence"
 
+
+
+#: every page a user reads commands from
+PAGES = [*DOCS, *(ROOT / name for name in ("RUN_DIRECTORY.md", "MANUAL_TESTS.md", "SECURITY.md")),
+         ROOT / "benchmarks" / "README.md", *sorted((ROOT / "examples").glob("*/README.md"))]
+#: where a page names the ``python -m`` form on purpose: what each script is the same as, and why not to use it
+ON_PURPOSE = ("the same as its `python -m` form", "`dah-fuzz` (`python -m migration_fuzz`)",
+              "puts the working directory on Python's import path")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=rel)
+def test_no_page_shows_a_tool_as_a_bare_python_m(page: Path) -> None:
+    """A bare ``python -m chaos ...`` fails as printed (the system Python has no temporalio): code shows the console
+    script as it runs from the checkout (``.venv/bin/dah-chaos``), prose names it (``dah-chaos check``)."""
+    bare = [f"{rel(page)}:{n}: {line.strip()}" for n, line in enumerate(page.read_text().splitlines(), 1)
+            if BARE_TOOL.search(line) and "-m pytest" not in line and not any(p in line for p in ON_PURPOSE)]
+    assert not bare, bare

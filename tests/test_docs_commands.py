@@ -1,9 +1,10 @@
 """The docs' quick commands (the fenced blocks marked ``<!-- quick: ... -->``, ``tests.test_docs.quick_commands``)
-run as printed, by the shell, in a directory that reads as a fresh clone after ``make venv``, and exit 0.
+run as printed, by a shell without the virtual environment on its PATH, in a directory that reads as a fresh clone
+after ``make venv``, and exit 0.
 
 The clone links every entry of the source tree but ``runs/`` and ``.dah/`` (what the commands write lands in the
 clone, not in the tree), and holds the run the README's tour re-checks: made by step 1 of the tour, as printed
-(``python -m chaos run kill_mid_turn``), once per session. The slow commands (``make chaos``, ``make test``) are
+(``.venv/bin/dah-chaos run kill_mid_turn``), once per session. The slow commands (``make chaos``, ``make test``) are
 only checked to exist (``tests/test_docs.py``).
 """
 
@@ -19,12 +20,14 @@ import pytest
 from tests.test_docs import ROOT, SAVED_RUN, quick_commands
 
 #: the tour's step 1, as the README prints it
-TOUR_RUN = f".venv/bin/python -m chaos run {SAVED_RUN}"
+TOUR_RUN = f".venv/bin/dah-chaos run {SAVED_RUN}"
 
 
 def _shell(command: str, cwd: Path, timeout_s: float) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "DAH_"))}
-    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "DAH_", "VIRTUAL_ENV"))}
+    # A fresh shell: the virtual environment not activated (a command that needs it must name .venv/bin/ itself)
+    venv_bin = str(Path(sys.executable).parent)
+    env["PATH"] = ":".join(p for p in env.get("PATH", "").split(":") if p and p != venv_bin)
     return subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout_s)
 

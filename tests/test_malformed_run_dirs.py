@@ -29,6 +29,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from harness.commands import tool
+
 ROOT = Path(__file__).resolve().parent.parent
 LABEL = "kill_mid_turn@checkpoint"
 SECRET = "dah-secret-7f3c9e"  # only ever in the sentinel files outside the run directory
@@ -222,7 +224,7 @@ def test_check_says_what_is_wrong_with_run_json_in_one_line(pristine: Path, tmp_
     (run_dir / "run.json").write_bytes(content)
     result = _check(run_dir, tmp_path)
     assert result["code"] == 2 and result["out"] == "", result
-    assert result["err"] == f"python -m chaos check: {run_dir}/{expected}\n"
+    assert result["err"] == f"{tool('chaos', tmp_path)} check: {run_dir}/{expected}\n"
     _one_line_naming(result, run_dir / "run.json")
 
 
@@ -233,7 +235,7 @@ def test_check_names_the_operations_line_that_is_a_string(pristine: Path, tmp_pa
     (run_dir / "operations.jsonl").write_text("\n".join(lines) + "\n")
     result = _check(run_dir, tmp_path)
     assert result["code"] == 2
-    assert result["err"] == (f"python -m chaos check: {run_dir}/operations.jsonl:3: expected an object, "
+    assert result["err"] == (f"{tool('chaos', tmp_path)} check: {run_dir}/operations.jsonl:3: expected an object, "
                              "got 'send_message'\n")
 
 
@@ -261,7 +263,7 @@ def test_summary_counts_a_run_nested_200000_deep_as_an_error_and_goes_on(pristin
                    str(tmp_path / "out" / "summary.json"), "--junit", str(tmp_path / "out" / "junit.xml")], tmp_path)
     assert result["code"] == 1, result  # the other run is merged: a verdict table results, never a pass
     line = _one_line_naming(result, run_dir / "run.json")
-    assert line == (f"python -m chaos summary: unreadable: {run_dir}/run.json: expected JSON nested at most 200 "
+    assert line == (f"{tool('chaos', tmp_path)} summary: unreadable: {run_dir}/run.json: expected JSON nested at most 200 "
                     "deep, got 200001 levels")
     doc = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert sorted((r["scenario"], r["verdict"], r["status"]) for r in doc["runs"]) == [

@@ -27,6 +27,7 @@ from testbed.engines import make_engine
 from testbed.engines.driver import Workload
 from chaos.runner import run
 from chaos.scenarios import SCENARIOS, ClusterSpec
+from harness.commands import tool
 from harness.verdict import PASS, UNKNOWN
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -112,7 +113,7 @@ def test_a_received_runs_interpreter_env_and_target_file_are_never_run(saved_run
     assert not marker.exists(), marker.read_text()
     replay = replay_of(out)
     assert replay["verdict"] == UNKNOWN, replay
-    assert f"python -m chaos check {copy} --target PATH/TO/chaos-target.toml" in replay["summary"], replay
+    assert f"{tool('chaos', tmp_path)} check {copy} --target PATH/TO/chaos-target.toml" in replay["summary"], replay
     why = {"missing": "cannot be read here", "nobodys": f"owned by uid {NOBODY}",
            "group-writable": "writable by others", "in-a-dir-others-write": "which others can write",
            "a-link-to-nobodys": f"owned by uid {NOBODY}"}[named]
@@ -166,7 +167,7 @@ def test_rerun_refuses_a_target_file_others_can_write(saved_run: Path, tmp_path:
     out = chaos("rerun", str(copy), "--out", str(tmp_path / "runs"), cwd=tmp_path)
     assert out.returncode == 2 and not marker.exists()
     [line] = out.stderr.strip().splitlines()
-    assert "writable by others" in line and f"python -m chaos rerun {copy} --target PATH/TO/chaos-target.toml" in line
+    assert "writable by others" in line and f"{tool('chaos', tmp_path)} rerun {copy} --target PATH/TO/chaos-target.toml" in line
     assert not (tmp_path / "runs").exists()  # refused before anything started
     # A scenario naming code of its own for the reference agent's workers: refused too.
     record["backend"] = {**record["backend"], "name": "temporal", "target_file": None}

@@ -41,6 +41,7 @@ from typing import Any
 from harness.operations import History
 from harness.recording import EffectLedger
 from harness.rundir import DBOS_STEPS, RunDir
+from harness.commands import tool
 from testbed.engines import dbos_agent
 from testbed.engines.base import Engine, Scenario, without_event_histories
 from testbed.engines.oneshot import OneShotDriver, RunFailedError, running_from_ledger
@@ -151,7 +152,7 @@ class DbosEngine(Engine):
         """DBOS launched in this process on this engine's system database (``dbos_agent.engine``)."""
         if not worker:
             raise ValueError(f"--no-worker: --durability {self.name} runs its workflow in this process (workers of "
-                             "its own: python -m testbed.engines.dbos_agent worker)")
+                             "its own: " + tool("testbed.engines.dbos_agent") + " worker)")
         return dbos_agent.engine(state_dir, model_url or "", database=self.database, ledger=ledger)
 
 @dataclass

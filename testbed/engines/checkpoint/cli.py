@@ -16,6 +16,7 @@ import sys
 import uuid
 from pathlib import Path
 
+from harness.commands import CommandParser, tool
 from testbed.engines.checkpoint.service import DEFAULT_LEASE_MS
 
 
@@ -25,7 +26,7 @@ def _add_db(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dah checkpoint",
+    parser = CommandParser(prog=f"{tool('testbed')} checkpoint",
                                      description="The checkpoint durability engine (step-checkpointed runs in SQLite).")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
