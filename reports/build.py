@@ -8,8 +8,9 @@ section from a ``--quick`` run is marked so, and the report opens with a
 banner saying so. Every section is built
 on its own: a section whose data is absent says "no data (run ...)", and one
 that fails while being built adds a warning line to the report instead of
-stopping the build. Everything is written to a staging directory inside
-``out_dir`` and moved into place only when the whole report is built (the
+stopping the build. The report opens with the verdicts (``reports.verdicts``:
+the grid, then every run that did not pass) and ends with provenance.
+Everything is written to a staging directory inside ``out_dir`` and moved into place only when the whole report is built (the
 report files last), so a failed build leaves the previous report intact.
 Files a previous build wrote that this build did not (listed in
 ``out_dir/.reports-manifest.json``) are removed; nothing else in ``out_dir``
@@ -391,7 +392,7 @@ class Builder:
             return
         for run in self.src.soaks:
             self.section(doc, f"Soak: {run.scenario}", lambda d, run=run: self.soak(d, run), level=3,
-                         anchor=self.anchors("soak", run.path.parent.name, run.path.name))
+                         anchor=self.anchors(run.path.parent.name, run.path.name))
 
     def soak(self, doc: Doc, run: Any) -> None:
         log.info("soak %s: %s", run.scenario, run.path)

@@ -28,8 +28,10 @@ from harness.rundir import RunDirError
 from reports.build import build
 
 OUTPUTS = """outputs (under --out):
-  report.md, report.html     the report: provenance (which run each section comes from), then every section
-                             (absent ones say how to get data)
+  report.md, report.html     the report: the verdicts first (a grid of scenario by engine/placement by seed,
+                             each cell a link), every run that did not pass (its checks, its reproduce command,
+                             links to its run directory), then every section (absent ones say how to get data),
+                             then provenance (which run each section comes from)
   *.csv                      every table at full precision, with bootstrap CI bounds (table2, breakdown, ...)
   table1.tex, table2.tex,    booktabs LaTeX tables sized for a two-column page (table* where wide, \\small)
   table2_overhead.tex, breakdown.tex

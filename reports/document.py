@@ -221,7 +221,7 @@ body {{ font-family: system-ui, sans-serif; max-width: 72em; margin: 1.5em auto;
 table {{ border-collapse: collapse; margin: 1em 0 0.3em; font-size: 0.9em; max-width: 100%; }}
 th, td {{ padding: 0.25em 0.6em; border-bottom: 1px solid #ddd; vertical-align: top; }}
 th {{ overflow-wrap: break-word; }}
-td.long {{ overflow-wrap: anywhere; min-width: 8em; }}
+td.txt {{ overflow-wrap: break-word; }}
 thead th {{ border-bottom: 2px solid #333; }}
 .num {{ text-align: right; font-variant-numeric: tabular-nums; }}
 .txt {{ text-align: left; }}

@@ -201,32 +201,18 @@ def html_table(t: Table) -> str:
     head = "".join(f'<th class="{"num" if c in t.formats else "txt"}">{html.escape(printable(t.header(c)))}</th>'
                    for c in cols)
     body = "".join((f'<tr id="{html.escape(t.anchors[i])}">' if t.anchors else "<tr>")
-                   + "".join(f'<td class="{_html_class(t, c, v)}">'
-                             f"{_html_link(_html_text(t, c, v), _link(t, c, i))}</td>"
+                   + "".join(f'<td class="{"num" if c in t.formats else "txt"}">'
+                             f"{_html_link(breakable(html.escape(printable(v))), _link(t, c, i))}</td>"
                              for c, v in zip(cols, r)) + "</tr>\n"
                    for i, r in enumerate(_rows(t)))
     return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody>\n</table>"
 
 
 def breakable(escaped: str) -> str:
-    """Escaped HTML text with a line-break opportunity after each ``_``, ``@`` and ``/``: an identifier such as
-    kill_mid_turn@checkpoint or a path wraps in a narrow column instead of widening the page."""
-    return re.sub(r"([_@/])", r"\1<wbr>", escaped)
-
-
-def _html_class(t: Table, column: str, text: str) -> str:
-    """num or txt; long text may break anywhere (a path, a checker's summary), so a table fits the page without
-    breaking short words such as a check's name."""
-    if column in t.formats:
-        return "num"
-    return "txt long" if len(text) > 40 else "txt"
-
-
-def _html_text(t: Table, column: str, text: str) -> str:
-    """A cell's text escaped; a short one (an identifier, a path) may break after ``_``, ``@``, ``/`` (a long one
-    breaks anywhere it has to: ``_html_class``)."""
-    escaped = html.escape(printable(text))
-    return escaped if "long" in _html_class(t, column, text) else breakable(escaped)
+    """Escaped HTML text with a line-break opportunity after each ``_``, ``@`` and ``/`` between name characters:
+    an identifier such as kill_mid_turn@checkpoint or a path wraps in a narrow column instead of widening the
+    page (an escaped ``&lt;/`` stays as it is)."""
+    return re.sub(r"([_@]|(?<=[\w.-])/(?=[\w.-]))", r"\1<wbr>", escaped)
 
 
 def _html_link(text: str, href: str | None) -> str:

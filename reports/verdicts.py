@@ -163,7 +163,7 @@ def _soak_seed(soak: SoakRun, row: dict[str, Any], column: str, anchors: Anchors
     note = planted_note(soak.record)
     if verdict != row["verdict"]:
         note = "; ".join(n for n in (f"soak.json says {row['verdict']!r}, not a verdict", note) if n)
-    key = ("soak", soak.path.parent.name, soak.path.name, str(row["seed"]))
+    key = (soak.path.parent.name, soak.path.name, str(row["seed"]))
     return VerdictRun(scenario_of(soak.scenario), column, row["seed"], verdict, note, problems,
                       str(row.get("reproduce") or "?"), row.get("path"), soak=soak,
                       detail_anchor=anchors("seed", *key), failure_anchor=anchors("failed", *key))
