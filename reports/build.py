@@ -42,7 +42,7 @@ from reports.verdicts import machine_text, versions_text
 log = logging.getLogger(__name__)
 
 MANIFEST = ".reports-manifest.json"
-LATEX_TABLES = {"table1": r"\footnotesize", "table2": r"\small", "table2_overhead": r"\small",
+LATEX_TABLES = {"verdicts": r"\small", "table1": r"\footnotesize", "table2": r"\small", "table2_overhead": r"\small",
                 "breakdown": r"\footnotesize"}  # 12 columns: \small overflowed by 9 pt
 QUICK = ("a `--quick` run: a few turns per series, meant to prove the pipeline works, not to be cited; run "
          "`python -m benchmarks` (the default profile) for numbers")
@@ -137,10 +137,12 @@ class Builder:
 
     # ------------------------------------------------------------ output helpers
 
-    def emit_table(self, doc: Doc, t: tab.Table | None) -> None:
+    def emit_table(self, doc: Doc | None, t: tab.Table | None) -> None:
+        """``t`` in ``doc`` (None: in the files only), as CSV if it is saved, as LaTeX if it is one of those."""
         if t is None:
             return
-        doc.table(t)
+        if doc is not None:
+            doc.table(t)
         if t.saved:
             tab.spreadsheet_safe(t.csv).to_csv(self.st.path(f"{t.name}.csv"), index=False)
         if t.name in LATEX_TABLES:
@@ -159,7 +161,7 @@ class Builder:
                  r"\usepackage{booktabs}", r"\usepackage{graphicx}",
                  r"\begin{document}", f"\\section*{{{tab.latex_escape(TITLE)}}}", "Preview of the generated tables "
                  r"and figures at their print sizes (\texttt{python -m reports})."]
-        lines += [rf"\input{{{name}.tex}}" for name in self.tex_tables]
+        lines += [rf"\input{{{name}.tex}}" for name in sorted(self.tex_tables, key=list(LATEX_TABLES).index)]
         for n, f in enumerate(self.figures):
             if n and n % 8 == 0:
                 lines.append(r"\clearpage")  # flush: LaTeX holds at most 18 floats waiting for a place
@@ -461,10 +463,13 @@ class Builder:
         doc.para(f"{len(items)} run(s): {verdicts.tally(items)}."
                  + (" Each that did not pass is listed under Failures, with its checks and reproduce command."
                     if bad else ""))
-        doc.grid(verdicts.grid(items))
+        grid = verdicts.grid(items)
+        doc.grid(grid)
+        self.emit_table(None, verdicts.table(grid, items))  # for a paper: verdicts.csv and verdicts.tex only
         doc.para("Each cell is one run: its seed and verdict (pass, FAIL, unknown: the checks could not tell, "
                  "error: the run itself broke). A run that did not pass links to its failure entry; one that passed "
-                 "to its details. Columns: the durability engine and where its workers ran.")
+                 "to its details. Columns: the durability engine and where its workers ran. As text for a paper: "
+                 "`verdicts.csv`, `verdicts.tex`.")
         if len(self.groups) == 1:
             g = self.groups[0]
             doc.para(f"Every run above ran on one machine: {g.machine}; {g.versions}.")
@@ -493,6 +498,9 @@ class Builder:
                 doc.para("No check recorded what went wrong.")
             doc.para("Reproduce (the command the run recorded):")
             doc.code(r.reproduce)
+            if r.reproduce.startswith("python -m "):  # recorded before runs named the harness's own interpreter
+                doc.para("From the harness's checkout, with its own interpreter (the system Python lacks its "
+                         f"packages): `.venv/bin/{r.reproduce}`")
             links = self.run_files(r.path) if r.path is not None else []
             doc.links("Files", links + [("details", f"#{r.detail_anchor}")])
 

@@ -33,6 +33,7 @@ OUTPUTS = """outputs (under --out):
                              links to its run directory), then every section (absent ones say how to get data),
                              then provenance (which run each section comes from)
   *.csv                      every table at full precision, with bootstrap CI bounds (table2, breakdown, ...)
+  verdicts.csv, verdicts.tex the verdict grid as text: scenario by engine/placement, each cell its seeds' verdicts
   table1.tex, table2.tex,    booktabs LaTeX tables sized for a two-column page (table* where wide, \\small)
   table2_overhead.tex, breakdown.tex
   figures/*.pdf, .png, .svg  every figure at its print size (3.3 in single column or 7 in double), no titles

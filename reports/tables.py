@@ -77,7 +77,7 @@ class Table:
 _LATEX = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_\allowbreak{}", "@": r"@\allowbreak{}",
           "{": r"\{", "}": r"\}",
           "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}",
-          "—": "---", "–": "--", "µ": r"\textmu{}", "×": r"$\times$", "−": "-", "≥": r"$\geq$", "≤": r"$\leq$"}
+          "—": "---", "·": r"$\cdot$", "–": "--", "µ": r"\textmu{}", "×": r"$\times$", "−": "-", "≥": r"$\geq$", "≤": r"$\leq$"}
 
 
 def latex_escape(text: Any) -> str:

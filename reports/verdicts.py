@@ -19,8 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from reports.document import Chip, Grid, GridRow
 from reports.sources import ChaosRun, SoakRun, Sources, safe_name
+from reports.tables import DASH, Table
 
 #: each verdict's words in the report (FAIL in capitals: the one a reader looks for)
 WORDS = {"pass": "pass", "fail": "FAIL", "unknown": "unknown", "error": "error"}
@@ -212,16 +215,38 @@ def grid(items: list[VerdictRun]) -> Grid:
             for r in singles:
                 rows[-1].cells.setdefault(r.column, []).append(
                     Chip(f"seed {r.seed if r.seed is not None else '?'}: {r.word}", r.verdict, r.href, _title(r)))
-        soaks = {id(r.soak): r.soak for r in items if r.scenario == scenario and r.soak is not None}  # unhashable
-        for soak in soaks.values():
-            seeds = [r for r in items if r.soak is soak]
-            asked = soak.soak.get("seeds") if isinstance(soak.soak.get("seeds"), list) else []
-            rows.append(GridRow(f"{scenario} (soak)", f"{len(seeds)} of {len(asked) or '?'} seeds: {tally(seeds)}",
-                                {}))
+        # The scenario's soaks (one per engine: Sources keeps the newest per name) share a row, each in its column.
+        seeds = [r for r in items if r.scenario == scenario and r.soak is not None]
+        if seeds:
+            soaks = {id(r.soak): r.soak for r in seeds}  # a SoakRun is not hashable
+            asked = sum(len(s.soak["seeds"]) if isinstance(s.soak.get("seeds"), list) else 0 for s in soaks.values())
+            rows.append(GridRow(f"{scenario} (soak)", f"{len(seeds)} of {asked or '?'} seeds: {tally(seeds)}", {}))
             for r in seeds:
                 rows[-1].cells.setdefault(r.column, []).append(Chip(f"{r.seed} {r.word}", r.verdict, r.href,
                                                                     _title(r)))
     return Grid("Scenario", _columns(items), rows)
+
+
+def table(g: Grid, items: list[VerdictRun]) -> Table:
+    """The grid as text, for ``verdicts.csv`` and ``verdicts.tex``: each cell its runs' seeds and verdicts; a soak's
+    cell its tally and the seeds that did not pass (a hundred seeds stay one line)."""
+    rows = []
+    for row in g.rows:
+        line = {g.corner: row.label}
+        for col in g.columns:
+            chips = row.cells.get(col) or []
+            mine = [r for r in items if r.column == col and r.href in {c.href for c in chips}]
+            if row.label.endswith("(soak)") and mine:
+                bad = [r for r in mine if r.verdict != "pass"]
+                line[col] = tally(mine) + (f" (seed{'s' if len(bad) > 1 else ''} "
+                                           f"{', '.join(str(r.seed) for r in bad)})" if bad else "")
+            else:
+                line[col] = ", ".join(c.text for c in chips) or DASH
+        rows.append(line)
+    return Table("verdicts", "Verdicts: each scenario on each engine and worker placement, by seed (a soak: its "
+                 "tally and the seeds that did not pass). FAIL: a check saw its property break; unknown: the checks "
+                 "could not tell; error: the run itself broke.", pd.DataFrame(rows, columns=[g.corner, *g.columns]),
+                 colspec={c: "p{2.6cm}" for c in g.columns}, wide=len(g.columns) > 2)
 
 
 def _title(r: VerdictRun) -> str:

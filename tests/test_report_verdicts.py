@@ -4,6 +4,7 @@ once per machine; provenance after the results. Built from synthetic run directo
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -175,6 +176,7 @@ def test_a_failing_run_is_among_the_failures_with_its_checks_reproduce_command_a
     assert "model_outage on temporal · process · machine A, seed 7: FAIL" in entry
     assert "effects ok" in entry and "fail" in entry  # the check that failed, with its summary
     assert "<pre>python -m chaos run model_outage --seed 7</pre>" in entry  # as the run recorded it
+    assert "<code>.venv/bin/python -m chaos run model_outage --seed 7</code>" in entry  # and as it runs
     hrefs = [unquote(h) for h in re.findall(r'href="([^"]+)"', entry)]
     files = [h for h in hrefs if not h.startswith("#")]
     assert files, "the entry links to the run's files"
@@ -209,6 +211,17 @@ def test_machine_and_versions_are_stated_once_per_machine(report) -> None:
                  "4 cores, 15.6 GB RAM, Other CPU, Linux-other", "Python 3.12.1, temporalio 1.36.0"):
         assert html.count(text) == 1, text
     assert report["md"].count("Python 3.12.1, temporalio 1.36.0") == 1
+
+
+def test_the_verdicts_are_also_a_latex_table_and_a_csv(report) -> None:
+    rows = {r["Scenario"]: r for r in csv.DictReader((report["out"] / "verdicts.csv").open(encoding="utf-8"))}
+    assert rows["model_outage"]["temporal · process · machine A"] == "seed 7: FAIL"
+    assert rows["kill_idle (soak)"]["temporal · process · machine A"] == "2 pass, 1 FAIL (seed 2)"
+    assert rows["kill_mid_turn"]["checkpoint · process · machine A"] == "seed 7: pass"
+    tex = (report["out"] / "verdicts.tex").read_text()
+    assert r"temporal $\cdot$ process $\cdot$ machine A" in tex and r"\toprule" in tex
+    preview = (report["out"] / "preview.tex").read_text()
+    assert preview.index(r"\input{verdicts.tex}") < preview.index(r"\input{table1.tex}")
 
 
 def test_a_soak_seed_links_to_its_row_and_its_row_to_its_run_directory(report) -> None:
