@@ -463,9 +463,8 @@ class Builder:
         doc.para(f"{len(items)} run(s): {verdicts.tally(items)}."
                  + (" Each that did not pass is listed under Failures, with its checks and reproduce command."
                     if bad else ""))
-        grid = verdicts.grid(items)
-        doc.grid(grid)
-        self.emit_table(None, verdicts.table(grid, items))  # for a paper: verdicts.csv and verdicts.tex only
+        doc.grid(verdicts.grid(items))
+        self.emit_table(None, verdicts.table(items))  # for a paper: verdicts.csv and verdicts.tex only
         doc.para("Each cell is one run: its seed and verdict (pass, FAIL, unknown: the checks could not tell, "
                  "error: the run itself broke). A run that did not pass links to its failure entry; one that passed "
                  "to its details. Columns: the durability engine and where its workers ran. As text for a paper: "

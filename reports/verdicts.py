@@ -204,49 +204,58 @@ def _columns(items: list[VerdictRun]) -> list[str]:
                                        cols.index(c)))
 
 
-def grid(items: list[VerdictRun]) -> Grid:
-    """Rows: each scenario's single runs, then each soak (one small cell per seed); columns: engine and placement."""
-    rows: list[GridRow] = []
+def _rows(items: list[VerdictRun]) -> list[tuple[str, list[VerdictRun]]]:
+    """The grid's rows, by scenario: its single runs, then its soaks' seeds (a scenario's soaks, one per engine,
+    share a row, each in its column)."""
+    out = []
     for scenario in sorted(dict.fromkeys(r.scenario for r in items)):
-        singles = [r for r in items if r.scenario == scenario and r.soak is None]
-        if singles:
-            note = "; ".join(dict.fromkeys(r.note for r in singles if r.note.startswith("planted bug")))
-            rows.append(GridRow(scenario, note, {}))
-            for r in singles:
-                rows[-1].cells.setdefault(r.column, []).append(
-                    Chip(f"seed {r.seed if r.seed is not None else '?'}: {r.word}", r.verdict, r.href, _title(r)))
-        # The scenario's soaks (one per engine: Sources keeps the newest per name) share a row, each in its column.
-        seeds = [r for r in items if r.scenario == scenario and r.soak is not None]
-        if seeds:
-            soaks = {id(r.soak): r.soak for r in seeds}  # a SoakRun is not hashable
+        for soaked, label in ((False, scenario), (True, f"{scenario} (soak)")):
+            mine = [r for r in items if r.scenario == scenario and (r.soak is not None) == soaked]
+            if mine:
+                out.append((label, mine))
+    return out
+
+
+def grid(items: list[VerdictRun]) -> Grid:
+    """Rows: scenarios (a soak: a row of small cells, one per seed); columns: engine and placement."""
+    rows: list[GridRow] = []
+    for label, mine in _rows(items):
+        if mine[0].soak is None:
+            note = "; ".join(dict.fromkeys(r.note for r in mine if r.note.startswith("planted bug")))
+        else:
+            soaks = {id(r.soak): r.soak for r in mine}  # a SoakRun is not hashable
             asked = sum(len(s.soak["seeds"]) if isinstance(s.soak.get("seeds"), list) else 0 for s in soaks.values())
-            rows.append(GridRow(f"{scenario} (soak)", f"{len(seeds)} of {asked or '?'} seeds: {tally(seeds)}", {}))
-            for r in seeds:
-                rows[-1].cells.setdefault(r.column, []).append(Chip(f"{r.seed} {r.word}", r.verdict, r.href,
-                                                                    _title(r)))
+            note = f"{len(mine)} of {asked or '?'} seeds: {tally(mine)}"
+        rows.append(GridRow(label, note, {}))
+        for r in mine:
+            seed = r.seed if r.seed is not None else "?"
+            text = f"{seed} {r.word}" if r.soak is not None else f"seed {seed}: {r.word}"
+            rows[-1].cells.setdefault(r.column, []).append(Chip(text, r.verdict, r.href, _title(r)))
     return Grid("Scenario", _columns(items), rows)
 
 
-def table(g: Grid, items: list[VerdictRun]) -> Table:
+def table(items: list[VerdictRun]) -> Table:
     """The grid as text, for ``verdicts.csv`` and ``verdicts.tex``: each cell its runs' seeds and verdicts; a soak's
     cell its tally and the seeds that did not pass (a hundred seeds stay one line)."""
+    columns = _columns(items)
     rows = []
-    for row in g.rows:
-        line = {g.corner: row.label}
-        for col in g.columns:
-            chips = row.cells.get(col) or []
-            mine = [r for r in items if r.column == col and r.href in {c.href for c in chips}]
-            if row.label.endswith("(soak)") and mine:
-                bad = [r for r in mine if r.verdict != "pass"]
-                line[col] = tally(mine) + (f" (seed{'s' if len(bad) > 1 else ''} "
+    for label, mine in _rows(items):
+        line = {"Scenario": label}
+        for col in columns:
+            here = [r for r in mine if r.column == col]
+            bad = [r for r in here if r.verdict != "pass"]
+            if not here:
+                line[col] = DASH
+            elif here[0].soak is not None:
+                line[col] = tally(here) + (f" (seed{'s' if len(bad) > 1 else ''} "
                                            f"{', '.join(str(r.seed) for r in bad)})" if bad else "")
             else:
-                line[col] = ", ".join(c.text for c in chips) or DASH
+                line[col] = ", ".join(f"seed {r.seed if r.seed is not None else '?'}: {r.word}" for r in here)
         rows.append(line)
     return Table("verdicts", "Verdicts: each scenario on each engine and worker placement, by seed (a soak: its "
                  "tally and the seeds that did not pass). FAIL: a check saw its property break; unknown: the checks "
-                 "could not tell; error: the run itself broke.", pd.DataFrame(rows, columns=[g.corner, *g.columns]),
-                 colspec={c: "p{2.6cm}" for c in g.columns}, wide=len(g.columns) > 2)
+                 "could not tell; error: the run itself broke.", pd.DataFrame(rows, columns=["Scenario", *columns]),
+                 colspec={c: "p{2.6cm}" for c in columns}, wide=len(columns) > 2)
 
 
 def _title(r: VerdictRun) -> str:
