@@ -8,8 +8,9 @@ section from a ``--quick`` run is marked so, and the report opens with a
 banner saying so. Every section is built
 on its own: a section whose data is absent says "no data (run ...)", and one
 that fails while being built adds a warning line to the report instead of
-stopping the build. Everything is written to a staging directory inside
-``out_dir`` and moved into place only when the whole report is built (the
+stopping the build. The report opens with the verdicts (``reports.verdicts``:
+the grid, then every run that did not pass) and ends with provenance.
+Everything is written to a staging directory inside ``out_dir`` and moved into place only when the whole report is built (the
 report files last), so a failed build leaves the previous report intact.
 Files a previous build wrote that this build did not (listed in
 ``out_dir/.reports-manifest.json``) are removed; nothing else in ``out_dir``
@@ -33,16 +34,18 @@ import pandas as pd
 
 from reports import figures as figs
 from reports import tables as tab
+from reports import verdicts
 from reports.document import Doc
 from reports.sources import BENCH_SECTIONS, BenchRun, Sources, load, safe_name, stamp_time
+from reports.verdicts import machine_text, versions_text
 
 log = logging.getLogger(__name__)
 
 MANIFEST = ".reports-manifest.json"
-LATEX_TABLES = {"table1": r"\footnotesize", "table2": r"\small", "table2_overhead": r"\small",
+LATEX_TABLES = {"verdicts": r"\small", "table1": r"\footnotesize", "table2": r"\small", "table2_overhead": r"\small",
                 "breakdown": r"\footnotesize"}  # 12 columns: \small overflowed by 9 pt
 QUICK = ("a `--quick` run: a few turns per series, meant to prove the pipeline works, not to be cited; run "
-         "`python -m benchmarks` (the default profile) for numbers")
+         "`dah-bench` (the default profile) for numbers")
 TITLE = "Durable agents on Temporal: benchmark and fault-injection report"
 
 
@@ -118,23 +121,6 @@ def _source_line(run: BenchRun) -> str:
     return text
 
 
-def _machine(m: Any) -> str:
-    if not isinstance(m, dict) or not m:
-        return "unknown"
-    parts = [f"{m['cores']} cores" if m.get("cores") else None,
-             f"{m['memory_gb']} GB RAM" if m.get("memory_gb") else None, m.get("cpu"), m.get("platform")]
-    return ", ".join(str(p) for p in parts if p) or "unknown"
-
-
-def _versions(m: Any) -> str:
-    if not isinstance(m, dict):
-        return "unknown"
-    parts = [f"Python {m['python']}" if m.get("python") else None,
-             f"temporalio {m['temporalio']}" if m.get("temporalio") else None,
-             str(m["temporal_cli"]) if m.get("temporal_cli") else None]
-    return ", ".join(p for p in parts if p) or "unknown"
-
-
 class Builder:
     def __init__(self, sources: Sources, staging: Staging) -> None:
         self.src = sources
@@ -142,16 +128,21 @@ class Builder:
         self.fig_dir = staging.path("figures/.keep").parent
         self.tex_tables: list[str] = []
         self.figures: list[figs.Figure] = []
+        self.anchors = verdicts.Anchors()
+        self.verdict_runs = verdicts.runs(sources, self.anchors)
+        self.groups = verdicts.machine_groups(sources)
 
     def warn(self, message: str) -> None:
         self.src.warn(message)
 
     # ------------------------------------------------------------ output helpers
 
-    def emit_table(self, doc: Doc, t: tab.Table | None) -> None:
+    def emit_table(self, doc: Doc | None, t: tab.Table | None) -> None:
+        """``t`` in ``doc`` (None: in the files only), as CSV if it is saved, as LaTeX if it is one of those."""
         if t is None:
             return
-        doc.table(t)
+        if doc is not None:
+            doc.table(t)
         if t.saved:
             tab.spreadsheet_safe(t.csv).to_csv(self.st.path(f"{t.name}.csv"), index=False)
         if t.name in LATEX_TABLES:
@@ -169,8 +160,8 @@ class Builder:
         lines = [r"\documentclass[twocolumn]{article}", r"\usepackage[margin=0.75in]{geometry}",
                  r"\usepackage{booktabs}", r"\usepackage{graphicx}",
                  r"\begin{document}", f"\\section*{{{tab.latex_escape(TITLE)}}}", "Preview of the generated tables "
-                 r"and figures at their print sizes (\texttt{python -m reports})."]
-        lines += [rf"\input{{{name}.tex}}" for name in self.tex_tables]
+                 r"and figures at their print sizes (\texttt{dah-report})."]
+        lines += [rf"\input{{{name}.tex}}" for name in sorted(self.tex_tables, key=list(LATEX_TABLES).index)]
         for n, f in enumerate(self.figures):
             if n and n % 8 == 0:
                 lines.append(r"\clearpage")  # flush: LaTeX holds at most 18 floats waiting for a place
@@ -180,17 +171,18 @@ class Builder:
         lines += [r"\clearpage", r"\end{document}", ""]
         return "\n".join(lines)
 
-    def section(self, doc: Doc, title: str, fill: Callable[[Doc], None], level: int = 2) -> None:
+    def section(self, doc: Doc, title: str, fill: Callable[[Doc], None], level: int = 2,
+                anchor: str | None = None) -> None:
         """A heading and its content; a section that fails becomes a warning, not a failed build."""
         sub = Doc()
-        sub.heading(level, title)
+        sub.heading(level, title, anchor)
         try:
             fill(sub)
         except Exception as exc:  # one bad section must not cost the others
             log.debug("section %s failed", title, exc_info=True)
             self.warn(f"section '{title}' not rendered: {type(exc).__name__}: {exc}")
             sub = Doc()
-            sub.heading(level, title)
+            sub.heading(level, title, anchor)
             sub.para(f"not rendered: {type(exc).__name__}: {exc}")
         doc.extend(sub)
 
@@ -203,7 +195,7 @@ class Builder:
             doc.para("no data (run `make bench`)")
             return None
         if run is None:
-            doc.para(f"no data: no complete bench run has this section (run `python -m benchmarks --only {section}`; "
+            doc.para(f"no data: no complete bench run has this section (run `dah-bench --only {section}`; "
                      f"the report takes each section from the newest complete run that has it, so the other "
                      f"sections keep their data)")
             return None
@@ -369,14 +361,17 @@ class Builder:
             doc.para("no data (run `make chaos`)")
             return
         for run in self.src.chaos:
-            self.section(doc, run.scenario, lambda d, run=run: self.chaos_run(d, run), level=3)
+            self.section(doc, run.scenario, lambda d, run=run: self.chaos_run(d, run), level=3,
+                         anchor=self.anchors("run", run.path.parent.name, run.path.name))
 
     def chaos_run(self, doc: Doc, run: Any) -> None:
         log.info("chaos run %s: %s", run.scenario, run.path)
         j = run.record
         s = run.summary
         verdict = tab.outcome(run)
-        doc.bullets([f"run: `{run.path}` ({stamp_time(run.path.name)}), verdict **{verdict}**",
+        doc.bullets([f"run: `{run.path}` ({stamp_time(run.path.name)}), verdict **{verdict}**"
+                     + (f", {verdicts.planted_note(j)}" if verdicts.planted_note(j) else ""),
+                     f"engine and placement: {verdicts.column_of(j, run.scenario)}",
                      f"reproduce: `{j.get('reproduce', '?')}` (seed {j.get('seed', '?')})",
                      f"faults landed/injected {s.get('faults', '?')}; client operations ok {s.get('ok', '?')}, "
                      f"fail {s.get('fail', '?')}, info {s.get('info', '?')}; lost {s.get('lost', '?')}; "
@@ -384,6 +379,7 @@ class Builder:
                      f"{s['recovery_s'] if s.get('recovery_s') is not None else '—'} s"
                      + (" (counted from its operation log: the run was never checked)" if run.summary_from_history
                         else "")])
+        doc.links("Files", self.run_files(run.path))
         ct = tab.checks_table(run)
         if ct is not None:
             self.emit_table(doc, ct)
@@ -395,10 +391,11 @@ class Builder:
 
     def soaks(self, doc: Doc) -> None:
         if not self.src.soaks:
-            doc.para("no data (run `python -m chaos soak SCENARIO --seeds 1-100`)")
+            doc.para("no data (run `dah-chaos soak SCENARIO --seeds 1-100`)")
             return
         for run in self.src.soaks:
-            self.section(doc, f"Soak: {run.scenario}", lambda d, run=run: self.soak(d, run), level=3)
+            self.section(doc, f"Soak: {run.scenario}", lambda d, run=run: self.soak(d, run), level=3,
+                         anchor=self.anchors(run.path.parent.name, run.path.name))
 
     def soak(self, doc: Doc, run: Any) -> None:
         log.info("soak %s: %s", run.scenario, run.path)
@@ -418,16 +415,20 @@ class Builder:
         recovered = tab.soak_recovery(run)
         if recovered is not None:
             self.emit_table(doc, recovered)
-        bad = tab.soak_non_pass(run)
-        if bad is None:
-            doc.para("Every seed that finished passed." if run.runs else "No seed finished.")
-        else:
-            self.emit_table(doc, bad)
+        if not run.runs:
+            doc.para("No seed finished.")
+            return
+        if all(r["verdict"] == "pass" for r in run.runs):
+            doc.para("Every seed that finished passed.")
+        mine = [v for v in self.verdict_runs if v.soak is run]
+        self.emit_table(doc, tab.soak_seeds(run, [v.detail_anchor for v in mine],
+                                            [self.rel(v.path) if v.path else None for v in mine],
+                                            [v.failure_anchor if v.verdict != "pass" else None for v in mine]))
 
     def fuzz(self, doc: Doc) -> None:
         run = self.src.fuzz
         if run is None:
-            doc.para("no data (run `python -m migration_fuzz`)")
+            doc.para("no data (run `dah-fuzz`)")
             return
         r = run.results
         held = r.get("invariants_held")
@@ -442,28 +443,91 @@ class Builder:
             return
         self.emit_table(doc, t)
 
+    # ------------------------------------------------------------ the verdicts, first
+
+    def rel(self, path: Path) -> str:
+        """A link from the report's folder to ``path`` (a run directory the report read, or a file in it)."""
+        return Path(os.path.relpath(os.path.abspath(path), os.path.abspath(self.st.out))).as_posix()
+
+    def run_files(self, path: Path) -> list[tuple[str, str]]:
+        """Links to a run directory the report read and its record files that are there."""
+        return [("run directory", self.rel(path) + "/")] + [
+            (name, self.rel(path / name)) for name in ("verdict.json", "run.json") if (path / name).is_file()]
+
+    def verdict_grid(self, doc: Doc) -> None:
+        """Which scenario passed or failed on which engine, placement and seed; where the runs ran, once."""
+        items = self.verdict_runs
+        if not items:
+            doc.para("No chaos runs or soaks found (run `make chaos`, or `dah-chaos run SCENARIO`).")
+            return
+        bad = [r for r in items if r.verdict != "pass"]
+        doc.para(f"{len(items)} run(s): {verdicts.tally(items)}."
+                 + (" Each that did not pass is listed under Failures, with its checks and reproduce command."
+                    if bad else ""))
+        doc.grid(verdicts.grid(items))
+        self.emit_table(None, verdicts.table(items))  # for a paper: verdicts.csv and verdicts.tex only
+        doc.para("Each cell is one run: its seed and verdict (pass, FAIL, unknown: the checks could not tell, "
+                 "error: the run itself broke). A run that did not pass links to its failure entry; one that passed "
+                 "to its details. Columns: the durability engine and where its workers ran. As text for a paper: "
+                 "`verdicts.csv`, `verdicts.tex`.")
+        if len(self.groups) == 1:
+            g = self.groups[0]
+            doc.para(f"Every run above ran on one machine: {g.machine}; {g.versions}.")
+        else:
+            doc.para("The runs above come from several machines (the columns name them):")
+            doc.bullets([f"**machine {g.label}**: {g.machine}; {g.versions} (runs: {', '.join(g.runs)})"
+                         for g in self.groups])
+
+    def failures(self, doc: Doc) -> None:
+        """Every run that did not pass: what its checks said, how to run it again, where its files are."""
+        bad = [r for r in self.verdict_runs if r.verdict != "pass"]
+        if not bad:
+            doc.para("None: every run read passed." if self.verdict_runs else "No runs.")
+            return
+        for r in bad:
+            seed = f"seed {r.seed}" if r.seed is not None else "seed unknown"
+            doc.heading(3, f"{r.scenario} on {r.column}, {seed}: {r.word}"
+                        + (" (a soak seed)" if r.soak is not None else ""), r.failure_anchor)
+            if r.note:
+                doc.para(r.note[0].upper() + r.note[1:] + ".")
+            if r.problems:
+                doc.table(tab.Table(f"failed-{r.failure_anchor}", "The checks that did not pass.",
+                                    pd.DataFrame([{"check": c, "verdict": v, "summary": s} for c, v, s in r.problems]),
+                                    saved=False))
+            else:
+                doc.para("No check recorded what went wrong.")
+            doc.para("Reproduce (the command the run recorded):")
+            doc.code(r.reproduce)
+            if r.reproduce.startswith("python -m "):  # recorded before runs named the harness's own interpreter
+                doc.para("From the harness's checkout, with its own interpreter (the system Python lacks its "
+                         f"packages): `.venv/bin/{r.reproduce}`")
+            links = self.run_files(r.path) if r.path is not None else []
+            doc.links("Files", links + [("details", f"#{r.detail_anchor}")])
+
     # ------------------------------------------------------------ provenance
 
     def provenance(self, doc: Doc) -> None:
         src = self.src
         doc.heading(2, "Provenance")
         roots = ", ".join(f"`{r}`" for r in src.runs_dirs)
-        doc.para(f"Generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S UTC} by `python -m reports` from the "
+        doc.para(f"Generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S UTC} by `dah-report` from the "
                  f"saved run directories under {roots} (no Temporal server involved).")
         if src.empty:
             doc.para(f"**No runs found under {roots}**: nothing to report yet. Run `make bench`, "
-                     "`make chaos` or `python -m migration_fuzz`, then `python -m reports` again.")
+                     "`make chaos` or `dah-fuzz`, then `dah-report` again.")
         if src.bench_runs or src.bench_skipped:
             self.bench_provenance(doc)
         if src.chaos:
             doc.heading(3, "Chaos runs")
+            several = len(self.groups) > 1
             rows = [{"Scenario": r.scenario, "Run": str(r.path), "When": stamp_time(r.path.name),
                      "Status": str(r.record.get("status") or "unknown"), "Seed": r.record.get("seed"),
-                     "Wall (s)": r.record.get("wall_s"), "Machine": _machine(r.record.get("machine")),
-                     "Versions": _versions(r.record.get("machine"))}
+                     "Wall (s)": r.record.get("wall_s")}
+                    | ({"Machine": verdicts.group_of(r.record, self.groups)} if several else {})
                     for r in src.chaos]
-            doc.table(tab.Table("provenance-chaos", "The chaos run used for each scenario.", pd.DataFrame(rows),
-                                {"Seed": "d", "Wall (s)": ".1f"}, saved=False))
+            doc.table(tab.Table("provenance-chaos", "The chaos run used for each scenario (the machine each ran on: "
+                                "under Verdicts).", pd.DataFrame(rows), {"Seed": "d", "Wall (s)": ".1f"},
+                                saved=False))
         if src.fuzz is not None:
             doc.heading(3, "Migration fuzz run")
             doc.bullets([f"run: `{src.fuzz.path}` ({stamp_time(src.fuzz.path.name)})"])
@@ -489,8 +553,8 @@ class Builder:
                      + (" (**quick: not for citation**)" if r.profile == "quick" else "")
                      + f", seed {j.get('seed', '?')}, {j.get('wall_s', '?')} s",
                      f"command: `{j.get('command', '?')}`",
-                     f"machine: {_machine(j.get('machine'))}",
-                     f"versions: {_versions(j.get('machine'))}",
+                     f"machine: {machine_text(j.get('machine'))}",
+                     f"versions: {versions_text(j.get('machine'))}",
                      "sections used from it: " + ", ".join(s for s in BENCH_SECTIONS if src.bench_for(s) is r)]
             if j.get("error"):
                 items.append(f"error: `{j['error']}`")
@@ -515,7 +579,7 @@ class Builder:
 
     def build(self) -> None:
         body = Doc()
-        steps = [
+        bench = [
             ("Table 2: per-turn latency, durable against plain", self.table2),
             ("Overhead breakdown", self.breakdown),
             ("Tuning: before and after", self.tuning),
@@ -528,11 +592,18 @@ class Builder:
             ("Checkpoint engine against Temporal", lambda d: self.points(d, "checkpoint_backend", tab.checkpoint,
                                                                            figs.plot_checkpoint, "checkpoint")),
             ("Engines side by side", self.engines),
+        ]
+        steps = [
             ("Table 1: fault scenarios", self.table1),
             ("Chaos runs", self.chaos_runs),
             ("Soak runs", self.soaks),
             ("Migration fuzz", self.fuzz),
         ]
+        if self.src.bench_runs:
+            steps = bench + steps
+        else:  # one line for every benchmark section, not one section each saying the same
+            body.heading(2, "Benchmarks")
+            body.para("no data (run `make bench`) for any of: " + "; ".join(title for title, _ in bench) + ".")
         for title, fill in steps:
             self.section(body, title, fill)
         head = Doc()
@@ -540,15 +611,24 @@ class Builder:
         quick = [s for s in BENCH_SECTIONS if (r := self.src.bench_for(s)) is not None and r.profile == "quick"]
         if quick:
             head.para(f"**QUICK PROFILE: the sections {', '.join(quick)} come from {QUICK}.**")
-        self.provenance(head)
-        # Warnings last of the header but built after the body: sections add their own.
+        # The verdicts lead; where the data came from follows the results.
+        lead = Doc()
+        self.section(lead, "Verdicts", self.verdict_grid)
+        self.section(lead, "Failures and unknowns", self.failures)
+        tail = Doc()
+        self.provenance(tail)
+        # Built after the sections: they add their own warnings.
         if self.src.warnings:
-            head.heading(2, "Warnings")
-            head.bullets([f"`{w}`" if "`" not in w else w for w in self.src.warnings])
+            tail.heading(2, "Warnings", "warnings")
+            tail.bullets([f"`{w}`" if "`" not in w else w for w in self.src.warnings])
+            head.links(f"**{len(self.src.warnings)} warning(s)** about the runs read (skipped or partly used)",
+                       [("Warnings", "#warnings")])
         if self.src.notes:
-            head.heading(2, "Notes")
-            head.bullets(self.src.notes)
+            tail.heading(2, "Notes")
+            tail.bullets(self.src.notes)
+        head.extend(lead)
         head.extend(body)
+        head.extend(tail)
         if self.tex_tables or self.figures:
             self.st.write_text("preview.tex", self.preview())
         self.st.write_text("report.html", head.html(TITLE))

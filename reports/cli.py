@@ -29,9 +29,12 @@ from harness.commands import CommandParser, tool
 from reports.build import build
 
 OUTPUTS = """outputs (under --out):
-  report.md, report.html     the report: provenance (which run each section comes from), then every section
-                             (absent ones say how to get data)
+  report.md, report.html     the report: the verdicts first (a grid of scenario by engine/placement by seed,
+                             each cell a link), every run that did not pass (its checks, its reproduce command,
+                             links to its run directory), then every section (absent ones say how to get data),
+                             then provenance (which run each section comes from)
   *.csv                      every table at full precision, with bootstrap CI bounds (table2, breakdown, ...)
+  verdicts.csv, verdicts.tex the verdict grid as text: scenario by engine/placement, each cell its seeds' verdicts
   table1.tex, table2.tex,    booktabs LaTeX tables sized for a two-column page (table* where wide, \\small)
   table2_overhead.tex, breakdown.tex
   figures/*.pdf, .png, .svg  every figure at its print size (3.3 in single column or 7 in double), no titles
@@ -81,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     for d in args.runs:
         if not d.is_dir():
             print(f"reports: --runs {d}: no such directory (run `make bench`, `make chaos` or "
-                  f"`python -m migration_fuzz` first, or pass --runs DIR)", file=sys.stderr)
+                  f"`{tool('migration_fuzz')}` first, or pass --runs DIR)", file=sys.stderr)
             return 2
     for d in args.bench or []:
         if not d.is_dir():
@@ -119,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2 if result.empty else 1
     if result.empty:
         print(f"reports: no runs found under {' '.join(map(str, args.runs))}; the report says so (run `make bench`, `make chaos` or "
-              f"`python -m migration_fuzz` first)")
+              f"`{tool('migration_fuzz')}` first)")
     return 0
 
 

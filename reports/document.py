@@ -5,7 +5,10 @@ same content. Paragraph text is a small Markdown subset (`code`, **bold**),
 which both renderers keep; everything else is escaped, in Markdown as in HTML
 (run data may hold HTML, link syntax or control characters). Figures are
 referenced relative to the report: PNG in Markdown, SVG in HTML, each with
-a link to its PDF (for LaTeX).
+a link to its PDF (for LaTeX). Links are made only by the report itself: a
+heading or a table row may carry an ``anchor`` (its id), a ``Grid`` cell and a
+``links`` line point at such an anchor (``#id``) or at a file the report read,
+by a path relative to the report's folder.
 """
 
 from __future__ import annotations
@@ -14,17 +17,53 @@ import html
 import re
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 from harness.printable import printable
-from reports.tables import Table, html_table, markdown, markdown_escape
+from reports.tables import Table, breakable, html_table, markdown, markdown_escape
+
+
+@dataclass
+class Chip:
+    """One run in a ``Grid`` cell: its text (never colour alone), its kind (a CSS class: pass, fail, unknown,
+    error), where it links (``#anchor`` in the report) and a longer description shown on hover."""
+    text: str
+    kind: str
+    href: str
+    title: str = ""
+
+
+@dataclass
+class GridRow:
+    label: str
+    note: str  # under the label, smaller (e.g. a soak's tally)
+    cells: dict[str, list[Chip]]  # column -> its runs
+
+
+@dataclass
+class Grid:
+    """A table of chips: rows (e.g. scenarios) by columns (e.g. engine and placement); a cell holds any number of
+    chips (e.g. one per seed), an absent cell is shown as a dash with ``empty``'s words."""
+    corner: str
+    columns: list[str]
+    rows: list[GridRow]
+    empty: str = "not run"
 
 
 @dataclass
 class Doc:
     blocks: list[tuple[str, Any]] = field(default_factory=list)
 
-    def heading(self, level: int, text: str) -> None:
-        self.blocks.append(("h", (level, text)))
+    def heading(self, level: int, text: str, anchor: str | None = None) -> None:
+        self.blocks.append(("h", (level, text, anchor)))
+
+    def grid(self, g: Grid) -> None:
+        self.blocks.append(("grid", g))
+
+    def links(self, lead: str, links: list[tuple[str, str]]) -> None:
+        """One line: ``lead`` then each (text, href), a relative path or ``#anchor`` the report made."""
+        if links:
+            self.blocks.append(("links", (lead, list(links))))
 
     def para(self, text: str) -> None:
         self.blocks.append(("p", text))
@@ -49,7 +88,13 @@ class Doc:
         out = []
         for kind, v in self.blocks:
             if kind == "h":
-                out.append(f"{'#' * v[0]} {markdown_inline(v[1])}")
+                anchor = f' <a id="{html.escape(v[2])}"></a>' if v[2] else ""
+                out.append(f"{'#' * v[0]} {markdown_inline(v[1])}{anchor}")
+            elif kind == "grid":
+                out.append(_markdown_grid(v))
+            elif kind == "links":
+                out.append(f"{markdown_inline(v[0])}: " + " · ".join(
+                    f"[{markdown_escape(text)}]({_href(href)})" for text, href in v[1]))
             elif kind == "p":
                 out.append(markdown_inline(v))
             elif kind == "ul":
@@ -71,7 +116,14 @@ class Doc:
         body = []
         for kind, v in self.blocks:
             if kind == "h":
-                body.append(f"<h{v[0]}>{inline(v[1])}</h{v[0]}>")
+                anchor = f' id="{html.escape(v[2])}"' if v[2] else ""
+                body.append(f"<h{v[0]}{anchor}>{inline(v[1])}</h{v[0]}>")
+            elif kind == "grid":
+                body.append(_html_grid(v))
+            elif kind == "links":
+                body.append(f'<p class="links">{inline(v[0])}: ' + " · ".join(
+                    f'<a href="{html.escape(_href(href))}">{html.escape(printable(text))}</a>' for text, href in v[1])
+                            + "</p>")
             elif kind == "p":
                 body.append(f"<p>{inline(v)}</p>")
             elif kind == "ul":
@@ -89,6 +141,42 @@ class Doc:
                 text = html.escape(printable(v, keep="\n\t"))
                 body.append(f"<pre>{text}</pre>")
         return _PAGE.format(title=html.escape(title), body="\n".join(body))
+
+
+def _href(href: str) -> str:
+    """A link the report made, as a URL: ``#anchor`` as it is, a relative path percent-encoded."""
+    return href if href.startswith("#") else quote(href)
+
+
+def _html_grid(g: Grid) -> str:
+    head = f'<th scope="col">{html.escape(printable(g.corner))}</th>' + "".join(
+        f'<th scope="col">{html.escape(printable(c))}</th>' for c in g.columns)
+    rows = []
+    for r in g.rows:
+        label = breakable(html.escape(printable(r.label))) + (f'<div class="note">{html.escape(printable(r.note))}</div>'
+                                                    if r.note else "")
+        cells = []
+        for c in g.columns:
+            chips = r.cells.get(c) or []
+            cells.append("<td>" + (" ".join(
+                f'<a class="chip {html.escape(ch.kind)}" href="{html.escape(_href(ch.href))}"'
+                + (f' title="{html.escape(printable(ch.title))}"' if ch.title else "")
+                + f">{html.escape(printable(ch.text))}</a>" for ch in chips)
+                or f'<span class="none" title="{html.escape(g.empty)}">—</span>') + "</td>")
+        rows.append(f'<tr><th scope="row">{label}</th>{"".join(cells)}</tr>')
+    return (f'<table class="grid">\n<thead><tr>{head}</tr></thead>\n<tbody>\n' + "\n".join(rows)
+            + "\n</tbody>\n</table>")
+
+
+def _markdown_grid(g: Grid) -> str:
+    lines = ["| " + " | ".join(markdown_escape(c) for c in [g.corner, *g.columns]) + " |",
+             "|" + "|".join(":---" for _ in range(len(g.columns) + 1)) + "|"]
+    for r in g.rows:
+        label = markdown_escape(r.label) + (f" ({markdown_escape(r.note)})" if r.note else "")
+        cells = [" ".join(f"[{markdown_escape(ch.text)}]({_href(ch.href)})" for ch in r.cells.get(c) or []) or "—"
+                 for c in g.columns]
+        lines.append("| " + " | ".join([label, *cells]) + " |")
+    return "\n".join(lines)
 
 
 _CODE, _BOLD = re.compile(r"`([^`]+)`"), re.compile(r"\*\*([^*]+)\*\*")
@@ -129,16 +217,34 @@ _PAGE = """<!DOCTYPE html>
 <meta charset="utf-8">
 <title>{title}</title>
 <style>
-body {{ font-family: system-ui, sans-serif; max-width: 70em; margin: 2em auto; padding: 0 1em; line-height: 1.45; }}
-table {{ border-collapse: collapse; margin: 1em 0 0.3em; font-size: 0.9em; }}
+body {{ font-family: system-ui, sans-serif; max-width: 72em; margin: 1.5em auto; padding: 0 1em; line-height: 1.45; }}
+table {{ border-collapse: collapse; margin: 1em 0 0.3em; font-size: 0.9em; max-width: 100%; }}
 th, td {{ padding: 0.25em 0.6em; border-bottom: 1px solid #ddd; vertical-align: top; }}
+th {{ overflow-wrap: break-word; }}
+td.txt {{ overflow-wrap: break-word; }}
 thead th {{ border-bottom: 2px solid #333; }}
 .num {{ text-align: right; font-variant-numeric: tabular-nums; }}
 .txt {{ text-align: left; }}
 .caption, figcaption {{ color: #444; font-style: italic; font-size: 0.9em; }}
 figure {{ margin: 1.5em 0; }}
 figure img {{ max-width: 100%; }}
-code, pre {{ background: #f4f4f4; padding: 0.1em 0.3em; }}
+code, pre {{ background: #f4f4f4; padding: 0.1em 0.3em; overflow-wrap: anywhere; }}
+pre {{ white-space: pre-wrap; padding: 0.5em 0.8em; border-left: 3px solid #999; }}
+table.grid {{ font-size: 0.95em; }}
+table.grid thead th {{ text-align: left; }}
+table.grid th[scope=row] {{ text-align: left; font-weight: 600; min-width: 10em; }}
+table.grid .note {{ font-weight: normal; color: #555; font-size: 0.85em; }}
+table.grid td {{ vertical-align: middle; }}
+.chip {{ display: inline-block; margin: 0.1em 0.05em; padding: 0.05em 0.45em; border: 1px solid; border-radius: 0.25em;
+        color: #111; text-decoration: none; white-space: nowrap; font-size: 0.9em; }}
+.chip:hover {{ text-decoration: underline; }}
+.chip.pass {{ background: #dff3df; border-color: #4a8f4a; }}
+.chip.fail {{ background: #f9d4d4; border-color: #b02020; border-width: 2px; font-weight: 700; }}
+.chip.unknown {{ background: #fdf0c4; border-color: #a07a00; border-style: dashed; }}
+.chip.error {{ background: #e7ddf5; border-color: #6a4c9c; border-style: dotted; border-width: 2px; }}
+.none {{ color: #888; }}
+h3[id] {{ scroll-margin-top: 0.5em; }}
+:target {{ background: #fff6d6; }}
 </style>
 </head>
 <body>

@@ -178,7 +178,7 @@ class SoakRun:
     path: Path
     record: dict[str, Any]  # its run.json
     soak: dict[str, Any]  # its soak.json
-    runs: list[dict[str, Any]]  # soak.json's rows that have an integer seed and a verdict
+    runs: list[dict[str, Any]]  # soak.json's rows that have an integer seed and a verdict; ``path``: its run directory
 
 
 @dataclass
@@ -583,22 +583,31 @@ def _find_soaks(runs_dir: Path, sources: Sources) -> None:
                 sources.warn(f"partly used {path}: {len(doc['runs']) - len(rows)} damaged row(s) in {SOAK_JSON}")
             name = str(doc.get("scenario") or parent.name.removeprefix(SOAK_PREFIX))
             for r in rows:  # each seed's run beside the soak's folder (its name from the tree, not from soak.json)
-                r["recovery"] = _seed_recovery(r, runs_dir / parent.name.removeprefix(SOAK_PREFIX))
+                r["path"] = _seed_run_dir(r, runs_dir / parent.name.removeprefix(SOAK_PREFIX))
+                r["recovery"] = _seed_recovery(r["path"])
             sources.soaks.append(SoakRun(name, path, record, doc, rows))
             break
 
 
-def _seed_recovery(row: dict[str, Any], scenario_dir: Path) -> dict[str, Any]:
-    """A soak seed's recovery and its parts, from its run's verdict.json: the run directory of the name soak.json's
-    ``run_dir`` ends in, under ``scenario_dir`` (the soak's scenario folder in the same runs root). soak.json is run
-    data: a path it names elsewhere is never followed. ``{}`` when there is none to read."""
+def _seed_run_dir(row: dict[str, Any], scenario_dir: Path) -> Path | None:
+    """A soak seed's run directory: the one of the name soak.json's ``run_dir`` ends in, under ``scenario_dir`` (the
+    soak's scenario folder in the same runs root), when it is a real directory there. soak.json is run data: a path
+    it names elsewhere is never followed. None when there is none."""
     where = row.get("run_dir")
     name = PurePosixPath(where.replace("\\", "/")).name if isinstance(where, str) else ""
     if not re.fullmatch(r"[0-9A-Za-z][0-9A-Za-z_.-]*", name) or not _real_dir(scenario_dir):
-        return {}
+        return None
     path = scenario_dir / name
+    return path if _real_dir(path) else None
+
+
+def _seed_recovery(path: Path | None) -> dict[str, Any]:
+    """A soak seed's recovery and its parts, from its run's verdict.json (``path``: ``_seed_run_dir``); ``{}`` when
+    there is none to read."""
+    if path is None:
+        return {}
     try:
-        verdict = RunDir(path).read_verdict() if _real_dir(path) else None
+        verdict = RunDir(path).read_verdict()
     except (OSError, ValueError, RunDirError, RefusedPath):
         return {}
     if not isinstance(verdict, dict):

@@ -46,6 +46,8 @@ class Table:
     tex_headers: dict[str, str] = field(default_factory=dict)  # LaTeX header overrides; a newline breaks the header
     wide: bool = False  # LaTeX: table* (both columns of a two-column page)
     notes: list[str] = field(default_factory=list)  # footnotes under the table (e.g. what a mark means)
+    anchors: list[str] = field(default_factory=list)  # each row's id, for links from elsewhere in the report
+    links: dict[str, list[str | None]] = field(default_factory=dict)  # column -> each row's link (a relative href)
 
     @property
     def label(self) -> str:
@@ -75,7 +77,7 @@ class Table:
 _LATEX = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_\allowbreak{}", "@": r"@\allowbreak{}",
           "{": r"\{", "}": r"\}",
           "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}",
-          "—": "---", "–": "--", "µ": r"\textmu{}", "×": r"$\times$", "−": "-", "≥": r"$\geq$", "≤": r"$\leq$"}
+          "—": "---", "·": r"$\cdot$", "–": "--", "µ": r"\textmu{}", "×": r"$\times$", "−": "-", "≥": r"$\geq$", "≤": r"$\leq$"}
 
 
 def latex_escape(text: Any) -> str:
@@ -147,8 +149,24 @@ def markdown(t: Table) -> str:
 
     lines = ["| " + " | ".join(markdown_escape(t.header(c)) for c in cols) + " |",
              "|" + "|".join("---:" if c in t.formats else ":---" for c in cols) + "|"]
-    lines += ["| " + " | ".join(markdown_escape(v) for v in r) + " |" for r in _rows(t)]
+    for i, r in enumerate(_rows(t)):
+        texts = [_markdown_link(markdown_escape(v), _link(t, c, i)) for c, v in zip(cols, r)]
+        if t.anchors:
+            texts[0] = f'<a id="{html.escape(t.anchors[i])}"></a>{texts[0]}'
+        lines.append("| " + " | ".join(texts) + " |")
     return "\n".join(lines)
+
+
+def _link(t: Table, column: str, row: int) -> str | None:
+    hrefs = t.links.get(column) or []
+    return hrefs[row] if row < len(hrefs) else None
+
+
+def _markdown_link(text: str, href: str | None) -> str:
+    """``text`` (already escaped) as a link to ``href`` (a relative path or ``#anchor`` the report made)."""
+    if not href:
+        return text
+    return f"[{text}]({href.replace(' ', '%20').replace('(', '%28').replace(')', '%29')})"
 
 
 def _tex_header(text: str, align: str) -> str:
@@ -182,10 +200,23 @@ def html_table(t: Table) -> str:
     cols = t.shown
     head = "".join(f'<th class="{"num" if c in t.formats else "txt"}">{html.escape(printable(t.header(c)))}</th>'
                    for c in cols)
-    body = "".join("<tr>" + "".join(f'<td class="{"num" if c in t.formats else "txt"}">'
-                                    f"{html.escape(printable(v))}</td>" for c, v in zip(cols, r)) + "</tr>\n"
-                   for r in _rows(t))
+    body = "".join((f'<tr id="{html.escape(t.anchors[i])}">' if t.anchors else "<tr>")
+                   + "".join(f'<td class="{"num" if c in t.formats else "txt"}">'
+                             f"{_html_link(breakable(html.escape(printable(v))), _link(t, c, i))}</td>"
+                             for c, v in zip(cols, r)) + "</tr>\n"
+                   for i, r in enumerate(_rows(t)))
     return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody>\n</table>"
+
+
+def breakable(escaped: str) -> str:
+    """Escaped HTML text with a line-break opportunity after each ``_``, ``@`` and ``/`` between name characters:
+    an identifier such as kill_mid_turn@checkpoint or a path wraps in a narrow column instead of widening the
+    page (an escaped ``&lt;/`` stays as it is)."""
+    return re.sub(r"([_@]|(?<=[\w.-])/(?=[\w.-]))", r"\1<wbr>", escaped)
+
+
+def _html_link(text: str, href: str | None) -> str:
+    return f'<a href="{html.escape(href)}">{text}</a>' if href else text
 
 
 # ---------------------------------------------------------------- statistics
@@ -761,22 +792,25 @@ def soak_distribution(run: SoakRun) -> Table:
                  {"seeds": "d", "%": ".1f"}, saved=False)
 
 
-def soak_non_pass(run: SoakRun) -> Table | None:
-    """Every seed that did not pass: what went wrong (the error, or each failing/unknown check), how to
-    reproduce it, where its run directory is."""
+def soak_seeds(run: SoakRun, anchors: list[str], run_links: list[str | None],
+               failure_links: list[str | None]) -> Table:
+    """Every seed the soak finished: its verdict, what went wrong (the error, or each failing/unknown check), its
+    wall time and recovery, and its run directory. Row ``i`` is ``run.runs[i]``: its id ``anchors[i]``, its run
+    directory's link ``run_links[i]`` and, if it did not pass, its entry among the failures ``failure_links[i]``
+    (an anchor, without ``#``)."""
     rows = []
     for r in run.runs:
-        if r["verdict"] == "pass":
-            continue
         why = [f"error: {r['error']}"] if r.get("error") else [
             f"{c.get('check', '?')}: {c.get('verdict', '?')}: {c.get('summary', '')}"
             for c in (r.get("non_pass") or []) if isinstance(c, dict)]
+        rec = r.get("recovery") if isinstance(r.get("recovery"), dict) else {}
         rows.append({"seed": r["seed"], "verdict": r["verdict"], "what went wrong": "; ".join(why) or DASH,
-                     "reproduce": r.get("reproduce") or DASH, "run": r.get("run_dir") or DASH})
-    if not rows:
-        return None
-    return Table(f"soak-{run.scenario}-non-pass", f"Soak of {run.scenario}: the seeds that did not pass.",
-                 pd.DataFrame(rows), {"seed": "d"}, saved=False)
+                     "wall (s)": _seconds(r.get("wall_s")), "recovery (s)": _seconds(rec.get("worst_s")),
+                     "run": r["path"].name if r.get("path") else DASH})
+    return Table(f"soak-{run.scenario}-seeds", f"Soak of {run.scenario}: every seed that finished (a seed that did "
+                 "not pass links to its entry among the failures, with its reproduce command).", pd.DataFrame(rows),
+                 {"seed": "d", "wall (s)": ".1f", "recovery (s)": ".1f"}, saved=False, anchors=anchors,
+                 links={"run": run_links, "verdict": [f"#{a}" if a else None for a in failure_links]})
 
 
 # ---------------------------------------------------------------- engines side by side

@@ -456,7 +456,7 @@ def test_empty_runs_dir_still_writes_a_report(tmp_path, capsys):
     md = (out / "report.md").read_text()
     assert "No runs found" in md
     for hint in ("no data (run `make bench`)", "no data (run `make chaos`)",
-                 "no data (run `python -m migration_fuzz`)"):
+                 "no data (run `dah-fuzz`)"):
         assert hint in md
     assert "no runs found" in capsys.readouterr().out
 
