@@ -62,13 +62,31 @@ _STEPS: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
 ]
 
 
-def levers() -> list[tuple[str, str, Timeouts, dict[str, Any]]]:
-    """The cumulative steps: (name, what it changes, its timeouts, its client settings)."""
-    out, timeouts, client = [], _MAIN, {}
+#: variants of ``fast`` (the ``workflow_task`` step), one change each, measured but not taken: (name, what it
+#: changes, the scenario's cluster changes, the worker's extra arguments)
+_VARIANTS: list[tuple[str, str, dict[str, Any], tuple[str, ...]]] = [
+    ("nocache", "fast, with the workers' workflow cache off (max_cached_workflows 0: no sticky queue, every "
+                "workflow task replays the history)", {}, ("--max-cached-workflows", "0")),
+    ("latency500", "fast, with the model answering in 500 ms (kill_mid_turn's latency before issue 31)",
+     {"model_latency": "fixed:500"}, ()),
+]
+
+Lever = tuple[str, str, Timeouts, dict[str, Any], dict[str, Any], tuple[str, ...]]
+
+
+def levers() -> list[Lever]:
+    """The cumulative steps, then the variants of ``fast``: (name, what it changes, its timeouts, its client
+    settings, its cluster changes, the worker's extra arguments)."""
+    out: list[Lever] = []
+    timeouts, client = _MAIN, {}
     for name, what, t, c in _STEPS:
         timeouts = dataclasses.replace(timeouts, name=f"lever-{name}", description=what, **t)
         client = {**client, **c}
-        out.append((name, what, timeouts, dict(client)))
+        out.append((name, what, timeouts, dict(client), {}, ()))
+    fast = next(lv for lv in out if lv[0] == "workflow_task")
+    for name, what, cluster, args in _VARIANTS:
+        out.append((name, what, dataclasses.replace(fast[2], name=f"lever-{name}", description=what), fast[3],
+                    cluster, args))
     return out
 
 
@@ -143,16 +161,22 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "parts_mean_s": parts, "false_timeouts": false}
 
 
-async def one(scenario_name: str, lever: tuple[str, str, Timeouts, dict[str, Any]], seed: int, hogs: int,
-              out: Path) -> dict[str, Any]:
+async def one(scenario_name: str, lever: Lever, seed: int, hogs: int, out: Path) -> dict[str, Any]:
     from chaos.scenarios import SCENARIOS
+    from testbed.engines.temporal import ReferenceOnTemporal
 
-    name, _, timeouts, client = lever
+    name, _, timeouts, client, cluster, worker_args = lever
     TIMEOUTS[timeouts.name] = timeouts  # this process's runs only: the workers get its sticky and throttle values
     base = SCENARIOS[scenario_name]
     scenario = dataclasses.replace(base, name=f"{scenario_name}~{name}", timeouts=timeouts.name,
-                                   workload=dataclasses.replace(base.workload, **client))
-    result = await run_beside_hogs(scenario, hogs, seed, out)
+                                   workload=dataclasses.replace(base.workload, **client),
+                                   cluster=dataclasses.replace(base.cluster, **cluster))
+
+    class Engine(ReferenceOnTemporal):
+        def worker_command(self, scenario: Any) -> tuple[str, ...]:
+            return (*super().worker_command(scenario), *worker_args)
+
+    result = await run_beside_hogs(scenario, hogs, seed, out, Engine())
     return measured(result.run_dir, scenario_name, name, seed, result.verdict)
 
 
@@ -191,8 +215,9 @@ def _seeds(text: str) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.recovery_levers", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    names = [n for n, *_ in _STEPS]
-    p.add_argument("--levers", default=",".join(names), help=f"steps, comma-separated (default all: {','.join(names)})")
+    names = [n for n, *_ in _STEPS] + [n for n, *_ in _VARIANTS]
+    p.add_argument("--levers", default=",".join(n for n, *_ in _STEPS),
+                   help=f"steps and variants of fast, comma-separated: {','.join(names)} (default: the steps)")
     p.add_argument("--scenarios", default=",".join(KILL_SCENARIOS), help="kill scenarios, comma-separated")
     p.add_argument("--seeds", default="1-3", help="seeds, e.g. 1-3 or 1,4,7 (default 1-3)")
     p.add_argument("--hogs", type=int, default=2, help="CPU-spinning processes beside each run (default 2)")
@@ -217,8 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     say = progress()
     rows: list[dict[str, Any]] = []
     doc: dict[str, Any] = {"hogs": args.hogs, "cpus": os.cpu_count(), "seeds": _seeds(args.seeds),
-                           "levers": [{"name": n, "changes": w, "timeouts": dataclasses.asdict(t), "client": c}
-                                      for n, w, t, c in chosen], "runs": rows, "summary": {}}
+                           "levers": [{"name": n, "changes": w, "timeouts": dataclasses.asdict(t), "client": c,
+                                       "cluster": cl, "worker_args": list(a)} for n, w, t, c, cl, a in chosen],
+                           "runs": rows, "summary": {}}
     for seed in _seeds(args.seeds):  # seeds outermost: every lever sees the machine in the same state, in turn
         for scenario in scenarios:
             for lever in chosen:
