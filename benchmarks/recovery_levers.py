@@ -3,13 +3,16 @@
     python -m benchmarks.recovery_levers                              # every lever, the four kill scenarios, seeds 1-3
     python -m benchmarks.recovery_levers --levers main,fast --seeds 1-20 --hogs 0
     python -m benchmarks.recovery_levers --scenarios kill_mid_turn --seeds 1-5 --hogs 2
+    python -m benchmarks.recovery_levers --levers workflow_task,nocache,latency500 --scenarios kill_mid_turn
     python -m benchmarks.recovery_levers --soaks runs/soak-kill_mid_turn/latest --label fast   # measure a soak
 
 The levers are steps from the settings chaos ran with before they were tuned (``main``: heartbeat 1.5 s held back
 up to 0.5 s, retry after 0.1 s, workflow task 1.5 s, sticky 1 s, a 4 s first try and a 0.5 s pause before a
 re-send) to the ``fast`` timeouts profile of ``testbed.engines.driver.TIMEOUTS``, one lever at a time, each step
-keeping the ones before it (``LEVERS``). For each step, each scenario runs once per seed while ``--hogs`` processes
-spin on the CPU beside it (started here and killed by pid), and the step's row says:
+keeping the ones before it (``_STEPS``), then variants of ``fast`` that change one thing each and are measured,
+not taken (``_VARIANTS``: ``nocache``, the workers' workflow cache off, so no sticky queue; ``latency500``, the
+model answering in 500 ms, as ``kill_mid_turn``'s did before issue 31). For each step, each scenario runs once per
+seed while ``--hogs`` processes spin on the CPU beside it (started here and killed by pid), and the step's row says:
 
 * recovery: the p50 and p95 over its runs of the run's recovery (``verdict.json``'s ``recovery.worst_s``: the worst
   conversation's wait from a fault's end to its next correct answer), of the same wait less the time before the
@@ -172,11 +175,10 @@ async def one(scenario_name: str, lever: Lever, seed: int, hogs: int, out: Path)
                                    workload=dataclasses.replace(base.workload, **client),
                                    cluster=dataclasses.replace(base.cluster, **cluster))
 
-    class Engine(ReferenceOnTemporal):
-        def worker_command(self, scenario: Any) -> tuple[str, ...]:
-            return (*super().worker_command(scenario), *worker_args)
-
-    result = await run_beside_hogs(scenario, hogs, seed, out, Engine())
+    engine = ReferenceOnTemporal()
+    if worker_args:  # this engine's workers only: the reference worker's template and these arguments after it
+        engine.worker_command = lambda s: (*ReferenceOnTemporal.worker_command(engine, s), *worker_args)
+    result = await run_beside_hogs(scenario, hogs, seed, out, engine)
     return measured(result.run_dir, scenario_name, name, seed, result.verdict)
 
 
