@@ -41,13 +41,14 @@ def count(run_dir: Path) -> dict[str, Any]:
             "messages_ok": sum(o.type == "ok" for o in sends), "messages_not_ok": sum(o.type != "ok" for o in sends)}
 
 
-async def run_beside_hogs(scenario: Any, hogs: int, seed: int, out: Path) -> Any:
-    """One chaos run of the reference agent while ``hogs`` processes spin on the CPU (started here, killed by pid)."""
+async def run_beside_hogs(scenario: Any, hogs: int, seed: int, out: Path, engine: Any = None) -> Any:
+    """One chaos run of the reference agent (on ``engine``, default ``ReferenceOnTemporal()``) while ``hogs``
+    processes spin on the CPU (started here, killed by pid)."""
     from testbed.engines.temporal import ReferenceOnTemporal
     from chaos.runner import run
 
     with cpu_hogs(hogs):  # started here, killed by pid (and by the kernel with us)
-        return await run(scenario, ReferenceOnTemporal(), seed=seed, out_root=out)
+        return await run(scenario, engine or ReferenceOnTemporal(), seed=seed, out_root=out)
 
 
 async def one(profile: str, hogs: int, duration_s: float, seed: int, out: Path) -> dict[str, Any]:

@@ -3,13 +3,16 @@
     python -m benchmarks.recovery_levers                              # every lever, the four kill scenarios, seeds 1-3
     python -m benchmarks.recovery_levers --levers main,fast --seeds 1-20 --hogs 0
     python -m benchmarks.recovery_levers --scenarios kill_mid_turn --seeds 1-5 --hogs 2
+    python -m benchmarks.recovery_levers --levers workflow_task,nocache,latency500 --scenarios kill_mid_turn
     python -m benchmarks.recovery_levers --soaks runs/soak-kill_mid_turn/latest --label fast   # measure a soak
 
 The levers are steps from the settings chaos ran with before they were tuned (``main``: heartbeat 1.5 s held back
 up to 0.5 s, retry after 0.1 s, workflow task 1.5 s, sticky 1 s, a 4 s first try and a 0.5 s pause before a
 re-send) to the ``fast`` timeouts profile of ``testbed.engines.driver.TIMEOUTS``, one lever at a time, each step
-keeping the ones before it (``LEVERS``). For each step, each scenario runs once per seed while ``--hogs`` processes
-spin on the CPU beside it (started here and killed by pid), and the step's row says:
+keeping the ones before it (``_STEPS``), then variants of ``fast`` that change one thing each and are measured,
+not taken (``_VARIANTS``: ``nocache``, the workers' workflow cache off, so no sticky queue; ``latency500``, the
+model answering in 500 ms, as ``kill_mid_turn``'s did before issue 31). For each step, each scenario runs once per
+seed while ``--hogs`` processes spin on the CPU beside it (started here and killed by pid), and the step's row says:
 
 * recovery: the p50 and p95 over its runs of the run's recovery (``verdict.json``'s ``recovery.worst_s``: the worst
   conversation's wait from a fault's end to its next correct answer), of the same wait less the time before the
@@ -63,13 +66,31 @@ _STEPS: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
 ]
 
 
-def levers() -> list[tuple[str, str, Timeouts, dict[str, Any]]]:
-    """The cumulative steps: (name, what it changes, its timeouts, its client settings)."""
-    out, timeouts, client = [], _MAIN, {}
+#: variants of ``fast`` (the ``workflow_task`` step), one change each, measured but not taken: (name, what it
+#: changes, the scenario's cluster changes, the worker's extra arguments)
+_VARIANTS: list[tuple[str, str, dict[str, Any], tuple[str, ...]]] = [
+    ("nocache", "fast, with the workers' workflow cache off (max_cached_workflows 0: no sticky queue, every "
+                "workflow task replays the history)", {}, ("--max-cached-workflows", "0")),
+    ("latency500", "fast, with the model answering in 500 ms (kill_mid_turn's latency before issue 31)",
+     {"model_latency": "fixed:500"}, ()),
+]
+
+Lever = tuple[str, str, Timeouts, dict[str, Any], dict[str, Any], tuple[str, ...]]
+
+
+def levers() -> list[Lever]:
+    """The cumulative steps, then the variants of ``fast``: (name, what it changes, its timeouts, its client
+    settings, its cluster changes, the worker's extra arguments)."""
+    out: list[Lever] = []
+    timeouts, client = _MAIN, {}
     for name, what, t, c in _STEPS:
         timeouts = dataclasses.replace(timeouts, name=f"lever-{name}", description=what, **t)
         client = {**client, **c}
-        out.append((name, what, timeouts, dict(client)))
+        out.append((name, what, timeouts, dict(client), {}, ()))
+    fast = next(lv for lv in out if lv[0] == "workflow_task")
+    for name, what, cluster, args in _VARIANTS:
+        out.append((name, what, dataclasses.replace(fast[2], name=f"lever-{name}", description=what), fast[3],
+                    cluster, args))
     return out
 
 
@@ -144,16 +165,21 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "parts_mean_s": parts, "false_timeouts": false}
 
 
-async def one(scenario_name: str, lever: tuple[str, str, Timeouts, dict[str, Any]], seed: int, hogs: int,
-              out: Path) -> dict[str, Any]:
+async def one(scenario_name: str, lever: Lever, seed: int, hogs: int, out: Path) -> dict[str, Any]:
     from chaos.scenarios import SCENARIOS
+    from testbed.engines.temporal import ReferenceOnTemporal
 
-    name, _, timeouts, client = lever
+    name, _, timeouts, client, cluster, worker_args = lever
     TIMEOUTS[timeouts.name] = timeouts  # this process's runs only: the workers get its sticky and throttle values
     base = SCENARIOS[scenario_name]
     scenario = dataclasses.replace(base, name=f"{scenario_name}~{name}", timeouts=timeouts.name,
-                                   workload=dataclasses.replace(base.workload, **client))
-    result = await run_beside_hogs(scenario, hogs, seed, out)
+                                   workload=dataclasses.replace(base.workload, **client),
+                                   cluster=dataclasses.replace(base.cluster, **cluster))
+
+    engine = ReferenceOnTemporal()
+    if worker_args:  # this engine's workers only: the reference worker's template and these arguments after it
+        engine.worker_command = lambda s: (*ReferenceOnTemporal.worker_command(engine, s), *worker_args)
+    result = await run_beside_hogs(scenario, hogs, seed, out, engine)
     return measured(result.run_dir, scenario_name, name, seed, result.verdict)
 
 
@@ -192,8 +218,9 @@ def _seeds(text: str) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     p = CommandParser(prog=tool("benchmarks.recovery_levers"), description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    names = [n for n, *_ in _STEPS]
-    p.add_argument("--levers", default=",".join(names), help=f"steps, comma-separated (default all: {','.join(names)})")
+    names = [n for n, *_ in _STEPS] + [n for n, *_ in _VARIANTS]
+    p.add_argument("--levers", default=",".join(n for n, *_ in _STEPS),
+                   help=f"steps and variants of fast, comma-separated: {','.join(names)} (default: the steps)")
     p.add_argument("--scenarios", default=",".join(KILL_SCENARIOS), help="kill scenarios, comma-separated")
     p.add_argument("--seeds", default="1-3", help="seeds, e.g. 1-3 or 1,4,7 (default 1-3)")
     p.add_argument("--hogs", type=int, default=2, help="CPU-spinning processes beside each run (default 2)")
@@ -218,8 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     say = progress()
     rows: list[dict[str, Any]] = []
     doc: dict[str, Any] = {"hogs": args.hogs, "cpus": os.cpu_count(), "seeds": _seeds(args.seeds),
-                           "levers": [{"name": n, "changes": w, "timeouts": dataclasses.asdict(t), "client": c}
-                                      for n, w, t, c in chosen], "runs": rows, "summary": {}}
+                           "levers": [{"name": n, "changes": w, "timeouts": dataclasses.asdict(t), "client": c,
+                                       "cluster": cl, "worker_args": list(a)} for n, w, t, c, cl, a in chosen],
+                           "runs": rows, "summary": {}}
     for seed in _seeds(args.seeds):  # seeds outermost: every lever sees the machine in the same state, in turn
         for scenario in scenarios:
             for lever in chosen:

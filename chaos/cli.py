@@ -164,8 +164,9 @@ def _engine_options(p: argparse.ArgumentParser) -> None:
                            "(on PostgreSQL; also " + ", ".join(sorted(set(twins("dbos-postgres")) -
                                                                       set(twins("dbos")))) + ") or restate "
                            "(a Restate server; " + ", ".join(twins("restate")) + ")")
-    add_model_latency(p, default=None, default_text="each scenario's own: fixed:100, or fixed:500 where a kill "
-                                                    "must land mid-call")
+    add_model_latency(p, default=None, default_text="each scenario's own: fixed:100, fixed:150 for "
+                                                    "kill_mid_turn's aimed kills, or fixed:500 where a drain or a "
+                                                    "local activity's kill must land mid-call")
 
 
 def _cluster(p: argparse.ArgumentParser) -> None:

@@ -12,6 +12,7 @@ import json
 import random
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -21,7 +22,7 @@ import pytest
 
 from testbed.engines.byo import OwnAgentOnTemporal
 from chaos.checker.verdict import run_checkers
-from testbed.faults.nemesis import NemesisContext, aimed_at, kill_worker
+from testbed.faults.nemesis import NemesisContext, _another_up, aimed_at, kill_worker
 from chaos.runner import run
 from chaos.scenarios import SCENARIOS, ClusterSpec, scenario_from_dict
 from testbed.engines.target import Target
@@ -148,6 +149,33 @@ async def test_a_kill_aimed_at_a_tool_freezes_the_worker_running_it_and_kills_it
     assert value["aim"] == {"when": "busy", "activity": "tool", "at": None}
     assert value["observed_by"] == "effect_ledger" and value["probes"] == 1
     assert {"worker", "identity", "evidence", "down_s", "killed_at"} <= set(value)  # what the checkers read
+
+
+async def test_a_kill_that_spares_the_last_worker_waits_until_another_is_up(tmp_path: Path) -> None:
+    """kill_mid_tool's two aims may overlap: with ``spare`` the second never takes the last worker up. While w1 is
+    down (held by a fault, then restarting), w2's tool call is not aimed at; once w1 is back, it is."""
+    path = tmp_path / "l.sqlite3"
+    with EffectLedger(path, faults=AgentFaults()) as ledger:
+        ledger.begin_execution(ident(worker="w2-1", activity_id="7"), "append_file")
+    ctx, procs = fake_context(tmp_path, path)
+    w1 = ctx.stack.worker("w1")
+    procs["w1"].dead = True  # killed by the first fault, held down
+    w1.down_until = time.monotonic() + 60
+    value = await kill_worker(ctx, when="busy", activity="tool", down_s=0.5, wait_s=0.3, spare=True)
+    assert value["evidence"] == [] and value["probes"] == 0 and value["aim"]["spare"] is True
+    procs["w1"].dead = procs["w2"].dead = False  # the miss killed one unaimed, as any miss does: both back
+    w1.down_until = 0.0
+    with w1.lock:  # w1 replaced, but the supervisor holds it until the replacement polls: not up yet
+        assert not _another_up(ctx, "w2") and _another_up(ctx, "w1")
+    ctx.paused.add("w1")  # a pause holds it: not up either
+    assert not _another_up(ctx, "w2")
+    ctx.paused.discard("w1")
+    assert _another_up(ctx, "w2")
+    for p in procs.values():
+        p.calls.clear()
+    value = await kill_worker(ctx, when="busy", activity="tool", down_s=0.5, wait_s=1.0, spare=True)
+    assert value["worker"] == "w2" and procs["w2"].calls == ["pause", "kill"] and procs["w1"].calls == []
+    assert [e["activity"] for e in value["evidence"]] == ["append_file"]
 
 
 async def test_a_worker_with_the_sdk_default_identity_is_found_and_recorded_as_the_server_sees_it(

@@ -273,13 +273,23 @@ async def _freeze_then_kill(ctx: NemesisContext, identity: str, down_s: float,
     return name, identity, evidence, killed_at, snapshot
 
 
-async def _aim_activity(ctx: NemesisContext, activity: str | None, down_s: float, wait_s: float
-                        ) -> tuple[Hit | None, dict[str, Any]]:
-    """Kill a worker frozen while it runs an activity ``activity`` aims at."""
+def _another_up(ctx: NemesisContext, name: str | None) -> bool:
+    """A worker other than ``name`` is up: alive, held down by no fault, paused by none, not being restarted (the
+    supervisor holds its lock until the replacement polls)."""
+    now = time.monotonic()
+    return any(w.name != name and w.process.alive and now >= w.down_until and w.name not in ctx.paused
+               and not w.lock.locked() for w in ctx.stack.workers)
+
+
+async def _aim_activity(ctx: NemesisContext, activity: str | None, down_s: float, wait_s: float,
+                        spare: bool = False) -> tuple[Hit | None, dict[str, Any]]:
+    """Kill a worker frozen while it runs an activity ``activity`` aims at (``spare``: only while another is up)."""
     deadline = time.monotonic() + wait_s
     probes, source = 0, ""
     while time.monotonic() < deadline:
         running, source = await _aimed_running(ctx, activity)
+        if spare:
+            running = [a for a in running if _another_up(ctx, _worker_of(ctx, a["worker"]))]
         if running:
             identity = running[0]["worker"]
             keys = {_key(a) for a in running if a["worker"] == identity}
@@ -329,12 +339,13 @@ def _wft(desc: Any) -> dict[str, Any] | None:
             "started": p.started_time.ToDatetime().isoformat() if p.HasField("started_time") else None}
 
 
-async def _aim_workflow_task(ctx: NemesisContext, down_s: float, wait_s: float, hold_s: float
+async def _aim_workflow_task(ctx: NemesisContext, down_s: float, wait_s: float, hold_s: float, spare: bool = False
                              ) -> tuple[Hit | None, dict[str, Any]]:
     """Kill a worker while it holds a workflow task. When the client sends a message (an Update), the worker that
     holds the conversation in its cache (it completed its last workflow task: the server sends the next one to its
     sticky queue) is frozen; if Temporal then shows the conversation's workflow task *started* and it stays started,
-    unchanged, for ``hold_s`` (a live worker completes one in milliseconds), the frozen worker holds it: kill."""
+    unchanged, for ``hold_s`` (a live worker completes one in milliseconds), the frozen worker holds it: kill.
+    ``spare``: only while another worker is up."""
     deadline = time.monotonic() + wait_s
     sticky: dict[str, str] = {}
     probes = 0
@@ -357,7 +368,8 @@ async def _aim_workflow_task(ctx: NemesisContext, down_s: float, wait_s: float, 
             seen = len(ops)
             for op in reversed(sends):  # the latest first: its workflow task is the likeliest still in flight
                 wid, identity = op.value.get("conversation"), sticky.get(op.value.get("conversation"))
-                if not identity or not _worker_of(ctx, identity):
+                if not identity or not _worker_of(ctx, identity) or (
+                        spare and not _another_up(ctx, _worker_of(ctx, identity))):
                     continue
 
                 async def confirm(wid: str = wid, identity: str = identity, op: Any = op) -> list[dict[str, Any]]:
@@ -459,7 +471,7 @@ async def _aim_continue_as_new(ctx: NemesisContext, phase: str, threshold: int, 
 
 async def kill_worker(ctx: NemesisContext, when: str = "busy", activity: str | None = "model", down_s: float = 2.0,
                       wait_s: float = 15.0, at: str | None = None, phase: str = "any", history_events: int = 0,
-                      hold_s: float = 0.25) -> dict[str, Any]:
+                      hold_s: float = 0.25, spare: bool = False) -> dict[str, Any]:
     """SIGKILL a worker; it stays down ``down_s``, then the supervisor restarts it.
 
     ``at`` None (or "activity"): one running ``activity`` ("busy": "model", "tool", an activity type's name, or
@@ -468,7 +480,9 @@ async def kill_worker(ctx: NemesisContext, when: str = "busy", activity: str | N
     holding a conversation about to continue-as-new or that just did (``phase``; ``history_events``: the
     threshold, default the engine's ``continue_as_new_events``: the scenario's setting on the reference, a
     target file's ``continue_as_new_events`` on a target). An aimed kill that finds no moment within ``wait_s``
-    kills a worker anyway, with empty ``evidence``. The completion records ``aim`` and how the aim was observed
+    kills a worker anyway, with empty ``evidence``. ``spare`` (an activity or workflow-task aim): never the last worker up; the aim
+    waits while the other is down or not yet polling again (two aimed kills that overlap then never leave the
+    agent without a worker, unless the scenario means to: ``spare`` False). The completion records ``aim`` and how the aim was observed
     (``observed_by``, ``probes``: how many times a worker was frozen to check it). A "before" kill whose threshold
     is unknown kills nothing: its operation completes ``fail`` (it certainly did not happen) with ``not_injected``
     saying why, which the faults column and ``injection_evidence`` show as not injected."""
@@ -477,11 +491,12 @@ async def kill_worker(ctx: NemesisContext, when: str = "busy", activity: str | N
     if phase not in ("before", "after", "any"):
         raise ValueError(f"kill_worker phase={phase!r}: one of before, after, any")
     at = None if at == "activity" else at
-    aim: dict[str, Any] = {"when": when, "activity": activity, "at": at}
+    aim: dict[str, Any] = {"when": when, "activity": activity, "at": at, **({"spare": True} if spare else {})}
     if at == "continue_as_new":
         aim.update(phase=phase, history_events=history_events or ctx.continue_as_new_events)
     op = ctx.history.invoke("nemesis", "kill_worker", {"when": when, "activity": activity, "down_s": down_s,
                                                        **({"at": at} if at else {}),
+                                                       **({"spare": True} if spare else {}),
                                                        **({"phase": phase} if at == "continue_as_new" else {})})
     if at == "continue_as_new" and phase == "before" and not aim["history_events"]:
         why = ("the continue-as-new threshold is unknown, so no moment before one can be aimed at: declare the "
@@ -496,11 +511,11 @@ async def kill_worker(ctx: NemesisContext, when: str = "busy", activity: str | N
     if at in ("workflow_task", "continue_as_new") and ctx.client is None:
         info = {"observed_by": None, "not_observable": f"{at}: this backend has no Temporal server to observe"}
     elif at == "workflow_task":
-        hit, info = await _aim_workflow_task(ctx, down_s, wait_s, hold_s)
+        hit, info = await _aim_workflow_task(ctx, down_s, wait_s, hold_s, spare)
     elif at == "continue_as_new":
         hit, info = await _aim_continue_as_new(ctx, phase, aim["history_events"], down_s, wait_s)
     elif when == "busy":
-        hit, info = await _aim_activity(ctx, activity, down_s, wait_s)
+        hit, info = await _aim_activity(ctx, activity, down_s, wait_s, spare)
     elif when == "idle":
         # A worker holding a conversation that waits for its next message (no activity of its own running).
         deadline = time.monotonic() + wait_s
