@@ -111,3 +111,13 @@ def test_from_a_users_project_a_passing_run_passes_and_a_planted_bug_fails_with_
         run_dir = Path(run.rsplit(" ", 1)[1])
         assert run_dir.is_relative_to(project / "runs") and (run_dir / "verdict.json").is_file(), run
         assert json.loads((run_dir / "verdict.json").read_text())["verdict"] == verdict, run
+
+
+def test_the_ci_example_runs_the_agents_own_tests_with_only_pytest_and_the_plugin() -> None:
+    import yaml
+
+    job = yaml.safe_load((ROOT / "examples" / "ci" / "github-actions.yml").read_text())["jobs"]["pytest-plugin"]
+    steps = "\n".join(str(step.get("run", "")) for step in job["steps"])
+    assert 'pip" install pytest ./plugins/pytest-dah' in steps and "cp -r examples/third_party_agent" in steps
+    assert "-m planted_bug" in steps and 'test "$status" -eq 1' in steps  # the planted bug must fail its test
+    assert any(step.get("env", {}).get("DAH_HOME") == "${{ github.workspace }}" for step in job["steps"])

@@ -266,7 +266,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         counts[r.verdict] = counts.get(r.verdict, 0) + 1
     tally = ", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no runs read"
     terminalreporter.write_sep("-", "chaos (pytest-dah)")
-    terminalreporter.write_line(f"{len(runs)} chaos run(s) in {len(results)} command(s): {tally}")
+    terminalreporter.write_line(f"{len(runs)} chaos run(s) from {len(results)} call(s): {tally}")
     for res in results:
         for r in res.runs:
             terminalreporter.write_line(f"  {r.scenario} seed {r.seed}: {r.verdict}  {r.run_dir or res.out}")

@@ -183,8 +183,10 @@ class ChaosResult:
         its run directory and the command that reproduces it."""
         bad = [r for r in self.runs if not (r.passed or r.skipped)]
         said = "; ".join(r.headline() for r in bad)
+        if not said and not self.runs:  # the command itself went wrong: its own last words say why
+            said = (self.stderr_tail or [self.problem or ""])[-1]
         lines = [f"chaos {self.verdict}" + (f": {said}" if said else ""),
-                 f"  python -m chaos {shlex.join(self.command[3:])} (exit status {self.exit_code})"]
+                 f"  ran: {shlex.join(self.command)} (exit status {self.exit_code})"]
         if self.problem:
             lines.append(f"  {self.problem}")
         for r in bad:
@@ -303,6 +305,7 @@ def read_runs(harness: Harness, out: Path) -> "tuple[List[ChaosRun], Optional[st
     """Every run in ``out``, read by ``python -m chaos summary`` (its summary JSON, written into ``out``), with
     each run's checks from its ``verdict.json``; and what could not be read (None: nothing)."""
     if not any(out.iterdir()):
+        out.rmdir()  # nothing to keep: no empty directory stays behind
         return [], "it left no run directory"
     summary = out / SUMMARY_FILE
     done = subprocess.run(harness.command("summary", str(out), "--summary", str(summary), "--junit",
