@@ -12,6 +12,7 @@ import ast
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import venv
@@ -83,24 +84,39 @@ def test_without_the_harness_a_chaos_test_errors_in_one_line_saying_what_to_set(
 @pytest.mark.background  # mostly waiting on two chaos runs: alongside the other tests (conftest)
 def test_from_a_users_project_a_passing_run_passes_and_a_planted_bug_fails_with_its_reproduce_command(
         users_pytest: Path, project: Path) -> None:
-    junit = project / "junit.xml"
-    out = subprocess.run([str(users_pytest), "-p", "no:cacheprovider", "-m", "", "-k",
-                          "writing_them or fails_this_test", f"--junitxml={junit}"], cwd=project,
-                         env=users_environment(DAH_HOME=str(ROOT), DAH_PYTHON=sys.executable), capture_output=True, text=True, timeout=540)
-    said = out.stdout[-8000:] + out.stderr[-2000:]
-    assert out.returncode == 1, said  # 1: tests ran and one failed (not a usage error, 4, or an internal one, 3)
-    assert "1 failed, 1 passed" in out.stdout, said
+    # Two pytest sessions at once, as two CI jobs would: the passing test, and the planted bug's.
+    env = users_environment(DAH_HOME=str(ROOT), DAH_PYTHON=sys.executable)
+    sessions = {}
+    for name, selected in (("pass", "writing_them"), ("fail", "fails_this_test")):
+        log = (project / f"{name}.log").open("w")
+        sessions[name] = (subprocess.Popen([str(users_pytest), "-p", "no:cacheprovider", "-m", "", "-k", selected,
+                                            f"--junitxml={project / name}.xml"], cwd=project, env=env, stdout=log,
+                                           stderr=subprocess.STDOUT), log)
+    try:
+        for proc, _ in sessions.values():
+            proc.wait(timeout=540)
+    finally:  # a session still running (the timeout): stopped as Ctrl-C stops it, its runs end interrupted
+        for proc, log in sessions.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                proc.wait(timeout=120)
+            log.close()
+    said = {name: (project / f"{name}.log").read_text() for name in sessions}
+    assert sessions["pass"][0].returncode == 0 and "1 passed" in said["pass"], said["pass"][-6000:]
+    # 1: the test ran and failed (not a usage error, 4, nor an internal one, 3)
+    assert sessions["fail"][0].returncode == 1 and "1 failed" in said["fail"], said["fail"][-6000:]
     # The planted bug's message: the checkers that caught it, with their summaries, and a reproduce command that
     # runs as printed (the harness's interpreter, in the harness, the copied target file).
-    assert "chaos fail: crash_after_effect seed 1 fail" in out.stdout, said
-    assert "effects: fail: " in out.stdout and "applied more than once" in out.stdout, said
-    reproduce = next(line.split("reproduce: ", 1)[1] for line in out.stdout.splitlines() if "reproduce: " in line)
+    out = said["fail"]
+    assert "chaos fail: crash_after_effect seed 1 fail" in out, out[-6000:]
+    assert "effects: fail: " in out and "applied more than once" in out, out[-6000:]
+    reproduce = next(line.split("reproduce: ", 1)[1] for line in out.splitlines() if "reproduce: " in line)
     assert reproduce == (f"cd {ROOT} && {sys.executable} -m chaos run crash_after_effect --seed 1 "
                          f"--target {project}/chaos-target-planted-bug.toml"), reproduce
-    # The JUnit file: a passing testcase and a failing one, each with its verdict and run directory.
-    cases = {c.get("name"): c for c in ET.parse(junit).iter("testcase")}
-    passing = cases["test_notes_land_once_when_workers_crash_after_writing_them[seed1]"]
-    failing = cases["test_planted_bug_fails_this_test"]
+    # The JUnit files: a passing testcase and a failing one, each with its verdict and run directory.
+    passing = next(ET.parse(project / "pass.xml").iter("testcase"))
+    failing = next(ET.parse(project / "fail.xml").iter("testcase"))
+    assert passing.get("name") == "test_notes_land_once_when_workers_crash_after_writing_them[seed1]"
     props = {name: {p.get("name"): p.get("value") for p in case.iter("property")}
              for name, case in (("pass", passing), ("fail", failing))}
     assert passing.find("failure") is None and props["pass"]["chaos_verdict"] == "pass", props

@@ -15,6 +15,7 @@ harness runs in its own interpreter (``runs.py``): this plugin imports nothing o
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any, List, Optional, Sequence, Union
 
@@ -36,6 +37,8 @@ _OPTIONS = [
                                    "fails; default: no limit)"),
 ]
 _RESULT = pytest.StashKey[List[ChaosResult]]()
+#: ``target=`` naming the harness's own agent, whatever --chaos-target says
+REFERENCE = "reference"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -81,6 +84,11 @@ def parse_seeds(text: Union[str, int, Sequence[int]]) -> List[int]:
     return seeds
 
 
+def _arguments(args: Union[str, Sequence[str]]) -> List[str]:
+    """More options for the harness's command: a list, or one string split as a shell would."""
+    return shlex.split(args) if isinstance(args, str) else [str(a) for a in args]
+
+
 class Chaos:
     """The ``chaos`` fixture: run a scenario, the suite or a soak through the harness, for one test."""
 
@@ -91,26 +99,28 @@ class Chaos:
     # -- what a test calls --------------------------------------------------------------------------------
 
     def run(self, *scenarios: str, seed: Optional[int] = None, seeds: Union[str, Sequence[int], None] = None,
-            target: Union[str, Path, None] = None, args: Sequence[str] = (), check: bool = True) -> ChaosResult:
+            target: Union[str, Path, None] = None, args: Union[str, Sequence[str]] = (),
+            check: bool = True) -> ChaosResult:
         """``python -m chaos run SCENARIO... --seed N`` for each seed (``seed``, else ``seeds``, else
         --chaos-seeds); fails the test unless every run passed (``check=False``: returns the result only)."""
         if not scenarios:
             raise ValueError("chaos.run: name a scenario (python -m chaos list shows them), or call chaos.suite()")
         chosen = [seed] if seed is not None else self.seeds(seeds)
-        common = [*self._target_args(target), *map(str, args)]
+        common = [*self._target_args(target), *_arguments(args)]
         return self._go([["run", *scenarios, "--seed", str(s), *common] for s in chosen], check)
 
     def suite(self, seeds: Union[str, Sequence[int], None] = None, target: Union[str, Path, None] = None,
-              args: Sequence[str] = (), check: bool = True) -> ChaosResult:
+              args: Union[str, Sequence[str]] = (), check: bool = True) -> ChaosResult:
         """``python -m chaos suite --seeds ...``: every named scenario on each seed."""
         spec = ",".join(map(str, self.seeds(seeds)))
-        return self._go([["suite", "--seeds", spec, *self._target_args(target), *map(str, args)]], check)
+        return self._go([["suite", "--seeds", spec, *self._target_args(target), *_arguments(args)]], check)
 
     def soak(self, scenario: str, seeds: Union[str, Sequence[int], None] = None,
-             target: Union[str, Path, None] = None, args: Sequence[str] = (), check: bool = True) -> ChaosResult:
+             target: Union[str, Path, None] = None, args: Union[str, Sequence[str]] = (),
+             check: bool = True) -> ChaosResult:
         """``python -m chaos soak SCENARIO --seeds ...``: one scenario over many seeds."""
         spec = ",".join(map(str, self.seeds(seeds)))
-        return self._go([["soak", scenario, "--seeds", spec, *self._target_args(target), *map(str, args)]], check)
+        return self._go([["soak", scenario, "--seeds", spec, *self._target_args(target), *_arguments(args)]], check)
 
     # -- settings -------------------------------------------------------------------------------------------
 
@@ -124,7 +134,10 @@ class Chaos:
             raise pytest.UsageError(f"{where}: {exc}") from None
 
     def target(self, given: Union[str, Path, None] = None) -> Optional[Path]:
-        """The target file: ``given`` (relative to the rootdir), else --chaos-target; None: the reference agent."""
+        """The target file: ``given`` (relative to the rootdir), else --chaos-target; None, or ``given`` as
+        ``"reference"``: the harness's reference agent."""
+        if given == REFERENCE:
+            return None
         if given is not None:
             path = Path(given)
             return path if path.is_absolute() else Path(self._config.rootpath) / path
