@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import pytest
 
@@ -37,6 +37,8 @@ _OPTIONS = [
                                    "fails; default: no limit)"),
 ]
 _RESULT = pytest.StashKey[List[ChaosResult]]()
+#: every call of the session, and whether it judged its result (``check=False``: handed to the test only)
+_SESSION = pytest.StashKey[List[Tuple[ChaosResult, bool]]]()
 #: ``target=`` naming the harness's own agent, whatever --chaos-target says
 REFERENCE = "reference"
 
@@ -92,9 +94,10 @@ def _arguments(args: Union[str, Sequence[str]]) -> List[str]:
 class Chaos:
     """The ``chaos`` fixture: run a scenario, the suite or a soak through the harness, for one test."""
 
-    def __init__(self, request: pytest.FixtureRequest) -> None:
+    def __init__(self, request: pytest.FixtureRequest, *, for_marker: bool = False) -> None:
         self._node = request.node
         self._config = request.config
+        self._for_marker = for_marker  # its results are judged before the test's body (pytest_runtest_call)
 
     # -- what a test calls --------------------------------------------------------------------------------
 
@@ -181,12 +184,12 @@ class Chaos:
         name = f"{module.__name__.rpartition('.')[2]}.{self._node.name}" if module else self._node.name
         out = fresh_directory(self._runs_dir(), name)
         result = run_chaos(harness, [[*c, "--out", str(out)] for c in commands], out, timeout_s=self._timeout())
-        self._record(result)
+        self._record(result, check or self._for_marker)
         if check and not result.passed:
             pytest.fail(result.describe(), pytrace=False)
         return result
 
-    def _record(self, result: ChaosResult) -> None:
+    def _record(self, result: ChaosResult, judged: bool) -> None:
         """The result as the test's properties (JUnit ``<property>``), and for the session's summary line."""
         props = self._node.user_properties
         props += [("chaos_verdict", result.verdict), ("chaos_out", str(result.out))]
@@ -194,7 +197,7 @@ class Chaos:
             props.append(("chaos_run", f"{r.scenario} seed {r.seed}: {r.verdict} ({r.status}) {r.run_dir or '-'}"))
             if not (r.passed or r.skipped) and r.reproduce:
                 props.append(("chaos_reproduce", result.runnable(r.reproduce)))
-        self._config.stash.setdefault(_RESULT, []).append(result)
+        self._config.stash.setdefault(_SESSION, []).append((result, judged))
 
 
 @pytest.fixture
@@ -220,7 +223,7 @@ def _chaos_marker(request: pytest.FixtureRequest, chaos_seed: Optional[int]) -> 
     unknown = set(kw) - {"seeds", "target", "soak", "suite", "args"}
     if unknown:
         raise pytest.UsageError(f"{request.node.nodeid}: @pytest.mark.chaos has no {', '.join(sorted(unknown))}")
-    runner = Chaos(request)
+    runner = Chaos(request, for_marker=True)
     common = {"target": kw.get("target"), "args": kw.get("args", ()), "check": False}
     if kw.get("suite"):
         result = runner.suite(seeds=kw.get("seeds"), **common)
@@ -270,16 +273,21 @@ def pytest_runtest_call(item: pytest.Item) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    results: List[ChaosResult] = config.stash.get(_RESULT, None) or []
-    if not results:
+    """One line per chaos run of the session: its verdict and run directory."""
+    calls = config.stash.get(_SESSION, None) or []
+    if not calls:
         return
-    runs = [r for res in results for r in res.runs]
     counts: dict = {}
-    for r in runs:
-        counts[r.verdict] = counts.get(r.verdict, 0) + 1
-    tally = ", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no runs read"
-    terminalreporter.write_sep("-", "chaos (pytest-dah)")
-    terminalreporter.write_line(f"{len(runs)} chaos run(s) from {len(results)} call(s): {tally}")
-    for res in results:
+    for res, _ in calls:
         for r in res.runs:
-            terminalreporter.write_line(f"  {r.scenario} seed {r.seed}: {r.verdict}  {r.run_dir or res.out}")
+            counts[r.verdict] = counts.get(r.verdict, 0) + 1
+    tally = ", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no runs read"
+    unjudged = sum(1 for _, judged in calls if not judged)
+    terminalreporter.write_sep("-", "chaos (pytest-dah)")
+    terminalreporter.write_line(f"{sum(counts.values())} chaos run(s) from {len(calls)} call(s): {tally}"
+                                + (f"; {unjudged} call(s) with check=False: the test judged the result"
+                                   if unjudged else ""))
+    for res, judged in calls:
+        for r in res.runs:
+            note = "" if judged else " (check=False)"
+            terminalreporter.write_line(f"  {r.scenario} seed {r.seed}: {r.verdict}{note}  {r.run_dir or res.out}")
