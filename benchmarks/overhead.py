@@ -5,8 +5,8 @@ model; per agent configuration (``OVERHEAD_CONFIGS``) and workload, one conversa
 agent series whose steps are all dispatched or all local runs the *floor* of the same shape: an Update running the
 same number of trivial activities (``benchmarks.floor``) from a second worker process on the same server.
 
-The two are measured **interleaved, turn by turn** (agent turn 1, floor turn 1, agent turn 2, floor turn 2, ...),
-so both see the same machine at the same moment: on a shared machine whose load changes from minute to minute, a
+The two are measured **interleaved, turn by turn** (agent turn 1, floor turn 1, floor turn 2, agent turn 2, ...:
+which goes first alternates, so neither always runs second), so both see the same machine at the same moment: on a shared machine whose load changes from minute to minute, a
 floor measured after its agent series compares two different machines. Each agent turn's ``vs_floor`` is its
 overhead (client latency minus the model's own) over its paired floor turn's latency; a round's figure per series
 is the median of those per-pair ratios.
@@ -76,10 +76,13 @@ class Series(Protocol):
 
 
 async def interleave(a: Series, b: Series, messages: int) -> None:
-    """``a`` and ``b`` take turns, one message each: a 1, b 1, a 2, b 2, ... (warm-up included)."""
+    """``a`` and ``b`` take turns, one message each, the one that goes first alternating: a 1, b 1, b 2, a 2, a 3,
+    b 3, ... (warm-up included), so that neither side always runs right after the other (on a warm or a cold
+    worker, a server just written to or idle for a turn)."""
     for n in range(1, messages + 1):
-        await a.turn(n)
-        await b.turn(n)
+        first, second = (a, b) if n % 2 else (b, a)
+        await first.turn(n)
+        await second.turn(n)
 
 
 def pair_with_floor(rows: list[dict[str, Any]], floor_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -26,10 +26,11 @@ class Recorder:
         return n
 
 
-async def test_the_agent_and_its_floor_take_turns_one_message_each() -> None:
+async def test_the_agent_and_its_floor_take_turns_one_message_each_the_first_alternating() -> None:
     log: list[tuple[str, int]] = []
-    await interleave(Recorder("agent", log), Recorder("floor", log), 3)
-    assert log == [("agent", 1), ("floor", 1), ("agent", 2), ("floor", 2), ("agent", 3), ("floor", 3)]
+    await interleave(Recorder("agent", log), Recorder("floor", log), 4)
+    assert log == [("agent", 1), ("floor", 1), ("floor", 2), ("agent", 2), ("agent", 3), ("floor", 3),
+                   ("floor", 4), ("agent", 4)]
 
 
 def test_each_agent_turn_is_divided_by_the_floor_turn_of_the_same_index() -> None:
