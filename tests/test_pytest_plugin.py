@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.commands import tool
+
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN = ROOT / "plugins" / "pytest-dah"
 EXAMPLE = ROOT / "examples" / "third_party_agent"
@@ -111,7 +113,7 @@ def test_from_a_users_project_a_passing_run_passes_and_a_planted_bug_fails_with_
     assert "chaos fail: crash_after_effect seed 1 fail" in out, out[-6000:]
     assert "effects: fail: " in out and "applied more than once" in out, out[-6000:]
     reproduce = next(line.split("reproduce: ", 1)[1] for line in out.splitlines() if "reproduce: " in line)
-    assert reproduce == (f"cd {ROOT} && {sys.executable} -m chaos run crash_after_effect --seed 1 "
+    assert reproduce == (f"cd {ROOT} && {tool('chaos', cwd=ROOT)} run crash_after_effect --seed 1 "
                          f"--target {project}/chaos-target-planted-bug.toml"), reproduce
     # The JUnit files: a passing testcase and a failing one, each with its verdict and run directory.
     passing = next(ET.parse(project / "pass.xml").iter("testcase"))
