@@ -99,7 +99,7 @@ def test_every_command_has_help(command: str) -> None:
 @pytest.mark.parametrize("args,message", [
     (["run", "hi", "--model", "scripted:nope"], "no scripted scenario 'nope'"),
     (["run", "hi", "--tools", "calculator,rm"], "unknown tool(s) rm"),
-    (["run", "hi", "--model-latency", "gaussian:1"], "argument --model-latency: bad latency spec 'gaussian:1'"),
+    (["run", "hi", "--model-latency", "gaussian:1"], "--model-latency: bad latency spec 'gaussian:1'"),
     (["run", "hi", "--fault", "explode"], "--fault"),
     (["run", "hi", "--max-steps", "0"], "--max-steps 0: must be greater than 0"),
     (["run", "--scenario", "nope"], "unknown scenario nope"),
