@@ -34,7 +34,7 @@ def table(columns: Sequence[tuple[str, int] | tuple[str, int, str]], rows: Itera
           markdown: bool = False, legend: Sequence[tuple[str, str]] = ()) -> str:
     """The one way a command prints a results table: a header, a rule, one line per row, every cell
     ``printable`` (``None`` as ``-``). ``columns``: (name, width) or (name, width, ``">"`` to right-align);
-    a cell wider than its column pushes the rest along, as a terminal shows it. ``markdown``: a Markdown
+    a column widens to its widest cell, so every row stays aligned. ``markdown``: a Markdown
     table instead (widths ignored; a ``|`` inside a cell shown as ``/``), for pasting into a report.
     ``legend``: (column, what it means) for every column whose name does not say it, printed under the table."""
     def cell(value: object) -> str:
@@ -50,8 +50,12 @@ def table(columns: Sequence[tuple[str, int] | tuple[str, int, str]], rows: Itera
         lines += ["| " + " | ".join(cell(v).replace("|", "/") for v in row) + " |" for row in rows]
         return "\n".join(lines + key)
 
+    body = [[cell(v) for v in row] for row in rows]
+    widths = [max([c[1], len(c[0]), *(len(r[i]) for r in body if i < len(r))]) for i, c in enumerate(columns)]
+
     def line(cells: Sequence[str]) -> str:
-        return " ".join(f"{text:{(c[2] if len(c) > 2 else '<')}{c[1]}}" for text, c in zip(cells, columns)).rstrip()
+        return " ".join(f"{text:{(c[2] if len(c) > 2 else '<')}{w}}"
+                        for text, c, w in zip(cells, columns, widths)).rstrip()
 
     header = line([c[0] for c in columns])
-    return "\n".join([header, "-" * len(header), *(line([cell(v) for v in row]) for row in rows), *key])
+    return "\n".join([header, "-" * len(header), *(line(r) for r in body), *key])

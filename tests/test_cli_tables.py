@@ -57,3 +57,12 @@ def test_piped_input_to_the_demo_is_echoed_after_its_prompt(tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr[-3000:]
     assert "\nyou> hi\nagent> " in done.stdout and "you> agent>" not in done.stdout, done.stdout[-2000:]
     assert not re.search(r"^you> *$", done.stdout, re.M)  # no prompt left hanging (at the end of input)
+
+
+def test_a_cell_wider_than_its_column_widens_the_column_and_every_row_stays_aligned() -> None:
+    from harness.printable import table
+
+    out = table([("scenario", 10), ("lost", 4), ("dup", 3, ">")], [["a", "0+1 bad", 1], ["b", 0, 22]]).splitlines()
+    header, _, first, second = out
+    assert header.index("dup") == first.index("  1") and second.rstrip().endswith("22")
+    assert [len(x) for x in (header, first, second)] == [len(header)] * 3, out
