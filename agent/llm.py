@@ -120,16 +120,38 @@ def load_error() -> str | None:
     return _load_error
 
 
+#: what LiteLLM imports lazily on a worker's first model call, beyond ``litellm`` itself: each is imported by
+#: ``preload`` if this LiteLLM has it. Its proxy types (~170 pydantic models) alone cost 0.2-0.3 s of CPU there,
+#: holding the GIL: a worker's first call took ~0.47 s where the next took ~0.17 s, and after a kill that first
+#: call is often the retried one (issue 31).
+LAZY_IMPORTS = (
+    "litellm.llms.openai.openai",
+    "litellm.responses.mcp.chat_completions_handler",
+    "litellm.responses.mcp.litellm_proxy_mcp_handler",
+    "litellm.proxy.openai_files_endpoints.common_utils",  # via update_messages_with_model_file_ids
+    "litellm._service_logger",
+    "litellm.integrations.prometheus_services",
+    "litellm.llms.litellm_proxy.chat.transformation",
+    "litellm.llms.openai.chat.gpt_audio_transformation",
+    "litellm.llms.openai_like.dynamic_config",
+    "litellm.llms.vertex_ai.vertex_ai_partner_models.anthropic.transformation",
+)
+
+
 def preload() -> None:
     """Import LiteLLM now (~5 s): inside an activity the import would block the worker's event loop."""
-    _litellm()
-    # What litellm imports lazily on the first call with tools (~2 s more).
-    import litellm.llms.openai.openai  # noqa: F401
-    import litellm.responses.mcp.chat_completions_handler  # noqa: F401
-    import litellm.responses.mcp.litellm_proxy_mcp_handler  # noqa: F401
+    import importlib
+
+    litellm = _litellm()
+    for name in LAZY_IMPORTS:  # what litellm imports lazily on the first call with tools (~2 s more)
+        try:
+            importlib.import_module(name)
+        except ImportError:  # another LiteLLM layout: the first call imports what it needs
+            pass
     import openai
 
     openai.AsyncOpenAI(api_key="preload", base_url="http://127.0.0.1:9/v1").chat.completions  # lazy resources
+    litellm.ModelResponse()  # its pydantic models' schemas, built on first use
 
 
 def _litellm():

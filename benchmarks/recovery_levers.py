@@ -61,9 +61,14 @@ _STEPS: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     ("sticky", "+ sticky 0.3 s", {"sticky_timeout_s": 0.3}, {}),
     ("heartbeat", "+ heartbeat 0.8 s, sent every 0.2 s (held back <= 0.2 s)",
      {"heartbeat_s": 0.8, "heartbeat_throttle_s": 0.2}, {}),
-    ("workflow_task", "+ workflow task 1 s (= fast)", {"workflow_task_timeout_s": 1.0}, {}),
+    ("workflow_task", "+ workflow task 1 s (fast until issue 31's second round)", {"workflow_task_timeout_s": 1.0}, {}),
+    ("sticky_short", "+ sticky 0.1 s", {"sticky_timeout_s": 0.1}, {}),
+    ("heartbeat_short", "+ heartbeat 0.4 s, sent every 0.1 s (held back <= 0.1 s) (= fast)",
+     {"heartbeat_s": 0.4, "heartbeat_throttle_s": 0.1}, {}),
     ("retry", "+ first retry after 0.05 s", {"initial_interval_s": 0.05}, {}),
 ]
+#: the step that is the ``fast`` profile as it ships (the steps after it go beyond it)
+FAST_STEP = "heartbeat_short"
 
 
 #: variants of ``fast`` (the ``workflow_task`` step), one change each, measured but not taken: (name, what it
@@ -73,6 +78,11 @@ _VARIANTS: list[tuple[str, str, dict[str, Any], tuple[str, ...]]] = [
                 "workflow task replays the history)", {}, ("--max-cached-workflows", "0")),
     ("latency500", "fast, with the model answering in 500 ms (kill_mid_turn's latency before issue 31)",
      {"model_latency": "fixed:500"}, ()),
+]
+#: variants of ``fast`` that change its timeouts: (name, what it changes, the timeouts' changes)
+_TIMEOUT_VARIANTS: list[tuple[str, str, dict[str, Any]]] = [
+    ("heartbeat05", "fast, with a 0.5 s heartbeat timeout (still sent every 0.1 s): 0.1 s more slack",
+     {"heartbeat_s": 0.5}),
 ]
 
 Lever = tuple[str, str, Timeouts, dict[str, Any], dict[str, Any], tuple[str, ...]]
@@ -87,10 +97,13 @@ def levers() -> list[Lever]:
         timeouts = dataclasses.replace(timeouts, name=f"lever-{name}", description=what, **t)
         client = {**client, **c}
         out.append((name, what, timeouts, dict(client), {}, ()))
-    fast = next(lv for lv in out if lv[0] == "workflow_task")
+    fast = next(lv for lv in out if lv[0] == FAST_STEP)
     for name, what, cluster, args in _VARIANTS:
         out.append((name, what, dataclasses.replace(fast[2], name=f"lever-{name}", description=what), fast[3],
                     cluster, args))
+    for name, what, t in _TIMEOUT_VARIANTS:
+        out.append((name, what, dataclasses.replace(fast[2], name=f"lever-{name}", description=what, **t), fast[3],
+                    {}, ()))
     return out
 
 
@@ -218,7 +231,7 @@ def _seeds(text: str) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     p = CommandParser(prog=tool("benchmarks.recovery_levers"), description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    names = [n for n, *_ in _STEPS] + [n for n, *_ in _VARIANTS]
+    names = [n for n, *_ in _STEPS] + [n for n, *_ in _VARIANTS] + [n for n, *_ in _TIMEOUT_VARIANTS]
     p.add_argument("--levers", default=",".join(n for n, *_ in _STEPS),
                    help=f"steps and variants of fast, comma-separated: {','.join(names)} (default: the steps)")
     p.add_argument("--scenarios", default=",".join(KILL_SCENARIOS), help="kill scenarios, comma-separated")

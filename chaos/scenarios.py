@@ -63,9 +63,12 @@ SCENARIOS: dict[str, ChaosScenario] = {
     s.name: s
     for s in [
         ChaosScenario(
-            "kill_mid_turn", "SIGKILL the worker running a model call, twice; restart after a delay.",
-            (E(0.5, "kill_worker", {"when": "busy", "activity": "model", "down_s": 1.0}),
-             E(4.0, "kill_worker", {"when": "busy", "activity": "model", "down_s": 1.0})),
+            "kill_mid_turn", "SIGKILL the worker running a model call, twice; restart after a delay; each kill "
+                             "spares the last worker up.",
+            # ``spare``: a replacement slow to poll under load must not leave no worker at all at the second kill
+            # (that measures a restart, which server_restart and a kill beside a pause test).
+            (E(0.5, "kill_worker", {"when": "busy", "activity": "model", "down_s": 1.0, "spare": True}),
+             E(4.0, "kill_worker", {"when": "busy", "activity": "model", "down_s": 1.0, "spare": True})),
             # The kill is aimed (frozen, then confirmed mid-call on the frozen worker), so the window need not be
             # wide: 150 ms still lands every kill mid-call, and the turn after it (at least two calls) costs less.
             cluster=ClusterSpec(model_latency="fixed:150"),

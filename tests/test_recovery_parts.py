@@ -133,7 +133,7 @@ def test_without_the_message_in_an_event_history_there_are_no_parts_and_no_fault
 def test_the_levers_step_from_main_to_the_fast_profile_one_at_a_time() -> None:
     steps = recovery_levers.levers()
     by_name = {s[0]: s for s in steps}
-    main, last = steps[0][2], by_name["workflow_task"][2]  # fast as it ships; "retry" goes beyond it
+    main, last = steps[0][2], by_name[recovery_levers.FAST_STEP][2]  # fast as it ships; "retry" goes beyond it
     assert (main.heartbeat_s, main.sticky_timeout_s, main.heartbeat_throttle_s) == (1.5, 1.0, 0.5)
     fast = TIMEOUTS["fast"]
     for name in ("heartbeat_s", "heartbeat_throttle_s", "sticky_timeout_s", "workflow_task_timeout_s",
@@ -145,8 +145,11 @@ def test_the_levers_step_from_main_to_the_fast_profile_one_at_a_time() -> None:
     for variant, (cluster, args) in {"nocache": ({}, ("--max-cached-workflows", "0")),
                                      "latency500": ({"model_latency": "fixed:500"}, ())}.items():
         name, _, timeouts, client, got_cluster, got_args = by_name[variant]
-        assert (got_cluster, got_args, client) == (cluster, args, by_name["workflow_task"][3]), name
+        assert (got_cluster, got_args, client) == (cluster, args, by_name[recovery_levers.FAST_STEP][3]), name
         assert replace(timeouts, name="x", description="") == replace(last, name="x", description="")
+    # a timeouts variant changes its one timeout and nothing else
+    assert replace(by_name["heartbeat05"][2], name="x", description="") == \
+        replace(last, name="x", description="", heartbeat_s=0.5)
     assert recovery_levers._pct([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5 and recovery_levers._pct([], 0.5) is None
 
 

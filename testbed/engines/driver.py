@@ -101,9 +101,9 @@ class Timeouts:
 
 
 TIMEOUTS = {t.name: t for t in [
-    Timeouts("fast", "tuned for recovery: heartbeat 0.8 s (held back at most 0.2 s), retry after 0.1 s, "
-             "workflow task 1 s, sticky 0.3 s",
-             workflow_task_timeout_s=1.0, sticky_timeout_s=0.3, heartbeat_s=0.8, heartbeat_throttle_s=0.2,
+    Timeouts("fast", "tuned for recovery: heartbeat 0.4 s (held back at most 0.1 s), retry after 0.1 s, "
+             "workflow task 1 s, sticky 0.1 s",
+             workflow_task_timeout_s=1.0, sticky_timeout_s=0.1, heartbeat_s=0.4, heartbeat_throttle_s=0.1,
              initial_interval_s=0.1, maximum_interval_s=4.0, start_to_close_s=10.0),
     Timeouts("defaults", "the agent's and the SDK's defaults: heartbeat 20 s (tools 10 s), retry after 5 s "
              "(tools 2 s), workflow task 10 s, sticky 10 s",
