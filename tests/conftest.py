@@ -94,7 +94,9 @@ BACKGROUND_CHILD_ENV = "DAH_PYTEST_BACKGROUND_CHILD"
 #: the child appends "start|end <node id> <time>" lines here as its tests run: the parent's progress lines read it
 BACKGROUND_PROGRESS_ENV = "DAH_PYTEST_BACKGROUND_PROGRESS"
 BACKGROUND_PROGRESS_EVERY_S = 15.0  # while the parent waits for the child: a line saying what still runs
-BACKGROUND_TIMEOUT_S = 240.0  # counted from when the session reaches the first of them: the child started at collection
+# The child is stopped once none of its tests has started or ended for this long while the session waits for it
+# (a hang): not a budget for the whole group, whose length depends on how little else the session runs.
+BACKGROUND_TIMEOUT_S = 240.0
 _BACKGROUND_PIDS: set[int] = set()  # the child pytest: its servers are its own, not leaks of this process
 
 
@@ -134,6 +136,16 @@ def pytest_runtest_logfinish(nodeid: str, location: object) -> None:
     _background_mark("end", nodeid)
 
 
+def last_background_event(progress: Path) -> float | None:
+    """When the child last started or ended a test (wall clock, from its progress file); None: not yet."""
+    last = None
+    with contextlib.suppress(OSError, ValueError):
+        for line in progress.read_text().splitlines():
+            at = float(line.split(" ", 2)[1])
+            last = at if last is None else max(last, at)
+    return last
+
+
 def background_progress(progress: Path, total: int, waited_s: float, now: float | None = None) -> str:
     """The parent's line while it waits for the background child: how many of its tests ended, which one runs and
     for how long (from the child's progress file)."""
@@ -153,6 +165,7 @@ def background_progress(progress: Path, total: int, waited_s: float, now: float 
     return f"background tests: {len(ended)}/{total} done, waited {waited_s:.0f} s; running: {doing}"
 
 
+@pytest.hookimpl(trylast=True)  # after -m / -k deselection: what is left decides whether a child is needed
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     if os.environ.get(BACKGROUND_CHILD_ENV) or config.getoption("collectonly"):
         return
@@ -192,11 +205,11 @@ def _run_in_background(config: pytest.Config, items: list[pytest.Item]) -> None:
             reporter.write_line(line)
 
     def wait() -> bool:
-        """Wait for the child (up to BACKGROUND_TIMEOUT_S), saying every BACKGROUND_PROGRESS_EVERY_S which of its
-        tests runs; False if it ran over."""
-        began = time.monotonic()
+        """Wait for the child, saying every BACKGROUND_PROGRESS_EVERY_S which of its tests runs; False if none of
+        them started or ended for BACKGROUND_TIMEOUT_S while this waited (it hangs)."""
+        began, began_wall = time.monotonic(), time.time()
         while proc.poll() is None:
-            left = BACKGROUND_TIMEOUT_S - (time.monotonic() - began)
+            left = BACKGROUND_TIMEOUT_S - (time.time() - max(began_wall, last_background_event(progress) or 0.0))
             if left <= 0:
                 return False
             try:
@@ -209,7 +222,8 @@ def _run_in_background(config: pytest.Config, items: list[pytest.Item]) -> None:
         """(passed | failed | skipped | missing, detail) of ``item`` in the child's JUnit file."""
         if proc.poll() is None and not wait():
             stop()
-            return "failed", f"the background pytest ran over {BACKGROUND_TIMEOUT_S:g} s here and was stopped"
+            return "failed", (f"no test of the background pytest started or ended for {BACKGROUND_TIMEOUT_S:g} s "
+                              "while this session waited for it; it was stopped")
         if not junit.exists():
             return "failed", f"the background pytest exited {proc.returncode} without a JUnit file"
         module, _, name = item.nodeid.partition("::")
