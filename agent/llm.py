@@ -151,7 +151,9 @@ def preload() -> None:
     import openai
 
     openai.AsyncOpenAI(api_key="preload", base_url="http://127.0.0.1:9/v1").chat.completions  # lazy resources
-    litellm.ModelResponse()  # its pydantic models' schemas, built on first use
+    response_type = getattr(litellm, "ModelResponse", None)
+    if response_type is not None:
+        response_type()  # its pydantic models' schemas, built on first use
 
 
 def _litellm():

@@ -71,7 +71,7 @@ _STEPS: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
 FAST_STEP = "heartbeat_short"
 
 
-#: variants of ``fast`` (the ``workflow_task`` step), one change each, measured but not taken: (name, what it
+#: variants of ``fast`` (the ``FAST_STEP`` step), one change each, measured but not taken: (name, what it
 #: changes, the scenario's cluster changes, the worker's extra arguments)
 _VARIANTS: list[tuple[str, str, dict[str, Any], tuple[str, ...]]] = [
     ("nocache", "fast, with the workers' workflow cache off (max_cached_workflows 0: no sticky queue, every "
