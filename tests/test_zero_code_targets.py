@@ -264,7 +264,6 @@ def test_a_driver_for_another_api_version_fails_at_load_in_one_line(agent_dir: P
 
 
 @pytest.mark.slow
-@pytest.mark.background  # chaos runs: they wait on their processes (the second pytest, conftest)
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("shape", ["update", "signal", "per_message"])
 async def test_a_zero_code_target_passes_kill_mid_turn(agent_dir: Path, tmp_path: Path, shape: str) -> None:
@@ -292,7 +291,6 @@ async def test_a_zero_code_target_passes_kill_mid_turn(agent_dir: Path, tmp_path
 
 
 @pytest.mark.slow
-@pytest.mark.background
 @pytest.mark.timeout(300)
 async def test_the_third_party_example_needs_no_driver(tmp_path: Path) -> None:
     """examples/third_party_agent driven by its zero-code target file: the harness's [chat] driver over its Signals
