@@ -28,7 +28,9 @@ def replay_target(run_dir: Path, recorded: dict[str, Any], given: Target | None 
     nothing, with the command to give. Trust flows from the command line, never from the run directory:
 
     1. ``given`` (a target file from the command line: ``--target``, or the one a fresh run was started with);
-    2. else the target file run.json names, if the invoking user controls it (``load_recorded_target``);
+    2. else the target file run.json names, if this user's harness wrote that run.json (its signature verifies
+       with this user's run key: ``harness.signing``) and the user still controls the file
+       (``load_recorded_target``);
     3. else, if run.json names no target file, the reference agent: this interpreter and this harness's own code,
        with a workflow of ``reference_workflows()`` (run.json's ``python``, ``cwd``, ``env`` and declarations are
        never used);
@@ -44,10 +46,10 @@ def replay_target(run_dir: Path, recorded: dict[str, Any], given: Target | None 
         target, how = given, f"the target file {given.source}, given on the command line"
     elif source:
         try:
-            target = load_recorded_target(str(source), "the run's target file (run.json's target.source)")
+            target = load_recorded_target(str(source), run_dir, "the run's target file (run.json's target.source)")
         except ValueError as exc:
-            return f"not replayed: {exc}; replay runs only a target file you control: {again}"
-        how = f"the target file {source} run.json names (yours, and writable by no one else)"
+            return f"not replayed: {exc}; replay runs only a target file you give or one your own run names: {again}"
+        how = f"the target file {source} run.json names (a run you made: run.json carries your signature)"
     elif workflow is None or (isinstance(workflow, str) and workflow in reference_workflows()):
         return ReplayTarget(workflow=workflow or REFERENCE.workflow, cwd=str(Path(__file__).resolve().parent.parent),
                             source="the reference agent: this harness's own code and interpreter")

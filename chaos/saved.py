@@ -3,7 +3,8 @@
     check_command(path)   ``chaos check``: every checker again, offline, on the saved files (``chaos.runner.check``)
     rerun_job(path)       ``chaos rerun``: (scenario, engine, seed) as run.json recorded them, to run again
 
-Nothing a run directory names is run unless the user controls it (``testbed.engines.target.load_recorded_target``).
+Nothing a run directory names is run unless this user's harness made it (run.json signed with this user's run key)
+and the user still controls it (``testbed.engines.target.load_recorded_target``).
 """
 
 from __future__ import annotations
@@ -108,7 +109,8 @@ def rerun_job(run_dir: Path, connection: Any = None, target_path: Path | None = 
         target = load_target(target_path)
     elif recorded_file:
         try:
-            target = load_recorded_target(str(recorded_file), f"{run_dir}: the target file its run.json names")
+            target = load_recorded_target(str(recorded_file), Path(run_dir),
+                                          f"{run_dir}: the target file its run.json names")
         except ValueError as exc:
             raise ValueError(f"{exc}; pass the target file you trust: {again}") from None
         target_path = Path(os.path.realpath(str(recorded_file)))
@@ -126,7 +128,8 @@ def rerun_job(run_dir: Path, connection: Any = None, target_path: Path | None = 
         scenario = scenario_from_dict(record["scenario"])
     except (TypeError, KeyError, AttributeError, ValueError) as exc:
         raise RunDirError(Path(run_dir) / RUN_JSON, "a scenario as dah-chaos run records it",
-                          f"{type(exc).__name__}: {exc}"[:120], "scenario") from None
+                          str(exc)[:300] if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"[:120],
+                          "scenario") from None
     workflow = scenario.cluster.workflow
     if target is None and workflow is not None and (not isinstance(workflow, str)
                                                       or workflow not in reference_workflows()):

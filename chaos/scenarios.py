@@ -12,7 +12,9 @@ external effects service, which only a target whose tools call it meets; run it 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+import math
+import re
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from testbed.engines.driver import Workload
@@ -201,14 +203,106 @@ def _build(cls: type, data: dict[str, Any]) -> Any:
     return cls(**kwargs)
 
 
+#: a scenario's name: it names a folder under --out and fills a target's {task_queue}, so a name from a run
+#: directory is letters, digits, '_' and '-' only, beginning with a letter or digit (no path, no shell text)
+SCENARIO_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
+#: any other string a saved scenario may carry (an event's argument, a latency model, a tool, a workflow class)
+SCENARIO_TEXT = re.compile(r"[A-Za-z0-9_.:,=+-]{0,200}")
+#: the most a saved scenario may ask for: a rerun must not start a thousand workers because run data says so
+SCENARIO_BOUNDS = {"workers": 16, "conversations": 1000, "messages": 10_000}
+_NUMBER_BOUND = 1e6
+
+
 def scenario_from_dict(data: dict[str, Any]) -> ChaosScenario:
     """A scenario as ``run.json`` recorded it (``asdict``), back: ``python -m chaos rerun`` runs it again. A planted
-    workflow an older run names by its old module path is named by its path now (``current_workflow``)."""
+    workflow an older run names by its old module path is named by its path now (``current_workflow``).
+
+    Run data is checked before use (ValueError naming the field): the name by ``SCENARIO_NAME``, every other
+    string by ``SCENARIO_TEXT``, each event's fault one of ``testbed.faults.nemesis.NEMESES``, the timeouts profile
+    one of ``testbed.engines.driver.TIMEOUTS``, every number finite and within ``SCENARIO_BOUNDS``, every field
+    of the type its default has."""
+    from testbed.engines.driver import TIMEOUTS
+    from testbed.faults.nemesis import NEMESES
     from testbed.faults.planted import current_workflow
 
-    events = tuple(NemesisEvent(e["at_s"], e["op"], dict(e.get("args") or {})) for e in data.get("events") or ())
-    cluster = dict(data.get("cluster") or {})
-    if "workflow" in cluster:
+    _expect(data, dict, "scenario")
+    name = data.get("name")
+    if not isinstance(name, str) or not SCENARIO_NAME.fullmatch(name):
+        raise ValueError(f"scenario.name {str(name)[:80]!r} is not a scenario name (letters, digits, '_' and '-', "
+                         "at most 100, beginning with a letter or digit)")
+    events = []
+    for i, e in enumerate(_expect(data.get("events") or [], list, "scenario.events")):
+        _expect(e, dict, f"scenario.events[{i}]")
+        if e.get("op") not in NEMESES:
+            raise ValueError(f"scenario.events[{i}].op {str(e.get('op'))[:80]!r} is not a fault: one of "
+                             f"{', '.join(NEMESES)}")
+        args = _expect(e.get("args") or {}, dict, f"scenario.events[{i}].args")
+        for key, value in args.items():
+            _checked_value(value, f"scenario.events[{i}].args.{str(key)[:40]}", key=key)
+        events.append(NemesisEvent(_number(e.get("at_s"), f"scenario.events[{i}].at_s"), e["op"], dict(args)))
+    cluster = dict(_expect(data.get("cluster") or {}, dict, "scenario.cluster"))
+    if "workflow" in cluster and cluster["workflow"] is not None:
         cluster["workflow"] = current_workflow(cluster["workflow"])
-    return _build(ChaosScenario, {**data, "events": events, "cluster": _build(ClusterSpec, cluster),
-                                  "workload": _build(Workload, data.get("workload") or {})})
+    if data.get("timeouts", "fast") not in TIMEOUTS:
+        raise ValueError(f"scenario.timeouts {str(data.get('timeouts'))[:80]!r} is not a timeouts profile: one of "
+                         f"{', '.join(TIMEOUTS)}")
+    rest = {k: v for k, v in data.items() if k not in ("name", "events", "cluster", "workload")}
+    return _build(ChaosScenario, {**_checked(ChaosScenario, rest, "scenario"), "name": name, "events": tuple(events),
+                                  "cluster": _build(ClusterSpec, _checked(ClusterSpec, cluster, "scenario.cluster")),
+                                  "workload": _build(Workload, _checked(Workload, _expect(
+                                      data.get("workload") or {}, dict, "scenario.workload"), "scenario.workload"))})
+
+
+def _expect(value: Any, kind: type, where: str) -> Any:
+    if not isinstance(value, (list, tuple) if kind is list else kind):
+        raise ValueError(f"{where}: expected {'an object' if kind is dict else 'a list'}, got {type(value).__name__}")
+    return value
+
+
+def _number(value: Any, where: str, bound: float = _NUMBER_BOUND) -> float:
+    low = 0 if bound < _NUMBER_BOUND else -bound  # a count (workers, conversations, messages) is never negative
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not low <= value <= bound:
+        raise ValueError(f"{where}: expected a number from {low:g} to {bound:g}, got {str(value)[:40]!r}")
+    return value
+
+
+def _checked_value(value: Any, where: str, key: Any = "") -> Any:
+    """A scalar of run data: a bounded number, true/false, null, or a string of ``SCENARIO_TEXT``."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return _number(value, where, SCENARIO_BOUNDS.get(str(key), _NUMBER_BOUND))
+    if isinstance(value, str) and SCENARIO_TEXT.fullmatch(value):
+        return value
+    raise ValueError(f"{where}: {str(value)[:80]!r} is not a value a scenario holds (a number, true/false, or "
+                     "letters, digits and _.:,=+- only)")
+
+
+def _checked(cls: type, data: dict[str, Any], where: str) -> dict[str, Any]:
+    """``data``'s fields of ``cls``, each of the type its default has (a tuple field: a list of checked values);
+    unknown fields are left out."""
+    out: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name not in data:
+            continue
+        value, at = data[f.name], f"{where}.{f.name}"
+        default = f.default if f.default is not MISSING else None
+        if isinstance(default, tuple) or str(f.type).startswith("tuple"):
+            out[f.name] = [_checked_value(v, f"{at}[{i}]") for i, v in enumerate(_expect(value, list, at))]
+        elif isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise ValueError(f"{at}: expected true or false, got {str(value)[:40]!r}")
+            out[f.name] = value
+        elif isinstance(default, (int, float)):
+            number = _number(value, at, SCENARIO_BOUNDS.get(f.name, _NUMBER_BOUND))
+            if isinstance(default, int) and not isinstance(number, int):
+                raise ValueError(f"{at}: expected an integer, got {number!r}")
+            out[f.name] = number
+        elif f.name == "description":  # shown only, escaped where it is shown
+            if not isinstance(value, str) or len(value) > 2000:
+                raise ValueError(f"{at}: expected a string of at most 2000 characters")
+            out[f.name] = value
+        else:
+            out[f.name] = _checked_value(value, at)
+    return out

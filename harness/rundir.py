@@ -71,7 +71,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from harness import run_files
+from harness import run_files, signing
 from harness.durable_files import write_atomic
 
 SCHEMA = 2
@@ -150,7 +150,11 @@ def utc_now() -> str:
 
 def write_json(path: Path, data: Any) -> None:
     """Replace ``path`` with ``data`` as JSON, atomically."""
-    write_atomic(path, (json.dumps(data, indent=1, default=str) + "\n").encode())
+    write_atomic(path, _json_bytes(data))
+
+
+def _json_bytes(data: Any) -> bytes:
+    return (json.dumps(data, indent=1, default=str) + "\n").encode()
 
 
 def read_json(path: Path, *, allow_nan: bool = False) -> Any:
@@ -405,7 +409,11 @@ class RunDir:
         self.save()
 
     def save(self) -> None:
-        write_json(self.path / RUN_JSON, self.run)
+        """Write ``run.json``, and ``run.sig`` beside it: this user's signature of those bytes
+        (``harness.signing``), which is what later lets ``check`` and ``rerun`` use the target it names."""
+        data = _json_bytes(self.run)
+        write_atomic(self.path / RUN_JSON, data)
+        signing.sign(self.path / RUN_JSON, data)
 
     def finish(self, status: str, wall_s: float, error: str | None = None, stopped_during: str | None = None) -> None:
         """The run ended: ``complete`` moves ``latest`` here; ``interrupted`` / ``terminated`` / ``failed`` never
@@ -504,6 +512,19 @@ class RunDir:
                     data["backend"] = {"name": name, "not_applicable": {c: na for c in ("temporal_history", "replay")}
                                        if name in ("journal", "checkpoint") else {}}
         return check_run_record(data, path)
+
+    def unsigned_reason(self) -> str | None:
+        """None if this user's harness wrote ``run.json`` exactly as it is now (``harness.signing``: its
+        ``run.sig`` verifies with this user's run key); else why not, a clause. Only then may what run.json
+        records as given on the command line (a target file) be used again."""
+        path = self.path / RUN_JSON
+        try:
+            data = read_bytes(path)
+        except FileNotFoundError:
+            return "it has no run.json"
+        except (OSError, run_files.RefusedPath) as exc:
+            return f"its run.json cannot be read ({str(exc)[:200]})"
+        return signing.unsigned_reason(path, data)
 
     def read_verdict(self) -> dict[str, Any] | None:
         """``verdict.json`` (schema 1: the checks inside the journal); None if the run was never checked."""

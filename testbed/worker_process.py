@@ -47,6 +47,7 @@ from pathlib import Path
 
 from harness.faults import NO_FAULTS, AgentFaults
 from harness.owner import owner_environment
+from harness.placeholders import fill
 from testbed import forkserver
 from testbed.processes import ServerProcess, ensure_reaper, spawn
 
@@ -83,14 +84,6 @@ def tail(output: str, lines: int = TAIL_LINES) -> str:
     return "\n".join(last) if last else "(the log is empty)"
 
 
-def fill(template: tuple[str, ...] | list[str], values: Mapping[str, str]) -> list[str]:
-    """The command with every ``{placeholder}`` replaced (unknown braces are left alone)."""
-    out = []
-    for part in template:
-        for key, value in values.items():
-            part = part.replace("{" + key + "}", value)
-        out.append(part)
-    return out
 
 
 @dataclass

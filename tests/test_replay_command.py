@@ -115,3 +115,25 @@ def test_a_bad_replay_command_is_one_line_naming_it(tmp_path: Path, replace, err
     with pytest.raises(ValueError) as exc:
         load_target(path)
     assert error in str(exc.value) and str(path) in str(exc.value) and "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("folder", ["-e", "$(touch INJ)", "a b", "x;id"])
+def test_a_saved_workflow_whose_folder_name_is_not_a_name_is_never_given_to_the_command(tmp_path: Path,
+                                                                                       folder: str) -> None:
+    """{workflow_id} is filled from a folder name of the run directory: an option (``-e``) or shell text in it
+    would reach a replayer that passes it on (``sh -c``). That workflow is not replayed (unknown, saying why);
+    the others are."""
+    import shutil
+
+    (tmp_path / "replayer.py").write_text(REPLAYER)
+    (tmp_path / "target.toml").write_text(TARGET)
+    target = load_target(tmp_path / "target.toml")
+    run_dir = tmp_path / "run"
+    _one_task_history(run_dir / EVENT_HISTORIES)
+    shutil.copytree(run_dir / EVENT_HISTORIES / "c-0", run_dir / EVENT_HISTORIES / folder)
+    write_json(run_dir / RUN_JSON, {"schema": SCHEMA, "kind": "chaos", "name": "replay", "target": target.as_dict()})
+    result = check(RunData(run_dir, replay_target(run_dir, target.as_dict(), target)))
+    seen = [json.loads(line)["wid"] for line in (tmp_path / "seen.json").read_text().splitlines()]
+    assert seen == ["c-0"], seen  # the replayer never saw the other folder's name
+    assert result.verdict == UNKNOWN and "which is not a name" in result.summary, result.summary
+    assert result.details["workflows"][folder]["outcome"] == UNKNOWN

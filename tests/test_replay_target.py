@@ -29,7 +29,7 @@ from chaos.checker.run_data import RunData
 from chaos.replay_target import replay_target
 from testbed.engines.target import load_target
 from harness.event_history import save_histories
-from harness.rundir import EVENT_HISTORIES, RUN_JSON, SCHEMA, write_json
+from harness.rundir import EVENT_HISTORIES, RUN_JSON, SCHEMA, RunDir, write_json
 from harness.verdict import FAIL, PASS, UNKNOWN
 from testbed.stack import Stack
 
@@ -105,9 +105,9 @@ class Agent:
         shutil.copytree(self.root / "histories", run_dir / EVENT_HISTORIES)  # a symlink there would be refused
         (self.root / "chaos-target.toml").write_text(TARGET + textwrap.dedent(declarations))
         target = load_target(self.root / "chaos-target.toml")
-        write_json(run_dir / RUN_JSON, {"schema": SCHEMA, "kind": "chaos", "name": "replay",
-                                        "target": target.as_dict()})
-        # run.json names the target file, which this user owns and no one else can write: replay uses it.
+        RunDir(run_dir).begin("chaos", "replay", target=target.as_dict())  # as the harness writes it: signed
+        # run.json, written by this user's harness, names the target file, which this user owns and no one else
+        # can write: replay uses it.
         result = check(RunData(run_dir, replay_target(run_dir, target.as_dict())))
         return result.verdict, result.summary, result.details
 

@@ -44,6 +44,7 @@ from pathlib import Path
 
 from chaos.checker.run_data import RunData, ReplayTarget
 from harness import run_files, target_pythonpath
+from harness.placeholders import placeholder_problem
 from harness.strict_replay import describe
 from harness.verdict import FAIL, PASS, UNKNOWN, CheckResult
 
@@ -212,6 +213,9 @@ def _replay_one(root: Path, top: str, wid: str, private: Path, target: ReplayTar
         return {"outcome": UNKNOWN, "exit": None, "said": f"its saved runs cannot be read: {str(exc)[:QUOTED_CHARS]}"}
     if not names:
         return {"outcome": UNKNOWN, "exit": None, "said": "no saved run"}
+    problem = placeholder_problem("workflow_id", wid)
+    if problem:  # a folder name from the run directory: never shell text or an option to the command
+        return {"outcome": UNKNOWN, "exit": None, "said": f"not replayed: {problem}"}
     values = {"history": str(folder), "workflow_id": wid}  # one pass: a value is never filled again
     argv = [re.sub(r"\{(history|workflow_id)\}", lambda m: values[m.group(1)], part) for part in target.command]
     try:

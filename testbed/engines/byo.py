@@ -44,7 +44,8 @@ class OwnAgentOnTemporal(ReferenceOnTemporal):
     target_file: Path | None = None
 
     def record(self) -> dict[str, Any]:
-        return {**super().record(), "target_file": str(self.target_file or self.target.source)}
+        # absolute: a saved run names the file given on the command line, whatever directory it is checked from
+        return {**super().record(), "target_file": os.path.abspath(str(self.target_file or self.target.source))}
 
     def reproduce(self) -> dict[str, Any]:
         return {**super().reproduce(), "--target": self.target_file or self.target.source}

@@ -394,7 +394,7 @@ def load_target(path: Path) -> Target:
     return Target(name=t.name, python=python, worker=tuple(t.worker), ready_line=t.ready_line,
                   warm_line=t.warm_line, ready_timeout_s=t.ready_timeout_s, task_queue=t.task_queue,
                   driver=t.driver or CHAT_DRIVER, workflow=t.workflow, model_activity=t.model_activity, ledger=t.ledger,
-                  workspace=t.workspace, checkers=tuple(t.checkers), cwd=cwd, env=dict(t.env), source=str(path),
+                  workspace=t.workspace, checkers=tuple(t.checkers), cwd=cwd, env=dict(t.env), source=os.path.abspath(path),
                   replay_plugins=tuple(t.replay_plugins), data_converter=t.data_converter,
                   workflow_runner=t.workflow_runner, effects=t.effects, effects_reason=t.effects_reason,
                   continue_as_new_events=t.continue_as_new_events, strict_replay=t.strict_replay,
@@ -427,13 +427,26 @@ def target_environment(target: Target) -> dict[str, str]:
     return {**target.env, "PYTHONPATH": target_pythonpath(target.env.get("PYTHONPATH"))}
 
 
-def load_recorded_target(path: str | Path, what: str = "the target file the run directory names") -> Target:
-    """A target file a run directory names, loaded only if the invoking user controls it
-    (``harness.private.control_problem``: a path written in run.json proves nothing, whoever crafted the
-    directory wrote it); ValueError saying why not, or what is wrong with the file."""
+def load_recorded_target(path: str | Path, run_dir: Path,
+                         what: str = "the target file the run directory names") -> Target:
+    """The target file ``run_dir``'s run.json names, loaded only if this user's harness wrote that run.json
+    (``RunDir.unsigned_reason``: its signature verifies with this user's run key, so the path was given on this
+    user's command line), the path is absolute and outside the run directory, and the invoking user still
+    controls the file (``harness.private.control_problem``). Ownership alone proves nothing: copying or extracting
+    a received directory makes it yours. ValueError saying why not, or what is wrong with the file."""
     from harness.private import control_problem
+    from harness.rundir import RunDir
 
+    shown = str(path)[:300]
+    unsigned = RunDir(run_dir).unsigned_reason()
+    if unsigned:
+        raise ValueError(f"{what}, {shown}, is not used: {unsigned}")
+    if not os.path.isabs(path):
+        raise ValueError(f"{what}, {shown}, is not an absolute path: it is not used")
+    real, inside = os.path.realpath(path), os.path.realpath(run_dir)
+    if os.path.commonpath([real, inside]) == inside:
+        raise ValueError(f"{what}, {shown}, is inside the run directory: it is not used")
     problem = control_problem(Path(path))
     if problem:
-        raise ValueError(f"{what}, {path}, {problem}: it is not used")
-    return load_target(Path(os.path.realpath(path)))
+        raise ValueError(f"{what}, {shown}, {problem}: it is not used")
+    return load_target(Path(real))
