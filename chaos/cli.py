@@ -173,6 +173,33 @@ def _cluster(p: argparse.ArgumentParser) -> None:
     from testbed.connection import add_connection_arguments
 
     add_connection_arguments(p, embedded_default=True)
+    _network_option(p)
+
+
+def _network_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--network", choices=("private", "shared"), default="private",
+                   help="private (default, where the platform allows it): the run's servers and workers in a network "
+                        "namespace of their own, which no other local user can reach; shared: on this machine's "
+                        "loopback (for workers that must reach other hosts; Temporal's and Restate's ports are then "
+                        "open to local users while the run lasts). An external cluster or Docker workers are always "
+                        "shared")
+
+
+def _enter_network(args: argparse.Namespace, connection: Any, docker: bool = False) -> None:
+    """Before anything starts: the run's own network (``testbed.isolation``), unless the command was called
+    in-process (``main``: a test's process stays where it is) or the run cannot have one; one line says which."""
+    if not _PRIVATE_NETWORK:
+        return
+    from testbed import isolation
+
+    why = ("--network shared" if getattr(args, "network", "private") == "shared" else
+           "an external cluster is reached over this machine's network" if connection is not None else
+           "Docker workers run on the Docker engine's network" if docker else None)
+    print(isolation.enter_private_network(why, ui=getattr(args, "ui", False)).line(), file=sys.stderr, flush=True)
+
+
+#: set by ``entry`` (the command as run from a shell): runs move into a private network first
+_PRIVATE_NETWORK: list[bool] = []
 
 
 def _run_command(sub: Any) -> None:
@@ -294,7 +321,7 @@ def _main(argv: list[str]) -> int:
     if argv[:1] == ["planted"]:
         from chaos.planted import main as planted
 
-        return planted(argv[1:])
+        return planted(argv[1:], before_runs=lambda: _enter_network(argparse.Namespace(), None))
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -323,6 +350,7 @@ def _main(argv: list[str]) -> int:
                     print(f"{prog}: {problem}", file=sys.stderr)
                     return 2
                 engine.image = docker.image  # the one built here, if none was given
+            _enter_network(args, connection, getattr(engine, "workers", "process") == "docker")
             return pruned(asyncio.run(suite.run_many([(scenario.name + engine.suffix, scenario, engine, seed)],
                                                      args.out)))
         if getattr(args, "parallel", 1) < 1:
@@ -333,6 +361,7 @@ def _main(argv: list[str]) -> int:
         if problem := _check_engine(args):
             print(f"{prog}: {problem}", file=sys.stderr)
             return 2
+        _enter_network(args, connection, getattr(args, "placement", "process") == "docker")
         if args.command == "soak":
             return pruned(asyncio.run(soak.run_soak(args, target, connection)))
         if args.command == "suite":
@@ -361,6 +390,7 @@ def entry() -> None:
     from harness.exit import exit_now
     from testbed.dockerd import stop_started_engines
 
+    _PRIVATE_NETWORK.append(True)
     code = main()
     stop_started_engines()
     exit_now(code)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -144,7 +145,7 @@ def table(rows: list[dict]) -> str:
                           r["verdict"], r["checker"], r["evidence"]] for r in rows), markdown=True)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, before_runs: Callable[[], None] = lambda: None) -> int:
     p = CommandParser(prog=f"{tool('chaos')} planted", description=__doc__.split("\n\n")[0])
     p.add_argument("names", nargs="*", help=f"entries to run (default all): {', '.join(b.name for b in CATALOGUE)}")
     add_out(p, "<scenario>")
@@ -160,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         p.error(f"no planted bug named {', '.join(unknown)}; --list shows them")
     bugs = [b for b in CATALOGUE if not args.names or b.name in args.names]
+    before_runs()  # e.g. the command's private network (chaos.cli)
     rows = asyncio.run(run_catalogue(bugs, args.out, args.target))
     print()
     print(table(rows))

@@ -46,6 +46,7 @@ from harness.rundir import CONVERSATIONS, EFFECTS_SERVICE, RunDir, command_line,
 from harness.commands import tool
 from harness.verdict import FAIL, UNKNOWN, CheckResult
 from testbed.engines.base import Engine
+from testbed import isolation
 from testbed.engines.target import Target
 from testbed.stack import Stack, StackSpec, stack
 from testbed.temporal_server import temporal_binary_or_none
@@ -208,7 +209,8 @@ async def _run(scenario: ChaosScenario, engine: Engine, seed: int, progress: Pro
     events = schedule(scenario.events, scenario.random_events, scenario.fault_s, seed, unavailable_nemeses(engine))
     run_dir.update(scenario=asdict(scenario), schedule=[e.as_dict() for e in events], backend=engine.record(),
                    target=_target_record(scenario, engine), checkers=engine.checkers,
-                   machine=await asyncio.to_thread(machine_info, temporal_binary_or_none()), phases={})
+                   machine=await asyncio.to_thread(machine_info, temporal_binary_or_none()), phases={},
+                   network=isolation.current().record())
     history = History(run_dir.operations)
     phases: dict[str, float] = {}
     stopped: list[bool] = []

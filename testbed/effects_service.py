@@ -59,7 +59,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from testbed.faults.effects import Armed, EffectFault, KillCaller
-from testbed.model_server import READ_TIMEOUT_S, _Handler, _HTTPServer, http_url
+from testbed.model_server import HEADER_TIMEOUT_S, READ_TIMEOUT_S, _Handler, _HTTPServer, http_url
 
 __all__ = ["EffectsService", "main", "ENV_EFFECTS_URL", "ADMIN_TOKEN_ENV"]
 
@@ -229,7 +229,7 @@ class EffectsService:
     def __init__(self, log_path: Path | None = None, *, host: str = "127.0.0.1", port: int = 0,
                  admin_token: str | None = None, kill_caller: KillCaller | None = None,
                  faults: list[EffectFault] | None = None, max_connections: int = MAX_CONNECTIONS,
-                 read_timeout_s: float = READ_TIMEOUT_S) -> None:
+                 read_timeout_s: float = READ_TIMEOUT_S, header_timeout_s: float = HEADER_TIMEOUT_S) -> None:
         """``kill_caller``: the harness's side of crash-after-effect (without one, that fault is logged as not
         injected and the request is answered)."""
         self.log_path = Path(log_path) if log_path is not None else None
@@ -237,6 +237,7 @@ class EffectsService:
         self.admin_token = admin_token or secrets.token_urlsafe(32)
         self.kill_caller = kill_caller
         self.max_connections, self.read_timeout_s = max_connections, read_timeout_s
+        self.header_timeout_s = header_timeout_s
         self._lock = threading.Lock()  # notes, keys, faults, counters
         self._log_lock = threading.Lock()
         self._log_file: Any = None

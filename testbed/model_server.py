@@ -27,15 +27,17 @@ Contract
   ``Authorization: Bearer <admin_token>`` (401 without it, 403 with another). The token is made per server
   (``secrets.token_urlsafe``) and kept in memory: ``server.admin_token``; the subprocess takes it from
   ``DAH_MODEL_ADMIN_TOKEN`` (unset: a random one, so the admin routes stay closed). It is never printed or logged.
+* Only this user's (or root's) connections are served (``testbed.isolation.admitted``); others are closed unread.
 * Bounded: at most ``max_connections`` connections are served at once (more are answered 503 and closed), a
-  socket operation waits at most ``read_timeout_s`` and a body must arrive within it, a body is at most
+  socket operation waits at most ``read_timeout_s`` and a body must arrive within it, a request's line and
+  headers within ``HEADER_TIMEOUT_S`` of its first byte, a body is at most
   ``MAX_BODY_BYTES`` (413, unread) and the bodies held at once at most ``MAX_BODIES_IN_FLIGHT_BYTES`` (503);
   a bad ``Content-Length``, chunked bodies and JSON nested deeper than ``MAX_JSON_DEPTH`` are answered 400/411.
 * ``stop()`` is idempotent and returns promptly (< 1 s) even while connections hang.
 * ``python -m testbed.model_server`` runs it as a subprocess: prints exactly one line
   ``READY <url>`` to stdout, serves until SIGTERM/SIGINT, exits 0; bad specs exit 2.
 
-The model routes are open to any local process: they are what the agent under test calls (see SECURITY.md).
+The model routes are open to any process of this user's: they are what the agent under test calls (see SECURITY.md).
 
 Library code logs through ``logging`` (DEBUG per request) and never logs request headers,
 because they carry API keys.
@@ -46,6 +48,7 @@ from __future__ import annotations
 import argparse
 import copy
 import importlib
+import io
 import json
 import logging
 import math
@@ -65,6 +68,7 @@ from typing import Any, Callable, Iterator
 
 from harness.commands import CommandParser
 from testbed import model_wire
+from testbed.isolation import admitted
 from testbed.faults.model import FAULT_FORMS, FaultRule, first_active, malformed_tool_call, status_error
 from testbed.model_wire import strip_provider
 
@@ -103,6 +107,9 @@ MAX_CONNECTIONS = 256
 #: keep-alive connection is closed after it. Faults that delay answers (latency, hang) do not read, so it does not
 #: bound them.
 READ_TIMEOUT_S = 30.0
+#: once a request's first byte has arrived, its request line and headers must all arrive within this (a client
+#: sending one byte every few seconds would otherwise hold a connection slot for ever)
+HEADER_TIMEOUT_S = 10.0
 #: after refusing a body it did not read, how long and how much of it the server reads and discards before
 #: closing: a client that sends a small rest then reads sees the answer rather than a reset
 _LINGER_S = 1.0
@@ -252,6 +259,10 @@ class _HTTPServer(ThreadingHTTPServer):
         self.body_bytes = 0  # body bytes reserved by requests being served; under conn_lock
         super().__init__(addr, handler)
 
+    def verify_request(self, request: Any, client_address: Any) -> bool:
+        """Only this user's (or root's) sockets are served (``testbed.isolation.admitted``): closed unread."""
+        return admitted(request)
+
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self.slots.acquire(blocking=False):
             self._turn_away(request)
@@ -324,6 +335,24 @@ class _HTTPServer(ThreadingHTTPServer):
         logger.debug("unhandled error serving a connection", exc_info=True)
 
 
+class _DeadlineReads(socket.SocketIO):
+    """A connection's reads; while ``deadline`` is set (``time.monotonic()``), each waits at most until it, and
+    past it a read raises TimeoutError."""
+
+    def __init__(self, sock: socket.socket, per_read_s: float) -> None:
+        super().__init__(sock, "rb")
+        self.per_read_s = per_read_s
+        self.deadline: float | None = None
+
+    def readinto(self, b: Any) -> int | None:
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("request headers not received in time")
+            self._sock.settimeout(min(left, self.per_read_s))  # type: ignore[attr-defined]
+        return super().readinto(b)
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: LiteLLM/httpx reuse connections
     server_version = "DAHScriptedModel/1.0"
@@ -358,6 +387,28 @@ class _Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         self.timeout = self.server.owner.read_timeout_s  # StreamRequestHandler.setup puts it on the socket
         super().setup()
+        self.rfile.close()  # reads go through _DeadlineReads instead, to bound the time headers take
+        self._reads = _DeadlineReads(self.connection, self.timeout)
+        self.rfile = io.BufferedReader(self._reads)
+
+    def handle_one_request(self) -> None:
+        """An idle keep-alive connection waits ``read_timeout_s`` for a request's first byte; from it, the request
+        line and headers must arrive within ``HEADER_TIMEOUT_S`` (``parse_request`` ends that deadline)."""
+        try:
+            if not self.rfile.peek(1):
+                self.close_connection = True
+                return
+        except OSError:  # idle past read_timeout_s, or reset
+            self.close_connection = True
+            return
+        self._reads.deadline = time.monotonic() + self.server.owner.header_timeout_s
+        super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        self._reads.deadline = None
+        self.connection.settimeout(self.timeout)
+        return ok
 
     def _refuse(self, status: int, message: str, code: str, extra_headers: dict[str, str] | None = None) -> None:
         """Answer an error, then close the connection: what is left of the request is not read (only discarded,
@@ -699,8 +750,9 @@ class ScriptedModelServer:
     def __init__(self, responder: Responder, *, host: str = "127.0.0.1", port: int = 0,
                  latency: LatencyModel | None = None, faults: list[FaultRule] | None = None, seed: int = 0,
                  admin_token: str | None = None, max_connections: int = MAX_CONNECTIONS,
-                 read_timeout_s: float = READ_TIMEOUT_S):
+                 read_timeout_s: float = READ_TIMEOUT_S, header_timeout_s: float = HEADER_TIMEOUT_S):
         """``admin_token``: what the admin routes require (default: a new random one, ``self.admin_token``)."""
+        self.header_timeout_s = header_timeout_s
         self.responder = responder
         self.admin_token = admin_token or secrets.token_urlsafe(32)
         self.max_connections = max_connections

@@ -24,6 +24,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from testbed import isolation
 from testbed.processes import ServerProcess, free_port
 
 log = logging.getLogger(__name__)
@@ -139,7 +140,8 @@ class EmbeddedTemporal(ServerProcess):
         if not self.port:
             self.port = free_port(self.ip)
         if self.ui and not self.ui_port:
-            self.ui_port = free_port(self.ip)
+            # in a private network, the port its bridge in the shared network forwards to (testbed.isolation)
+            self.ui_port = isolation.ui_port() or free_port(self.ip)
         if self.db_filename:
             Path(self.db_filename).parent.mkdir(parents=True, exist_ok=True)
         self._http_port = free_port(self.ip)

@@ -183,3 +183,20 @@ def test_a_kill_after_an_effect_is_confirmed_by_the_service_log(tmp_path: Path) 
     got = injection_evidence.check(RunData(run))
     print(got.verdict, got.summary)
     assert got.verdict == UNKNOWN
+
+
+def test_the_service_log_of_a_target_that_does_not_declare_it_changes_no_verdict(tmp_path: Path) -> None:
+    """The probe: two identical forged POSTs to a reference run's effects service turned it into fail, though the
+    reference agent never calls the service. Its log is read only for a target declaring effects = "service":
+    here the ledger decides (pass), and the forged lines change nothing."""
+    from harness.recording import EffectLedger
+
+    forged = [_effect("forged", "k", 0), _effect("forged", "k2", 1)]
+    run = _run_dir(tmp_path, [], target={"ledger": "ledger.sqlite3"}, effect_log=forged)
+    with EffectLedger(run / "state" / "ledger.sqlite3"):
+        pass  # an empty ledger: no effects applied
+    assert effects.check(RunData(run)).verdict == PASS, effects.check(RunData(run)).summary
+    # Without a ledger either, unknown (nothing could count its effects), saying what the service saw and why not read.
+    (run / "state" / "ledger.sqlite3").unlink()
+    result = effects.check(RunData(run))
+    assert result.verdict == UNKNOWN and "does not declare effects = \"service\"" in result.summary, result.summary

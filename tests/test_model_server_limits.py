@@ -220,3 +220,50 @@ def test_the_subprocess_takes_its_admin_token_from_the_environment_and_never_pri
         if proc.poll() is None:
             proc.kill()  # only the pid this test started
             proc.communicate()
+
+
+@pytest.mark.parametrize("server", ["model", "effects"])
+def test_headers_trickled_a_byte_at_a_time_do_not_hold_a_slot_for_ever(server: str) -> None:
+    """The probe: one header byte every 10 s held a slot for ever (each byte reset the socket timeout), and 256
+    such connections kept /healthz at 503 for 80 s. Now a request's line and headers must all arrive within
+    ``header_timeout_s`` of its first byte: the trickling connections are closed, and /healthz answers again."""
+    from testbed.effects_service import EffectsService
+
+    slots = 4
+    made = (ScriptedModelServer(echo_responder, max_connections=slots, header_timeout_s=1.0) if server == "model"
+            else EffectsService(max_connections=slots, header_timeout_s=1.0))
+    with made as s:
+        trickles = [socket.create_connection(("127.0.0.1", s.port), timeout=5) for _ in range(slots)]
+        started = time.monotonic()
+        closed: set[int] = set()
+        while len(closed) < slots and time.monotonic() - started < 5:
+            for i, sock in enumerate(trickles):
+                if i in closed:
+                    continue
+                try:
+                    sock.send(b"G")  # a byte at a time, each well within the read timeout
+                    sock.settimeout(0.01)
+                    if sock.recv(1) == b"":
+                        closed.add(i)
+                except (TimeoutError, BlockingIOError):
+                    pass
+                except OSError:
+                    closed.add(i)
+            time.sleep(0.2)
+        took = time.monotonic() - started
+        assert len(closed) == slots, f"{slots - len(closed)} trickling connection(s) still open after {took:.1f} s"
+        assert took < 3.0, took
+        status, _ = answer(send(s.port, "GET /healthz HTTP/1.1\nHost: x\n"))
+        assert status == 200
+        for sock in trickles:
+            sock.close()
+
+
+def test_an_idle_keep_alive_connection_is_not_cut_by_the_header_deadline() -> None:
+    """The deadline runs from a request's first byte, not from the connection's: a client that pools its
+    connection and sends its next request after a pause longer than the deadline is answered."""
+    with ScriptedModelServer(echo_responder, header_timeout_s=0.5) as s:
+        with httpx.Client(base_url=s.url) as client:
+            assert client.post("/chat/completions", json=chat_body("one")).status_code == 200
+            time.sleep(1.0)
+            assert client.post("/chat/completions", json=chat_body("two")).status_code == 200

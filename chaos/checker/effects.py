@@ -1,6 +1,6 @@
 """effects: every logical effect applied at most once, read from what recorded the effects.
 
-Two witnesses, whichever the run has (both, where both saw effects; the worse verdict wins):
+Two witnesses; the target says which it has (``effects = "service"``: the service's; otherwise the ledger's):
 
 * the external effects service's log (``effects_service.jsonl``, ``testbed.effects_service``), seen from outside
   the agent, in any language: a duplicate is the same effect *identity* (kind + content, the planned unique text)
@@ -14,8 +14,9 @@ Two witnesses, whichever the run has (both, where both saw effects; the worse ve
   finished it) is unknown.
 
 A target that declares its agent has no external effects (``effects = "none"``, ``effects_reason``) gets
-``not_applicable`` with ``declared: <reason>``; one that declares neither a ledger nor the service, and whose
-run's service saw no effect, is ``unknown``: nothing could count them.
+``not_applicable`` with ``declared: <reason>``; one that declares neither a ledger nor the service is ``unknown``:
+nothing could count them. The service's log is read only for a target that declares ``effects = "service"``
+(the reference agent never calls it: a request there came from something else, and never changes a verdict).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections import Counter
 from typing import Any
 
 from chaos.checker.run_data import EffectsLog, RunData
-from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult, worst
+from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult
 
 #: the route the service applies notes on (testbed.effects_service)
 NOTES_PATH = "/v1/notes"
@@ -35,20 +36,19 @@ def check(data: RunData) -> CheckResult:
     if declared == "none":
         reason = data.target.get("effects_reason") or "the target declares its agent has no external effects"
         return CheckResult("effects", NOT_APPLICABLE, f"declared: {reason}")
-    log = data.effects_log
-    saw_effects = log is not None and bool(log.of("effect"))
-    results = []
-    if declared == "service" or saw_effects:
-        results.append(_service(log))
-    if declared != "service" and (data.ledger_path is not None or not results):
-        results.append(_ledger(data))
-    if len(results) == 1:
-        return results[0]
-    verdict = worst(r.verdict for r in results)
-    worse = next(r for r in results if r.verdict == verdict)
-    return CheckResult("effects", verdict, f"{worse.summary}; and {next(r for r in results if r is not worse).summary}",
-                       {"service": results[0].details, "ledger": results[1].details,
-                        "duplicated_effects": sum(r.details.get("duplicated_effects", 0) for r in results)})
+    if declared == "service":
+        return _service(data.effects_log)
+    result = _ledger(data)
+    # Only a target that declares it calls the effects service: its log is read for no one else (a request there
+    # came from something other than the agent under test).
+    log = data.effects_log if result.verdict == UNKNOWN else None
+    seen = len(log.of("effect")) if log is not None else 0
+    if seen:
+        return CheckResult("effects", UNKNOWN, f"{result.summary}; the run's effects service applied {seen} "
+                                               "effect(s), but the target does not declare effects = \"service\", "
+                                               "so its log is not read: declare it if the agent's tools call "
+                                               "{effects_url}", {**result.details, "undeclared_service_effects": seen})
+    return result
 
 
 def _service(log: EffectsLog | None) -> CheckResult:

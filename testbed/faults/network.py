@@ -74,6 +74,8 @@ import time
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Coroutine
 
+from testbed.isolation import admitted
+
 __all__ = ["Toxic", "FaultProxy", "TOXIC_KINDS", "STREAMS"]
 
 log = logging.getLogger(__name__)
@@ -302,7 +304,8 @@ class FaultProxy:
         self._next_id = 0
         self._enabled = True
         self._counts = {"accepted": 0, "bytes_upstream": 0, "bytes_downstream": 0, "resets": 0,
-                        "blackholed_bytes": 0, "dropped_bytes": 0, "upstream_unreachable": 0}
+                        "blackholed_bytes": 0, "dropped_bytes": 0, "upstream_unreachable": 0,
+                        "refused": 0}  # connections from another local user's sockets (testbed.isolation)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._server: asyncio.base_events.Server | None = None
@@ -506,6 +509,11 @@ class FaultProxy:
             await asyncio.wait(tasks, timeout=0.5)
 
     async def _on_accept(self, client_reader: asyncio.StreamReader, client: asyncio.StreamWriter) -> None:
+        sock = client.get_extra_info("socket")
+        if sock is not None and not admitted(sock):  # another local user's: closed unread, never forwarded
+            self._counts["refused"] += 1
+            client.close()
+            return
         self._next_id += 1
         conn = _Connection(self._next_id, self.seed, client_reader, client)
         conn.tasks.add(asyncio.current_task())  # type: ignore[arg-type]
