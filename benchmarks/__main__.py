@@ -1,5 +1,3 @@
-import sys
+from benchmarks.cli import entry
 
-from benchmarks.cli import main
-
-sys.exit(main())
+entry()

@@ -133,7 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, private_network: bool = False) -> int:
+    """``private_network`` (the command as run from a shell, ``entry``): the benchmark's servers in a network
+    namespace of their own (``testbed.isolation``), where it can have one."""
     stop_on_sigterm()  # SIGTERM (kill PID, a CI job's timeout) stops the run as Ctrl-C does; it ends terminated
     from agent.env_options import EnvOptionError, check_environment
 
@@ -172,6 +174,13 @@ def main(argv: list[str] | None = None) -> int:
     say = progress()
     command = tool("benchmarks") + " " + shlex.join(redact_argv(argv if argv is not None else sys.argv[1:]))
     started = datetime.now(timezone.utc)
+    if private_network:
+        from testbed import isolation
+
+        why = ("an external cluster is reached over this machine's network" if options.external else
+               f"the live model {options.model} is reached over the network" if not is_scripted(options.model)
+               else None)
+        print(isolation.enter_private_network(why).line(), file=sys.stderr, flush=True)
     try:
         run_dir = asyncio.run(run(options, say, command.strip()))
     except KeyboardInterrupt:
@@ -191,4 +200,4 @@ def main(argv: list[str] | None = None) -> int:
 
 def entry() -> None:
     """The ``dah-bench`` console script (``python -m benchmarks``)."""
-    raise SystemExit(main())
+    raise SystemExit(main(private_network=True))

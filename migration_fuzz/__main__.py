@@ -1,4 +1,3 @@
-from harness.exit import exit_now
-from migration_fuzz.cli import main
+from migration_fuzz.cli import entry
 
-exit_now(main())
+entry()

@@ -59,7 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, private_network: bool = False) -> int:
+    """``private_network`` (the command as run from a shell, ``entry``): the fuzzer's servers in a network
+    namespace of their own (``testbed.isolation``), where it can have one."""
     args = build_parser().parse_args(argv)
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -76,6 +78,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{tool('migration_fuzz')}: {exc}", file=sys.stderr)
         return 2
     start, started = time.monotonic(), datetime.now(timezone.utc)
+    if private_network:
+        from testbed import isolation
+
+        why = "an external cluster is reached over this machine's network" if opts.external else None
+        print(isolation.enter_private_network(why).line(), file=sys.stderr, flush=True)
     try:
         report = asyncio.run(run_fuzz(opts, progress(start)))
     except KeyboardInterrupt:
@@ -94,4 +101,4 @@ def entry() -> None:
     """The ``dah-fuzz`` console script (``python -m migration_fuzz``)."""
     from harness.exit import exit_now
 
-    exit_now(main())
+    exit_now(main(private_network=True))

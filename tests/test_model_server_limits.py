@@ -230,8 +230,9 @@ def test_headers_trickled_a_byte_at_a_time_do_not_hold_a_slot_for_ever(server: s
     from testbed.effects_service import EffectsService
 
     slots = 4
-    made = (ScriptedModelServer(echo_responder, max_connections=slots, header_timeout_s=1.0) if server == "model"
-            else EffectsService(max_connections=slots, header_timeout_s=1.0))
+    made = (ScriptedModelServer(echo_responder, max_connections=slots) if server == "model"
+            else EffectsService(max_connections=slots))
+    made.header_timeout_s = 1.0
     with made as s:
         trickles = [socket.create_connection(("127.0.0.1", s.port), timeout=5) for _ in range(slots)]
         started = time.monotonic()
@@ -262,7 +263,9 @@ def test_headers_trickled_a_byte_at_a_time_do_not_hold_a_slot_for_ever(server: s
 def test_an_idle_keep_alive_connection_is_not_cut_by_the_header_deadline() -> None:
     """The deadline runs from a request's first byte, not from the connection's: a client that pools its
     connection and sends its next request after a pause longer than the deadline is answered."""
-    with ScriptedModelServer(echo_responder, header_timeout_s=0.5) as s:
+    made = ScriptedModelServer(echo_responder)
+    made.header_timeout_s = 0.5
+    with made as s:
         with httpx.Client(base_url=s.url) as client:
             assert client.post("/chat/completions", json=chat_body("one")).status_code == 200
             time.sleep(1.0)
