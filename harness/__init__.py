@@ -12,6 +12,11 @@ histories), so it imports in an agent's own Python as well as in the harness's.
     replayer        Temporal's replayer, run in the target's own Python
     private         paths only the invoking user controls: private temporary directories, trusted files
     percentiles     percentiles and the latency summary (n, mean, sd, p50, p95, p99) the benchmarks and reports show
+
+``own_module`` is how the harness starts its own code in a child of its own interpreter: with ``-P``
+(``SAFE_PATH``), so the directory the child runs in (a user's project, which may hold an ``agent/``, ``harness/``
+or ``testbed/`` folder of its own) is not on the child's ``sys.path`` and the harness's packages, installed in its
+environment, are the ones imported.
 """
 
 from __future__ import annotations
@@ -21,12 +26,20 @@ import hashlib
 import logging
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
 from harness.private import private_dir
 
 PACKAGE = Path(__file__).resolve().parent
+#: the interpreter flag of every child that runs the harness's own code: the child's directory is not on its sys.path
+SAFE_PATH = "-P"
+
+
+def own_module(module: str, *args: str) -> list[str]:
+    """``python -P -m module args...`` in this interpreter: one of the harness's own modules as a child process."""
+    return [sys.executable, SAFE_PATH, "-m", module, *args]
 
 
 def pythonpath_for_targets() -> str:

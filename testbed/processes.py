@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from harness import own_module
 from harness.exit import before_exit
 from harness.owner import owner_value
 
@@ -110,7 +111,7 @@ def ensure_reaper() -> None:
         if _reaper is not None and _reaper.poll() is None:
             return
         # No parent-death signal: the reaper must outlive us; our end of its stdin closing is its signal.
-        _reaper = spawn([sys.executable, "-m", "testbed.containers", "reap", owner_value()], pdeathsig=0,
+        _reaper = spawn(own_module("testbed.containers", "reap", owner_value()), pdeathsig=0,
                         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         before_exit(functools.partial(_reap_now, _reaper))
 

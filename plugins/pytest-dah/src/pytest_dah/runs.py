@@ -1,10 +1,13 @@
 """Run the harness's chaos commands in the harness's own Python, and read what they concluded.
 
 Standard library only, and no import of the harness: the harness runs as a subprocess in its own interpreter
-(``<home>/.venv/bin/python -m chaos``), as a bring-your-own target's workers run in theirs, so its pins never meet
-the test environment's. Every call gets a fresh output directory of its own; once the command ends, ``python -m
-chaos summary`` reads the run directories in it (the same reader as CI's: a verdict is never better than its
-checks, a run that never ended is never a pass), and each run's ``verdict.json`` gives the per-check summaries.
+(``<home>/.venv/bin/python -I -m chaos``), as a bring-your-own target's workers run in theirs, so its pins never
+meet the test environment's. Isolated (``-I``): the directory it runs in is not on its ``sys.path``, so a folder of
+the user's project named ``chaos/``, ``agent/``, ``harness/`` or ``testbed/`` never stands in for the harness's own
+code (installed in its venv: editable after ``make``). Every call gets a fresh output directory of its own; once
+the command ends, ``python -m chaos summary`` reads the run directories in it (the same reader as CI's: a verdict
+is never better than its checks, a run that never ended is never a pass), and each run's ``verdict.json`` gives
+the per-check summaries.
 What a run directory holds is read as data: bounded, regular files only, paths kept inside the output directory.
 """
 
@@ -36,6 +39,8 @@ MAX_JSON_BYTES = 64 * 1024 * 1024
 _NOT_INHERITED = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "__PYVENV_LAUNCHER__")
 #: how long a stopped command (timeout, Ctrl-C) has to end its runs as ``terminated`` before it is killed
 STOP_GRACE_S = 60.0
+#: how the harness's interpreter is started: isolated (no cwd on sys.path, no PYTHON* variables, no user site)
+ISOLATED = "-I"
 
 
 class HarnessNotFound(Exception):
@@ -78,7 +83,7 @@ class Harness:
         return cls(path, root)
 
     def command(self, *args: str) -> List[str]:
-        return [str(self.python), "-m", "chaos", *args]
+        return [str(self.python), ISOLATED, "-m", "chaos", *args]
 
     def cwd(self) -> Path:
         return self.home or Path.cwd()
@@ -175,7 +180,8 @@ class ChaosResult:
         """The harness's reproduce command as it runs from any directory: in its cwd, with its interpreter."""
         if not reproduce:
             return ""
-        text = re.sub(r"^python3? -m ", shlex.quote(self.python) + " -m ", reproduce) if self.python else reproduce
+        text = (re.sub(r"^python3? -m ", lambda _: f"{shlex.quote(self.python)} {ISOLATED} -m ", reproduce)
+                if self.python else reproduce)
         return f"cd {shlex.quote(str(self.cwd))} && {text}"
 
     def describe(self) -> str:
