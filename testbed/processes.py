@@ -105,7 +105,8 @@ _reaper_lock = threading.Lock()  # workers start side by side, from threads
 def ensure_reaper() -> None:
     """Start this process's container reaper once (``python -m testbed.containers reap``): it removes the containers
     labelled with this process's owner (``harness.owner``) when this process is gone, however it ended: the
-    workers' containers and the browser containers its worker processes start."""
+    workers' containers and the browser containers its worker processes start; and the temporary directories
+    this process made for itself (``harness.owner.owned_tempdir``)."""
     global _reaper
     with _reaper_lock:
         if _reaper is not None and _reaper.poll() is None:
