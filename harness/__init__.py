@@ -12,21 +12,33 @@ histories), so it imports in an agent's own Python as well as in the harness's.
     replayer        Temporal's replayer, run in the target's own Python
     private         paths only the invoking user controls: private temporary directories, trusted files
     percentiles     percentiles and the latency summary (n, mean, sd, p50, p95, p99) the benchmarks and reports show
+
+``own_module`` is how the harness starts its own code in a child of its own interpreter: with ``-P``
+(``SAFE_PATH``), so the directory the child runs in (a user's project, which may hold an ``agent/``, ``harness/``
+or ``testbed/`` folder of its own) is not on the child's ``sys.path`` and the harness's packages, installed in its
+environment, are the ones imported.
 """
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import logging
 import os
-import shutil
+import sys
 import tempfile
 from pathlib import Path
 
+from harness.owner import owned_tempdir
 from harness.private import private_dir
 
 PACKAGE = Path(__file__).resolve().parent
+#: the interpreter flag of every child that runs the harness's own code: the child's directory is not on its sys.path
+SAFE_PATH = "-P"
+
+
+def own_module(module: str, *args: str) -> list[str]:
+    """``python -P -m module args...`` in this interpreter: one of the harness's own modules as a child process."""
+    return [sys.executable, SAFE_PATH, "-m", module, *args]
 
 
 def pythonpath_for_targets() -> str:
@@ -36,14 +48,14 @@ def pythonpath_for_targets() -> str:
     driver host and the replayer) without the harness's other packages or any of its dependencies. The
     directory holds one symlink and is named after the user and this package's path, so every run reuses it;
     it is private (``harness.private.private_dir``): one made first by anyone else (a ``sitecustomize.py`` in it
-    would run in every target process) is never used, and this process makes a fresh one of its own instead."""
+    would run in every target process) is never used, and this process makes a fresh one of its own instead
+    (``harness.owner.owned_tempdir``: it goes with this process, however that ends)."""
     global _fallback
     digest = hashlib.sha256(str(PACKAGE).encode()).hexdigest()[:12]
     base = private_dir(Path(tempfile.gettempdir()) / f"dah-harness-path-{os.geteuid()}-{digest}")
     if base is None:
         if _fallback is None:
-            _fallback = Path(tempfile.mkdtemp(prefix="dah-harness-path-"))  # 0700, ours, a new name
-            atexit.register(shutil.rmtree, _fallback, True)
+            _fallback = owned_tempdir("harness-path")  # 0700, ours, a new name
             logging.getLogger(__name__).warning("the shared harness path directory is not this user's alone; "
                                                 "using %s", _fallback)
         base = _fallback

@@ -10,32 +10,56 @@ variable (a worker a user started) nothing watches: the idle timeout applies.
 
 The value is ``<pid>-<start>``: the pid and its start time in clock ticks since
 boot (``/proc/<pid>/stat``), so a reused pid is never taken for the owner.
+
+The same value names the temporary directories a process makes for itself (``owned_tempdir``: a PostgreSQL
+server's socket directory, a private harness path): whatever ends the process, they go with it. At its exit
+(``harness.exit.before_exit``, so also on ``exit_now``) it removes them itself; after a SIGKILL or an ``os._exit``
+its reaper (``testbed.processes.ensure_reaper``) does (``remove_owned_dirs(owner)``); and where no reaper ran,
+the next process that makes one removes those whose owner, by pid and start time, is gone.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import re
 import select
+import shutil
+import stat
+import tempfile
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
+
+from harness.exit import before_exit
 
 log = logging.getLogger(__name__)
 
 ENV_OWNER = "DAH_OWNER"
 OWNER_LABEL = "durable-agent-harness.owner"  # a container's owner, removed by that owner's reaper
 _POLL_S = 0.5  # without pidfd_open: how often /proc is asked
+#: a directory ``owned_tempdir`` made: dah-<what>-<pid>-<start>-<mkdtemp's eight characters>
+_OWNED_DIR = re.compile(r"dah-[a-z]+(?:-[a-z]+)*-(\d+-\d+)-[a-z0-9_]{8}")
+
+
+def _proc_stat(pid: int) -> tuple[bytes, int] | None:
+    """The process's state (``R``, ``S``, ``Z``...) and start time (clock ticks since boot), or None if it does not
+    exist (Linux ``/proc``)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read()
+    except OSError:
+        return None
+    after_name = fields[fields.rindex(b")") + 2:].split()  # the name before ")" may hold spaces
+    return after_name[0], int(after_name[19])  # fields 3 and 22
 
 
 def _start_ticks(pid: int) -> int | None:
     """The process's start time (clock ticks since boot), or None if it does not exist (Linux ``/proc``)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    return int(stat[stat.rindex(b")") + 2:].split()[19])  # field 22; the name before ")" may hold spaces
+    found = _proc_stat(pid)
+    return found[1] if found else None
 
 
 def owner_value(pid: int | None = None) -> str:
@@ -59,10 +83,53 @@ def parse_owner(value: str) -> tuple[int, int]:
 
 
 def owner_alive(value: str) -> bool:
-    """Whether the process ``value`` names still runs (a different process with its pid does not count)."""
+    """Whether the process ``value`` names still runs (a different process with its pid does not count, nor one
+    that has exited and waits to be reaped)."""
     pid, start = parse_owner(value)
-    ticks = _start_ticks(pid)
-    return ticks is not None and (start == 0 or ticks == start)
+    found = _proc_stat(pid)
+    return found is not None and found[0] not in (b"Z", b"X") and (start == 0 or found[1] == start)
+
+
+def owned_tempdir(what: str) -> Path:
+    """A new directory of this process's (mode 0700, ``tempfile.mkdtemp``) in the temporary directory, named after
+    it, ``dah-<what>-<pid>-<start>-XXXXXXXX``, that does not outlive it (see the module docstring); ``what`` is
+    lowercase words joined by ``-``."""
+    global _swept
+    if not _swept:  # once a process: what the dead left where no reaper removed it
+        _swept = True
+        remove_owned_dirs()
+    path = Path(tempfile.mkdtemp(prefix=f"dah-{what}-{owner_value()}-"))
+    before_exit(functools.partial(shutil.rmtree, path, True))
+    return path
+
+
+_swept = False
+
+
+def remove_owned_dirs(owner: str | None = None) -> list[Path]:
+    """Remove the directories ``owned_tempdir`` made for ``owner`` (None: for every owner no longer running, by
+    pid and start time; never where ``/proc`` cannot tell): each a real directory of this user's, in the
+    temporary directory, with that owner in its name. The paths removed."""
+    if owner is None and _start_ticks(os.getpid()) is None:
+        return []
+    base = Path(tempfile.gettempdir())
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        match = _OWNED_DIR.fullmatch(name)
+        if not match or (match.group(1) != owner if owner is not None else owner_alive(match.group(1))):
+            continue
+        try:
+            st = os.lstat(base / name)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():  # not a symlink, and ours
+            shutil.rmtree(base / name, ignore_errors=True)
+            removed.append(base / name)
+    return removed
 
 
 def watch_owner(value: str, on_exit: Callable[[], None]) -> threading.Thread:

@@ -55,12 +55,14 @@ import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from harness import run_files
 from harness.durable_files import connect_wal
 from harness.faults import AgentFaults
+from harness.rundir import RunDirError
 
 SCHEMA_VERSION = 4  # 4: executions.scheduled_at (the server's schedule time of the attempt)
 ENV_LEDGER = "DAH_LEDGER"  # the harness names the ledger file of a target's workers here
@@ -441,15 +443,60 @@ class EffectLedger:
 
 #: the ledger's tables, each in the order its rows were written
 LEDGER_TABLES = ("executions", "effects", "applications", "crash_points", "mutations", "meta")
+#: what the schema gained after version 1, by the version that added it: a ledger of an older version lacks it
+_TABLES_SINCE = {"applications": 2, "crash_points": 3, "mutations": 3}
+_COLUMNS_SINCE = {("executions", "kind"): 3, ("executions", "scheduled_at"): 4}
+
+
+@lru_cache(maxsize=None)
+def _columns_now() -> dict[str, tuple[str, ...]]:
+    """Each table's columns as ``_SCHEMA`` (this version) makes them."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.executescript(_SCHEMA)
+        return {t: tuple(r[1] for r in conn.execute(f"PRAGMA table_info({t})")) for t in LEDGER_TABLES}
+    finally:
+        conn.close()
+
+
+def _expect_ledger(conn: sqlite3.Connection, path: Path, table: str) -> bool:
+    """Whether the ledger has ``table`` (False: its schema version is older than the table); RunDirError naming the
+    file and what is wrong if it is not an effect ledger: not SQLite, no schema version, or a table its version
+    has that is missing or lacks a column."""
+    what = "an effect ledger (harness/recording.py)"
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "meta" not in tables:
+            raise RunDirError(path, what, f"an SQLite database without its meta table (tables: "
+                                          f"{', '.join(sorted(tables)) or 'none'})")
+        row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if row is None or not str(row[0]).isdigit():
+            raise RunDirError(path, what, "no schema_version in its meta table", "meta")
+        version = int(row[0])
+        if table not in tables:
+            if version < _TABLES_SINCE.get(table, 1):
+                return False
+            raise RunDirError(path, f"a table {table!r} (schema version {version})", "none", table)
+        have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}  # noqa: S608 - a name of LEDGER_TABLES
+    except sqlite3.DatabaseError as exc:  # not SQLite, or damaged
+        raise RunDirError(path, what, f"a file SQLite cannot read ({exc})") from None
+    needed = [c for c in _columns_now()[table] if _COLUMNS_SINCE.get((table, c), 1) <= version]
+    missing = [c for c in needed if c not in have]
+    if missing:
+        raise RunDirError(path, f"the columns {', '.join(needed)}",
+                          f"columns {', '.join(sorted(have)) or 'none'} (no {', '.join(missing)})", table)
+    return True
 
 
 def read_ledger(path: str | Path, table: str, *, root: str | Path | None = None, workflow_id: str | None = None,
                 timeout_s: float = 5.0) -> list[dict[str, Any]]:
     """A ledger table's rows in insertion order, read-only and with no fault seam: how the checkers, the
-    benchmarks and the harness read a ledger that workers may still be writing. ``[]`` if the ledger or the table
-    does not exist. ``root``: the run directory the ledger lies in, which the read must not leave (opened by
-    ``harness.run_files.sqlite_readonly``'s rules: RefusedPath for a symlink or a file that is not regular);
-    ``workflow_id``: only that workflow's rows (tables that have the column)."""
+    benchmarks and the harness read a ledger that workers may still be writing. ``[]`` if the ledger does not
+    exist, or is of a schema version older than the table. A file that is not an effect ledger (not SQLite, no
+    schema version, a table of its version missing or lacking a column) is never read as an empty one: RunDirError
+    naming the file and what is wrong. ``root``: the run directory the ledger lies in, which the read must not
+    leave (opened by ``harness.run_files.sqlite_readonly``'s rules: RefusedPath for a symlink or a file that is
+    not regular); ``workflow_id``: only that workflow's rows (tables that have the column)."""
     if table not in LEDGER_TABLES:
         raise ValueError(f"ledger table {table!r}: unknown; tables are {', '.join(LEDGER_TABLES)}")
     path = Path(path)
@@ -461,7 +508,7 @@ def read_ledger(path: str | Path, table: str, *, root: str | Path | None = None,
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout_s)
         conn.row_factory = sqlite3.Row
     try:
-        if not conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (table,)).fetchone():
+        if not _expect_ledger(conn, path, table):
             return []
         sql, args = f"SELECT * FROM {table}", ()  # noqa: S608 - a name of LEDGER_TABLES
         if workflow_id is not None:

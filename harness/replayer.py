@@ -20,7 +20,10 @@ Prints one line ``REPLAY-RESULT {"replayed": n, "failures": [{workflow_id, run_i
 "uses": {...}}`` (``strict``: ``harness.strict_replay.Comparison.as_dict`` over every history that replayed, or
 ``{"off": true}``; ``uses``: the plugins, data converter and workflow runner it replayed with) and exits 0
 whenever it could judge (failures are in the JSON). If a declared object cannot be loaded or built it prints
-``REPLAY-RESULT {"error": "..."}`` naming the object and exits 3; any other exit means it could not run.
+``REPLAY-RESULT {"error": "..."}`` naming the object and exits 3. If the saved histories cannot be read (a symlink
+inside the run directory, a file over its bound, one that is not JSON: ``harness.run_files``' rules) it prints
+``REPLAY-RESULT {"unreadable": "..."}``, the one line that says which and why, and exits 4. Any other exit means it
+could not run.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.converter import DataConverter
+from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer, WorkflowRunner
 
 from harness.event_history import load_saved
@@ -47,6 +51,8 @@ except ImportError:  # a temporalio older than plugins (a target's own pins)
 RESULT_PREFIX = "REPLAY-RESULT "
 #: the exit status when a declared workflow, plugin, converter or runner could not be loaded
 SETUP_ERROR = 3
+#: the exit status when the saved histories could not be read
+UNREADABLE = 4
 
 
 class SetupError(Exception):
@@ -136,12 +142,12 @@ def make_replayer(workflow: type, plugins: Sequence[str] = (), data_converter: s
     return replayer, uses
 
 
-async def replay(histories_dir: Path, replayer: Replayer, recorder: InputRecorder | None = None,
-                 ignore: Sequence[str] = ()) -> dict:
-    """Replay every saved history, one at a time; with a ``recorder`` (installed by ``make_replayer``), compare
-    each replayed call's type and input with the history's (``harness.strict_replay``; ``ignore``: JSON paths
-    left out)."""
-    histories = [(run_id, history) for chain in load_saved(histories_dir).values() for run_id, history in chain]
+async def replay(saved: dict[str, list[tuple[str, WorkflowHistory]]], replayer: Replayer,
+                 recorder: InputRecorder | None = None, ignore: Sequence[str] = ()) -> dict:
+    """Replay every saved history (``harness.event_history.load_saved``), one at a time; with a ``recorder``
+    (installed by ``make_replayer``), compare each replayed call's type and input with the history's
+    (``harness.strict_replay``; ``ignore``: JSON paths left out)."""
+    histories = [(run_id, history) for chain in saved.values() for run_id, history in chain]
     failures = []
     strict: dict[str, Any] = {"off": True}
     config = active_config(replayer)
@@ -194,7 +200,12 @@ def main(argv: list[str] | None = None) -> int:
     except SetupError as exc:
         print(RESULT_PREFIX + json.dumps({"error": str(exc)}), flush=True)
         return SETUP_ERROR
-    result = asyncio.run(replay(args.histories, replayer, recorder, args.strict_ignore))
+    try:
+        saved = load_saved(args.histories)
+    except (OSError, ValueError) as exc:  # RefusedPath, RunDirError: run data that is not read, said in one line
+        print(RESULT_PREFIX + json.dumps({"unreadable": str(exc)}), flush=True)
+        return UNREADABLE
+    result = asyncio.run(replay(saved, replayer, recorder, args.strict_ignore))
     print(RESULT_PREFIX + json.dumps({**result, "uses": uses}), flush=True)  # tagged: the SDK's core may log to stdout
     return 0
 

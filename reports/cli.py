@@ -9,10 +9,10 @@
 Also installed as the command dah-report. Progress and warnings go to stderr; the list of files written to stdout.
 
 Reads only saved files (no Temporal, no network), so a copied ``runs/`` can be
-reported anywhere. Exit status: 0 when the report was written (also when there
-was nothing to report, or some runs were skipped as incomplete: the report says which); 1 when it
-could not be written, or was written without a run whose files are malformed (one warning line each, naming
-the file and the field); 2 when a --runs or --bench directory does not exist, or every run found was malformed.
+reported anywhere. Exit status (``EXIT_STATUS``, also in ``--help``): 0 when the report was written with every
+run it found, or without runs that are only incomplete; 1 when it could not be written, or was written without a
+run one of whose files is malformed; 2 when a --runs or --bench directory does not exist, or every run found was
+malformed.
 """
 
 from __future__ import annotations
@@ -50,6 +50,16 @@ inputs:
   migration_fuzz/<stamp>/    `python -m migration_fuzz` (results.json); latest, else newest
 damaged or partial runs are skipped or partly used, with a warning line in the report."""
 
+EXIT_STATUS = """exit status:
+  0  the report was written: every run found is in it, or was left out only as incomplete (no run.json or
+     operations.jsonl yet) or unreadable here (a file this user cannot open), each named in its warnings
+  1  the report could not be written; or it was written without a chaos run, soak or migration fuzz run one of
+     whose files is malformed: not JSON or not UTF-8, nested too deep, not an object where one is expected, a
+     field of the wrong type, a symlink or not a regular file, over its size bound (one warning line each on
+     stderr and in the report, naming the file and the field). A bench run's file that cannot be used is a
+     warning only: its sections come from another run, or say they have no data
+  2  a --runs or --bench directory does not exist, or every run found was malformed"""
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = CommandParser(
@@ -57,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Build a paper-ready report (Markdown, HTML, CSV, LaTeX tables, PDF/PNG/SVG figures) from "
                     "saved benchmark, chaos and migration-fuzz run directories. Uses the saved files only: no "
                     "Temporal server, no network.",
-        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=OUTPUTS)
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=f"{OUTPUTS}\n\n{EXIT_STATUS}")
     p.add_argument("--runs", type=Path, nargs="+", action="extend", default=None, metavar="DIR",
                    help="directories holding saved runs, e.g. one per CI machine; repeat it or name several "
                         "(default: runs)")

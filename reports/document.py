@@ -144,8 +144,14 @@ class Doc:
 
 
 def _href(href: str) -> str:
-    """A link the report made, as a URL: ``#anchor`` as it is, a relative path percent-encoded."""
-    return href if href.startswith("#") else quote(href)
+    """A link the report made, as a URL: ``#anchor`` as it is, a relative path percent-encoded (a file name's bytes
+    that are not UTF-8, which Python holds as lone surrogates, as those bytes)."""
+    if href.startswith("#"):
+        return href
+    try:
+        return quote(href, errors="surrogateescape")
+    except UnicodeEncodeError:  # a surrogate no file name can hold: shown escaped, a link to nothing
+        return quote(printable(href))
 
 
 def _html_grid(g: Grid) -> str:

@@ -77,7 +77,9 @@ class Unusable(Exception):
 
 class Malformed(Unusable):
     """A file that is not what RUN_DIRECTORY.md says (``harness.rundir.RunDirError``: the file, the field, what
-    was expected): its run is skipped, and ``python -m reports`` exits non-zero."""
+    was expected; not an object where one is expected; a symlink, not a regular file or over its bound:
+    ``harness.run_files.RefusedPath``): its run is skipped, and ``python -m reports`` exits non-zero. A run that is
+    only incomplete (a file not written yet) is ``Unusable``: skipped, and the exit status stays 0."""
 
 
 #: the report's bench sections, in report order, and the file stem holding each one's data
@@ -231,6 +233,14 @@ def stamp_time(name: str) -> str:
     return name
 
 
+def _expect(value: Any, kinds: str, file: Path, field: str | None = None) -> Any:
+    """``harness.rundir.expect``: ``value`` if it is of ``kinds``, else ``Malformed`` naming the file and field."""
+    try:
+        return rundir.expect(value, kinds, file, field)
+    except RunDirError as exc:
+        raise Malformed(str(exc)) from None
+
+
 def read_json(path: Path, allow_nan: bool = False) -> Any:
     """``harness.rundir.read_json`` (no symlink, bounded, validated), its errors as ``Unusable`` (``Malformed``
     for a file that is not what RUN_DIRECTORY.md says); ``allow_nan``: benchmark statistics (NaN for an empty
@@ -239,9 +249,7 @@ def read_json(path: Path, allow_nan: bool = False) -> Any:
         return rundir.read_json(path, allow_nan=allow_nan)
     except FileNotFoundError:
         raise Unusable(f"no {path.name}") from None
-    except RefusedPath as exc:
-        raise Unusable(str(exc)) from None
-    except RunDirError as exc:
+    except (RefusedPath, RunDirError) as exc:
         raise Malformed(str(exc)) from None
     except OSError as exc:
         raise Unusable(f"{path.name} cannot be read ({exc})") from None
@@ -264,9 +272,7 @@ def _record(path: Path) -> tuple[dict[str, Any], str]:
     """A run's run.json (schema 1: its journal.json) and the file's name; raises Unusable."""
     run = RunDir(path)
     name = run.file(RUN_JSON).name
-    data = read_json(run.file(RUN_JSON))
-    if not isinstance(data, dict):
-        raise Unusable(f"{name} is not an object")
+    _expect(read_json(run.file(RUN_JSON)), "an object", run.file(RUN_JSON))
     try:
         return run.read_run(), name
     except RunDirError as exc:
@@ -454,7 +460,7 @@ def _load_history(path: Path, where: Path, sources: Sources) -> list[hist.Op]:
         ops = hist.load(path)
         bad = 0
     except RefusedPath as exc:
-        raise Unusable(str(exc)) from None
+        raise Malformed(str(exc)) from None
     except (ValueError, TypeError):
         # A crash can leave a half-written last line: use every line that parses.
         ops, bad = [], 0
@@ -550,9 +556,8 @@ def _find_fuzz(runs_dir: Path, sources: Sources) -> None:
         return
     for path in _candidates(parent, "results.json"):
         try:
-            results = read_json(path / "results.json")
-            if not isinstance(results, dict) or not isinstance(results.get("families"), dict):
-                raise Unusable("results.json has no 'families' object")
+            results = _expect(read_json(path / "results.json"), "an object", path / "results.json")
+            _expect(results.get("families"), "an object", path / "results.json", "families")
         except Unusable as exc:
             sources.skip(path, exc)
             continue
@@ -566,9 +571,8 @@ def _find_soaks(runs_dir: Path, sources: Sources) -> None:
     for parent in sorted(p for p in runs_dir.iterdir() if _real_dir(p) and p.name.startswith(SOAK_PREFIX)):
         for path in _candidates(parent, SOAK_JSON):
             try:
-                doc = read_json(path / SOAK_JSON)
-                if not isinstance(doc, dict) or not isinstance(doc.get("runs"), list):
-                    raise Unusable(f"{SOAK_JSON} has no 'runs' list")
+                doc = _expect(read_json(path / SOAK_JSON), "an object", path / SOAK_JSON)
+                _expect(doc.get("runs"), "a list", path / SOAK_JSON, "runs")
                 try:
                     record, _ = _record(path)
                 except Unusable as exc:

@@ -114,8 +114,13 @@ def _not_a_formula(value: Any) -> Any:
 
 
 def spreadsheet_safe(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` for a CSV file: a text cell a spreadsheet would run as a formula (``=cmd|...``) starts with ``'``."""
-    return df.apply(lambda c: c if pd.api.types.is_numeric_dtype(c) else c.map(_not_a_formula))
+    """``df`` for a CSV file: every text cell ``printable`` (run data: a name with a control character or a lone
+    surrogate, which UTF-8 cannot hold, is shown escaped), and one a spreadsheet would run as a formula
+    (``=cmd|...``) starts with ``'``."""
+    def cell(value: Any) -> Any:
+        return _not_a_formula(printable(value) if isinstance(value, str) else value)
+
+    return df.apply(lambda c: c if pd.api.types.is_numeric_dtype(c) else c.map(cell))
 
 
 def _missing(value: Any) -> bool:

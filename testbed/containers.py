@@ -22,7 +22,8 @@ id), never anything matched by name. A harness that dies without cleaning up
 process's owner label (``harness.owner``; a worker process's browser container
 too), and a reaper started with the first container or worker process
 (``python -m testbed.containers reap OWNER``, holding a pipe only we write to)
-force-removes the containers with that label once the pipe closes.
+force-removes the containers with that label once the pipe closes, and the temporary directories that process
+made for itself (``harness.owner.owned_tempdir``).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from typing import Any
 
 from agent.envs.docker_engine import connect, docker_host
 from harness.faults import ENV_BUGS, ENV_CRASH_AT, ENV_MUTATIONS, NO_FAULTS, AgentFaults
-from harness.owner import OWNER_LABEL, owner_value
+from harness.owner import OWNER_LABEL, owner_value, remove_owned_dirs
 from harness.commands import tool
 from testbed.processes import ensure_reaper
 from testbed.worker_process import WorkerStartError
@@ -638,3 +639,4 @@ if __name__ == "__main__":
         raise SystemExit("usage: python -m testbed.containers reap OWNER (started by the harness itself)")
     sys.stdin.buffer.read()  # until the harness's end closes: it exited, however
     remove_owned(sys.argv[2])
+    remove_owned_dirs(sys.argv[2])

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.envs.docker_engine import DEFAULT_DOCKER_HOST, docker_engine_available, docker_host
+from harness import own_module
 from testbed.containers import OWNER, remove_owned
 from testbed.processes import die_with_parent, spawn
 
@@ -87,7 +88,7 @@ def ensure_engine(*, log_dir: Path | None = None) -> DockerDaemon:
     with open(fd, "ab") as log:
         # Its own session: a Ctrl-C meant for the harness must not kill the engine under its containers. No
         # parent-death signal: the supervisor outlives us to stop dockerd cleanly; our end of its stdin is its cue.
-        proc = spawn([sys.executable, "-m", "testbed.dockerd", "supervise", OWNER], pdeathsig=0, stdout=log,
+        proc = spawn(own_module("testbed.dockerd", "supervise", OWNER), pdeathsig=0, stdout=log,
                      stderr=subprocess.STDOUT, stdin=subprocess.PIPE)
     engine = DockerDaemon(False, "starting", process=proc, log_path=log_path)
     _started.append(engine)

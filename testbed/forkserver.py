@@ -33,10 +33,12 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from harness import SAFE_PATH, own_module
+
 log = logging.getLogger(__name__)
 
 #: what a request's argv must start with (after the interpreter) for the fork server to run it
-MODULE = ("-m", "testbed", "worker")
+MODULE = (SAFE_PATH, "-m", "testbed", "worker")
 READY_TIMEOUT_S = 120.0
 
 
@@ -104,8 +106,8 @@ def _serve() -> int:
 
 
 def _fork(argv: list[str], env: dict[str, str], cwd: str | None, log_path: str) -> int:
-    if list(argv[1:4]) != list(MODULE):
-        raise ValueError(f"not a reference worker command: {argv[:4]}")
+    if list(argv[1:len(MODULE) + 1]) != list(MODULE):
+        raise ValueError(f"not a reference worker command: {argv[:len(MODULE) + 1]}")
     sys.stdout.flush()
     sys.stderr.flush()
     out = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -133,10 +135,10 @@ def _fork(argv: list[str], env: dict[str, str], cwd: str | None, log_path: str) 
         os.environ.update(env)
         if cwd:
             os.chdir(cwd)
-        sys.argv = [argv[0], *argv[3:]]
+        sys.argv = [argv[0], *argv[len(MODULE):]]  # as ``python -m testbed worker ...`` has it
         from testbed.cli import main
 
-        code = main(list(argv[3:]))
+        code = main(list(argv[len(MODULE):]))
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # noqa: BLE001 - the child's last words go to its log
@@ -231,7 +233,7 @@ class ForkServer:
     def start(self) -> ForkServer:
         from testbed.processes import spawn
 
-        self._proc = spawn([sys.executable, "-m", "testbed.forkserver"], stdin=subprocess.PIPE,
+        self._proc = spawn(own_module("testbed.forkserver"), stdin=subprocess.PIPE,
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
         self._reader = threading.Thread(target=self._read, name="forkserver-reader", daemon=True)
         self._reader.start()
@@ -323,7 +325,8 @@ def enabled() -> bool:
 
 def can_fork(argv: Sequence[str]) -> bool:
     """Whether this command is the reference worker on the harness's own interpreter (what the server forks)."""
-    return enabled() and len(argv) > 4 and argv[0] == sys.executable and tuple(argv[1:4]) == MODULE
+    return (enabled() and len(argv) > len(MODULE) + 1 and argv[0] == sys.executable
+            and tuple(argv[1:len(MODULE) + 1]) == MODULE)
 
 
 def shared() -> ForkServer:

@@ -1,5 +1,6 @@
 """A PostgreSQL server this harness owns: a data dir it creates, a free TCP port, a unix-socket dir of its own
-(a short private temporary directory: a socket's path may not exceed 107 bytes; removed on exit).
+(in a short private temporary directory, as a socket's path may not exceed 107 bytes: ``harness.owner.owned_tempdir``,
+removed when the server stops and, whatever ends this process, with it).
 
     with PostgresServer(state_dir / "postgres") as pg:      # initdb on first use, then postgres
         url = pg.url                     # postgresql://postgres@127.0.0.1:PORT/postgres?passfile=STATE/postgres.pgpass
@@ -30,11 +31,11 @@ import shutil
 import signal
 import stat
 import subprocess
-import tempfile
 from pathlib import Path
 from urllib.parse import quote
 
-from testbed.processes import ServerProcess, free_port, spawn
+from harness.owner import owned_tempdir
+from testbed.processes import ServerProcess, ensure_reaper, free_port, spawn
 
 ENV_BIN = "DAH_POSTGRES_BIN"
 USER = "postgres"  # the OS user the server runs as under root, and the database superuser
@@ -134,7 +135,12 @@ class PostgresServer(ServerProcess):
         for d in (self.data_dir, self.log_file.parent):
             d.mkdir(parents=True, exist_ok=True)
         if self.socket_dir is None:
-            self.socket_dir = Path(tempfile.mkdtemp(prefix="dah-pg-"))  # 0700: only its owner reaches the socket
+            ensure_reaper()  # removes the directory below if this process is SIGKILLed
+            own = owned_tempdir("pg")
+            self.socket_dir = own / "socket"
+            self.socket_dir.mkdir(mode=0o700)  # only its owner reaches the socket
+            if os.geteuid() == 0:
+                os.chmod(own, 0o711)  # the server's account passes through, and lists nothing
         if os.geteuid() == 0:
             try:
                 user = pwd.getpwnam(USER)
@@ -219,5 +225,5 @@ class PostgresServer(ServerProcess):
     def __exit__(self, *exc: object) -> None:
         super().__exit__(*exc)
         if self.socket_dir is not None:
-            shutil.rmtree(self.socket_dir, ignore_errors=True)
+            shutil.rmtree(self.socket_dir.parent, ignore_errors=True)
             self.socket_dir = None

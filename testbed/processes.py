@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from harness import own_module
 from harness.exit import before_exit
 from harness.owner import owner_value
 
@@ -104,13 +105,14 @@ _reaper_lock = threading.Lock()  # workers start side by side, from threads
 def ensure_reaper() -> None:
     """Start this process's container reaper once (``python -m testbed.containers reap``): it removes the containers
     labelled with this process's owner (``harness.owner``) when this process is gone, however it ended: the
-    workers' containers and the browser containers its worker processes start."""
+    workers' containers and the browser containers its worker processes start; and the temporary directories
+    this process made for itself (``harness.owner.owned_tempdir``)."""
     global _reaper
     with _reaper_lock:
         if _reaper is not None and _reaper.poll() is None:
             return
         # No parent-death signal: the reaper must outlive us; our end of its stdin closing is its signal.
-        _reaper = spawn([sys.executable, "-m", "testbed.containers", "reap", owner_value()], pdeathsig=0,
+        _reaper = spawn(own_module("testbed.containers", "reap", owner_value()), pdeathsig=0,
                         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         before_exit(functools.partial(_reap_now, _reaper))
 

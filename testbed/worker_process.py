@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
+from harness import SAFE_PATH
 from harness.faults import NO_FAULTS, AgentFaults
 from harness.owner import owner_environment
 from harness.placeholders import fill
@@ -61,12 +62,12 @@ PLACEHOLDER_DEFAULTS = {"sticky_timeout": "1", "heartbeat_throttle": "0.5"}
 #: Deployed with a short sticky timeout (``{sticky_timeout}``, 1 s unless the chaos timeouts profile says otherwise):
 #: after a worker dies its workflows wait that long, not the SDK's 10 s, before another worker takes their next
 #: task (the price, on a busy live worker, is a replay elsewhere).
-REFERENCE_WORKER = ("{python}", "-m", "testbed", "worker", "--address", "{address}", "--namespace", "{namespace}",
-                    "--task-queue", "{task_queue}", "--identity", "{identity}", "--state-dir", "{state_dir}",
-                    "--model-base-url", "{model_url}", "--sticky-timeout", "{sticky_timeout}",
-                    "--heartbeat-throttle", "{heartbeat_throttle}")
+REFERENCE_WORKER = ("{python}", SAFE_PATH, "-m", "testbed", "worker", "--address", "{address}",
+                    "--namespace", "{namespace}", "--task-queue", "{task_queue}", "--identity", "{identity}",
+                    "--state-dir", "{state_dir}", "--model-base-url", "{model_url}",
+                    "--sticky-timeout", "{sticky_timeout}", "--heartbeat-throttle", "{heartbeat_throttle}")
 #: the reference agent's checkpoint-backend worker (``dah checkpoint worker``)
-CHECKPOINT_WORKER = ("{python}", "-m", "testbed", "checkpoint", "worker", "--db", "{checkpoint_db}",
+CHECKPOINT_WORKER = ("{python}", SAFE_PATH, "-m", "testbed", "checkpoint", "worker", "--db", "{checkpoint_db}",
                      "--state-dir", "{state_dir}", "--identity", "{identity}", "--model-base-url", "{model_url}")
 
 

@@ -1,19 +1,23 @@
 """The effects and lost checkers on the external effects service's log (issue 29), on small run directories built
 by hand or written by the real service: duplicates counted by identity whatever the keys, a declared "no effects"
-agent not applicable (and shown as declared), a lost or doubled note, a crash-after-effect confirmed by the log."""
+agent not applicable (and shown as declared), a lost or doubled note, a crash-after-effect confirmed by the log.
+And on the effect ledger (issue 40): a file that is not a ledger is unknown, naming it, never "0 effects"."""
 
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import httpx
+import pytest
 
 from chaos.checker import effects, injection_evidence, lost
 from chaos.checker.run_data import RunData
 from chaos.checker.verdict import table_row
 from chaos.runner import check
 from harness.operations import INFO, OK, History
+from harness.recording import EffectLedger, ExecutionIdentity
 from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult
 from testbed.effects_service import EffectsService
 
@@ -200,3 +204,91 @@ def test_the_service_log_of_a_target_that_does_not_declare_it_changes_no_verdict
     (run / "state" / "ledger.sqlite3").unlink()
     result = effects.check(RunData(run))
     assert result.verdict == UNKNOWN and "does not declare effects = \"service\"" in result.summary, result.summary
+
+# -- the effect ledger: a file that is not one ------------------------------------------------------------------
+
+LEDGER_TARGET = {"effects": "ledger", "ledger": "ledger.sqlite3", "model_activity": "plan_next_action"}
+#: the columns of the ledger's effects table (harness/recording.py, every schema version)
+EFFECTS_COLUMNS = ("idempotency_key, workflow_id, tool, target, digest, state, apply_count, result, first_attempt, "
+                   "applied_attempt, updated_at")
+
+
+def _effects_of(run: Path) -> CheckResult:
+    """The effects check as ``chaos check`` gives it (a checker's exception becomes its unknown)."""
+    _, checks, _ = check(run)
+    return next(c for c in checks if c.name == "effects")
+
+
+def _sql(ledger: Path, *statements: str) -> None:
+    conn = sqlite3.connect(ledger)
+    try:
+        for statement in statements:
+            conn.execute(statement)
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def _a_real_ledger(ledger: Path) -> None:
+    """One effect, applied once, recorded as an agent records it."""
+    with EffectLedger(ledger) as recorded:
+        ident = ExecutionIdentity("c-0", "r-1", "1", 1, "w1")
+        execution = recorded.begin_execution(ident, "append_file")
+        recorded.apply_once(ident, "append_file", "notes.txt", "d1", lambda: "ok", lambda: False)
+        recorded.end_execution(execution, "ok")
+
+
+@pytest.mark.parametrize("make, said", [
+    ("not SQLite", "expected an effect ledger (harness/recording.py), got a file SQLite cannot read (file is not a "
+                   "database)"),
+    ("empty", "expected an effect ledger (harness/recording.py), got an SQLite database without its meta table "
+              "(tables: none)"),
+    ("another database", "expected an effect ledger (harness/recording.py), got an SQLite database without its "
+                         "meta table (tables: notes)"),
+    ("no schema version", "field 'meta': expected an effect ledger (harness/recording.py), got no schema_version in "
+                          "its meta table"),
+    ("no effects table", "field 'effects': expected a table 'effects' (schema version 4), got none"),
+    ("effects of other columns", f"field 'effects': expected the columns {EFFECTS_COLUMNS}, got columns a, b (no "
+                                 f"{EFFECTS_COLUMNS})"),
+])
+def test_a_ledger_that_is_not_one_is_unknown_naming_the_file_never_zero_effects(tmp_path: Path, make: str,
+                                                                                said: str) -> None:
+    run = _run_dir(tmp_path, [], target=LEDGER_TARGET)
+    ledger = run / "state" / "ledger.sqlite3"
+    if make == "not SQLite":
+        ledger.write_bytes(b"not a database, whatever its name says\n" * 200)
+    elif make == "empty":
+        ledger.write_bytes(b"")
+    elif make == "another database":
+        _sql(ledger, "CREATE TABLE notes (text)")
+    else:
+        _a_real_ledger(ledger)
+        _sql(ledger, *{"no schema version": ["DELETE FROM meta"],
+                       "no effects table": ["DROP TABLE effects"],
+                       "effects of other columns": ["DROP TABLE effects", "CREATE TABLE effects (a, b)"]}[make])
+    got = _effects_of(run)
+    print(got.summary)
+    assert got.verdict == UNKNOWN and got.summary == f"malformed run directory: {ledger}: {said}"
+
+
+def test_an_empty_ledger_passes_with_no_effects_and_a_missing_one_stays_unknown(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path, [], target=LEDGER_TARGET)
+    ledger = run / "state" / "ledger.sqlite3"
+    got = _effects_of(run)
+    assert got.verdict == UNKNOWN and got.summary == f"no effect ledger at {ledger}"
+    EffectLedger(ledger).close()  # opened by a worker that then recorded nothing: no effect to count
+    got = _effects_of(run)
+    assert got.verdict == PASS and got.summary.startswith("0 effects applied once each"), got.summary
+
+
+def test_a_ledger_of_an_older_schema_version_is_still_read(tmp_path: Path) -> None:
+    # Schema 2: no executions.kind (the model activity named model calls), no crash_points or mutations tables.
+    run = _run_dir(tmp_path, [], target=LEDGER_TARGET)
+    ledger = run / "state" / "ledger.sqlite3"
+    _a_real_ledger(ledger)
+    _sql(ledger, "ALTER TABLE executions DROP COLUMN kind", "ALTER TABLE executions DROP COLUMN scheduled_at",
+         "DROP TABLE crash_points", "DROP TABLE mutations", "UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    got = _effects_of(run)
+    assert got.verdict == PASS and got.details["logical_effects_applied"] == 1 and got.details["tool_executions"] == 1
+    _, checks, _ = check(run)
+    assert not [c for c in checks if "malformed" in c.summary], [(c.name, c.summary) for c in checks]

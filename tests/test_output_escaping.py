@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -158,3 +161,60 @@ def test_report_md_carries_no_raw_html_and_report_html_still_escapes(tmp_path: P
     assert row["Scenario"].startswith("'=cmd|")  # a spreadsheet shows it, never runs it
     captured = capsys.readouterr()
     _assert_terminal_safe(captured.out + captured.err)
+
+
+# -- the pytest plugin (plugins/pytest-dah): its own printable, the harness's rules ------------------------------
+
+#: strings the plugin may be handed from a run directory, with each kind of character the rules escape
+PLUGIN_HOSTILE = [HOSTILE, SUMMARY, "\x1b]8;;http://evil\x07link\x1b]8;;\x07", "\u202e\u2066\u2067\u2068\u2069\u061c",
+                  "\u200e\u200f\u2028\u2029\x85\x9b\x7f", "lone \udc80 \ud800 surrogates", "\ufffe\uffff",
+                  "tab\tnewline\nreturn\r", "plain ascii, a \\ backslash", "caf\u00e9 \u4e2d\u6587 \U0001f600"]
+
+
+def test_the_plugins_printable_agrees_with_the_harness_on_every_character() -> None:
+    from tests.test_pytest_plugin import plugin_runs
+
+    plugin = plugin_runs().printable
+    every = "".join(map(chr, range(0x110000)))
+    assert plugin(every) == printable(every)
+    assert plugin(every, keep="\n\t") == printable(every, keep="\n\t")
+    for text in PLUGIN_HOSTILE:
+        for keep in ("", "\n\t", "\t\n"):
+            assert plugin(text, keep=keep) == printable(text, keep=keep), (text, keep)
+
+
+def test_the_plugin_shows_run_data_escaped_in_its_failure_message_properties_and_summary(tmp_path: Path) -> None:
+    """A pytest session with the plugin reads a run directory whose names, summaries and reproduce command are
+    hostile (through the real ``chaos summary``): the failure message, the terminal summary and the JUnit properties
+    show them escaped."""
+    out = tmp_path / "runs"
+    _hostile_run(out)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "test_hostile.py").write_text(f"""
+from pathlib import Path
+from pytest_dah.runs import ChaosResult, read_runs
+
+def test_reads_a_hostile_run(chaos):
+    out, harness = Path({str(out)!r}), chaos._harness()
+    result = ChaosResult(command=["chaos"], cwd=Path.cwd(), exit_code=1, out=out, python=str(harness.python))
+    result.runs, result.problem = read_runs(harness, out)
+    chaos._record(result, True)
+    result.assert_passed()
+""")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DAH_", "PYTEST_"))}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent / "plugins" / "pytest-dah" / "src")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "pytest_dah.plugin", "-p", "no:cacheprovider",
+                           "--rootdir", str(project), f"--dah-python={sys.executable}",
+                           f"--junitxml={project / 'junit.xml'}", "test_hostile.py"],
+                          cwd=project, env=env, capture_output=True, text=True, errors="surrogateescape", timeout=300)
+    shown = done.stdout + done.stderr
+    assert done.returncode == 1 and "1 failed" in done.stdout, shown[-4000:]
+    _assert_terminal_safe(shown)
+    assert "chaos fail: " in shown and "\\x1b[31mred" in shown and "\\u202eevil" in shown, shown[-4000:]
+    assert f"lost: fail: {printable(SUMMARY)}" in shown  # the failure message
+    assert "chaos run(s) from 1 call(s): 1 fail" in shown and printable(HOSTILE)[:40] in shown  # the summary
+    props = {p.get("name"): p.get("value") for p in ET.parse(project / "junit.xml").iter("property")}
+    for name in ("chaos_run", "chaos_reproduce"):
+        assert not RAW.findall(props[name]), (name, props[name])
+    assert props["chaos_reproduce"].endswith(f"python -I -m chaos run {printable(HOSTILE)}"), props

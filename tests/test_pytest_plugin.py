@@ -3,12 +3,15 @@ nothing but pytest, run from a copy of the example agent's project outside this 
 
 A passing scenario passes the test; the same scenario on the example agent with a planted bug fails it, the
 message naming the checkers that caught it and the command that reproduces the run, and the JUnit file carries
-both verdicts.
+both verdicts. Run where pytest runs (only ``--dah-python`` given), the harness never imports a folder of the
+user's project named like one of its packages.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.util
+import io
 import json
 import os
 import shutil
@@ -18,6 +21,7 @@ import sys
 import venv
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -26,6 +30,65 @@ from harness.commands import tool
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN = ROOT / "plugins" / "pytest-dah"
 EXAMPLE = ROOT / "examples" / "third_party_agent"
+
+
+def plugin_runs() -> ModuleType:
+    """The plugin's ``pytest_dah.runs`` (standard library only) from its source in this tree: the harness's own
+    environment does not install the plugin."""
+    spec = importlib.util.spec_from_file_location("pytest_dah_runs_from_source",
+                                                  PLUGIN / "src" / "pytest_dah" / "runs.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _plant(project: Path, marker: Path) -> None:
+    """Folders of a user's project named like the harness's packages, each noting in ``marker`` if imported."""
+    for package in ("chaos", "agent", "harness", "testbed"):
+        (project / package).mkdir(parents=True)
+        (project / package / "__init__.py").write_text(f"open({str(marker)!r}, 'a').write('{package}\\n')\n")
+    (project / "chaos" / "__main__.py").write_text(f"open({str(marker)!r}, 'a').write('chaos.__main__\\n')\n")
+
+
+def test_a_chaos_folder_where_pytest_runs_is_not_the_harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Only --dah-python: the harness runs where pytest runs, a project with a chaos/ of its own.
+    runs = plugin_runs()
+    project, marker = tmp_path / "project", tmp_path / "imported.txt"
+    _plant(project, marker)
+    monkeypatch.chdir(project)
+    monkeypatch.delenv("DAH_HOME", raising=False)
+    monkeypatch.delenv("DAH_PYTHON", raising=False)
+    harness = runs.Harness.locate(python=sys.executable)
+    assert harness.cwd() == project
+    out = project / "runs" / "call"
+    out.mkdir(parents=True)
+    result = runs.run_chaos(harness, [["run", "no_such_scenario", "--out", str(out)]], out, stdout=io.StringIO(),
+                            stderr=io.StringIO())
+    assert not marker.exists(), f"the harness imported the project's own folders: {marker.read_text()}"
+    said = "\n".join(result.stderr_tail)
+    assert result.exit_code == 2 and "unknown scenario 'no_such_scenario'" in said, (result.exit_code, said)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.background  # one chaos run: mostly waiting on its processes
+def test_a_chaos_run_where_pytest_runs_imports_none_of_the_projects_folders(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # The harness's own processes (workers, the fork server, the reaper) run there too: none imports them either.
+    runs = plugin_runs()
+    project, marker = tmp_path / "project", tmp_path / "imported.txt"
+    _plant(project, marker)
+    monkeypatch.chdir(project)
+    monkeypatch.delenv("DAH_HOME", raising=False)
+    harness = runs.Harness.locate(python=sys.executable)
+    out = project / "runs" / "call"
+    out.mkdir(parents=True)
+    result = runs.run_chaos(harness, [["run", "kill_idle", "--seed", "1", "--out", str(out)]], out,
+                            stdout=io.StringIO(), stderr=io.StringIO())
+    assert not marker.exists(), f"a process of the run imported the project's own folders: {marker.read_text()}"
+    assert result.passed, result.describe()
 
 
 def test_the_plugin_imports_only_the_standard_library_and_pytest() -> None:

@@ -244,3 +244,33 @@ def test_a_scenarios_newest_run_that_is_a_soak_seed_is_shown_once(tmp_path: Path
     assert cli.main(["--runs", str(runs), "--out", str(tmp_path / "out")]) == 0
     page = Page((tmp_path / "out" / "report.html").read_text())
     assert sorted(c["text"] for c in page.chips) == ["1 pass", "2 pass"]
+
+
+def test_a_run_name_with_a_lone_surrogate_costs_nothing_but_is_shown_escaped(tmp_path: Path,
+                                                                             capsys: pytest.CaptureFixture) -> None:
+    """A run.json ``name`` of "\\udc80" (JSON can carry a lone surrogate), and a scenario folder whose name is not
+    UTF-8 (Python reads its byte 0x80 as the same surrogate): every run keeps its row in the grid and in Table 1,
+    the name shown escaped, and the report links to the folder by its real bytes."""
+    runs = tmp_path / "runs"
+    for name in ("kill_mid_turn", "model_outage", "bad_name", "bad\udc80folder"):
+        write_chaos(runs, name, clients=())
+    record = json.loads((runs / "bad_name" / STAMP / "run.json").read_text())
+    (runs / "bad_name" / STAMP / "run.json").write_text(json.dumps({**record, "name": "bad\udc80name"}))
+    assert '"bad\\udc80name"' in (runs / "bad_name" / STAMP / "run.json").read_text()  # as JSON carries it
+    out = tmp_path / "out"
+    assert cli.main(["--runs", str(runs), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "not rendered" not in err and "Traceback" not in err, err
+    md = (out / "report.md").read_text(encoding="utf-8")
+    shown = ["bad\\\\udc80folder", "bad\\\\udc80name", "kill_mid_turn", "model_outage"]  # a backslash doubled
+    grid = md.split("## Verdicts", 1)[1].split("##", 1)[0]
+    assert "not rendered" not in grid and [line.split(" | ")[0].lstrip("| ") for line in grid.splitlines()
+                                           if line.startswith("| ") and "seed 7" in line] == shown, grid
+    table1 = md.split("## Table 1", 1)[1].split("\n## ", 1)[0]
+    assert "not rendered" not in table1 and "4 scenario(s): 4 pass" in table1, table1
+    for name in ("verdicts.csv", "table1.csv"):
+        rows = list(csv.DictReader((out / name).open(encoding="utf-8")))
+        assert sorted(r["Scenario"] for r in rows) == ["bad\\udc80folder", "bad\\udc80name", "kill_mid_turn",
+                                                       "model_outage"], (name, rows)
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert 'href="../runs/bad%80folder/' in page  # the folder's own bytes, percent-encoded

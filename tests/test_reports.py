@@ -656,3 +656,60 @@ def test_the_engines_tables_compare_every_engine_and_name_the_one_not_measured(b
     assert float(steps["restate"]["vs_floor"]) == 8.0 and steps["fsync'd SQLite commit"]["measure"] == "floor"
     assert "synchronous: FULL" in steps["dbos-sqlite"]["durability"]
     assert "**dbos-postgres** not measured: PostgreSQL is not installed" in built["md"]
+
+
+def _lines_naming(err: str, file: Path) -> list[str]:
+    return [line for line in err.splitlines() if str(file) in line]
+
+
+@pytest.mark.parametrize("content, got", [(b"[1, 2]", "a list"), (b'"a run"', "'a run'"), (b"5", "5"),
+                                          (b"null", "null")], ids=["a list", "a string", "a number", "null"])
+def test_a_run_json_that_is_not_an_object_is_malformed_exit_1_or_2_when_nothing_else(
+        tmp_path: Path, capsys: pytest.CaptureFixture, content: bytes, got: str) -> None:
+    """As a run.json with a field of the wrong type: the run is left out, named in one warning line, exit 1; every
+    run left out so: exit 2."""
+    runs = tmp_path / "runs"
+    write_chaos(runs, "kill_mid_turn", clients=())
+    write_chaos(runs, "kill_idle", clients=())
+    bad = runs / "kill_idle" / STAMP
+    (bad / "run.json").write_bytes(content)
+    assert cli.main(["--runs", str(runs), "--out", str(tmp_path / "out")]) == 1
+    [line] = _lines_naming(capsys.readouterr().err, bad / "run.json")
+    assert line == f"[reports] warning: skipped {bad}: {bad}/run.json: expected an object, got {got}"
+    assert "kill\\_idle" not in (tmp_path / "out" / "report.md").read_text().split("## Verdicts")[1].split("##")[0]
+    (runs / "kill_mid_turn" / STAMP / "run.json").write_bytes(content)
+    assert cli.main(["--runs", str(runs), "--out", str(tmp_path / "out")]) == 2
+
+
+@pytest.mark.parametrize("kind, file, content, said", [
+    ("soak", "soak.json", b"[]", "soak.json: expected an object, got a list"),
+    ("soak", "soak.json", b'{"runs": 5}', "soak.json: field 'runs': expected a list, got 5"),
+    ("fuzz", "results.json", b'"done"', "results.json: expected an object, got 'done'"),
+    ("fuzz", "results.json", b'{"families": []}', "results.json: field 'families': expected an object, got a list"),
+], ids=["soak.json a list", "soak.json runs 5", "results.json a string", "results.json families a list"])
+def test_a_soak_or_fuzz_file_of_the_wrong_shape_is_malformed_like_any_other(
+        tmp_path: Path, capsys: pytest.CaptureFixture, kind: str, file: str, content: bytes, said: str) -> None:
+    runs = tmp_path / "runs"
+    write_chaos(runs, "kill_mid_turn", clients=())
+    if kind == "fuzz":
+        where = runs / "migration_fuzz" / STAMP
+        where.mkdir(parents=True)
+    else:
+        from tests.test_report_verdicts import write_soak
+
+        write_soak(runs, "kill_idle", {1: "pass"}, {"cores": 2})
+        where = runs / "soak-kill_idle" / "20261122T110000000000Z"
+    (where / file).write_bytes(content)
+    assert cli.main(["--runs", str(runs), "--out", str(tmp_path / "out")]) == 1
+    [line] = _lines_naming(capsys.readouterr().err, where / file)
+    assert line == f"[reports] warning: skipped {where}: {where}/{said}"
+
+
+def test_a_run_left_out_only_as_incomplete_keeps_exit_0(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    runs = tmp_path / "runs"
+    write_chaos(runs, "kill_mid_turn", clients=())
+    write_chaos(runs, "kill_idle", clients=())
+    (runs / "kill_idle" / STAMP / "operations.jsonl").unlink()  # started: run.json written, no operation yet
+    assert cli.main(["--runs", str(runs), "--out", str(tmp_path / "out")]) == 0
+    [line] = _lines_naming(capsys.readouterr().err, runs / "kill_idle" / STAMP)
+    assert line.endswith("no operations.jsonl")

@@ -287,3 +287,26 @@ def test_a_fifo_for_the_operation_log_ends_the_check_at_once(run: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "chaos", "check", str(run)], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode != 0 and "refused:" in out.stderr and "is a FIFO" in out.stderr, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("linked", ["event_histories", "event_histories/c-0"])
+def test_a_symlinked_event_histories_folder_is_not_followed_and_replay_says_so_in_one_line(
+        run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], linked: str) -> None:
+    # On Temporal (replay applies): the saved histories, or one workflow's, are a symlink to a folder elsewhere.
+    record = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**record, "backend": {"name": "temporal"}}))
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "c-0").mkdir(parents=True)
+    (elsewhere / "c-0" / "1-r-1.json").write_text(json.dumps({"events": []}))
+    if linked == "event_histories":
+        os.symlink(elsewhere, run / "event_histories")
+    else:
+        (run / "event_histories").mkdir()
+        os.symlink(elsewhere / "c-0", run / linked)
+    code, result, printed = check(run, capsys)
+    verdict, summary = verdicts(result)["replay"]
+    assert (code, result["verdict"], verdict) == (1, "unknown", "unknown"), summary
+    assert summary == (f"the saved histories cannot be read: refused: {run / linked}: {linked} is a symlink, and "
+                       "symlinks inside a run directory are not followed")
+    for name, (_, said) in verdicts(result).items():  # no check quotes a traceback
+        assert "Traceback" not in said and 'File "' not in said and "\n" not in said, (name, said)

@@ -1,10 +1,12 @@
-"""Nothing the harness starts outlives it: a chaos run SIGKILLed mid-run leaves none of its processes, and the
-PostgreSQL server it starts admits only the harness.
+"""Nothing the harness starts outlives it: a chaos run SIGKILLed mid-run leaves none of its processes and none of
+the temporary directories it made for itself, and the PostgreSQL server it starts admits only the harness.
 
-Each test starts ``python -m chaos run kill_mid_turn --durability X`` as a plain child, collects every process of
-the run while it runs (the harness's descendants, and any process whose command line or working directory names
-the run's out dir), SIGKILLs only the harness's pid once the nemesis has acted, and then expects every collected
-process gone within a few seconds. Survivors are killed by pid at teardown so a failing test leaks nothing.
+Each test starts ``python -m chaos run kill_mid_turn --durability X`` as a plain child, with a temporary directory
+of its own (``TMPDIR``), collects every process of the run while it runs (the harness's descendants, and any
+process whose command line or working directory names the run's out dir), SIGKILLs only the harness's pid once the
+nemesis has acted, and then expects every collected process gone within a few seconds, and no ``dah-pg-*`` (a
+PostgreSQL socket directory) or ``dah-harness-path-*`` directory left in its temporary directory but the shared
+one every run reuses. Survivors are killed by pid at teardown so a failing test leaks nothing.
 """
 
 from __future__ import annotations
@@ -94,19 +96,37 @@ def out_dir() -> Iterator[Path]:
     shutil.rmtree(out, ignore_errors=True)
 
 
+#: the temporary directories a harness makes for itself: a PostgreSQL server's socket directory, a harness path
+OWN_TEMP_DIRS = ("dah-pg-", "dah-harness-path-")
+
+
+def _own_temp_dirs(tmp: Path) -> set[str]:
+    """The harness's temporary directories in ``tmp``, but the shared harness path every run reuses (one per user and
+    checkout: ``dah-harness-path-<uid>-<digest>``, holding one symlink)."""
+    shared = f"dah-harness-path-{os.geteuid()}-"
+    return {p.name for p in tmp.iterdir() if p.name.startswith(OWN_TEMP_DIRS)
+            and not (p.name.startswith(shared) and len(p.name) == len(shared) + 12)}
+
+
 def _sigkill_mid_run(durability: str, out: Path, *extra: str, docker: bool = False) -> None:
     log = out / "harness.log"
+    tmp = out / "tmp"  # the harness's own temporary directory: what it leaves there is what this test sees
+    tmp.mkdir()
+    os.chmod(tmp, 0o755)  # PostgreSQL's account passes through it to its socket directory
     with open(log, "wb") as f:
         harness = subprocess.Popen([sys.executable, "-m", "chaos", "run", "kill_mid_turn", "--durability", durability,
                                     "--seed", "1", "--out", str(out), *extra],
-                                   stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT)
+                                   stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT,
+                                   env={**os.environ, "TMPDIR": str(tmp)})
     seen: set[psutil.Process] = set()
     containers: set[str] = set()
+    made: set[str] = set()
 
     def collect() -> None:
         if docker:
             containers.update(_run_containers(harness.pid))
         seen.update(_run_processes(harness.pid, out, containers))
+        made.update(_own_temp_dirs(tmp))
 
     try:
         deadline = time.monotonic() + MID_RUN_TIMEOUT_S
@@ -125,15 +145,20 @@ def _sigkill_mid_run(durability: str, out: Path, *extra: str, docker: bool = Fal
         while True:
             left = {p for p in seen | _run_processes(harness.pid, out, containers) if _alive(p)}
             kept = _run_containers(harness.pid) if docker else []
-            if not (left or kept) or time.monotonic() > deadline:
+            dirs = _own_temp_dirs(tmp)
+            if not (left or kept or dirs) or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
         described = [f"{p.pid} {' '.join(p.cmdline())[:160]}" for p in left if p.is_running()]
         assert not left, (f"{len(left)} of the run's {len(seen)} processes outlived the SIGKILLed harness by "
                           f"{GONE_WITHIN_S:g} s:\n" + "\n".join(described))
         assert not kept, f"containers {kept} of the SIGKILLed harness still exist after {GONE_WITHIN_S:g} s"
-        print(f"\nSIGKILLed the harness with {len(seen)} of the run's processes and {len(containers)} container(s) "
-              f"alive; left after {GONE_WITHIN_S:g} s: {len(left)} process(es), {len(kept)} container(s)")
+        assert durability != "dbos-postgres" or any(d.startswith("dah-pg-") for d in made), \
+            f"the run made no PostgreSQL socket directory in {tmp}: {sorted(made)}"
+        assert not dirs, f"the SIGKILLed harness left {sorted(dirs)} in {tmp} after {GONE_WITHIN_S:g} s"
+        print(f"\nSIGKILLed the harness with {len(seen)} of the run's processes, {len(containers)} container(s) and "
+              f"{len(made)} temporary directories of its own; left after {GONE_WITHIN_S:g} s: {len(left)} "
+              f"process(es), {len(kept)} container(s), {len(dirs)} directories")
     finally:
         if harness.poll() is None:
             harness.kill()
@@ -180,6 +205,80 @@ def test_a_sigkilled_harness_leaves_no_container_behind(engine: str, out_dir: Pa
     finally:
         if ours is not None:
             ours.stop()
+
+
+#: a process that makes a private harness path of its own (the shared one is not private here: it is the user's
+#: alone no more), after starting its reaper if told, prints it, then ends as told
+_OWN_PATH = """
+import os, sys, time
+import harness
+if sys.argv[1] == "reaper":
+    from testbed.processes import ensure_reaper
+    ensure_reaper()
+print(harness.pythonpath_for_targets(), flush=True)
+if sys.argv[2] == "os._exit":
+    os._exit(0)
+if sys.argv[2] == "wait":
+    time.sleep(600)
+"""
+
+
+def _own_path(tmp: Path, reaper: str, ending: str) -> tuple[subprocess.Popen, Path]:
+    """A child making its own harness path in ``tmp``, and that path once it said it."""
+    proc = subprocess.Popen([sys.executable, "-c", _OWN_PATH, reaper, ending], stdout=subprocess.PIPE, text=True,
+                            cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp)})
+    path = Path(proc.stdout.readline().strip())  # type: ignore[union-attr]
+    assert path.parent == tmp and path.name.startswith("dah-harness-path-"), path
+    return proc, path
+
+
+@pytest.fixture
+def open_shared_path(tmp_path: Path) -> Path:
+    """A temporary directory whose shared harness path is open to everyone: every process makes its own instead."""
+    import hashlib
+
+    import harness
+
+    tmp = tmp_path / "tmp"
+    shared = tmp / f"dah-harness-path-{os.geteuid()}-{hashlib.sha256(str(harness.PACKAGE).encode()).hexdigest()[:12]}"
+    shared.mkdir(parents=True)
+    os.chmod(shared, 0o777)
+    return tmp
+
+
+@pytest.mark.parametrize("ending", ["SIGKILL", "os._exit"])
+def test_a_private_harness_path_goes_with_its_process_however_it_ends(ending: str, open_shared_path: Path) -> None:
+    """A process with a reaper (every chaos run has one): its reaper removes what it made for itself."""
+    proc, path = _own_path(open_shared_path, "reaper", "wait" if ending == "SIGKILL" else ending)
+    try:
+        if ending == "SIGKILL":
+            proc.kill()
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + GONE_WITHIN_S
+        while path.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not path.exists(), f"{path} outlived its process ({ending}) by {GONE_WITHIN_S:g} s"
+        assert _own_temp_dirs(open_shared_path) == set()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_without_a_reaper_the_next_process_removes_what_a_dead_one_left_and_only_that(open_shared_path: Path) -> None:
+    """A process with no reaper (``chaos check`` replaying a target): what it leaves at an ``os._exit`` goes when the
+    next process makes a directory of its own; a live process's stays."""
+    alive, alive_path = _own_path(open_shared_path, "no reaper", "wait")
+    try:
+        dead, dead_path = _own_path(open_shared_path, "no reaper", "os._exit")
+        dead.wait(timeout=30)
+        assert dead_path.is_dir()  # nothing ran at its end
+        nxt, next_path = _own_path(open_shared_path, "no reaper", "exit")
+        nxt.wait(timeout=30)
+        assert not dead_path.exists() and alive_path.is_dir() and not next_path.exists()
+    finally:
+        alive.kill()
+        alive.wait()
 
 
 def test_postgres_admits_only_the_harness(out_dir: Path) -> None:

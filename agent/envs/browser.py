@@ -28,7 +28,6 @@ import os
 import secrets
 import shutil
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -41,6 +40,7 @@ from agent.envs.base import Env, EnvConfigError, EnvUnavailableError
 from agent.envs.browser_service import ALLOWED_SCHEMES, find_chromium
 from agent.errors import ToolExecutionError, ToolRetryableError, ToolValidationError
 from agent.tools import Tool, ToolContext
+from harness import own_module
 from harness.owner import ENV_OWNER, OWNER_LABEL
 
 CONTAINER_PORT = 9300
@@ -242,8 +242,8 @@ class BrowserLocalEnv(_BrowserEnv):
         port_file = self.directory / f"port-{session}"
         log_path = self.directory / f"service-{session}.log"
         s = self.settings
-        cmd = [sys.executable, "-m", "agent.envs.browser_service", "--port-file", str(port_file),
-               "--session-id", session, "--executable", exe, "--action-timeout", str(s.action_timeout_s),
+        cmd = [*own_module("agent.envs.browser_service"), "--port-file", str(port_file), "--session-id", session,
+               "--executable", exe, "--action-timeout", str(s.action_timeout_s),
                "--max-text-chars", str(s.max_state_chars), "--idle-timeout", str(s.idle_timeout_s)]
         if not s.headless:
             cmd.append("--headed")

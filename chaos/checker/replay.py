@@ -67,6 +67,9 @@ def check(data: RunData) -> CheckResult:
     if not os.access(python, os.X_OK) or (cwd is not None and not os.path.isdir(cwd)):
         return CheckResult("replay", UNKNOWN, f"the target's interpreter {python} or directory {cwd} is not on this "
                                               "machine; check again with --target FILE (the target file here)")
+    unreadable = _unreadable_histories(data)
+    if unreadable:
+        return CheckResult("replay", UNKNOWN, unreadable)
     env = {**os.environ, **target.env}
     env["PYTHONPATH"] = target_pythonpath(target.env.get("PYTHONPATH"))
     # Built the way the agent's workers are: its plugins, data converter and workflow runner (testbed/engines/target.py).
@@ -96,13 +99,19 @@ def check(data: RunData) -> CheckResult:
         return CheckResult("replay", UNKNOWN, f"the replayer could not be built as the target declares: "
                                               f"{result['error'][:400]}{sandbox_hint(result['error'], target)}",
                            {**declared, **result})
+    if result is not None and "unreadable" in result:  # a file below the histories' folder it does not read
+        return CheckResult("replay", UNKNOWN, f"the saved histories cannot be read: {result['unreadable'][:400]}",
+                           {**declared, **result})
+    # What a crashed replayer said, by its last line (a traceback's is the exception): the whole is in details.
+    said = {"stdout_tail": proc.stdout[-3000:], "stderr_tail": proc.stderr[-3000:]}
     if proc.returncode != 0:
         return CheckResult("replay", UNKNOWN, f"the replayer could not run in {python} (exit {proc.returncode}): "
-                                              f"{proc.stderr.strip()[-500:]}{sandbox_hint(proc.stderr, target)}",
-                           declared)
+                                              f"{_last_line(proc.stderr) or '(no output)'}"
+                                              f"{sandbox_hint(proc.stderr, target)}", {**declared, **said})
     if result is None:
-        return CheckResult("replay", UNKNOWN, f"the replayer printed no result: {proc.stdout[-300:]} "
-                                              f"{proc.stderr[-300:]}", declared)
+        return CheckResult("replay", UNKNOWN, f"the replayer printed no result: "
+                                              f"{_last_line(proc.stderr) or _last_line(proc.stdout) or '(no output)'}",
+                           {**declared, **said})
     details = {**declared, **result}
     uses = _describe(result.get("uses") or {})
     if result["replayed"] == 0:
@@ -165,13 +174,14 @@ def check_with_command(data: RunData, target: ReplayTarget) -> CheckResult:
     if target.cwd is not None and not os.path.isdir(target.cwd):
         return CheckResult("replay", UNKNOWN, f"the target's directory {target.cwd} is not on this machine; check "
                                               "again with --target FILE (the target file here)", declared)
+    unreadable = _unreadable_histories(data)
+    if unreadable:
+        return CheckResult("replay", UNKNOWN, unreadable, declared)
     root, top = data.dir.event_histories.parent, data.dir.event_histories.name
     try:
         workflow_ids = sorted(name for name, mode in run_files.entries(root, top).items() if stat.S_ISDIR(mode))
     except FileNotFoundError:
         workflow_ids = []
-    except (OSError, run_files.RefusedPath) as exc:
-        return CheckResult("replay", UNKNOWN, f"the saved histories cannot be read: {exc}", declared)
     if not workflow_ids:
         return CheckResult("replay", UNKNOWN, "no histories to replay", declared)
     env = {**os.environ, **target.env, "PYTHONPATH": target_pythonpath(target.env.get("PYTHONPATH"))}
@@ -231,6 +241,18 @@ def _replay_one(root: Path, top: str, wid: str, private: Path, target: ReplayTar
     said = err or out or "(no output)"
     return {"outcome": FAIL if proc.returncode == 1 else UNKNOWN, "exit": proc.returncode,
             "said": said if proc.returncode == 1 else f"exit {proc.returncode}: {said}"}
+
+
+def _unreadable_histories(data: RunData) -> str | None:
+    """Why the run's saved histories' folder cannot be listed (a symlink, which is not followed; not a directory),
+    in one line; None when it can, or when there is none (then there is nothing to replay)."""
+    try:
+        run_files.entries(data.dir.event_histories.parent, data.dir.event_histories.name)
+    except FileNotFoundError:
+        return None
+    except (OSError, run_files.RefusedPath) as exc:
+        return f"the saved histories cannot be read: {exc}"
+    return None
 
 
 def _last_line(text: str) -> str:

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from harness import SAFE_PATH
 from harness.operations import History
 from harness.recording import EffectLedger
 from harness.rundir import DBOS_STEPS, RunDir
@@ -51,7 +52,7 @@ from testbed.stack import Endpoints, Stack, StackSpec
 from testbed.worker_process import WorkerProcess
 
 #: the DBOS worker; ``{database_url}`` and ``{executor_id}`` are this backend's own placeholders
-DBOS_WORKER = ("{python}", "-m", "testbed.engines.dbos_agent", "worker", "--database-url", "{database_url}",
+DBOS_WORKER = ("{python}", SAFE_PATH, "-m", "testbed.engines.dbos_agent", "worker", "--database-url", "{database_url}",
                "--state-dir", "{state_dir}", "--identity", "{identity}", "--executor-id", "{executor_id}",
                "--model-base-url", "{model_url}")
 DBOS_TARGET = replace(REFERENCE, name="reference-agent (dbos)", worker=DBOS_WORKER, ready_line=dbos_agent.READY,

@@ -42,6 +42,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from harness import SAFE_PATH
 from harness.operations import History
 from harness.recording import EffectLedger
 from harness.rundir import RESTATE_JOURNAL, RunDir
@@ -58,8 +59,8 @@ from testbed.stack import Endpoints, Stack, StackSpec
 from testbed.worker_process import WorkerProcess
 
 #: the endpoint process (its ``--port`` is added per run: fixed for the run, see the module docstring)
-RESTATE_ENDPOINT = ("{python}", "-m", "testbed.engines.restate_agent", "endpoint", "--state-dir", "{state_dir}",
-                    "--identity", "{identity}", "--model-base-url", "{model_url}")
+RESTATE_ENDPOINT = ("{python}", SAFE_PATH, "-m", "testbed.engines.restate_agent", "endpoint",
+                    "--state-dir", "{state_dir}", "--identity", "{identity}", "--model-base-url", "{model_url}")
 RESTATE_TARGET = replace(REFERENCE, name="reference-agent (restate)", worker=RESTATE_ENDPOINT,
                          driver="testbed.engines.restate:RestateDriver")
 NO_HISTORIES = NO_EVENT_HISTORIES.replace("the checkpoint engine", "Restate").replace(

@@ -22,7 +22,7 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 import pytest
 
 from pytest_dah.runs import (ENV_HOME, ENV_PYTHON, ChaosResult, Harness, HarnessNotFound, fresh_directory,
-                             run_chaos)
+                             printable, run_chaos)
 
 #: the options, each also an ini setting of the same name (without the dashes, ``-`` as ``_``)
 _OPTIONS = [
@@ -150,7 +150,7 @@ class Chaos:
     def _target_args(self, given: Union[str, Path, None]) -> List[str]:
         target = self.target(given)
         if target is not None and not target.is_file():
-            pytest.fail(f"pytest-dah: target file {target}: not found", pytrace=False)
+            pytest.fail(printable(f"pytest-dah: target file {target}: not found"), pytrace=False)
         return ["--target", str(target)] if target is not None else []
 
     def _harness(self) -> Harness:
@@ -162,7 +162,7 @@ class Chaos:
             return Harness.locate(python, str(home_base / Path(home).expanduser()) if home else None,
                                   python_from=python_from, home_from=home_from)
         except HarnessNotFound as exc:
-            pytest.fail(str(exc), pytrace=False)
+            pytest.fail(printable(str(exc)), pytrace=False)
             raise  # pytest.fail raised already
 
     def _runs_dir(self) -> Path:
@@ -190,13 +190,15 @@ class Chaos:
         return result
 
     def _record(self, result: ChaosResult, judged: bool) -> None:
-        """The result as the test's properties (JUnit ``<property>``), and for the session's summary line."""
+        """The result as the test's properties (JUnit ``<property>``, ``printable``), and for the session's summary
+        line."""
         props = self._node.user_properties
-        props += [("chaos_verdict", result.verdict), ("chaos_out", str(result.out))]
+        props += [("chaos_verdict", result.verdict), ("chaos_out", printable(result.out))]
         for r in result.runs:
-            props.append(("chaos_run", f"{r.scenario} seed {r.seed}: {r.verdict} ({r.status}) {r.run_dir or '-'}"))
+            props.append(("chaos_run", printable(f"{r.scenario} seed {r.seed}: {r.verdict} ({r.status}) "
+                                                 f"{r.run_dir or '-'}")))
             if not (r.passed or r.skipped) and r.reproduce:
-                props.append(("chaos_reproduce", result.runnable(r.reproduce)))
+                props.append(("chaos_reproduce", printable(result.runnable(r.reproduce))))
         self._config.stash.setdefault(_SESSION, []).append((result, judged))
 
 
@@ -281,7 +283,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     for res, _ in calls:
         for r in res.runs:
             counts[r.verdict] = counts.get(r.verdict, 0) + 1
-    tally = ", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no runs read"
+    tally = printable(", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no runs read")
     unjudged = sum(1 for _, judged in calls if not judged)
     terminalreporter.write_sep("-", "chaos (pytest-dah)")
     terminalreporter.write_line(f"{sum(counts.values())} chaos run(s) from {len(calls)} call(s): {tally}"
@@ -290,4 +292,5 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     for res, judged in calls:
         for r in res.runs:
             note = "" if judged else " (check=False)"
-            terminalreporter.write_line(f"  {r.scenario} seed {r.seed}: {r.verdict}{note}  {r.run_dir or res.out}")
+            terminalreporter.write_line(printable(f"  {r.scenario} seed {r.seed}: {r.verdict}{note}  "
+                                                  f"{r.run_dir or res.out}"))

@@ -1,11 +1,15 @@
 """Run the harness's chaos commands in the harness's own Python, and read what they concluded.
 
 Standard library only, and no import of the harness: the harness runs as a subprocess in its own interpreter
-(``<home>/.venv/bin/python -m chaos``), as a bring-your-own target's workers run in theirs, so its pins never meet
-the test environment's. Every call gets a fresh output directory of its own; once the command ends, ``python -m
-chaos summary`` reads the run directories in it (the same reader as CI's: a verdict is never better than its
-checks, a run that never ended is never a pass), and each run's ``verdict.json`` gives the per-check summaries.
-What a run directory holds is read as data: bounded, regular files only, paths kept inside the output directory.
+(``<home>/.venv/bin/python -I -m chaos``), as a bring-your-own target's workers run in theirs, so its pins never
+meet the test environment's. Isolated (``-I``): the directory it runs in is not on its ``sys.path``, so a folder of
+the user's project named ``chaos/``, ``agent/``, ``harness/`` or ``testbed/`` never stands in for the harness's own
+code (installed in its venv: editable after ``make``). Every call gets a fresh output directory of its own; once
+the command ends, ``python -m chaos summary`` reads the run directories in it (the same reader as CI's: a verdict
+is never better than its checks, a run that never ended is never a pass), and each run's ``verdict.json`` gives
+the per-check summaries.
+What a run directory holds is read as data: bounded, regular files only, paths kept inside the output directory;
+what the plugin shows of it (names, summaries, paths, the reproduce command) goes through ``printable``.
 """
 
 from __future__ import annotations
@@ -36,6 +40,27 @@ MAX_JSON_BYTES = 64 * 1024 * 1024
 _NOT_INHERITED = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "__PYVENV_LAUNCHER__")
 #: how long a stopped command (timeout, Ctrl-C) has to end its runs as ``terminated`` before it is killed
 STOP_GRACE_S = 60.0
+#: how the harness's interpreter is started: isolated (no cwd on sys.path, no PYTHON* variables, no user site)
+ISOLATED = "-I"
+
+#: C0 and C1 controls and DEL; bidirectional marks, embeddings, overrides and isolates (they reorder what a reader
+#: sees); line and paragraph separators; surrogates and U+FFFE/U+FFFF. The harness's own rule
+#: (``harness/printable.py``), repeated here because the plugin imports nothing of the harness; a test holds the
+#: two to the same answer for every character.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff\ufffe\uffff]")
+
+
+def printable(text: object, keep: str = "") -> str:
+    """``str(text)`` with every character that could act on a terminal, reorder what a reader sees or break an XML
+    report shown as a visible escape (``\\x1b``, ``\\u202e``), but those in ``keep``; a backslash stays one. Run
+    data (a check's name or summary, a path, the reproduce command) is shown only through it."""
+    def escape(match: "re.Match[str]") -> str:
+        char = match.group()
+        if char in keep:
+            return char
+        return f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
+
+    return _UNSAFE.sub(escape, str(text))
 
 
 class HarnessNotFound(Exception):
@@ -78,7 +103,7 @@ class Harness:
         return cls(path, root)
 
     def command(self, *args: str) -> List[str]:
-        return [str(self.python), "-m", "chaos", *args]
+        return [str(self.python), ISOLATED, "-m", "chaos", *args]
 
     def cwd(self) -> Path:
         return self.home or Path.cwd()
@@ -122,9 +147,9 @@ class ChaosRun:
         return [c for c in self.checks if c.verdict in (FAIL, UNKNOWN)]
 
     def headline(self) -> str:
-        """``crash_after_effect seed 1 fail (lost fail, effects fail)``"""
+        """``crash_after_effect seed 1 fail (lost fail, effects fail)`` (``printable``)"""
         why = ", ".join(f"{c.name} {c.verdict}" for c in self.non_pass())
-        return f"{self.scenario} seed {self.seed} {self.verdict}" + (f" ({why})" if why else "")
+        return printable(f"{self.scenario} seed {self.seed} {self.verdict}" + (f" ({why})" if why else ""))
 
 
 @dataclass
@@ -175,12 +200,13 @@ class ChaosResult:
         """The harness's reproduce command as it runs from any directory: in its cwd, with its interpreter."""
         if not reproduce:
             return ""
-        text = re.sub(r"^python3? -m ", shlex.quote(self.python) + " -m ", reproduce) if self.python else reproduce
+        text = (re.sub(r"^python3? -m ", lambda _: f"{shlex.quote(self.python)} {ISOLATED} -m ", reproduce)
+                if self.python else reproduce)
         return f"cd {shlex.quote(str(self.cwd))} && {text}"
 
     def describe(self) -> str:
         """Why it did not pass, for an assertion message: each run that did not pass with its checkers' summaries,
-        its run directory and the command that reproduces it."""
+        its run directory and the command that reproduces it; every line ``printable`` (it quotes run data)."""
         bad = [r for r in self.runs if not (r.passed or r.skipped)]
         said = "; ".join(r.headline() for r in bad)
         if not said and not self.runs:  # the command itself went wrong: its own last words say why
@@ -204,7 +230,7 @@ class ChaosResult:
         passed = sum(r.passed for r in self.runs)
         if self.runs:
             lines.append(f"  {passed} of {len(self.runs)} run(s) passed; all runs under {self.out}")
-        return "\n".join(lines)
+        return "\n".join(printable(line) for line in lines)
 
     def assert_passed(self) -> None:
         if not self.passed:
@@ -282,6 +308,7 @@ def _run(cmd: List[str], harness: Harness, timeout_s: Optional[float], tail: deq
 
 def _copy(source: Iterable[str], sink: TextIO, tail: Optional[deque]) -> None:
     for line in source:
+        line = printable(line, keep="\t\n")  # the harness's output quotes run data too
         try:
             sink.write(line)
             sink.flush()
