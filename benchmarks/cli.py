@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from agent.llm import is_scripted
-from testbed.cli_options import add_durability, add_keep_runs, add_out, progress, prune_runs, runs_root
+from testbed.cli_options import add_durability, add_keep_runs, add_out, own_out, progress, prune_runs, runs_root
 from harness.commands import CommandParser, runnable, tool, unknown
 from testbed.model_server import add_model_latency
 from testbed.connection import add_connection_arguments, connection_from_args, redact_argv
@@ -158,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"itself; with checkpoint use {', '.join(CHECKPOINT_SECTIONS)}", file=sys.stderr)
             return 2
     try:
+        own_out(out, BENCH_FOLDER)  # UnsafeFolder: another user could change it; before anything starts
         connection = connection_from_args(args)
     except ValueError as exc:
         print(f"{tool('benchmarks')}: {exc}", file=sys.stderr)

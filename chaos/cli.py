@@ -35,7 +35,7 @@ from chaos.suite import SUITE_ENGINES, TWIN_SUFFIXES, checkpoint_twins, twins
 from harness.printable import printable
 from harness.rundir import stop_on_sigterm
 from harness.commands import CommandParser, runnable, tool, unknown as _unknown
-from testbed.cli_options import add_durability, add_keep_runs, add_out, prune_runs
+from testbed.cli_options import add_durability, add_keep_runs, add_out, own_out, prune_runs
 from testbed.model_server import add_model_latency
 
 
@@ -314,6 +314,7 @@ def _main(argv: list[str]) -> int:
         return code
 
     try:
+        own_out(args.out)  # before anything starts: another user's --out is refused (UnsafeFolder), exit 2
         connection = _connection(args)
         if args.command == "rerun":
             scenario, engine, seed = saved.rerun_job(args.run_dir, connection, args.target, args.image)

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from agent.env_options import check_environment
 from migration_fuzz.fuzz import FUZZ_FOLDER, KINDS, FuzzOptions, run_fuzz, table
 from harness.commands import CommandParser, tool
-from testbed.cli_options import add_keep_runs, add_out, progress, prune_runs, runs_root
+from testbed.cli_options import add_keep_runs, add_out, own_out, progress, prune_runs, runs_root
 from testbed.model_server import add_model_latency
 from testbed.connection import add_connection_arguments, connection_from_args
 
@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     out = runs_root(args.out, FUZZ_FOLDER, tool("migration_fuzz"))
     try:
+        own_out(out, FUZZ_FOLDER)  # UnsafeFolder: another user could change it; before anything starts
         connection = connection_from_args(args)
         opts = FuzzOptions(iterations=args.iterations, workers=args.workers, max_n=args.max_n, kind=args.kind,
                            seed=args.seed, chaos=args.chaos, out=out, iteration_timeout_s=args.iteration_timeout,
