@@ -12,7 +12,9 @@ Reads only saved files (no Temporal, no network), so a copied ``runs/`` can be
 reported anywhere. Exit status: 0 when the report was written (also when there
 was nothing to report, or some runs were skipped as incomplete: the report says which); 1 when it
 could not be written, or was written without a run whose files are malformed (one warning line each, naming
-the file and the field); 2 when a --runs or --bench directory does not exist, or every run found was malformed.
+the file and the field); 2 when a --runs or --bench directory does not exist, every run found was malformed,
+or --out is not a folder of yours alone (another user's, writable by others, or a symlink below it: one line
+saying which and what to do, nothing written).
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ import time
 from pathlib import Path
 
 from harness.printable import printable
+from harness.private import UnsafeFolder
 from harness.rundir import RunDirError
 from harness.commands import CommandParser, tool
-from reports.build import build
+from reports.build import build, out_folder
 
 OUTPUTS = """outputs (under --out):
   report.md, report.html     the report: the verdicts first (a grid of scenario by engine/placement by seed,
@@ -62,8 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="directories holding saved runs, e.g. one per CI machine; repeat it or name several "
                         "(default: runs)")
     p.add_argument("--out", type=Path, default=Path("reports/out"), metavar="DIR",
-                   help="where to write the report (default: reports/out); only files a previous report wrote "
-                        "there are replaced or removed")
+                   help="where to write the report (default: reports/out): a folder of yours that no one else can "
+                        "write (a missing one is made; anything else: exit 2, nothing written); only files a "
+                        "previous report wrote there are replaced or removed")
     p.add_argument("--bench", type=Path, nargs="+", action="extend", default=None, metavar="DIR",
                    help="benchmark runs to report instead of those under <runs>/bench: each a run directory "
                         "(used whatever its status) or a directory of them (only complete runs used); each "
@@ -91,6 +95,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"reports: --bench {d}: no such directory (pass a bench run directory such as "
                   f"runs/bench/<stamp>, or a directory of them such as runs/bench)", file=sys.stderr)
             return 2
+    try:
+        out_folder(args.out)  # before anything is read or written: the one line, exit 2
+    except UnsafeFolder as exc:
+        print(printable(f"reports: {exc}"), file=sys.stderr)
+        return 2
     # Progress and warnings are the library's log records, printed here as plain lines on stderr (stdout: what
     # was written).
     logger = logging.getLogger("reports")
@@ -103,8 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     try:
         result = build(args.runs, args.out, args.bench)
-    except RunDirError as exc:  # a malformed file no section could skip: one line naming it
-        print(f"reports: {exc}", file=sys.stderr)
+    except (RunDirError, UnsafeFolder) as exc:  # a malformed file no section could skip, or an --out another
+        print(printable(f"reports: {exc}"), file=sys.stderr)  # user could change: one line naming it
         return 2
     except OSError as exc:
         print(f"reports: could not write the report to {args.out}: {exc}", file=sys.stderr)
