@@ -158,7 +158,6 @@ def main(argv: list[str] | None = None) -> int:
                   f"itself; with checkpoint use {', '.join(CHECKPOINT_SECTIONS)}", file=sys.stderr)
             return 2
     try:
-        own_out(out, BENCH_FOLDER)  # UnsafeFolder: another user could change it; before anything starts
         connection = connection_from_args(args)
     except ValueError as exc:
         print(f"{tool('benchmarks')}: {exc}", file=sys.stderr)
@@ -169,6 +168,11 @@ def main(argv: list[str] | None = None) -> int:
     if not is_scripted(options.model) and not any(k.endswith("_API_KEY") and os.environ.get(k) for k in os.environ):
         print(f"--model {options.model}: no *_API_KEY variable is set; set the provider's key (e.g. OPENAI_API_KEY) "
               "or leave --model at 'scripted'", file=sys.stderr)
+        return 2
+    try:
+        own_out(out, BENCH_FOLDER)  # before anything starts
+    except ValueError as exc:  # UnsafeFolder: another user could change it
+        print(f"{tool('benchmarks')}: {exc}", file=sys.stderr)
         return 2
     say = progress()
     command = tool("benchmarks") + " " + shlex.join(redact_argv(argv if argv is not None else sys.argv[1:]))

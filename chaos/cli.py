@@ -314,10 +314,10 @@ def _main(argv: list[str]) -> int:
         return code
 
     try:
-        own_out(args.out)  # before anything starts: another user's --out is refused (UnsafeFolder), exit 2
         connection = _connection(args)
         if args.command == "rerun":
             scenario, engine, seed = saved.rerun_job(args.run_dir, connection, args.target, args.image)
+            own_out(args.out)  # before anything starts: another user's --out is refused (UnsafeFolder), exit 2
             if getattr(engine, "workers", "process") == "docker":
                 docker = argparse.Namespace(placement="docker", image=engine.image, target=None)
                 if problem := _check_engine(docker):
@@ -331,6 +331,7 @@ def _main(argv: list[str]) -> int:
             return 2
         explicit_parallel = any(a == "--parallel" or a.startswith("--parallel=") for a in argv)
         target = suite.load_target_for(args, explicit_parallel)
+        own_out(args.out)  # before anything starts (a Docker engine, a cluster): UnsafeFolder, exit 2
         if problem := _check_engine(args):
             print(f"{prog}: {problem}", file=sys.stderr)
             return 2

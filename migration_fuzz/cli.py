@@ -65,7 +65,6 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     out = runs_root(args.out, FUZZ_FOLDER, tool("migration_fuzz"))
     try:
-        own_out(out, FUZZ_FOLDER)  # UnsafeFolder: another user could change it; before anything starts
         connection = connection_from_args(args)
         opts = FuzzOptions(iterations=args.iterations, workers=args.workers, max_n=args.max_n, kind=args.kind,
                            seed=args.seed, chaos=args.chaos, out=out, iteration_timeout_s=args.iteration_timeout,
@@ -73,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
                            connection=None if connection.embedded else connection)
         opts.validate()
         check_environment()
+        own_out(out, FUZZ_FOLDER)  # UnsafeFolder: another user could change it; before anything starts
     except ValueError as exc:  # EnvOptionError is one
         print(f"{tool('migration_fuzz')}: {exc}", file=sys.stderr)
         return 2
