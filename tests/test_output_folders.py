@@ -110,11 +110,11 @@ def report(runs: Path, out: Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
 
 
-def chaos_run(out: Path, scenario: str = "kill_idle") -> tuple[int | None, str]:
-    """``python -m chaos run SCENARIO --out OUT`` (dah-chaos run): its exit status and stderr. Refused, it exits
-    at once; a run that starts instead (the old code) is stopped after 90 s, by its process group (None)."""
-    proc = subprocess.Popen([sys.executable, "-m", "chaos", "run", scenario, "--out", str(out)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+def command(*args: str) -> tuple[int | None, str]:
+    """``python -m ARGS...``, the real command: its exit status and stderr. Refused, it exits at once; one that
+    starts a cluster instead (the old code) is stopped after 90 s, by its process group (status None)."""
+    proc = subprocess.Popen([sys.executable, "-m", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         _, err = proc.communicate(timeout=90)
         return proc.returncode, err
@@ -122,6 +122,11 @@ def chaos_run(out: Path, scenario: str = "kill_idle") -> tuple[int | None, str]:
         os.killpg(proc.pid, signal.SIGKILL)  # the group this test started, by its id
         _, err = proc.communicate()
         return None, err
+
+
+def chaos_run(out: Path, scenario: str = "kill_idle") -> tuple[int | None, str]:
+    """``dah-chaos run SCENARIO --out OUT``."""
+    return command("chaos", "run", scenario, "--out", str(out))
 
 
 def one_line(err: str) -> str:
@@ -167,6 +172,20 @@ def test_a_runs_root_another_user_made_first_is_refused_by_chaos_run_before_any_
     assert str(out) in line and f"uid {NOBODY}" in line
     assert snapshot(out) == theirs
     assert snapshot(root_only) == roots
+
+
+@pytest.mark.parametrize("args", [["chaos", "suite"], ["chaos", "soak", "kill_idle", "--seeds", "1"],
+                                  ["chaos", "planted"], ["benchmarks", "--quick"], ["migration_fuzz"]],
+                         ids=lambda a: " ".join(a[:2]))
+def test_every_command_with_a_runs_root_refuses_another_users(shared, args):
+    """dah-chaos suite, soak and planted, dah-bench, dah-fuzz: the same line, exit 2, nothing written."""
+    out = shared / "runs"
+    as_nobody(f"mkdir {out}")
+    code, err = command(*args, "--out", str(out))
+    assert code == 2, err
+    line = one_line(err)
+    assert str(out) in line and f"uid {NOBODY}" in line
+    assert os.listdir(out) == []
 
 
 def test_run_directories_are_never_made_in_another_users_runs_root(shared, root_only):
