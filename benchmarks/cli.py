@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from agent.llm import is_scripted
-from testbed.cli_options import add_durability, add_keep_runs, add_out, progress, prune_runs, runs_root
+from testbed.cli_options import add_durability, add_keep_runs, add_out, own_out, progress, prune_runs, runs_root
 from harness.commands import CommandParser, runnable, tool, unknown
 from testbed.model_server import add_model_latency
 from testbed.connection import add_connection_arguments, connection_from_args, redact_argv
@@ -170,6 +170,11 @@ def main(argv: list[str] | None = None, private_network: bool = False) -> int:
     if not is_scripted(options.model) and not any(k.endswith("_API_KEY") and os.environ.get(k) for k in os.environ):
         print(f"--model {options.model}: no *_API_KEY variable is set; set the provider's key (e.g. OPENAI_API_KEY) "
               "or leave --model at 'scripted'", file=sys.stderr)
+        return 2
+    try:
+        own_out(out, BENCH_FOLDER)  # before anything starts
+    except ValueError as exc:  # UnsafeFolder: another user could change it
+        print(f"{tool('benchmarks')}: {exc}", file=sys.stderr)
         return 2
     say = progress()
     command = tool("benchmarks") + " " + shlex.join(redact_argv(argv if argv is not None else sys.argv[1:]))

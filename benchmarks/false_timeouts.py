@@ -23,7 +23,8 @@ from typing import Any
 from benchmarks.load import cpu_hogs
 from harness.commands import CommandParser, tool
 from testbed.engines.driver import TIMEOUTS, Workload
-from testbed.cli_options import add_out, progress, runs_root
+from harness.private import own_subfolder
+from testbed.cli_options import add_out, own_out, progress, runs_root
 
 
 def count(run_dir: Path) -> dict[str, Any]:
@@ -79,7 +80,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     rows = []
-    out = runs_root(args.out, "false_timeouts", p.prog) / "false_timeouts"
+    try:  # UnsafeFolder: another user could change --out, or false_timeouts/ is a symlink
+        out = own_subfolder(own_out(runs_root(args.out, "false_timeouts", p.prog)), "false_timeouts")
+    except ValueError as exc:
+        print(f"{p.prog}: {exc}", file=sys.stderr)
+        return 2
     say = progress()
     for profile in profiles:
         say(f"{profile}: {args.duration:g} s of load, {args.hogs} CPU hog(s) on {os.cpu_count()} CPU(s) ...")

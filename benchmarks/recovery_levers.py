@@ -44,7 +44,9 @@ from benchmarks.false_timeouts import run_beside_hogs
 from chaos.recovery import PARTS
 from harness.percentiles import percentile
 from harness.commands import CommandParser, tool
-from testbed.cli_options import add_out, progress, runs_root
+from harness.private import own_subfolder
+from harness.rundir import write_json
+from testbed.cli_options import add_out, own_out, progress, runs_root
 from testbed.engines.driver import TIMEOUTS, Timeouts
 
 KILL_SCENARIOS = ("kill_mid_turn", "kill_idle", "kill_mid_tool", "kill_workflow_task")
@@ -252,9 +254,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{p.prog}: --levers from {', '.join(names)}; --scenarios; --hogs >= 0", file=sys.stderr)
         return 2
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    out = runs_root(args.out, "recovery_levers", p.prog) / "recovery_levers" / time.strftime("%Y%m%dT%H%M%SZ",
-                                                                                            time.gmtime())
-    out.mkdir(parents=True, exist_ok=True)
+    try:  # UnsafeFolder: another user could change --out, or a folder under it is a symlink
+        out = own_subfolder(own_out(runs_root(args.out, "recovery_levers", p.prog)),
+                            "recovery_levers/" + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+    except ValueError as exc:
+        print(f"{p.prog}: {exc}", file=sys.stderr)
+        return 2
     say = progress()
     rows: list[dict[str, Any]] = []
     doc: dict[str, Any] = {"hogs": args.hogs, "cpus": os.cpu_count(), "seeds": _seeds(args.seeds),
@@ -271,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
                 doc["summary"] = {f"{s}~{lv[0]}": summarise([r for r in rows if r["scenario"] == s
                                                              and r["lever"] == lv[0]])
                                   for s in scenarios for lv in chosen}
-                (out / "levers.json").write_text(json.dumps(doc, indent=1) + "\n")
+                write_json(out / "levers.json", doc)
     print(table(doc))
     print(f"\n{out / 'levers.json'}")
     return 0

@@ -35,7 +35,7 @@ from chaos.suite import SUITE_ENGINES, TWIN_SUFFIXES, checkpoint_twins, twins
 from harness.printable import printable
 from harness.rundir import stop_on_sigterm
 from harness.commands import CommandParser, runnable, tool, unknown as _unknown
-from testbed.cli_options import add_durability, add_keep_runs, add_out, prune_runs
+from testbed.cli_options import add_durability, add_keep_runs, add_out, own_out, prune_runs
 from testbed.model_server import add_model_latency
 
 
@@ -344,6 +344,7 @@ def _main(argv: list[str]) -> int:
         connection = _connection(args)
         if args.command == "rerun":
             scenario, engine, seed = saved.rerun_job(args.run_dir, connection, args.target, args.image)
+            own_out(args.out)  # before anything starts: another user's --out is refused (UnsafeFolder), exit 2
             if getattr(engine, "workers", "process") == "docker":
                 docker = argparse.Namespace(placement="docker", image=engine.image, target=None)
                 if problem := _check_engine(docker):
@@ -358,6 +359,7 @@ def _main(argv: list[str]) -> int:
             return 2
         explicit_parallel = any(a == "--parallel" or a.startswith("--parallel=") for a in argv)
         target = suite.load_target_for(args, explicit_parallel)
+        own_out(args.out)  # before anything starts (a Docker engine, a cluster): UnsafeFolder, exit 2
         if problem := _check_engine(args):
             print(f"{prog}: {problem}", file=sys.stderr)
             return 2

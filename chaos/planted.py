@@ -25,7 +25,7 @@ from harness.printable import table as format_table
 from harness.verdict import FAIL, PASS, UNKNOWN
 from testbed.faults.planted import workflow_spec
 from harness.commands import CommandParser, tool
-from testbed.cli_options import add_out, progress
+from testbed.cli_options import add_out, own_out, progress
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_TARGET = ROOT / "examples" / "third_party_agent" / "chaos-target.toml"
@@ -161,6 +161,11 @@ def main(argv: list[str] | None = None, before_runs: Callable[[], None] = lambda
     if unknown:
         p.error(f"no planted bug named {', '.join(unknown)}; --list shows them")
     bugs = [b for b in CATALOGUE if not args.names or b.name in args.names]
+    try:
+        own_out(args.out, *dict.fromkeys(b.scenario.name for b in bugs))  # before any run starts
+    except ValueError as exc:  # UnsafeFolder: another user could change the folder
+        print(f"{p.prog}: {exc}", file=sys.stderr)
+        return 2
     before_runs()  # e.g. the command's private network (chaos.cli)
     rows = asyncio.run(run_catalogue(bugs, args.out, args.target))
     print()

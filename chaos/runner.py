@@ -158,6 +158,11 @@ async def run_captured(label: str, scenario: ChaosScenario, engine: Engine, *, s
     return Outcome(label, seed, r.verdict, r.run_dir, r.wall_s, r.reproduce, list(r.checks), dict(r.row))
 
 
+def run_folder(scenario: ChaosScenario, engine: Engine) -> str:
+    """The folder of the runs root that a run of ``scenario`` on ``engine`` goes in: ``<out>/<this>/<stamp>``."""
+    return scenario.name + engine.suffix
+
+
 async def run(scenario: ChaosScenario, engine: Engine, *, seed: int, out_root: Path,
               progress: Progress = lambda s: None, ui: bool = False,
               on_run_dir: Callable[[Path], None] = lambda p: None, cluster: Cluster = stack) -> RunResult:
@@ -167,7 +172,7 @@ async def run(scenario: ChaosScenario, engine: Engine, *, seed: int, out_root: P
     Ctrl-C and cancellation end it ``interrupted`` (SIGTERM: ``terminated``) and propagate unchanged.
     ``on_run_dir`` is told the run directory as soon as it exists; ``cluster`` gives the run its cluster."""
     started = time.monotonic()
-    name = scenario.name + engine.suffix
+    name = run_folder(scenario, engine)
     run_dir = RunDir.create(out_root / name)
     on_run_dir(run_dir.path)
     reproduce = reproduce_command(scenario, seed, engine, run_dir)

@@ -24,13 +24,13 @@ from typing import Any
 
 from chaos import ci
 from chaos.generator import schedule
-from chaos.runner import ERROR, Outcome, run_captured, skip_reason, unavailable_nemeses
+from chaos.runner import ERROR, Outcome, run_captured, run_folder, skip_reason, unavailable_nemeses
 from chaos.seeds import format_seeds
 from harness.printable import printable
 from harness.rundir import SCHEMA, RunDir, command_line, machine_info
 from harness.commands import tool
 from harness.verdict import FAIL, PASS, UNKNOWN
-from testbed.cli_options import progress
+from testbed.cli_options import own_out, progress
 from testbed.stack import WarmTemporal
 
 #: the verdicts a soak counts, in the order it shows them
@@ -234,6 +234,7 @@ async def run_soak(args: Any, target: Any, connection: Any = None) -> int:
         return 0
     if spec:
         print(f"shard {spec}: seeds {format_seeds(seeds)} of {format_seeds(args.seeds)}", file=sys.stderr, flush=True)
+    own_out(args.out, f"{SOAK_PREFIX}{label}", run_folder(scenario, engine))  # UnsafeFolder before anything starts
     reproduce = command_line(f"{tool('chaos')} soak", {"--seeds": format_seeds(seeds), **engine.reproduce(),
                                                       "--model-latency": args.model_latency},
                              [label])

@@ -27,14 +27,14 @@ from typing import Any
 
 from chaos import ci
 from chaos.checker.verdict import worth_showing
-from chaos.runner import run_captured, skip_reason
+from chaos.runner import run_captured, run_folder, skip_reason
 from chaos.scenarios import SCENARIOS, SUITE
 from chaos.seeds import format_seeds
 from harness.printable import printable, table as format_table
 from harness.rundir import ending_status
 from harness.commands import tool, unknown as _unknown
 from harness.verdict import PASS
-from testbed.cli_options import progress as _progress
+from testbed.cli_options import own_out, progress as _progress
 from testbed.engines.driver import DEFAULT_TIMEOUTS, TIMEOUTS
 
 COLUMNS = [("scenario", 28), ("faults", 7), ("ok", 4), ("fail", 5), ("info", 5), ("lost", 5), ("dup_effects", 12),
@@ -235,6 +235,7 @@ async def run_many(items: list[tuple[str, Any, Any, int]], out: Path, parallel: 
     A scenario whose run raises (a worker dying at setup, a port clash, a harness bug) is recorded ``failed`` in
     its own run directory and shows as ``error`` in its row; the others go on. Ctrl-C (SIGTERM) stops them all;
     the record then says which runs were stopped and which never started."""
+    own_out(out, *dict.fromkeys(run_folder(s, e) for _, s, e, _ in items))  # UnsafeFolder before any run starts
     start = time.monotonic()
     say = _progress(start)
     results: dict[tuple[str, int], Any] = {}
@@ -313,6 +314,7 @@ async def suite(args: argparse.Namespace, target: Any, connection: Any = None) -
     record = ci.CiRecord("suite", name, [(label, seed) for label, _, _, seed in mine],
                          args.summary or args.out / ci.SUITE_SUMMARY, args.junit or args.out / ci.SUITE_JUNIT,
                          spec, [(label, seed) for label, _, _, seed in everything])
+    own_out(args.out, *dict.fromkeys(run_folder(s, e) for _, s, e, _ in mine))  # before the record is written
     if spec:
         print(f"shard {spec}: {len(mine)} of the suite's {len(everything)} run(s)", file=sys.stderr, flush=True)
     record.save()

@@ -22,15 +22,18 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, data: bytes, *, fsync: bool = True) -> None:
+def write_atomic(path: Path | str, data: bytes, *, fsync: bool = True, dir_fd: int | None = None) -> None:
     """Replace ``path`` with ``data``: a crash leaves the old content or the new, never a mix.
 
     The data goes to a fresh temporary file beside it, created exclusively and without following a symlink
     (``O_CREAT|O_EXCL|O_NOFOLLOW``, a name no one can plant in advance), then renamed over ``path``; a rename
-    replaces a symlink at ``path`` rather than writing through it. The directory is the caller's."""
+    replaces a symlink at ``path`` rather than writing through it. The directory is the caller's. ``dir_fd``: a
+    descriptor of that directory, and ``path`` a name in it (nothing on the way to it is looked up again)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(8)}.tmp")
-    fd = os.open(tmp, _TEMP_FLAGS, 0o666)
+    if dir_fd is not None:
+        tmp, path = Path(tmp.name), Path(path.name)
+    fd = os.open(tmp, _TEMP_FLAGS, 0o666, dir_fd=dir_fd)
     try:
         try:
             view = memoryview(data)
@@ -40,13 +43,34 @@ def write_atomic(path: Path, data: bytes, *, fsync: bool = True) -> None:
                 os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, path)
+        os.replace(tmp, path, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=dir_fd)
         raise
     if fsync:
-        fsync_dir(path.parent)
+        if dir_fd is None:
+            fsync_dir(path.parent)
+        else:
+            os.fsync(dir_fd)
+
+
+def link_atomic(folder: Path, name: str, target: str) -> None:
+    """Point the symlink ``folder/name`` at ``target``, atomically: the link is made under a fresh random name in
+    ``folder`` (``symlink`` never follows or reuses anything already there), then renamed over ``name`` (which
+    replaces a symlink there rather than following it). Relative to a descriptor of ``folder``, opened once."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        tmp = f".{name}.{os.getpid()}.{secrets.token_hex(8)}.tmp"
+        os.symlink(target, tmp, dir_fd=fd)
+        try:
+            os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=fd)
+            raise
+    finally:
+        os.close(fd)
 
 
 def connect_wal(path: Path) -> sqlite3.Connection:

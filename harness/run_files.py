@@ -13,7 +13,8 @@ harness reads because a run's data names it is read here, relative to a root:
 
 A refusal is ``RefusedPath``, whose message begins ``refused:`` and says which file and why; a file that is not
 there is ``FileNotFoundError``. Writes into a run directory go through ``harness.durable_files.write_atomic``
-(an exclusive, no-follow temporary file, then a rename).
+(an exclusive, no-follow temporary file, then a rename). A file is removed because data names it only by
+``remove_written``: by the same rules, and only if it is still the very file that was written (its ``FileId``).
 
 Standard library only.
 """
@@ -28,6 +29,7 @@ import sqlite3
 import stat
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from urllib.parse import quote
 
@@ -252,6 +254,48 @@ def sqlite_readonly(root: Path, rel: str | os.PathLike[str]) -> sqlite3.Connecti
     conn.row_factory = sqlite3.Row
     conn.execute("PRAGMA trusted_schema=OFF")
     return conn
+
+
+@dataclass(frozen=True)
+class FileId:
+    """Which file a name held when it was written: its device, inode and owner (``identify``). A file that has
+    since been replaced, or one only named after the fact, has another."""
+
+    dev: int
+    ino: int
+    uid: int
+
+
+def identify(dir_fd: int, name: str) -> FileId:
+    """The ``FileId`` of the entry ``name`` in the directory ``dir_fd``, not following a symlink."""
+    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    return FileId(st.st_dev, st.st_ino, st.st_uid)
+
+
+def remove_written(root: Path, rel: str | os.PathLike[str], written: FileId) -> str | None:
+    """Remove the file ``rel`` below ``root`` (this module's rules: no ``..``, no symlink on the way) only if it
+    is still the regular file that was written: the same device, inode and owner, by an lstat relative to its
+    folder's descriptor, and owned by the effective uid. None when it was removed; else why it was left alone
+    (gone, refused, replaced, not a regular file)."""
+    try:
+        parts = relative_parts(rel)
+        shown = str(Path(root, *parts))
+        if not parts:
+            return f"{shown} is the folder itself"
+        with _directory(root, parts[:-1], shown) as fd:
+            st = os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
+            if not stat.S_ISREG(st.st_mode):
+                return f"{shown} is {_kind(st.st_mode)}, not a regular file"
+            if FileId(st.st_dev, st.st_ino, st.st_uid) != written or st.st_uid != os.geteuid():
+                return f"{shown} is not the file that was written there (another device, inode or owner)"
+            os.unlink(parts[-1], dir_fd=fd)
+    except FileNotFoundError:
+        return f"{Path(root, rel)} is gone"
+    except RefusedPath as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"{Path(root, rel)} cannot be removed ({exc.strerror})"
+    return None
 
 
 def below(*pieces: str | os.PathLike[str], what: str = "path") -> PurePosixPath:

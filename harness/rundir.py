@@ -23,6 +23,9 @@ Guarantees:
 
 * Names are UTC (``%Y%m%dT%H%M%SZ``) and unique: the directory is created
   exclusively, and a second run in the same second gets ``-2``, ``-3``, ...
+* ``<out>`` is the invoking user's alone, and so are ``<name>`` and the run's
+  folder, made mode 0755 and never through a symlink (``harness.private.own_folder``);
+  else ``UnsafeFolder`` and nothing is written. ``latest`` is replaced, never followed.
 * JSON files are replaced atomically (write, fsync, rename; ``write_atomic``): a
   reader sees the old content or the new, never half of it; an interrupted run
   keeps what it wrote.
@@ -72,7 +75,8 @@ from pathlib import Path
 from typing import Any
 
 from harness import run_files, signing
-from harness.durable_files import write_atomic
+from harness.durable_files import link_atomic, write_atomic
+from harness.private import own_folder, own_subfolder
 
 SCHEMA = 2
 RUN_JSON, VERDICT_JSON = "run.json", "verdict.json"
@@ -376,17 +380,24 @@ class RunDir:
 
     @classmethod
     def create(cls, parent: Path) -> RunDir:
-        """``parent/<UTC stamp>``, created exclusively (``-2``, ``-3``, ... on a clash)."""
+        """``parent/<UTC stamp>``, created exclusively (``-2``, ``-3``, ... on a clash). ``parent`` is a folder
+        in the runs root (``<out>/<scenario>``): the root must be the invoking user's alone
+        (``harness.private.own_folder``: made if missing), and ``parent`` is made in it without following a
+        symlink (``own_subfolder``); else ``UnsafeFolder``, and nothing is written."""
         parent = Path(parent)
-        parent.mkdir(parents=True, exist_ok=True)
-        stamp = datetime.now(timezone.utc).strftime(STAMP_FORMAT)
-        for n in range(1, 1000):
-            path = parent / (stamp if n == 1 else f"{stamp}-{n}")
-            try:
-                path.mkdir()
-            except FileExistsError:
-                continue
-            return cls(path.resolve())
+        folder = own_subfolder(own_folder(parent.parent), parent.name)
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        try:
+            stamp = datetime.now(timezone.utc).strftime(STAMP_FORMAT)
+            for n in range(1, 1000):
+                name = stamp if n == 1 else f"{stamp}-{n}"
+                try:
+                    os.mkdir(name, 0o755, dir_fd=fd)
+                except FileExistsError:
+                    continue
+                return cls(folder / name)
+        finally:
+            os.close(fd)
         raise RuntimeError(f"could not create a run directory under {parent} (999 runs in one second?)")
 
     def begin(self, kind: str, name: str, **fields: Any) -> dict[str, Any]:
@@ -468,12 +479,8 @@ class RunDir:
         return asyncio.CancelledError() if not isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)) else None
 
     def link_latest(self) -> None:
-        latest = self.path.parent / LATEST
-        tmp = self.path.parent / f".{LATEST}.{os.getpid()}.tmp"
-        if tmp.is_symlink() or tmp.exists():
-            tmp.unlink()
-        tmp.symlink_to(self.path.name)
-        os.replace(tmp, latest)
+        """``latest`` in this run's folder points here (``link_atomic``: never through a link planted there)."""
+        link_atomic(self.path.parent, LATEST, self.path.name)
 
     # -- reading one -----------------------------------------------------------------------------------------
 

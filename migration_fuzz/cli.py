@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from agent.env_options import check_environment
 from migration_fuzz.fuzz import FUZZ_FOLDER, KINDS, FuzzOptions, run_fuzz, table
 from harness.commands import CommandParser, tool
-from testbed.cli_options import add_keep_runs, add_out, progress, prune_runs, runs_root
+from testbed.cli_options import add_keep_runs, add_out, own_out, progress, prune_runs, runs_root
 from testbed.model_server import add_model_latency
 from testbed.connection import add_connection_arguments, connection_from_args
 
@@ -74,6 +74,7 @@ def main(argv: list[str] | None = None, private_network: bool = False) -> int:
                            connection=None if connection.embedded else connection)
         opts.validate()
         check_environment()
+        own_out(out, FUZZ_FOLDER)  # UnsafeFolder: another user could change it; before anything starts
     except ValueError as exc:  # EnvOptionError is one
         print(f"{tool('migration_fuzz')}: {exc}", file=sys.stderr)
         return 2

@@ -13,8 +13,9 @@ the grid, then every run that did not pass) and ends with provenance.
 Everything is written to a staging directory inside ``out_dir`` and moved into place only when the whole report is built (the
 report files last), so a failed build leaves the previous report intact.
 Files a previous build wrote that this build did not (listed in
-``out_dir/.reports-manifest.json``) are removed; nothing else in ``out_dir``
-is touched. Progress is logged (logger ``reports``) at INFO, problems at WARNING.
+``out_dir/.reports-manifest.json`` with their device, inode and owner, and still
+those files) are removed; nothing else in ``out_dir`` is touched. ``out_dir`` must be
+the invoking user's alone, and nothing below it is reached through a symlink (``Staging``). Progress is logged (logger ``reports``) at INFO, problems at WARNING.
 """
 
 from __future__ import annotations
@@ -25,13 +26,16 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from harness import run_files
+from harness.durable_files import write_atomic
+from harness.private import own_folder, own_subfolder
 from reports import figures as figs
 from reports import tables as tab
 from reports import verdicts
@@ -42,6 +46,8 @@ from reports.verdicts import machine_text, versions_text
 log = logging.getLogger(__name__)
 
 MANIFEST = ".reports-manifest.json"
+MANIFEST_LIMIT = 16 * run_files.MiB
+FIGURES = "figures"
 LATEX_TABLES = {"verdicts": r"\small", "table1": r"\footnotesize", "table2": r"\small", "table2_overhead": r"\small",
                 "breakdown": r"\footnotesize"}  # 12 columns: \small overflowed by 9 pt
 QUICK = ("a `--quick` run: a few turns per series, meant to prove the pipeline works, not to be cited; run "
@@ -58,15 +64,30 @@ class BuildResult:
     malformed: list[str]  # one line per run skipped because a file of it is malformed
 
 
+def out_folder(out: Path) -> Path:
+    """``out`` as a report folder of the invoking user's alone (``harness.private.own_folder``: made if missing),
+    its ``figures/`` (if there) not a symlink nor anyone else's; its real path, or ``UnsafeFolder`` naming it."""
+    real = own_folder(out)
+    own_subfolder(real, FIGURES, create=False)
+    return real
+
+
 class Staging:
-    """A temporary directory inside ``out``; ``commit`` moves its files into ``out`` (report files last)."""
+    """A temporary directory inside ``out``; ``commit`` moves its files into ``out`` (report files last).
+
+    ``out`` must be a folder of the invoking user's alone (``harness.private.own_folder``: made if missing; else
+    ``UnsafeFolder`` before anything is written), and nothing below it is reached through a symlink: its
+    subfolders are ``own_subfolder``'s, each file is renamed into place relative to its folder's descriptor (a
+    symlink at its name is replaced, never written through), and ``MANIFEST`` records each file written with
+    its device, inode and owner, so that a later build removes only files this tool wrote
+    (``harness.run_files.remove_written``)."""
 
     def __init__(self, out: Path) -> None:
         self.out = out
 
     def __enter__(self) -> Staging:
-        self.out.mkdir(parents=True, exist_ok=True)
-        self.dir = Path(tempfile.mkdtemp(prefix=".building-", dir=self.out))
+        self.real = out_folder(self.out)
+        self.dir = Path(tempfile.mkdtemp(prefix=".building-", dir=self.real))  # 0700, a fresh name, made exclusively
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -83,32 +104,60 @@ class Staging:
     def commit(self) -> list[Path]:
         rels = sorted(p.relative_to(self.dir) for p in self.dir.rglob("*") if p.is_file())
         last = [Path("report.html"), Path("report.md")]
-        # The report files go last: a reader never sees a new report.md whose figures have not arrived yet.
-        for rel in [r for r in rels if r not in last] + [r for r in last if r in rels]:
-            dest = self.out / rel
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(self.dir / rel, dest)
-        self._remove_stale({str(r) for r in rels})
-        manifest = self.out / MANIFEST
-        tmp = manifest.with_suffix(".tmp")
-        tmp.write_text(json.dumps(sorted(str(r) for r in rels), indent=1))
-        os.replace(tmp, manifest)
+        folders: dict[Path, int] = {}
+        written = []
+        try:
+            for folder in sorted({r.parent for r in rels} | {Path()}):
+                folders[folder] = _open_folder(own_subfolder(self.real, str(folder)) if folder.parts else self.real)
+            # The report files go last: a reader never sees a new report.md whose figures have not arrived yet.
+            for rel in [r for r in rels if r not in last] + [r for r in last if r in rels]:
+                fd = folders[rel.parent]
+                os.replace(self.dir / rel, rel.name, dst_dir_fd=fd)
+                written.append({"name": str(rel), **asdict(run_files.identify(fd, rel.name))})
+            self._remove_stale({str(r) for r in rels})
+            write_atomic(MANIFEST, json.dumps({"schema": 2, "written": written}, indent=1).encode(), fsync=False,
+                         dir_fd=folders[Path()])
+        finally:
+            for fd in folders.values():
+                os.close(fd)
         return [self.out / r for r in rels]
 
     def _remove_stale(self, current: set[str]) -> None:
+        """Remove what the previous build wrote and this one did not: only a file the manifest names with its
+        device, inode and owner, and that is still that very file. A manifest of an older version (a list of
+        names, nothing to tell its files from others put there since) removes nothing."""
         try:
-            previous = json.loads((self.out / MANIFEST).read_text())
-        except (OSError, ValueError):
+            previous = json.loads(run_files.read_bytes(self.real, MANIFEST, MANIFEST_LIMIT))
+        except FileNotFoundError:
             return
-        for rel in previous if isinstance(previous, list) else []:
-            # Only plain relative paths a previous build wrote: never anything outside out_dir.
-            if not isinstance(rel, str) or rel in current or Path(rel).is_absolute() or ".." in Path(rel).parts:
+        except (OSError, ValueError) as exc:  # RefusedPath: a symlink, not a regular file, too large
+            log.warning("%s not read, so no earlier report file is removed: %s", MANIFEST, exc)
+            return
+        entries = previous.get("written") if isinstance(previous, dict) else previous
+        bare = []
+        for entry in entries if isinstance(entries, list) else []:
+            name = entry.get("name") if isinstance(entry, dict) else entry
+            if not isinstance(name, str) or name in current:
                 continue
             try:
-                (self.out / rel).unlink()
-                log.debug("removed stale %s", rel)
-            except OSError:
-                pass
+                written = run_files.FileId(*(entry[k] for k in ("dev", "ino", "uid")))
+            except (TypeError, KeyError):  # an older manifest's bare name: nothing says this tool wrote it
+                bare.append(name)
+                continue
+            why = run_files.remove_written(self.real, name, written)
+            if why is None:
+                log.debug("removed stale %s", name)
+            else:
+                log.info("left %s in place: %s", name, why)
+        if bare:
+            log.info("left %d file(s) in place that an earlier version's %s names without their device and inode "
+                     "(remove them by hand if they are stale): %s", len(bare), MANIFEST, ", ".join(bare[:10])
+                     + (", ..." if len(bare) > 10 else ""))
+
+
+def _open_folder(path: Path) -> int:
+    """A descriptor of the folder ``path`` (one ``own_folder`` or ``own_subfolder`` checked), not through a link."""
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
 
 
 def _source_line(run: BenchRun) -> str:
@@ -125,7 +174,7 @@ class Builder:
     def __init__(self, sources: Sources, staging: Staging) -> None:
         self.src = sources
         self.st = staging
-        self.fig_dir = staging.path("figures/.keep").parent
+        self.fig_dir = staging.path(f"{FIGURES}/.keep").parent
         self.tex_tables: list[str] = []
         self.figures: list[figs.Figure] = []
         self.anchors = verdicts.Anchors()

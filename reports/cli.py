@@ -11,8 +11,9 @@ Also installed as the command dah-report. Progress and warnings go to stderr; th
 Reads only saved files (no Temporal, no network), so a copied ``runs/`` can be
 reported anywhere. Exit status (``EXIT_STATUS``, also in ``--help``): 0 when the report was written with every
 run it found, or without runs that are only incomplete; 1 when it could not be written, or was written without a
-run one of whose files is malformed; 2 when a --runs or --bench directory does not exist, or every run found was
-malformed.
+run one of whose files is malformed; 2 when a --runs or --bench directory does not exist, every run found was
+malformed, or --out is not a folder of yours alone (another user's, writable by others, or a symlink below it:
+one line saying which and what to do, nothing written).
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ import time
 from pathlib import Path
 
 from harness.printable import printable
+from harness.private import UnsafeFolder
 from harness.rundir import RunDirError
 from harness.commands import CommandParser, tool
-from reports.build import build
+from reports.build import build, out_folder
 
 OUTPUTS = """outputs (under --out):
   report.md, report.html     the report: the verdicts first (a grid of scenario by engine/placement by seed,
@@ -58,7 +60,8 @@ EXIT_STATUS = """exit status:
      field of the wrong type, a symlink or not a regular file, over its size bound (one warning line each on
      stderr and in the report, naming the file and the field). A bench run's file that cannot be used is a
      warning only: its sections come from another run, or say they have no data
-  2  a --runs or --bench directory does not exist, or every run found was malformed"""
+  2  a --runs or --bench directory does not exist, every run found was malformed, or --out is not a folder of
+     yours alone (another user's, writable by others, or a symlink below it: nothing is written)"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,8 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="directories holding saved runs, e.g. one per CI machine; repeat it or name several "
                         "(default: runs)")
     p.add_argument("--out", type=Path, default=Path("reports/out"), metavar="DIR",
-                   help="where to write the report (default: reports/out); only files a previous report wrote "
-                        "there are replaced or removed")
+                   help="where to write the report (default: reports/out): a folder of yours that no one else can "
+                        "write (a missing one is made; anything else: exit 2, nothing written); only files a "
+                        "previous report wrote there are replaced or removed")
     p.add_argument("--bench", type=Path, nargs="+", action="extend", default=None, metavar="DIR",
                    help="benchmark runs to report instead of those under <runs>/bench: each a run directory "
                         "(used whatever its status) or a directory of them (only complete runs used); each "
@@ -101,6 +105,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"reports: --bench {d}: no such directory (pass a bench run directory such as "
                   f"runs/bench/<stamp>, or a directory of them such as runs/bench)", file=sys.stderr)
             return 2
+    try:
+        out_folder(args.out)  # before anything is read or written: the one line, exit 2
+    except UnsafeFolder as exc:
+        print(printable(f"reports: {exc}"), file=sys.stderr)
+        return 2
     # Progress and warnings are the library's log records, printed here as plain lines on stderr (stdout: what
     # was written).
     logger = logging.getLogger("reports")
@@ -113,8 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     try:
         result = build(args.runs, args.out, args.bench)
-    except RunDirError as exc:  # a malformed file no section could skip: one line naming it
-        print(f"reports: {exc}", file=sys.stderr)
+    except (RunDirError, UnsafeFolder) as exc:  # a malformed file no section could skip, or an --out another
+        print(printable(f"reports: {exc}"), file=sys.stderr)  # user could change: one line naming it
         return 2
     except OSError as exc:
         print(f"reports: could not write the report to {args.out}: {exc}", file=sys.stderr)

@@ -5,7 +5,8 @@
     --model-latency SPEC                 the scripted model's response latency, one grammar
                                          (testbed.model_server.add_model_latency)
     --out DIR                            the runs root (default runs/); each command writes into its own folder
-                                         under it: runs/<scenario>/, runs/bench/, runs/migration_fuzz/
+                                         under it: runs/<scenario>/, runs/bench/, runs/migration_fuzz/. It must be
+                                         a folder of the user's alone, and the folders under it too (``own_out``)
     --keep-runs N|all                    after the command, each folder it wrote into keeps its newest N runs and
                                          every protected one (default $DAH_KEEP_RUNS, else 20; all: remove nothing;
                                          ``harness.retention``, ``dah gc``)
@@ -51,6 +52,19 @@ def add_out(parser: Any, folder: str, default: Path = RUNS) -> argparse.Action:
     """``--out DIR``: the runs root, as for every command; this one writes into DIR/<folder>/."""
     return parser.add_argument("--out", type=Path, default=default, metavar="DIR",
                                help=f"the runs root: this command writes into DIR/{folder}/ (default {default}/)")
+
+
+def own_out(out: Path, *folders: str) -> Path:
+    """``--out`` checked before a command writes anything: a folder of the invoking user's alone
+    (``harness.private.own_folder``: made if missing), and each of ``folders`` under it that is there already a
+    folder of theirs too, not a symlink (``own_subfolder``, nothing made). ``UnsafeFolder`` (a ValueError: the
+    one line to print, then exit 2) if not. The real path of ``out``."""
+    from harness.private import own_folder, own_subfolder
+
+    real = own_folder(out)
+    for folder in folders:
+        own_subfolder(real, folder, create=False)
+    return real
 
 
 def _keep(text: str) -> str:

@@ -165,10 +165,16 @@ def hook(event, args):
     flags = args[2] if event == "open" and len(args) > 2 and isinstance(args[2], int) else 0
     write = event not in ("open", "harness.run_files.open", "os.listdir", "os.scandir", "sqlite3.connect") or any(
         c in mode for c in "wax+") or bool(flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT))
-    for p in paths:
+    # the argument holding each path's directory descriptor, where the call takes one (os.open's event has none)
+    fd_at = {"os.rename": (2, 3), "os.replace": (2, 3), "os.remove": (1,), "os.unlink": (1,), "os.mkdir": (2,),
+             "os.rmdir": (1,), "os.symlink": (2,)}.get(event, ())
+    for n, p in enumerate(paths):
         p = os.fsdecode(p)
         if p in (":memory:", ""):
             continue
+        at = args[fd_at[n]] if n < len(fd_at) and len(args) > fd_at[n] else None
+        if not os.path.isabs(p) and isinstance(at, int) and not isinstance(at, bool):
+            p = os.path.join(os.readlink(f"/proc/self/fd/{at}"), p)  # relative to that folder, not to the cwd
         # a relative path may be relative to a directory descriptor (shutil.rmtree's walk), not to the cwd
         # a name renamed onto, removed or made is that name, not where a link there points (an open follows it)
         if not os.path.isabs(p):
