@@ -344,7 +344,8 @@ def _main(argv: list[str]) -> int:
         connection = _connection(args)
         if args.command == "rerun":
             scenario, engine, seed = saved.rerun_job(args.run_dir, connection, args.target, args.image)
-            own_out(args.out)  # before anything starts: another user's --out is refused (UnsafeFolder), exit 2
+            # before anything starts: another user's --out, or a link at its folder, is refused (UnsafeFolder), exit 2
+            own_out(args.out, scenario.name + engine.suffix)
             if getattr(engine, "workers", "process") == "docker":
                 docker = argparse.Namespace(placement="docker", image=engine.image, target=None)
                 if problem := _check_engine(docker):
@@ -359,7 +360,9 @@ def _main(argv: list[str]) -> int:
             return 2
         explicit_parallel = any(a == "--parallel" or a.startswith("--parallel=") for a in argv)
         target = suite.load_target_for(args, explicit_parallel)
-        own_out(args.out)  # before anything starts (a Docker engine, a cluster): UnsafeFolder, exit 2
+        # before anything starts (a Docker engine, a cluster): UnsafeFolder, exit 2
+        own_out(args.out, *(label for label, *_ in (suite.jobs(args, target, connection) if args.command == "run"
+                                                    else [])))
         if problem := _check_engine(args):
             print(f"{prog}: {problem}", file=sys.stderr)
             return 2
@@ -369,7 +372,7 @@ def _main(argv: list[str]) -> int:
         if args.command == "suite":
             args.seeds = args.seeds or [args.seed]
             return pruned(asyncio.run(suite.suite(args, target, connection)))
-        jobs = [(*job, args.seed) for job in suite.jobs(args, target, connection)]
+        jobs = [(*job, args.seed) for job in suite.jobs(args, target, connection)]  # with the image _check_engine set
         return pruned(asyncio.run(suite.run_many(jobs, args.out, args.parallel, getattr(args, "ui", False))))
     except ValueError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)

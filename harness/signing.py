@@ -49,16 +49,24 @@ def key_dir() -> Path:
     return Path(base) / "durable-agent-harness"
 
 
+#: keys read by this process, by path (read once: a check signs and verifies many times)
+_keys: dict[Path, bytes] = {}
+
+
 def run_key() -> bytes:
     """This user's run key, made on first use; ``NoRunKey`` if its folder or file is not this user's alone."""
     folder = key_dir()
-    with contextlib.suppress(OSError):
-        folder.parent.mkdir(parents=True, exist_ok=True)
+    if folder / KEY_NAME in _keys:
+        return _keys[folder / KEY_NAME]
+    if not folder.parent.is_dir():
+        with contextlib.suppress(OSError):
+            folder.parent.mkdir(parents=True, exist_ok=True)
     if private_dir(folder) is None:
         raise NoRunKey(f"{folder} is not a folder of yours alone (it must be owned by you, mode 0700, not a link)")
     path = folder / KEY_NAME
     try:
-        return _read_key(path)
+        _keys[path] = _read_key(path)
+        return _keys[path]
     except FileNotFoundError:
         pass
     # A new key, written whole under a name of its own, then linked into place: a second process making one at
@@ -77,7 +85,8 @@ def run_key() -> bytes:
         pass
     finally:
         os.unlink(tmp)
-    return _read_key(path)
+    _keys[path] = _read_key(path)
+    return _keys[path]
 
 
 def _read_key(path: Path) -> bytes:

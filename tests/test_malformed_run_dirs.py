@@ -540,3 +540,268 @@ def test_property_malformed_run_dirs_are_one_line_bounded_and_contained(
 def test_property_links_and_paths_out_of_the_run_dir_are_not_followed(
         pristine: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     _hold(pristine, tmp_path_factory.mktemp("escapes"), ESCAPES, _examples(2), "links and paths out")
+
+
+# ------------------------------------------- the property test: what a received directory names (issue 40)
+
+#: a target file that is the reference agent declared as one: what a run made here names, and replays with
+OWN_TARGET = f'''name = "reference-as-a-target"
+worker = ["{{python}}", "-m", "testbed", "worker", "--address", "{{address}}", "--task-queue", "{{task_queue}}",
+          "--identity", "{{identity}}"]
+driver = "testbed.engines.driver:Driver"
+workflow = "agent.workflow:AgentWorkflow"
+cwd = "{ROOT}"
+'''
+#: a target file a received directory may carry or point at: run, its commands write the marker
+PAYLOAD = '''name = "payload"
+worker = ["sh", "payload.sh", "{address}", "{task_queue}"]
+driver = "testbed.engines.driver:Driver"
+replay_command = ["sh", "payload.sh", "{history}", "{workflow_id}"]
+'''
+NOBODY = 65534
+#: where a mutation puts the target file run.json names, and which fields name it
+TARGET_PLACES = ("inside-relative", "inside-absolute", "climbing", "nobodys", "group-writable", "dir-others-write",
+                 "link-to-nobodys", "missing", "yours")
+HOSTILE = st.text(alphabet=st.sampled_from("ab-_./$()`;| \n\x00~é\u202e{}"), min_size=0, max_size=24)
+RECEIVED = st.one_of(
+    st.tuples(st.just("target"), st.sampled_from(TARGET_PLACES), st.sampled_from(["source", "target_file", "both"])),
+    st.tuples(st.just("signature"), st.sampled_from(["strip", "foreign", "garbage", "link-outside", "resign",
+                                                     "resign"]), st.just("")),
+    st.tuples(st.just("scenario_name"), HOSTILE, st.just("")),
+    st.tuples(st.just("event_op"), HOSTILE, st.just("")),
+    st.tuples(st.just("workflow_folder"), HOSTILE.filter(lambda t: t not in ("", ".", "..") and "/" not in t
+                                                         and "\x00" not in t), st.just("")),
+    st.tuples(st.just("out"), st.sampled_from(["nobodys", "others-write", "link-outside", "scenario-link"]),
+              st.just("")),
+)
+
+
+@pytest.fixture(scope="module")
+async def own_target_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A real run of a target file, made here (so signed by this user): (run dir, target file)."""
+    from dataclasses import replace
+
+    from chaos.runner import run
+    from chaos.scenarios import SCENARIOS, ClusterSpec
+    from testbed.engines import make_engine
+    from testbed.engines.driver import Workload
+    from testbed.engines.target import load_target
+
+    folder = tmp_path_factory.mktemp("own-target")
+    os.chmod(folder, 0o755)
+    good = folder / "chaos-target.toml"
+    good.write_text(OWN_TARGET)
+    scenario = replace(SCENARIOS["kill_idle"], name="received", events=(), random_events=0, warmup_s=0.5,
+                       fault_s=0.5, settle_s=30.0, final_s=30.0, cluster=ClusterSpec(workers=1),
+                       workload=Workload(conversations=1, messages=1, append_ratio=0.0, until_heal=False))
+    result = await run(scenario, make_engine(target=load_target(good), target_file=good), seed=1,
+                       out_root=folder / "runs")
+    replay = next(c for c in result.checks if c.name == "replay")
+    assert replay.verdict == "pass", replay.summary  # the run made here replays with the target file it names
+    return result.run_dir, good
+
+
+class _Audit:
+    """What this process does while ``on``: every command it starts, and every file it writes, renames, links or
+    removes (Python's audit events)."""
+
+    def __init__(self) -> None:
+        self.on, self.spawned, self.written = False, [], []
+        sys.addaudithook(self)
+
+    def __call__(self, event: str, args: tuple) -> None:
+        if not self.on:
+            return
+        if event in ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.system", "os.spawn"):
+            self.spawned.append(repr(args)[:300])
+        elif event == "open" and len(args) > 1 and isinstance(args[1], str) and set(args[1]) & set("wax+"):
+            self.written.append(os.fspath(args[0]) if isinstance(args[0], (str, bytes, os.PathLike)) else args[0])
+        elif event == "open" and len(args) > 2 and isinstance(args[2], int) and args[2] & (os.O_WRONLY | os.O_RDWR):
+            self.written.append(args[0])
+        elif event in ("os.rename", "os.remove", "os.rmdir", "os.symlink", "os.link", "os.mkdir", "shutil.rmtree"):
+            self.written.append(args[0] if event not in ("os.rename",) else args[1])
+
+
+_AUDIT: list[_Audit] = []
+
+
+def _received(base: Path, good: Path, ex: Path, outside: Path, mutations: list[tuple]) -> tuple[Path, Path, bool]:
+    """A copy of ``base`` with ``mutations``: (the run directory, the --out folder for a rerun, whether a rerun of
+    it would still be yours alone: signed by you, naming your own target file as the one to run
+    (``backend.target_file``), with a scenario and an out folder a rerun may use)."""
+    import secrets as _secrets
+
+    from harness import signing
+
+    run = ex / "received"
+    shutil.copytree(base, run, symlinks=True)
+    record = json.loads((run / "run.json").read_text())
+    out = ex / "out"
+    out.mkdir()
+    resign, legit = "stale", True  # by default as received: run.json edited, its old run.sig left beside it
+    (run / "payload.sh").write_text(f"echo ran >> {outside / 'ran'}\n")
+    for kind, what, field in mutations:
+        if kind == "target":
+            legit = legit and (what == "yours" or field == "source")  # a rerun runs backend.target_file
+            place = {"inside-relative": "chaos-target.toml", "inside-absolute": str(run / "chaos-target.toml"),
+                     "climbing": str(run / ".." / "received" / "chaos-target.toml"),
+                     "nobodys": str(ex / "theirs" / "chaos-target.toml"),
+                     "group-writable": str(ex / "gw" / "chaos-target.toml"),
+                     "dir-others-write": str(ex / "open" / "chaos-target.toml"),
+                     "link-to-nobodys": str(ex / "link" / "chaos-target.toml"),
+                     "missing": str(ex / "missing.toml"), "yours": str(good)}[what]
+            (run / "chaos-target.toml").write_text(PAYLOAD)
+            if what in ("nobodys", "group-writable", "dir-others-write", "link-to-nobodys"):
+                folder = Path(place).parent
+                folder.mkdir(exist_ok=True)
+                real = folder / "real.toml" if what == "link-to-nobodys" else Path(place)
+                real.write_text(PAYLOAD.replace("payload.sh", str(run / "payload.sh")))
+                if what in ("nobodys", "link-to-nobodys"):
+                    os.chown(real, NOBODY, NOBODY)
+                if what == "group-writable":
+                    real.chmod(0o664)
+                if what == "dir-others-write":
+                    folder.chmod(0o777)
+                if what == "link-to-nobodys" and not os.path.lexists(place):
+                    Path(place).symlink_to(real)
+            if field in ("source", "both"):
+                record["target"] = {**record["target"], "source": place, "workflow": None}
+            if field in ("target_file", "both"):
+                record["backend"] = {**record["backend"], "target_file": place}
+        elif kind == "signature":
+            resign = True if what == "resign" else what
+            if what == "foreign":
+                resign = "foreign"
+            elif what == "garbage":
+                resign = "garbage"
+            elif what == "link-outside":
+                resign = "link"
+            elif what == "strip":
+                resign = "strip"
+        elif kind == "scenario_name":
+            legit = False
+            record["scenario"]["name"] = what
+        elif kind == "event_op":
+            legit = False
+            record["scenario"]["events"] = [{"at_s": 0.5, "op": what, "args": {}}]
+        elif kind == "workflow_folder":
+            histories = run / "event_histories"
+            first = next(histories.iterdir())
+            first.rename(histories / what)
+        elif kind == "out":
+            legit = False
+            if what == "nobodys":
+                os.chown(out, NOBODY, NOBODY)
+            elif what == "others-write":
+                out.chmod(0o777)
+            elif what == "link-outside":  # a link of theirs to a folder of theirs
+                theirs = ex / "their-out"
+                theirs.mkdir(exist_ok=True)
+                os.chown(theirs, NOBODY, NOBODY)
+                shutil.rmtree(out) if not out.is_symlink() else out.unlink()
+                out.symlink_to(theirs)
+                os.lchown(out, NOBODY, NOBODY)
+            elif what == "scenario-link" and not out.is_symlink():
+                (out / record["scenario"]["name"] if isinstance(record["scenario"]["name"], str) and
+                 "/" not in record["scenario"]["name"] and record["scenario"]["name"] else out / "x").symlink_to(
+                    outside)
+    data = json.dumps(record, indent=1).encode()
+    (run / "run.json").write_bytes(data)
+    sig = run / signing.SIGNATURE
+    if resign != "stale" or data == (base / "run.json").read_bytes():
+        sig.unlink(missing_ok=True)
+    if resign is True:
+        signing.sign(run / "run.json", data)
+    elif resign == "foreign":
+        sig.write_text(signing.signature(data, key=_secrets.token_bytes(32)))
+    elif resign == "garbage":
+        sig.write_bytes(b"hmac-sha256 " + b"\xff" * 70)
+    elif resign == "link":
+        sig.symlink_to(outside / "secret.txt")
+    if resign is not True:
+        legit = False
+    return run, out, legit
+
+
+def _hold_received(own_target_run: tuple[Path, Path], base: Path, examples: int) -> dict[str, Any]:
+    from chaos.runner import check
+    from chaos.saved import rerun_job
+    from harness.rundir import RunDirError
+    from harness.run_files import RefusedPath
+    from testbed.cli_options import own_out
+
+    if not _AUDIT:
+        _AUDIT.append(_Audit())
+    audit = _AUDIT[0]
+    run_dir, good = own_target_run
+    figures = {"examples": 0, "replayed_with_your_target": 0, "reruns_accepted": 0, "commands_run": 0,
+               "touched_outside": 0, "outcomes": Counter()}
+
+    @settings(max_examples=examples, deadline=None, database=None, derandomize=True, phases=NO_SHRINKING,
+              suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
+    @given(st.lists(RECEIVED, min_size=1, max_size=3))
+    def received(mutations: list[tuple]) -> None:
+        import tempfile
+
+        ex = Path(tempfile.mkdtemp(dir=base))
+        outside = ex / "outside"
+        outside.mkdir()
+        (outside / "secret.txt").write_text(SECRET + "\n")
+        sentinels = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in outside.iterdir()}
+        run, out, legit = _received(run_dir, good, ex, outside, mutations)
+        audit.spawned, audit.written, audit.on = [], [], True
+        try:
+            verdict, checks, _ = check(run)
+            try:
+                scenario, engine, _ = rerun_job(run)
+                own_out(out, scenario.name + engine.suffix)  # what the command checks before it starts anything
+                accepted = True
+            except (ValueError, RunDirError, RefusedPath):
+                accepted = False
+        finally:
+            audit.on = False
+        replay = next(c for c in checks if c.name == "replay")
+        said = f"after {mutations}: replay {replay.verdict}: {replay.summary[:300]}; spawned {audit.spawned[:3]}"
+        payload = [s for s in audit.spawned if "payload" in s or "'sh'" in s]
+        outside_writes = [w for w in audit.written if not isinstance(w, int)
+                          and not str(os.path.realpath(os.fspath(w))).startswith(str(ex) + "/")
+                          or str(os.path.realpath(os.fspath(w))).startswith(str(outside))]
+        figures["commands_run"] += len(payload)
+        outside_writes = [w for w in outside_writes if "/tmp/dah-" not in str(w)]
+        figures["touched_outside"] += len(outside_writes)
+        figures.setdefault("touched", []).extend(str(w)[:200] for w in outside_writes[:3])
+        figures["replayed_with_your_target"] += replay.details.get("replayed_with", "").startswith("the target file")
+        figures["reruns_accepted"] += accepted
+        figures["outcomes"][f"replay {replay.verdict}, rerun {'accepted' if accepted else 'refused'}"] += 1
+        figures["examples"] += 1
+        assert not payload, said
+        assert not (outside / "ran").exists(), said
+        for p, (content, mtime) in sentinels.items():
+            assert p.read_bytes() == content and p.stat().st_mtime_ns == mtime, said
+        assert not accepted or legit, f"rerun accepted {mutations}"
+        if replay.details.get("replayed_with", "").startswith("the target file"):  # replayed with a target file:
+            assert replay.details["replayed_with"].startswith(f"the target file {good} "), said  # only your own
+        shutil.rmtree(ex)
+
+    try:
+        received()
+    finally:
+        if figures.get("touched"):
+            print(f"\nwritten outside: {figures['touched'][:12]}")
+        print(f"\nreceived run directories: {figures['examples']} example(s); {dict(figures['outcomes'])}; "
+              f"commands run from the directory: {figures['commands_run']}; files touched outside: "
+              f"{figures['touched_outside']}; replays with your own target: {figures['replayed_with_your_target']}")
+    return figures
+
+
+@pytest.mark.background
+@pytest.mark.timeout(max(600, 6 * _examples(100)))
+def test_property_a_received_run_directory_runs_nothing_it_names_and_writes_nowhere_else(
+        own_target_run: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Target files inside the directory or another user's, signatures stripped, foreign or stale, hostile scenario
+    names, faults and workflow folders, and --out folders others own or can write: over 100 examples, check and
+    rerun run no command the directory names and write nothing outside it."""
+    base = tmp_path_factory.mktemp("received")
+    os.chmod(base, 0o755)
+    figures = _hold_received(own_target_run, base, _examples(100))
+    assert figures["commands_run"] == 0 and figures["touched_outside"] == 0, figures

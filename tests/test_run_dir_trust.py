@@ -296,7 +296,7 @@ def test_a_bytecode_cache_made_first_by_another_user_is_never_used(tmp_path: Pat
 
 #: a target file as a received run directory may carry it: its replayer and its worker run a payload
 PAYLOAD_TARGET = '''name = "payload"
-worker = ["sh", "payload.sh", "{task_queue}"]
+worker = ["sh", "payload.sh", "{address}", "{task_queue}"]
 driver = "testbed.engines.driver:Driver"
 replay_command = ["sh", "payload.sh", "{history}"]
 '''
@@ -325,7 +325,7 @@ def test_a_target_file_a_run_directory_carries_is_never_run(saved_run: Path, tmp
     record["target"] = {**record["target"], "source": name, "workflow": None}
     record["backend"] = {**record["backend"], "name": "target", "target_file": name}
     write_run_json(copy, record, signed)
-    for cwd in (tmp_path, copy):  # a relative name resolves inside the run directory when checked from it
+    for cwd in (copy, tmp_path):  # a relative name resolves inside the run directory when checked from it
         out = chaos("check", str(copy), "--json", cwd=cwd)
         replay = replay_of(out)
         assert replay["verdict"] == UNKNOWN, replay
@@ -428,7 +428,7 @@ def test_rerun_refuses_a_scenario_name_that_is_a_path_or_shell_text(saved_run: P
 
 
 def test_a_placeholder_value_that_is_not_a_name_never_reaches_a_command() -> None:
-    from harness.placeholders import fill
+    from testbed.worker_process import fill  # what every worker command is filled with
 
     worker = ["sh", "-c", "exec my-worker --task-queue {task_queue} --identity {identity}"]
     assert fill(worker, {"task_queue": "chaos-kill_mid_turn-1", "identity": "w1-g2@host.local"})[2] == \
