@@ -166,6 +166,11 @@ class EmbeddedTemporal(ServerProcess):
         raise AssertionError("unreachable")
 
     def ready(self) -> bool:
+        # A service that lost a port race panics the whole server, sometimes after the frontend answers: not ready,
+        # and the start is tried again (``start``).
+        if PORT_TAKEN in self.log_since_start():
+            bind = next(line for line in self.log_since_start().splitlines() if PORT_TAKEN in line)
+            raise TemporalServerError(f"{bind}\n... {self.name} lost a port race during start-up")
         # The HTTP API answers for a namespace only once the frontend and the namespace are up.
         url = f"http://{self.ip}:{self._http_port}/api/v1/namespaces/{self.namespace}"
         try:
