@@ -27,7 +27,10 @@ import fcntl
 import logging
 import os
 import socket
+import signal
 import struct
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -144,15 +147,16 @@ def _hex_address(host: str, port: int, family: int) -> str:
     return "".join(f"{w:08X}" for w in words) + f":{port:04X}"
 
 
-def peer_uid(sock: socket.socket) -> int | None:
+def peer_uid(sock: socket.socket, net: str = "/proc/net") -> int | None:
     """The uid owning the other end of ``sock``, a TCP connection over this machine's loopback (None: not found,
-    e.g. the peer has closed, or is not on this host)."""
+    e.g. the peer has closed, or is not on this host). ``net``: the /proc view of the socket's network namespace
+    (default: this process's)."""
     try:
         peer, local = sock.getpeername(), sock.getsockname()
     except OSError:
         return None
     family = sock.family
-    table = "/proc/net/tcp6" if family == socket.AF_INET6 else "/proc/net/tcp"
+    table = f"{net}/tcp6" if family == socket.AF_INET6 else f"{net}/tcp"
     try:
         want_local = _hex_address(peer[0], peer[1], family)
         want_remote = _hex_address(local[0], local[1], family)
@@ -167,9 +171,9 @@ def peer_uid(sock: socket.socket) -> int | None:
     return None
 
 
-def admitted(sock: socket.socket) -> bool:
+def admitted(sock: socket.socket, net: str = "/proc/net") -> bool:
     """Whether a connection accepted by one of our servers comes from this user (or root)."""
-    uid = peer_uid(sock)
+    uid = peer_uid(sock, net)
     if uid in (os.geteuid(), 0):
         return True
     log.warning("refused a connection from uid %s (only uid %d and root are admitted)", uid, os.geteuid())
@@ -181,19 +185,24 @@ def admitted(sock: socket.socket) -> bool:
 
 class _Bridge:
     """A listening socket in the shared network, bound before this process moves, forwarding each connection
-    from this user to the same port on the private network's loopback."""
+    from this user to the same port on the private network's loopback. Who connects is read from the shared
+    network's table, seen through an anchor: a child left there, which dies with this process."""
 
     def __init__(self) -> None:
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(16)
         self.port = self.sock.getsockname()[1]
+        # Started directly, not through testbed.processes.spawn: its thread would stay in the shared network.
+        self.anchor = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"],
+                                       preexec_fn=_die_with_us, stdin=subprocess.DEVNULL, start_new_session=True)
 
     def start(self) -> None:
         threading.Thread(target=self._accept, name="ui-bridge", daemon=True).start()
 
     def close(self) -> None:
         self.sock.close()
+        self.anchor.kill()
 
     def _accept(self) -> None:
         while True:
@@ -201,7 +210,7 @@ class _Bridge:
                 client, _ = self.sock.accept()
             except OSError:
                 return
-            if not admitted(client):
+            if not admitted(client, f"/proc/{self.anchor.pid}/net"):
                 client.close()
                 continue
             threading.Thread(target=self._serve, args=(client,), daemon=True).start()
@@ -215,6 +224,10 @@ class _Bridge:
         upstream.settimeout(None)
         for a, b in ((client, upstream), (upstream, client)):
             threading.Thread(target=_pump, args=(a, b), daemon=True).start()
+
+
+def _die_with_us() -> None:
+    _libc().prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
 def _pump(src: socket.socket, dst: socket.socket) -> None:

@@ -182,3 +182,28 @@ def test_in_a_shared_network_the_harness_servers_admit_only_the_run(tmp_path: Pa
         assert r["temporal"].get("connect") != "ok", (port, r)
     assert record["network"]["isolation"] == "shared" and record["network"]["open_to_local_users"]
     assert proc.returncode == 0, log[-3000:]
+
+
+@pytest.mark.background
+def test_the_web_ui_of_a_private_run_is_reached_through_a_bridge_that_admits_only_you(tmp_path: Path) -> None:
+    """--ui in a private network: the UI listens inside; a bridge in the shared network forwards this user's
+    connections to it and closes another user's unread."""
+    import re
+    import urllib.request
+
+    proc = start(tmp_path, "temporal", "--ui")
+    try:
+        deadline, url = time.monotonic() + 240, None
+        while url is None and time.monotonic() < deadline and proc.poll() is None:
+            found = re.search(r"Web UI at (http://127\.0\.0\.1:\d+)", (tmp_path / "chaos.log").read_text())
+            url = found.group(1) if found else time.sleep(0.2)
+        assert url, (tmp_path / "chaos.log").read_text()[-2000:]
+        with urllib.request.urlopen(f"{url}/namespaces/default/workflows", timeout=10) as answer:
+            assert answer.status == 200
+        theirs = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--",
+                                 sys.executable, "-c", f"import urllib.request as u; u.urlopen({url!r}, timeout=5)"],
+                                capture_output=True, text=True, timeout=60, cwd="/")
+        assert theirs.returncode != 0 and "200" not in theirs.stdout, theirs
+    finally:
+        log = finish(proc, tmp_path)
+    assert "network: private" in log and proc.returncode == 0, log[-3000:]
