@@ -41,6 +41,7 @@ from testbed.faults.nemesis import EMBEDDED_ONLY, NEMESES, NemesisContext
 from chaos.replay_target import replay_target
 from chaos.scenarios import SCENARIOS, ChaosScenario
 from harness import operations
+from harness.model_record import MODEL_RECORD
 from harness.operations import History
 from harness.rundir import CONVERSATIONS, EFFECTS_SERVICE, RunDir, command_line, machine_info
 from harness.commands import tool
@@ -239,6 +240,7 @@ async def _run(scenario: ChaosScenario, engine: Engine, seed: int, progress: Pro
     phase("setup")
     spec = engine.stack_spec(scenario, run_dir, seed, history, ui)
     spec.kill_server_at_exit = True  # the histories are saved before the stack ends: no graceful stop to wait for
+    spec.model_record = run_dir.path / MODEL_RECORD  # what the model saw and said of each task (harness.model_record)
     async with cluster(spec) as s:
         if s.server is not None and getattr(s.server, "ui_url", None):
             progress(f"{name}: Temporal Web UI at {s.server.ui_url}/namespaces/{s.namespace}/workflows")

@@ -16,9 +16,18 @@ API (``harness.driver_api``). Three shapes of agent (``style``):
   result at ``reply_path`` is the reply; its workflow id is the message id (started with REJECT_DUPLICATE: a
   re-sent start can never run the message twice).
 
-Messages follow the scripted model's conventions: arithmetic (``What is {a} * {b}?``, expecting ``{a} * {b} =
-{a*b}``) and, for ``append_ratio`` of them, notes (``save the note '{token}'``, expecting ``saved note {token}``;
-kind ``note``, ``content`` the token). Every operation is recorded as invoke then ok / fail / info, as
+Messages are **tasks**: a neutral text carrying a unique token (``Please take care of request req-...``, kind
+``task``), which the scripted model answers by planning a turn over the agent's own tools and a final answer
+carrying the token (``testbed.task_planner``); the ``replies`` and ``context`` checks judge them against the
+model's record. A target that declares a side-effect convention (``effect``: ``note`` or ``append``) gets the
+scripted model's conventions instead: arithmetic (``What is {a} * {b}?``, expecting ``{a} * {b} = {a*b}``) and,
+for ``append_ratio`` of them, its effect (``save the note '{token}'`` expecting ``saved note {token}``, or
+``append {token} to {file}``).
+
+``ends`` (default: whether ``end`` is declared) says whether a chat ends: one that never ends is rightly RUNNING
+at the end (it may have continued as new). ``{history_length}`` in ``message_arg`` is the length of the list the
+``query`` returns (at ``conversation_path``) just before the message is first sent, for agents whose message
+must carry it. A reply (at ``reply_path``) that is a list of strings is read as its lines joined. Every operation is recorded as invoke then ok / fail / info, as
 ``testbed.engines.driver`` does. The final conversation is read from the Query when one is declared, else from the
 server's event history (the updates each run accepted, and their results).
 """
@@ -26,6 +35,7 @@ server's event history (the updates each run accepted, and their results).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import random
 import time
@@ -41,6 +51,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from harness.driver_api import DRIVER_API_VERSION, Workload, at_path, fill_template
+from harness.model_record import final_text, make_token
 from harness.operations import FAIL, INFO, OK
 
 DRIVER_API = DRIVER_API_VERSION
@@ -54,17 +65,26 @@ QUERY_TIMEOUT = timedelta(seconds=3)  # a query waits for a worker; a dead one m
 class Planned:
     text: str
     expect: str
-    kind: str  # "calc" | "note"
+    kind: str  # "task" | "calc" | "note" | "append"
     path: str | None = None
     content: str | None = None
-    match: str = "exact"
+    match: str = "exact"  # "contains": the reply holds ``expect`` (a task's: the model's final answer)
 
 
-def plan_message(conversation: int, n: int, rng: random.Random, append_ratio: float, effect: str = "note"
-                 ) -> Planned:
-    """Message ``n`` of conversation ``conversation``: a side effect (``append_ratio`` of them: a note to save, or
-    with ``effect = "append"`` a line appended to the conversation's file, read back through the target's
-    ``workspace``) or arithmetic."""
+def task_message(tag: str, conversation: int, n: int) -> Planned:
+    """Message ``n`` of conversation ``conversation``: a task, a neutral text carrying its token."""
+    token = make_token(tag, conversation, n)
+    return Planned(f"Please take care of request {token}.", final_text(token), "task", content=token,
+                   match="contains")
+
+
+def plan_message(conversation: int, n: int, rng: random.Random, append_ratio: float, effect: str | None = "note",
+                 tag: str = "000000") -> Planned:
+    """Message ``n`` of conversation ``conversation``: with no ``effect`` declared, a task; else a side effect
+    (``append_ratio`` of them: a note to save, or with ``effect = "append"`` a line appended to the
+    conversation's file, read back through the target's ``workspace``) or arithmetic."""
+    if effect is None:
+        return task_message(tag, conversation, n)
     draw = rng.random()
     if draw < append_ratio and effect == "append":
         path, token = f"log-{conversation}.txt", f"note-{n}-{rng.randrange(10**6):06d};"
@@ -105,12 +125,15 @@ def as_messages(value: Any, turn_keys: list[str] | None) -> list[dict[str, Any]]
     return out
 
 
-def reply_after(messages: list[dict[str, Any]], text: str, occurrence: int) -> str | None:
-    """The reply to the ``occurrence``-th user message ``text`` (the last assistant message before the next user
-    message), or None if it is not there (yet)."""
+def reply_after(messages: list[dict[str, Any]], text: str, occurrence: int, token: str | None = None
+                ) -> str | None:
+    """The reply to the ``occurrence``-th user message ``text`` (with ``token``: the user message carrying it,
+    however the agent wrapped it) (the last assistant message before the next user message), or None if it is
+    not there (yet)."""
     seen = 0
     for i, m in enumerate(messages):
-        if m.get("role") == "user" and m.get("content") == text:
+        if m.get("role") == "user" and (token in _reply_text(m.get("content")) if token
+                                        else m.get("content") == text):
             seen += 1
             if seen == occurrence:
                 reply = None
@@ -118,12 +141,15 @@ def reply_after(messages: list[dict[str, Any]], text: str, occurrence: int) -> s
                     if later.get("role") == "user":
                         break
                     if later.get("role") == "assistant" and not later.get("tool_calls") and later.get("content"):
-                        reply = later["content"]
+                        reply = _reply_text(later["content"])
                 return reply
     return None
 
 
 def _reply_text(value: Any) -> str:
+    """A reply as text: a list of strings (one line each, e.g. "Agent: text") joined by newlines."""
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return "\n".join(value)
     return value if isinstance(value, str) else json.dumps(value, default=str)
 
 
@@ -139,11 +165,12 @@ class Conversation:
     started: bool = False
     final_history: list[dict[str, Any]] | None = None
     final_status: str | None = None
+    ends: bool = True  # False: the chat never ends (RUNNING at the end is right)
 
     def as_dict(self) -> dict[str, Any]:
         return {"workflow_id": self.workflow_id, "started": self.started,
                 "planned": [asdict(p) for p in self.planned], "final_history": self.final_history,
-                "final_status": self.final_status}
+                "final_status": self.final_status, "ends": self.ends}
 
 
 class ChatDriver:
@@ -156,6 +183,9 @@ class ChatDriver:
         self.chat = chat
         self.style = chat["style"]
         self.tag = uuid.uuid4().hex[:6]
+        # the tasks' tokens: of the seed (the same plan on a rerun), unique within the run's model server
+        self.token_tag = hashlib.sha256(f"chat-{seed}".encode()).hexdigest()[:6]
+        self.ends = chat.get("ends") if chat.get("ends") is not None else bool(chat.get("end"))
         self.on_workflow = on_workflow  # told of each workflow id made after the start (one per message)
         self.statements: list[str] = []
         self._stop = asyncio.Event()
@@ -164,7 +194,7 @@ class ChatDriver:
         self.conversations: list[Conversation] = []
         self._per_message: dict[int, list[Conversation]] = {i: [] for i in range(workload.conversations)}
         if self.style != "workflow_per_message":
-            self.conversations = [Conversation(wid) for wid in self._chats]
+            self.conversations = [Conversation(wid, ends=self.ends) for wid in self._chats]
         arg = chat.get("message_arg", "{text}")
         self._dedup = "{message_id}" in json.dumps(arg)
         if self.style == "signal" and not self._dedup:
@@ -190,7 +220,8 @@ class ChatDriver:
     def _next(self, i: int, sent: int) -> Planned | None:
         if sent >= self.workload.messages and (self._stop.is_set() or not self.workload.until_heal):
             return None
-        return plan_message(i, sent, self._rngs[i], self.workload.append_ratio, self.chat.get("effect", "note"))
+        return plan_message(i, sent, self._rngs[i], self.workload.append_ratio, self.chat.get("effect"),
+                            self.token_tag)
 
     async def _drive(self, i: int) -> None:
         process, rng = f"client-{i}", random.Random(f"{self.seed}-{i}")
@@ -271,9 +302,18 @@ class ChatDriver:
             self._resent(process, n, workflow_id, attempt + 1, errors[-1])
             await asyncio.sleep(min(RETRY_PAUSE_S[1], RETRY_PAUSE_S[0] * attempt))
 
+    async def _message_arg(self, handle: WorkflowHandle, values: dict[str, Any]) -> Any:
+        """The message's argument: ``message_arg`` filled, ``{history_length}`` read from the query first."""
+        template = self.chat.get("message_arg", "{text}")
+        if "{history_length}" in json.dumps(template):
+            result = await handle.query(self.chat["query"], rpc_timeout=QUERY_TIMEOUT * 3)
+            listed = at_path(result, self.chat.get("conversation_path", ""))
+            values = {**values, "history_length": len(listed) if isinstance(listed, list) else 0}
+        return fill_template(template, values)
+
     async def _send_update(self, handle: WorkflowHandle, values: dict[str, str], process: str, n: int
                            ) -> tuple[str, Any, str | None]:
-        arg = fill_template(self.chat.get("message_arg", "{text}"), values)
+        arg = await self._message_arg(handle, values)
         attempts = 0
 
         async def once(timeout_s: float) -> tuple[str, Any, str | None]:
@@ -291,7 +331,7 @@ class ChatDriver:
 
     async def _send_signal(self, handle: WorkflowHandle, values: dict[str, str], process: str, n: int,
                            conv: Conversation, msg: Planned) -> tuple[str, Any, str | None]:
-        arg = fill_template(self.chat.get("message_arg", "{text}"), values)
+        arg = await self._message_arg(handle, values)
         signalled = False
 
         async def once(timeout_s: float) -> tuple[str, Any, str | None]:
@@ -308,7 +348,8 @@ class ChatDriver:
         deadline = loop.time() + self.workload.op_timeout_s
         while loop.time() < deadline:
             try:
-                reply = reply_after(await self._conversation(handle), msg.text, occurrence)
+                reply = reply_after(await self._conversation(handle), msg.text, occurrence,
+                                    msg.content if msg.kind == "task" else None)
                 if reply is not None:
                     return OK, {"reply": _reply_text(reply)}, None
             except Exception:  # a worker is down or restarting: keep asking until the deadline
@@ -350,7 +391,7 @@ class ChatDriver:
         if not conv.started:
             return
         end = self.chat.get("end")
-        if end:
+        if end and conv.ends:
             op = self.history.invoke(process, "end_chat", {"conversation": conv.workflow_id})
             try:
                 await handle.signal(end, rpc_timeout=timedelta(seconds=10))

@@ -1,4 +1,4 @@
-"""The driver API, version 2: what a target's driver receives and must provide. Standard library only.
+"""The driver API, version 3: what a target's driver receives and must provide. Standard library only.
 
 A driver puts the load on the agent: it starts the conversations, sends the messages, records each operation
 (invoke, then ok / fail / info: Jepsen's semantics, ``harness.operations``) and reads the conversations back at
@@ -13,10 +13,14 @@ op, ``complete(op, type, value, error)``, ``event(process, f, value)``), ``task_
 object with ``workflow_ids`` (list of str: the conversations, known up front), ``async run()`` (drive the load),
 ``async finish()`` (end the conversations, read them back) and ``to_json()`` (``conversations``: each with
 ``workflow_id``, ``started``, ``planned`` messages (``text``, ``expect``, ``kind``, ``path``, ``content``),
-``final_history`` (``role``/``content`` messages) and ``final_status``); optionally ``stop()`` (no new messages:
-called when the faults heal).
+``final_history`` (``role``/``content`` messages) and ``final_status``, and optionally ``ends``: false for a chat
+that never ends, whose workflow is rightly RUNNING at the end); optionally ``stop()`` (no new messages: called
+when the faults heal). A planned message of kind ``task`` carries its token in ``content``
+(``harness.model_record.make_token``): the scripted model answers it by planning a turn over the agent's own
+tools, and the ``replies`` and ``context`` checks judge it against what the model said.
 
-The module may declare ``DRIVER_API = 2``: a driver module declaring another version, a factory whose signature
+The module may declare ``DRIVER_API = 3`` (or 2: what version 3 added is optional): a driver module declaring
+another version, a factory whose signature
 lacks one of these keywords, or a driver lacking a method fails when the target loads (``python -m chaos``
 checks it before any run, ``check_factory``), and again when the driver is built (``check_driver``), in one line
 saying what changed. History of the contract:
@@ -24,6 +28,8 @@ saying what changed. History of the contract:
 - 1: the workload was a ``SimpleNamespace`` (``vars(workload)``; ``dataclasses.asdict`` raised TypeError).
 - 2: the workload is the ``Workload`` dataclass, and carries the scenario's settings (``scenario``,
   ``max_history_events``, ``workflow_task_timeout_s``, ``timeouts``).
+- 3: a conversation may declare ``ends: false`` (a chat that never ends: RUNNING at the end is right, and it may
+  have continued as new); planned messages may be of kind ``task``, their token in ``content``.
 """
 
 from __future__ import annotations
@@ -34,13 +40,18 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-DRIVER_API_VERSION = 2
+DRIVER_API_VERSION = 3
+#: the versions a driver module may declare: version 3 only added what a driver may say, so a version 2 driver runs
+COMPATIBLE_VERSIONS = (2, 3)
 #: the keywords the factory is called with
 FACTORY_KEYWORDS = ("client", "history", "task_queue", "workload", "seed")
 #: what the driver object must have (``stop`` is optional)
 DRIVER_METHODS = ("run", "finish", "to_json")
 CHANGES = {1: "since version 2 the workload is a dataclass (harness.driver_api.Workload), not a SimpleNamespace, "
               "and carries the scenario's settings"}
+#: what each version added that an older driver may not know (shown when a target loads, never a refusal)
+ADDED = {3: "a conversation may declare ends = false (its chat never ends: RUNNING at the end is right), and "
+            "planned messages of kind 'task' (their token in content) are judged by the replies and context checks"}
 
 
 @dataclass
@@ -72,7 +83,7 @@ class Workload:
 def check_factory(factory: Any, module: Any = None) -> str | None:
     """What makes ``factory`` unfit for this API version (None: fit), in one line."""
     declared = getattr(module, "DRIVER_API", None) if module is not None else None
-    if declared is not None and declared != DRIVER_API_VERSION:
+    if declared is not None and declared not in COMPATIBLE_VERSIONS:
         change = CHANGES.get(declared, "see harness/driver_api.py") if isinstance(declared, int) else ""
         return (f"it declares DRIVER_API = {declared!r}, this harness speaks version {DRIVER_API_VERSION}"
                 + (f" ({change})" if change else "") + "; update it and set DRIVER_API = "

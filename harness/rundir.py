@@ -85,7 +85,8 @@ EFFECTS_SERVICE = "effects_service.jsonl"
 #: what an engine saves of its own records at the end of a run: DBOS's runs and recorded steps, Restate's journal
 DBOS_STEPS, RESTATE_JOURNAL = "dbos_steps.json", "restate_journal.json"
 #: the checks, by name, in the order they run and are shown (verdict.json's ``checks``; a target's ``checkers``)
-CHECKS = ("lost", "temporal_history", "workflow_tasks", "effects", "replay", "injection_evidence", "stats", "drain",
+CHECKS = ("lost", "replies", "context", "temporal_history", "workflow_tasks", "effects", "replay", "injection_evidence",
+          "stats", "drain",
           "dbos_steps", "restate_journal")
 EVENT_HISTORIES, LOGS, STATE = "event_histories", "logs", "state"
 LATEST = "latest"
@@ -285,7 +286,7 @@ def _name_non_finite(value: Any, file: Path | str) -> None:
 
 _KINDS: dict[str, Callable[[Any], bool]] = {
     "an object": lambda v: isinstance(v, dict), "a list": lambda v: isinstance(v, list),
-    "a string": lambda v: isinstance(v, str), "true or false": lambda v: isinstance(v, bool),
+    "a string": lambda v: isinstance(v, str), "a boolean": lambda v: isinstance(v, bool),
     "an integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
     "a number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "null": lambda v: v is None}
 
@@ -347,7 +348,8 @@ def check_conversations(doc: Any, file: Path | str) -> dict[str, Any]:
         where = f"conversations[{i}]"
         expect(c, "an object", file, where)
         expect(c.get("workflow_id"), "a string", file, f"{where}.workflow_id")
-        expect_fields(c, {"final_status": _STR, "final_history": "a list or null"}, file, f"{where}.")
+        expect_fields(c, {"final_status": _STR, "final_history": "a list or null", "ends": "a boolean"}, file,
+                      f"{where}.")
         for j, m in enumerate(c.get("final_history") or []):
             expect(m, "an object", file, f"{where}.final_history[{j}]")
             expect(m.get("role"), "a string", file, f"{where}.final_history[{j}].role")

@@ -64,10 +64,12 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from harness.commands import CommandParser
-from testbed import model_wire
+from harness import model_record
+from testbed import model_wire, task_planner
 from testbed.isolation import admitted
 from testbed.faults.model import FAULT_FORMS, FaultRule, first_active, malformed_tool_call, status_error
 from testbed.model_wire import strip_provider
@@ -625,6 +627,8 @@ class _Handler(BaseHTTPRequestHandler):
         owner._count_request(scenario, run_key)
 
         rule = owner._match_fault(scenario, run_key)
+        if rule is not None and rule.mode != "stream_cut":
+            owner._record(api, stream, chat, None, fault=rule.mode)
         if rule is not None:
             logger.debug("fault %s for scenario=%s run=%s (%s%s)", rule.describe(), scenario, run_key, api,
                          ", streamed" if stream else "")
@@ -670,6 +674,7 @@ class _Handler(BaseHTTPRequestHandler):
         message = {"role": "assistant", **message}
         if "content" not in message:
             message["content"] = None
+        owner._record(api, stream, chat, message)
         owner._count_outcome(ok=True)
         self._send_answer(api, body, chat, scenario, message, stream,
                           cut=rule is not None and rule.mode == "stream_cut")
@@ -750,9 +755,12 @@ class ScriptedModelServer:
     def __init__(self, responder: Responder, *, host: str = "127.0.0.1", port: int = 0,
                  latency: LatencyModel | None = None, faults: list[FaultRule] | None = None, seed: int = 0,
                  admin_token: str | None = None, max_connections: int = MAX_CONNECTIONS,
-                 read_timeout_s: float = READ_TIMEOUT_S, header_timeout_s: float = HEADER_TIMEOUT_S):
-        """``admin_token``: what the admin routes require (default: a new random one, ``self.admin_token``)."""
+                 read_timeout_s: float = READ_TIMEOUT_S, header_timeout_s: float = HEADER_TIMEOUT_S,
+                 record: Path | None = None):
+        """``admin_token``: what the admin routes require (default: a new random one, ``self.admin_token``);
+        ``record``: where the model record goes (``harness.model_record``; None: no record)."""
         self.header_timeout_s = header_timeout_s
+        self.record = model_record.RecordWriter(record) if record is not None else None
         self.responder = responder
         self.admin_token = admin_token or secrets.token_urlsafe(32)
         self.max_connections = max_connections
@@ -813,6 +821,8 @@ class ScriptedModelServer:
                     if not httpd.live:
                         break
                 time.sleep(0.01)
+            if self.record is not None:
+                self.record.close()
         logger.debug("scripted model server on port %s stopped", self._port)
 
     def __enter__(self) -> "ScriptedModelServer":
@@ -870,6 +880,32 @@ class ScriptedModelServer:
         return list(names)
 
     # -- internals used by the handler
+    def _record(self, api: str, stream: bool, chat: dict, answer: dict | None, fault: str | None = None) -> None:
+        """One request of a task (its conversation holds a token) in the model record, if the server keeps one
+        (``record``: ``harness.model_record``); other requests are not recorded."""
+        if self.record is None:
+            return
+        messages = chat.get("messages") if isinstance(chat.get("messages"), list) else []
+        try:
+            seen = model_record.items([m for m in messages if isinstance(m, dict)])
+        except Exception:  # noqa: BLE001 - a request the record cannot read is not recorded
+            return
+        tokens = [t for item in seen if item["k"] == "user" for t in item["tokens"]]
+        if not tokens:
+            return
+        plain = [m for m in messages if isinstance(m, dict)]
+        found = task_planner.task_token(plain)
+        token = found[0] if found else None
+        step = sum(1 for m in plain[found[1] + 1:] if m.get("role") == "assistant") if found else 0
+        entry: dict[str, Any] = {"api": api, "stream": stream, "token": token, "tokens": tokens, "seen": seen,
+                                 "answer": model_record.answer_items(answer) if answer else [],
+                                 "final": bool(answer) and not answer.get("tool_calls")
+                                 or _calls_output_tool(answer), "mark": _mark(token, answer)}
+        if fault:
+            entry["fault"] = fault
+        entry["step"] = step
+        self.record.write(entry)
+
     def _reset_stats(self) -> None:
         self._stats = {"requests": 0, "by_scenario": {}, "by_run": {}, "faults_applied": {},
                        "responses_ok": 0, "responses_error": 0}
@@ -923,6 +959,22 @@ class ScriptedModelServer:
 
 
 # --------------------------------------------------------------------------- CLI
+
+
+def _calls_output_tool(answer: dict | None) -> bool:
+    return bool(answer) and any(task_planner.is_output_tool((c.get("function") or {}).get("name", ""))
+                                for c in answer.get("tool_calls") or [])
+
+
+def _mark(token: str | None, answer: dict | None) -> str | None:
+    """What a reply must contain to carry this final answer: the final text (or, for a structured answer or an
+    output tool's arguments, the string in it that carries the token); None for no final answer."""
+    if not token or not answer:
+        return None
+    final = model_record.final_text(token)
+    texts = [answer.get("content")] + [(c.get("function") or {}).get("arguments") for c in answer.get("tool_calls") or []
+                                        if task_planner.is_output_tool((c.get("function") or {}).get("name", ""))]
+    return final if any(isinstance(t, str) and final in t for t in texts) else None
 
 
 def _load_responder(ref: str) -> Responder:

@@ -179,6 +179,10 @@ def responses_to_chat(body: dict) -> dict:
     chat: dict[str, Any] = {"model": body.get("model"), "messages": messages}
     if tools or "tools" in body:
         chat["tools"] = tools
+    fmt = (body.get("text") or {}).get("format") if isinstance(body.get("text"), dict) else None
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":  # structured output, in chat's shape
+        chat["response_format"] = {"type": "json_schema", "json_schema": {
+            "name": fmt.get("name", "output"), "schema": fmt.get("schema") or {}, "strict": fmt.get("strict")}}
     return chat
 
 

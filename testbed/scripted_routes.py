@@ -11,7 +11,10 @@ and picks a tool, which is what the demo and free-form prompts use.
 ``respond`` hands a route the messages with their content as plain strings
 (a list of parts is joined), and ``auto`` also the tools the request declares
 (``TOOL_AWARE`` routes), so it answers an agent it did not write by the tools
-that agent has, recognised by name and schema:
+that agent has, recognised by name and schema. A *task* (a user message carrying a token, the chat driver's
+neutral message) is planned by ``testbed.task_planner``: a seeded turn over whatever tools the request declares,
+then a final answer carrying the token. The conventions below are the reference agent's, and those of targets
+that declare note or append effects:
 
 * ``save the note '<token>'``: call the declared tool whose name contains
   ``note`` with its first string property set to the token; after its result,
@@ -30,6 +33,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from testbed import task_planner
 from testbed.model_wire import text_of
 
 Message = dict[str, Any]
@@ -682,6 +686,11 @@ def respond(body: dict[str, Any]) -> Message:
     if not isinstance(messages, list) or not messages:
         raise ValueError("request has no messages")
     messages = [_plain(m, i) for i, m in enumerate(messages)]
+    if route is route_auto:  # a task (a message carrying a token): a turn over the agent's own tools
+        tools = body.get("tools")
+        planned = task_planner.plan(messages, tools if isinstance(tools, list) else [], body.get("response_format"))
+        if planned is not None:
+            return planned
     if route in TOOL_AWARE:
         tools = body.get("tools")  # absent: the request declares none
         return route(messages, tools=tools if isinstance(tools, list) else [])  # type: ignore[call-arg]

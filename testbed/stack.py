@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -53,6 +54,7 @@ from testbed.faults.model import FaultRule
 from testbed.model_server import LatencyModel, ScriptedModelServer
 from testbed.faults.network import FaultProxy
 from testbed.processes import ensure_reaper
+from testbed import task_planner
 from testbed.scripted_routes import respond
 from testbed.supervisor import SupervisedWorker, Supervisor
 from testbed.temporal_server import EmbeddedTemporal
@@ -102,6 +104,8 @@ class StackSpec:
     model_latency: LatencyModel | None = None
     model_faults: list[FaultRule] = field(default_factory=list)
     seed: int = 0
+    #: the scripted model records every request of a task here (``harness.model_record``; None: no record)
+    model_record: Path | None = None
     # -- the external effects service
     effects_log: Path | None = None  # start it, logging here (None: no service)
     effects_faults: list[EffectFault] = field(default_factory=list)  # armed from the start
@@ -247,8 +251,10 @@ async def stack(spec: StackSpec) -> AsyncIterator[Stack]:
             await _enter_off_loop(exits, s.server)
         if spec.model:
             s.model_server = ScriptedModelServer(respond, latency=spec.model_latency, faults=spec.model_faults,
-                                                 seed=spec.seed)
+                                                 seed=spec.seed, record=spec.model_record)
             await _enter_off_loop(exits, s.model_server)
+            if spec.model_record is not None:  # the task planner's generator loads (~0.6 s) while the rest starts
+                threading.Thread(target=task_planner.warm, name="task-planner-warm", daemon=True).start()
         if spec.effects_log is not None:
             s.effects_service = await _enter_off_loop(exits, EffectsService(
                 spec.effects_log, kill_caller=lambda port: kill_caller(s, port), faults=list(spec.effects_faults)))

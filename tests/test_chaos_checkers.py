@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.checker.verdict import ENGINE_CHECKERS, compose, run_checkers
+from chaos.checker.verdict import ENGINE_CHECKERS, TASK_CHECKERS, compose, run_checkers
 from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult
 from tests.run_directory import assert_valid
 from testbed.engines.driver import Workload
@@ -79,7 +79,8 @@ async def test_a_kill_that_lands_after_all_work_finished_is_unknown_not_pass(tmp
     assert result.verdict == UNKNOWN
     # Everything else was fine: the verdict is unknown only because the fault proved nothing.
     assert all(verdict == PASS for name, verdict in v.items()
-               if name not in ("injection_evidence", "drain", *ENGINE_CHECKERS))
+               if name not in ("injection_evidence", "drain", *ENGINE_CHECKERS, *TASK_CHECKERS))
+    assert all(v[name] == NOT_APPLICABLE for name in TASK_CHECKERS)  # the reference agent's messages are no tasks
     assert v["drain"] == NOT_APPLICABLE  # no worker was drained: the drain check has nothing to say
     assert all(v[name] == NOT_APPLICABLE for name in ENGINE_CHECKERS)  # another engine's own records
     # Offline re-check gives the same answer, and the CLI exits non-zero on unknown.

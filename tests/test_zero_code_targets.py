@@ -56,8 +56,12 @@ def _answer(question):
         if not msg.get("tool_calls"):
             return msg["content"]
         for call in msg["tool_calls"]:
-            a, b = json.loads(call["function"]["arguments"])["expression"].split("*")
-            messages.append({"role": "tool", "tool_call_id": call["id"], "content": str(int(a) * int(b))})
+            try:
+                a, b = json.loads(call["function"]["arguments"])["expression"].split("*")
+                result = str(int(a) * int(b))
+            except (ValueError, KeyError) as exc:  # an expression it cannot compute: the model is told
+                result = f"error: {exc}"
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
     raise RuntimeError("no answer")
 
 
@@ -141,7 +145,8 @@ if __name__ == "__main__":
     asyncio.run(main(*sys.argv[1:]))
 '''
 
-CHECKERS = '["lost", "temporal_history", "workflow_tasks", "effects", "replay", "injection_evidence", "stats"]'
+CHECKERS = ('["lost", "replies", "context", "temporal_history", "workflow_tasks", "effects", "replay", '
+            '"injection_evidence", "stats"]')
 #: these agents have no external effects, and say so: effects is not_applicable (declared), and the verdict can pass
 COMMON = (f'model_activity = "call_llm"\ncheckers = {CHECKERS}\n'
           'effects = "none"\neffects_reason = "a calculator: nothing outside the conversation changes"\n')
@@ -249,7 +254,7 @@ DRIVERS = {
 
 
 @pytest.mark.parametrize("module, says", [
-    ("old_version", "it declares DRIVER_API = 1, this harness speaks version 2 (since version 2 the workload is a "
+    ("old_version", "it declares DRIVER_API = 1, this harness speaks version 3 (since version 2 the workload is a "
                     "dataclass"),
     ("old_signature", "it lacks seed"),
 ])
@@ -277,7 +282,9 @@ async def test_a_zero_code_target_passes_kill_mid_turn(agent_dir: Path, tmp_path
     print(f"{shape}: {result.verdict}; " + "; ".join(f"{c.name} {c.verdict}" for c in result.checks))
     assert result.verdict == "pass", f"run dir {result.run_dir}:\n{report}"
     assert by["effects"].verdict == "not_applicable" and by["effects"].summary.startswith("declared: ")
-    assert by["lost"].details["acknowledged"] >= 4, by["lost"].details
+    # Every message is a task (the agents declare no effect convention): the model's record judges the replies.
+    assert by["replies"].details["acknowledged"] >= 4 and by["replies"].verdict == "pass", by["replies"].details
+    assert by["context"].verdict == "pass" and by["context"].details["requests_checked"] >= 8, by["context"].details
     landed = by["injection_evidence"].details["faults"]
     assert any(f["f"] == "kill_worker" and f["landed"] for f in landed), landed
     assert by["injection_evidence"].verdict == "pass", by["injection_evidence"].as_dict()

@@ -7,7 +7,9 @@ cross-check of what the model saw; an agent whose messages are not updates
 (signals) is read from its driver's final read instead.
 
 - every started conversation ended ``COMPLETED`` (after ``end_chat``; still ``RUNNING`` for a ``[chat]``
-  target that declares no ``end``);
+  target that declares no ``end``, or a conversation that declares ``ends: false``);
+- tasks (kind ``task``: a neutral message carrying a token) are left to the ``replies`` check, which judges them
+  by the model's record; the properties below are of the other messages;
 - every acknowledged ``send_message`` (ok) got exactly its expected reply,
   and its message is in the conversation exactly once;
 - an indeterminate send (info: timed out, or never completed) may or may not
@@ -136,7 +138,9 @@ def check(data: RunData) -> CheckResult:
     """The properties of the module's docstring, conversation by conversation."""
     found = _Found()
     convs = {c["workflow_id"]: c for c in data.conversations["conversations"]}
-    sends = [(inv, done) for inv, done in pairs(data.ops) if inv.f == "send_message"]
+    tasks = {p["text"] for c in convs.values() for p in c["planned"] if p["kind"] == "task"}
+    sends = [(inv, done) for inv, done in pairs(data.ops) if inv.f == "send_message"
+             and inv.value.get("text") not in tasks]  # a task's reply is judged by the replies check
     from_server = _uses_updates(data, list(convs))
     expected_status = "RUNNING" if _ends_running(data) else "COMPLETED"
     heal = next((inv.time for inv, _ in pairs(data.ops) if inv.f == "phase:heal"), None)
@@ -148,11 +152,13 @@ def check(data: RunData) -> CheckResult:
         if not conv["started"] and status is None:
             found.unknowns.append(f"{wid}: never started (start outcome unknown)")
             continue
-        c = _Conversation(wid, conv["planned"], data.updates(wid) if from_server else None, conv.get("final_history"))
+        c = _Conversation(wid, [p for p in conv["planned"] if p["kind"] != "task"],
+                          data.updates(wid) if from_server else None, conv.get("final_history"))
         if c.updates is None and c.query is None:
             found.unknowns.append(f"{wid}: neither a saved event history nor a final read: cannot tell what it holds")
             continue
-        _completed(c, status or conv.get("final_status"), expected_status, found)
+        _completed(c, status or conv.get("final_status"), "RUNNING" if conv.get("ends") is False else expected_status,
+                   found)
         _one_answer_per_message(c, found)
         _model_saw_each_answer(c, found)
         _sends_answered(c, [(i, d) for i, d in sends if i.value["conversation"] == wid], heal, final_at, limit, found)
@@ -309,6 +315,10 @@ def _result(found: _Found, conversations: int, source: str) -> CheckResult:
             f"correctly), {absent_info} not (legal)") if absent_info + present_info else ""
     notes = f"; {notes_checked} planned note(s) applied at most once by the effects service, every acknowledged " \
         "one exactly once" if notes_checked else ""
+    if not found.acked and not absent_info + present_info:
+        return CheckResult("lost", PASS, f"{conversations} conversations ended as declared; no note, append or "
+                                         f"arithmetic message was sent (the replies check judges tasks) (read from "
+                                         f"{source})", details)
     return CheckResult("lost", PASS, f"{conversations} conversations complete; {found.acked} acknowledged messages "
                                      f"all answered correctly, none lost or doubled{info}{notes} (read from {source})",
                        details)

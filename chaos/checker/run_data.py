@@ -24,6 +24,7 @@ from typing import Any
 
 from harness import operations, run_files
 from harness.event_history import RunRecord, load_saved_records
+from harness.model_record import MODEL_RECORD, RECORD_LIMIT
 from harness.recording import MODEL_CALL, read_ledger, workspace_name
 from harness.rundir import EFFECTS_SERVICE, STATE, RunDir, RunDirError, check_conversations, expect, expect_fields, \
     parse_json, read_json
@@ -52,8 +53,11 @@ def client_sends(ops: list[operations.Op]) -> list[tuple[operations.Op, operatio
 
 
 def reply_matches(reply: Any, expect: str, how: str = "exact") -> bool:
-    """Whether a reply is the expected answer: equal to ``expect``, or (``how`` "prefix") starting with it."""
-    return isinstance(reply, str) and (reply.startswith(expect) if how == "prefix" else reply == expect)
+    """Whether a reply is the expected answer: equal to ``expect``, or (``how`` "prefix") starting with it, or
+    (``how`` "contains": a task's reply, which an agent may wrap, e.g. "Agent: ...") holding it."""
+    if not isinstance(reply, str):
+        return False
+    return reply.startswith(expect) if how == "prefix" else expect in reply if how == "contains" else reply == expect
 
 
 def answered(inv: operations.Op, done: operations.Op | None) -> bool:
@@ -85,6 +89,23 @@ class EffectsLog:
 
     def of(self, event: str) -> list[dict[str, Any]]:
         return [r for r in self.records if r["event"] == event]
+
+
+@dataclass
+class ModelRecord:
+    """The scripted model's record (``harness.model_record``): one entry per recorded request, in order."""
+
+    entries: list[dict[str, Any]]
+    torn_last_line: bool = False
+    truncated: bool = False  # it reached its bound: later requests were not recorded
+
+    def finals(self) -> dict[str, set[str]]:
+        """Token -> the marks of the final answers the model gave it (one, since the model is a pure function)."""
+        out: dict[str, set[str]] = {}
+        for e in self.entries:
+            if e.get("final") and e.get("token") and e.get("mark"):
+                out.setdefault(e["token"], set()).add(e["mark"])
+        return out
 
 
 @dataclass(frozen=True)
@@ -184,6 +205,36 @@ class RunData:
             expect_fields(record, EFFECTS_LOG_FIELDS, where)
             records.append(record)
         return EffectsLog(records, torn)
+
+    @cached_property
+    def model_record(self) -> ModelRecord | None:
+        """``model_record.jsonl`` (``harness.model_record``; None: the run has none), read as a stream by
+        ``harness.run_files``' rules; a torn last line (a kill mid-write) is left out, and said."""
+        if not os.path.lexists(self.run_dir / MODEL_RECORD):
+            return None
+        entries, torn, truncated = [], False, False
+        with run_files.open_binary(self.run_dir, MODEL_RECORD, RECORD_LIMIT + 2**20) as f:
+            lines = [line for line in f if line.strip()]
+        for n, line in enumerate(lines, 1):
+            where = f"{self.run_dir / MODEL_RECORD}:{n}"
+            try:
+                entry = expect(parse_json(line, where), "an object", where)
+            except RunDirError:
+                if n == len(lines) and not line.endswith(b"\n"):
+                    torn = True
+                    break
+                raise
+            if entry.get("truncated"):
+                truncated = True
+                break
+            expect_fields(entry, {"token": "a string or null", "tokens": "a list", "seen": "a list",
+                                  "answer": "a list", "final": "a boolean", "mark": "a string or null"}, where)
+            for key in ("seen", "answer"):
+                for i, item in enumerate(entry[key]):
+                    expect(item, "an object", where, f"{key}[{i}]")
+                    expect(item.get("k"), "a string", where, f"{key}[{i}].k")
+            entries.append(entry)
+        return ModelRecord(entries, torn, truncated)
 
     def ledger_rows(self, table: str) -> list[dict[str, Any]]:
         """A ledger table's rows in insertion order; ``[]`` if the ledger or the table does not exist. The ledger is

@@ -32,6 +32,7 @@ from chaos.checker.run_data import ReplayTarget, RunData, client_sends
 from chaos.fault_timeline import fault_timeline
 from chaos.recovery import decompose, recovery, recovery_parts
 from harness import operations
+from harness.model_record import TOKEN
 from harness.operations import INFO, Op
 from harness.run_files import RefusedPath
 from harness.rundir import SCHEMA, VERDICT_JSON, RunDir, RunDirError
@@ -41,6 +42,9 @@ from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult, wo
 FAULT_CHECKERS = {"drain": "drain_worker"}
 #: checks of one engine's own records: not applicable to a run on another backend (run.json's backend name)
 ENGINE_CHECKERS = {"dbos_steps": ("dbos", "dbos-postgres"), "restate_journal": ("restate",)}
+#: checks of tasks (messages carrying a token, judged by the model's record): not applicable to a run that sent none
+TASK_CHECKERS = ("replies", "context")
+NO_TASKS = "the run sent no task messages (its messages follow the scripted model's conventions, which lost judges)"
 #: the scenario table's columns, in order: what ``table_row`` fills
 ROW_FIELDS = ("scenario", "faults", "ok", "fail", "info", "lost", "dup_effects", "recovery_s", "model_rec_s",
               "tool_rec_s", "wft_rec_s", "checked", "verdict")
@@ -74,6 +78,10 @@ def plan(record: dict[str, Any], ops: list[Op]) -> Plan:
     for checker, fault in FAULT_CHECKERS.items():
         if fault not in faults_run:
             not_applicable.setdefault(checker, f"no {fault} in this run")
+    if not any(op.f == "send_message" and isinstance(op.value, dict) and TOKEN.search(str(op.value.get("text")))
+               for op in ops):
+        for checker in TASK_CHECKERS:
+            not_applicable.setdefault(checker, NO_TASKS)
     backend_name = (record.get("backend") or {}).get("name") or "temporal"
     for checker, engines in ENGINE_CHECKERS.items():
         if backend_name not in engines:
@@ -88,7 +96,7 @@ def worth_showing(c: CheckResult) -> bool:
     """Whether a check's result says something about the run worth a line of progress: not a pass, and not a
     fault's or an engine's own check that did not apply (a run without that fault, or on another engine)."""
     return c.verdict != PASS and not (c.verdict == NOT_APPLICABLE and
-                                      (c.name in FAULT_CHECKERS or c.name in ENGINE_CHECKERS))
+                                      (c.name in FAULT_CHECKERS or c.name in ENGINE_CHECKERS or c.name in TASK_CHECKERS))
 
 
 # ---------------------------------------------------------------------------------------------- the checks

@@ -50,8 +50,10 @@
     # conversation_path = ""             #   or of turns with turn_keys = ["question", "answer"]; unset: the
     # turn_keys = ["question", "answer"] #   updates the event history records
     end = "end"                          # the signal that ends a chat (unset: chats stay RUNNING)
-    effect = "note"                      # side-effect messages: "note" (save the note '<token>') or "append"
-                                         # (append <token> to <file>, read through `workspace`)
+    # ends = false                       # a chat that never ends: RUNNING (or continued as new) at the end is right
+    # effect = "note"                    # side-effect messages: "note" (save the note '<token>') or "append"
+                                         # (append <token> to <file>, read through `workspace`); unset: every
+                                         # message is a task, planned by the scripted model over your own tools
     [env]                                # extra environment for workers, the driver and the replayer
     MY_FLAG = "1"                        # values are strings (run.json redacts *KEY*, *TOKEN*, *SECRET*... values)
 
@@ -247,16 +249,21 @@ class ChatTable(StrictModel):
     update: NonEmpty | None = Field(None, description="a non-empty string (the update each message is sent as)")
     signal: NonEmpty | None = Field(None, description="a non-empty string (the signal each message is sent as)")
     message_arg: str | dict[str, Any] = Field(
-        "{text}", description="a JSON template, a string or a table ({text}, {message_id}, {workflow_id}, {n})")
-    reply_path: str = Field("", description="a dotted path in the result (\"\": the result itself is the reply)")
+        "{text}", description="a JSON template, a string or a table ({text}, {message_id}, {workflow_id}, {n}, "
+                              "{history_length}: the length of the query's list just before the message)")
+    reply_path: str = Field("", description="a dotted path in the result (\"\": the result itself is the reply; "
+                                            "a list of strings is read as its lines)")
     query: NonEmpty | None = Field(None, description="a non-empty string (the query returning the conversation)")
     conversation_path: str = Field("", description="a dotted path in the query's result (\"\": the result itself)")
     turn_keys: Annotated[list[NonEmpty], Field(min_length=2, max_length=2)] | None = Field(
         None, description="two strings: the keys of the user's text and the reply in each turn of the query's list")
     end: NonEmpty | None = Field(None, description="a non-empty string (the signal that ends the chat)")
-    effect: Literal["note", "append"] = Field(
-        "note", description="note (save the note '<token>': its tools call the effects service) or append "
-                            "(append <token> to <file>: read back through the target's workspace)")
+    ends: bool | None = Field(None, strict=True, description="true or false (false: the chat never ends, and RUNNING "
+                                                             "at the end is right; default: whether end is set)")
+    effect: Literal["note", "append"] | None = Field(
+        None, description="note (save the note '<token>': its tools call the effects service) or append "
+                          "(append <token> to <file>: read back through the target's workspace); unset: every "
+                          "message is a task the scripted model plans over the agent's own tools")
 
 
 def _chat_problem(chat: ChatTable) -> str | None:
@@ -271,6 +278,10 @@ def _chat_problem(chat: ChatTable) -> str | None:
         return f"{where} must hold {{text}} (where the message goes), got {json.dumps(template)[:200]}"
     if chat.style == "workflow_per_message" and (chat.update or chat.signal or chat.end):
         return "style 'workflow_per_message' takes no update, signal or end (each message is a workflow of its own)"
+    if "{history_length}" in json.dumps(chat.message_arg) and chat.query is None:
+        return "message_arg uses {history_length}, the length of the query's list: declare query = \"...\""
+    if chat.ends and chat.end is None and chat.style != "workflow_per_message":
+        return "ends = true needs end = \"...\" (the signal that ends a chat)"
     return None
 
 
@@ -363,6 +374,9 @@ def load_target(path: Path) -> Target:
         problem = _chat_problem(table)
         if problem:
             raise ValueError(f"target file {path}: [chat] {problem}")
+        if table.effect is not None and t.effects == "none":
+            raise ValueError(f"target file {path}: [chat] effect = {table.effect!r} sends side-effect messages, but "
+                             "effects = \"none\" says the agent has none: remove one of them")
         chat = table.model_dump()
     if (t.driver is None) == (chat is None):
         raise ValueError(f"target file {path}: give either driver = \"MODULE:NAME\" (your own driver) or a [chat] "
