@@ -163,13 +163,7 @@ _FAILED = re.compile(r"\b(errors?|exception|failed|failure|unavailable|refused|t
 
 def _declared(tools: list[ToolSpec] | None) -> list[tuple[str, dict]]:
     """(name, parameters schema) of each declared function tool."""
-    out = []
-    for tool in tools or []:
-        fn = tool.get("function") if isinstance(tool, dict) else None
-        if isinstance(fn, dict) and isinstance(fn.get("name"), str):
-            params = fn.get("parameters")
-            out.append((fn["name"], params if isinstance(params, dict) else {}))
-    return out
+    return task_planner.declared(tools)
 
 
 def _string_properties(schema: dict) -> list[str]:

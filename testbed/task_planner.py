@@ -52,7 +52,8 @@ def task_token(messages: list[Message]) -> tuple[str, int] | None:
     return None
 
 
-def _declared(tools: list[Any] | None) -> list[tuple[str, dict]]:
+def declared(tools: list[Any] | None) -> list[tuple[str, dict]]:
+    """(name, parameters schema) of each function tool a chat request declares."""
     out = []
     for tool in tools or []:
         fn = tool.get("function") if isinstance(tool, dict) else None
@@ -85,7 +86,7 @@ def plan(messages: list[Message], tools: list[Any] | None, response_format: Any 
     if found is None:
         return None
     token, user_at = found
-    declared = _declared(tools)
+    declared_tools = declared(tools)
     since = messages[user_at + 1:]
     calls = [c.get("function", {}).get("name", "") for m in since if m.get("role") == "assistant"
              for c in m.get("tool_calls") or []]
@@ -93,14 +94,14 @@ def plan(messages: list[Message], tools: list[Any] | None, response_format: Any 
     steps_done = sum(1 for m in since if m.get("role") == "assistant"
                      and any(not is_handoff(c.get("function", {}).get("name", ""))
                              for c in m.get("tool_calls") or []))
-    handoffs = sorted(n for n, _ in declared if is_handoff(n))
-    outputs = [(n, s) for n, s in declared if is_output_tool(n)]
-    regular = sorted((n, s) for n, s in declared if not is_handoff(n) and not is_output_tool(n))
+    handoffs = sorted(n for n, _ in declared_tools if is_handoff(n))
+    outputs = [(n, s) for n, s in declared_tools if is_output_tool(n)]
+    regular = sorted((n, s) for n, s in declared_tools if not is_handoff(n) and not is_output_tool(n))
     turn = _rng(seed, token)
     wants_handoff, steps = turn.random() < HANDOFF_P, turn.choice(STEPS)
     if handoffs and wants_handoff and not handed_off:
         name = _rng(seed, token, "handoff", *handoffs).choice(handoffs)
-        schema = dict(declared)[name]
+        schema = dict(declared_tools)[name]
         return _calls(token, "handoff", [(name, draw(schema, _digest(seed, token, name)))])
     if regular and steps_done < steps:
         step = _rng(seed, token, "step", steps_done, *(n for n, _ in regular))

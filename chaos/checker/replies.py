@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from chaos.checker.run_data import RunData
+from harness.chat_driver import reply_after
 from harness.model_record import TOKEN
 from harness.operations import FAIL as OP_FAIL
 from harness.operations import INFO, OK, pairs
@@ -96,7 +97,7 @@ def check(data: RunData) -> CheckResult:
                 acked_order.append(token)
                 if seen > 1:
                     problems.append(f"{wid} #{n} ({token}): indeterminate, and in the final conversation {seen} times")
-                reply = _reply_in(history, token)
+                reply = reply_after(history, "", 1, token)
                 if reply is None:
                     problems.append(f"{wid} #{n} ({token}): taken (in the conversation) but never answered")
                 else:
@@ -152,18 +153,3 @@ def _tokens_in_order(history: list[dict[str, Any]]) -> list[str]:
             if found:
                 out.append(found[-1])
     return out
-
-
-def _reply_in(history: list[dict[str, Any]], token: str) -> str | None:
-    """The reply to the user message carrying ``token`` in a final conversation (the last assistant text before
-    the next user message), or None."""
-    for i, m in enumerate(history):
-        if m.get("role") == "user" and token in _text(m.get("content")):
-            reply = None
-            for later in history[i + 1:]:
-                if later.get("role") == "user":
-                    break
-                if later.get("role") == "assistant" and not later.get("tool_calls") and later.get("content"):
-                    reply = _text(later["content"])
-            return reply
-    return None

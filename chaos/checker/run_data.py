@@ -188,23 +188,31 @@ class RunData:
         path = self.dir.effects_service
         if not os.path.lexists(path):
             return None
-        records, torn = [], False
-        with run_files.open_binary(self.run_dir, EFFECTS_SERVICE, run_files.EFFECTS_LOG_LIMIT) as f:
+        records, torn = self._jsonl(EFFECTS_SERVICE, run_files.EFFECTS_LOG_LIMIT)
+        for where, record in records:
+            if "event" not in record:
+                raise RunDirError(where, "a line of the effects service's log", "no 'event'")
+            expect_fields(record, EFFECTS_LOG_FIELDS, where)
+        records = [r for _, r in records]
+        return EffectsLog(records, torn)
+
+    def _jsonl(self, name: str, limit: int) -> tuple[list[tuple[str, dict[str, Any]]], bool]:
+        """A JSON-lines file of the run, read as a stream by ``harness.run_files``' rules: ([(where, object)],
+        whether its last line was torn: one with no newline that does not parse, cut by a kill mid-write, is left
+        out). RunDirError names a damaged line elsewhere."""
+        out, torn = [], False
+        with run_files.open_binary(self.run_dir, name, limit) as f:
             lines = [line for line in f if line.strip()]
         for n, line in enumerate(lines, 1):
-            where = f"{path}:{n}"
+            where = f"{self.run_dir / name}:{n}"
             try:
-                record = expect(parse_json(line, where), "an object", where)
+                out.append((where, expect(parse_json(line, where), "an object", where)))
             except RunDirError:
                 if n == len(lines) and not line.endswith(b"\n"):
                     torn = True
                     break
                 raise
-            if "event" not in record:
-                raise RunDirError(where, "a line of the effects service's log", "no 'event'")
-            expect_fields(record, EFFECTS_LOG_FIELDS, where)
-            records.append(record)
-        return EffectsLog(records, torn)
+        return out, torn
 
     @cached_property
     def model_record(self) -> ModelRecord | None:
@@ -212,18 +220,9 @@ class RunData:
         ``harness.run_files``' rules; a torn last line (a kill mid-write) is left out, and said."""
         if not os.path.lexists(self.run_dir / MODEL_RECORD):
             return None
-        entries, torn, truncated = [], False, False
-        with run_files.open_binary(self.run_dir, MODEL_RECORD, RECORD_LIMIT + 2**20) as f:
-            lines = [line for line in f if line.strip()]
-        for n, line in enumerate(lines, 1):
-            where = f"{self.run_dir / MODEL_RECORD}:{n}"
-            try:
-                entry = expect(parse_json(line, where), "an object", where)
-            except RunDirError:
-                if n == len(lines) and not line.endswith(b"\n"):
-                    torn = True
-                    break
-                raise
+        lines, torn = self._jsonl(MODEL_RECORD, RECORD_LIMIT + 2**20)
+        entries, truncated = [], False
+        for where, entry in lines:
             if entry.get("truncated"):
                 truncated = True
                 break
