@@ -123,9 +123,29 @@ def _out_and_target(p: argparse.ArgumentParser, parallel: int | None = None, wha
                                                "agent; see docs/your-agent.md)")
 
 
+def _count(text: str, most: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= most:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number from 1 to {most}")
+    return value
+
+
+def _load_options(p: argparse.ArgumentParser) -> None:
+    from chaos.scenarios import SCENARIO_BOUNDS
+
+    p.add_argument("--conversations", type=lambda t: _count(t, SCENARIO_BOUNDS["conversations"]), metavar="N",
+                   help="conversations at once (default: each scenario's own, usually 3)")
+    p.add_argument("--messages", type=lambda t: _count(t, SCENARIO_BOUNDS["messages"]), metavar="M",
+                   help="messages each conversation sends at least (default: each scenario's own, usually 4)")
+
+
 def _common(p: argparse.ArgumentParser, parallel: int, per_core: bool = False) -> None:
     p.add_argument("--seed", type=int, default=1, help="seed of the schedule, the load and the model (default 1)")
     _out_and_target(p, parallel, per_core=per_core)
+    _load_options(p)
 
 
 def _ci_options(p: argparse.ArgumentParser, what: str) -> None:
@@ -232,6 +252,7 @@ def _soak_command(sub: Any) -> None:
     p.add_argument("--seeds", type=_seeds, default=_seeds(DEFAULT_SEEDS),
                    help=f"the seeds: ranges and single seeds, e.g. 1-100 or 1-20,25,30-32 (default {DEFAULT_SEEDS})")
     _out_and_target(p, suite.default_parallel(), "seeds", per_core=True)
+    _load_options(p)
     p.add_argument("--cluster-per-seed", action="store_true",
                    help="start and stop a Temporal server for every seed (default: the reference agent's seeds "
                         "share one warm server per --parallel lane, each seed with its own task queue, workers, "

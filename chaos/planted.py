@@ -29,6 +29,8 @@ from testbed.cli_options import add_out, own_out, progress
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_TARGET = ROOT / "examples" / "third_party_agent" / "chaos-target.toml"
+#: the same agent driven with tasks (judged by the model's record): where its context bugs are planted
+TASKS_TARGET = EXAMPLE_TARGET.with_name("chaos-target-tasks.toml")
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class PlantedBug:
     what: str
     scenario: ChaosScenario
     caught_by: tuple[str, ...]  # checkers of which one must say ``fail`` (or ``unknown``, if ``unknown_ok``)
-    agent: str = "reference"  # or "third_party"
+    agent: str = "reference"  # or "third_party" (its own driver), "third_party_tasks" (driven with tasks)
     unknown_ok: str = ""  # why ``unknown`` is the most that can be said (empty: it must be ``fail``)
     seed: int = 3
 
@@ -51,6 +53,7 @@ def _mutant(base: str, name: str, *, mutations: tuple[str, ...] = (), workflow: 
 
 _NO_FAULTS = dict(events=(), random_events=0, fault_s=1.0)
 _APPENDS = Workload(conversations=2, messages=3, append_ratio=1.0)
+_TASKS = Workload(conversations=3, messages=4, append_ratio=0.0)
 
 CATALOGUE: list[PlantedBug] = [
     PlantedBug("unkeyed_effects", "a tool applies its effect on every attempt, ignoring its idempotency key",
@@ -103,6 +106,15 @@ CATALOGUE: list[PlantedBug] = [
     PlantedBug("third_party_attempt_keyed_effects", "the example agent's notes keyed by attempt",
                _mutant("crash_after_effect", "tp_attempt_keyed_effects", mutations=("attempt_keyed_effects",),
                        workload=_APPENDS, fault_s=2.0), ("lost",), agent="third_party"),
+    PlantedBug("context_repeats_user_message", "a retried model call sends the user's message again",
+               _mutant("kill_mid_turn", "context_repeats_user_message", mutations=("context_repeats_user_message",),
+                       workload=_TASKS), ("context",), agent="third_party_tasks"),
+    PlantedBug("context_drops_tool_result", "a restarted worker leaves the turn's last tool result out",
+               _mutant("kill_mid_turn", "context_drops_tool_result", mutations=("context_drops_tool_result",),
+                       workload=_TASKS), ("context",), agent="third_party_tasks"),
+    PlantedBug("stale_reply_after_crash", "a retried model call answers with the conversation's previous answer",
+               _mutant("kill_mid_turn", "stale_reply_after_crash", mutations=("stale_reply_after_crash",),
+                       workload=_TASKS), ("replies",), agent="third_party_tasks"),
 ]
 
 
@@ -120,8 +132,8 @@ async def run_catalogue(bugs: list[PlantedBug], out: Path, target: Path) -> list
     rows = []
     say = progress()
     for i, bug in enumerate(bugs, 1):
-        engine = make_engine(target=load_target(target), target_file=target) if bug.agent == "third_party" \
-            else make_engine()
+        own = {"third_party": target, "third_party_tasks": TASKS_TARGET}.get(bug.agent)
+        engine = make_engine(target=load_target(own), target_file=own) if own else make_engine()
         say(f"{i}/{len(bugs)} {bug.name} on {bug.agent}: {bug.scenario.name} (seed {bug.seed})")
         result = await run_captured(bug.scenario.name, bug.scenario, engine, seed=bug.seed, out_root=out)
         checks = {c.name: c.verdict for c in result.checks}

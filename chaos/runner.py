@@ -77,6 +77,13 @@ def reproduce_command(scenario: ChaosScenario, seed: int, engine: Engine, run: R
     """The command that runs this again: the named scenario's, or ``rerun`` of this run's saved definition."""
     if SCENARIOS.get(scenario.name) == scenario:
         return command_line(f"{tool('chaos')} run", {"--seed": seed, **engine.reproduce()}, [scenario.name])
+    named = SCENARIOS.get(scenario.name)
+    if named is not None and replace(named, workload=scenario.workload) == scenario \
+            and replace(named.workload, conversations=scenario.workload.conversations,
+                        messages=scenario.workload.messages) == scenario.workload:  # only the load was asked for
+        return command_line(f"{tool('chaos')} run", {"--seed": seed, **engine.reproduce(),
+                                                      "--conversations": scenario.workload.conversations,
+                                                      "--messages": scenario.workload.messages}, [scenario.name])
     cluster = {k: v for k, v in engine.reproduce().items() if k in ("--address", "--namespace")}
     return command_line(f"{tool('chaos')} rerun", cluster, [str(run.path)])
 

@@ -130,6 +130,12 @@ def split_twin(label: str) -> tuple[str, str]:
     return label, "temporal"
 
 
+def with_load(scenario: Any, conversations: int | None, messages: int | None) -> Any:
+    """``scenario`` with the load a command asks for (``--conversations N --messages M``; None: its own)."""
+    load = {k: v for k, v in (("conversations", conversations), ("messages", messages)) if v is not None}
+    return dataclasses.replace(scenario, workload=dataclasses.replace(scenario.workload, **load)) if load else scenario
+
+
 def jobs(args: argparse.Namespace, target: Any, connection: Any = None) -> list[tuple[str, Any, Any]]:
     """(label, scenario, backend) for every scenario asked for, on ``connection``'s cluster (None: the embedded
     server); raises ValueError naming an unknown one."""
@@ -173,6 +179,7 @@ def jobs(args: argparse.Namespace, target: Any, connection: Any = None) -> list[
         if latency:  # the scenario's own model latency otherwise; run.json records the one used
             scenario = dataclasses.replace(scenario, cluster=dataclasses.replace(scenario.cluster,
                                                                                  model_latency=latency))
+        scenario = with_load(scenario, getattr(args, "conversations", None), getattr(args, "messages", None))
         for profile in ([DEFAULT_TIMEOUTS] if checkpoint_twin else pinned.get(label, profiles)):  # Temporal only
             if profile == DEFAULT_TIMEOUTS:
                 jobs.append((label, scenario, engine))

@@ -103,6 +103,14 @@ MUTATIONS: dict[str, str] = {
                                    "(the reference agent's tool activities), so every attempt times out",
     "cancel_on_sigterm": "on SIGTERM the worker cancels what it runs instead of draining it (the reference agent's "
                          "worker; the SDK's default), so the server retries that work elsewhere",
+    # An agent's context gone wrong across a crash (the example CalcAgent's model activity reads these): what the
+    # context and replies checks, judging by the model's record, must catch.
+    "context_repeats_user_message": "a retried model call sends the user's message again (appended to its context "
+                                    "a second time)",
+    "context_drops_tool_result": "a restarted worker's model calls leave out the turn's last tool result (kept "
+                                 "only in the memory of the worker that died)",
+    "stale_reply_after_crash": "a retried model call answers with the conversation's previous answer (a cache "
+                               "read back after the crash) instead of asking the model",
 }
 #: a reader of older run directories: a mutation's old name, as a saved run's scenario and ledger spell it -> its
 #: name now (so an older run re-checks, and reruns with the same build); not a spelling to use

@@ -128,8 +128,9 @@ def _judge(wid: str, n: Any, token: str, reply: str, own: str | None, marks: dic
         if truncated:
             unknowns.append(f"{wid} #{n} ({token}): the model record reached its bound before this turn")
         else:
-            problems.append(f"{wid} #{n} ({token}): replied {shown!r}, but the model never gave this turn a final "
-                            "answer: the reply came from somewhere else")
+            held = f"the answer to {others[0]} (another turn's)" if others else "nothing the model said"
+            problems.append(f"{wid} #{n} ({token}): replied {shown!r}, which holds {held}, and the model never gave "
+                            "this turn a final answer: the reply came from somewhere else (a cache, a stale state)")
         return
     times = reply.count(own)
     if times == 0:

@@ -38,6 +38,7 @@ from temporalio.common import RetryPolicy
 with workflow.unsafe.imports_passed_through():
     import httpx
 
+    from harness.faults import AgentFaults
     from harness.recording import EffectLedger, ExecutionIdentity, workspace_name
 
 WORKFLOW_NAME = "CalcAgent"
@@ -100,16 +101,40 @@ class Note:
 class ModelGateway:
     """The model API, reached over HTTP; the worker builds one per model URL."""
 
-    def __init__(self, model_url: str, ledger: EffectLedger, worker: str, request_timeout_s: float = 8.0) -> None:
+    def __init__(self, model_url: str, ledger: EffectLedger, worker: str, request_timeout_s: float = 8.0,
+                 answers: Path | None = None) -> None:
         self.model_url = model_url.rstrip("/")
         self.ledger = ledger
         self.worker = worker
         self.request_timeout_s = request_timeout_s  # under the activity's 10 s start-to-close
+        self.answers = answers  # each conversation's latest answer (read back only by a planted bug)
+        self.mutated = AgentFaults.from_environment().mutated
+
+    def _planted_bugs(self, messages: list[dict[str, Any]], retried: bool) -> dict[str, Any] | None:
+        """The planted context bugs (harness.faults.MUTATIONS, off unless the harness plants them): on a retried
+        call, the user's message sent again or the previous answer returned; on a restarted worker (a generation
+        after the first: it lost the memory of the one that died), the turn's last tool result left out."""
+        restarted = self.worker.rpartition("-")[2].isdigit() and int(self.worker.rpartition("-")[2]) > 1
+        if self.mutated("context_drops_tool_result") and restarted and any(m["role"] == "tool" for m in messages):
+            del messages[max(i for i, m in enumerate(messages) if m["role"] == "tool")]
+        if not retried:
+            return None
+        if self.mutated("context_repeats_user_message"):
+            messages.append(next(m for m in reversed(messages) if m["role"] == "user"))
+        if self.mutated("stale_reply_after_crash") and self.answers is not None:
+            cached = self.answers / _safe(activity.info().workflow_id)
+            if cached.is_file():
+                return json.loads(cached.read_text())
+        return None
 
     @activity.defn(name="call_model")
     async def call_model(self, request: ModelRequest) -> dict[str, Any]:
         """One chat completion; returns the assistant message. Any HTTP or parse error is retried by Temporal."""
-        body = {"model": request.model, "messages": request.messages, "tools": [CALCULATOR_TOOL, APPEND_TOOL]}
+        messages, retried = list(request.messages), activity.info().attempt > 1
+        stale = self._planted_bugs(messages, retried)
+        if stale is not None:
+            return stale
+        body = {"model": request.model, "messages": messages, "tools": [CALCULATOR_TOOL, APPEND_TOOL]}
         headers = {"X-DAH-Run": activity.info().workflow_id}
         execution = self.ledger.begin_execution(ExecutionIdentity.current(self.worker), "call_model", model_call=True)
         outcome = "error"
@@ -121,6 +146,8 @@ class ModelGateway:
             response.raise_for_status()
             message = response.json()["choices"][0]["message"]
             outcome = "ok"
+            if not message.get("tool_calls") and self.answers is not None:  # the conversation's latest answer
+                self.answers.joinpath(_safe(activity.info().workflow_id)).write_text(json.dumps(message))
             return message
         finally:
             beat.cancel()
@@ -166,6 +193,10 @@ class Notebook:
             return f"appended {len(data)} bytes to {note.path}"
         finally:
             self.ledger.end_execution(execution, outcome)
+
+
+def _safe(workflow_id: str) -> str:
+    return hashlib.sha256(workflow_id.encode()).hexdigest()[:32]
 
 
 async def _heartbeat_every(period_s: float) -> None:

@@ -27,7 +27,8 @@ async def serve(address: str, task_queue: str, identity: str, model_url: str, na
                 ledger_path: Path) -> int:
     client = await Client.connect(address, namespace=namespace, identity=identity)
     ledger = EffectLedger(ledger_path)  # the harness's in-agent faults, if any, come with its environment
-    gateway = ModelGateway(model_url, ledger, identity)
+    (state_dir / "answers").mkdir(parents=True, exist_ok=True)
+    gateway = ModelGateway(model_url, ledger, identity, answers=state_dir / "answers")
     notebook = Notebook(state_dir / "notes", ledger, identity)
     worker = Worker(client, task_queue=task_queue, workflows=[CalcAgent],
                     activities=[gateway.call_model, notebook.append_note, calculate], identity=identity)
