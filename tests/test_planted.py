@@ -22,7 +22,7 @@ def test_every_entry_names_real_checkers_mutations_and_workflows() -> None:
             module, _, name = bug.scenario.cluster.workflow.partition(":")
             assert hasattr(importlib.import_module(module), name), bug.name
         assert scenario_from_dict(asdict(bug.scenario)) == bug.scenario, bug.name  # `chaos rerun` can run it
-    assert {b.agent for b in CATALOGUE} == {"reference", "third_party"}
+    assert {b.agent for b in CATALOGUE} == {"reference", "third_party", "third_party_tasks"}
 
 
 def test_an_older_run_naming_a_planted_workflow_by_its_old_module_reruns_and_replays_the_same_build(
