@@ -117,7 +117,8 @@ async def test_a_worker_kill_on_dbos_loses_nothing_and_its_run_is_recovered(tmp_
     verdicts = {c.name: c.verdict for c in result.checks}
     assert verdicts == {"lost": PASS, "effects": PASS, "injection_evidence": PASS, "stats": PASS,
                         "temporal_history": NOT_APPLICABLE, "workflow_tasks": NOT_APPLICABLE,
-                        "replay": NOT_APPLICABLE, "drain": NOT_APPLICABLE, "dbos_steps": PASS,
+                        "replay": NOT_APPLICABLE, "drain": NOT_APPLICABLE, "replies": NOT_APPLICABLE,
+                        "context": NOT_APPLICABLE, "dbos_steps": PASS,
                         "restate_journal": NOT_APPLICABLE}, result.checks
     assert result.verdict == PASS and result.row["faults"] == "1/1" and result.row["lost"] == 0
     kill = next(op for op in load(result.run_dir / "operations.jsonl")
