@@ -9,7 +9,7 @@ RESTATE_VERSION ?= 1.7.12
 RESTATE := $(VENV)/restate/.installed
 
 .PHONY: help venv demo test run clean clean-runs gc chaos chaos-engines bench bench-quick report system-deps restate-server \
-	example-ai-sdk example-pydantic-ai example-openai-agents
+	example-ai-sdk example-pydantic-ai example-openai-agents example-pydantic-ai-nested example-openai-agents-triage
 
 help:
 	@echo "make demo   start the embedded Temporal server, a worker, the scripted model and a REPL"
@@ -29,6 +29,8 @@ help:
 	@echo "make example-ai-sdk   the TypeScript agent's node_modules (examples/ai_sdk_agent, npm ci from its package-lock.json)"
 	@echo "make example-pydantic-ai    examples/pydantic_ai_agent's own virtual environment (Pydantic AI on Temporal)"
 	@echo "make example-openai-agents  examples/openai_agents_agent's own virtual environment (OpenAI Agents SDK on Temporal)"
+	@echo "make example-pydantic-ai-nested   examples/pydantic_ai_nested's (Pydantic AI: tools taking nested objects)"
+	@echo "make example-openai-agents-triage examples/openai_agents_triage's (Temporal's customer-service sample: handoffs)"
 	@echo "make clean  remove the virtual environment and build clutter (keeps runs/ and reports/out/)"
 	@echo "make gc     remove saved runs no longer needed: each runs/ folder keeps its newest 20, latest, every run that"
 	@echo "           did not pass and every run a soak, summary or report names (every run does this after itself;"
@@ -67,6 +69,8 @@ $(AI_SDK_AGENT)/node_modules/.installed: $(AI_SDK_AGENT)/package-lock.json
 # (Pydantic AI needs openai>=3.31, which LiteLLM's openai<3 forbids here).
 example-pydantic-ai: examples/pydantic_ai_agent/.venv/.installed
 example-openai-agents: examples/openai_agents_agent/.venv/.installed
+example-pydantic-ai-nested: examples/pydantic_ai_nested/.venv/.installed
+example-openai-agents-triage: examples/openai_agents_triage/.venv/.installed
 
 examples/%/.venv/.installed: examples/%/requirements.txt
 	@test -x examples/$*/.venv/bin/python || $(PYTHON) -m venv examples/$*/.venv

@@ -40,6 +40,7 @@ import json
 import random
 import time
 import uuid
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -108,13 +109,17 @@ def text_path(template: Any, prefix: str = "") -> str | None:
     return None
 
 
-def as_messages(value: Any, turn_keys: list[str] | None) -> list[dict[str, Any]]:
+def as_messages(value: Any, turn_keys: list[str] | None, sent: Collection[str] = ()) -> list[dict[str, Any]]:
     """A conversation as ``role``/``content`` messages: the Query's list itself, or (``turn_keys`` = [the user's
-    key, the reply's key]) a list of turns, each a user message and its reply."""
+    key, the reply's key]) a list of turns, each a user message and its reply. A list of lines (strings, such as
+    ``"User: hi"``, ``"Triage Agent: hello"``) is read without any convention of the agent's: a line holding a
+    text the driver ``sent`` is that user message, any other line is the agent's."""
     if not isinstance(value, list):
         raise ValueError(f"the conversation is a {type(value).__name__}, not a list")
     if not turn_keys:
-        return [m for m in value if isinstance(m, dict) and "role" in m]
+        return [m if isinstance(m, dict) else
+                {"role": "user" if any(t in m for t in sent) else "assistant", "content": m}
+                for m in value if (isinstance(m, dict) and "role" in m) or isinstance(m, str)]
     user, reply = turn_keys
     out: list[dict[str, Any]] = []
     for turn in value:
@@ -434,7 +439,8 @@ class ChatDriver:
 
     async def _conversation(self, handle: WorkflowHandle, timeout: timedelta = QUERY_TIMEOUT) -> list[dict[str, Any]]:
         result = await handle.query(self.chat["query"], rpc_timeout=timeout)
-        return as_messages(at_path(result, self.chat.get("conversation_path", "")), self.chat.get("turn_keys"))
+        sent = {p.text for c in self.conversations for p in c.planned}
+        return as_messages(at_path(result, self.chat.get("conversation_path", "")), self.chat.get("turn_keys"), sent)
 
     async def _from_history(self, workflow_id: str) -> list[dict[str, Any]]:
         """The conversation as the server holds it: each update accepted (across continue-as-new), with its reply

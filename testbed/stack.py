@@ -91,6 +91,7 @@ class StackSpec:
     server_db: Path | None = None  # embedded: keep the server's state in this file (it survives a restart)
     server_port: int = 0
     tuned: bool = True  # embedded: raised per-shard queue read rates (testbed.temporal_server)
+    server_dynamic_config: dict[str, str] = field(default_factory=dict)  # embedded: more --dynamic-config-value
     #: embedded: SIGKILL the server at the end instead of its graceful stop (~1 s): for a caller that has read all
     #: it needs of it before the stack ends (a chaos run saves its histories first)
     kill_server_at_exit: bool = False
@@ -240,6 +241,7 @@ async def stack(spec: StackSpec) -> AsyncIterator[Stack]:
         if spec.temporal == "embedded":
             s.server = EmbeddedTemporal(db_filename=spec.server_db, port=spec.server_port, ui=spec.ui, ui_port=spec.ui_port,
                                         tuned=spec.tuned, namespace=spec.connection.namespace,
+                                        extra_dynamic_config=dict(spec.server_dynamic_config),
                                         log_level=spec.server_log_level, log_file=spec.logs / "temporal.log")
             if spec.kill_server_at_exit:
                 _stop_off_loop(exits, s.server.kill)

@@ -38,6 +38,8 @@
     strict_replay_ignore = ["$.messages[*].timestamp"]   # JSON paths a framework computes afresh on each replay
     continue_as_new_events = 200         # optional: the agent continues as new past this many history events (a
                                          # kill aimed before a continue-as-new needs it; unknown: not injected)
+    continue_as_new_suggested = true     # or: it continues as new when Temporal suggests it; the server the
+                                         # harness starts then suggests it past the scenario's threshold
     [chat]                               # zero code: harness/chat_driver.py drives the agent (instead of driver)
     style = "update"                     # "update" | "signal" | "workflow_per_message"
     workflow = "ChatWorkflow"            # the workflow TYPE to start
@@ -155,6 +157,9 @@ class Target:
     #: the history length past which the agent's conversations continue as new (0: not declared); what a kill aimed
     #: just before a continue-as-new (``kill_worker(at="continue_as_new", phase="before")``) waits for
     continue_as_new_events: int = 0
+    #: the agent continues as new when Temporal suggests it (``is_continue_as_new_suggested()``): the embedded server
+    #: is told to suggest it past a scenario's threshold (``limit.historyCount.suggestContinueAsNew``)
+    continue_as_new_suggested: bool = False
     chat: dict[str, Any] | None = None  # the [chat] table (harness.chat_driver drives it), as validated
     address: str | None = None  # HOST:PORT the workers hard-code: the fault proxy listens there (one run at a time)
     #: the target's own replayer, run per workflow ({history}, {workflow_id}); () : the Python replayer on ``workflow``
@@ -337,6 +342,8 @@ class TargetFile(StrictModel):
         [], description='a list of JSON paths ("$.a.b", "$.items[*].c") left out of the strict comparison')
     continue_as_new_events: int = Field(0, ge=0, description="an integer >= 0 (the history length past which the "
                                                              "agent continues as new; 0: not declared)")
+    continue_as_new_suggested: bool = Field(False, description="true or false (the agent continues as new when "
+                                                               "Temporal suggests it)")
     address: Annotated[str, AfterValidator(_local_address)] | None = Field(
         None, description="127.0.0.1:PORT (the address its workers hard-code)")
     chat: dict[str, Any] | None = Field(None, description="a table ([chat] section; see testbed/engines/target.py)")
@@ -411,7 +418,8 @@ def load_target(path: Path) -> Target:
                   workspace=t.workspace, checkers=tuple(t.checkers), cwd=cwd, env=dict(t.env), source=os.path.abspath(path),
                   replay_plugins=tuple(t.replay_plugins), data_converter=t.data_converter,
                   workflow_runner=t.workflow_runner, effects=t.effects, effects_reason=t.effects_reason,
-                  continue_as_new_events=t.continue_as_new_events, strict_replay=t.strict_replay,
+                  continue_as_new_events=t.continue_as_new_events,
+                  continue_as_new_suggested=t.continue_as_new_suggested, strict_replay=t.strict_replay,
                   strict_replay_ignore=tuple(t.strict_replay_ignore),
                   chat=chat, address=t.address, replay_command=tuple(t.replay_command or ()))
 

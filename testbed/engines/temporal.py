@@ -32,6 +32,9 @@ from testbed.model_server import LatencyModel
 from testbed.stack import Endpoints, Stack, StackSpec
 from testbed.worker_process import WorkerProcess
 
+#: the dynamic config that makes the server suggest continue-as-new past this many history events
+SUGGEST_CONTINUE_AS_NEW = "limit.historyCount.suggestContinueAsNew"
+
 @dataclass
 class ReferenceOnTemporal(Engine):
     name: str = "temporal"
@@ -56,6 +59,10 @@ class ReferenceOnTemporal(Engine):
             spec.temporal, spec.connection, spec.server_db, spec.ui = "external", self.connection, None, False
         if self.target.address:  # its workers hard-code where Temporal is: the fault proxy goes there
             spec.server_proxy_port = int(self.target.address.rpartition(":")[2])
+        if self.target.continue_as_new_suggested and scenario.max_history_events and not self.external:
+            # the agent continues as new when Temporal suggests it: the server suggests it past the scenario's
+            # threshold (by default only past 4096 events, which no run reaches)
+            spec.server_dynamic_config[SUGGEST_CONTINUE_AS_NEW] = str(scenario.max_history_events)
         spec.effects_log = run.path / EFFECTS_SERVICE
         task_queue, faults = spec.task_queue, scenario.cluster.faults
         if self.effects_seen_by_service and "after_effect" in faults.crash_at:
@@ -157,9 +164,11 @@ class ReferenceOnTemporal(Engine):
         """What aimed kills read: the effect ledger (workers share the run's state dir with this process; a
         container has it bind-mounted) and the conversations' continue-as-new threshold: the scenario's, where this
         harness configures the agent (the reference's driver config), else the target file's
-        ``continue_as_new_events`` (a target's agent continues as new by its own rule; 0: unknown, and a kill aimed
-        before a continue-as-new is recorded as not injected)."""
+        ``continue_as_new_events`` (a target's agent continues as new by its own rule), or the threshold the server
+        was told to suggest it at (``continue_as_new_suggested``); 0: unknown, and a kill aimed before a
+        continue-as-new is recorded as not injected."""
         config = getattr(driver, "config", None)
+        suggested = int(stack.spec.server_dynamic_config.get(SUGGEST_CONTINUE_AS_NEW, 0))
         return {"ledger": stack.spec.state_dir / self.target.ledger if self.target.ledger else None,
                 "continue_as_new_events": getattr(config, "max_history_events", 0)
-                or self.target.continue_as_new_events}
+                or self.target.continue_as_new_events or suggested}
