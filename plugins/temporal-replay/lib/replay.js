@@ -99,23 +99,22 @@ async function loadModule(file, what) {
   const resolved = path.resolve(file);
   if (!fs.existsSync(resolved)) throw new UsageError(`${what} ${file}: no such file`);
   try {
-    const loaded = await import(pathToFileURL(resolved).href);
-    return loaded.default !== undefined && Object.keys(loaded).length <= 2 ? loaded.default : loaded;
+    return await import(pathToFileURL(resolved).href);
   } catch (err) {
     throw new UsageError(`${what} ${file} does not load: ${oneLine(err.message)}`);
   }
 }
 
-/** The worker's plugins from a module exporting them: an array, a function returning one, or {plugins}. */
+/** The worker's plugins from a module exporting `plugins` or a default export: an array or a function returning one. */
 async function loadPlugins(file) {
   if (!file) return [];
-  let exported = await loadModule(file, '--plugins');
-  if (exported && !Array.isArray(exported) && typeof exported === 'object' && 'plugins' in exported) {
-    exported = exported.plugins;
-  }
+  const loaded = await loadModule(file, '--plugins');
+  let exported = loaded.plugins ?? loaded.default?.plugins ?? loaded.default;
   if (typeof exported === 'function') exported = await exported();
   if (!Array.isArray(exported)) {
-    throw new UsageError(`--plugins ${file}: export an array of the worker's plugins, or a function returning one`);
+    throw new UsageError(
+      `--plugins ${file}: export \`plugins\` (or a default export): an array of the worker's plugins or a function returning one`,
+    );
   }
   return exported;
 }
