@@ -9,7 +9,8 @@ RESTATE_VERSION ?= 1.7.12
 RESTATE := $(VENV)/restate/.installed
 
 .PHONY: help venv demo test run clean clean-runs gc chaos chaos-engines bench bench-quick report system-deps restate-server \
-	example-ai-sdk example-pydantic-ai example-openai-agents example-pydantic-ai-nested example-openai-agents-triage
+	example-ai-sdk example-pydantic-ai example-openai-agents example-pydantic-ai-nested example-openai-agents-triage \
+	ts-replay-sdks
 
 help:
 	@echo "make demo   start the embedded Temporal server, a worker, the scripted model and a REPL"
@@ -27,6 +28,8 @@ help:
 	@echo "           postgresql (DBOS on PostgreSQL), npm (Restate's server)"
 	@echo "make restate-server   Restate's server binary from npm into .venv/restate (make test and make chaos-engines do it)"
 	@echo "make example-ai-sdk   the TypeScript agent's node_modules (examples/ai_sdk_agent, npm ci from its package-lock.json)"
+	@echo "make ts-replay-sdks   plugins/temporal-replay (dah-replay) installed beside each Temporal TypeScript SDK it claims"
+	@echo "           ($(TS_REPLAY_SDKS)), in .venv/ts-replay/: what tests/test_ts_replay.py runs (make test does it)"
 	@echo "make example-pydantic-ai    examples/pydantic_ai_agent's own virtual environment (Pydantic AI on Temporal)"
 	@echo "make example-openai-agents  examples/openai_agents_agent's own virtual environment (OpenAI Agents SDK on Temporal)"
 	@echo "make example-pydantic-ai-nested   examples/pydantic_ai_nested's (Pydantic AI: tools taking nested objects)"
@@ -65,6 +68,19 @@ $(AI_SDK_AGENT)/node_modules/.installed: $(AI_SDK_AGENT)/package-lock.json
 		|| { echo "the TypeScript SDK's native bridge does not load here (its package ships Linux, macOS and Windows builds)" >&2; exit 1; }
 	@touch $@
 
+# The TypeScript replayer (plugins/temporal-replay) on every Temporal TypeScript SDK version it claims: a throwaway
+# node project per version, the package as a file: dependency beside that SDK (tests/test_ts_replay.py).
+TS_REPLAY_SDKS ?= 1.17.0 1.24.0
+TS_REPLAY_DIR := $(VENV)/ts-replay
+ts-replay-sdks: $(foreach v,$(TS_REPLAY_SDKS),$(TS_REPLAY_DIR)/sdk-$(v)/.installed)
+
+$(TS_REPLAY_DIR)/sdk-%/.installed: plugins/temporal-replay/package.json
+	@command -v npm >/dev/null || { echo "the TypeScript SDK comes from npm, which is missing: make system-deps (or apt-get install -y npm)" >&2; exit 1; }
+	@mkdir -p $(@D) && echo '{"name": "ts-replay-sdk-$*", "private": true}' > $(@D)/package.json
+	npm install --silent --no-audit --no-fund --save-exact --prefix $(@D) @temporalio/worker@$* @temporalio/workflow@$* \
+		@temporalio/client@$* @temporalio/activity@$* @temporalio/common@$* file:$(CURDIR)/plugins/temporal-replay
+	@touch $@
+
 # The framework agents in examples/, each in a virtual environment of its own: their pins never meet the harness's
 # (Pydantic AI needs openai>=3.31, which LiteLLM's openai<3 forbids here).
 example-pydantic-ai: examples/pydantic_ai_agent/.venv/.installed
@@ -84,12 +100,14 @@ PROMPT ?= What is 25 * 4?
 run: $(STAMP)
 	$(PY) -m testbed run "$(PROMPT)"
 
-# The system packages first (installed where this is root with apt-get), and the TypeScript agent's node_modules
-# (tests/test_ai_sdk_agent.py runs it as a chaos run), so nothing skips for want of one;
+# The system packages first (installed where this is root with apt-get), the TypeScript agents' node_modules
+# (tests/test_ai_sdk_agent.py runs one as a chaos run) and the TypeScript replayer on each SDK it claims
+# (tests/test_ts_replay.py), so nothing skips for want of one;
 # SYSTEM_DEPS=no runs the suite without them (their tests skip, each with the reason).
 SYSTEM_DEPS ?= yes
 test: $(STAMP)
-	@if [ "$(SYSTEM_DEPS)" != no ]; then $(MAKE) --no-print-directory system-deps restate-server example-ai-sdk; fi
+	@if [ "$(SYSTEM_DEPS)" != no ]; then $(MAKE) --no-print-directory system-deps restate-server example-ai-sdk \
+		ts-replay-sdks; fi
 	$(PY) -m pytest -q
 
 # The environments' system packages (Debian/Ubuntu): bubblewrap (shell_local), chromium (browser_local, and the

@@ -1,6 +1,7 @@
 """The TypeScript agent (examples/ai_sdk_agent) end to end on the real stack: a Node worker answers chat updates
-through the AI SDK's OpenAI provider (Responses API) on the scripted model, continues as new, and its own replayer
-(``node replay.js``) passes the saved histories, then fails them once the workflow code changes an activity input.
+through the AI SDK's OpenAI provider (Responses API) on the scripted model, continues as new, and its target file's
+``replay_command`` (``dah-replay``, plugins/temporal-replay) passes the saved histories, then fails them once the
+workflow code changes an activity input.
 Then the same agent as a chaos run driven by its target file alone (``chaos-target.toml``: no harness code), whose
 verdict must be pass, its notes seen by the effects service and its histories replayed by its ``replay_command``.
 
@@ -35,9 +36,14 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+#: the replayer the target file names, as the harness runs it (``{history}``: one workflow's folder of runs)
+REPLAY_COMMAND = ["npx", "--no-install", "dah-replay", "--workflows", "./workflows.js", "--plugins",
+                  "./temporal-plugins.js", "{history}"]
+
+
 def replay(cwd: Path, histories: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["node", "replay.js", str(histories)], cwd=cwd, capture_output=True, text=True,
-                          timeout=300)
+    argv = [str(histories) if part == "{history}" else part for part in REPLAY_COMMAND]
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
 
 
 async def test_chat_continue_as_new_and_strict_replay(stack: Stack, tmp_path: Path) -> None:
@@ -71,9 +77,11 @@ async def test_chat_continue_as_new_and_strict_replay(stack: Stack, tmp_path: Pa
     histories = tmp_path / "histories" / workflow_id
     assert len(list(histories.glob("*.json"))) == 2
 
+    assert list(load_target(EXAMPLE / "chaos-target.toml").replay_command) == REPLAY_COMMAND
     ok = replay(EXAMPLE, histories)
     assert ok.returncode == 0, ok.stderr
-    assert ok.stdout.startswith("replayed 2 run(s)")
+    assert ok.stdout.startswith(f"replayed 2 run(s) of {workflow_id} on @temporalio/worker 1.24.0: deterministic")
+    assert "inputs of" in ok.stdout and "compared with the history" in ok.stdout
 
     # The same commands with another model input: the SDK's own replay accepts it, the strict comparison does not.
     changed = tmp_path / "changed"
@@ -88,7 +96,7 @@ async def test_chat_continue_as_new_and_strict_replay(stack: Stack, tmp_path: Pa
     assert bad.returncode == 1, bad.stdout + bad.stderr
     line = bad.stderr.strip()
     assert "\n" not in line
-    assert "activity invokeModel (id 1, event" in line and "different input on replay" in line
+    assert "activity invokeModel (id 1, event" in line and "different input on replay at $" in line
     assert "You are a helpful assistant." in line and "You are terse." in line  # shown where they part
 
 
@@ -97,7 +105,7 @@ async def test_chat_continue_as_new_and_strict_replay(stack: Stack, tmp_path: Pa
 @pytest.mark.timeout(240)
 async def test_a_chaos_run_from_its_target_file_alone_passes(tmp_path: Path) -> None:
     """model_outage on the TypeScript agent (a smaller load, so it stays near a minute): every message answered,
-    every acknowledged note applied once by the effects service, its histories replayed by ``node replay.js``."""
+    every acknowledged note applied once by the effects service, its histories replayed by ``dah-replay``."""
     path = EXAMPLE / "chaos-target.toml"
     target = load_target(path)
     scenario = replace(SCENARIOS["model_outage"], workload=Workload(conversations=2, messages=3, append_ratio=0.5))
@@ -111,7 +119,7 @@ async def test_a_chaos_run_from_its_target_file_alone_passes(tmp_path: Path) -> 
     assert "inputs compared by the command" in by["replay"].summary, by["replay"].summary
     assert any(f["f"] == "model_outage" and f["landed"] for f in by["injection_evidence"].details["faults"])
     recorded = json.loads((result.run_dir / "run.json").read_text())["target"]
-    assert recorded["replay_command"] == ["node", "replay.js", "{history}"] and recorded["workflow"] is None
+    assert recorded["replay_command"] == REPLAY_COMMAND and recorded["workflow"] is None
 
 
 @pytest.mark.slow

@@ -11,10 +11,9 @@
 'use strict';
 
 const { parseArgs } = require('node:util');
-const { createOpenAI } = require('@ai-sdk/openai');
-const { AiSdkPlugin } = require('@temporalio/ai-sdk');
 const { NativeConnection, Worker } = require('@temporalio/worker');
 const { createActivities } = require('./activities');
+const { plugins } = require('./temporal-plugins');
 
 const BUGS = ['no-idempotency-key', 'swallow-tool-failure'];
 
@@ -42,7 +41,6 @@ function readOptions(argv, env) {
 async function main() {
   const opts = readOptions(process.argv.slice(2), process.env);
   const connection = await NativeConnection.connect({ address: opts.address });
-  const openai = createOpenAI({ baseURL: opts['model-url'], apiKey: process.env.OPENAI_API_KEY || 'x' });
   const worker = await Worker.create({
     connection,
     namespace: opts.namespace,
@@ -50,10 +48,7 @@ async function main() {
     identity: opts.identity,
     workflowsPath: require.resolve('./workflows'),
     activities: createActivities({ effectsUrl: opts['effects-url'].replace(/\/+$/, ''), bug: opts.bug }),
-    // @temporalio/ai-sdk 1.17 installs the AI SDK's globals (Headers, web streams) when a context loads its
-    // modules: in a shared context only the first workflow sees them, later ones fail with 'Headers is not defined'.
-    reuseV8Context: false,
-    plugins: [new AiSdkPlugin({ modelProvider: openai })],
+    plugins: plugins({ modelUrl: opts['model-url'], apiKey: process.env.OPENAI_API_KEY }),
   });
   await worker.run();
 }

@@ -8,8 +8,9 @@
 // random here; the SDK's bundler runs this file in its sandbox.
 'use strict';
 
-// @temporalio/ai-sdk first: it installs the polyfills (streams, Headers) that `ai` needs in the sandbox.
-const { TemporalProvider } = require('@temporalio/ai-sdk');
+// Workflow code imports @temporalio/ai-sdk/workflow, not the package root (whose activities the sandbox refuses);
+// the polyfills `ai` needs in the sandbox come from the plugin (temporal-plugins.js), which the bundle starts with.
+const { TemporalProvider } = require('@temporalio/ai-sdk/workflow');
 const { generateText, stepCountIs, tool } = require('ai');
 const wf = require('@temporalio/workflow');
 const { z } = require('zod');
