@@ -120,6 +120,40 @@ def test_the_targets_continue_as_new_threshold_reaches_its_nemesis(tmp_path: Pat
         load_target(path)
 
 
+def test_a_target_that_continues_as_new_when_suggested_is_suggested_it_at_the_scenarios_threshold(
+        tmp_path: Path) -> None:
+    """``continue_as_new_suggested``: the embedded server is told to suggest continue-as-new past the scenario's
+    threshold, and a kill aimed before one waits for that length; a scenario with no threshold, a server the
+    harness does not start, or a target that does not declare it changes nothing."""
+    from chaos.scenarios import SCENARIOS
+    from harness.rundir import RunDir
+    from testbed.engines.temporal import SUGGEST_CONTINUE_AS_NEW
+
+    path = tmp_path / "chaos-target.toml"
+    driver = SimpleNamespace(workflow_ids=["c-0"])
+
+    def spec_of(text: str, scenario: str, **engine: object) -> object:
+        path.write_text(TARGET + text)
+        own = OwnAgentOnTemporal(load_target(path), **engine)  # type: ignore[arg-type]
+        run = RunDir.create(tmp_path / "runs" / scenario)
+        spec = own.stack_spec(SCENARIOS[scenario], run, 1, History(run.path / "operations.jsonl"), False)
+        return own, spec
+
+    own, spec = spec_of("continue_as_new_suggested = true\n", "kill_continue_as_new")
+    threshold = SCENARIOS["kill_continue_as_new"].max_history_events
+    assert spec.server_dynamic_config == {SUGGEST_CONTINUE_AS_NEW: str(threshold)}  # type: ignore[attr-defined]
+    assert nemesis_context(own, SimpleNamespace(spec=spec), None, driver, 1  # type: ignore[arg-type]
+                           ).continue_as_new_events == threshold
+    for text, scenario in [("continue_as_new_suggested = true\n", "kill_mid_turn"), ("", "kill_continue_as_new")]:
+        own, spec = spec_of(text, scenario)
+        assert spec.server_dynamic_config == {}, (text, scenario)  # type: ignore[attr-defined]
+        assert nemesis_context(own, SimpleNamespace(spec=spec), None, driver, 1  # type: ignore[arg-type]
+                               ).continue_as_new_events == 0
+    path.write_text(TARGET + 'continue_as_new_suggested = "yes"\n')
+    with pytest.raises(ValueError, match="continue_as_new_suggested"):
+        load_target(path)
+
+
 T0 = 1_795_000_000.0
 VICTIM = "worker-1-1"
 

@@ -314,3 +314,24 @@ async def test_the_third_party_example_needs_no_driver(tmp_path: Path) -> None:
     assert by["lost"].details["acknowledged"] >= 4 and by["effects"].details["logical_effects_applied"] >= 1
     statements = json.loads((result.run_dir / "conversations.json").read_text())["statements"]
     assert "not re-sent" in statements[0]  # its signals carry no message id: said in the run
+
+
+def test_a_conversation_of_lines_is_read_with_no_convention_of_the_agents() -> None:
+    """A Query returning lines ("User: ...", "Triage Agent: ...") is read by what the driver sent: a line holding
+    a sent text is that user message, any other line (a handoff note, a tool's output, a reply) the agent's."""
+    from harness.chat_driver import as_messages, reply_after
+
+    first, second = "Please take care of request req-a1b2c3-0-0.", "Please take care of request req-a1b2c3-0-1."
+    lines = [f"User: {first}", "Triage Agent: Handed off to tool transfer_to_seat_booking_agent",
+             "Handed off from Triage Agent to Seat Booking Agent", "Seat Booking Agent: Calling a tool",
+             "Seat Booking Agent: Request req-a1b2c3-0-0 is done.", f"User: {second}",
+             "Seat Booking Agent: Request req-a1b2c3-0-1 is done."]
+    messages = as_messages(lines, None, {first, second})
+    assert [m["role"] for m in messages] == ["user"] + ["assistant"] * 4 + ["user", "assistant"]
+    assert [m["content"] for m in messages] == lines
+    assert reply_after(messages, first, 1, token="req-a1b2c3-0-0") == "Seat Booking Agent: Request req-a1b2c3-0-0 is done."
+    assert reply_after(messages, second, 1, token="req-a1b2c3-0-1") == "Seat Booking Agent: Request req-a1b2c3-0-1 is done."
+    # no prefix is taken for a role: with nothing sent, every line is the agent's, and other items are dropped
+    assert {m["role"] for m in as_messages(lines + [7, None], None)} == {"assistant"}
+    assert as_messages([{"role": "user", "content": first}, {"x": 1}], None, {first}) == [
+        {"role": "user", "content": first}]

@@ -168,7 +168,8 @@ class ReferenceOnTemporal(Engine):
         was told to suggest it at (``continue_as_new_suggested``); 0: unknown, and a kill aimed before a
         continue-as-new is recorded as not injected."""
         config = getattr(driver, "config", None)
-        suggested = int(stack.spec.server_dynamic_config.get(SUGGEST_CONTINUE_AS_NEW, 0))
+        spec = getattr(stack, "spec", None)
+        suggested = int(getattr(spec, "server_dynamic_config", {}).get(SUGGEST_CONTINUE_AS_NEW, 0))
         return {"ledger": stack.spec.state_dir / self.target.ledger if self.target.ledger else None,
                 "continue_as_new_events": getattr(config, "max_history_events", 0)
                 or self.target.continue_as_new_events or suggested}
