@@ -263,7 +263,7 @@ class ChatDriver:
             values = {"text": msg.text, "message_id": message_id, "workflow_id": conv.workflow_id, "n": str(n)}
             try:
                 if self.style == "update":
-                    outcome = await self._send_update(handle, values, process, n)
+                    outcome = await self._send_update(handle, values, process, n, conv, msg)
                 elif self.style == "signal":
                     outcome = await self._send_signal(handle, values, process, n, conv, msg)
                 else:
@@ -316,8 +316,8 @@ class ChatDriver:
             values = {**values, "history_length": len(listed) if isinstance(listed, list) else 0}
         return fill_template(template, values)
 
-    async def _send_update(self, handle: WorkflowHandle, values: dict[str, str], process: str, n: int
-                           ) -> tuple[str, Any, str | None]:
+    async def _send_update(self, handle: WorkflowHandle, values: dict[str, str], process: str, n: int,
+                           conv: Conversation, msg: Planned) -> tuple[str, Any, str | None]:
         arg = await self._message_arg(handle, values)
         attempts = 0
 
@@ -328,11 +328,34 @@ class ChatDriver:
                 result = await handle.execute_update(self.chat["update"], arg, id=values["message_id"],
                                                      rpc_timeout=timedelta(seconds=timeout_s))
             except WorkflowUpdateFailedError as exc:  # the workflow's own answer: the turn failed
-                return FAIL, None, f"update failed: {exc.cause}"
+                if attempts == 1:
+                    return FAIL, None, f"update failed: {exc.cause}"
+                return await self._rejected_resend(handle, conv, msg, attempts, exc)
             return OK, {"reply": _reply_text(at_path(result, self.chat.get("reply_path", ""))),
                         "attempts": attempts}, None
 
         return await self._retrying(once, handle, process, n, handle.id, resend=True)
+
+    async def _rejected_resend(self, handle: WorkflowHandle, conv: Conversation, msg: Planned, attempts: int,
+                               exc: WorkflowUpdateFailedError) -> tuple[str, Any, str | None]:
+        """A re-sent Update the workflow refused, after a try whose outcome is unknown. Temporal de-duplicates an
+        update id only within a run: once the run that applied the first try has continued as new, the re-send
+        reaches the new run, whose validator may refuse it as stale (the chat has moved on: by that very turn).
+        So the refusal does not say the message failed. As a user would, the driver reads the conversation: the
+        message answered there is ``ok`` with that reply; otherwise ``info`` (it may or may not have been
+        applied), never ``fail``."""
+        why = f"update failed when re-sent (try {attempts}), after a try with no answer: {exc.cause}"
+        if self.chat.get("query"):
+            occurrence = sum(1 for p in conv.planned if p.text == msg.text)
+            try:
+                reply = reply_after(await self._conversation(handle, QUERY_TIMEOUT * 3), msg.text, occurrence,
+                                    msg.content if msg.kind == "task" else msg.text)
+            except Exception as read_exc:  # a worker is down: the outcome stays unknown
+                return INFO, {"attempts": attempts}, f"{why}; the conversation could not be read: {read_exc}"
+            if reply is not None:
+                return OK, {"reply": _reply_text(reply), "attempts": attempts, "read_from": "query",
+                            "refused_resend": str(exc.cause)}, None
+        return INFO, {"attempts": attempts}, f"{why}: the earlier try may have been applied"
 
     async def _send_signal(self, handle: WorkflowHandle, values: dict[str, str], process: str, n: int,
                            conv: Conversation, msg: Planned) -> tuple[str, Any, str | None]:

@@ -159,7 +159,7 @@ VICTIM = "worker-1-1"
 
 
 def _kill_mid_call(tmp_path: Path, snapshot_worker: str = VICTIM, closed_s: float | None = None,
-                   snapshot: bool = True):
+                   snapshot: bool = True, aim: str = "model", tool_ran: bool = False):
     """A run of one kill of a busy worker with no effect ledger, mid-call on ``call_model`` (activity 5 of c-0,
     scheduled at T0, its attempt started at T0+1 on ``snapshot_worker`` by the server's snapshot, the kill at T0+5).
     The history has the activity scheduled and (``closed_s`` None) never closed: no retry before the run ended."""
@@ -172,23 +172,29 @@ def _kill_mid_call(tmp_path: Path, snapshot_worker: str = VICTIM, closed_s: floa
          "attempt": 1, "worker": snapshot_worker, "scheduled": T0, "last_started": T0 + 1.0}]}
 
     def ops(history: History) -> None:
-        op = history.invoke("nemesis", "kill_worker", {"when": "busy", "activity": "model", "down_s": 1.0})
+        op = history.invoke("nemesis", "kill_worker", {"when": "busy", "activity": aim, "down_s": 1.0})
         history.complete(op, "ok", {
             "worker": "worker-1", "identity": VICTIM, "killed_at": T0 + 5.0, "down_s": 1.0,
             "evidence": [{"workflow_id": "c-0", "activity": "call_model", "attempt": 1, "worker": VICTIM}],
-            "aim": {"when": "busy", "activity": "model", "at": None}, "observed_by": "temporal_pending_activities",
+            "aim": {"when": "busy", "activity": aim, "at": None}, "observed_by": "temporal_pending_activities",
             **({"frozen_snapshot": pending} if snapshot else {})})
 
     def at(s: float) -> datetime:
         return datetime.fromtimestamp(T0 + s, tz=timezone.utc)
 
-    data = RunData(_run_dir(tmp_path, ops))
+    run = _run_dir(tmp_path, ops)
+    record = json.loads((run / "run.json").read_text())
+    record["target"]["model_activity"] = "call_model"
+    (run / "run.json").write_text(json.dumps(record))
+    data = RunData(run)
     activity = ActivityRecord("5", "call_model", 5, outcome="running" if closed_s is None else "completed",
                               scheduled_at=at(0.0), closed_at=None if closed_s is None else at(closed_s),
                               started_at=None if closed_s is None else at(1.0),
                               worker="" if closed_s is None else snapshot_worker,
                               attempts=0 if closed_s is None else 1)
-    data.__dict__["event_histories"] = {"c-0": [RunRecord("c-0", "r-1", activities=[activity])]}
+    tools = [ActivityRecord("3", "lookup", 3, outcome="completed", scheduled_at=at(-3.0), closed_at=at(-2.0),
+                            started_at=at(-2.9), worker=VICTIM, attempts=1)] if tool_ran else []
+    data.__dict__["event_histories"] = {"c-0": [RunRecord("c-0", "r-1", activities=tools + [activity])]}
     return data
 
 
@@ -209,6 +215,32 @@ def test_a_snapshot_proves_a_landing_only_on_the_victim_for_an_activity_open_at_
     assert result.verdict == UNKNOWN and "idle workers" in result.summary, result.summary
 
 
+
+
+@pytest.mark.parametrize("tool_ran", [False, True])
+def test_a_kill_aimed_at_a_tool_lands_only_on_a_tool_and_says_when_the_agent_has_none(tmp_path: Path,
+                                                                                     tool_ran: bool) -> None:
+    """kill_mid_tool on an agent whose tools run in workflow code: the kill found a model call in flight, which
+    is not what it aimed at. Never a pass; with no tool activity anywhere in the run, it says it cannot apply."""
+    result = injection_evidence.check(_kill_mid_call(tmp_path, aim="tool", tool_ran=tool_ran))
+    assert result.verdict == UNKNOWN and result.details["faults"][0]["landed"] is False, result.summary
+    if tool_ran:  # a tool ran, just not on the victim at the kill: the run cannot pass, and nothing is claimed
+        assert "idle workers" in result.summary and "not applicable" not in result.summary, result.summary
+    else:
+        assert result.summary.startswith("not applicable to this agent: a kill aimed at tool cannot apply: no "
+                                         "activity but the model's (call_model) ran"), result.summary
+
+
+def test_crash_after_effect_on_an_agent_that_declares_no_effect_says_it_cannot_apply(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path, lambda history: None)
+    record = json.loads((run / "run.json").read_text())
+    record.update(schedule=[], scenario={"cluster": {"crash_at": ["after_effect"]}},
+                  target={"checkers": ["injection_evidence"], "effects": "none", "effects_reason": "it calls nothing"})
+    (run / "run.json").write_text(json.dumps(record))
+    result = injection_evidence.check(RunData(run))
+    assert result.verdict == UNKNOWN and result.summary.startswith(
+        'not applicable to this agent: its crashes come right after an external effect, and the target declares '
+        'none (effects = "none": it calls nothing)'), result.summary
 
 RELEASE = asyncio.Event()
 

@@ -380,6 +380,13 @@ def _landing(data: RunData, inv: Op, done: Op | None, has_ledger: bool,
         # must confirm that work was in flight on the victim at the kill instant.
         fault["nemesis_saw"] = evidence
         evidence = _kill_in_history(data, value)
+        target = value["aim"].get("activity") if isinstance(value.get("aim"), dict) else None
+        if target not in (None, "any", "model"):
+            # A kill aimed at a tool (or at one activity type) lands only on one: a model call or a workflow task
+            # in flight on the victim is not a tool call, and an agent whose tools run in workflow code has none.
+            fault["aim"] = target
+            evidence = [e for e in evidence if "activity" in e and (
+                e["activity"] != data.model_activity if target == "tool" else e["activity"] == target)]
     return {**fault, "landed": bool(evidence), "evidence": evidence}
 
 
@@ -427,11 +434,44 @@ def check(data: RunData) -> CheckResult:
     if not faults:
         scenario = data.run.get("scenario") or {}
         scheduled = data.run.get("schedule") or (scenario.get("cluster") or {}).get("crash_at")
+        if scheduled and data.target.get("effects") == "none" and not data.run.get("schedule"):
+            reason = data.target.get("effects_reason")
+            return CheckResult("injection_evidence", UNKNOWN,
+                               "not applicable to this agent: its crashes come right after an external effect, and the "
+                               "target declares none (effects = \"none\"" + (f": {reason}" if reason else "")
+                               + "), so none was injected and the run proved nothing", details)
         if scheduled:
             return CheckResult("injection_evidence", UNKNOWN, "faults were scheduled but none was injected", details)
         return CheckResult("injection_evidence", PASS, f"no faults scheduled (a baseline run){exercised}", details)
+    absent = _absent_aims(data, faults)
+    if absent:
+        details["absent_aims"] = absent
+    cannot = "; ".join(f"a kill aimed at {a} cannot apply: {why}" for a, why in absent.items())
     if not landed:
+        if cannot:
+            return CheckResult("injection_evidence", UNKNOWN, f"not applicable to this agent: {cannot}; none of the "
+                               f"{len(faults)} fault(s) hit what it aimed at, so the run proved nothing", details)
         return CheckResult("injection_evidence", UNKNOWN,
                            f"all {len(faults)} fault(s) landed on idle workers: the run proved nothing", details)
     return CheckResult("injection_evidence", PASS,
-                       f"{landed} of {len(faults)} fault(s) landed on in-flight work{exercised}", details)
+                       f"{landed} of {len(faults)} fault(s) landed on in-flight work{exercised}"
+                       + (f" ({cannot})" if cannot else ""), details)
+
+
+def _absent_aims(data: RunData, faults: list[dict[str, Any]]) -> dict[str, str]:
+    """The aims of kills that hit nothing (a tool, an activity type's name) for which no such activity ran in the
+    whole run, by the saved histories: the scenario does not apply to this agent (its tools run in workflow code,
+    or it has no activity of that name)."""
+    aims = {f["aim"] for f in faults if not f["landed"] and f.get("f") == "kill_worker"
+            and isinstance(f.get("aim"), str) and f["aim"] not in ("any", "model", "after_effect", *HISTORY_AIMS)}
+    if not aims or not data.event_histories:
+        return {}
+    ran = {a.activity_type for chain in data.event_histories.values() for run in chain for a in run.activities}
+    out = {}
+    for aim in sorted(aims):
+        if aim == "tool" and not ran - {data.model_activity}:
+            out[aim] = (f"no activity but the model's ({data.model_activity}) ran in this run: the agent's tools run "
+                        "in workflow code (or it has none)")
+        elif aim != "tool" and aim not in ran:
+            out[aim] = f"no {aim} activity ran in this run"
+    return out
