@@ -25,6 +25,13 @@ with workflow.unsafe.imports_passed_through():  # the agent is built once per wo
 @dataclass
 class TravelChatInput:
     messages: list[ModelMessage] = field(default_factory=list)  # carried over by continue-as-new
+    # update id -> its reply, carried over too: Temporal de-duplicates an update id only within one run, so a
+    # client re-sending a message whose first try was answered just before a continue-as-new reaches the new
+    # run with it; without this the agent would answer it (and put it in its history) a second time.
+    answered: dict[str, str] = field(default_factory=dict)
+
+
+ANSWERED_KEPT = 200  # the most recent update ids carried over (a client re-sends only its latest messages)
 
 
 @workflow.defn
@@ -34,6 +41,7 @@ class TravelChat(PydanticAIWorkflow):
     @workflow.init
     def __init__(self, chat: TravelChatInput) -> None:
         self.messages = list(chat.messages)
+        self.answered = dict(chat.answered)
         self.closed = False
         self.lock = asyncio.Lock()  # one message at a time: each sees the history the previous one left
 
@@ -42,13 +50,18 @@ class TravelChat(PydanticAIWorkflow):
         await workflow.wait_condition(lambda: self.closed or workflow.info().is_continue_as_new_suggested())
         await workflow.wait_condition(workflow.all_handlers_finished)
         if not self.closed:
-            workflow.continue_as_new(TravelChatInput(messages=self.messages))
+            kept = dict(list(self.answered.items())[-ANSWERED_KEPT:])
+            workflow.continue_as_new(TravelChatInput(messages=self.messages, answered=kept))
 
     @workflow.update
     async def chat(self, message: str) -> str:
+        update_id = workflow.current_update_info().id
         async with self.lock:
+            if update_id in self.answered:  # a re-send of a message already answered (in this run or before)
+                return self.answered[update_id]
             result = await agent.run(message, message_history=self.messages)
             self.messages = result.all_messages()
+            self.answered[update_id] = result.output
             return result.output
 
     @chat.validator
