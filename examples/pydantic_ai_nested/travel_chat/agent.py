@@ -97,6 +97,9 @@ EXTRA_EUR = {Extra.breakfast: 15, Extra.parking: 20, Extra.late_checkout: 30, Ex
              Extra.cot: 0}  # breakfast and parking per night, the rest once
 
 
+MAX_DAYS = 31  # the longest day-by-day plan plan_trip writes
+
+
 def _nights(dates: DateRange) -> int:
     return max(0, (dates.end - dates.start).days)
 
@@ -126,7 +129,12 @@ def plan_trip(request: TripRequest) -> TripPlan:
     """
     nights = _nights(request.dates)
     interests = request.interests or ["the old town"]
-    days = [f"{request.dates.start + timedelta(days=i)}: {interests[i % len(interests)]}" for i in range(nights + 1)]
+    # At most MAX_DAYS lines: dates decades apart (a model can send them) would otherwise make a plan of
+    # megabytes, past Temporal's payload limit, and the conversation's workflow tasks would fail from then on.
+    days = [f"{request.dates.start + timedelta(days=i)}: {interests[i % len(interests)]}"
+            for i in range(min(nights + 1, MAX_DAYS))]
+    if nights + 1 > MAX_DAYS:
+        days.append(f"... and {nights + 1 - MAX_DAYS} more days: plan them in shorter trips")
     young = any(t.kind is not TravellerKind.adult for t in request.travellers)
     room = RoomType.family if young else RoomType.single if len(request.travellers) == 1 else RoomType.double
     return TripPlan(destination=request.destination, nights=nights, party=_party(request.travellers), days=days,
