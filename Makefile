@@ -10,7 +10,7 @@ RESTATE := $(VENV)/restate/.installed
 
 .PHONY: help venv demo test run clean clean-runs gc chaos chaos-engines bench bench-quick report system-deps restate-server \
 	example-ai-sdk example-pydantic-ai example-openai-agents example-pydantic-ai-nested example-openai-agents-triage \
-	ts-replay-sdks
+	example-ts-signal ts-replay-sdks
 
 help:
 	@echo "make demo   start the embedded Temporal server, a worker, the scripted model and a REPL"
@@ -32,6 +32,7 @@ help:
 	@echo "           ($(TS_REPLAY_SDKS)), in .venv/ts-replay/: what tests/test_ts_replay.py runs (make test does it)"
 	@echo "make example-pydantic-ai    examples/pydantic_ai_agent's own virtual environment (Pydantic AI on Temporal)"
 	@echo "make example-openai-agents  examples/openai_agents_agent's own virtual environment (OpenAI Agents SDK on Temporal)"
+	@echo "make example-ts-signal   examples/ts_signal_agent's node_modules (TypeScript: Signals with message ids, a calculator)"
 	@echo "make example-pydantic-ai-nested   examples/pydantic_ai_nested's (Pydantic AI: tools taking nested objects)"
 	@echo "make example-openai-agents-triage examples/openai_agents_triage's (Temporal's customer-service sample: handoffs)"
 	@echo "make clean  remove the virtual environment and build clutter (keeps runs/ and reports/out/)"
@@ -60,6 +61,14 @@ $(RESTATE):
 # The TypeScript agent on Temporal's TypeScript SDK and the Vercel AI SDK: its own node_modules, exactly its lock file.
 AI_SDK_AGENT := examples/ai_sdk_agent
 example-ai-sdk: $(AI_SDK_AGENT)/node_modules/.installed
+
+# The TypeScript agent driven by Signals (examples/ts_signal_agent): its own node_modules, from its lock file.
+example-ts-signal: examples/ts_signal_agent/node_modules/.installed
+
+examples/ts_signal_agent/node_modules/.installed: examples/ts_signal_agent/package-lock.json
+	@command -v npm >/dev/null || { echo "the TypeScript agent comes from npm, which is missing: make system-deps (or apt-get install -y npm)" >&2; exit 1; }
+	cd examples/ts_signal_agent && npm ci --silent --no-audit --no-fund
+	@touch $@
 
 $(AI_SDK_AGENT)/node_modules/.installed: $(AI_SDK_AGENT)/package-lock.json
 	@command -v npm >/dev/null || { echo "the TypeScript agent comes from npm, which is missing: make system-deps (or apt-get install -y npm)" >&2; exit 1; }
