@@ -42,7 +42,7 @@ from chaos.replay_target import replay_target
 from chaos.scenarios import SCENARIOS, ChaosScenario
 from harness import operations
 from harness.model_record import MODEL_RECORD
-from harness.operations import History
+from harness.operations import OK, History
 from harness.rundir import CONVERSATIONS, EFFECTS_SERVICE, RunDir, command_line, machine_info
 from harness.commands import tool
 from harness.verdict import FAIL, UNKNOWN, CheckResult
@@ -214,6 +214,35 @@ def nemesis_context(engine: Engine, stack: Stack, history: History, driver: Any,
                           driver_stop=getattr(driver, "stop", None),
                           running=(lambda ctx: running(ctx.stack)) if running is not None else None,
                           **engine.aiming(stack, driver))
+
+
+#: a settle that keeps seeing answers waits on, at most this many times its ``settle_s``
+SETTLE_ROUNDS = 10
+
+
+def _answered(history: History) -> int:
+    return sum(1 for op in history.ops() if op.f == "send_message" and op.type == OK)
+
+
+async def _settle(load: asyncio.Future, scenario: ChaosScenario, history: History, progress: Progress) -> None:
+    """Wait for the load to finish: each ``settle_s`` that ends with it still running, it goes on while messages
+    are still being answered (a big load, ``--conversations 50 --messages 10``, needs longer than a small one),
+    and is abandoned only when a whole ``settle_s`` passed with no answer, or after ``SETTLE_ROUNDS`` of them;
+    messages in flight then stay unknown (info), never a failure of the agent's."""
+    for round_ in range(1, SETTLE_ROUNDS + 1):
+        before = _answered(history)
+        try:
+            await asyncio.wait_for(asyncio.shield(load), timeout=scenario.settle_s)
+            return
+        except asyncio.TimeoutError:
+            answered = _answered(history) - before
+            if not answered or round_ == SETTLE_ROUNDS:
+                why = "no message was answered in the last" if not answered else f"{round_} rounds of"
+                progress(f"{scenario.name}: load still running after {round_ * scenario.settle_s:.0f}s settle "
+                         f"({why} {scenario.settle_s:.0f}s); abandoning it")
+                return
+            progress(f"{scenario.name}: load still running after {round_ * scenario.settle_s:.0f}s settle, "
+                     f"{answered} message(s) answered in the last {scenario.settle_s:.0f}s; waiting on")
 
 
 async def _run(scenario: ChaosScenario, engine: Engine, seed: int, progress: Progress, ui: bool, cluster: Cluster,
@@ -398,9 +427,7 @@ async def _warm_up_faults_heal_settle(scenario: ChaosScenario, events: list[Neme
     await asyncio.to_thread(cluster.heal)  # it may wait for the supervisor, which may be mid-restart
     phase("settle")
     try:
-        await asyncio.wait_for(asyncio.shield(load), timeout=scenario.settle_s)
-    except asyncio.TimeoutError:
-        progress(f"{scenario.name}: load still running after {scenario.settle_s}s settle; abandoning it")
+        await _settle(load, scenario, history, progress)
     except Exception as exc:  # a crashed driver: recorded; its unfinished operations stay unknown (info)
         history.event("generator", "driver_error", {"error": f"{type(exc).__name__}: {exc}"})
         progress(f"{scenario.name}: the driver crashed ({type(exc).__name__}: {exc}); checking what was recorded")
