@@ -35,6 +35,7 @@ from testbed.worker_process import WorkerProcess
 #: the dynamic config that makes the server suggest continue-as-new past this many history events
 SUGGEST_CONTINUE_AS_NEW = "limit.historyCount.suggestContinueAsNew"
 
+
 @dataclass
 class ReferenceOnTemporal(Engine):
     name: str = "temporal"
