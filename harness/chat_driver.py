@@ -462,7 +462,7 @@ class ChatDriver:
 
     async def _conversation(self, handle: WorkflowHandle, timeout: timedelta = QUERY_TIMEOUT) -> list[dict[str, Any]]:
         result = await handle.query(self.chat["query"], rpc_timeout=timeout)
-        sent = {p.text for c in self.conversations for p in c.planned}
+        sent = {p.text for c in self.conversations if c.workflow_id == handle.id for p in c.planned}  # its own
         return as_messages(at_path(result, self.chat.get("conversation_path", "")), self.chat.get("turn_keys"), sent)
 
     async def _from_history(self, workflow_id: str) -> list[dict[str, Any]]:
