@@ -71,6 +71,18 @@ class ActivityRecord:
     # Whether the last failure before the attempt that started last set its own ``next_retry_delay`` (an
     # application failure may, overriding the policy; the history keeps only this last failure).
     last_failure_sets_delay: bool = False
+    # What it was scheduled with (seconds; None: not set). The server fills in start-to-close from
+    # schedule-to-close when only that is set, so these are the limits the server applied.
+    start_to_close_s: float | None = None
+    heartbeat_s: float | None = None
+    schedule_to_close_s: float | None = None
+    schedule_to_start_s: float | None = None
+    maximum_attempts: int = 0  # 0: unlimited
+    non_retryable: tuple[str, ...] = ()  # error types the retry policy does not retry
+    # How the attempt before the last one ended, when a timeout ended it (``START_TO_CLOSE``, ``HEARTBEAT``,
+    # ...): the timeout that noticed a dead worker. The history keeps only this last failure.
+    last_failure_timeout: str = ""
+    last_failure_type: str = ""  # its application error type, when an application failure ended it
 
     @property
     def duration_ms(self) -> float | None:
@@ -199,6 +211,9 @@ class WorkflowTaskRecord:
     scheduled_at: datetime | None = None
     started_at: datetime | None = None
     closed_at: datetime | None = None
+    timeout_type: str = ""  # a timed-out task: ``START_TO_CLOSE`` (its worker held it) or ``SCHEDULE_TO_START``
+    sticky: bool = False  # scheduled on a worker's sticky queue (the worker that ran the workflow's last task)
+    start_to_close_s: float | None = None  # the workflow task timeout it was scheduled with
 
 
 @dataclass
@@ -224,6 +239,18 @@ class RunRecord:
     workflow_tasks: list[WorkflowTaskRecord] = field(default_factory=list)
     result: object = None  # the completion's result (decoded as ``decode_payload``), when it completed
     failure: str = ""  # the run's failure message, when it failed
+    workflow_task_timeout_s: float | None = None  # what the start event set (the client's ``task_timeout``)
+    #: signals received whose (readable) argument carries no id (``SIGNAL_ID_KEYS``) to de-duplicate a re-send by
+    signals_without_id: int = 0
+
+
+#: the keys a signal's argument may carry an id in, by which a workflow can tell a re-sent signal from a new one
+SIGNAL_ID_KEYS = ("id", "message_id", "messageId", "request_id", "requestId", "idempotency_key", "dedup_id")
+
+
+def _has_id(value: object) -> bool:
+    """Whether a signal's first argument carries an id (``SIGNAL_ID_KEYS``) to de-duplicate it by."""
+    return isinstance(value, dict) and any(value.get(k) not in (None, "") for k in SIGNAL_ID_KEYS)
 
 
 def _summary(event: HistoryEvent) -> str:
@@ -242,6 +269,21 @@ def _enum_name(value: int, prefix: str) -> str:
         return WorkflowTaskFailedCause.Name(value).removeprefix(prefix)
     except ValueError:
         return str(value)
+
+
+def _timeout_name(value: int) -> str:
+    from temporalio.api.enums.v1 import TimeoutType
+
+    try:
+        return TimeoutType.Name(value).removeprefix("TIMEOUT_TYPE_")
+    except ValueError:
+        return str(value)
+
+
+def _seconds(duration: Any, present: bool = True) -> float | None:
+    """A protobuf Duration in seconds; None when not set (zero is how the server says "none")."""
+    value = duration.ToTimedelta().total_seconds() if present else 0.0
+    return value or None
 
 
 def parse_events(workflow_id: str, run_id: str, events: list[HistoryEvent]) -> RunRecord:
@@ -271,8 +313,10 @@ class _EventReader:
         return self.run.workflow_task_workers[-1] if self.run.workflow_task_workers else ""
 
     def workflow_started(self, ev: HistoryEvent, at: datetime) -> None:
-        self.run.workflow_type = ev.workflow_execution_started_event_attributes.workflow_type.name
+        a = ev.workflow_execution_started_event_attributes
+        self.run.workflow_type = a.workflow_type.name
         self.run.started_at = at
+        self.run.workflow_task_timeout_s = _seconds(a.workflow_task_timeout, a.HasField("workflow_task_timeout"))
 
     def activity_scheduled(self, ev: HistoryEvent, at: datetime) -> None:
         a = ev.activity_task_scheduled_event_attributes
@@ -280,7 +324,14 @@ class _EventReader:
         rec = ActivityRecord(a.activity_id, a.activity_type.name, ev.event_id, _summary(ev), scheduled_at=at,
                              retry_policy=(rp.initial_interval.ToTimedelta().total_seconds(),
                                            rp.backoff_coefficient or 2.0,
-                                           rp.maximum_interval.ToTimedelta().total_seconds()))
+                                           rp.maximum_interval.ToTimedelta().total_seconds()),
+                             start_to_close_s=_seconds(a.start_to_close_timeout, a.HasField("start_to_close_timeout")),
+                             heartbeat_s=_seconds(a.heartbeat_timeout, a.HasField("heartbeat_timeout")),
+                             schedule_to_close_s=_seconds(a.schedule_to_close_timeout,
+                                                          a.HasField("schedule_to_close_timeout")),
+                             schedule_to_start_s=_seconds(a.schedule_to_start_timeout,
+                                                          a.HasField("schedule_to_start_timeout")),
+                             maximum_attempts=rp.maximum_attempts, non_retryable=tuple(rp.non_retryable_error_types))
         self.by_scheduled[ev.event_id] = rec
         self.run.activities.append(rec)
 
@@ -289,9 +340,14 @@ class _EventReader:
         rec = self.by_scheduled[a.scheduled_event_id]
         rec.attempts, rec.worker, rec.started_at = a.attempt, a.identity, at
         if a.HasField("last_failure"):
-            rec.failure = a.last_failure.message
-            rec.last_failure_sets_delay = a.last_failure.HasField("application_failure_info") and \
-                a.last_failure.application_failure_info.HasField("next_retry_delay")
+            f = a.last_failure
+            rec.failure = f.message
+            rec.last_failure_sets_delay = f.HasField("application_failure_info") and \
+                f.application_failure_info.HasField("next_retry_delay")
+            if f.HasField("timeout_failure_info"):
+                rec.last_failure_timeout = _timeout_name(f.timeout_failure_info.timeout_type)
+            elif f.HasField("application_failure_info"):
+                rec.last_failure_type = f.application_failure_info.type
 
     def activity_closed(self, ev: HistoryEvent, at: datetime) -> None:
         t = ev.event_type
@@ -312,8 +368,13 @@ class _EventReader:
             self.run.local_activities.append(la)
 
     def workflow_task_scheduled(self, ev: HistoryEvent, at: datetime) -> None:
+        from temporalio.api.enums.v1 import TaskQueueKind
+
         a = ev.workflow_task_scheduled_event_attributes
-        self.run.workflow_tasks.append(WorkflowTaskRecord(ev.event_id, a.attempt or 1, scheduled_at=at))
+        self.run.workflow_tasks.append(WorkflowTaskRecord(
+            ev.event_id, a.attempt or 1, scheduled_at=at,
+            sticky=a.task_queue.kind == TaskQueueKind.TASK_QUEUE_KIND_STICKY,
+            start_to_close_s=_seconds(a.start_to_close_timeout, a.HasField("start_to_close_timeout"))))
         self.by_wft[ev.event_id] = self.run.workflow_tasks[-1]
 
     def workflow_task_started(self, ev: HistoryEvent, at: datetime) -> None:
@@ -338,6 +399,8 @@ class _EventReader:
         wft = self.by_wft.get(a.scheduled_event_id)
         if wft is not None:
             wft.outcome, wft.cause, wft.failure, wft.closed_at = outcome, cause, failure, at
+            if outcome == "timed_out":
+                wft.timeout_type = _timeout_name(a.timeout_type)
 
     def update_accepted(self, ev: HistoryEvent, at: datetime) -> None:
         a = ev.workflow_execution_update_accepted_event_attributes
@@ -398,7 +461,11 @@ class _EventReader:
         self.run.cancel_requested = True
 
     def signaled(self, ev: HistoryEvent, at: datetime) -> None:
+        a = ev.workflow_execution_signaled_event_attributes
         self.run.signals += 1
+        value = decode_payload(a.input.payloads[0]) if a.input.payloads else None
+        if value != UNREADABLE and not _has_id(value):  # an encoded argument: cannot tell
+            self.run.signals_without_id += 1
 
     def workflow_closed(self, ev: HistoryEvent, at: datetime) -> None:
         t = ev.event_type
