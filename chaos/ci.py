@@ -95,7 +95,8 @@ def outcome_row(o: Any) -> dict[str, Any]:
             "checkers": {c.name: c.verdict for c in o.checks},
             "non_pass": [{"check": c.name, "verdict": c.verdict, "summary": c.summary} for c in o.non_pass],
             "wall_s": round(o.wall_s, 1), "run_dir": str(o.run_dir) if o.run_dir else None,
-            "reproduce": o.reproduce, "error": o.error}
+            "reproduce": o.reproduce, "error": o.error, **dict(getattr(o, "properties", None) or {}),
+            "diagnoses": list(getattr(o, "diagnoses", None) or [])}
 
 
 def run_dir_row(path: Path) -> dict[str, Any] | None:
@@ -134,7 +135,9 @@ def run_dir_row(path: Path) -> dict[str, Any] | None:
             "non_pass": [{"check": c.name, "verdict": c.verdict, "summary": c.summary} for c in checks
                          if c.verdict in (FAIL, UNKNOWN)],
             "wall_s": record.get("wall_s"), "run_dir": str(path), "reproduce": record.get("reproduce") or "",
-            "error": error, "started": record.get("started")}
+            "error": error, "started": record.get("started"),
+            **{k: str(checked[k]) for k in ("safety", "liveness") if isinstance(checked, dict) and k in checked},
+            "diagnoses": [str(d.get("line")) for d in (checked or {}).get("diagnoses") or [] if isinstance(d, dict)]}
 
 
 def passed(row: dict[str, Any]) -> bool:
@@ -210,8 +213,15 @@ def junit_xml(rows: list[dict[str, Any]], suite_name: str, wall_s: float, base: 
         body = "\n".join(line for line in (
             *(f"{c['check']}: {c['verdict']}: {c['summary']}" for c in r.get("non_pass") or []),
             *([r["error"]] if r.get("error") else []),
+            *([f"safety: {r['safety']}; liveness: {r['liveness']}"] if r.get("safety") and r.get("liveness") else []),
+            *(f"diagnosis: {d}" for d in r.get("diagnoses") or []),
             f"reproduce: {r.get('reproduce') or '(unknown)'}",
             f"run dir: {run_dir or '(none)'}") if line)
+        if r.get("safety") or r.get("liveness"):  # the two verdicts apart, for a CI that gates on one
+            props = ET.SubElement(case, "properties")
+            for name in ("safety", "liveness"):
+                if r.get(name):
+                    ET.SubElement(props, "property", name=name, value=str(r[name]))
         if r.get("status") in (NOT_RUN, SKIPPED):
             ET.SubElement(case, "skipped", message=reason(r))
             counts["skipped"] += 1
@@ -380,7 +390,8 @@ def merge(inputs: Iterable[Path]) -> Merged:
                 if found is None:
                     found = {**planned_row(str(r["scenario"]), int(r.get("seed", 0)), str(r.get("status") or MISSING)),
                              **{k: r.get(k) for k in ("verdict", "checkers", "non_pass", "wall_s", "reproduce",
-                                                      "error") if r.get(k) is not None}}
+                                                      "error", "safety", "liveness", "diagnoses")
+                                if r.get(k) is not None}}
                     if path is not None:
                         why = "is not among the inputs" if not among else "has no chaos run.json"
                         found["error"] = f"{found.get('error') or ''} (its run directory {path} {why})".strip()
@@ -419,7 +430,8 @@ _SUMMARY_FIELDS = {"status": "a string or null", "command": "a string or null", 
 _SUMMARY_RUN_FIELDS = {"scenario": "a string", "seed": "an integer", "run_dir": "a string or null",
                        "status": "a string or null", "verdict": "a string or null", "checkers": "an object or null",
                        "non_pass": "a list or null", "wall_s": "a number or null", "reproduce": "a string or null",
-                       "error": "a string or null"}
+                       "error": "a string or null", "safety": "a string or null", "liveness": "a string or null",
+                       "diagnoses": "a list or null"}
 
 
 def _summary_doc(path: Path) -> dict[str, Any]:

@@ -171,6 +171,13 @@ def _placement_options(p: argparse.ArgumentParser) -> None:
                                    "built from this checkout and this machine's files: " + tool("testbed.images") + ")")
 
 
+def _gate_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--gate", choices=("all", "safety", "liveness"), default="all",
+                   help="what a run must pass for exit status 0: all its checks (default); safety: nothing lost, "
+                        "doubled or wrong, a late reply allowed; liveness: every reply in time (the late check, "
+                        "and waits after the heal). verdict.json records both apart")
+
+
 def _engine_options(p: argparse.ArgumentParser) -> None:
     _placement_options(p)
     p.add_argument("--timeouts", type=_timeouts, default=[DEFAULT_TIMEOUTS], metavar="PROFILE[,PROFILE]",
@@ -227,6 +234,7 @@ def _run_command(sub: Any) -> None:
     p.add_argument("scenarios", nargs="+", help=f"names: {', '.join(SCENARIOS)}, or 'all'")
     _common(p, 1)
     p.add_argument("--ui", action="store_true", help="start the Temporal Web UI and print its address, to watch")
+    _gate_option(p)
     _engine_options(p)
     _cluster(p)
 
@@ -241,6 +249,7 @@ def _suite_command(sub: Any) -> None:
                         "dbos-postgres, restate (each its twins); default temporal,checkpoint. make chaos-engines: "
                         "--engines dbos,dbos-postgres,restate")
     _ci_options(p, "suite")
+    _gate_option(p)
     _placement_options(p)
     _cluster(p)
 
@@ -394,7 +403,8 @@ def _main(argv: list[str]) -> int:
             args.seeds = args.seeds or [args.seed]
             return pruned(asyncio.run(suite.suite(args, target, connection)))
         jobs = [(*job, args.seed) for job in suite.jobs(args, target, connection)]  # with the image _check_engine set
-        return pruned(asyncio.run(suite.run_many(jobs, args.out, args.parallel, getattr(args, "ui", False))))
+        return pruned(asyncio.run(suite.run_many(jobs, args.out, args.parallel, getattr(args, "ui", False),
+                                                 gate=getattr(args, "gate", "all"))))
     except ValueError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2

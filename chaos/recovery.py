@@ -59,7 +59,7 @@ def faults_from_ops(ops: list[Op], workers: int) -> list[dict[str, Any]]:
         if o.f == "restart_server":
             at = invokes[o.invoke_index].wall if o.invoke_index in invokes else o.wall
             out.append({"op": o.f, "worker": None, "identity": None, "at": at, "reference": o.wall,
-                        "reference_is": "server back"})
+                        "reference_is": "server back", "index": o.index, "snapshot": []})
             continue
         name, identity = v.get("worker"), v.get("identity")
         if o.f == "kill_worker":
@@ -72,7 +72,9 @@ def faults_from_ops(ops: list[Op], workers: int) -> list[dict[str, Any]]:
             at = float(v.get("paused_at") or o.wall - float(v.get("pause_s") or 0.0))
             back = float(v.get("resumed_at") or o.wall)
         downs.append((name, at, back if back is not None else float("inf")))
-        out.append({"op": o.f, "worker": name, "identity": identity, "at": at, "back": back})
+        out.append({"op": o.f, "worker": name, "identity": identity, "at": at, "back": back, "index": o.index,
+                    "snapshot": ((v.get("frozen_snapshot") or {}).get("pending_activities") or [])
+                    if isinstance(v.get("frozen_snapshot"), dict) else []})
     for f in out:
         if f["op"] == "restart_server":
             continue
@@ -142,6 +144,17 @@ def workflow_task_waits(faults: list[dict[str, Any]], tasks: dict[str, list[Any]
     return waits
 
 
+def _from_histories(fault: dict[str, Any], held: list[dict[str, Any]]) -> dict[str, Any]:
+    """``activity_waits`` for an agent with no effect ledger: the retries its histories show after the fault
+    (``held_activities``), each from the reference; what finished in place cannot be told."""
+    if not held:
+        return {"caught": None, "finished_in_place": None, "model_call_s": None, "tool_s": None}
+    ref = fault["reference"]
+    waits = [(h["model"], max(0.0, h["retry_at"] - ref)) for h in held if ref is not None]
+    return {"caught": len(held), "finished_in_place": None, "model_call_s": _worst(w for m, w in waits if m),
+            "tool_s": _worst(w for m, w in waits if not m)}
+
+
 def _worst(values: Iterable[float | None]) -> float | None:
     present = [v for v in values if v is not None]
     return round(max(present), 2) if present else None
@@ -158,10 +171,11 @@ def decompose(data: RunData) -> dict[str, Any]:
     tasks = {f"{r.workflow_id}/{r.run_id}": r.workflow_tasks for chain in data.event_histories.values() for r in chain}
     wft = workflow_task_waits(faults, tasks)
     rows = []
-    for f, w in zip(faults, wft):
+    held = held_activities(data, faults) if not executions else []  # no ledger: the histories' retries
+    for i, (f, w) in enumerate(zip(faults, wft)):
         measure = server_waits if f["op"] == "restart_server" else activity_waits
-        act = measure(f, executions, data.is_model_call) if executions else \
-            {"caught": None, "finished_in_place": None, "model_call_s": None, "tool_s": None}
+        act = measure(f, executions, data.is_model_call) if executions else _from_histories(
+            f, [h for h in held if h["fault"] == i])
         if f["op"] == "restart_server" and f["reference"] is not None:
             # how soon the workers took anything at all once the server was back
             starts = [e["started_at"] for e in executions if e["started_at"] >= f["reference"]]
@@ -174,6 +188,119 @@ def decompose(data: RunData) -> dict[str, Any]:
     return {"faults": rows, "model_call_s": _worst(r["model_call_s"] for r in rows),
             "tool_s": _worst(r["tool_s"] for r in rows), "workflow_task_s": _worst(r["workflow_task_s"] for r in rows),
             "ledger": bool(executions), "histories": bool(tasks)}
+
+
+# ------------------------------------------------------------------------ each fault's path, from the histories
+
+#: an activity's timeout type (what ended the attempt before the last one) -> the setting that decides it
+TIMEOUT_SETTINGS = {"HEARTBEAT": "heartbeat_timeout", "START_TO_CLOSE": "start_to_close",
+                    "SCHEDULE_TO_CLOSE": "schedule_to_close", "SCHEDULE_TO_START": "schedule_to_start"}
+
+
+def _owner(faults: list[dict[str, Any]], since: float, until: float, match: Any = None,
+           required: bool = False) -> int | None:
+    """The fault a held piece of work belongs to: the latest in [since, until) for which ``match`` holds (if none
+    does: the latest in it, unless ``required``)."""
+    inside = [i for i, f in enumerate(faults) if since <= f["at"] < until and f["op"] != "restart_server"]
+    mine = [i for i in inside if match is not None and match(faults[i])]
+    return max(mine or ([] if required else inside), default=None, key=lambda i: faults[i]["at"])
+
+
+def held_activities(data: RunData, faults: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each activity the histories show retried after a timeout across a fault: the fault (its index in
+    ``faults``), the timeout that noticed the dead worker and its setting, the measured detection (the fault to
+    the retry's start, less the backoff) and backoff, with the events they rest on. Read from Temporal's event
+    histories alone (the final ``ActivityTaskStarted`` keeps the last attempt's start and the failure before it),
+    so it needs no effect ledger: any Temporal agent has it."""
+    out = []
+    for wid, chain in data.event_histories.items():
+        for run in chain:
+            for a in run.activities:
+                if a.attempts < 2 or not a.last_failure_timeout or a.scheduled_at is None or a.started_at is None:
+                    continue
+                retry = _wall(a.started_at)
+
+                def held_by(f: dict[str, Any], run_id: str = run.run_id, aid: str = a.activity_id) -> bool:
+                    return any(p.get("run_id") == run_id and p.get("activity_id") == aid and
+                               p.get("worker") == f["identity"] for p in f["snapshot"])
+                i = _owner(faults, _wall(a.scheduled_at), retry, held_by)
+                if i is None:
+                    continue
+                backoff = None if a.last_failure_sets_delay else _backoff(a.retry_policy, a.attempts)
+                noticed = retry - (backoff or 0.0)
+                out.append({
+                    "fault": i, "workflow_id": wid, "run_id": run.run_id, "activity_id": a.activity_id,
+                    "activity_type": a.activity_type, "model": a.activity_type == data.model_activity,
+                    "attempts": a.attempts, "detected_by": a.last_failure_timeout,
+                    "setting": TIMEOUT_SETTINGS.get(a.last_failure_timeout, a.last_failure_timeout.lower()),
+                    "start_to_close_s": a.start_to_close_s, "heartbeat_s": a.heartbeat_s,
+                    "schedule_to_close_s": a.schedule_to_close_s, "retry_policy": a.retry_policy,
+                    "detection_s": round(max(0.0, noticed - faults[i]["at"]), 2),
+                    "backoff_s": round(backoff, 2) if backoff is not None else None, "retry_at": retry})
+    return out
+
+
+def held_workflow_tasks(data: RunData, faults: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each workflow task the histories show timing out after a fault: ``START_TO_CLOSE`` (started on the dead
+    worker: the workflow task timeout it was scheduled with) or ``SCHEDULE_TO_START`` (waiting on the dead
+    worker's sticky queue: the worker's sticky timeout, which the history does not record, measured from the
+    task's scheduling to its timeout); each with the fault, the wait from the fault, and the next task that ran
+    (on another worker, which replays the history first: ``replay_s``)."""
+    out = []
+    for wid, chain in data.event_histories.items():
+        for run in chain:
+            for k, t in enumerate(run.workflow_tasks):
+                if t.outcome != "timed_out" or t.closed_at is None or t.scheduled_at is None:
+                    continue
+                closed, scheduled, started = _wall(t.closed_at), _wall(t.scheduled_at), _wall(t.started_at)
+                # whose it was: the worker that started it, or (never started) the one whose sticky queue held it,
+                # the worker that completed the run's task before it
+                holder = t.identity if started is not None else next(
+                    (r.identity for r in reversed(run.workflow_tasks[:k]) if r.outcome == "completed"), "")
+                # (a task that timed out started keeps no identity in some histories: then the kill of a worker
+                # while it held the task, between its start and its timeout)
+                i = _owner(faults, float("-inf"), closed,
+                           lambda f: f["identity"] == holder if holder else
+                           started is not None and started <= f["at"] < closed and bool(f["identity"]),
+                           required=True)
+                if i is None:
+                    continue
+                nxt = next((r for r in run.workflow_tasks[k + 1:] if r.started_at is not None), None)
+                began = max(started if started is not None else scheduled, faults[i]["at"])
+                out.append({
+                    "fault": i, "workflow_id": wid, "run_id": run.run_id, "scheduled_event_id": t.scheduled_event_id,
+                    "timeout_type": t.timeout_type, "sticky": t.sticky,
+                    "workflow_task_timeout_s": t.start_to_close_s or run.workflow_task_timeout_s,
+                    "timed_out_after_s": round(closed - (started if started is not None else scheduled), 2),
+                    "wait_s": round(max(0.0, closed - began), 2),
+                    "replay_s": round(_wall(nxt.closed_at) - _wall(nxt.started_at), 2)
+                    if nxt is not None and nxt.closed_at is not None else None,
+                    "history_events": run.events})
+    return out
+
+
+def fault_paths(data: RunData) -> list[dict[str, Any]]:
+    """Per fault that took work away: what it held up on the server and why, part by part (``held_activities``,
+    ``held_workflow_tasks``, and ``no_worker_s``: no worker polling until a replacement did), with what could not
+    be known. An engine that keeps no Temporal histories says so: only the no-worker part is read (from the
+    operations)."""
+    workers = int(((data.run.get("scenario") or {}).get("cluster") or {}).get("workers") or 1)
+    faults = faults_from_ops(data.ops, workers)
+    histories = bool(data.event_histories)
+    acts = held_activities(data, faults) if histories else []
+    tasks = held_workflow_tasks(data, faults) if histories else []
+    backend = (data.run.get("backend") or {}).get("name") or "temporal"
+    out = []
+    for i, f in enumerate(faults):
+        alone = f["reference_is"] not in ("fault (another worker alive)", "server back")
+        unknown = [] if histories else [
+            f"detection, backoff, sticky wait and replay: {backend} keeps no per-attempt timeouts this harness reads "
+            "(no Temporal event histories in the run)"]
+        out.append({"fault": f["op"], "index": f["index"], "at": f["at"], "identity": f["identity"],
+                    "no_worker_s": round(f["reference"] - f["at"], 2) if alone and f["reference"] else None,
+                    "activities": [a for a in acts if a["fault"] == i],
+                    "workflow_tasks": [t for t in tasks if t["fault"] == i], "unknown": unknown})
+    return out
 
 
 # ------------------------------------------------------------------------------------------ the client's view
@@ -251,7 +378,8 @@ def _update(data: RunData, workflow_id: str, send: Op) -> Any:
     """The update record of this send: the driver's id (``msg-<n>``), else the first with its text."""
     value = send.value if isinstance(send.value, dict) else {}
     records = data.updates(workflow_id) or []
-    by_id = [u for u in records if u.update_id == f"msg-{value.get('n')}"]
+    # the reference driver's update ids, and the chat driver's (``<workflow id>-m<n>``)
+    by_id = [u for u in records if u.update_id in (f"msg-{value.get('n')}", f"{workflow_id}-m{value.get('n')}")]
     by_text = [u for u in records if u.text == value.get("text")]
     return next(iter(by_id or by_text), None)
 

@@ -29,23 +29,25 @@ import inspect
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from chaos.checker.late import LATE_WAIT, late_bound, pending_in
 from chaos.checker.verdict import check as check_saved_run, table_row
 from chaos.generator import NemesisEvent, schedule
 from testbed.faults.nemesis import EMBEDDED_ONLY, NEMESES, NemesisContext
 from chaos.replay_target import replay_target
 from chaos.scenarios import SCENARIOS, ChaosScenario
 from harness import operations
+from harness.event_history import RunRecord
 from harness.model_record import MODEL_RECORD
 from harness.operations import OK, History
 from harness.rundir import CONVERSATIONS, EFFECTS_SERVICE, RunDir, command_line, machine_info
 from harness.commands import tool
-from harness.verdict import FAIL, UNKNOWN, CheckResult
+from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult
 from testbed.engines.base import Engine
 from testbed import isolation
 from testbed.engines.target import Target
@@ -112,6 +114,17 @@ class Outcome:
     checks: list[CheckResult] = field(default_factory=list)
     row: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    #: verdict.json's ``safety`` and ``liveness`` (``chaos.checker.verdict.property_verdicts``) and its diagnoses
+    properties: dict[str, str] = field(default_factory=dict)
+    diagnoses: list[str] = field(default_factory=list)
+
+    def gated(self, gate: str = "all") -> str:
+        """The verdict a gate sees: the run's (``all``), or its ``safety`` or ``liveness`` verdict alone (an error
+        stays an error; a property no check of applied passes that gate: there was nothing of it to fail)."""
+        if gate == "all" or self.verdict == ERROR:
+            return self.verdict
+        got = self.properties.get(gate, UNKNOWN)
+        return PASS if got == NOT_APPLICABLE else got
 
     @classmethod
     def failed(cls, label: str, seed: int, run_dir: Path | None, wall_s: float, reproduce: str,
@@ -163,7 +176,10 @@ async def run_captured(label: str, scenario: ChaosScenario, engine: Engine, *, s
         reproduce = command_line(f"{tool('chaos')} run", {"--seed": seed, **engine.reproduce()}, [label])
         return Outcome.failed(label, seed, None, time.monotonic() - started, reproduce,
                               f"{type(exc).__name__}: {exc}")
-    return Outcome(label, seed, r.verdict, r.run_dir, r.wall_s, r.reproduce, list(r.checks), dict(r.row))
+    saved = RunDir(r.run_dir).read_verdict() or {}
+    return Outcome(label, seed, r.verdict, r.run_dir, r.wall_s, r.reproduce, list(r.checks), dict(r.row),
+                   properties={k: str(saved[k]) for k in ("safety", "liveness") if k in saved},
+                   diagnoses=[str(d.get("line")) for d in saved.get("diagnoses") or [] if isinstance(d, dict)])
 
 
 def run_folder(scenario: ChaosScenario, engine: Engine) -> str:
@@ -284,7 +300,8 @@ async def _run(scenario: ChaosScenario, engine: Engine, seed: int, progress: Pro
         driver = await driver if inspect.isawaitable(driver) else driver
         try:
             ctx = nemesis_context(engine, s, history, driver, seed)
-            await drive_load(scenario, events, ctx, s, driver, phase, progress, history, NEMESES)
+            await drive_load(scenario, events, ctx, s, driver, phase, progress, history, NEMESES,
+                             latest_runs=lambda: engine.latest_runs(s, driver))
             run_dir.write_json(CONVERSATIONS, driver.to_json())
         finally:
             if hasattr(driver, "close"):  # a driver in a process of its own
@@ -380,8 +397,10 @@ async def _fault(event: NemesisEvent, fault_start: float, ctx: NemesisContext, n
 
 async def drive_load(scenario: ChaosScenario, events: list[NemesisEvent], ctx: Any, cluster: Any, driver: Any,
                      phase: Callable[[str], None], progress: Progress, history: History,
-                     nemeses: dict[str, Callable[..., Any]]) -> None:
-    """Warm-up, faults, heal, settle under the driver's load; then the final phase (the driver's final read)."""
+                     nemeses: dict[str, Callable[..., Any]],
+                     latest_runs: Callable[[], Awaitable[list[RunRecord] | None]] | None = None) -> None:
+    """Warm-up, faults, heal, settle under the driver's load; the late wait (``latest_runs``: the engine's view
+    of what is pending); then the final phase (the driver's final read)."""
     phase("warm-up")
     load = asyncio.create_task(driver.run())
     try:
@@ -391,6 +410,8 @@ async def drive_load(scenario: ChaosScenario, events: list[NemesisEvent], ctx: A
         if not load.done():
             load.cancel()
         await asyncio.gather(load, return_exceptions=True)
+    if latest_runs is not None:
+        await wait_late(scenario, latest_runs, history, progress)
     phase("final")
     try:
         await asyncio.wait_for(driver.finish(), timeout=getattr(scenario, "final_s", 90.0))
@@ -399,6 +420,40 @@ async def drive_load(scenario: ChaosScenario, events: list[NemesisEvent], ctx: A
         history.event("generator", "final_timeout", {"after_s": getattr(scenario, "final_s", 90.0)})
         progress(f"{scenario.name}: the final phase did not end within {getattr(scenario, 'final_s', 90.0)}s; "
                  "checking what was recorded")
+
+
+#: how often the late wait asks the server what is still pending (seconds)
+LATE_POLL_S = 1.0
+
+
+async def wait_late(scenario: ChaosScenario, latest_runs: Callable[[], Awaitable[list[RunRecord] | None]],
+                    history: History, progress: Progress) -> None:
+    """Before the final read: while the server still holds work open (``chaos.checker.late.pending_in``), wait
+    for it, at most the agent's own bound (``late_bound``) or the scenario's ``late_cap_s``, whichever is lower.
+    A reply that comes meanwhile is late, not lost (the ``late`` check). Recorded as the ``late_wait`` operation;
+    an engine that cannot say what is pending (None) records none."""
+    runs = await latest_runs()
+    if runs is None:
+        return
+    pending = pending_in(runs)
+    bound, why = late_bound(runs)
+    limit = min(bound, scenario.late_cap_s)
+    inv = history.invoke("generator", LATE_WAIT, {"pending": len(pending), "items": pending[:20], "bound_s": bound,
+                                                  "why": why, "cap_s": scenario.late_cap_s, "limit_s": limit})
+    start = time.monotonic()
+    if pending:
+        capped = f" (capped by the scenario's late_cap_s {scenario.late_cap_s:g} s)" if limit < bound else ""
+        progress(f"{scenario.name}: {len(pending)} item(s) still pending on the server after the settle; waiting "
+                 f"up to {limit:g} s for them ({why}){capped}")
+    while pending and time.monotonic() - start < limit:
+        await asyncio.sleep(LATE_POLL_S)
+        runs = await latest_runs() or []
+        pending = pending_in(runs)
+    waited = round(time.monotonic() - start, 1)
+    if waited >= 1:
+        progress(f"{scenario.name}: late wait over after {waited:g} s; "
+                 + (f"{len(pending)} item(s) still pending" if pending else "nothing pending"))
+    history.complete(inv, OK, {"waited_s": waited, "still_pending": len(pending), "cleared": not pending})
 
 
 async def _warm_up_faults_heal_settle(scenario: ChaosScenario, events: list[NemesisEvent], ctx: Any, cluster: Any,

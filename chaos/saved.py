@@ -62,11 +62,16 @@ def check_command(path: Path, target_path: Path | None = None, as_json: bool = F
         for c in checks:
             said, _, summary = c.shown().partition(": ")
             print(f"{printable(c.name):<20} {printable(said):<15} {printable(summary)}")
-        timeline = lines((run_dir.read_verdict() or {}).get("fault_timeline") or {})
+        saved = run_dir.read_verdict() or {}
+        timeline = lines(saved.get("fault_timeline") or {})
         if timeline:
             print("\nthe faults, as scheduled and as they happened:")
             print("\n".join(printable(line) for line in timeline))
-        print(f"\nverdict: {verdict}")
+        diagnoses = [d for d in saved.get("diagnoses") or [] if isinstance(d, dict)]
+        if diagnoses:
+            print("\ndiagnoses (what made it slow or fail, and what to change):")
+            print("\n".join(f"  {printable(str(d.get('line')))}" for d in diagnoses))
+        print(f"\nverdict: {verdict} (safety: {saved.get('safety', '?')}, liveness: {saved.get('liveness', '?')})")
     return 0 if verdict == "pass" else 1
 
 

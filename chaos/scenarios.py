@@ -54,6 +54,9 @@ class ChaosScenario:
     settle_s: float = 60.0
     final_s: float = 90.0  # the final phase (end every conversation, read it back) must end within this
     recovery_within_s: float = 45.0  # after the heal, each pending workflow task completes within this (liveness)
+    # the longest the late wait (chaos.checker.late) waits for work still pending after the settle, whatever the
+    # agent's own timeouts would allow
+    late_cap_s: float = 120.0
     timeouts: str = "fast"  # testbed.engines.driver.TIMEOUTS: how fast the agent notices a dead worker ("defaults": untuned)
     local_tools: tuple[str, ...] = ()  # tools the agent runs as local activities (AgentConfig.local_tools)
     local_model: bool = False  # the agent's model calls run as local activities (AgentConfig.local_model)

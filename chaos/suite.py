@@ -37,7 +37,7 @@ from harness.verdict import PASS
 from testbed.cli_options import own_out, progress as _progress
 from testbed.engines.driver import DEFAULT_TIMEOUTS, TIMEOUTS
 
-COLUMNS = [("scenario", 28), ("faults", 7), ("ok", 4), ("fail", 5), ("info", 5), ("lost", 5), ("dup_effects", 12),
+COLUMNS = [("scenario", 28), ("faults", 7), ("ok", 4), ("fail", 5), ("info", 5), ("lost", 5), ("late", 5), ("dup_effects", 12),
            ("recovery_s", 11), ("model_rec_s", 12), ("tool_rec_s", 11),
            ("wft_rec_s", 10), ("checked", 8), ("verdict", 8)]
 #: what the verdict table's columns mean, printed under it
@@ -45,6 +45,8 @@ LEGEND = [("faults", "L/N: of the N faults injected (or tried), L struck work in
           ("ok fail info", "the client's operations: answered / certainly not done / unknown (may or may not have "
                            "happened: a timeout, a lost connection)"),
           ("lost", "acknowledged messages with no correct answer at the end (the lost check)"),
+          ("late", "replies that came only after the load settled, while the run waited for them (the late "
+                   "check: a liveness failure, not a loss; - the run could not tell)"),
           ("dup_effects", "external effects applied more than once (the effects check; declared: the target "
                           "declares none)"),
           ("recovery_s", "the longest wait after a fault for a conversation's next correct answer, seconds "
@@ -53,6 +55,8 @@ LEGEND = [("faults", "L/N: of the N faults injected (or tried), L struck work in
                       "workflow task, seconds (- none was retried)"),
           ("checked", "P/N: P of the N checks reached pass or fail; the rest were unknown or not applicable"),
           ("?", "no value: the run ended in an error before it was checked")]
+#: the most diagnosis lines a run shows in the progress (the rest are in its verdict.json)
+MAX_DIAGNOSES = 8
 #: a scenario under a timeouts profile other than the default is SCENARIO~PROFILE (e.g. kill_idle~defaults)
 TIMEOUTS_SEPARATOR = "~"
 #: a scenario's twin on the checkpoint engine is SCENARIO@checkpoint
@@ -235,13 +239,14 @@ async def in_lanes(items: list[Any], parallel: int, run_one: Callable[[int, int,
 
 
 async def run_many(items: list[tuple[str, Any, Any, int]], out: Path, parallel: int = 1, ui: bool = False,
-                    record: Any = None) -> int:
+                    record: Any = None, gate: str = "all") -> int:
     """``items``: (label, scenario, backend, seed); the table at the end; 1 if any did not pass. ``record``: a
     ``chaos.ci.CiRecord`` told of each run as it starts and ends (the suite's summary JSON and JUnit XML).
 
     A scenario whose run raises (a worker dying at setup, a port clash, a harness bug) is recorded ``failed`` in
     its own run directory and shows as ``error`` in its row; the others go on. Ctrl-C (SIGTERM) stops them all;
-    the record then says which runs were stopped and which never started."""
+    the record then says which runs were stopped and which never started. ``gate``: what a run must pass for
+    the exit status: ``all`` its checks, or only ``safety`` or ``liveness`` (``Outcome.gated``)."""
     own_out(out, *dict.fromkeys(run_folder(s, e) for _, s, e, _ in items))  # UnsafeFolder before any run starts
     start = time.monotonic()
     say = _progress(start)
@@ -279,6 +284,10 @@ async def run_many(items: list[tuple[str, Any, Any, int]], out: Path, parallel: 
         for c in result.checks:
             if worth_showing(c):
                 say(f"  {label} {c.name}: {c.shown()}")
+        for line in result.diagnoses[:MAX_DIAGNOSES]:
+            say(f"  {label} diagnosis: {line}")
+        if len(result.diagnoses) > MAX_DIAGNOSES:
+            say(f"  {label} ... {len(result.diagnoses) - MAX_DIAGNOSES} more diagnoses in {result.run_dir}/verdict.json")
 
     try:
         await in_lanes(items, parallel, one)
@@ -290,16 +299,19 @@ async def run_many(items: list[tuple[str, Any, Any, int]], out: Path, parallel: 
         record.finish("complete")
     keys = [(label, seed) for label, _, _, seed in items]
     seeds = list(dict.fromkeys(seed for _, seed in keys))
-    failed = [results[k] for k in keys if k in results and results[k].verdict != PASS]
+    failed = [results[k] for k in keys if k in results and results[k].gated(gate) != PASS]
     print()
     print(table([{**results[k].row, "seed": k[1]} if k in results else {"scenario": k[0], "seed": k[1],
                                                                         "verdict": ci.SKIPPED} for k in keys],
                 with_seed=len(seeds) > 1))
     print(f"\n{len(keys)} scenario(s) in {time.monotonic() - start:.0f}s (seed{'s' if len(seeds) > 1 else ''} "
           f"{format_seeds(seeds)}); {len(results) - len(failed)} passed, {len(failed)} not passed"
+          + (f" (gate: {gate} only)" if gate != "all" else "")
           + (f", {len(skipped)} skipped (not run, not passed)" if skipped else ""))
     for result in failed:
-        why = f"error: {result.error_line}" if result.error else result.verdict
+        why = f"error: {result.error_line}" if result.error else result.verdict + (
+            f" (safety {result.properties['safety']}, liveness {result.properties['liveness']})"
+            if result.properties else "")
         print(printable(f"  {result.label}{f' (seed {result.seed})' if len(seeds) > 1 else ''}: {why}; reproduce "
                         f"with: {result.reproduce}; artefacts in {result.run_dir}"))
     for (label, seed), why in skipped.items():
@@ -329,4 +341,4 @@ async def suite(args: argparse.Namespace, target: Any, connection: Any = None) -
         print(f"shard {spec}: no runs fall to this shard (more shards than runs); nothing to do", file=sys.stderr)
         record.finish("complete")
         return 0
-    return await run_many(mine, args.out, args.parallel, record=record)
+    return await run_many(mine, args.out, args.parallel, record=record, gate=getattr(args, "gate", "all"))

@@ -85,7 +85,7 @@ EFFECTS_SERVICE = "effects_service.jsonl"
 #: what an engine saves of its own records at the end of a run: DBOS's runs and recorded steps, Restate's journal
 DBOS_STEPS, RESTATE_JOURNAL = "dbos_steps.json", "restate_journal.json"
 #: the checks, by name, in the order they run and are shown (verdict.json's ``checks``; a target's ``checkers``)
-CHECKS = ("lost", "replies", "context", "temporal_history", "workflow_tasks", "effects", "replay", "injection_evidence",
+CHECKS = ("lost", "late", "replies", "context", "temporal_history", "workflow_tasks", "effects", "replay", "injection_evidence",
           "stats", "drain",
           "dbos_steps", "restate_journal")
 EVENT_HISTORIES, LOGS, STATE = "event_histories", "logs", "state"

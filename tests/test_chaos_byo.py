@@ -28,7 +28,7 @@ from tests.test_chaos_checkpoint import assert_rechecked_identically_elsewhere
 
 EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "examples" / "third_party_agent"
 EXAMPLE = EXAMPLE_DIR / "chaos-target.toml"
-ALL = ["lost", "replies", "context", "temporal_history", "workflow_tasks", "effects", "replay", "injection_evidence",
+ALL = ["lost", "late", "replies", "context", "temporal_history", "workflow_tasks", "effects", "replay", "injection_evidence",
        "stats", "drain", "dbos_steps", "restate_journal"]
 
 WORKER = 'worker = ["{python}", "-m", "x.worker", "--address", "{address}", "--task-queue", "{task_queue}"]\n'

@@ -43,7 +43,7 @@ async def test_a_worker_kill_on_the_checkpoint_backend_loses_nothing(tmp_path: P
                         "temporal_history": NOT_APPLICABLE, "workflow_tasks": NOT_APPLICABLE,
                         "replay": NOT_APPLICABLE, "drain": NOT_APPLICABLE, "replies": NOT_APPLICABLE,
                         "context": NOT_APPLICABLE, "dbos_steps": NOT_APPLICABLE,
-                        "restate_journal": NOT_APPLICABLE}, result.checks
+                        "restate_journal": NOT_APPLICABLE, "late": NOT_APPLICABLE}, result.checks
     assert result.verdict == PASS and result.row["faults"] == "1/1" and result.row["lost"] == 0
     # The killed worker's run was resumed elsewhere: its model step began twice, nothing else re-ran.
     db = sqlite3.connect(result.run_dir / "state" / "checkpoint.sqlite3")

@@ -234,7 +234,7 @@ def test_the_suite_records_an_error_and_goes_on_to_the_next_scenario(
     assert sorted(n for n, _ in calls) == ["hotfix", "kill_idle", "model_outage", "pause_worker"]
     table = out[out.index("scenario "):]
     assert [line.split() for line in table.splitlines() if line.startswith("model_outage")] == [
-        ["model_outage", *["?"] * 11, "error"]]
+        ["model_outage", *["?"] * 12, "error"]]
     assert [line.split()[-1] for line in table.splitlines() if line.startswith(("kill_idle", "hotfix"))] == [
         "pass", "pass"]
     assert "4 scenario(s)" in out and "2 passed, 2 not passed" in out
@@ -276,7 +276,7 @@ async def test_a_run_that_raises_is_recorded_failed_with_its_error_and_reproduce
     assert (outcome.verdict, outcome.error, outcome.reproduce) == (
         "error", "RuntimeError: port 7233 already in use", f"{tool('chaos')} run kill_idle --seed 4")
     assert outcome.row == {"scenario": "kill_idle", **dict.fromkeys(
-        ("faults", "ok", "fail", "info", "lost", "dup_effects", "recovery_s", "model_rec_s", "tool_rec_s", "wft_rec_s",
+        ("faults", "ok", "fail", "info", "lost", "late", "dup_effects", "recovery_s", "model_rec_s", "tool_rec_s", "wft_rec_s",
          "checked"), "?"), "verdict": "error"}
 
 

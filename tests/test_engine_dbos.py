@@ -119,7 +119,7 @@ async def test_a_worker_kill_on_dbos_loses_nothing_and_its_run_is_recovered(tmp_
                         "temporal_history": NOT_APPLICABLE, "workflow_tasks": NOT_APPLICABLE,
                         "replay": NOT_APPLICABLE, "drain": NOT_APPLICABLE, "replies": NOT_APPLICABLE,
                         "context": NOT_APPLICABLE, "dbos_steps": PASS,
-                        "restate_journal": NOT_APPLICABLE}, result.checks
+                        "restate_journal": NOT_APPLICABLE, "late": NOT_APPLICABLE}, result.checks
     assert result.verdict == PASS and result.row["faults"] == "1/1" and result.row["lost"] == 0
     kill = next(op for op in load(result.run_dir / "operations.jsonl")
                 if op.process == "nemesis" and op.f == "kill_worker" and op.type == "ok")

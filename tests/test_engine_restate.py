@@ -67,7 +67,7 @@ async def test_an_endpoint_kill_mid_model_call_loses_nothing(tmp_path: Path) -> 
                         "temporal_history": NOT_APPLICABLE, "workflow_tasks": NOT_APPLICABLE,
                         "replay": NOT_APPLICABLE, "drain": NOT_APPLICABLE, "replies": NOT_APPLICABLE,
                         "context": NOT_APPLICABLE, "dbos_steps": NOT_APPLICABLE,
-                        "restate_journal": PASS}, result.checks
+                        "restate_journal": PASS, "late": NOT_APPLICABLE}, result.checks
     assert result.verdict == PASS and result.row["faults"] == "1/1" and result.row["lost"] == 0
     kill = [json.loads(line) for line in (result.run_dir / "operations.jsonl").read_text().splitlines()
             if '"kill_worker"' in line and '"ok"' in line][0]

@@ -105,6 +105,7 @@ class _Found:
     notes_checked: int = 0
     notes_lost: int = 0
     notes_doubled: int = 0
+    liveness: int = 0  # how many of the problems are of liveness alone (a message still not taken after the heal)
 
 
 @dataclass
@@ -230,6 +231,7 @@ def _sends_answered(c: _Conversation, sends: list[tuple[Op, Op | None]], heal: f
             ended = done.time if done is not None else final_at
             closed = bool(done is not None and isinstance(done.value, dict) and done.value.get("closed"))
             if heal is not None and ended is not None and not closed and ended >= heal + limit:
+                found.liveness += 1
                 found.problems.append(f"{c.wid} #{inv.value['n']}: still unanswered {ended - heal:.0f}s after the "
                                       f"faults healed (the liveness limit is {limit:.0f}s): the agent never took the "
                                       "message")
@@ -304,7 +306,8 @@ def _result(found: _Found, conversations: int, source: str) -> CheckResult:
     details = {"acknowledged": found.acked, "lost": found.lost, "wrong_answers": found.wrong,
                "indeterminate_absent": absent_info, "indeterminate_present": present_info, "read_from": source,
                "notes_checked": notes_checked, "notes_lost": found.notes_lost,
-               "notes_applied_twice_or_more": found.notes_doubled, "problems": problems[:50], "unknowns": unknowns}
+               "notes_applied_twice_or_more": found.notes_doubled, "problems": problems[:50], "unknowns": unknowns,
+               "liveness_only": bool(problems) and found.liveness == len(problems)}
     if problems:
         return CheckResult("lost", FAIL, f"{len(problems)} problem(s); first: {problems[0]}", details)
     if unknowns:

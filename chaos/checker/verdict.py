@@ -28,9 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from chaos.checker import ALL_CHECKERS, CHECKERS
+from chaos.checker.late import LATE_WAIT
 from chaos.checker.run_data import ReplayTarget, RunData, client_sends
 from chaos.fault_timeline import fault_timeline
-from chaos.recovery import decompose, recovery, recovery_parts
+from chaos.diagnosis import diagnose
+from chaos.recovery import decompose, fault_paths, recovery, recovery_parts
 from harness import operations
 from harness.model_record import TOKEN
 from harness.operations import INFO, Op
@@ -45,8 +47,9 @@ ENGINE_CHECKERS = {"dbos_steps": ("dbos", "dbos-postgres"), "restate_journal": (
 #: checks of tasks (messages carrying a token, judged by the model's record): not applicable to a run that sent none
 TASK_CHECKERS = ("replies", "context")
 NO_TASKS = "the run sent no task messages (its messages follow the scripted model's conventions, which lost judges)"
+NO_LATE_WAIT = "the run recorded no late wait (made before it existed, or its engine cannot say what is pending)"
 #: the scenario table's columns, in order: what ``table_row`` fills
-ROW_FIELDS = ("scenario", "faults", "ok", "fail", "info", "lost", "dup_effects", "recovery_s", "model_rec_s",
+ROW_FIELDS = ("scenario", "faults", "ok", "fail", "info", "lost", "late", "dup_effects", "recovery_s", "model_rec_s",
               "tool_rec_s", "wft_rec_s", "checked", "verdict")
 
 #: what ``check`` needs to let ``replay`` run the agent's code: the target it may run, given what the run
@@ -69,7 +72,9 @@ class Plan:
 
 def plan(record: dict[str, Any], ops: list[Op]) -> Plan:
     """The checks that apply to the run ``record`` (its ``run.json``) with these operations."""
-    declared = (record.get("target") or {}).get("checkers") or ALL_CHECKERS
+    declared = list((record.get("target") or {}).get("checkers") or ALL_CHECKERS)
+    if "lost" in declared and "late" not in declared:
+        declared.append("late")  # the liveness half of what lost judged before they were split: declared with it
     not_applicable = dict((record.get("backend") or {}).get("not_applicable") or {})
     if not_applicable.keys() & {"temporal_history", "replay"}:
         not_applicable.setdefault("workflow_tasks", not_applicable.get("temporal_history") or
@@ -82,6 +87,8 @@ def plan(record: dict[str, Any], ops: list[Op]) -> Plan:
                for op in ops):
         for checker in TASK_CHECKERS:
             not_applicable.setdefault(checker, NO_TASKS)
+    if not any(op.f == LATE_WAIT for op in ops):
+        not_applicable.setdefault("late", NO_LATE_WAIT)
     backend_name = (record.get("backend") or {}).get("name") or "temporal"
     for checker, engines in ENGINE_CHECKERS.items():
         if backend_name not in engines:
@@ -95,8 +102,8 @@ def plan(record: dict[str, Any], ops: list[Op]) -> Plan:
 def worth_showing(c: CheckResult) -> bool:
     """Whether a check's result says something about the run worth a line of progress: not a pass, and not a
     fault's or an engine's own check that did not apply (a run without that fault, or on another engine)."""
-    return c.verdict != PASS and not (c.verdict == NOT_APPLICABLE and
-                                      (c.name in FAULT_CHECKERS or c.name in ENGINE_CHECKERS or c.name in TASK_CHECKERS))
+    return c.verdict != PASS and not (c.verdict == NOT_APPLICABLE and (
+        c.name in FAULT_CHECKERS or c.name in ENGINE_CHECKERS or c.name in TASK_CHECKERS or c.name == "late"))
 
 
 # ---------------------------------------------------------------------------------------------- the checks
@@ -128,6 +135,29 @@ def run_checkers(run_dir: Path, only: list[str] | None = None,
 def compose(results: Iterable[CheckResult]) -> str:
     """The run's verdict: the worst of the checks that apply; none that apply is unknown."""
     return worst(r.verdict for r in results)
+
+
+#: checks of liveness (the agent answered, but too slowly): kept apart from safety (nothing lost, doubled or wrong)
+LIVENESS_CHECKS = ("late",)
+
+
+def property_verdicts(checks: list[CheckResult]) -> dict[str, str]:
+    """The run's verdict on safety and on liveness apart, so a run can gate on either: ``late`` is liveness;
+    a check that failed on liveness alone (``details["liveness_only"]``: a workflow task or a message still
+    waiting long after the heal) fails liveness and passes safety; every other check is safety. Either is
+    ``not_applicable`` when no check of it applies."""
+    safety: list[str] = []
+    liveness: list[str] = []
+    for c in checks:
+        if c.name in LIVENESS_CHECKS:
+            liveness.append(c.verdict)
+        elif c.verdict == FAIL and c.details.get("liveness_only"):
+            liveness.append(FAIL)
+            safety.append(PASS)
+        else:
+            safety.append(c.verdict)
+    return {name: worst(vs) if any(v != NOT_APPLICABLE for v in vs) else NOT_APPLICABLE
+            for name, vs in (("safety", safety), ("liveness", liveness))}
 
 
 def saved_verdict(checks: list[CheckResult], recorded: Any) -> str:
@@ -168,6 +198,8 @@ def table_row(name: str, ops: list[Op] | None, checks: list[CheckResult], decomp
         bad = len(by["lost"].details.get("problems") or []) - (lost if isinstance(lost, int) else 0)
         if by["lost"].verdict == FAIL and bad > 0:
             lost = f"{lost}+{bad} bad"
+    late: Any = len(by["late"].details.get("late") or []) if "late" in by and by["late"].verdict in (PASS, FAIL) \
+        else ("-" if "late" in by and by["late"].verdict == NOT_APPLICABLE else "?")
     dup: Any = by["effects"].details.get("duplicated_effects", "?") if "effects" in by and \
         by["effects"].verdict in (PASS, FAIL) else "?"
     if "effects" in by and by["effects"].verdict == NOT_APPLICABLE and by["effects"].summary.startswith("declared:"):
@@ -186,6 +218,7 @@ def table_row(name: str, ops: list[Op] | None, checks: list[CheckResult], decomp
             f" ({len(missed)} not injected: {missed[0].get('short') or missed[0].get('why', '?')})" if missed else ""),
         **counts(ops),
         "lost": lost,
+        "late": late,
         "dup_effects": dup,
         "recovery_s": worst_s,
         "model_rec_s": server.get("model_call_s"),
@@ -224,15 +257,24 @@ def check(path: Path, replay_with: ReplayWith = lambda declared: None) -> tuple[
         parts = recovery_parts(RunData(path))
     except Exception as exc:  # a measurement too
         parts = {"error": f"{type(exc).__name__}: {exc}"}
+    try:
+        paths = fault_paths(RunData(path))
+        diagnoses = diagnose(RunData(path), checks)
+    except Exception as exc:  # words about the run, not a check: a run they cannot read still gets its verdict
+        paths, diagnoses = [], [{"about": "diagnosis", "line": f"diagnosis: could not be made: "
+                                 f"{type(exc).__name__}: {exc}", "cause": str(exc), "fix": None, "setting": None,
+                                 "measured_s": None, "evidence": []}]
     summary = table_row(record.get("name") or run_dir.path.parent.name, ops, checks, decomposed, verdict=verdict)
     run_dir.write_json(VERDICT_JSON, {
-        "schema": SCHEMA, "verdict": verdict, "checks": [c.as_dict() for c in checks],
+        "schema": SCHEMA, "verdict": verdict, **property_verdicts(checks), "checks": [c.as_dict() for c in checks],
         "checked": [c.name for c in checks if c.verdict in (PASS, FAIL)],
         "not_checked": {c.name: c.summary for c in checks if c.verdict in (UNKNOWN, NOT_APPLICABLE)},
         "checkers_not_run": chosen.opted_out + list(chosen.not_applicable),
         "recovery": recovery(ops),
         "recovery_decomposition": decomposed,
         "recovery_parts": parts,
+        "recovery_paths": paths,
+        "diagnoses": diagnoses,
         "fault_timeline": fault_timeline(record, ops),
         "summary": summary})
     return verdict, checks, summary

@@ -60,6 +60,7 @@ class _Found:
     blamed: set[tuple[str, str]] = field(default_factory=set)
     waits: dict[str, float] = field(default_factory=dict)
     stuck: list[str] = field(default_factory=list)
+    liveness: int = 0  # how many of the problems are of liveness alone (slow or stuck after the heal)
 
 
 def check(data: RunData) -> CheckResult:
@@ -123,6 +124,7 @@ def _waits_after_heal(wid: str, run: Any, heal: float, found: _Found) -> None:
 def _live_after_heal(found: _Found, limit: float) -> None:
     """Liveness after the heal: every workflow task pending at the heal, or scheduled after, completed, within
     ``limit`` seconds. Needs the run's heal phase; a task the history shows no end of is named."""
+    found.liveness += len(found.stuck) + sum(1 for s in found.waits.values() if s > limit)
     for wid in found.stuck:
         found.problems.append(f"{wid}: a workflow task pending after the heal never completed (no worker took it "
                               "up again)")
@@ -139,7 +141,7 @@ def _result(found: _Found, heal: float | None, limit: float) -> CheckResult:
                "timed_out": timed_out, "heal_wall": heal, "recovery_within_s": limit,
                "worst_wait_after_heal_s": round(worst, 3) if worst is not None else None,
                "wait_after_heal_by_conversation": {w: round(s, 3) for w, s in sorted(waits.items())},
-               "problems": problems[:50]}
+               "problems": problems[:50], "liveness_only": bool(problems) and found.liveness == len(problems)}
     if problems:
         return CheckResult("workflow_tasks", FAIL, f"{len(problems)} problem(s); first: {problems[0]}", details)
     if not tasks:

@@ -15,6 +15,7 @@ An engine never imports the chaos package: a scenario is what ``Scenario`` names
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agent.contracts import AgentConfig
-from harness.event_history import save_histories
+from harness.event_history import RunRecord, fetch_run, save_histories
 from harness.operations import History
 from harness.recording import EffectLedger
 from harness.rundir import RunDir
@@ -135,6 +136,21 @@ class Engine:
         """What aimed kills read beyond the stack, as ``testbed.faults.nemesis.NemesisContext`` fields (``ledger``: the
         effect ledger where this process can read it; ``continue_as_new_events``); none by default."""
         return {}
+
+    async def latest_runs(self, stack: Stack, driver: Any) -> list[RunRecord] | None:
+        """Each conversation's latest run as the server holds it now (the late wait reads what is still pending
+        in it: ``chaos.checker.late``); None: this engine keeps no Temporal histories to tell."""
+        if stack.client is None or "temporal_history" in self.not_applicable:
+            return None
+
+        async def one(wid: str) -> RunRecord | None:
+            try:
+                return await fetch_run(stack.client, wid)
+            except Exception:  # never started (or gone): nothing pending
+                return None
+
+        runs = await asyncio.gather(*(one(wid) for wid in driver.workflow_ids))
+        return [r for r in runs if r is not None]
 
     async def save(self, stack: Stack, run: RunDir, driver: Any) -> None:
         """Every conversation's event histories (what temporal_history and replay read)."""

@@ -108,6 +108,11 @@ TIMEOUTS = {t.name: t for t in [
     Timeouts("defaults", "the agent's and the SDK's defaults: heartbeat 20 s (tools 10 s), retry after 5 s "
              "(tools 2 s), workflow task 10 s, sticky 10 s",
              workflow_task_timeout_s=10.0, sticky_timeout_s=10.0),
+    Timeouts("distinct", "four moderate settings, each a different length, so each part of a recovery shows whose "
+             "it is: heartbeat 10 s, retry after 6 s, sticky 7 s, workflow task 8 s (tests/test_diagnosis.py "
+             "checks the diagnoses against them)",
+             workflow_task_timeout_s=8.0, sticky_timeout_s=7.0, heartbeat_s=10.0, initial_interval_s=6.0,
+             maximum_interval_s=12.0, start_to_close_s=60.0),
 ]}
 DEFAULT_TIMEOUTS = "fast"
 

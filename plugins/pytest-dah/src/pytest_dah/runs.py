@@ -34,6 +34,8 @@ ENV_HOME, ENV_PYTHON = "DAH_HOME", "DAH_PYTHON"
 PASS, FAIL, UNKNOWN, ERROR = "pass", "fail", "unknown", "error"
 #: the files ``python -m chaos summary`` writes into a call's output directory
 SUMMARY_FILE, JUNIT_FILE = "pytest-dah-summary.json", "pytest-dah-junit.xml"
+#: the most diagnosis lines a failure message quotes of one run (the rest are in its verdict.json)
+MAX_DIAGNOSES = 8
 #: the largest summary or verdict.json read (a run directory is data, not trusted to be small)
 MAX_JSON_BYTES = 64 * 1024 * 1024
 #: what the harness's interpreter must not inherit from the test environment's
@@ -134,6 +136,8 @@ class ChaosRun:
     reproduce: str
     error: Optional[str] = None
     wall_s: Optional[float] = None
+    #: verdict.json's diagnoses: what made the run slow or fail, and what to change, one line each
+    diagnoses: List[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -218,6 +222,9 @@ class ChaosResult:
         for r in bad:
             lines.append(f"  {r.scenario} seed {r.seed}: {r.verdict} (run {r.status})")
             lines += [f"    {c.name}: {c.verdict}: {c.summary}" for c in r.non_pass()]
+            lines += [f"    diagnosis: {d}" for d in r.diagnoses[:MAX_DIAGNOSES]]
+            if len(r.diagnoses) > MAX_DIAGNOSES:
+                lines.append(f"    ... {len(r.diagnoses) - MAX_DIAGNOSES} more diagnoses in its verdict.json")
             if r.error:
                 lines.append(f"    error: {r.error.strip().splitlines()[0] if r.error.strip() else '?'}")
             if r.run_dir:
@@ -362,7 +369,8 @@ def _run_from_row(row: Any, out: Path) -> Optional[ChaosRun]:
                     verdict=str(row.get("verdict") or UNKNOWN), status=str(row.get("status") or "missing"),
                     checks=checks, run_dir=run_dir, reproduce=str(row.get("reproduce") or ""),
                     error=str(row["error"]) if row.get("error") else None,
-                    wall_s=float(wall) if isinstance(wall, (int, float)) else None)
+                    wall_s=float(wall) if isinstance(wall, (int, float)) else None,
+                    diagnoses=_diagnoses(run_dir) if run_dir else [])
 
 
 def _inside(out: Path, relative: Any) -> Optional[Path]:
@@ -380,6 +388,12 @@ def _checks(run_dir: Path) -> Optional[List[Check]]:
         return None
     return [Check(str(c.get("name")), str(c.get("verdict")), str(c.get("summary") or ""))
             for c in doc["checks"] if isinstance(c, dict)]
+
+
+def _diagnoses(run_dir: Path) -> List[str]:
+    doc = _read_json(run_dir / "verdict.json")
+    found = doc.get("diagnoses") if isinstance(doc, dict) else None
+    return [str(d.get("line"))[:2000] for d in found if isinstance(d, dict)] if isinstance(found, list) else []
 
 
 def _read_json(path: Path) -> Any:
