@@ -120,14 +120,7 @@ class BenchRun:
 
     @property
     def when(self) -> datetime:
-        """When it started (run.json's ``started``, else its directory name), for "newest"."""
-        for text in (self.record.get("started"), stamp_time(self.path.name).replace(" UTC", "Z")):
-            try:
-                t = datetime.fromisoformat(str(text).replace(" ", "T"))
-                return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
-            except ValueError:
-                continue
-        return datetime.min.replace(tzinfo=timezone.utc)
+        return run_time(self.record, self.path)
 
     @property
     def sections(self) -> list[str]:
@@ -231,6 +224,17 @@ def stamp_time(name: str) -> str:
         except ValueError:
             continue
     return name
+
+
+def run_time(record: dict[str, Any], path: Path) -> datetime:
+    """When a run started (run.json's ``started``, else its directory name), for "newest"."""
+    for text in (record.get("started"), stamp_time(path.name).replace(" UTC", "Z")):
+        try:
+            t = datetime.fromisoformat(str(text).replace(" ", "T"))
+            return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+        except ValueError:
+            continue
+    return datetime.min.replace(tzinfo=timezone.utc)
 
 
 def _expect(value: Any, kinds: str, file: Path, field: str | None = None) -> Any:
