@@ -9,7 +9,8 @@ banner saying so. Every section is built
 on its own: a section whose data is absent says "no data (run ...)", and one
 that fails while being built adds a warning line to the report instead of
 stopping the build. The report opens with the verdicts (``reports.verdicts``:
-the grid, then every run that did not pass) and ends with provenance.
+the grid, how many chaos runs found are not shown and why, then every run that
+did not pass) and ends with provenance.
 Everything is written to a staging directory inside ``out_dir`` and moved into place only when the whole report is built (the
 report files last), so a failed build leaves the previous report intact.
 Files a previous build wrote that this build did not (listed in
@@ -394,8 +395,8 @@ class Builder:
             return
         t = tab.table1(self.src.chaos)
         log.info("table 1: %d scenario(s)", len(t.df))
-        unknown = [r.scenario for r in self.src.chaos if r.verdict == "unknown"]
-        failed = [r.scenario for r in self.src.chaos if r.verdict == "fail"]
+        unknown = [r.label for r in self.src.chaos if r.verdict == "unknown"]
+        failed = [r.label for r in self.src.chaos if r.verdict == "fail"]
         passed = len(self.src.chaos) - len(unknown) - len(failed)
         doc.para(f"{len(self.src.chaos)} scenario(s): {passed} pass, {len(failed)} fail"
                  + (f" ({', '.join(failed)})" if failed else "") + f", {len(unknown)} unknown"
@@ -410,7 +411,7 @@ class Builder:
             doc.para("no data (run `make chaos`)")
             return
         for run in self.src.chaos:
-            self.section(doc, run.scenario, lambda d, run=run: self.chaos_run(d, run), level=3,
+            self.section(doc, run.label, lambda d, run=run: self.chaos_run(d, run), level=3,
                          anchor=self.anchors("run", run.path.parent.name, run.path.name))
 
     def chaos_run(self, doc: Doc, run: Any) -> None:
@@ -432,7 +433,9 @@ class Builder:
         ct = tab.checks_table(run)
         if ct is not None:
             self.emit_table(doc, ct)
-        made = figs.plot_chaos(run, self.fig_dir, f"chaos-{safe_name(run.path.parent.name)}")
+        target = run.label.removeprefix(run.scenario)  # "" unless another run shown has its scenario
+        made = figs.plot_chaos(run, self.fig_dir, f"chaos-{safe_name(run.path.parent.name)}"
+                               + (f"-{safe_name(target)}" if target else ""))
         if not made:
             doc.para("no client operations in its operation log: nothing to plot")
         for f in made:
@@ -505,14 +508,21 @@ class Builder:
 
     def verdict_grid(self, doc: Doc) -> None:
         """Which scenario passed or failed on which engine, placement and seed; where the runs ran, once."""
-        items = self.verdict_runs
-        if not items:
+        items, left = self.verdict_runs, self.src.left_out
+        if not items and not left:
             doc.para("No chaos runs or soaks found (run `make chaos`, or `dah-chaos run SCENARIO`).")
             return
         bad = [r for r in items if r.verdict != "pass"]
-        doc.para(f"{len(items)} run(s): {verdicts.tally(items)}."
-                 + (" Each that did not pass is listed under Failures, with its checks and reproduce command."
+        # Every run found is counted: those shown, and those left out, named when they failed.
+        doc.para((f"{len(items)} run(s): {verdicts.tally(items)}." if not left else
+                  f"{len(items) + len(left)} run(s) found: {len(items)} shown ({verdicts.tally(items)}), "
+                  f"{len(left)} not shown.")
+                 + (" Each shown that did not pass is listed under Failures, with its checks and reproduce command."
                     if bad else ""))
+        if left:
+            doc.links(verdicts.left_out_line(left), [("every run not shown", f"#{self.anchors('not-shown')}")])
+        if not items:
+            return
         doc.grid(verdicts.grid(items))
         self.emit_table(None, verdicts.table(items))  # for a paper: verdicts.csv and verdicts.tex only
         doc.para("Each cell is one run: its seed and verdict (pass, FAIL, unknown: the checks could not tell, "
@@ -531,7 +541,9 @@ class Builder:
         """Every run that did not pass: what its checks said, how to run it again, where its files are."""
         bad = [r for r in self.verdict_runs if r.verdict != "pass"]
         if not bad:
-            doc.para("None: every run read passed." if self.verdict_runs else "No runs.")
+            failed = sum(1 for r in self.src.left_out if r.verdict == "fail")
+            doc.para(("None: every run shown passed." if self.verdict_runs else "No runs shown.")
+                     + (f" {failed} run(s) not shown failed: see Verdicts." if failed else ""))
             return
         for r in bad:
             seed = f"seed {r.seed}" if r.seed is not None else "seed unknown"
@@ -569,14 +581,17 @@ class Builder:
         if src.chaos:
             doc.heading(3, "Chaos runs")
             several = len(self.groups) > 1
-            rows = [{"Scenario": r.scenario, "Run": str(r.path), "When": stamp_time(r.path.name),
+            rows = [{"Scenario": r.label, "Run": str(r.path), "When": stamp_time(r.path.name),
                      "Status": str(r.record.get("status") or "unknown"), "Seed": r.record.get("seed"),
                      "Wall (s)": r.record.get("wall_s")}
                     | ({"Machine": verdicts.group_of(r.record, self.groups)} if several else {})
                     for r in src.chaos]
-            doc.table(tab.Table("provenance-chaos", "The chaos run used for each scenario (the machine each ran on: "
-                                "under Verdicts).", pd.DataFrame(rows), {"Seed": "d", "Wall (s)": ".1f"},
-                                saved=False))
+            doc.table(tab.Table("provenance-chaos", "The chaos run used for each scenario, target and engine (the "
+                                "machine each ran on: under Verdicts).", pd.DataFrame(rows),
+                                {"Seed": "d", "Wall (s)": ".1f"}, saved=False))
+        if src.left_out:
+            doc.heading(3, "Chaos runs not shown", self.anchors("not-shown"))
+            doc.table(verdicts.left_out_table(src.left_out))
         if src.fuzz is not None:
             doc.heading(3, "Migration fuzz run")
             doc.bullets([f"run: `{src.fuzz.path}` ({stamp_time(src.fuzz.path.name)})"])

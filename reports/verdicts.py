@@ -8,7 +8,8 @@ come from more than one machine), its seed, its verdict as its run dir says it (
 else is unknown, never pass), the checks that did not pass, its reproduce command as recorded, and its run directory
 (only one the report read). ``grid`` lays them out; each cell links inside the report: a run that did not pass to its
 entry among the failures (``failure_anchor``), one that passed to its details (``detail_anchor``). ``machine_groups``
-states each machine and its versions once.
+states each machine and its versions once. ``left_out_line`` and ``left_out_table`` count and list
+the chaos runs found and not shown (``Sources.left_out``), naming every one that failed.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from typing import Any
 import pandas as pd
 
 from reports.document import Chip, Grid, GridRow
-from reports.sources import ChaosRun, SoakRun, Sources, safe_name
+from reports.sources import (INCOMPLETE, MALFORMED, OLDER, UNFINISHED, ChaosRun, LeftOut, SoakRun, Sources,
+                             safe_name)
 from reports.tables import DASH, Table
 
 #: each verdict's words in the report (FAIL in capitals: the one a reader looks for)
@@ -58,7 +60,7 @@ class MachineGroup:
 def machine_groups(sources: Sources) -> list[MachineGroup]:
     """The machines (and versions) the chaos runs and soaks ran on, in the order they are first met."""
     groups: dict[tuple[str, str], MachineGroup] = {}
-    for what, record in [(r.scenario, r.record) for r in sources.chaos] + [
+    for what, record in [(r.label, r.record) for r in sources.chaos] + [
             (f"soak of {s.scenario}", s.record) for s in sources.soaks]:
         m = record.get("machine")
         key = (machine_text(m), versions_text(m))
@@ -261,3 +263,52 @@ def table(items: list[VerdictRun]) -> Table:
 def _title(r: VerdictRun) -> str:
     first = f"; {r.problems[0][0]}: {r.problems[0][2]}" if r.problems else ""
     return f"{r.scenario} on {r.column}, seed {r.seed}: {r.word}{first}"[:300]
+
+
+#: each reason a chaos run found is not shown: the line's words (``{s}``: the plural's s) and the table's
+LEFT_OUT = {OLDER: ("older run{s} of the same scenario and target", "not shown",
+                    "older than the run shown of its scenario and target"),
+            UNFINISHED: ("newer run{s} of the same scenario and target that did not complete", "not shown",
+                         "newer than the run shown of its scenario and target, and did not complete"),
+            MALFORMED: ("malformed run{s}", "left out", "malformed: see its warning"),
+            INCOMPLETE: ("incomplete or unreadable run{s}", "left out", "incomplete or unreadable: see its warning")}
+#: paths named in the line, per reason; the rest are counted (every one is in ``left_out_table``)
+PATHS_NAMED = 5
+
+
+def _paths(runs: list[LeftOut]) -> str:
+    named = ", ".join(f"`{r.path}`" for r in runs[:PATHS_NAMED])
+    return named + (f" and {len(runs) - PATHS_NAMED} more" if len(runs) > PATHS_NAMED else "")
+
+
+def left_out_line(left: list[LeftOut]) -> str:
+    """The chaos runs found and not shown, in one line: how many for each reason, and, by their paths, those that
+    failed (a malformed or incomplete one by its path whatever its verdict)."""
+    parts = []
+    for why, (what, verb, _) in LEFT_OUT.items():
+        mine = [r for r in left if r.why == why]
+        if not mine:
+            continue
+        text = f"{len(mine)} {what.format(s='' if len(mine) == 1 else 's')} {'is' if len(mine) == 1 else 'are'} {verb}"
+        if why in (MALFORMED, INCOMPLETE):
+            parts.append(f"{text}: {_paths(mine)}")
+            continue
+        failed = [r for r in mine if r.verdict == "fail"]
+        unknown = sum(1 for r in mine if r.verdict not in ("pass", "fail"))
+        if len(mine) == 1:
+            parts.append(text + (f", it failed: {_paths(failed)}" if failed else ", its verdict unknown" if unknown
+                                 else ""))
+        else:
+            parts.append(text + (f", {len(failed)} of them failed: {_paths(failed)}" if failed else "")
+                         + (f", {unknown} of them unknown" if unknown else ""))
+    return "; ".join(parts)
+
+
+def left_out_table(left: list[LeftOut]) -> Table:
+    """Every chaos run found and not shown: its directory, scenario, why and verdict."""
+    rows = [{"Run": str(r.path), "Scenario": r.scenario, "Not shown because": LEFT_OUT[r.why][2],
+             "Verdict": WORDS.get(r.verdict, "unknown")}
+            for r in sorted(left, key=lambda r: (r.scenario, str(r.path)))]
+    return Table("not-shown", "The chaos runs found and not shown in this report (its verdicts and sections show one "
+                 "run of each scenario, target and engine: the newest complete one, else the newest).",
+                 pd.DataFrame(rows), saved=False)
