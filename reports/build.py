@@ -9,8 +9,8 @@ banner saying so. Every section is built
 on its own: a section whose data is absent says "no data (run ...)", and one
 that fails while being built adds a warning line to the report instead of
 stopping the build. The report opens with the verdicts (``reports.verdicts``:
-the grid, how many chaos runs found are not shown and why, then every run that
-did not pass) and ends with provenance.
+the grid, how many chaos runs found are not shown and why, the runs' diagnoses,
+then every run that did not pass) and ends with provenance.
 Everything is written to a staging directory inside ``out_dir`` and moved into place only when the whole report is built (the
 report files last), so a failed build leaves the previous report intact.
 Files a previous build wrote that this build did not (listed in
@@ -536,6 +536,20 @@ class Builder:
             doc.para("The runs above come from several machines (the columns name them):")
             doc.bullets([f"**machine {g.label}**: {g.machine}; {g.versions} (runs: {', '.join(g.runs)})"
                          for g in self.groups])
+        self.diagnoses(doc)
+
+    def diagnoses(self, doc: Doc) -> None:
+        """Each run in the grid whose verdict.json diagnoses it: cause and fix, one line each."""
+        diagnosed = [r for r in self.verdict_runs if r.diagnoses]
+        if not diagnosed:
+            return
+        doc.heading(3, "Diagnoses: cause and fix")
+        for r in diagnosed:
+            seed = f"seed {r.seed}" if r.seed is not None else "seed unknown"
+            doc.heading(4, f"{r.scenario} on {r.column}, {seed}: {r.word}"
+                        + (f" ({r.sides_text})" if r.sides else ""), r.diagnoses_anchor)
+            doc.bullets(r.diagnosis_lines)
+            doc.links("Its entry", [("failure" if r.verdict != "pass" else "details", r.href)])
 
     def failures(self, doc: Doc) -> None:
         """Every run that did not pass: what its checks said, how to run it again, where its files are."""
@@ -551,6 +565,8 @@ class Builder:
                         + (" (a soak seed)" if r.soak is not None else ""), r.failure_anchor)
             if r.note:
                 doc.para(r.note[0].upper() + r.note[1:] + ".")
+            if r.sides:
+                doc.para(f"Safety and liveness, as its verdict.json tells them apart: {r.sides_text}.")
             if r.problems:
                 doc.table(tab.Table(f"failed-{r.failure_anchor}", "The checks that did not pass.",
                                     pd.DataFrame([{"check": c, "verdict": v, "summary": s} for c, v, s in r.problems]),
@@ -563,7 +579,8 @@ class Builder:
                 doc.para("From the harness's checkout, with its own interpreter (the system Python lacks its "
                          f"packages): `.venv/bin/{r.reproduce}`")
             links = self.run_files(r.path) if r.path is not None else []
-            doc.links("Files", links + [("details", f"#{r.detail_anchor}")])
+            doc.links("Files", links + [("details", f"#{r.detail_anchor}")]
+                      + ([("diagnoses", f"#{r.diagnoses_anchor}")] if r.diagnoses else []))
 
     # ------------------------------------------------------------ provenance
 

@@ -33,9 +33,10 @@ from reports.build import build, out_folder
 OUTPUTS = """outputs (under --out):
   report.md, report.html     the report: the verdicts first (a grid of scenario by engine/placement by seed,
                              each cell a link; how many runs are not shown and why, each failing one by its
-                             path), every run that did not pass (its checks, its reproduce command, links to its
-                             run directory), then every section (absent ones say how to get data), then
-                             provenance (which run each section comes from, every chaos run not shown)
+                             path; each run's diagnoses, safety and liveness where its verdict.json has them),
+                             every run that did not pass (its checks, its reproduce command, links to its run
+                             directory), then every section (absent ones say how to get data), then provenance
+                             (which run each section comes from, every chaos run not shown)
   *.csv                      every table at full precision, with bootstrap CI bounds (table2, breakdown, ...)
   verdicts.csv, verdicts.tex the verdict grid as text: scenario by engine/placement, each cell its seeds' verdicts
   table1.tex, table2.tex,    booktabs LaTeX tables sized for a two-column page (table* where wide, \\small)

@@ -38,6 +38,8 @@ for ``tables`` and ``figures``: series are dicts with string ``name`` and a
 ``turns`` list of dicts whose numeric fields are floats (NaN when missing);
 ``points`` are lists of dicts; a chaos run's ``verdict`` is pass only when its
 run was checked (a verdict with a summary) and every check passed (``chaos.checker.verdict``'s rules).
+verdict.json's optional ``diagnoses`` (each with a string ``line``) and ``safety`` and ``liveness`` verdicts
+are carried as read (an unrecognised side verdict as unknown); absent, they are empty.
 """
 
 from __future__ import annotations
@@ -165,6 +167,8 @@ class ChaosRun:
     checks: list[dict[str, Any]]
     end_s: float
     recovery_parts: dict[str, Any] = field(default_factory=dict)  # verdict.json's (chaos.recovery.recovery_parts)
+    diagnoses: list[dict[str, Any]] = field(default_factory=list)  # verdict.json's, each with a string ``line``
+    sides: dict[str, str] = field(default_factory=dict)  # side ("safety", "liveness") -> its verdict, where recorded
     label: str = ""  # how the report names it: its scenario, with its target when another run shown has that scenario
 
     def __post_init__(self) -> None:
@@ -198,7 +202,8 @@ class SoakRun:
     path: Path
     record: dict[str, Any]  # its run.json
     soak: dict[str, Any]  # its soak.json
-    runs: list[dict[str, Any]]  # soak.json's rows that have an integer seed and a verdict; ``path``: its run directory
+    runs: list[dict[str, Any]]  # soak.json's rows that have an integer seed and a verdict; ``path``: its run directory,
+    # ``recovery``, ``diagnoses`` and ``sides``: from its verdict.json (``_seed_verdict``)
 
 
 @dataclass
@@ -539,6 +544,37 @@ def _name_of(record: dict[str, Any], part: str) -> str:
     return str(value.get("name") or "") if isinstance(value, dict) else ""
 
 
+#: the words verdict.json's ``safety`` and ``liveness`` may hold (``not_applicable`` read as ``not applicable``)
+SIDES = ("safety", "liveness")
+SIDE_VERDICTS = ("pass", "fail", "unknown", "not applicable")
+
+
+def _diagnosis(checked: dict[str, Any], where: Path,
+               sources: Sources) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """verdict.json's ``diagnoses`` that have a string ``line``, and its ``safety`` and ``liveness`` verdicts (one
+    that is not a verdict reads as unknown, never pass); what cannot be used is a "partly used" warning."""
+    raw = checked.get("diagnoses") or []
+    if not isinstance(raw, list):
+        sources.warn(f"partly used {where}: {VERDICT_JSON} field 'diagnoses' is not a list; not shown")
+        raw = []
+    diagnoses = [d for d in raw if isinstance(d, dict) and isinstance(d.get("line"), str)]
+    if len(diagnoses) < len(raw):
+        sources.warn(f"partly used {where}: {len(raw) - len(diagnoses)} of the {len(raw)} diagnoses in "
+                     f"{VERDICT_JSON} have no 'line'; not shown")
+    sides = {}
+    for side in SIDES:
+        value = checked.get(side)
+        if value is None:
+            continue
+        value = "not applicable" if value == "not_applicable" else value
+        if value not in SIDE_VERDICTS:
+            sources.warn(f"partly used {where}: {VERDICT_JSON} field {side!r} is {value!r}, not one of "
+                         f"{', '.join(SIDE_VERDICTS)}; shown as unknown")
+            value = "unknown"
+        sides[side] = value
+    return diagnoses, sides
+
+
 @dataclass
 class _Found:
     """A chaos run directory found, read only as far as choosing among its group's runs needs."""
@@ -583,8 +619,9 @@ def _load_chaos(found: _Found, sources: Sources) -> ChaosRun:
         nemesis = len(opsmod.fault_windows(ops, end_s))
         summary = table_row(found.scenario, ops, [], verdict=verdict, faults_scheduled=nemesis)
     parts = checked.get("recovery_parts") if checked else None
+    diagnoses, sides = _diagnosis(checked, path, sources) if checked else ([], {})
     return ChaosRun(found.scenario, path, record, ops, verdict, note, summary, from_history, checks, end_s,
-                    parts if isinstance(parts, dict) else {})
+                    parts if isinstance(parts, dict) else {}, diagnoses, sides)
 
 
 def _leave_out(path: Path, scenario: str, why: Unusable, verdict: str, sources: Sources) -> None:
@@ -681,7 +718,7 @@ def _find_soaks(runs_dir: Path, sources: Sources) -> None:
             name = str(doc.get("scenario") or parent.name.removeprefix(SOAK_PREFIX))
             for r in rows:  # each seed's run beside the soak's folder (its name from the tree, not from soak.json)
                 r["path"] = _seed_run_dir(r, runs_dir / parent.name.removeprefix(SOAK_PREFIX))
-                r["recovery"] = _seed_recovery(r["path"])
+                r["recovery"], r["diagnoses"], r["sides"] = _seed_verdict(r["path"], sources)
             sources.soaks.append(SoakRun(name, path, record, doc, rows))
             break
 
@@ -698,21 +735,22 @@ def _seed_run_dir(row: dict[str, Any], scenario_dir: Path) -> Path | None:
     return path if _real_dir(path) else None
 
 
-def _seed_recovery(path: Path | None) -> dict[str, Any]:
-    """A soak seed's recovery and its parts, from its run's verdict.json (``path``: ``_seed_run_dir``); ``{}`` when
-    there is none to read."""
+def _seed_verdict(path: Path | None,
+                  sources: Sources) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, str]]:
+    """A soak seed's recovery and its parts, diagnoses and side verdicts (``_diagnosis``), from its run's
+    verdict.json (``path``: ``_seed_run_dir``); empty when there is none to read."""
     if path is None:
-        return {}
+        return {}, [], {}
     try:
         verdict = RunDir(path).read_verdict()
     except (OSError, ValueError, RunDirError, RefusedPath):
-        return {}
+        return {}, [], {}
     if not isinstance(verdict, dict):
-        return {}
+        return {}, [], {}
     rec, parts = verdict.get("recovery"), verdict.get("recovery_parts")
-    return {"worst_s": rec.get("worst_s") if isinstance(rec, dict) else None,
-            "held_s": parts.get("held_s") if isinstance(parts, dict) else None,
-            "parts": parts.get("parts") if isinstance(parts, dict) else None}
+    return ({"worst_s": rec.get("worst_s") if isinstance(rec, dict) else None,
+             "held_s": parts.get("held_s") if isinstance(parts, dict) else None,
+             "parts": parts.get("parts") if isinstance(parts, dict) else None}, *_diagnosis(verdict, path, sources))
 
 
 def _newest(runs: list[Any], what: str, sources: Sources) -> Any:

@@ -6,9 +6,10 @@ every seed of every soak (``Sources.soaks``) as a ``VerdictRun``: its scenario (
 carry), its column (engine and worker placement, from run.json's ``backend``; with the machine's label when the runs
 come from more than one machine), its seed, its verdict as its run dir says it (pass, fail, unknown, error; anything
 else is unknown, never pass), the checks that did not pass, its reproduce command as recorded, and its run directory
-(only one the report read). ``grid`` lays them out; each cell links inside the report: a run that did not pass to its
-entry among the failures (``failure_anchor``), one that passed to its details (``detail_anchor``). ``machine_groups``
-states each machine and its versions once. ``left_out_line`` and ``left_out_table`` count and list
+(only one the report read), and what its verdict.json adds where present: its diagnoses (cause and fix, one line
+each) and its safety and liveness verdicts. ``grid`` lays them out; each cell links inside the report: a run that did
+not pass to its entry among the failures (``failure_anchor``), one that passed to its details (``detail_anchor``).
+``machine_groups`` states each machine and its versions once. ``left_out_line`` and ``left_out_table`` count and list
 the chaos runs found and not shown (``Sources.left_out``), naming every one that failed.
 """
 
@@ -29,6 +30,8 @@ from reports.tables import DASH, Table
 
 #: each verdict's words in the report (FAIL in capitals: the one a reader looks for)
 WORDS = {"pass": "pass", "fail": "FAIL", "unknown": "unknown", "error": "error"}
+#: a run's diagnoses shown in the report; the rest are counted ("+N more")
+DIAGNOSES_SHOWN = 10
 
 
 def machine_text(m: Any) -> str:
@@ -91,10 +94,26 @@ class VerdictRun:
     soak: SoakRun | None = None
     detail_anchor: str = ""  # its details in the report
     failure_anchor: str = ""  # its entry among the failures (runs that did not pass)
+    diagnoses: list[dict[str, Any]] = field(default_factory=list)  # verdict.json's, each with a string ``line``
+    sides: dict[str, str] = field(default_factory=dict)  # "safety", "liveness" -> its verdict, where recorded
+    diagnoses_anchor: str = ""  # its diagnoses in the report (when it has any)
 
     @property
     def word(self) -> str:
         return WORDS.get(self.verdict, "unknown")
+
+    @property
+    def sides_text(self) -> str:
+        """``safety pass, liveness FAIL`` ("" when verdict.json has neither)."""
+        return ", ".join(f"{side} {WORDS.get(v, v)}" for side, v in self.sides.items())
+
+    @property
+    def diagnosis_lines(self) -> list[str]:
+        """Its diagnoses as the report lists them: what each is about and its line, the first ``DIAGNOSES_SHOWN``,
+        then how many more."""
+        lines = [f"{d.get('about') or '?'}: {d['line'][:400]}" for d in self.diagnoses[:DIAGNOSES_SHOWN]]
+        more = len(self.diagnoses) - DIAGNOSES_SHOWN
+        return lines + ([f"+{more} more (in its verdict.json)"] if more > 0 else [])
 
     @property
     def href(self) -> str:
@@ -152,11 +171,12 @@ def _chaos_run(run: ChaosRun, column: str, anchors: Anchors) -> VerdictRun:
     problems = [(str(c.get("name", "?")), str(c.get("verdict", "?")), str(c.get("summary", "")))
                 for c in run.checks if c.get("verdict") in ("fail", "unknown")]
     notes = [n for n in (run.verdict_note, planted_note(run.record)) if n]
+    key = (run.path.parent.name, run.path.name)
     return VerdictRun(scenario_of(run.scenario), column, _int(run.record.get("seed")),
                       run.verdict if run.verdict in WORDS else "unknown", "; ".join(notes), problems,
-                      str(run.record.get("reproduce") or "?"), run.path,
-                      detail_anchor=anchors("run", run.path.parent.name, run.path.name),
-                      failure_anchor=anchors("failed", run.path.parent.name, run.path.name))
+                      str(run.record.get("reproduce") or "?"), run.path, detail_anchor=anchors("run", *key),
+                      failure_anchor=anchors("failed", *key), diagnoses=run.diagnoses, sides=run.sides,
+                      diagnoses_anchor=anchors("diagnoses", *key))
 
 
 def _soak_seed(soak: SoakRun, row: dict[str, Any], column: str, anchors: Anchors) -> VerdictRun:
@@ -171,7 +191,9 @@ def _soak_seed(soak: SoakRun, row: dict[str, Any], column: str, anchors: Anchors
     key = (soak.path.parent.name, soak.path.name, str(row["seed"]))
     return VerdictRun(scenario_of(soak.scenario), column, row["seed"], verdict, note, problems,
                       str(row.get("reproduce") or "?"), row.get("path"), soak=soak,
-                      detail_anchor=anchors("seed", *key), failure_anchor=anchors("failed", *key))
+                      detail_anchor=anchors("seed", *key), failure_anchor=anchors("failed", *key),
+                      diagnoses=row.get("diagnoses") or [], sides=row.get("sides") or {},
+                      diagnoses_anchor=anchors("diagnoses", *key))
 
 
 def runs(sources: Sources, anchors: Anchors) -> list[VerdictRun]:
@@ -231,7 +253,8 @@ def grid(items: list[VerdictRun]) -> Grid:
         rows.append(GridRow(label, note, {}))
         for r in mine:
             seed = r.seed if r.seed is not None else "?"
-            text = f"{seed} {r.word}" if r.soak is not None else f"seed {seed}: {r.word}"
+            sides = f" ({r.sides_text})" if r.sides else ""
+            text = f"{seed} {r.word}" if r.soak is not None else f"seed {seed}: {r.word}{sides}"
             rows[-1].cells.setdefault(r.column, []).append(Chip(text, r.verdict, r.href, _title(r)))
     return Grid("Scenario", _columns(items), rows)
 
@@ -261,8 +284,9 @@ def table(items: list[VerdictRun]) -> Table:
 
 
 def _title(r: VerdictRun) -> str:
+    sides = f" ({r.sides_text})" if r.sides else ""
     first = f"; {r.problems[0][0]}: {r.problems[0][2]}" if r.problems else ""
-    return f"{r.scenario} on {r.column}, seed {r.seed}: {r.word}{first}"[:300]
+    return f"{r.scenario} on {r.column}, seed {r.seed}: {r.word}{sides}{first}"[:300]
 
 
 #: each reason a chaos run found is not shown: the line's words (``{s}``: the plural's s) and the table's

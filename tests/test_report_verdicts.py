@@ -334,3 +334,36 @@ def test_a_run_of_one_target_alone_is_shown_as_before(tmp_path: Path) -> None:
     md = (tmp_path / "out" / "report.md").read_text()
     assert "1 run(s): 1 pass." in _verdicts_part(md) and "not shown" not in md
 
+
+def test_diagnoses_and_safety_and_liveness_are_shown_escaped_and_bounded(tmp_path: Path) -> None:
+    """verdict.json's diagnoses: each run in the grid that has some lists them (the first ten, then how many more),
+    run data escaped; its safety and liveness verdicts beside its verdict. A run without them shows nothing new."""
+    runs = tmp_path / "runs"
+    lines = [{"line": "The tool's effect is keyed by attempt <script>alert(1)</script>: key it by workflow id.",
+              "about": "effects", "fix": "idempotency key", "setting": {"key": "workflow_id"}, "measured_s": 1.5}]
+    lines += [{"line": f"Lint {n}: `send_email` states no retry policy.", "about": "lint"} for n in range(11)]
+    _target_run(runs, "kill_mid_turn", "20261122T100000Z", "calc-agent", failing=("effects",),
+                verdict={"diagnoses": lines, "safety": "fail", "liveness": "pass"})
+    _target_run(runs, "kill_mid_turn", "20261122T110000Z", "notes-agent")
+    write_soak(runs, "kill_idle", {1: "pass"}, {"cores": 2})
+    seed = runs / "kill_idle" / "20261122T090001000000Z"
+    verdict = json.loads((seed / "verdict.json").read_text())
+    (seed / "verdict.json").write_text(json.dumps(verdict | {"diagnoses": [{"line": "Seed one's diagnosis.",
+                                                                            "about": "recovery"}]}))
+    out = tmp_path / "out"
+    assert cli.main(["--runs", str(runs), "--out", str(out)]) == 0
+    html = (out / "report.html").read_text()
+    page = Page(html)
+    assert sorted(c["text"] for c in page.chips) == ["1 pass", "seed 7: FAIL (safety FAIL, liveness pass)",
+                                                     "seed 7: pass"]
+    diagnoses = html.split(">Diagnoses: cause and fix</h3>", 1)[1].split("<h2", 1)[0]
+    assert "<li>effects: The tool's effect is keyed by attempt &lt;script&gt;alert(1)&lt;/script&gt;" in diagnoses
+    assert "<script>" not in html
+    assert "<li>lint: Lint 0: <code>send_email</code> states no retry policy.</li>" in diagnoses
+    assert diagnoses.count("<li>lint: Lint") == 9 and "<li>+2 more (in its verdict.json)</li>" in diagnoses
+    assert "<li>recovery: Seed one's diagnosis.</li>" in diagnoses
+    assert "notes-agent" not in diagnoses  # no diagnoses: no entry
+    failure = html.split('id="failed-kill_mid_turn-20261122t100000z"', 1)[1].split("<h", 1)[0]
+    assert "safety FAIL, liveness pass" in failure
+    ids = page.ids
+    assert all(h[1:] in ids for h in page.links if h.startswith("#"))
