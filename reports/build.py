@@ -415,7 +415,7 @@ class Builder:
                          anchor=self.anchors("run", run.path.parent.name, run.path.name))
 
     def chaos_run(self, doc: Doc, run: Any) -> None:
-        log.info("chaos run %s: %s", run.scenario, run.path)
+        log.info("chaos run %s: %s", run.label, run.path)
         j = run.record
         s = run.summary
         verdict = tab.outcome(run)
@@ -726,7 +726,7 @@ def build(runs_dirs: Path | list[Path], out_dir: Path, bench_dirs: Path | list[P
     for k in sources.bench_skipped:
         log.info("bench run skipped: %s (status %s: %s)", k.path, k.status, k.reason)
     log.info("chaos runs: %d%s", len(sources.chaos),
-             f" ({', '.join(r.scenario for r in sources.chaos)})" if sources.chaos else "")
+             f" ({', '.join(r.label for r in sources.chaos)})" if sources.chaos else "")
     if sources.fuzz is not None:
         log.info("migration fuzz run: %s", sources.fuzz.path)
     if sources.soaks:

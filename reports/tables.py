@@ -776,7 +776,7 @@ def checks_table(run: ChaosRun) -> Table | None:
         return None
     rows = [{"check": str(c.get("name", "?")), "verdict": str(c.get("verdict", "?")),
              "summary": str(c.get("summary", ""))} for c in run.checks]
-    return Table(f"checks-{run.scenario}", f"Checks of {run.scenario}.", pd.DataFrame(rows), saved=False)
+    return Table(f"checks-{run.label}", f"Checks of {run.label}.", pd.DataFrame(rows), saved=False)
 
 
 # ---------------------------------------------------------------- soaks

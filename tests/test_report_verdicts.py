@@ -324,6 +324,7 @@ def test_every_targets_newest_run_is_shown_and_every_run_left_out_is_counted(tmp
     assert not_shown.count(str(runs / "kill_mid_turn")) == 4 and "| FAIL |" in not_shown
     rows = {r["Scenario"]: r["Run"] for r in csv.DictReader((out / "table1.csv").open(encoding="utf-8"))}
     assert rows == {"kill_mid_turn (calc-agent)": str(calc), "kill_mid_turn (notes-agent)": str(notes)}
+    assert "### kill_mid_turn (calc-agent)" in md and "*Checks of kill_mid_turn (notes-agent).*" in md
 
 
 def test_a_run_of_one_target_alone_is_shown_as_before(tmp_path: Path) -> None:
