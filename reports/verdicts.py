@@ -111,7 +111,7 @@ class VerdictRun:
     def diagnosis_lines(self) -> list[str]:
         """Its diagnoses as the report lists them: what each is about and its line, the first ``DIAGNOSES_SHOWN``,
         then how many more."""
-        lines = [f"{d.get('about') or '?'}: {d['line'][:400]}" for d in self.diagnoses[:DIAGNOSES_SHOWN]]
+        lines = [f"{str(d.get('about') or '?')[:60]}: {d['line'][:400]}" for d in self.diagnoses[:DIAGNOSES_SHOWN]]
         more = len(self.diagnoses) - DIAGNOSES_SHOWN
         return lines + ([f"+{more} more (in its verdict.json)"] if more > 0 else [])
 
