@@ -9,7 +9,8 @@ banner saying so. Every section is built
 on its own: a section whose data is absent says "no data (run ...)", and one
 that fails while being built adds a warning line to the report instead of
 stopping the build. The report opens with the verdicts (``reports.verdicts``:
-the grid, then every run that did not pass) and ends with provenance.
+the grid, how many chaos runs found are not shown and why, the runs' diagnoses,
+then every run that did not pass) and ends with provenance.
 Everything is written to a staging directory inside ``out_dir`` and moved into place only when the whole report is built (the
 report files last), so a failed build leaves the previous report intact.
 Files a previous build wrote that this build did not (listed in
@@ -394,8 +395,8 @@ class Builder:
             return
         t = tab.table1(self.src.chaos)
         log.info("table 1: %d scenario(s)", len(t.df))
-        unknown = [r.scenario for r in self.src.chaos if r.verdict == "unknown"]
-        failed = [r.scenario for r in self.src.chaos if r.verdict == "fail"]
+        unknown = [r.label for r in self.src.chaos if r.verdict == "unknown"]
+        failed = [r.label for r in self.src.chaos if r.verdict == "fail"]
         passed = len(self.src.chaos) - len(unknown) - len(failed)
         doc.para(f"{len(self.src.chaos)} scenario(s): {passed} pass, {len(failed)} fail"
                  + (f" ({', '.join(failed)})" if failed else "") + f", {len(unknown)} unknown"
@@ -410,11 +411,11 @@ class Builder:
             doc.para("no data (run `make chaos`)")
             return
         for run in self.src.chaos:
-            self.section(doc, run.scenario, lambda d, run=run: self.chaos_run(d, run), level=3,
+            self.section(doc, run.label, lambda d, run=run: self.chaos_run(d, run), level=3,
                          anchor=self.anchors("run", run.path.parent.name, run.path.name))
 
     def chaos_run(self, doc: Doc, run: Any) -> None:
-        log.info("chaos run %s: %s", run.scenario, run.path)
+        log.info("chaos run %s: %s", run.label, run.path)
         j = run.record
         s = run.summary
         verdict = tab.outcome(run)
@@ -432,7 +433,9 @@ class Builder:
         ct = tab.checks_table(run)
         if ct is not None:
             self.emit_table(doc, ct)
-        made = figs.plot_chaos(run, self.fig_dir, f"chaos-{safe_name(run.path.parent.name)}")
+        target = run.label.removeprefix(run.scenario)  # "" unless another run shown has its scenario
+        made = figs.plot_chaos(run, self.fig_dir, f"chaos-{safe_name(run.path.parent.name)}"
+                               + (f"-{safe_name(target)}" if target else ""))
         if not made:
             doc.para("no client operations in its operation log: nothing to plot")
         for f in made:
@@ -505,14 +508,21 @@ class Builder:
 
     def verdict_grid(self, doc: Doc) -> None:
         """Which scenario passed or failed on which engine, placement and seed; where the runs ran, once."""
-        items = self.verdict_runs
-        if not items:
+        items, left = self.verdict_runs, self.src.left_out
+        if not items and not left:
             doc.para("No chaos runs or soaks found (run `make chaos`, or `dah-chaos run SCENARIO`).")
             return
         bad = [r for r in items if r.verdict != "pass"]
-        doc.para(f"{len(items)} run(s): {verdicts.tally(items)}."
-                 + (" Each that did not pass is listed under Failures, with its checks and reproduce command."
+        # Every run found is counted: those shown, and those left out, named when they failed.
+        doc.para((f"{len(items)} run(s): {verdicts.tally(items)}." if not left else
+                  f"{len(items) + len(left)} run(s) found: {len(items)} shown ({verdicts.tally(items)}), "
+                  f"{len(left)} not shown.")
+                 + (" Each shown that did not pass is listed under Failures, with its checks and reproduce command."
                     if bad else ""))
+        if left:
+            doc.links(verdicts.left_out_line(left), [("every run not shown", f"#{self.anchors('not-shown')}")])
+        if not items:
+            return
         doc.grid(verdicts.grid(items))
         self.emit_table(None, verdicts.table(items))  # for a paper: verdicts.csv and verdicts.tex only
         doc.para("Each cell is one run: its seed and verdict (pass, FAIL, unknown: the checks could not tell, "
@@ -526,12 +536,28 @@ class Builder:
             doc.para("The runs above come from several machines (the columns name them):")
             doc.bullets([f"**machine {g.label}**: {g.machine}; {g.versions} (runs: {', '.join(g.runs)})"
                          for g in self.groups])
+        self.diagnoses(doc)
+
+    def diagnoses(self, doc: Doc) -> None:
+        """Each run in the grid whose verdict.json diagnoses it: cause and fix, one line each."""
+        diagnosed = [r for r in self.verdict_runs if r.diagnoses]
+        if not diagnosed:
+            return
+        doc.heading(3, "Diagnoses: cause and fix")
+        for r in diagnosed:
+            seed = f"seed {r.seed}" if r.seed is not None else "seed unknown"
+            doc.heading(4, f"{r.scenario} on {r.column}, {seed}: {r.word}"
+                        + (f" ({r.sides_text})" if r.sides else ""), r.diagnoses_anchor)
+            doc.bullets(r.diagnosis_lines)
+            doc.links("Its entry", [("failure" if r.verdict != "pass" else "details", r.href)])
 
     def failures(self, doc: Doc) -> None:
         """Every run that did not pass: what its checks said, how to run it again, where its files are."""
         bad = [r for r in self.verdict_runs if r.verdict != "pass"]
         if not bad:
-            doc.para("None: every run read passed." if self.verdict_runs else "No runs.")
+            failed = sum(1 for r in self.src.left_out if r.verdict == "fail")
+            doc.para(("None: every run shown passed." if self.verdict_runs else "No runs shown.")
+                     + (f" {failed} run(s) not shown failed: see Verdicts." if failed else ""))
             return
         for r in bad:
             seed = f"seed {r.seed}" if r.seed is not None else "seed unknown"
@@ -539,6 +565,8 @@ class Builder:
                         + (" (a soak seed)" if r.soak is not None else ""), r.failure_anchor)
             if r.note:
                 doc.para(r.note[0].upper() + r.note[1:] + ".")
+            if r.sides:
+                doc.para(f"Safety and liveness, as its verdict.json tells them apart: {r.sides_text}.")
             if r.problems:
                 doc.table(tab.Table(f"failed-{r.failure_anchor}", "The checks that did not pass.",
                                     pd.DataFrame([{"check": c, "verdict": v, "summary": s} for c, v, s in r.problems]),
@@ -551,7 +579,8 @@ class Builder:
                 doc.para("From the harness's checkout, with its own interpreter (the system Python lacks its "
                          f"packages): `.venv/bin/{r.reproduce}`")
             links = self.run_files(r.path) if r.path is not None else []
-            doc.links("Files", links + [("details", f"#{r.detail_anchor}")])
+            doc.links("Files", links + [("details", f"#{r.detail_anchor}")]
+                      + ([("diagnoses", f"#{r.diagnoses_anchor}")] if r.diagnoses else []))
 
     # ------------------------------------------------------------ provenance
 
@@ -569,14 +598,17 @@ class Builder:
         if src.chaos:
             doc.heading(3, "Chaos runs")
             several = len(self.groups) > 1
-            rows = [{"Scenario": r.scenario, "Run": str(r.path), "When": stamp_time(r.path.name),
+            rows = [{"Scenario": r.label, "Run": str(r.path), "When": stamp_time(r.path.name),
                      "Status": str(r.record.get("status") or "unknown"), "Seed": r.record.get("seed"),
                      "Wall (s)": r.record.get("wall_s")}
                     | ({"Machine": verdicts.group_of(r.record, self.groups)} if several else {})
                     for r in src.chaos]
-            doc.table(tab.Table("provenance-chaos", "The chaos run used for each scenario (the machine each ran on: "
-                                "under Verdicts).", pd.DataFrame(rows), {"Seed": "d", "Wall (s)": ".1f"},
-                                saved=False))
+            doc.table(tab.Table("provenance-chaos", "The chaos run used for each scenario, target and engine (the "
+                                "machine each ran on: under Verdicts).", pd.DataFrame(rows),
+                                {"Seed": "d", "Wall (s)": ".1f"}, saved=False))
+        if src.left_out:
+            doc.heading(3, "Chaos runs not shown", self.anchors("not-shown"))
+            doc.table(verdicts.left_out_table(src.left_out))
         if src.fuzz is not None:
             doc.heading(3, "Migration fuzz run")
             doc.bullets([f"run: `{src.fuzz.path}` ({stamp_time(src.fuzz.path.name)})"])
@@ -694,7 +726,7 @@ def build(runs_dirs: Path | list[Path], out_dir: Path, bench_dirs: Path | list[P
     for k in sources.bench_skipped:
         log.info("bench run skipped: %s (status %s: %s)", k.path, k.status, k.reason)
     log.info("chaos runs: %d%s", len(sources.chaos),
-             f" ({', '.join(r.scenario for r in sources.chaos)})" if sources.chaos else "")
+             f" ({', '.join(r.label for r in sources.chaos)})" if sources.chaos else "")
     if sources.fuzz is not None:
         log.info("migration fuzz run: %s", sources.fuzz.path)
     if sources.soaks:

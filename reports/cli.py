@@ -32,9 +32,11 @@ from reports.build import build, out_folder
 
 OUTPUTS = """outputs (under --out):
   report.md, report.html     the report: the verdicts first (a grid of scenario by engine/placement by seed,
-                             each cell a link), every run that did not pass (its checks, its reproduce command,
-                             links to its run directory), then every section (absent ones say how to get data),
-                             then provenance (which run each section comes from)
+                             each cell a link; how many runs are not shown and why, each failing one by its
+                             path; each run's diagnoses, safety and liveness where its verdict.json has them),
+                             every run that did not pass (its checks, its reproduce command, links to its run
+                             directory), then every section (absent ones say how to get data), then provenance
+                             (which run each section comes from, every chaos run not shown)
   *.csv                      every table at full precision, with bootstrap CI bounds (table2, breakdown, ...)
   verdicts.csv, verdicts.tex the verdict grid as text: scenario by engine/placement, each cell its seeds' verdicts
   table1.tex, table2.tex,    booktabs LaTeX tables sized for a two-column page (table* where wide, \\small)
@@ -48,7 +50,9 @@ inputs:
                              every <runs>/bench/<stamp>/ (or the --bench directories): a later `--only micro` or
                              an interrupted run never empties the other sections. Runs that did not complete are
                              listed as skipped; a run directory named with --bench is used whatever its status.
-  <scenario>/<stamp>/        `make chaos`: <scenario>/latest, else newest; the newest over several --runs roots
+  <scenario>/<stamp>/        `make chaos`: one run per scenario, target and engine (run.json's target.name and
+                             backend.name), its newest complete run, else its newest, over every --runs root;
+                             the others (older, newer but not complete, malformed) counted under the verdicts
   migration_fuzz/<stamp>/    `python -m migration_fuzz` (results.json); latest, else newest
 damaged or partial runs are skipped or partly used, with a warning line in the report."""
 

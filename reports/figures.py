@@ -288,8 +288,8 @@ def plot_chaos(run: ChaosRun, out: Path, stem: str) -> list[Figure]:
     style.legend(ax, outside=True)
     style.save(fig, out, f"{stem}-latency-raw")
     n_never = len(never)
-    figs.append(Figure(f"{stem}-latency-raw", f"{run.scenario}: raw latency",
-                       f"Every client send_message of `{run.scenario}`, at its invoke time, by outcome (ok blue, fail "
+    figs.append(Figure(f"{stem}-latency-raw", f"{run.label}: raw latency",
+                       f"Every client send_message of `{run.label}`, at its invoke time, by outcome (ok blue, fail "
                        f"red, info orange), latency on a log scale. " + _TIMELINE_NOTE + _cropped(run, lo)
                        + (f" {n_never} operation(s) never completed: drawn as triangles with their latency taken to "
                           f"the end of the run ({run.end_s:.1f} s)." if n_never else ""), wide=True))
@@ -320,8 +320,8 @@ def plot_chaos(run: ChaosRun, out: Path, stem: str) -> list[Figure]:
     order = [labels.index(k) for k in ("p50", "p95", "p99", "max") if k in labels]
     style.legend(ax, [h[i] for i in order], outside=True)
     style.save(fig, out, f"{stem}-latency-quantiles")
-    figs.append(Figure(f"{stem}-latency-quantiles", f"{run.scenario}: latency quantiles",
-                       f"Latency quantiles of the completed send_message operations of `{run.scenario}` invoked in "
+    figs.append(Figure(f"{stem}-latency-quantiles", f"{run.label}: latency quantiles",
+                       f"Latency quantiles of the completed send_message operations of `{run.label}` invoked in "
                        f"each {width:g} s window (log scale): median and maximum of every window, p95 where the "
                        f"window has at least 20 operations and p99 where it has 100; a window without operations "
                        f"is a gap. " + _TIMELINE_NOTE + _cropped(run, lo), wide=True))
@@ -344,8 +344,8 @@ def plot_chaos(run: ChaosRun, out: Path, stem: str) -> list[Figure]:
     ax.grid(alpha=0.3)
     style.legend(ax, outside=True)
     style.save(fig, out, f"{stem}-rate")
-    figs.append(Figure(f"{stem}-rate", f"{run.scenario}: throughput",
-                       f"Completed send_message operations per second of `{run.scenario}` ({width:g} s windows, by "
+    figs.append(Figure(f"{stem}-rate", f"{run.label}: throughput",
+                       f"Completed send_message operations per second of `{run.label}` ({width:g} s windows, by "
                        f"completion time and outcome). " + _TIMELINE_NOTE + _cropped(run, lo), wide=True))
     return figs
 

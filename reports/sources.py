@@ -18,11 +18,17 @@ it is listed in ``Sources.bench_skipped`` with its status. A run directory
 named itself in ``bench_dirs`` is used whatever its status (the report shows
 the status beside every section taken from it, and warns).
 
-Chaos runs, per scenario (over every runs root): the ``latest`` symlink's
-target (the newest of the roots' when several roots have the scenario); else
-the newest stamp directory by name. A scenario whose chosen run is unusable
-falls back to the next newest usable one, and says so. Migration fuzz and
-soaks: the same, per root; the newest over the roots.
+Chaos runs: one per scenario, target (run.json ``target.name``) and engine
+(``backend.name``), over every runs root: that group's newest complete run
+(what ``latest`` points at when one target runs a scenario), else its newest
+run; newest by run.json ``started``, else by directory name. A group whose
+chosen run is unusable falls back to the next one, and says so. Every other
+chaos run directory found is in ``Sources.left_out`` with why (an older run of
+its group, a newer one that did not complete, malformed, incomplete) and its
+verdict, so the report counts what it does not show; a soak seed's run
+directory is shown as that seed. Migration fuzz and soaks: the ``latest``
+symlink's target, else the newest stamp directory by name, per root; the
+newest over the roots.
 
 Contract: ``load(runs_dirs, bench_dirs)`` never raises on damaged data. Each run
 directory or file it could not use, or used only in part, adds one line to
@@ -32,12 +38,15 @@ for ``tables`` and ``figures``: series are dicts with string ``name`` and a
 ``turns`` list of dicts whose numeric fields are floats (NaN when missing);
 ``points`` are lists of dicts; a chaos run's ``verdict`` is pass only when its
 run was checked (a verdict with a summary) and every check passed (``chaos.checker.verdict``'s rules).
+verdict.json's optional ``diagnoses`` (each with a string ``line``) and ``safety`` and ``liveness`` verdicts
+are carried as read (an unrecognised side verdict as unknown); absent, they are empty.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -120,14 +129,7 @@ class BenchRun:
 
     @property
     def when(self) -> datetime:
-        """When it started (run.json's ``started``, else its directory name), for "newest"."""
-        for text in (self.record.get("started"), stamp_time(self.path.name).replace(" UTC", "Z")):
-            try:
-                t = datetime.fromisoformat(str(text).replace(" ", "T"))
-                return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
-            except ValueError:
-                continue
-        return datetime.min.replace(tzinfo=timezone.utc)
+        return run_time(self.record, self.path)
 
     @property
     def sections(self) -> list[str]:
@@ -165,6 +167,26 @@ class ChaosRun:
     checks: list[dict[str, Any]]
     end_s: float
     recovery_parts: dict[str, Any] = field(default_factory=dict)  # verdict.json's (chaos.recovery.recovery_parts)
+    diagnoses: list[dict[str, Any]] = field(default_factory=list)  # verdict.json's, each with a string ``line``
+    sides: dict[str, str] = field(default_factory=dict)  # side ("safety", "liveness") -> its verdict, where recorded
+    label: str = ""  # how the report names it: its scenario, with its target when another run shown has that scenario
+
+    def __post_init__(self) -> None:
+        self.label = self.label or self.scenario
+
+
+#: why a chaos run directory found is not shown (``LeftOut.why``)
+OLDER, UNFINISHED, MALFORMED, INCOMPLETE = "older", "unfinished", "malformed", "incomplete"
+
+
+@dataclass
+class LeftOut:
+    """A chaos run directory found and not shown: the report counts it, so that no run, failing or not, is hidden
+    without a word."""
+    path: Path
+    scenario: str  # its run.json's name (a run whose run.json could not be read: its folder's name)
+    why: str  # OLDER (than its group's run shown), UNFINISHED (newer, not complete), MALFORMED, INCOMPLETE
+    verdict: str  # pass | fail | unknown, as its verdict.json says (unknown when that could not be read)
 
 
 @dataclass
@@ -180,7 +202,8 @@ class SoakRun:
     path: Path
     record: dict[str, Any]  # its run.json
     soak: dict[str, Any]  # its soak.json
-    runs: list[dict[str, Any]]  # soak.json's rows that have an integer seed and a verdict; ``path``: its run directory
+    runs: list[dict[str, Any]]  # soak.json's rows that have an integer seed and a verdict; ``path``: its run directory,
+    # ``recovery``, ``diagnoses`` and ``sides``: from its verdict.json (``_seed_verdict``)
 
 
 @dataclass
@@ -195,6 +218,8 @@ class Sources:
     notes: list[str] = field(default_factory=list)
     #: one line per run skipped because a file of it is malformed (``Malformed``)
     malformed: list[str] = field(default_factory=list)
+    #: every chaos run directory found that is not shown, neither as a chaos run nor as a soak's seed
+    left_out: list[LeftOut] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -231,6 +256,17 @@ def stamp_time(name: str) -> str:
         except ValueError:
             continue
     return name
+
+
+def run_time(record: dict[str, Any], path: Path) -> datetime:
+    """When a run started (run.json's ``started``, else its directory name), for "newest"."""
+    for text in (record.get("started"), stamp_time(path.name).replace(" UTC", "Z")):
+        try:
+            t = datetime.fromisoformat(str(text).replace(" ", "T"))
+            return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+        except ValueError:
+            continue
+    return datetime.min.replace(tzinfo=timezone.utc)
 
 
 def _expect(value: Any, kinds: str, file: Path, field: str | None = None) -> Any:
@@ -496,14 +532,78 @@ def _verdict(checked: dict[str, Any] | None, record: dict[str, Any]) -> tuple[st
     return saved_verdict([CheckResult.from_dict(c) for c in checks], checked.get("verdict")), "", checks
 
 
-def _load_chaos(path: Path, scenario_dir: str, sources: Sources) -> ChaosRun:
-    record, _ = _record(path)
+def scenario_name(record: dict[str, Any], folder: str) -> str:
+    """A chaos run's scenario as its run.json names it (an older run's: its scenario's name, else its folder's)."""
+    scen = record.get("scenario") if isinstance(record.get("scenario"), dict) else {}
+    return str(record.get("name") or scen.get("name") or folder)
+
+
+def _name_of(record: dict[str, Any], part: str) -> str:
+    """run.json's ``<part>.name`` (``target``: the agent under test, ``backend``: its engine); "" when absent."""
+    value = record.get(part)
+    return str(value.get("name") or "") if isinstance(value, dict) else ""
+
+
+#: the words verdict.json's ``safety`` and ``liveness`` may hold (``not_applicable`` read as ``not applicable``)
+SIDES = ("safety", "liveness")
+SIDE_VERDICTS = ("pass", "fail", "unknown", "not applicable")
+
+
+def _diagnosis(checked: dict[str, Any], where: Path,
+               sources: Sources) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """verdict.json's ``diagnoses`` that have a string ``line``, and its ``safety`` and ``liveness`` verdicts (one
+    that is not a verdict reads as unknown, never pass); what cannot be used is a "partly used" warning."""
+    raw = checked.get("diagnoses") or []
+    if not isinstance(raw, list):
+        sources.warn(f"partly used {where}: {VERDICT_JSON} field 'diagnoses' is not a list; not shown")
+        raw = []
+    diagnoses = [d for d in raw if isinstance(d, dict) and isinstance(d.get("line"), str)]
+    if len(diagnoses) < len(raw):
+        sources.warn(f"partly used {where}: {len(raw) - len(diagnoses)} of the {len(raw)} diagnoses in "
+                     f"{VERDICT_JSON} have no 'line'; not shown")
+    sides = {}
+    for side in SIDES:
+        value = checked.get(side)
+        if value is None:
+            continue
+        value = "not applicable" if value == "not_applicable" else value
+        if value not in SIDE_VERDICTS:
+            sources.warn(f"partly used {where}: {VERDICT_JSON} field {side!r} is {value!r}, not one of "
+                         f"{', '.join(SIDE_VERDICTS)}; shown as unknown")
+            value = "unknown"
+        sides[side] = value
+    return diagnoses, sides
+
+
+@dataclass
+class _Found:
+    """A chaos run directory found, read only as far as choosing among its group's runs needs."""
+    path: Path
+    folder: str  # its scenario folder's name
+    record: dict[str, Any]  # its run.json
+    verdict: str  # as its verdict.json says (``_verdict``)
+
+    @property
+    def scenario(self) -> str:
+        return scenario_name(self.record, self.folder)
+
+    @property
+    def group(self) -> tuple[str, str, str]:
+        """Its scenario, target and engine: the report shows one run of each group."""
+        return self.scenario, _name_of(self.record, "target"), _name_of(self.record, "backend")
+
+    @property
+    def rank(self) -> tuple[bool, datetime, str]:
+        """Greater is shown first: a complete run before the others (``latest``'s rule), then the newest."""
+        return self.record.get("status") == "complete", run_time(self.record, self.path), self.path.name
+
+
+def _load_chaos(found: _Found, sources: Sources) -> ChaosRun:
+    record, path = found.record, found.path
     run = RunDir(path)
     if not run.operations.is_file():
         raise Unusable(f"no {run.operations.name}")
     ops = _load_history(run.operations, path, sources)
-    scen = record.get("scenario") if isinstance(record.get("scenario"), dict) else {}
-    name = str(record.get("name") or scen.get("name") or scenario_dir)
     phases = record.get("phases") if isinstance(record.get("phases"), dict) else {}
     end_s = opsmod.end_of_run(ops, phases)
     try:
@@ -511,43 +611,73 @@ def _load_chaos(path: Path, scenario_dir: str, sources: Sources) -> ChaosRun:
     except (OSError, ValueError):
         sources.warn(f"partly used {path}: {VERDICT_JSON} is damaged; the run counts as unchecked")
         checked = None
-    verdict, note, checks = _verdict(checked if isinstance(checked, dict) else None, record)
-    summary = checked.get("summary") if isinstance(checked, dict) and isinstance(checked.get("summary"), dict) \
-        else None
+    checked = checked if isinstance(checked, dict) else None
+    verdict, note, checks = _verdict(checked, record)
+    summary = checked.get("summary") if checked and isinstance(checked.get("summary"), dict) else None
     from_history = summary is None
     if summary is None:
         nemesis = len(opsmod.fault_windows(ops, end_s))
-        summary = table_row(name, ops, [], verdict=verdict, faults_scheduled=nemesis)
-    parts = checked.get("recovery_parts") if isinstance(checked, dict) else None
-    return ChaosRun(name, path, record, ops, verdict, note, summary, from_history, checks, end_s,
-                    parts if isinstance(parts, dict) else {})
+        summary = table_row(found.scenario, ops, [], verdict=verdict, faults_scheduled=nemesis)
+    parts = checked.get("recovery_parts") if checked else None
+    diagnoses, sides = _diagnosis(checked, path, sources) if checked else ([], {})
+    return ChaosRun(found.scenario, path, record, ops, verdict, note, summary, from_history, checks, end_s,
+                    parts if isinstance(parts, dict) else {}, diagnoses, sides)
 
 
-def _find_chaos(runs_dir: Path, sources: Sources) -> None:
+def _leave_out(path: Path, scenario: str, why: Unusable, verdict: str, sources: Sources) -> None:
+    """A chaos run that cannot be used: skipped with a warning, and counted among those left out."""
+    sources.skip(path, why)
+    sources.left_out.append(LeftOut(path, scenario, MALFORMED if isinstance(why, Malformed) else INCOMPLETE,
+                                    verdict))
+
+
+def _find_chaos(runs_dir: Path, sources: Sources, found: list[_Found]) -> None:
+    """Every chaos run directory under ``runs_dir`` (``<scenario>/<stamp>``) whose run.json can be read, into
+    ``found``; the others are left out (``_leave_out``)."""
     for scen_dir in sorted(p for p in runs_dir.iterdir() if _real_dir(p) and p.name not in NOT_CHAOS
                            and not p.name.startswith((".", SOAK_PREFIX))):
-        stamps = [p for p in scen_dir.iterdir() if _real_dir(p)
-                  and (_is_run(p, RUN_JSON) or RunDir(p).operations.exists())]
-        if not stamps:
-            continue  # not a chaos scenario directory
-        candidates = _candidates(scen_dir, RUN_JSON)
-        candidates += sorted((p for p in stamps if p not in candidates), key=lambda p: p.name, reverse=True)
-        skipped: list[Path] = []
-        for path in candidates:
+        for path in sorted(p for p in scen_dir.iterdir() if _real_dir(p) and not p.name.startswith(".")
+                           and (_is_run(p, RUN_JSON) or RunDir(p).operations.exists())):
             try:
-                run = _load_chaos(path, scen_dir.name, sources)
+                record, _ = _record(path)
             except Unusable as exc:
-                sources.skip(path, exc)
-                skipped.append(path)
+                _leave_out(path, scen_dir.name, exc, "unknown", sources)
                 continue
-            if skipped:
-                sources.notes.append(f"{scen_dir.name}: using {path} because a newer run was unusable")
-            newer = [p.name for p in stamps if p.name > path.name and p not in skipped]
-            if newer and not skipped:
-                sources.notes.append(f"{scen_dir.name}: {len(newer)} newer run(s) than `latest` not shown "
-                                     f"({', '.join(sorted(newer))}; probably interrupted)")
-            sources.chaos.append(run)
+            try:
+                checked = RunDir(path).read_verdict()
+            except (OSError, ValueError):
+                checked = None  # said when the run is shown (``_load_chaos``)
+            verdict, _, _ = _verdict(checked if isinstance(checked, dict) else None, record)
+            found.append(_Found(path, scen_dir.name, record, verdict))
+
+
+def _choose_chaos(found: list[_Found], sources: Sources) -> None:
+    """Of each group's runs (scenario, target, engine; over every root), the best usable one into ``chaos``; the
+    others into ``left_out``. Runs shown with the same scenario are labelled with their target (and engine)."""
+    groups: dict[tuple[str, str, str], list[_Found]] = {}
+    for f in found:
+        groups.setdefault(f.group, []).append(f)
+    shown: dict[tuple[str, str, str], ChaosRun] = {}
+    for group, runs in sorted(groups.items()):
+        ranked = sorted(runs, key=lambda f: f.rank, reverse=True)
+        for n, f in enumerate(ranked):
+            try:
+                run = _load_chaos(f, sources)
+            except Unusable as exc:
+                _leave_out(f.path, f.scenario, exc, f.verdict, sources)
+                continue
+            if n:
+                sources.notes.append(f"{f.scenario}: using {f.path} because {n} run(s) ranked before it (complete, "
+                                     f"or newer) could not be used")
+            newest = (f.rank[1], f.path.name)
+            sources.left_out += [LeftOut(o.path, o.scenario, OLDER if (o.rank[1], o.path.name) < newest
+                                         else UNFINISHED, o.verdict) for o in ranked[n + 1:]]
+            shown[group] = run
             break
+    for (scenario, target, engine), run in shown.items():
+        if sum(1 for other in shown if other[0] == scenario) > 1:
+            run.label = f"{scenario} ({', '.join(x for x in (target, engine) if x and x != 'target') or '?'})"
+    sources.chaos = list(shown.values())
 
 
 def _find_fuzz(runs_dir: Path, sources: Sources) -> None:
@@ -588,7 +718,7 @@ def _find_soaks(runs_dir: Path, sources: Sources) -> None:
             name = str(doc.get("scenario") or parent.name.removeprefix(SOAK_PREFIX))
             for r in rows:  # each seed's run beside the soak's folder (its name from the tree, not from soak.json)
                 r["path"] = _seed_run_dir(r, runs_dir / parent.name.removeprefix(SOAK_PREFIX))
-                r["recovery"] = _seed_recovery(r["path"])
+                r["recovery"], r["diagnoses"], r["sides"] = _seed_verdict(r["path"], sources)
             sources.soaks.append(SoakRun(name, path, record, doc, rows))
             break
 
@@ -605,21 +735,22 @@ def _seed_run_dir(row: dict[str, Any], scenario_dir: Path) -> Path | None:
     return path if _real_dir(path) else None
 
 
-def _seed_recovery(path: Path | None) -> dict[str, Any]:
-    """A soak seed's recovery and its parts, from its run's verdict.json (``path``: ``_seed_run_dir``); ``{}`` when
-    there is none to read."""
+def _seed_verdict(path: Path | None,
+                  sources: Sources) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, str]]:
+    """A soak seed's recovery and its parts, diagnoses and side verdicts (``_diagnosis``), from its run's
+    verdict.json (``path``: ``_seed_run_dir``); empty when there is none to read."""
     if path is None:
-        return {}
+        return {}, [], {}
     try:
         verdict = RunDir(path).read_verdict()
     except (OSError, ValueError, RunDirError, RefusedPath):
-        return {}
+        return {}, [], {}
     if not isinstance(verdict, dict):
-        return {}
+        return {}, [], {}
     rec, parts = verdict.get("recovery"), verdict.get("recovery_parts")
-    return {"worst_s": rec.get("worst_s") if isinstance(rec, dict) else None,
-            "held_s": parts.get("held_s") if isinstance(parts, dict) else None,
-            "parts": parts.get("parts") if isinstance(parts, dict) else None}
+    return ({"worst_s": rec.get("worst_s") if isinstance(rec, dict) else None,
+             "held_s": parts.get("held_s") if isinstance(parts, dict) else None,
+             "parts": parts.get("parts") if isinstance(parts, dict) else None}, *_diagnosis(verdict, path, sources))
 
 
 def _newest(runs: list[Any], what: str, sources: Sources) -> Any:
@@ -641,27 +772,28 @@ def load(runs_dirs: Path | list[Path], bench_dirs: Path | list[Path] | None = No
         _find_bench(roots, benches, sources)
     except OSError as exc:
         sources.warn(f"skipped the bench runs: {exc}")
-    chaos: dict[str, list[ChaosRun]] = {}
+    chaos: list[_Found] = []
     soaks: dict[str, list[SoakRun]] = {}
     fuzz: list[FuzzRun] = []
     for root in roots:
         one = Sources([root])
-        for what, find in (("chaos", _find_chaos), ("migration_fuzz", _find_fuzz), ("soak", _find_soaks)):
+        for what, find in (("chaos", lambda r, s: _find_chaos(r, s, chaos)), ("migration_fuzz", _find_fuzz),
+                           ("soak", _find_soaks)):
             try:
                 find(root, one)
             except OSError as exc:
                 one.warn(f"skipped the {what} runs under {root}: {exc}")
         sources.warnings += one.warnings
-        sources.notes += one.notes
         sources.malformed += one.malformed
-        for r in one.chaos:
-            chaos.setdefault(r.scenario, []).append(r)
+        sources.left_out += one.left_out
         for r in one.soaks:
             soaks.setdefault(r.scenario, []).append(r)
         fuzz += [one.fuzz] if one.fuzz else []
-    sources.chaos = [_newest(runs, name, sources) for name, runs in sorted(chaos.items())]
+    _choose_chaos(chaos, sources)
     sources.soaks = [_newest(runs, f"soak {name}", sources) for name, runs in sorted(soaks.items())]
     sources.fuzz = _newest(fuzz, "migration_fuzz", sources) if fuzz else None
+    seeds = {os.path.abspath(r["path"]) for soak in sources.soaks for r in soak.runs if r.get("path") is not None}
+    sources.left_out = [x for x in sources.left_out if os.path.abspath(x.path) not in seeds]  # shown as seeds
     return sources
 
 

@@ -676,7 +676,7 @@ def table1(runs: list[ChaosRun]) -> Table | None:
             value = s.get(key)
             return float(value) if isinstance(value, (int, float)) else math.nan
 
-        rows.append({"Scenario": r.scenario, "Fault": str(scen.get("description") or DASH), "Checked": checked(r),
+        rows.append({"Scenario": r.label, "Fault": str(scen.get("description") or DASH), "Checked": checked(r),
                      "Outcome": outcome(r), "Faults landed": str(s.get("faults", "?")),
                      "Timeouts": str(scen.get("timeouts") or DASH),
                      "Recovery (s)": float(rec) if isinstance(rec, (int, float)) else math.nan,
@@ -722,7 +722,7 @@ def recovery_parts(runs: list[ChaosRun]) -> Table | None:
         parts = r.recovery_parts.get("parts") if isinstance(r.recovery_parts.get("parts"), dict) else None
         if parts is None:
             continue
-        rows.append({"Scenario": r.scenario, "Recovery (s)": _seconds(r.recovery_parts.get("total_s")),
+        rows.append({"Scenario": r.label, "Recovery (s)": _seconds(r.recovery_parts.get("total_s")),
                      **{head: _seconds(parts.get(key)) for key, head in RECOVERY_PARTS.items()}})
     if not rows:
         return None
@@ -776,7 +776,7 @@ def checks_table(run: ChaosRun) -> Table | None:
         return None
     rows = [{"check": str(c.get("name", "?")), "verdict": str(c.get("verdict", "?")),
              "summary": str(c.get("summary", ""))} for c in run.checks]
-    return Table(f"checks-{run.scenario}", f"Checks of {run.scenario}.", pd.DataFrame(rows), saved=False)
+    return Table(f"checks-{run.label}", f"Checks of {run.label}.", pd.DataFrame(rows), saved=False)
 
 
 # ---------------------------------------------------------------- soaks

@@ -6,9 +6,11 @@ every seed of every soak (``Sources.soaks``) as a ``VerdictRun``: its scenario (
 carry), its column (engine and worker placement, from run.json's ``backend``; with the machine's label when the runs
 come from more than one machine), its seed, its verdict as its run dir says it (pass, fail, unknown, error; anything
 else is unknown, never pass), the checks that did not pass, its reproduce command as recorded, and its run directory
-(only one the report read). ``grid`` lays them out; each cell links inside the report: a run that did not pass to its
-entry among the failures (``failure_anchor``), one that passed to its details (``detail_anchor``). ``machine_groups``
-states each machine and its versions once.
+(only one the report read), and what its verdict.json adds where present: its diagnoses (cause and fix, one line
+each) and its safety and liveness verdicts. ``grid`` lays them out; each cell links inside the report: a run that did
+not pass to its entry among the failures (``failure_anchor``), one that passed to its details (``detail_anchor``).
+``machine_groups`` states each machine and its versions once. ``left_out_line`` and ``left_out_table`` count and list
+the chaos runs found and not shown (``Sources.left_out``), naming every one that failed.
 """
 
 from __future__ import annotations
@@ -22,11 +24,14 @@ from typing import Any
 import pandas as pd
 
 from reports.document import Chip, Grid, GridRow
-from reports.sources import ChaosRun, SoakRun, Sources, safe_name
+from reports.sources import (INCOMPLETE, MALFORMED, OLDER, UNFINISHED, ChaosRun, LeftOut, SoakRun, Sources,
+                             safe_name)
 from reports.tables import DASH, Table
 
 #: each verdict's words in the report (FAIL in capitals: the one a reader looks for)
 WORDS = {"pass": "pass", "fail": "FAIL", "unknown": "unknown", "error": "error"}
+#: a run's diagnoses shown in the report; the rest are counted ("+N more")
+DIAGNOSES_SHOWN = 10
 
 
 def machine_text(m: Any) -> str:
@@ -58,7 +63,7 @@ class MachineGroup:
 def machine_groups(sources: Sources) -> list[MachineGroup]:
     """The machines (and versions) the chaos runs and soaks ran on, in the order they are first met."""
     groups: dict[tuple[str, str], MachineGroup] = {}
-    for what, record in [(r.scenario, r.record) for r in sources.chaos] + [
+    for what, record in [(r.label, r.record) for r in sources.chaos] + [
             (f"soak of {s.scenario}", s.record) for s in sources.soaks]:
         m = record.get("machine")
         key = (machine_text(m), versions_text(m))
@@ -89,10 +94,26 @@ class VerdictRun:
     soak: SoakRun | None = None
     detail_anchor: str = ""  # its details in the report
     failure_anchor: str = ""  # its entry among the failures (runs that did not pass)
+    diagnoses: list[dict[str, Any]] = field(default_factory=list)  # verdict.json's, each with a string ``line``
+    sides: dict[str, str] = field(default_factory=dict)  # "safety", "liveness" -> its verdict, where recorded
+    diagnoses_anchor: str = ""  # its diagnoses in the report (when it has any)
 
     @property
     def word(self) -> str:
         return WORDS.get(self.verdict, "unknown")
+
+    @property
+    def sides_text(self) -> str:
+        """``safety pass, liveness FAIL`` ("" when verdict.json has neither)."""
+        return ", ".join(f"{side} {WORDS.get(v, v)}" for side, v in self.sides.items())
+
+    @property
+    def diagnosis_lines(self) -> list[str]:
+        """Its diagnoses as the report lists them: what each is about and its line, the first ``DIAGNOSES_SHOWN``,
+        then how many more."""
+        lines = [f"{str(d.get('about') or '?')[:60]}: {d['line'][:400]}" for d in self.diagnoses[:DIAGNOSES_SHOWN]]
+        more = len(self.diagnoses) - DIAGNOSES_SHOWN
+        return lines + ([f"+{more} more (in its verdict.json)"] if more > 0 else [])
 
     @property
     def href(self) -> str:
@@ -150,11 +171,12 @@ def _chaos_run(run: ChaosRun, column: str, anchors: Anchors) -> VerdictRun:
     problems = [(str(c.get("name", "?")), str(c.get("verdict", "?")), str(c.get("summary", "")))
                 for c in run.checks if c.get("verdict") in ("fail", "unknown")]
     notes = [n for n in (run.verdict_note, planted_note(run.record)) if n]
+    key = (run.path.parent.name, run.path.name)
     return VerdictRun(scenario_of(run.scenario), column, _int(run.record.get("seed")),
                       run.verdict if run.verdict in WORDS else "unknown", "; ".join(notes), problems,
-                      str(run.record.get("reproduce") or "?"), run.path,
-                      detail_anchor=anchors("run", run.path.parent.name, run.path.name),
-                      failure_anchor=anchors("failed", run.path.parent.name, run.path.name))
+                      str(run.record.get("reproduce") or "?"), run.path, detail_anchor=anchors("run", *key),
+                      failure_anchor=anchors("failed", *key), diagnoses=run.diagnoses, sides=run.sides,
+                      diagnoses_anchor=anchors("diagnoses", *key))
 
 
 def _soak_seed(soak: SoakRun, row: dict[str, Any], column: str, anchors: Anchors) -> VerdictRun:
@@ -169,7 +191,9 @@ def _soak_seed(soak: SoakRun, row: dict[str, Any], column: str, anchors: Anchors
     key = (soak.path.parent.name, soak.path.name, str(row["seed"]))
     return VerdictRun(scenario_of(soak.scenario), column, row["seed"], verdict, note, problems,
                       str(row.get("reproduce") or "?"), row.get("path"), soak=soak,
-                      detail_anchor=anchors("seed", *key), failure_anchor=anchors("failed", *key))
+                      detail_anchor=anchors("seed", *key), failure_anchor=anchors("failed", *key),
+                      diagnoses=row.get("diagnoses") or [], sides=row.get("sides") or {},
+                      diagnoses_anchor=anchors("diagnoses", *key))
 
 
 def runs(sources: Sources, anchors: Anchors) -> list[VerdictRun]:
@@ -229,7 +253,8 @@ def grid(items: list[VerdictRun]) -> Grid:
         rows.append(GridRow(label, note, {}))
         for r in mine:
             seed = r.seed if r.seed is not None else "?"
-            text = f"{seed} {r.word}" if r.soak is not None else f"seed {seed}: {r.word}"
+            sides = f" ({r.sides_text})" if r.sides else ""
+            text = f"{seed} {r.word}" if r.soak is not None else f"seed {seed}: {r.word}{sides}"
             rows[-1].cells.setdefault(r.column, []).append(Chip(text, r.verdict, r.href, _title(r)))
     return Grid("Scenario", _columns(items), rows)
 
@@ -259,5 +284,55 @@ def table(items: list[VerdictRun]) -> Table:
 
 
 def _title(r: VerdictRun) -> str:
+    sides = f" ({r.sides_text})" if r.sides else ""
     first = f"; {r.problems[0][0]}: {r.problems[0][2]}" if r.problems else ""
-    return f"{r.scenario} on {r.column}, seed {r.seed}: {r.word}{first}"[:300]
+    return f"{r.scenario} on {r.column}, seed {r.seed}: {r.word}{sides}{first}"[:300]
+
+
+#: each reason a chaos run found is not shown: the line's words (``{s}``: the plural's s) and the table's
+LEFT_OUT = {OLDER: ("older run{s} of the same scenario and target", "not shown",
+                    "older than the run shown of its scenario and target"),
+            UNFINISHED: ("newer run{s} of the same scenario and target that did not complete", "not shown",
+                         "newer than the run shown of its scenario and target, and did not complete"),
+            MALFORMED: ("malformed run{s}", "left out", "malformed: see its warning"),
+            INCOMPLETE: ("incomplete or unreadable run{s}", "left out", "incomplete or unreadable: see its warning")}
+#: paths named in the line, per reason; the rest are counted (every one is in ``left_out_table``)
+PATHS_NAMED = 5
+
+
+def _paths(runs: list[LeftOut]) -> str:
+    named = ", ".join(f"`{r.path}`" for r in runs[:PATHS_NAMED])
+    return named + (f" and {len(runs) - PATHS_NAMED} more" if len(runs) > PATHS_NAMED else "")
+
+
+def left_out_line(left: list[LeftOut]) -> str:
+    """The chaos runs found and not shown, in one line: how many for each reason, and, by their paths, those that
+    failed (a malformed or incomplete one by its path whatever its verdict)."""
+    parts = []
+    for why, (what, verb, _) in LEFT_OUT.items():
+        mine = [r for r in left if r.why == why]
+        if not mine:
+            continue
+        text = f"{len(mine)} {what.format(s='' if len(mine) == 1 else 's')} {'is' if len(mine) == 1 else 'are'} {verb}"
+        if why in (MALFORMED, INCOMPLETE):
+            parts.append(f"{text}: {_paths(mine)}")
+            continue
+        failed = [r for r in mine if r.verdict == "fail"]
+        unknown = sum(1 for r in mine if r.verdict not in ("pass", "fail"))
+        if len(mine) == 1:
+            parts.append(text + (f", it failed: {_paths(failed)}" if failed else ", its verdict unknown" if unknown
+                                 else ""))
+        else:
+            parts.append(text + (f", {len(failed)} of them failed: {_paths(failed)}" if failed else "")
+                         + (f", {unknown} of them unknown" if unknown else ""))
+    return "; ".join(parts)
+
+
+def left_out_table(left: list[LeftOut]) -> Table:
+    """Every chaos run found and not shown: its directory, scenario, why and verdict."""
+    rows = [{"Run": str(r.path), "Scenario": r.scenario, "Not shown because": LEFT_OUT[r.why][2],
+             "Verdict": WORDS.get(r.verdict, "unknown")}
+            for r in sorted(left, key=lambda r: (r.scenario, str(r.path)))]
+    return Table("not-shown", "The chaos runs found and not shown in this report (its verdicts and sections show one "
+                 "run of each scenario, target and engine: the newest complete one, else the newest).",
+                 pd.DataFrame(rows), saved=False)

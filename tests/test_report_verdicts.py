@@ -274,3 +274,97 @@ def test_a_run_name_with_a_lone_surrogate_costs_nothing_but_is_shown_escaped(tmp
                                                        "model_outage"], (name, rows)
     page = (out / "report.html").read_text(encoding="utf-8")
     assert 'href="../runs/bad%80folder/' in page  # the folder's own bytes, percent-encoded
+
+
+def _target_run(runs: Path, scenario: str, stamp: str, target: str, *, failing=(), complete=True,
+                verdict: dict | None = None) -> Path:
+    """A chaos run of a bring-your-own target (run.json ``backend.name`` "target", ``target.name``), started at its
+    stamp; ``verdict``: fields added to its verdict.json."""
+    write_chaos(runs, scenario, stamp=stamp, failing=failing, complete=complete, link=False, clients=())
+    run = runs / scenario / stamp
+    _edit_run(run, backend={"name": "target", "workers": "process"}, target={"name": target},
+              started=f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}T{stamp[9:11]}:{stamp[11:13]}:{stamp[13:15]}Z")
+    if verdict:
+        (run / "verdict.json").write_text(json.dumps(json.loads((run / "verdict.json").read_text()) | verdict))
+    return run
+
+
+def _verdicts_part(md: str) -> str:
+    return md.split("## Verdicts", 1)[1].split("\n## ", 1)[0]
+
+
+def test_every_targets_newest_run_is_shown_and_every_run_left_out_is_counted(tmp_path: Path) -> None:
+    """Two targets ran the same scenario into one folder: each target's newest run has its cell in the grid and its
+    row in Table 1; the runs not shown (older ones, one of them failing, a newer one that did not complete, a
+    malformed one) are counted in one line, the failing one by its path, and the header's count adds up."""
+    runs = tmp_path / "runs"
+    old_fail = _target_run(runs, "kill_mid_turn", "20261120T100000Z", "calc-agent", failing=("effects",))
+    _target_run(runs, "kill_mid_turn", "20261121T100000Z", "calc-agent")
+    calc = _target_run(runs, "kill_mid_turn", "20261122T100000Z", "calc-agent")
+    notes = _target_run(runs, "kill_mid_turn", "20261122T110000Z", "notes-agent", failing=("lost",))
+    _target_run(runs, "kill_mid_turn", "20261122T120000Z", "notes-agent", complete=False)  # interrupted, newer
+    (runs / "kill_mid_turn" / "latest").symlink_to(notes.name)  # the last to complete: one target's run only
+    bad = runs / "kill_mid_turn" / "20261119T100000Z"
+    bad.mkdir()
+    (bad / "run.json").write_text("[1]")
+    out = tmp_path / "out"
+    assert cli.main(["--runs", str(runs), "--out", str(out)]) == 1  # written without the malformed run
+    page = Page((out / "report.html").read_text())
+    assert sorted(c["text"] for c in page.chips) == ["seed 7: FAIL", "seed 7: pass"]
+    assert {page.chips[0]["href"], page.chips[1]["href"]} == {"#run-kill_mid_turn-20261122t100000z",
+                                                              "#failed-kill_mid_turn-20261122t110000z"}
+    md = (out / "report.md").read_text()
+    part = _verdicts_part(md)
+    assert "| Scenario | target calc-agent · process | target notes-agent · process |" in part
+    assert "6 run(s) found: 2 shown (1 pass, 1 FAIL), 4 not shown." in part
+    assert (f"2 older runs of the same scenario and target are not shown, 1 of them failed: `{old_fail}`; 1 newer "
+            f"run of the same scenario and target that did not complete is not shown, its verdict unknown; 1 "
+            f"malformed run is left out: `{bad}`: [every run not shown](#not-shown)") in part
+    not_shown = md.split("### Chaos runs not shown", 1)[1].split("\n## ", 1)[0]
+    assert not_shown.count(str(runs / "kill_mid_turn")) == 4 and "| FAIL |" in not_shown
+    rows = {r["Scenario"]: r["Run"] for r in csv.DictReader((out / "table1.csv").open(encoding="utf-8"))}
+    assert rows == {"kill_mid_turn (calc-agent)": str(calc), "kill_mid_turn (notes-agent)": str(notes)}
+    assert "### kill_mid_turn (calc-agent)" in md and "*Checks of kill_mid_turn (notes-agent).*" in md
+
+
+def test_a_run_of_one_target_alone_is_shown_as_before(tmp_path: Path) -> None:
+    """Nothing left out: the header is the count of runs shown, with no line about runs not shown."""
+    runs = tmp_path / "runs"
+    write_chaos(runs, "kill_mid_turn", clients=())
+    assert cli.main(["--runs", str(runs), "--out", str(tmp_path / "out")]) == 0
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "1 run(s): 1 pass." in _verdicts_part(md) and "not shown" not in md
+
+
+def test_diagnoses_and_safety_and_liveness_are_shown_escaped_and_bounded(tmp_path: Path) -> None:
+    """verdict.json's diagnoses: each run in the grid that has some lists them (the first ten, then how many more),
+    run data escaped; its safety and liveness verdicts beside its verdict. A run without them shows nothing new."""
+    runs = tmp_path / "runs"
+    lines = [{"line": "The tool's effect is keyed by attempt <script>alert(1)</script>: key it by workflow id.",
+              "about": "effects", "fix": "idempotency key", "setting": {"key": "workflow_id"}, "measured_s": 1.5}]
+    lines += [{"line": f"Lint {n}: `send_email` states no retry policy.", "about": "lint"} for n in range(11)]
+    _target_run(runs, "kill_mid_turn", "20261122T100000Z", "calc-agent", failing=("effects",),
+                verdict={"diagnoses": lines, "safety": "fail", "liveness": "pass"})
+    _target_run(runs, "kill_mid_turn", "20261122T110000Z", "notes-agent")
+    write_soak(runs, "kill_idle", {1: "pass"}, {"cores": 2})
+    seed = runs / "kill_idle" / "20261122T090001000000Z"
+    verdict = json.loads((seed / "verdict.json").read_text())
+    (seed / "verdict.json").write_text(json.dumps(verdict | {"diagnoses": [{"line": "Seed one's diagnosis.",
+                                                                            "about": "recovery"}]}))
+    out = tmp_path / "out"
+    assert cli.main(["--runs", str(runs), "--out", str(out)]) == 0
+    html = (out / "report.html").read_text()
+    page = Page(html)
+    assert sorted(c["text"] for c in page.chips) == ["1 pass", "seed 7: FAIL (safety FAIL, liveness pass)",
+                                                     "seed 7: pass"]
+    diagnoses = html.split(">Diagnoses: cause and fix</h3>", 1)[1].split("<h2", 1)[0]
+    assert "<li>effects: The tool's effect is keyed by attempt &lt;script&gt;alert(1)&lt;/script&gt;" in diagnoses
+    assert "<script>" not in html
+    assert "<li>lint: Lint 0: <code>send_email</code> states no retry policy.</li>" in diagnoses
+    assert diagnoses.count("<li>lint: Lint") == 9 and "<li>+2 more (in its verdict.json)</li>" in diagnoses
+    assert "<li>recovery: Seed one's diagnosis.</li>" in diagnoses
+    assert "notes-agent" not in diagnoses  # no diagnoses: no entry
+    failure = html.split('id="failed-kill_mid_turn-20261122t100000z"', 1)[1].split("<h", 1)[0]
+    assert "safety FAIL, liveness pass" in failure
+    ids = page.ids
+    assert all(h[1:] in ids for h in page.links if h.startswith("#"))

@@ -218,9 +218,9 @@ CHECKS = ["lost", "effects", "temporal", "replay", "injection_evidence"]
 
 
 def write_chaos(runs: Path, scenario: str, *, complete=True, failing=(), fault="kill_worker", link=True,
-                clients=(1, 2), schema=2) -> dict:
+                clients=(1, 2), schema=2, stamp=STAMP) -> dict:
     """A chaos run directory as the runner writes it (schema 1: as it did before run.json, still read)."""
-    run = runs / scenario / STAMP
+    run = runs / scenario / stamp
     run.mkdir(parents=True)
     h, counts = chaos_history(fault, clients)
     h.write(run / ("operations.jsonl" if schema == 2 else "history.jsonl"))
@@ -246,7 +246,7 @@ def write_chaos(runs: Path, scenario: str, *, complete=True, failing=(), fault="
         if checked:
             (run / "verdict.json").write_text(json.dumps({"schema": 2, **checked}))
     if link:
-        (runs / scenario / "latest").symlink_to(STAMP)
+        (runs / scenario / "latest").symlink_to(stamp)
     return counts
 
 
@@ -407,6 +407,10 @@ def test_table1_verdicts(built):
 def test_damaged_and_unused_runs_are_reported(built):
     md = built["md"]
     assert f"skipped {built['damaged']}: {built['damaged'] / 'run.json'}: expected JSON, got a syntax error" in md
+    # The verdicts count it: what is shown and what is left out add up to every chaos run found.
+    verdicts = md.split("## Verdicts", 1)[1].split("\n## ", 1)[0]
+    assert "4 run(s) found: 3 shown (1 pass, 1 FAIL, 1 unknown), 1 not shown." in verdicts
+    assert f"1 malformed run is left out: `{built['damaged']}`" in verdicts
     # The older bench run is listed as not used: every section it has comes from the newer one.
     older = built["runs"] / "bench" / "20250101T000000000000Z"
     assert f"`{older}` (status **complete**, started 2026-11-22T10:00:00Z): every section it has (table2, tuning, " \
