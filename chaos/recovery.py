@@ -404,6 +404,11 @@ def _spans(data: RunData, workflow_id: str, faults: list[dict[str, Any]], execut
             noticed = retry["scheduled_at"] - wait if retry.get("scheduled_at") and wait is not None \
                 else retry.get("scheduled_at") or retry["started_at"]
             spans += [("detection_s", f["at"], noticed), ("backoff_s", noticed, retry["started_at"])]
+    if not mine:  # no effect ledger for this conversation: the retries its history shows
+        for h in held_activities(data, faults):
+            if h["workflow_id"] == workflow_id and faults[h["fault"]]["at"] <= end:
+                noticed = h["retry_at"] - (h["backoff_s"] or 0.0)
+                spans += [("detection_s", faults[h["fault"]]["at"], noticed), ("backoff_s", noticed, h["retry_at"])]
     for run in chain:
         for k, t in enumerate(run.workflow_tasks):
             if t.outcome != "timed_out" or t.closed_at is None:
@@ -466,6 +471,32 @@ def decompose_wait(data: RunData, wait: dict[str, Any], faults: list[dict[str, A
             "parts": {k: round(v, 2) for k, v in parts.items()}}
 
 
+def causes(path: dict[str, Any] | None, wait: dict[str, Any]) -> dict[str, str]:
+    """What set each part of this wait, in words, from the fault's path (``fault_paths``) in the waiting
+    conversation (or any, where it has none): part -> the setting and its value."""
+    if path is None:
+        return {}
+    conv = wait["conversation"]
+    acts = [a for a in path["activities"] if a["workflow_id"] == conv] or path["activities"]
+    tasks = [t for t in path["workflow_tasks"] if t["workflow_id"] == conv] or path["workflow_tasks"]
+    out: dict[str, str] = {}
+    for a in acts[:1]:
+        limit = a["heartbeat_s"] if a["detected_by"] == "HEARTBEAT" else a["start_to_close_s"]
+        out["detection_s"] = f"{a['activity_type']}'s {a['setting']} ({limit:g} s)" if limit else a["setting"]
+        if a["retry_policy"]:
+            out["backoff_s"] = f"{a['activity_type']}'s retry policy (first retry after {a['retry_policy'][0]:g} s)"
+    for t in tasks:
+        if t["timeout_type"] == "START_TO_CLOSE":
+            out.setdefault("detection_s", f"the workflow task timeout ({t['workflow_task_timeout_s'] or 0:g} s)")
+        elif t["timeout_type"] == "SCHEDULE_TO_START" and t["sticky"]:
+            out["sticky_wait_s"] = f"the worker's sticky schedule-to-start timeout ({t['timed_out_after_s']:.1f} s)"
+        if t["replay_s"] is not None:
+            out["replay_s"] = f"replaying a history of up to {t['history_events']} events"
+    if path["no_worker_s"]:
+        out["no_worker_s"] = "the fault took the last worker: until a replacement polled"
+    return out
+
+
 def recovery_parts(data: RunData) -> dict[str, Any]:
     """The run's recovery (``recovery``'s worst wait) and each fault's worst wait, cut into ``PARTS``
     (``decompose_wait``): ``{...the worst wait's row, by_fault: [one row per fault end]}``; ``{}``: no fault ended
@@ -477,7 +508,9 @@ def recovery_parts(data: RunData) -> dict[str, Any]:
     for w in client_waits(data.ops):
         if w["wait_s"] is not None and (w["end"].index not in by_end or w["wait_s"] > by_end[w["end"].index]["wait_s"]):
             by_end[w["end"].index] = w
-    rows = [decompose_wait(data, w, faults, executions) for _, w in sorted(by_end.items())]
+    paths = {p["index"]: p for p in fault_paths(data)} if by_end else {}
+    rows = [{**decompose_wait(data, w, faults, executions), "causes": causes(paths.get(i), w)}
+            for i, w in sorted(by_end.items())]
     if not rows:
         return {}
     return {**max(rows, key=lambda r: r["wait_s"]), "by_fault": rows}
