@@ -190,20 +190,29 @@ def recovery_diagnoses(data: RunData, paths: list[dict[str, Any]], t0: float) ->
     return out
 
 
-def _explain(diagnoses: list[dict[str, Any]], workflow_id: str) -> dict[str, Any] | None:
-    """The slow recovery diagnosed in this conversation, if one was: the longest."""
-    mine = [d for d in diagnoses if any(e.get("workflow_id") == workflow_id for e in d["evidence"])]
-    return max(mine, key=lambda d: d["measured_s"] or 0.0, default=None)
+def _fault_op(d: dict[str, Any]) -> int:
+    return next((e["index"] for e in d["evidence"] if e.get("kind") == "operation"), -1)
+
+
+def _explain(diagnoses: list[dict[str, Any]], workflow_id: str, before: int | None = None) -> dict[str, Any] | None:
+    """The slow recovery diagnosed in this conversation, if one was: the one of the latest fault (before the
+    operation ``before``, if given), the longest of its parts."""
+    mine = [d for d in diagnoses if any(e.get("workflow_id") == workflow_id for e in d["evidence"])
+            and (before is None or _fault_op(d) < before)]
+    return max(mine, key=lambda d: (_fault_op(d), d["measured_s"] or 0.0), default=None)
 
 
 def _late(data: RunData, check: CheckResult, slow: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for item in late_replies(data) or []:
         what = f"the reply to {str(item['text'])!r}" if "update" in item else f"activity {item['activity']}"
+        why = _explain(slow, item["workflow_id"], next((o.index for o in data.ops if o.wall > item["at"]), None))
+        if why is not None:  # the fault that held it, not merely the last one before its message
+            fault_op = next(o for o in data.ops if o.index == _fault_op(why))
+            item = {**item, "fault": fault_op.f, "after_fault_s": round(item["at"] - fault_op.wall, 1)}
         fault = f", {item['after_fault_s']:.1f} s after the {item['fault']}" if item["after_fault_s"] is not None \
             else ""
         came = f"{what} ({item['workflow_id']}) came {item['after_settle_s']:.1f} s after the load settled{fault}"
-        why = _explain(slow, item["workflow_id"])
         evidence = [{"kind": "late", "workflow_id": item["workflow_id"], "at": item["at"]}]
         if why is None:
             out.append({"about": "late", "cause": f"{came}; nothing in its history (no retried activity, no timed-out "

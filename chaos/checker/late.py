@@ -113,7 +113,7 @@ def late_replies(data: RunData) -> list[dict[str, Any]] | None:
                         out.append({"workflow_id": wid, "activity": a.activity_type, "at": done,
                                     "accepted_at": _wall(a.scheduled_at)})
     for item in out:
-        fault = _last_fault_before(data.ops, item["accepted_at"] or item["at"])
+        fault = _last_fault_before(data.ops, item["at"])  # the latest the reply waited out
         item["after_settle_s"] = round(item["at"] - began, 1)
         item["after_fault_s"] = round(item["at"] - fault.wall, 1) if fault is not None else None
         item["fault"] = fault.f if fault is not None else None
