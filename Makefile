@@ -110,12 +110,14 @@ run: $(STAMP)
 	$(PY) -m testbed run "$(PROMPT)"
 
 # The system packages first (installed where this is root with apt-get), the TypeScript agents' node_modules
-# (tests/test_ai_sdk_agent.py runs one as a chaos run) and the TypeScript replayer on each SDK it claims
+# (tests/test_ai_sdk_agent.py runs one as a chaos run), the OpenAI Agents SDK example's environment
+# (tests/test_slow_detection_agent.py) and the TypeScript replayer on each SDK it claims
 # (tests/test_ts_replay.py), so nothing skips for want of one;
 # SYSTEM_DEPS=no runs the suite without them (their tests skip, each with the reason).
 SYSTEM_DEPS ?= yes
 test: $(STAMP)
 	@if [ "$(SYSTEM_DEPS)" != no ]; then $(MAKE) --no-print-directory system-deps restate-server example-ai-sdk \
+		example-openai-agents \
 		ts-replay-sdks; fi
 	$(PY) -m pytest -q
 

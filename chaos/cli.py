@@ -176,6 +176,9 @@ def _gate_option(p: argparse.ArgumentParser) -> None:
                    help="what a run must pass for exit status 0: all its checks (default); safety: nothing lost, "
                         "doubled or wrong, a late reply allowed; liveness: every reply in time (the late check, "
                         "and waits after the heal). verdict.json records both apart")
+    p.add_argument("--lint-fails", action="store_true",
+                   help="a run whose event histories show a risky durability setting (the lint's findings, listed "
+                        "after each run) does not pass either (default: the lint only informs)")
 
 
 def _engine_options(p: argparse.ArgumentParser) -> None:
@@ -301,6 +304,16 @@ def _check_command(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the results as JSON")
 
 
+def _lint_command(sub: Any) -> None:
+    p = sub.add_parser("lint", help="the risky durability settings saved runs' event histories show (no fault "
+                                    "needed): each with its evidence and its fix")
+    p.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR", help="chaos run directories, e.g. "
+                                                                            "runs/kill_mid_turn/latest")
+    p.add_argument("--lint-fails", action="store_true", help="exit 1 if any run has a finding (default: 0, the "
+                                                             "lint only informs)")
+    p.add_argument("--json", action="store_true", help="print the findings as JSON, one object per run")
+
+
 def _rerun_command(sub: Any) -> None:
     p = sub.add_parser("rerun", help="run a saved run's scenario again (its seed, engine and target)")
     p.add_argument("run_dir", type=Path, help="a chaos run directory, e.g. runs/kill_mid_turn/latest")
@@ -319,7 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("list", help="the named scenarios")
-    for add in (_run_command, _suite_command, _soak_command, _summary_command, _planted_command, _check_command, _rerun_command):
+    for add in (_run_command, _suite_command, _soak_command, _summary_command, _planted_command, _check_command, _lint_command,
+                _rerun_command):
         add(sub)
     return parser
 
@@ -363,6 +377,8 @@ def _main(argv: list[str]) -> int:
         return ci.summary_command(args.dirs, args.summary, args.junit)
     if args.command == "check":
         return saved.check_command(args.run_dir, args.target, args.json)
+    if args.command == "lint":
+        return saved.lint_command(args.run_dirs, args.lint_fails, args.json)
     started = datetime.now(timezone.utc)
 
     def pruned(code: int) -> int:
@@ -404,7 +420,8 @@ def _main(argv: list[str]) -> int:
             return pruned(asyncio.run(suite.suite(args, target, connection)))
         jobs = [(*job, args.seed) for job in suite.jobs(args, target, connection)]  # with the image _check_engine set
         return pruned(asyncio.run(suite.run_many(jobs, args.out, args.parallel, getattr(args, "ui", False),
-                                                 gate=getattr(args, "gate", "all"))))
+                                                 gate=getattr(args, "gate", "all"),
+                                                 lint_fails=getattr(args, "lint_fails", False))))
     except ValueError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2

@@ -117,11 +117,17 @@ class Outcome:
     #: verdict.json's ``safety`` and ``liveness`` (``chaos.checker.verdict.property_verdicts``) and its diagnoses
     properties: dict[str, str] = field(default_factory=dict)
     diagnoses: list[str] = field(default_factory=list)
+    lint: list[str] = field(default_factory=list)  # verdict.json's lint findings, one line each
 
-    def gated(self, gate: str = "all") -> str:
+    def gated(self, gate: str = "all", lint_fails: bool = False) -> str:
         """The verdict a gate sees: the run's (``all``), or its ``safety`` or ``liveness`` verdict alone (an error
-        stays an error; a property no check of applied passes that gate: there was nothing of it to fail)."""
-        if gate == "all" or self.verdict == ERROR:
+        stays an error; a property no check of applied passes that gate: there was nothing of it to fail);
+        ``lint_fails``: a lint finding fails it too."""
+        if self.verdict == ERROR:
+            return self.verdict
+        if lint_fails and self.lint:
+            return FAIL
+        if gate == "all":
             return self.verdict
         got = self.properties.get(gate, UNKNOWN)
         return PASS if got == NOT_APPLICABLE else got
@@ -179,7 +185,8 @@ async def run_captured(label: str, scenario: ChaosScenario, engine: Engine, *, s
     saved = RunDir(r.run_dir).read_verdict() or {}
     return Outcome(label, seed, r.verdict, r.run_dir, r.wall_s, r.reproduce, list(r.checks), dict(r.row),
                    properties={k: str(saved[k]) for k in ("safety", "liveness") if k in saved},
-                   diagnoses=[str(d.get("line")) for d in saved.get("diagnoses") or [] if isinstance(d, dict)])
+                   diagnoses=[str(d.get("line")) for d in saved.get("diagnoses") or [] if isinstance(d, dict)],
+                   lint=[str(d.get("line")) for d in saved.get("lint") or [] if isinstance(d, dict)])
 
 
 def run_folder(scenario: ChaosScenario, engine: Engine) -> str:

@@ -67,12 +67,45 @@ def check_command(path: Path, target_path: Path | None = None, as_json: bool = F
         if timeline:
             print("\nthe faults, as scheduled and as they happened:")
             print("\n".join(printable(line) for line in timeline))
+        findings = [d for d in saved.get("lint") or [] if isinstance(d, dict)]
+        if findings:
+            print("\nlint (risky settings in its event histories; they fail nothing):")
+            print("\n".join(f"  {printable(str(d.get('line')))}" for d in findings))
         diagnoses = [d for d in saved.get("diagnoses") or [] if isinstance(d, dict)]
         if diagnoses:
             print("\ndiagnoses (what made it slow or fail, and what to change):")
             print("\n".join(f"  {printable(str(d.get('line')))}" for d in diagnoses))
         print(f"\nverdict: {verdict} (safety: {saved.get('safety', '?')}, liveness: {saved.get('liveness', '?')})")
     return 0 if verdict == "pass" else 1
+
+
+def lint_command(paths: list[Path], lint_fails: bool = False, as_json: bool = False) -> int:
+    """``python -m chaos lint DIR...``: each run's lint findings (``chaos.lint``), one line each; 0, or with
+    ``lint_fails`` 1 if any run has one; 2 for a path that is no run directory (nothing is linted then)."""
+    from chaos.checker.run_data import RunData
+    from chaos.lint import lint
+
+    prog = f"{tool('chaos')} lint"
+    for path in paths:
+        if not RunDir(path.resolve()).operations.exists():
+            print(printable(f"{prog}: {path} is not a chaos run directory (no operations.jsonl); give one such as "
+                            "runs/<scenario>/latest"), file=sys.stderr)
+            return 2
+    found = 0
+    for path in paths:
+        findings, why = lint(RunData(path.resolve()))
+        found += len(findings)
+        if as_json:
+            print(json.dumps({"run_dir": str(path), "findings": findings, "unavailable": why}, default=str))
+            continue
+        print(printable(f"{path}: " + (why or (f"{len(findings)} finding(s)" if findings else "nothing risky seen "
+                                                "in its event histories"))))
+        for f in findings:
+            print(printable(f"  lint: {f['line']}"))
+    if not as_json:
+        print(f"{found} finding(s) in {len(paths)} run(s)" + ("" if lint_fails else " (informs only: --lint-fails "
+                                                                                     "to fail on them)"))
+    return 1 if lint_fails and found else 0
 
 
 def unfinished(run: RunDir) -> str | None:

@@ -239,14 +239,15 @@ async def in_lanes(items: list[Any], parallel: int, run_one: Callable[[int, int,
 
 
 async def run_many(items: list[tuple[str, Any, Any, int]], out: Path, parallel: int = 1, ui: bool = False,
-                    record: Any = None, gate: str = "all") -> int:
+                    record: Any = None, gate: str = "all", lint_fails: bool = False) -> int:
     """``items``: (label, scenario, backend, seed); the table at the end; 1 if any did not pass. ``record``: a
     ``chaos.ci.CiRecord`` told of each run as it starts and ends (the suite's summary JSON and JUnit XML).
 
     A scenario whose run raises (a worker dying at setup, a port clash, a harness bug) is recorded ``failed`` in
     its own run directory and shows as ``error`` in its row; the others go on. Ctrl-C (SIGTERM) stops them all;
     the record then says which runs were stopped and which never started. ``gate``: what a run must pass for
-    the exit status: ``all`` its checks, or only ``safety`` or ``liveness`` (``Outcome.gated``)."""
+    the exit status: ``all`` its checks, or only ``safety`` or ``liveness`` (``Outcome.gated``); ``lint_fails``:
+    a run whose histories the lint flags does not pass either."""
     own_out(out, *dict.fromkeys(run_folder(s, e) for _, s, e, _ in items))  # UnsafeFolder before any run starts
     start = time.monotonic()
     say = _progress(start)
@@ -288,6 +289,8 @@ async def run_many(items: list[tuple[str, Any, Any, int]], out: Path, parallel: 
             say(f"  {label} diagnosis: {line}")
         if len(result.diagnoses) > MAX_DIAGNOSES:
             say(f"  {label} ... {len(result.diagnoses) - MAX_DIAGNOSES} more diagnoses in {result.run_dir}/verdict.json")
+        for line in result.lint:
+            say(f"  {label} lint: {line}")
 
     try:
         await in_lanes(items, parallel, one)
@@ -299,7 +302,7 @@ async def run_many(items: list[tuple[str, Any, Any, int]], out: Path, parallel: 
         record.finish("complete")
     keys = [(label, seed) for label, _, _, seed in items]
     seeds = list(dict.fromkeys(seed for _, seed in keys))
-    failed = [results[k] for k in keys if k in results and results[k].gated(gate) != PASS]
+    failed = [results[k] for k in keys if k in results and results[k].gated(gate, lint_fails) != PASS]
     print()
     print(table([{**results[k].row, "seed": k[1]} if k in results else {"scenario": k[0], "seed": k[1],
                                                                         "verdict": ci.SKIPPED} for k in keys],
@@ -341,4 +344,5 @@ async def suite(args: argparse.Namespace, target: Any, connection: Any = None) -
         print(f"shard {spec}: no runs fall to this shard (more shards than runs); nothing to do", file=sys.stderr)
         record.finish("complete")
         return 0
-    return await run_many(mine, args.out, args.parallel, record=record, gate=getattr(args, "gate", "all"))
+    return await run_many(mine, args.out, args.parallel, record=record, gate=getattr(args, "gate", "all"),
+                          lint_fails=getattr(args, "lint_fails", False))

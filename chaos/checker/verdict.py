@@ -32,6 +32,7 @@ from chaos.checker.late import LATE_WAIT
 from chaos.checker.run_data import ReplayTarget, RunData, client_sends
 from chaos.fault_timeline import fault_timeline
 from chaos.diagnosis import diagnose
+from chaos.lint import lint
 from chaos.recovery import decompose, fault_paths, recovery, recovery_parts
 from harness import operations
 from harness.model_record import TOKEN
@@ -264,6 +265,10 @@ def check(path: Path, replay_with: ReplayWith = lambda declared: None) -> tuple[
         paths, diagnoses = [], [{"about": "diagnosis", "line": f"diagnosis: could not be made: "
                                  f"{type(exc).__name__}: {exc}", "cause": str(exc), "fix": None, "setting": None,
                                  "measured_s": None, "evidence": []}]
+    try:
+        findings, unlinted = lint(RunData(path))
+    except Exception as exc:  # advice, not a check
+        findings, unlinted = [], f"the lint could not read the run: {type(exc).__name__}: {exc}"
     summary = table_row(record.get("name") or run_dir.path.parent.name, ops, checks, decomposed, verdict=verdict)
     run_dir.write_json(VERDICT_JSON, {
         "schema": SCHEMA, "verdict": verdict, **property_verdicts(checks), "checks": [c.as_dict() for c in checks],
@@ -275,6 +280,8 @@ def check(path: Path, replay_with: ReplayWith = lambda declared: None) -> tuple[
         "recovery_parts": parts,
         "recovery_paths": paths,
         "diagnoses": diagnoses,
+        "lint": findings,
+        **({"lint_unavailable": unlinted} if unlinted else {}),
         "fault_timeline": fault_timeline(record, ops),
         "summary": summary})
     return verdict, checks, summary

@@ -21,8 +21,9 @@ const SYSTEM = 'You are a helpful assistant. Use the saveNote tool when asked to
 
 // Every activity call states its timeouts and retry policy where it is made.
 const RETRY = { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '10 seconds' };
+const MODEL_START_TO_CLOSE = '60 seconds';
 const models = new TemporalProvider({
-  default: { startToCloseTimeout: '60 seconds', retry: RETRY },
+  default: { startToCloseTimeout: MODEL_START_TO_CLOSE, retry: RETRY },
 });
 const { saveNote } = wf.proxyActivities({ startToCloseTimeout: '30 seconds', retry: RETRY });
 
@@ -31,13 +32,18 @@ const messagesQuery = wf.defineQuery('messages');
 
 /**
  * The chat workflow.
- * @param {{model?: string, maxTurns?: number, maxHistoryEvents?: number,
+ * @param {{model?: string, maxTurns?: number, maxHistoryEvents?: number, modelStartToClose?: string,
  *          history?: {role: string, content: string}[],
  *          answered?: Object<string, string>}} [input]
  *   `history` and `answered` are what continue-as-new carries; a first start leaves them out.
+ *   `modelStartToClose` (e.g. '10 seconds'): the model activity's start-to-close, instead of 60 s. invokeModel
+ *   never heartbeats, so this is the only setting that notices a worker killed mid call.
  */
 async function ChatWorkflow(input = {}) {
-  const model = models.languageModel(input.model || DEFAULT_MODEL);
+  const provider = input.modelStartToClose
+    ? new TemporalProvider({ default: { startToCloseTimeout: input.modelStartToClose, retry: RETRY } })
+    : models;
+  const model = provider.languageModel(input.model || DEFAULT_MODEL);
   const maxTurns = input.maxTurns || DEFAULT_MAX_TURNS;
   const maxHistoryEvents = input.maxHistoryEvents || 0; // 0: by turns only
   const history = Array.isArray(input.history) ? input.history.slice() : [];

@@ -43,6 +43,12 @@ def parse_args() -> argparse.Namespace:
                    help="base URL of an OpenAI-compatible API, ending in /v1 (env OPENAI_BASE_URL; default: OpenAI's)")
     p.add_argument("--effects-url", default=env("NOTES_URL"),
                    help="base URL of the notes service the save_note tool calls (env NOTES_URL)")
+    p.add_argument("--model-start-to-close", type=float, default=float(env("MODEL_START_TO_CLOSE", "60")),
+                   metavar="SECONDS", help="the model activity's start-to-close timeout (env MODEL_START_TO_CLOSE; "
+                                           "default %(default)g)")
+    p.add_argument("--model-heartbeat", type=float, default=float(env("MODEL_HEARTBEAT", "5")), metavar="SECONDS",
+                   help="the model activity's heartbeat timeout: how soon a worker that died mid call is noticed; 0: "
+                        "none, and only the start-to-close notices it (env MODEL_HEARTBEAT; default %(default)g)")
     p.add_argument("--bug", choices=BUGS, default=env("NOTES_AGENT_BUG") or None,
                    help="plant a bug, to see a test catch it (env NOTES_AGENT_BUG; default: none)")
     args = p.parse_args()
@@ -51,17 +57,20 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def make_plugin(model_url: str | None = None) -> OpenAIAgentsPlugin:
+def make_plugin(model_url: str | None = None, start_to_close_s: float = 60.0,
+                heartbeat_s: float = 5.0) -> OpenAIAgentsPlugin:
     """The plugin the worker (and a replay of its histories) runs with: model calls as activities.
 
+    ``start_to_close_s`` and ``heartbeat_s`` (0: no heartbeat timeout) are the model activity's timeouts.
     With ``model_url`` the model calls go to that OpenAI-compatible endpoint, else to ``OPENAI_BASE_URL``
     or OpenAI's; either way through the SDK's default provider (the Responses API), and Temporal retries
     a failed call, not the OpenAI client.
     """
     provider = OpenAIProvider(openai_client=AsyncOpenAI(base_url=model_url, max_retries=0)) if model_url else None
     return OpenAIAgentsPlugin(
-        model_params=ModelActivityParameters(start_to_close_timeout=timedelta(seconds=60),
-                                             heartbeat_timeout=timedelta(seconds=5)),  # a dead worker: 5 s
+        model_params=ModelActivityParameters(  # a dead worker is noticed after heartbeat_s (0: start_to_close_s)
+            start_to_close_timeout=timedelta(seconds=start_to_close_s),
+            heartbeat_timeout=timedelta(seconds=heartbeat_s) if heartbeat_s else None),
         model_provider=provider,
     )
 
@@ -69,7 +78,8 @@ def make_plugin(model_url: str | None = None) -> OpenAIAgentsPlugin:
 async def main() -> None:
     args = parse_args()
     os.environ.update({"NOTES_URL": args.effects_url, "NOTES_AGENT_BUG": args.bug or ""})
-    client = await Client.connect(args.address, namespace=args.namespace, plugins=[make_plugin(args.model_url)])
+    plugin = make_plugin(args.model_url, args.model_start_to_close, args.model_heartbeat)
+    client = await Client.connect(args.address, namespace=args.namespace, plugins=[plugin])
     worker = Worker(client, task_queue=args.task_queue, workflows=[ChatWorkflow], activities=[save_note],
                     **({"identity": args.identity} if args.identity else {}))
     loop = asyncio.get_running_loop()
