@@ -292,11 +292,27 @@ def _activity(data: RunData, e: dict[str, Any]) -> Any:
     return None
 
 
-def _task(data: RunData, e: dict[str, Any]) -> Any:
+def _task_value(data: RunData, e: dict[str, Any]) -> Any:
+    """The saved value of a workflow task's field this evidence names, read again from its run's history (a
+    measured one, in seconds, rounded as ``held_workflow_tasks`` rounds it); ``_MISSING`` if there is no such task."""
     for run in data.event_histories.get(e["workflow_id"]) or []:
-        if run.run_id == e["run_id"]:
-            return next((t for t in run.workflow_tasks if t.scheduled_event_id == e["scheduled_event_id"]), None)
-    return None
+        if run.run_id != e["run_id"]:
+            continue
+        for k, t in enumerate(run.workflow_tasks):
+            if t.scheduled_event_id != e["scheduled_event_id"]:
+                continue
+            start = t.started_at or t.scheduled_at
+            nxt = next((r for r in run.workflow_tasks[k + 1:] if r.started_at is not None), None)
+            return {"timeout_type": t.timeout_type, "sticky": t.sticky,
+                    "workflow_task_timeout_s": t.start_to_close_s or run.workflow_task_timeout_s,
+                    "timed_out_after_s": round((t.closed_at - start).total_seconds(), 2)
+                    if t.closed_at and start else None,
+                    "replay_s": round((nxt.closed_at - nxt.started_at).total_seconds(), 2)
+                    if nxt is not None and nxt.closed_at is not None else None}.get(e["field"], _MISSING)
+    return _MISSING
+
+
+_MISSING = object()
 
 
 def holds(data: RunData, e: dict[str, Any], paths: list[dict[str, Any]] | None = None) -> bool:
@@ -316,12 +332,8 @@ def holds(data: RunData, e: dict[str, Any], paths: list[dict[str, Any]] | None =
                  "attempts": a.attempts}.get(e["field"], getattr(a, e["field"], None))
         return value == (list(e["value"]) if isinstance(e["value"], tuple) else e["value"])
     if kind == "workflow_task":
-        t = _task(data, e)
-        if t is None:
-            return False
-        if e["field"] in ("timeout_type", "sticky"):
-            return getattr(t, e["field"]) == e["value"]
-        return True  # measured from the task's own times (``held_workflow_tasks``), found above
+        value = _task_value(data, e)
+        return value is not _MISSING and value == e["value"]
     if kind == "no_worker":
         return any(p["index"] == e["index"] and p["no_worker_s"] == e["value"] for p in paths or fault_paths(data))
     return False

@@ -240,7 +240,7 @@ class RunRecord:
     result: object = None  # the completion's result (decoded as ``decode_payload``), when it completed
     failure: str = ""  # the run's failure message, when it failed
     workflow_task_timeout_s: float | None = None  # what the start event set (the client's ``task_timeout``)
-    #: signals received whose (readable) argument carries no id (``SIGNAL_ID_KEYS``) to de-duplicate a re-send by
+    #: signals received carrying a readable argument with no id (``SIGNAL_ID_KEYS``) to de-duplicate a re-send by
     signals_without_id: int = 0
 
 
@@ -464,7 +464,9 @@ class _EventReader:
         a = ev.workflow_execution_signaled_event_attributes
         self.run.signals += 1
         value = decode_payload(a.input.payloads[0]) if a.input.payloads else None
-        if value != UNREADABLE and not _has_id(value):  # an encoded argument: cannot tell
+        # a message in a signal (a text, an object) with no id; a signal with no argument is a command (end the
+        # chat), and an encoded argument cannot be read: neither is counted
+        if value not in (None, UNREADABLE) and not _has_id(value):
             self.run.signals_without_id += 1
 
     def workflow_closed(self, ev: HistoryEvent, at: datetime) -> None:

@@ -71,3 +71,13 @@ def test_late_applies_only_to_a_run_that_recorded_its_wait_and_is_declared_with_
     chosen = plan(record, waited)
     assert "late" in chosen.run  # a target that declared lost declared the liveness half split out of it
     assert "late" in plan({**record, "target": {"checkers": ["workflow_tasks"]}}, waited).opted_out
+
+
+def test_a_scenario_under_another_timeouts_profile_gets_a_task_queue_that_is_a_name() -> None:
+    from chaos.scenarios import SCENARIOS
+    from dataclasses import replace
+    from harness.placeholders import PLACEHOLDER_NAME
+    from testbed.engines.temporal import ReferenceOnTemporal
+
+    queue = ReferenceOnTemporal().task_queue(replace(SCENARIOS["kill_idle"], name="kill_idle~defaults"))
+    assert queue == "chaos-kill_idle-defaults" and PLACEHOLDER_NAME.fullmatch(queue)

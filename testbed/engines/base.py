@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,7 +117,8 @@ class Engine:
     def task_queue(self, scenario: Scenario) -> str:
         """The scenario's task queue; on an external cluster, one of this run's own (``-<random>``): workers of
         another run on the same cluster and namespace (another user's, an earlier seed's) never take its tasks."""
-        queue = self.target.task_queue or f"chaos-{scenario.name}"
+        # a scenario under another timeouts profile is named SCENARIO~PROFILE: a task queue takes no "~"
+        queue = self.target.task_queue or "chaos-" + re.sub(r"[^A-Za-z0-9_.:@+=-]", "-", scenario.name)
         # A worker that hard-codes its address hard-codes its queue too: it is the one it polls.
         return f"{queue}-{uuid.uuid4().hex[:8]}" if self.external and not self.target.address else queue
 
