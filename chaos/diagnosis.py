@@ -244,6 +244,10 @@ CHECK_FIXES = {
                "call (workflow id, run id and activity id) and have the service apply each key once",
     "replay": "the workflow code does not replay its own history: keep it deterministic, and put a changed step "
               "behind a version check (patched / getVersion) so runs already in flight replay the old path",
+    "drain": "on SIGTERM, stop polling and let the tasks the worker holds finish before it exits (a graceful "
+             "shutdown with a drain timeout), rather than cancelling them",
+    "workflow_tasks": "fix the workflow code's error named here; a change that is not deterministic needs a version "
+                      "check (patched / getVersion) for the runs already in flight",
     "temporal_history": None,
     "lost": None,
 }

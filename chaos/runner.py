@@ -429,8 +429,16 @@ async def drive_load(scenario: ChaosScenario, events: list[NemesisEvent], ctx: A
                  "checking what was recorded")
 
 
-#: how often the late wait asks the server what is still pending (seconds)
-LATE_POLL_S = 1.0
+#: how often the late wait asks the server what is still pending, and how long one asking may take (seconds)
+LATE_POLL_S, LATE_READ_S = 1.0, 20.0
+
+
+async def _read_runs(latest_runs: Callable[[], Awaitable[list[RunRecord] | None]]) -> list[RunRecord] | None:
+    """The engine's latest runs, or None if it cannot say or did not answer within ``LATE_READ_S``."""
+    try:
+        return await asyncio.wait_for(latest_runs(), timeout=LATE_READ_S)
+    except asyncio.TimeoutError:
+        return None
 
 
 async def wait_late(scenario: ChaosScenario, latest_runs: Callable[[], Awaitable[list[RunRecord] | None]],
@@ -439,7 +447,7 @@ async def wait_late(scenario: ChaosScenario, latest_runs: Callable[[], Awaitable
     for it, at most the agent's own bound (``late_bound``) or the scenario's ``late_cap_s``, whichever is lower.
     A reply that comes meanwhile is late, not lost (the ``late`` check). Recorded as the ``late_wait`` operation;
     an engine that cannot say what is pending (None) records none."""
-    runs = await latest_runs()
+    runs = await _read_runs(latest_runs)
     if runs is None:
         return
     pending = pending_in(runs)
@@ -454,8 +462,8 @@ async def wait_late(scenario: ChaosScenario, latest_runs: Callable[[], Awaitable
                  f"up to {limit:g} s for them ({why}){capped}")
     while pending and time.monotonic() - start < limit:
         await asyncio.sleep(LATE_POLL_S)
-        runs = await latest_runs() or []
-        pending = pending_in(runs)
+        runs = await _read_runs(latest_runs)
+        pending = pending_in(runs) if runs is not None else pending  # unread: still as last seen
     waited = round(time.monotonic() - start, 1)
     if waited >= 1:
         progress(f"{scenario.name}: late wait over after {waited:g} s; "

@@ -93,23 +93,24 @@ def _last_fault_before(ops: list[Op], wall: float) -> Op | None:
 
 def late_replies(data: RunData) -> list[dict[str, Any]] | None:
     """What came during the late wait: each update answered, and (for agents whose replies are not updates)
-    each activity that closed, after the wait began; None: the run recorded no late wait."""
+    each activity that closed, after the wait began and before it ended; None: the run recorded no late wait."""
     wait = _late_wait(data.ops)
     if wait is None:
         return None
-    began = wait[0].wall
+    # during the wait: what the final read after it (and the end of each conversation) did is not late
+    began, ended = wait[0].wall, wait[1].wall if wait[1] is not None else float("inf")
     out: list[dict[str, Any]] = []
     for wid, chain in data.event_histories.items():
         for run in chain:
             for u in run.update_records:
                 done = _wall(u.completed_at)
-                if done is not None and done > began:
+                if done is not None and began < done <= ended:
                     out.append({"workflow_id": wid, "update": u.update_id, "text": u.text, "at": done,
                                 "accepted_at": _wall(u.accepted_at)})
             if not run.update_records:
                 for a in run.activities:
                     done = _wall(a.closed_at)
-                    if done is not None and done > began:
+                    if done is not None and began < done <= ended:
                         out.append({"workflow_id": wid, "activity": a.activity_type, "at": done,
                                     "accepted_at": _wall(a.scheduled_at)})
     for item in out:
