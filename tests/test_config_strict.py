@@ -39,8 +39,9 @@ def assert_one_line_usage_error(out: subprocess.CompletedProcess[str], expected:
 
 @pytest.mark.parametrize("text, expected", [
     (GOOD + 'checkers = "lost"\n', "'checkers' must be a non-empty list of checker names, each one of lost, "
-                                   "replies, context, temporal_history"),
-    (GOOD + 'checkers = ["lost", "effectz"]\n', "'checkers[1]' must be 'lost', 'replies', 'context', 'temporal_history'"),
+                                   "late, replies, context, temporal_history"),
+    (GOOD + 'checkers = ["lost", "effectz"]\n', "'checkers[1]' must be 'lost', 'late', 'replies', 'context', "
+                                                 "'temporal_history'"),
     (GOOD + 'env = "FOO=1"\n', "'env' must be a table of NAME = \"value\" lines ([env] section), each value a "
                                "string, got 'FOO=1'"),
     (GOOD + '[env]\nFOO = 1\n', "'env.FOO' must be a valid string, got 1"),
