@@ -8,6 +8,8 @@
 // WORKER_IDENTITY, OPENAI_BASE_URL, OPENAI_API_KEY, EFFECTS_URL, AGENT_BUG).
 // --bug plants a known bug: no-idempotency-key (the note is sent with no key) or swallow-tool-failure
 // (a failed save is reported to the model as saved).
+// The model activity's start-to-close is not a flag: @temporalio/ai-sdk takes activity options only in workflow
+// code (TemporalProvider), so it is the start input `modelStartToClose` (workflows.js), kept in the history.
 'use strict';
 
 const { parseArgs } = require('node:util');
