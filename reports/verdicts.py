@@ -51,6 +51,12 @@ def versions_text(m: Any) -> str:
     return ", ".join(p for p in parts if p) or "unknown"
 
 
+def _about_line(d: dict[str, Any]) -> str:
+    """``about: line`` (the harness's lines already begin with what they are about: not said twice), bounded."""
+    about, line = str(d.get("about") or "?")[:60], str(d["line"])[:1200]
+    return line if line.startswith(f"{about}: ") else f"{about}: {line}"
+
+
 @dataclass
 class MachineGroup:
     """Runs that ran on one machine with one set of versions."""
@@ -111,7 +117,7 @@ class VerdictRun:
     def diagnosis_lines(self) -> list[str]:
         """Its diagnoses as the report lists them: what each is about and its line, the first ``DIAGNOSES_SHOWN``,
         then how many more."""
-        lines = [f"{str(d.get('about') or '?')[:60]}: {d['line'][:400]}" for d in self.diagnoses[:DIAGNOSES_SHOWN]]
+        lines = [_about_line(d) for d in self.diagnoses[:DIAGNOSES_SHOWN]]
         more = len(self.diagnoses) - DIAGNOSES_SHOWN
         return lines + ([f"+{more} more (in its verdict.json)"] if more > 0 else [])
 

@@ -368,3 +368,11 @@ def test_diagnoses_and_safety_and_liveness_are_shown_escaped_and_bounded(tmp_pat
     assert "safety FAIL, liveness pass" in failure
     ids = page.ids
     assert all(h[1:] in ids for h in page.links if h.startswith("#"))
+
+
+def test_a_diagnosis_line_that_says_what_it_is_about_is_not_prefixed_twice() -> None:
+    from reports.verdicts import _about_line
+
+    assert _about_line({"about": "recovery", "line": "recovery: the kill waited 60.0 s"}) == \
+        "recovery: the kill waited 60.0 s"
+    assert _about_line({"about": "lint", "line": "x" * 2000}) == "lint: " + "x" * 1200
