@@ -305,8 +305,14 @@ def _check_command(sub: Any) -> None:
 
 
 def _lint_command(sub: Any) -> None:
-    p = sub.add_parser("lint", help="the risky durability settings saved runs' event histories show (no fault "
-                                    "needed): each with its evidence and its fix")
+    from chaos.lint import RULES
+
+    what = ("the risky durability settings saved runs' event histories show (no fault needed): each with its "
+            "evidence and its fix")
+    p = sub.add_parser("lint", help=what, formatter_class=argparse.RawDescriptionHelpFormatter, description=(
+        f"{what}.\n\nrules:\n" + "".join(f"  {rule}: {meaning}\n" for rule, meaning in RULES.items())
+        + "\nExit 0 (it informs), 1 with --lint-fails and a finding, 2 for a path that is no run directory. A run "
+          "with no saved\nevent histories says so: nothing to lint."))
     p.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR", help="chaos run directories, e.g. "
                                                                             "runs/kill_mid_turn/latest")
     p.add_argument("--lint-fails", action="store_true", help="exit 1 if any run has a finding (default: 0, the "

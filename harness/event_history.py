@@ -83,6 +83,10 @@ class ActivityRecord:
     # ...): the timeout that noticed a dead worker. The history keeps only this last failure.
     last_failure_timeout: str = ""
     last_failure_type: str = ""  # its application error type, when an application failure ended it
+    # The application error that closed it (a failed activity), and whether that error said itself that it must
+    # not be retried (``ApplicationError(non_retryable=True)``): an error type the agent means to stop on.
+    close_failure_type: str = ""
+    close_failure_non_retryable: bool = False
 
     @property
     def duration_ms(self) -> float | None:
@@ -361,6 +365,9 @@ class _EventReader:
         rec.outcome, rec.closed_at = ACTIVITY_CLOSE[t], at
         if hasattr(attrs, "failure") and attrs.HasField("failure"):
             rec.failure = attrs.failure.message
+            if attrs.failure.HasField("application_failure_info"):
+                info = attrs.failure.application_failure_info
+                rec.close_failure_type, rec.close_failure_non_retryable = info.type, info.non_retryable
 
     def marker(self, ev: HistoryEvent, at: datetime) -> None:
         la = local_activity(ev, self.last_workflow_task_worker)
