@@ -277,13 +277,15 @@ def _line(d: dict[str, Any]) -> str:
     return f"{d['about']}: {d['cause']}{fix}"
 
 
-def diagnose(data: RunData, checks: Iterable[CheckResult]) -> list[dict[str, Any]]:
+def diagnose(data: RunData, checks: Iterable[CheckResult], paths: list[dict[str, Any]] | None = None
+             ) -> list[dict[str, Any]]:
     """Every diagnosis of the run: each slow part of a recovery, then each failing check; verified, each with its
-    ``line``."""
+    ``line``. ``paths``: the run's ``fault_paths``, if the caller has them."""
+    paths = fault_paths(data) if paths is None else paths
     t0 = next((o.wall - o.time for o in data.ops), 0.0)  # times in lines are the run's own (since it began)
-    slow = recovery_diagnoses(data, fault_paths(data), t0)
+    slow = recovery_diagnoses(data, paths, t0)
     found = slow + check_diagnoses(data, list(checks), slow)
-    return [{**d, "line": _line(d)} for d in verified(data, found)]
+    return [{**d, "line": _line(d)} for d in verified(data, found, paths)]
 
 
 # ------------------------------------------------------------------------------- the evidence, read again
@@ -343,7 +345,8 @@ def holds(data: RunData, e: dict[str, Any], paths: list[dict[str, Any]] | None =
     return False
 
 
-def verified(data: RunData, diagnoses: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def verified(data: RunData, diagnoses: list[dict[str, Any]], paths: list[dict[str, Any]] | None = None
+             ) -> list[dict[str, Any]]:
     """The diagnoses whose every piece of evidence the run directory holds (``holds``)."""
-    paths = fault_paths(data)
+    paths = fault_paths(data) if paths is None else paths
     return [d for d in diagnoses if d["evidence"] and all(holds(data, e, paths) for e in d["evidence"])]

@@ -243,30 +243,31 @@ def check(path: Path, replay_with: ReplayWith = lambda declared: None) -> tuple[
     record = run_dir.read_run()
     ops = operations.load(run_dir.operations)
     chosen = plan(record, ops)
-    replay = replay_with(RunData(path).target) if "replay" in chosen.run else None
+    data = RunData(path)  # what the measurements below read (its histories parsed once, for all of them)
+    replay = replay_with(data.target) if "replay" in chosen.run else None
     checks = run_checkers(path, chosen.run, replay)
     checks += [CheckResult(c, UNKNOWN, "not checked: the target's 'checkers' leaves it out, so this property is "
                                        "unverified") for c in chosen.opted_out]
     checks += [CheckResult(c, NOT_APPLICABLE, f"not applicable: {why}") for c, why in chosen.not_applicable.items()]
     verdict = compose(checks)
     try:
-        decomposed = decompose(RunData(path))
+        decomposed = decompose(data)
     except Exception as exc:  # a measurement, not a check: a run it cannot read still gets its verdict
         decomposed = {"error": f"{type(exc).__name__}: {exc}", "model_call_s": None, "tool_s": None,
                       "workflow_task_s": None}
     try:
-        parts = recovery_parts(RunData(path))
+        parts = recovery_parts(data)
     except Exception as exc:  # a measurement too
         parts = {"error": f"{type(exc).__name__}: {exc}"}
     try:
-        paths = fault_paths(RunData(path))
-        diagnoses = diagnose(RunData(path), checks)
+        paths = fault_paths(data)
+        diagnoses = diagnose(data, checks, paths)
     except Exception as exc:  # words about the run, not a check: a run they cannot read still gets its verdict
         paths, diagnoses = [], [{"about": "diagnosis", "line": f"diagnosis: could not be made: "
                                  f"{type(exc).__name__}: {exc}", "cause": str(exc), "fix": None, "setting": None,
                                  "measured_s": None, "evidence": []}]
     try:
-        findings, unlinted = lint(RunData(path))
+        findings, unlinted = lint(data)
     except Exception as exc:  # advice, not a check
         findings, unlinted = [], f"the lint could not read the run: {type(exc).__name__}: {exc}"
     summary = table_row(record.get("name") or run_dir.path.parent.name, ops, checks, decomposed, verdict=verdict)
