@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-# Restate's server (testbed/engines/restate_agent.py) comes from npm: a Linux x64 binary in the package's platform part.
+# Restate's server (testbed/engines/restate/agent.py) comes from npm: a Linux x64 binary in the package's platform part.
 RESTATE_VERSION ?= 1.7.12
 RESTATE := $(VENV)/restate/.installed
 

@@ -15,10 +15,11 @@ from agent.llm import is_scripted
 from testbed.cli_options import add_durability, add_keep_runs, add_out, own_out, progress, prune_runs, runs_root
 from harness.commands import CommandParser, runnable, tool, unknown
 from testbed.model_server import add_model_latency
-from testbed.connection import add_connection_arguments, connection_from_args, redact_argv
+from testbed.engines.temporal.connection import add_connection_arguments, connection_from_args, redact_argv
 from benchmarks.conversations import WORKLOADS, BenchError
 from benchmarks.options import BENCH_FOLDER, CHECKPOINT_SECTIONS, SECTION_NAMES, Options
 from benchmarks.suite import run
+from harness.engines import canonical
 from harness.rundir import stop_on_sigterm, stopped_exit_code, stopped_status
 
 EPILOG = """\
@@ -96,7 +97,7 @@ def _workloads(text: str) -> tuple[str, ...]:
 def _engines(text: str) -> tuple[str, ...]:
     from benchmarks.engines_bench import ENGINE_NAMES
 
-    return _names(text, ENGINE_NAMES, "engine")
+    return _names(",".join(canonical(s.strip()) for s in text.split(",")), ENGINE_NAMES, "engine")  # older names too
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -113,8 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run every overhead round twice, idle and with K CPU-bound processes beside it (started "
                         "and stopped by the run), and show the ratios side by side (default 0: idle only)")
     p.add_argument("--engines", type=_engines, metavar="ENGINES",
-                   help="the engines section's engines, comma-separated (default all: plain,checkpoint,temporal,"
-                        "dbos-sqlite,dbos-postgres,restate)")
+                   help=f"the engines section's engines, comma-separated (default all: {','.join(Options.engines)})")
     p.add_argument("--engines-turns", type=_positive, metavar="N",
                    help="measured turns per series of the engines section (default 20; quick 3)")
     p.add_argument("--model", default="scripted",

@@ -8,7 +8,7 @@ bodies from ``testbed.engines.steps``, the same scripted model in this process, 
 - **plain**: the loop with no durability (``benchmarks.plain.PlainEffects``): the baseline;
 - **checkpoint**: the checkpoint engine's runner on its SQLite store, in this process;
 - **temporal**: the agent workflow on the tuned embedded dev server, an in-process worker;
-- **dbos-sqlite**, **dbos-postgres**: DBOS Transact in this process, its system database SQLite or a PostgreSQL
+- **dbos**, **dbos-postgres**: DBOS Transact in this process, its system database SQLite or a PostgreSQL
   server this run starts;
 - **restate**: a Restate server this run starts, the agent's service served by this process.
 
@@ -47,11 +47,12 @@ from agent.workflow import AgentWorkflow
 from benchmarks import checkpoint_bench
 from benchmarks.conversations import WORKLOADS, Workload, _check
 from benchmarks.plain import PlainEffects
+from harness.engines import PLAIN, names as engine_names, registered
 from harness.percentiles import summarise
 from harness.recording import MODEL_CALL, read_ledger
 from testbed.model_server import LatencyModel
 
-ENGINE_NAMES = ("plain", "checkpoint", "temporal", "dbos-sqlite", "dbos-postgres", "restate")
+ENGINE_NAMES = (PLAIN, *engine_names())  # the baseline, then every engine (harness.engines.REGISTRY)
 MOCK_LATENCY = "fixed:0"
 
 
@@ -135,13 +136,14 @@ async def _engine(bench: Any, name: str) -> AsyncIterator[Any]:
             await store.close()
     elif name == "temporal":
         yield _Temporal(bench.tuned)
-    elif name.startswith("dbos-"):
-        from testbed.engines.dbos_agent import engine
+    elif name.startswith("dbos"):
+        from testbed.engines.dbos.agent import engine
 
-        async with engine(state, bench.model.url, database=name.removeprefix("dbos-"), ledger=bench.ledger) as e:
+        database = registered(name).options["database"]
+        async with engine(state, bench.model.url, database=database, ledger=bench.ledger) as e:
             yield e
     elif name == "restate":
-        from testbed.engines.restate_agent import engine
+        from testbed.engines.restate.agent import engine
 
         async with engine(state, bench.model.url, ledger=bench.ledger) as e:
             yield e

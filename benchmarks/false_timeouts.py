@@ -3,7 +3,7 @@
     python -m benchmarks.false_timeouts                      # fast vs defaults, 4 CPU hogs, 30 s of load each
     python -m benchmarks.false_timeouts --hogs 0 --duration 20
 
-For each timeouts profile (``testbed.engines.driver.TIMEOUTS``) it runs the chaos workload on the reference agent (two
+For each timeouts profile (``testbed.engines.workload.TIMEOUTS``) it runs the chaos workload on the reference agent (two
 workers, three conversations, tools and appends) with **no fault** while ``--hogs`` processes spin on the CPU
 at the workers' priority, and counts what only a timeout can cause when nothing was killed: activity attempts
 after the first (a heartbeat or start-to-close timeout that fired on a live worker: the model call or tool is
@@ -22,7 +22,7 @@ from typing import Any
 
 from benchmarks.load import cpu_hogs
 from harness.commands import CommandParser, tool
-from testbed.engines.driver import TIMEOUTS, Workload
+from testbed.engines.workload import TIMEOUTS, Workload
 from harness.private import own_subfolder
 from testbed.cli_options import add_out, own_out, progress, runs_root
 
@@ -45,7 +45,7 @@ def count(run_dir: Path) -> dict[str, Any]:
 async def run_beside_hogs(scenario: Any, hogs: int, seed: int, out: Path, engine: Any = None) -> Any:
     """One chaos run of the reference agent (on ``engine``, default ``ReferenceOnTemporal()``) while ``hogs``
     processes spin on the CPU (started here, killed by pid)."""
-    from testbed.engines.temporal import ReferenceOnTemporal
+    from testbed.engines.temporal.engine import ReferenceOnTemporal
     from chaos.runner import run
 
     with cpu_hogs(hogs):  # started here, killed by pid (and by the kernel with us)

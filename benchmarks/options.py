@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from agent.worker import WorkerSettings
+from harness.engines import PLAIN, names as engine_names
 from benchmarks.resources import ResourceSampler
 from harness.recording import EffectLedger
 from harness.rundir import RunDir
-from testbed.connection import TemporalConnection
+from testbed.engines.temporal.connection import TemporalConnection
 from testbed.model_server import ScriptedModelServer
 
 #: every section, in the order a run measures them
@@ -42,7 +43,7 @@ class Options:
     overhead_load: int = 0  # CPU-bound processes beside a second run of every overhead round (0: idle rounds only)
     engines_turns: int = 20  # measured turns per series of the engines section (6 engines x 4 series)
     #: the engines section's engines (benchmarks.engines_bench.ENGINE_NAMES)
-    engines: tuple[str, ...] = ("plain", "checkpoint", "temporal", "dbos-sqlite", "dbos-postgres", "restate")
+    engines: tuple[str, ...] = (PLAIN, *engine_names())
     tuning_concurrency: int = 2  # conversations at once in the tuning section (more saturates one Python process)
     length_turns: int = 200
     can_every_events: int = 200

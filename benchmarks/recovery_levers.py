@@ -8,7 +8,7 @@
 
 The levers are steps from the settings chaos ran with before they were tuned (``main``: heartbeat 1.5 s held back
 up to 0.5 s, retry after 0.1 s, workflow task 1.5 s, sticky 1 s, a 4 s first try and a 0.5 s pause before a
-re-send) to the ``fast`` timeouts profile of ``testbed.engines.driver.TIMEOUTS``, one lever at a time, each step
+re-send) to the ``fast`` timeouts profile of ``testbed.engines.workload.TIMEOUTS``, one lever at a time, each step
 keeping the ones before it (``_STEPS``), then variants of ``fast`` that change one thing each and are measured,
 not taken (``_VARIANTS``: ``nocache``, the workers' workflow cache off, so no sticky queue; ``latency500``, the
 model answering in 500 ms, as ``kill_mid_turn``'s did before issue 31). For each step, each scenario runs once per
@@ -47,7 +47,7 @@ from harness.commands import CommandParser, tool
 from harness.private import own_subfolder
 from harness.rundir import write_json
 from testbed.cli_options import add_out, own_out, progress, runs_root
-from testbed.engines.driver import TIMEOUTS, Timeouts
+from testbed.engines.workload import TIMEOUTS, Timeouts
 
 KILL_SCENARIOS = ("kill_mid_turn", "kill_idle", "kill_mid_tool", "kill_workflow_task")
 
@@ -182,7 +182,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 async def one(scenario_name: str, lever: Lever, seed: int, hogs: int, out: Path) -> dict[str, Any]:
     from chaos.scenarios import SCENARIOS
-    from testbed.engines.temporal import ReferenceOnTemporal
+    from testbed.engines.temporal.engine import ReferenceOnTemporal
 
     name, _, timeouts, client, cluster, worker_args = lever
     TIMEOUTS[timeouts.name] = timeouts  # this process's runs only: the workers get its sticky and throttle values

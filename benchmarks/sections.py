@@ -43,7 +43,7 @@ from harness.percentiles import percentile, summarise
 from harness.event_history import fetch_histories
 from harness.operations import History
 from harness.rundir import LOGS, OPERATIONS, STATE, RunDir
-from testbed.connection import TemporalConnection
+from testbed.engines.temporal.connection import TemporalConnection
 from testbed.model_server import LatencyModel
 from testbed.stack import Endpoints, Stack, StackSpec, stack
 from testbed.worker_process import reference_worker

@@ -25,7 +25,7 @@ from benchmarks import checkpoint_bench, engines_bench, overhead, sections
 from benchmarks.options import BENCH_FOLDER, SECTION_NAMES, Bench, Options
 from harness.rundir import RunDir, command_line, machine_info
 from harness.commands import tool
-from testbed.temporal_server import TUNED_DYNAMIC_CONFIG, temporal_binary_or_none
+from testbed.engines.temporal.server import TUNED_DYNAMIC_CONFIG, temporal_binary_or_none
 
 log = logging.getLogger(__name__)
 

@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from chaos import ci, saved, soak, suite
-from testbed.engines.driver import DEFAULT_TIMEOUTS, TIMEOUTS
+from testbed.engines.workload import DEFAULT_TIMEOUTS, TIMEOUTS
 from chaos.scenarios import SCENARIOS
 from chaos.soak import DEFAULT_SEEDS
-from chaos.suite import SUITE_ENGINES, TWIN_SUFFIXES, checkpoint_twins, twins
+from chaos.suite import SUITE_ENGINES, twins
+from harness.engines import names as engine_names
 from harness.printable import printable
 from harness.rundir import stop_on_sigterm
 from harness.commands import CommandParser, runnable, tool, unknown as _unknown
@@ -41,7 +42,7 @@ from testbed.model_server import add_model_latency
 
 def _engines(text: str) -> tuple[str, ...]:
     names = tuple(s.strip() for s in text.split(",") if s.strip())
-    known = ("temporal", *TWIN_SUFFIXES.values())
+    known = engine_names()
     bad = [n for n in names if n not in known]
     if bad or not names:
         raise argparse.ArgumentTypeError(_unknown("engine", bad, known))
@@ -50,8 +51,8 @@ def _engines(text: str) -> tuple[str, ...]:
 
 def _connection(args: argparse.Namespace) -> Any:
     """The Temporal cluster the run, suite, soak or rerun attacks (None: the embedded server; ValueError naming a
-    bad setting): the connection flags over $TEMPORAL_* over a temporal.toml profile (testbed.connection)."""
-    from testbed.connection import connection_from_args
+    bad setting): the connection flags over $TEMPORAL_* over a temporal.toml profile (testbed.engines.temporal.connection)."""
+    from testbed.engines.temporal.connection import connection_from_args
 
     connection = connection_from_args(args)
     if connection.embedded:
@@ -189,7 +190,7 @@ def _engine_options(p: argparse.ArgumentParser) -> None:
                         + f" (default {DEFAULT_TIMEOUTS}). Two, comma-separated, run every scenario under each, "
                           "side by side in one table (e.g. fast,defaults)")
     add_durability(p, help="the agent's durability engine: temporal (default), checkpoint (the "
-                           "step-checkpointed SQLite substrate; scenarios " + ", ".join(checkpoint_twins()) + "), "
+                           "step-checkpointed SQLite substrate; scenarios " + ", ".join(twins("checkpoint")) + "), "
                            "dbos (DBOS Transact on SQLite; " + ", ".join(twins("dbos")) + "), dbos-postgres "
                            "(on PostgreSQL; also " + ", ".join(sorted(set(twins("dbos-postgres")) -
                                                                       set(twins("dbos")))) + ") or restate "
@@ -200,7 +201,7 @@ def _engine_options(p: argparse.ArgumentParser) -> None:
 
 
 def _cluster(p: argparse.ArgumentParser) -> None:
-    from testbed.connection import add_connection_arguments
+    from testbed.engines.temporal.connection import add_connection_arguments
 
     add_connection_arguments(p, embedded_default=True)
     _network_option(p)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from testbed.engines.driver import Workload
+from testbed.engines.workload import Workload
 from chaos.generator import NemesisEvent
 from chaos.scenarios import SCENARIOS, ChaosScenario, ClusterSpec
 from harness.printable import table as format_table
@@ -127,7 +127,7 @@ def caught(bug: PlantedBug, verdict: str, checks: dict[str, str]) -> bool:
 async def run_catalogue(bugs: list[PlantedBug], out: Path, target: Path) -> list[dict]:
     from chaos.runner import run_captured
     from testbed.engines import make_engine
-    from testbed.engines.target import load_target
+    from testbed.engines.byo.target import load_target
 
     rows = []
     say = progress()

@@ -1,6 +1,6 @@
 """What the replay checker may run for a saved run: trust flows from the command line, never from the run directory.
 
-``replay_target`` decides, from a target file the user gave or controls (``testbed.engines.target``), or the
+``replay_target`` decides, from a target file the user gave or controls (``testbed.engines.byo.target``), or the
 reference agent's own code; ``reference_workflows`` are the only workflows a run directory can select.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 from chaos.checker.run_data import ReplayTarget
 from harness.rundir import command_line
 from harness.commands import tool
-from testbed.engines.target import REFERENCE, Target, load_recorded_target
+from testbed.engines.byo.target import REFERENCE, Target, load_recorded_target
 
 
 def reference_workflows() -> frozenset[str]:

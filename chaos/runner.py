@@ -50,9 +50,9 @@ from harness.commands import tool
 from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult
 from testbed.engines.base import Engine
 from testbed import isolation
-from testbed.engines.target import Target
+from testbed.engines.byo.target import Target
 from testbed.stack import Stack, StackSpec, stack
-from testbed.temporal_server import temporal_binary_or_none
+from testbed.engines.temporal.server import temporal_binary_or_none
 
 log = logging.getLogger(__name__)
 Progress = Callable[[str], None]

@@ -4,7 +4,7 @@
     rerun_job(path)       ``chaos rerun``: (scenario, engine, seed) as run.json recorded them, to run again
 
 Nothing a run directory names is run unless this user's harness made it (run.json signed with this user's run key)
-and the user still controls it (``testbed.engines.target.load_recorded_target``).
+and the user still controls it (``testbed.engines.byo.target.load_recorded_target``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.fault_timeline import lines
-from chaos.suite import TWIN_SUFFIXES
+from harness.engines import HOME, canonical, names as engine_names
 from harness.printable import printable
 from harness.rundir import RUN_JSON, RunDir, RunDirError, command_line
 from harness.commands import tool
@@ -48,7 +48,7 @@ def check_command(path: Path, target_path: Path | None = None, as_json: bool = F
         print(f"note: {printable(stopped)}; checking what it recorded", file=sys.stderr)
     given = None
     if target_path:
-        from testbed.engines.target import load_target
+        from testbed.engines.byo.target import load_target
 
         try:
             given = load_target(target_path)
@@ -128,14 +128,14 @@ def rerun_job(run_dir: Path, connection: Any = None, target_path: Path | None = 
     server; the saved run's cluster is not reused: its address may not be this machine's to reach).
 
     The scenario is data (validated); nothing the run names is run unless the user controls it: the target file
-    is ``target_path``, or the one run.json names if the user controls it (``testbed.engines.target.load_recorded_target``);
+    is ``target_path``, or the one run.json names if the user controls it (``testbed.engines.byo.target.load_recorded_target``);
     a Docker worker image is ``image``, or for the reference agent the harness's own (None here: built from this
     checkout); a reference run's workflow must be the reference's or a planted one. ValueError: one line saying
     what to pass."""
     from testbed.engines import make_engine
     from chaos.scenarios import scenario_from_dict
     from chaos.replay_target import reference_workflows
-    from testbed.engines.target import load_recorded_target, load_target
+    from testbed.engines.byo.target import load_recorded_target, load_target
 
     record = RunDir(run_dir).read_run()
     if record.get("kind") != "chaos" or "scenario" not in record:
@@ -173,7 +173,8 @@ def rerun_job(run_dir: Path, connection: Any = None, target_path: Path | None = 
                                                       or workflow not in reference_workflows()):
         raise ValueError(f"{run_dir}: its scenario's cluster.workflow {str(workflow)[:200]!r} is not the reference "
                          "agent's nor a planted one (testbed.faults.planted); a run directory's code is never run")
-    durability = saved_engine.get("name") if saved_engine.get("name") in TWIN_SUFFIXES.values() else "temporal"
+    durability = canonical(str(saved_engine.get("name")))  # "target" (your agent) runs on the home engine
+    durability = durability if durability in engine_names() else HOME
     return (scenario, make_engine(durability, workers=workers, image=image, target=target, target_file=target_path,
                                    connection=connection),
             int(record.get("seed", 1)))

@@ -17,7 +17,7 @@ import re
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-from testbed.engines.driver import Workload
+from testbed.engines.workload import Workload
 from chaos.generator import NemesisEvent
 from harness.faults import AgentFaults
 
@@ -57,7 +57,7 @@ class ChaosScenario:
     # the longest the late wait (chaos.checker.late) waits for work still pending after the settle, whatever the
     # agent's own timeouts would allow
     late_cap_s: float = 120.0
-    timeouts: str = "fast"  # testbed.engines.driver.TIMEOUTS: how fast the agent notices a dead worker ("defaults": untuned)
+    timeouts: str = "fast"  # testbed.engines.workload.TIMEOUTS: how fast the agent notices a dead worker ("defaults": untuned)
     local_tools: tuple[str, ...] = ()  # tools the agent runs as local activities (AgentConfig.local_tools)
     local_model: bool = False  # the agent's model calls run as local activities (AgentConfig.local_model)
 
@@ -222,9 +222,9 @@ def scenario_from_dict(data: dict[str, Any]) -> ChaosScenario:
 
     Run data is checked before use (ValueError naming the field): the name by ``SCENARIO_NAME``, every other
     string by ``SCENARIO_TEXT``, each event's fault one of ``testbed.faults.nemesis.NEMESES``, the timeouts profile
-    one of ``testbed.engines.driver.TIMEOUTS``, every number finite and within ``SCENARIO_BOUNDS``, every field
+    one of ``testbed.engines.workload.TIMEOUTS``, every number finite and within ``SCENARIO_BOUNDS``, every field
     of the type its default has."""
-    from testbed.engines.driver import TIMEOUTS
+    from testbed.engines.workload import TIMEOUTS
     from testbed.faults.nemesis import NEMESES
     from testbed.faults.planted import current_workflow
 

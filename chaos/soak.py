@@ -59,7 +59,7 @@ class SoakRecord:
 
     def __init__(self, out_root: Path, label: str, seeds: list[int], reproduce: str, ci_files: dict[str, Any],
                  **fields: Any) -> None:
-        from testbed.temporal_server import temporal_binary_or_none
+        from testbed.engines.temporal.server import temporal_binary_or_none
 
         self.label, self.seeds, self.outcomes = label, seeds, []
         self.interrupted_seeds: list[int] = []
@@ -139,18 +139,6 @@ def summary(label: str, seeds: list[int], outcomes: list[Outcome], wall_s: float
     return "\n".join(printable(line) for line in lines)
 
 
-def own_cluster_because(engine: Any) -> str | None:
-    """Why ``engine``'s runs cannot share a warm server (None: they can): only the reference agent's worker
-    processes on the embedded server take the task queue each run is given there."""
-    if engine.name != "temporal" or not getattr(engine.target, "is_reference", False):
-        return "not the reference agent on Temporal"
-    if engine.external:
-        return "an external cluster"
-    if getattr(engine, "workers", "process") != "process":
-        return "workers in containers"
-    return None
-
-
 #: faults aimed at the server itself (``chaos.generator``'s menu): a run with one has a server of its own
 SERVER_FAULTS = {("restart_server", None), ("partition", "temporal")}
 
@@ -172,7 +160,7 @@ async def soak(label: str, scenario: Any, engine: Any, seeds: list[int], out_roo
     (``K/N``) and ``all_items`` (every shard's seeds), for ``chaos.ci``."""
     from chaos.suite import in_lanes, warm_fork_server
 
-    warm = warm and not own_cluster_because(engine)
+    warm = warm and not engine.own_cluster_because()
     record = SoakRecord(out_root, label, seeds, reproduce, ci_files or {}, scenario=asdict(scenario),
                         backend=engine.record(), parallel=parallel, warm_cluster=warm)
     say(f"soak {label}: {len(seeds)} seed(s)" + (f", {parallel} at a time" if parallel > 1 else "")

@@ -30,12 +30,13 @@ from chaos.checker.verdict import worth_showing
 from chaos.runner import run_captured, run_folder, skip_reason
 from chaos.scenarios import SCENARIOS, SUITE
 from chaos.seeds import format_seeds
+from harness.engines import HOME, REGISTRY, registered, split_twin, twin_suffixes
 from harness.printable import printable, table as format_table
 from harness.rundir import ending_status
 from harness.commands import tool, unknown as _unknown
 from harness.verdict import PASS
 from testbed.cli_options import own_out, progress as _progress
-from testbed.engines.driver import DEFAULT_TIMEOUTS, TIMEOUTS
+from testbed.engines.workload import DEFAULT_TIMEOUTS, TIMEOUTS
 
 COLUMNS = [("scenario", 28), ("faults", 7), ("ok", 4), ("fail", 5), ("info", 5), ("lost", 5), ("late", 5), ("dup_effects", 12),
            ("recovery_s", 11), ("model_rec_s", 12), ("tool_rec_s", 11),
@@ -59,20 +60,12 @@ LEGEND = [("faults", "L/N: of the N faults injected (or tried), L struck work in
 MAX_DIAGNOSES = 8
 #: a scenario under a timeouts profile other than the default is SCENARIO~PROFILE (e.g. kill_idle~defaults)
 TIMEOUTS_SEPARATOR = "~"
-#: a scenario's twin on the checkpoint engine is SCENARIO@checkpoint
-CHECKPOINT_SUFFIX = "@checkpoint"
-#: the engines other than Temporal, by their twins' suffix (SCENARIO@dbos runs SCENARIO on DBOS)
-TWIN_SUFFIXES = {CHECKPOINT_SUFFIX: "checkpoint", "@dbos": "dbos", "@dbos-postgres": "dbos-postgres",
-                 "@restate": "restate"}
-#: what "the Temporal server" and "the workers' link to Temporal" of a scenario are on another engine
-STAND_INS = {"dbos-postgres": ": the server is PostgreSQL, the link the workers' to it",
-             "restate": ": the server is restate-server, the link the server's to the endpoint"}
 #: the most runs ``default_parallel`` puts side by side
 MAX_PARALLEL = 4
 #: threads a run may keep busy at once (``asyncio.to_thread``: its check, its cluster's stop, a nemesis, a heal)
 THREADS_PER_LANE = 4
 #: what ``python -m chaos suite`` runs by default: every scenario on Temporal, and the checkpoint engine's twins
-SUITE_ENGINES = ("temporal", "checkpoint")
+SUITE_ENGINES = tuple(r.name for r in REGISTRY if r.suite)
 
 
 def table(rows: list[dict[str, Any]], with_seed: bool = False) -> str:
@@ -86,10 +79,10 @@ def scenario_list() -> list[str]:
     """``python -m chaos list``: every named scenario, then each engine's twins, one line each, the descriptions
     aligned past the longest name."""
     rows = [(s.name, s.description) for s in SCENARIOS.values()]
-    for suffix, durability in TWIN_SUFFIXES.items():
-        for name in twins(durability):
-            where = STAND_INS.get(durability, "") if name.startswith(("server_", "partition_temporal")) else ""
-            rows.append((name + suffix, f"{SCENARIOS[name].description} (on {durability}{where})"))
+    for entry in REGISTRY:
+        for name in twins(entry.name) if entry.suffix else ():
+            where = f": {entry.stand_in}" if entry.stand_in and name.startswith(("server_", "partition_temporal")) else ""
+            rows.append((name + entry.suffix, f"{SCENARIOS[name].description} (on {entry.name}{where})"))
     width = max(len(name) for name, _ in rows)
     return [f"{name:<{width}}  {description}" for name, description in rows]
 
@@ -100,7 +93,7 @@ def load_target_for(args: argparse.Namespace, explicit_parallel: bool) -> Any:
     if the user asked for more)."""
     if not getattr(args, "target", None):
         return None
-    from testbed.engines.target import check_driver, load_target
+    from testbed.engines.byo.target import check_driver, load_target
 
     target = load_target(args.target)
     check_driver(target)  # a driver written for another driver API version fails here, before any run
@@ -115,23 +108,11 @@ def load_target_for(args: argparse.Namespace, explicit_parallel: bool) -> Any:
     return target
 
 
-def checkpoint_twins() -> list[str]:
-    return twins("checkpoint")
-
-
 def twins(durability: str) -> list[str]:
     """The scenarios with a twin on ``durability``'s backend."""
     from testbed.engines import make_engine
 
     return list(make_engine(durability).scenarios or ())
-
-
-def split_twin(label: str) -> tuple[str, str]:
-    """(the scenario, its durability) of a label: ``kill_mid_turn@dbos`` -> (kill_mid_turn, dbos)."""
-    for suffix, durability in TWIN_SUFFIXES.items():
-        if label.endswith(suffix):
-            return label.removesuffix(suffix), durability
-    return label, "temporal"
 
 
 def with_load(scenario: Any, conversations: int | None, messages: int | None) -> Any:
@@ -145,19 +126,18 @@ def jobs(args: argparse.Namespace, target: Any, connection: Any = None) -> list[
     server); raises ValueError naming an unknown one."""
     from testbed.engines import make_engine
 
-    durability = getattr(args, "durability", "temporal")
-    suffixes = {d: sfx for sfx, d in TWIN_SUFFIXES.items()}  # backend -> its twins' suffix
-    suffix = suffixes.get(durability)
+    durability = getattr(args, "durability", HOME)
+    suffix = registered(durability).suffix
     if args.command == "soak" and args.scenarios == ["all"]:
         raise ValueError(f"soak runs one scenario; name it ({tool('chaos')} list names them)")
     if args.command == "suite":
         names = [n for b in getattr(args, "engines", SUITE_ENGINES)
-                 for n in (SUITE if b == "temporal" else [t + suffixes[b] for t in twins(b)])]
+                 for n in ([t + registered(b).suffix for t in twins(b)] if registered(b).suffix else SUITE)]
     elif args.scenarios == ["all"]:
         names = [n + suffix for n in twins(durability)] if suffix else list(SUITE)
     else:
-        names = [n + suffix if suffix and split_twin(n)[1] == "temporal" else n for n in args.scenarios]
-    known = [*SCENARIOS, *(n + sfx for sfx, d in TWIN_SUFFIXES.items() for n in twins(d))]
+        names = [n + suffix if suffix and split_twin(n)[1] == HOME else n for n in args.scenarios]
+    known = [*SCENARIOS, *(n + sfx for sfx, d in twin_suffixes().items() for n in twins(d))]
     pinned = {}  # NAME~PROFILE (as a run under another profile names itself): that profile only
     for i, n in enumerate(names):
         base, sep, profile = n.partition(TIMEOUTS_SEPARATOR)
@@ -175,7 +155,7 @@ def jobs(args: argparse.Namespace, target: Any, connection: Any = None) -> list[
     latency = getattr(args, "model_latency", None)
     for label in names:
         base, twin_of = split_twin(label)
-        checkpoint_twin = twin_of != "temporal"  # no Temporal: its timeouts profiles do not apply
+        twin = twin_of != HOME  # a twin: the timeouts profiles are the home engine's, and do not apply
         engine = make_engine(twin_of, workers=getattr(args, "placement", "process"),
                               image=getattr(args, "image", None), target=target,
                               target_file=getattr(args, "target", None), connection=connection)
@@ -184,7 +164,7 @@ def jobs(args: argparse.Namespace, target: Any, connection: Any = None) -> list[
             scenario = dataclasses.replace(scenario, cluster=dataclasses.replace(scenario.cluster,
                                                                                  model_latency=latency))
         scenario = with_load(scenario, getattr(args, "conversations", None), getattr(args, "messages", None))
-        for profile in ([DEFAULT_TIMEOUTS] if checkpoint_twin else pinned.get(label, profiles)):  # Temporal only
+        for profile in ([DEFAULT_TIMEOUTS] if twin else pinned.get(label, profiles)):  # Temporal only
             if profile == DEFAULT_TIMEOUTS:
                 jobs.append((label, scenario, engine))
                 continue

@@ -28,7 +28,7 @@ for ``append_ratio`` of them, its effect (``save the note '{token}'`` expecting 
 at the end (it may have continued as new). ``{history_length}`` in ``message_arg`` is the length of the list the
 ``query`` returns (at ``conversation_path``) just before the message is first sent, for agents whose message
 must carry it. A reply (at ``reply_path``) that is a list of strings is read as its lines joined. Every operation is recorded as invoke then ok / fail / info, as
-``testbed.engines.driver`` does. The final conversation is read from the Query when one is declared, else from the
+``testbed.engines.temporal.driver`` does. The final conversation is read from the Query when one is declared, else from the
 server's event history (the updates each run accepted, and their results).
 """
 
@@ -180,7 +180,7 @@ class Conversation:
 
 class ChatDriver:
     """The ``[chat]`` table's driver (see the module docstring); ``chat`` is that table, validated by the
-    harness (``testbed.engines.target.ChatTable``)."""
+    harness (``testbed.engines.byo.target.ChatTable``)."""
 
     def __init__(self, *, client: Client, history: Any, task_queue: str, workload: Workload, seed: int,
                  chat: dict[str, Any], on_workflow: Any = None) -> None:

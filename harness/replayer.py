@@ -1,6 +1,6 @@
 """Replay saved event histories on a cold worker: ``python -m harness.replayer DIR --workflow MODULE:CLASS``.
 
-The replayer is built the way the agent's workers are, from what the target declared (``testbed/engines/target.py``):
+The replayer is built the way the agent's workers are, from what the target declared (``testbed/engines/byo/target.py``):
 
     --plugin MODULE:NAME           (repeatable) a Temporal plugin (``temporalio.plugin.SimplePlugin``, any
                                    ``temporalio.worker.Plugin``) or a zero-argument callable returning one

@@ -38,7 +38,7 @@ from harness.recording import EffectLedger
 from harness.rundir import RunDir, command_line, machine_info
 from harness.commands import tool
 from testbed.scripted_routes import FUZZ_KINDS, fuzz_file, fuzz_prompt
-from testbed.temporal_server import temporal_binary_or_none
+from testbed.engines.temporal.server import temporal_binary_or_none
 
 KINDS = FUZZ_KINDS
 #: a run's folder under the runs root (--out): runs/migration_fuzz/<stamp>/
@@ -66,7 +66,7 @@ def shape_for(seed: int, kind: str, max_n: int) -> Shape:
 
 def fuzz_config(max_n: int) -> AgentConfig:
     """The chaos suite's timeouts (a killed worker's work moves on within seconds), with fan-out tools."""
-    from testbed.engines.driver import chaos_agent_config
+    from testbed.engines.workload import chaos_agent_config
 
     cfg = chaos_agent_config()
     cfg.model = "scripted:migration"
@@ -187,7 +187,7 @@ class FuzzOptions:
     iteration_timeout_s: float = 120.0
     model_latency: str = "fixed:20"
     concurrency: int = 1  # iterations in flight at once (each its own parent workflow; kills hit whichever is running)
-    connection: Any = None  # testbed.connection.TemporalConnection of an external cluster (None: the embedded server)
+    connection: Any = None  # testbed.engines.temporal.connection.TemporalConnection of an external cluster (None: the embedded server)
 
     @property
     def external(self) -> bool:
@@ -251,7 +251,7 @@ async def run_fuzz(opts: FuzzOptions, say: Callable[[str], None] = lambda m: Non
     gets ``run.json``, ``operations.jsonl``, ``results.json`` and ``table.txt``. Its life is the one every run
     has (``RunDir.recording``): ``running`` from the start, then ``complete``, or ``interrupted`` /
     ``terminated`` / ``failed`` with the error and its traceback in ``logs/runner-error.txt``."""
-    from testbed.engines.driver import DEFAULT_TIMEOUTS, TIMEOUTS
+    from testbed.engines.workload import DEFAULT_TIMEOUTS, TIMEOUTS
     from testbed.model_server import LatencyModel
     from testbed.stack import StackSpec, stack
     from testbed.worker_process import reference_worker

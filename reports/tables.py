@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from harness.engines import PLAIN, canonical, rank as engine_rank
 from harness.percentiles import floor_ratio_spreads, median_floor_ratio, summarise
 from harness.printable import printable
 from reports.sources import ChaosRun, FuzzRun, SoakRun
@@ -820,11 +821,8 @@ def soak_seeds(run: SoakRun, anchors: list[str], run_links: list[str | None],
 
 # ---------------------------------------------------------------- engines side by side
 
-ENGINE_ORDER = ("plain", "checkpoint", "temporal", "dbos-sqlite", "dbos-postgres", "restate")
-
-
 def _engine_rank(name: str) -> int:
-    return ENGINE_ORDER.index(name) if name in ENGINE_ORDER else len(ENGINE_ORDER)
+    return engine_rank(name, first=(PLAIN,))
 
 
 def engines_turns(doc: dict[str, Any]) -> Table | None:
@@ -835,7 +833,7 @@ def engines_turns(doc: dict[str, Any]) -> Table | None:
         x = column(s["turns"], "client_ms")
         over = x - column(s["turns"], "model_ms")
         st = summarise(x)
-        rows.append({"Engine": s["engine"], "Workload": s["workload"], "Model": model_label(s), "n": st["n"],
+        rows.append({"Engine": canonical(s["engine"]), "Workload": s["workload"], "Model": model_label(s), "n": st["n"],
                      **_ci_columns(x, "median", "median", st["p50"]), "p95": st["p95"],
                      **_ci_columns(over, "minus model", "median", float(np.nanmedian(over)) if over.size else math.nan),
                      "p50": st["p50"], "minus model p50": float(np.nanmedian(over)) if over.size else math.nan,
@@ -868,8 +866,8 @@ def engines_steps(doc: dict[str, Any]) -> Table | None:
     for p in doc["steps"]:
         x = np.asarray(p.get("samples_ms") or [], dtype=float)
         point = _num_or_nan(p.get("p50_ms"))
-        name = p.get("engine") or "?"
-        config = (doc["configs"].get(name) or {}) if p["measure"] == "step" else {}
+        name = canonical(p.get("engine") or "?")
+        config = (doc["configs"].get(p.get("engine")) or doc["configs"].get(name) or {}) if p["measure"] == "step" else {}
         rows.append({"measure": p["measure"], "engine": name, "n": p.get("n"), "p50_ms": point,
                      **_ci_columns(x, "p50", "median", point), "p95_ms": _num_or_nan(p.get("p95_ms")),
                      "vs_floor": _num_or_nan(p.get("vs_floor")), "durability": _durability(config)})

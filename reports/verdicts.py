@@ -23,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness.engines import rank as engine_rank
 from reports.document import Chip, Grid, GridRow
 from reports.sources import (INCOMPLETE, MALFORMED, OLDER, UNFINISHED, ChaosRun, LeftOut, SoakRun, Sources,
                              safe_name)
@@ -228,10 +229,8 @@ def tally(items: list[VerdictRun]) -> str:
 
 
 def _columns(items: list[VerdictRun]) -> list[str]:
-    order = ("temporal", "checkpoint", "dbos", "dbos-postgres", "restate")
     cols = list(dict.fromkeys(r.column for r in items))
-    return sorted(cols, key=lambda c: (next((i for i, e in enumerate(order) if c.split(" · ")[0] == e), len(order)),
-                                       cols.index(c)))
+    return sorted(cols, key=lambda c: (engine_rank(c.split(" · ")[0]), cols.index(c)))
 
 
 def _rows(items: list[VerdictRun]) -> list[tuple[str, list[VerdictRun]]]:

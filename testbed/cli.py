@@ -675,7 +675,7 @@ async def cmd_chat(args: argparse.Namespace) -> int:
 async def cmd_server(args: argparse.Namespace) -> int:
     from testbed.processes import port_open
     from testbed.stack import StackSpec, stack
-    from testbed.temporal_server import TemporalServerError
+    from testbed.engines.temporal.server import TemporalServerError
 
     if port_open("127.0.0.1", args.port):
         raise UsageError(f"--port {args.port} is in use; pick another (e.g. --port 0 for a free one)")
@@ -709,7 +709,7 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from testbed.connection import add_connection_arguments
+    from testbed.engines.temporal.connection import add_connection_arguments
 
     dah = tool("testbed")
     parser = CommandParser(prog=dah, description=__doc__.split("\n\n")[0],

@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.printable import printable
-from testbed.engines import ENGINES
+from harness.engines import names as engine_names
 
-DURABILITY = tuple(ENGINES)  # the engines, by name (testbed.engines.ENGINES)
+DURABILITY = engine_names()  # the engines, by name (harness.engines.REGISTRY)
 RUNS = Path("runs")
 
 
@@ -159,8 +159,8 @@ def model_knobs(args: argparse.Namespace) -> tuple[Any, list[Any]]:
 
 
 def connection(args: argparse.Namespace, *, embedded_default: bool = True) -> Any:
-    """The Temporal connection: the flags over the environment over a temporal.toml profile (testbed.connection)."""
-    from testbed.connection import connection_from_args
+    """The Temporal connection: the flags over the environment over a temporal.toml profile (testbed.engines.temporal.connection)."""
+    from testbed.engines.temporal.connection import connection_from_args
 
     try:
         return connection_from_args(args, embedded_default=embedded_default)

@@ -5,7 +5,7 @@ session (so a terminal's Ctrl-C reaches us first and we stop children in
 order) and a parent-death signal (so even if we are SIGKILLed, the kernel
 kills it). ``stop`` terminates by the pid we started, never by name.
 Where the kernel's signal alone is not enough: PostgreSQL (``setpriv`` clears it
-and sets it again: ``testbed.postgres``), and dockerd and the containers
+and sets it again: ``testbed.engines.dbos.postgres``), and dockerd and the containers
 (a supervisor and a reaper that outlive us on purpose: ``testbed.dockerd``,
 ``ensure_reaper``), and what a worker leaves running on purpose (its browser:
 ``harness.owner``).

@@ -46,7 +46,7 @@ from harness.faults import AgentFaults
 from harness.operations import History
 from harness.owner import ENV_OWNER, owner_environment
 from harness.recording import EffectLedger
-from testbed.connection import TemporalConnection, quiet_runtime
+from testbed.engines.temporal.connection import TemporalConnection, quiet_runtime
 from testbed.engines.checkpoint.temporal_adapter import on_temporal_worker
 from testbed.effects_service import EffectsService
 from testbed.faults.effects import EffectFault, kill_caller
@@ -57,7 +57,7 @@ from testbed.processes import ensure_reaper
 from testbed import task_planner
 from testbed.scripted_routes import respond
 from testbed.supervisor import SupervisedWorker, Supervisor
-from testbed.temporal_server import EmbeddedTemporal
+from testbed.engines.temporal.server import EmbeddedTemporal
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class StackSpec:
     connection: TemporalConnection = field(default_factory=TemporalConnection)
     server_db: Path | None = None  # embedded: keep the server's state in this file (it survives a restart)
     server_port: int = 0
-    tuned: bool = True  # embedded: raised per-shard queue read rates (testbed.temporal_server)
+    tuned: bool = True  # embedded: raised per-shard queue read rates (testbed.engines.temporal.server)
     server_dynamic_config: dict[str, str] = field(default_factory=dict)  # embedded: more --dynamic-config-value
     #: embedded: SIGKILL the server at the end instead of its graceful stop (~1 s): for a caller that has read all
     #: it needs of it before the stack ends (a chaos run saves its histories first)
@@ -143,6 +143,11 @@ class Stack:
     effects_service: EffectsService | None = None
     server_proxy: FaultProxy | None = None  # the server link: what the partition nemeses of link "temporal" cut
     model_proxy: FaultProxy | None = None
+
+    def link(self, name: str) -> FaultProxy | None:
+        """The proxy of a scenario's link: ``model``, or the server link (named ``temporal`` in the scenarios, which
+        were written for Temporal; on another engine its server's link, ``harness.engines.Registered.stand_in``)."""
+        return self.model_proxy if name == "model" else self.server_proxy
     ledger: EffectLedger | None = None  # the in-process workers' effect ledger
     workers: list[SupervisedWorker] = field(default_factory=list)
 

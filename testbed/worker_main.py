@@ -25,7 +25,7 @@ EXIT_WORKER_FAILED = 3
 
 def add_worker_parser(sub: Any) -> None:
     """``dah worker`` and its options, on ``dah``'s subcommands."""
-    from testbed.connection import add_connection_arguments
+    from testbed.engines.temporal.connection import add_connection_arguments
     from testbed.model_server import add_model_latency
 
     p = sub.add_parser("worker", help="run one worker process until SIGTERM/Ctrl-C",

@@ -41,7 +41,7 @@ def model_faults(stack: Stack):
 
 def restate_server_installed() -> bool:
     """Whether ``restate-server`` is found as the harness finds it (tests skip without it: make restate-server)."""
-    from testbed.restate_server import RestateServerError, find_restate_server
+    from testbed.engines.restate.server import RestateServerError, find_restate_server
 
     try:
         find_restate_server()

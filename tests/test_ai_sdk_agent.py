@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from testbed.engines.byo import OwnAgentOnTemporal
-from testbed.engines.driver import Workload
+from testbed.engines.byo.engine import OwnAgentOnTemporal
+from testbed.engines.workload import Workload
 from chaos.runner import run
 from chaos.scenarios import SCENARIOS
-from testbed.engines.target import load_target
+from testbed.engines.byo.target import load_target
 from harness.event_history import save_histories
 from testbed.processes import spawn, stop
 from testbed.stack import Stack

@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 
-from testbed.engines.byo import OwnAgentOnTemporal
+from testbed.engines.byo.engine import OwnAgentOnTemporal
 from chaos.checker.verdict import run_checkers
 from testbed.faults.nemesis import NemesisContext, _another_up, aimed_at, kill_worker
 from chaos.runner import run
 from chaos.scenarios import SCENARIOS, ClusterSpec, scenario_from_dict
-from testbed.engines.target import Target
+from testbed.engines.byo.target import Target
 from harness.faults import ENV_BUGS, ENV_CRASH_AT, ENV_MUTATIONS, AgentFaults
 from harness.operations import History
 from harness.owner import ENV_OWNER, owner_value
@@ -363,7 +363,7 @@ def test_the_contract_is_documented_where_targets_look() -> None:
 
 @pytest.mark.background  # mostly waiting on kills: alongside the other tests (conftest)
 async def test_kills_around_continue_as_new_land_and_the_reference_agent_passes(tmp_path: Path) -> None:
-    from testbed.engines.temporal import ReferenceOnTemporal
+    from testbed.engines.temporal.engine import ReferenceOnTemporal
 
     scenario = SCENARIOS["kill_continue_as_new"]
     result = await run(scenario, ReferenceOnTemporal(), seed=3, out_root=tmp_path)

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from testbed.engines.byo import OwnAgentOnTemporal
-from testbed.engines.driver import Workload
+from testbed.engines.byo.engine import OwnAgentOnTemporal
+from testbed.engines.workload import Workload
 from chaos.generator import NemesisEvent
 from chaos.runner import run
 from chaos.scenarios import SCENARIOS, ClusterSpec
-from testbed.engines.target import load_target
+from testbed.engines.byo.target import load_target
 from tests.run_directory import assert_valid
 from tests.test_chaos_checkpoint import assert_rechecked_identically_elsewhere
 

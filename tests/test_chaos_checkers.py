@@ -16,10 +16,10 @@ import pytest
 from chaos.checker.verdict import ENGINE_CHECKERS, TASK_CHECKERS, compose, run_checkers
 from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult
 from tests.run_directory import assert_valid
-from testbed.engines.driver import Workload
+from testbed.engines.workload import Workload
 from chaos.generator import NemesisEvent
 from chaos.runner import RunResult, run
-from testbed.engines.temporal import ReferenceOnTemporal
+from testbed.engines.temporal.engine import ReferenceOnTemporal
 from chaos.scenarios import SCENARIOS, ChaosScenario, ClusterSpec
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,7 +17,7 @@ import pytest
 from chaos.checker.verdict import compose
 from harness.commands import tool
 from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult
-from testbed.engines.driver import Workload
+from testbed.engines.workload import Workload
 from chaos.generator import NemesisEvent
 from testbed.engines.checkpoint.engine import CheckpointEngine
 from chaos.runner import check, run

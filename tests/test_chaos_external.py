@@ -13,8 +13,8 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from chaos import cli
-from testbed.connection import CHILD_ENV
-from testbed.temporal_server import EmbeddedTemporal
+from testbed.engines.temporal.connection import CHILD_ENV
+from testbed.engines.temporal.server import EmbeddedTemporal
 from tests.run_directory import assert_valid
 
 NAMESPACE = "dah-ext"

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from harness.verdict import PASS
-from testbed.engines.driver import Workload
+from testbed.engines.workload import Workload
 from chaos.generator import NemesisEvent
 from harness.operations import load, pairs
-from testbed.engines.temporal import ReferenceOnTemporal
+from testbed.engines.temporal.engine import ReferenceOnTemporal
 from chaos.runner import run
 from chaos.scenarios import ChaosScenario
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from chaos import cli, runner, suite
-from testbed.engines.temporal import ReferenceOnTemporal
+from testbed.engines.temporal.engine import ReferenceOnTemporal
 from chaos.runner import RunFailed, RunResult
 from chaos.scenarios import SCENARIOS
 from chaos.runner import run_captured

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from testbed.connection import TemporalConnection
+from testbed.engines.temporal.connection import TemporalConnection
 from testbed.stack import Stack
 from testbed.walkthroughs import WALKTHROUGHS
 from testbed.worker_process import reference_worker

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from agent.env_options import EnvOptionError, check_environment, option
-from testbed.engines.byo import OwnAgentOnTemporal
+from testbed.engines.byo.engine import OwnAgentOnTemporal
 from chaos.scenarios import SCENARIOS
-from testbed.engines.target import load_target
+from testbed.engines.byo.target import load_target
 from harness.faults import NO_FAULTS
 from harness.rundir import RunDir
 from harness.commands import tool
@@ -185,7 +185,7 @@ def test_strict_replay_declarations_reach_the_replayer_and_run_json(tmp_path: Pa
     """``strict_replay`` / ``strict_replay_ignore`` in a target file reach what replay runs (``replay_target``)
     and what run.json records; a string where a boolean belongs is one line."""
     from chaos.replay_target import replay_target
-    from testbed.engines.target import load_target
+    from testbed.engines.byo.target import load_target
 
     path = tmp_path / "t.toml"
     base = ('name = "t"\nworker = ["w", "{address}", "{task_queue}"]\ndriver = "d:make"\nworkflow = "m:W"\n')

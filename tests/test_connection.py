@@ -1,4 +1,4 @@
-"""Where Temporal is: flags over the environment over a temporal.toml profile (testbed/connection.py), what worker
+"""Where Temporal is: flags over the environment over a temporal.toml profile (testbed/engines/temporal/connection.py), what worker
 processes inherit, and which chaos faults an external cluster cannot have. No server: these take milliseconds."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from testbed.engines import make_engine
 from chaos.generator import schedule
 from chaos.runner import skip_reason, unavailable_nemeses
 from chaos.scenarios import SCENARIOS
-from testbed.connection import (CHILD_ENV, DEFAULT_ADDRESS, TemporalConnection, add_connection_arguments,
+from testbed.engines.temporal.connection import (CHILD_ENV, DEFAULT_ADDRESS, TemporalConnection, add_connection_arguments,
                                 connection_from_args, redact_argv)
 
 TOML = """\

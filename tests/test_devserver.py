@@ -14,7 +14,7 @@ import psutil
 import pytest
 from temporalio.client import Client
 
-from testbed.temporal_server import EmbeddedTemporal, TemporalServerError, find_temporal_binary
+from testbed.engines.temporal.server import EmbeddedTemporal, TemporalServerError, find_temporal_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,7 +60,7 @@ def test_the_server_dies_with_its_owner_even_on_sigkill(tmp_path: Path) -> None:
     owner = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent("""
             import sys, time
-            from testbed.temporal_server import EmbeddedTemporal
+            from testbed.engines.temporal.server import EmbeddedTemporal
             s = EmbeddedTemporal().start()
             print(s.pid, flush=True)
             time.sleep(600)

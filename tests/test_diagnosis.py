@@ -19,8 +19,8 @@ from chaos.recovery import fault_paths
 from chaos.runner import run
 from chaos.scenarios import SCENARIOS, ChaosScenario, ClusterSpec
 from harness.verdict import FAIL, CheckResult
-from testbed.engines.driver import TIMEOUTS, Workload
-from testbed.engines.temporal import ReferenceOnTemporal
+from testbed.engines.workload import TIMEOUTS, Workload
+from testbed.engines.temporal.engine import ReferenceOnTemporal
 
 PLANTED = TIMEOUTS["distinct"]
 SCENARIO = ChaosScenario(

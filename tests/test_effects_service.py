@@ -267,9 +267,9 @@ def test_a_service_target_s_crash_after_effect_is_the_service_s_fault_not_the_wo
     (once) instead of DAH_CRASH_AT; every Temporal chaos run's workers get {effects_url} and DAH_EFFECTS_URL."""
     from dataclasses import replace
 
-    from testbed.engines.temporal import ReferenceOnTemporal
+    from testbed.engines.temporal.engine import ReferenceOnTemporal
     from chaos.scenarios import SCENARIOS
-    from testbed.engines.target import REFERENCE
+    from testbed.engines.byo.target import REFERENCE
     from harness.operations import History
     from harness.rundir import RunDir
     from testbed.stack import Endpoints

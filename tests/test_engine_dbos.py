@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from agent.contracts import AgentConfig
-from testbed.engines import dbos_agent
-from testbed.engines.dbos import DbosEngine
-from testbed.engines.driver import Workload
+from testbed.engines.dbos import agent as dbos_agent
+from testbed.engines.dbos.engine import DbosEngine
+from testbed.engines.workload import Workload
 from chaos.generator import NemesisEvent
 from chaos.runner import run
 from chaos.scenarios import SCENARIOS
@@ -58,7 +58,7 @@ async def test_the_engine_enters_twice_in_one_process_and_a_run_id_is_one_run(tm
     async with stack(StackSpec(state_dir=tmp_path, temporal="none", ledger=True)) as s:
         for attempt in (1, 2):  # DBOS is a process-wide singleton: destroyed on exit, launched again
             async with dbos_agent.engine(tmp_path, s.model_url or "", ledger=s.ledger) as e:
-                assert e.name == "dbos-sqlite"
+                assert e.name == "dbos"
                 record = e.record()["durability"]
                 assert record["database"] == "sqlite" and record["journal_mode"] and record["synchronous"]
                 first = await e.run_turn(AgentConfig(model="scripted"), PROMPT, f"twice-{attempt}")
@@ -89,7 +89,7 @@ def test_a_second_live_worker_with_the_same_executor_id_is_refused(tmp_path: Pat
     def worker(identity: str) -> tuple[subprocess.Popen, Path]:
         log = tmp_path / f"{identity}.log"
         with open(log, "wb") as out:
-            proc = spawn([sys.executable, "-m", "testbed.engines.dbos_agent", "worker", "--database-url",
+            proc = spawn([sys.executable, "-m", "testbed.engines.dbos.agent", "worker", "--database-url",
                           dbos_agent.sqlite_url(tmp_path / "dbos.sqlite3"), "--state-dir", str(tmp_path),
                           "--identity", identity, "--executor-id", "w1", "--model-base-url", "http://127.0.0.1:9/v1"],
                          stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
@@ -149,7 +149,7 @@ async def test_two_live_processes_sharing_an_executor_id_run_one_step_twice(tmp_
         def worker(state: Path) -> tuple[subprocess.Popen, Path]:
             log = tmp_path / f"{state.name}.log"
             with open(log, "wb") as out:
-                proc = spawn([sys.executable, "-m", "testbed.engines.dbos_agent", "worker", "--database-url", url,
+                proc = spawn([sys.executable, "-m", "testbed.engines.dbos.agent", "worker", "--database-url", url,
                               "--state-dir", str(state), "--identity", state.name, "--executor-id", "w1",
                               "--model-base-url", model.url], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
             deadline = time.monotonic() + 40

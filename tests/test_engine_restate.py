@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from agent.contracts import AgentConfig
-from testbed.engines.restate_agent import engine, request_body
-from testbed.engines.restate import RestateEngine, journal_completions
+from testbed.engines.restate.agent import engine, request_body
+from testbed.engines.restate.engine import RestateEngine, journal_completions
 from chaos.checker.restate_journal import re_executed
 from harness.rundir import RESTATE_JOURNAL
-from testbed.engines.driver import Workload
+from testbed.engines.workload import Workload
 from chaos.generator import NemesisEvent
 from chaos.runner import run
 from chaos.scenarios import SCENARIOS

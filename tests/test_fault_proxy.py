@@ -18,7 +18,7 @@ import temporalio.api.workflowservice.v1 as wsv1
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from testbed.temporal_server import EmbeddedTemporal
+from testbed.engines.temporal.server import EmbeddedTemporal
 from testbed.processes import free_port
 from testbed.faults.network import FaultProxy, Toxic
 

@@ -77,7 +77,7 @@ def test_a_scenario_under_another_timeouts_profile_gets_a_task_queue_that_is_a_n
     from chaos.scenarios import SCENARIOS
     from dataclasses import replace
     from harness.placeholders import PLACEHOLDER_NAME
-    from testbed.engines.temporal import ReferenceOnTemporal
+    from testbed.engines.temporal.engine import ReferenceOnTemporal
 
     queue = ReferenceOnTemporal().task_queue(replace(SCENARIOS["kill_idle"], name="kill_idle~defaults"))
     assert queue == "chaos-kill_idle-defaults" and PLACEHOLDER_NAME.fullmatch(queue)

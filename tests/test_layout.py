@@ -114,7 +114,7 @@ def test_an_engine_is_defined_only_in_testbed_engines() -> None:
 def test_only_the_engines_and_the_servers_start_an_engines_server() -> None:
     """``RestateServer`` and ``PostgresServer`` are made only by the engines (and their own modules): nothing else
     starts an engine's server behind the stack's back."""
-    servers = {"RestateServer": "testbed.restate_server", "PostgresServer": "testbed.postgres"}
+    servers = {"RestateServer": "testbed.engines.restate.server", "PostgresServer": "testbed.engines.dbos.postgres"}
     found = sorted(f"{name} calls {node.func.id}" for name, path in modules().items()
                    for node in ast.walk(ast.parse(path.read_text()))
                    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in servers

@@ -548,14 +548,14 @@ def test_property_links_and_paths_out_of_the_run_dir_are_not_followed(
 OWN_TARGET = f'''name = "reference-as-a-target"
 worker = ["{{python}}", "-m", "testbed", "worker", "--address", "{{address}}", "--task-queue", "{{task_queue}}",
           "--identity", "{{identity}}"]
-driver = "testbed.engines.driver:Driver"
+driver = "testbed.engines.temporal.driver:Driver"
 workflow = "agent.workflow:AgentWorkflow"
 cwd = "{ROOT}"
 '''
 #: a target file a received directory may carry or point at: run, its commands write the marker
 PAYLOAD = '''name = "payload"
 worker = ["sh", "payload.sh", "{address}", "{task_queue}"]
-driver = "testbed.engines.driver:Driver"
+driver = "testbed.engines.temporal.driver:Driver"
 replay_command = ["sh", "payload.sh", "{history}", "{workflow_id}"]
 '''
 NOBODY = 65534
@@ -584,8 +584,8 @@ async def own_target_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path
     from chaos.runner import run
     from chaos.scenarios import SCENARIOS, ClusterSpec
     from testbed.engines import make_engine
-    from testbed.engines.driver import Workload
-    from testbed.engines.target import load_target
+    from testbed.engines.workload import Workload
+    from testbed.engines.byo.target import load_target
 
     folder = tmp_path_factory.mktemp("own-target")
     os.chmod(folder, 0o755)

@@ -9,7 +9,7 @@ from pathlib import Path
 from chaos.checker import ALL_CHECKERS
 from chaos.planted import CATALOGUE, caught
 from chaos.runner import run
-from testbed.engines.temporal import ReferenceOnTemporal
+from testbed.engines.temporal.engine import ReferenceOnTemporal
 from chaos.scenarios import scenario_from_dict
 
 

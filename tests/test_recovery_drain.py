@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from chaos import recovery
-from testbed.engines.temporal import ReferenceOnTemporal
+from testbed.engines.temporal.engine import ReferenceOnTemporal
 from chaos.checker import drain
-from testbed.engines.driver import TIMEOUTS, Workload, chaos_agent_config
+from testbed.engines.workload import TIMEOUTS, Workload, chaos_agent_config
 from chaos.generator import NemesisEvent
 from chaos.runner import run
 from chaos.scenarios import SCENARIOS

@@ -20,8 +20,8 @@ from chaos.scenarios import SCENARIOS
 from harness.event_history import RunRecord, UpdateRecord, WorkflowTaskRecord
 from harness.operations import OK, Op
 from harness.rundir import RunDir
-from testbed.engines.driver import TIMEOUTS
-from testbed.engines.temporal import ReferenceOnTemporal
+from testbed.engines.workload import TIMEOUTS
+from testbed.engines.temporal.engine import ReferenceOnTemporal
 
 T0 = 1_800_000_000.0
 

@@ -15,7 +15,7 @@ import pytest
 from chaos.checker.replay import check
 from chaos.checker.run_data import RunData
 from chaos.replay_target import replay_target
-from testbed.engines.target import load_target
+from testbed.engines.byo.target import load_target
 from harness.rundir import EVENT_HISTORIES, RUN_JSON, SCHEMA, write_json
 from harness.verdict import FAIL, PASS, UNKNOWN
 from tests.test_replay_target import _one_task_history

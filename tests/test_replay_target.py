@@ -27,7 +27,7 @@ from temporalio.worker import Worker
 from chaos.checker.replay import check
 from chaos.checker.run_data import RunData
 from chaos.replay_target import replay_target
-from testbed.engines.target import load_target
+from testbed.engines.byo.target import load_target
 from harness.event_history import save_histories
 from harness.rundir import EVENT_HISTORIES, RUN_JSON, SCHEMA, RunDir, write_json
 from harness.verdict import FAIL, PASS, UNKNOWN

@@ -653,12 +653,12 @@ def test_the_engines_tables_compare_every_engine_and_name_the_one_not_measured(b
     import csv
 
     turns = {(r["Engine"], r["Model"]): r for r in csv.DictReader((built["out"] / "engines_turns.csv").open())}
-    assert {e for e, _ in turns} == {"plain", "dbos-sqlite", "restate"}
-    assert float(turns[("dbos-sqlite", "mock (fixed:0)")]["p50"]) == 64.0  # 60..68 ms: median 64
-    assert float(turns[("dbos-sqlite", "mock (fixed:0)")]["minus model p50"]) == 54.0
+    assert {e for e, _ in turns} == {"plain", "dbos", "restate"}
+    assert float(turns[("dbos", "mock (fixed:0)")]["p50"]) == 64.0  # 60..68 ms: median 64
+    assert float(turns[("dbos", "mock (fixed:0)")]["minus model p50"]) == 54.0
     steps = {r["engine"]: r for r in csv.DictReader((built["out"] / "engines_steps.csv").open())}
     assert float(steps["restate"]["vs_floor"]) == 8.0 and steps["fsync'd SQLite commit"]["measure"] == "floor"
-    assert "synchronous: FULL" in steps["dbos-sqlite"]["durability"]
+    assert "synchronous: FULL" in steps["dbos"]["durability"]
     assert "**dbos-postgres** not measured: PostgreSQL is not installed" in built["md"]
 
 

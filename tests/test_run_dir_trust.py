@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from testbed.engines import make_engine
-from testbed.engines.driver import Workload
+from testbed.engines.workload import Workload
 from chaos.runner import run
 from chaos.scenarios import SCENARIOS, ClusterSpec
 from harness.commands import tool
@@ -35,7 +35,7 @@ NOBODY = 65534
 #: what replays with the reference agent's workflow, from a target file (run by the harness's own interpreter)
 GOOD_TARGET = f'''name = "reference-as-a-target"
 worker = ["{{python}}", "-m", "testbed", "worker", "--address", "{{address}}", "--task-queue", "{{task_queue}}"]
-driver = "testbed.engines.driver:Driver"
+driver = "testbed.engines.temporal.driver:Driver"
 workflow = "agent.workflow:AgentWorkflow"
 cwd = "{ROOT}"
 '''
@@ -191,8 +191,8 @@ def test_rerun_refuses_a_target_file_others_can_write(saved_run: Path, tmp_path:
 
 def test_rerun_runs_what_the_user_controls(saved_run: Path, tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
-    from testbed.engines.byo import OwnAgentOnTemporal
-    from testbed.engines.temporal import ReferenceOnTemporal
+    from testbed.engines.byo.engine import OwnAgentOnTemporal
+    from testbed.engines.temporal.engine import ReferenceOnTemporal
     from chaos.saved import rerun_job as _rerun
 
     scenario, backend, seed = _rerun(saved_run)  # the reference agent's run: the harness's own code
@@ -297,7 +297,7 @@ def test_a_bytecode_cache_made_first_by_another_user_is_never_used(tmp_path: Pat
 #: a target file as a received run directory may carry it: its replayer and its worker run a payload
 PAYLOAD_TARGET = '''name = "payload"
 worker = ["sh", "payload.sh", "{address}", "{task_queue}"]
-driver = "testbed.engines.driver:Driver"
+driver = "testbed.engines.temporal.driver:Driver"
 replay_command = ["sh", "payload.sh", "{history}"]
 '''
 
@@ -376,7 +376,7 @@ def test_the_run_key_is_yours_alone(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 async def own_target_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A real run of a target file (the reference agent declared as one), made here: (run dir, target file)."""
-    from testbed.engines.target import load_target
+    from testbed.engines.byo.target import load_target
 
     folder = tmp_path_factory.mktemp("own-target")
     good = folder / "chaos-target.toml"

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from testbed.engines.temporal import ReferenceOnTemporal
+from testbed.engines.temporal.engine import ReferenceOnTemporal
 from chaos.runner import run
 from chaos.scenarios import SCENARIOS
 from harness.rundir import RUNNER_ERROR, RunDir
-from testbed.connection import TemporalConnection
+from testbed.engines.temporal.connection import TemporalConnection
 from testbed.stack import StackSpec, stack
-from testbed.temporal_server import EmbeddedTemporal
+from testbed.engines.temporal.server import EmbeddedTemporal
 from tests.run_directory import problems
 
 

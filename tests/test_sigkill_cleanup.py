@@ -28,7 +28,7 @@ import pytest
 from agent.envs.docker_engine import DockerEngineUnavailable, connect, docker_engine_available
 from testbed.containers import OWNER_LABEL
 from testbed.dockerd import _cannot_start, ensure_engine
-from testbed.postgres import PostgresServer, find_bin
+from testbed.engines.dbos.postgres import PostgresServer, find_bin
 from tests.conftest import restate_server_installed
 
 ROOT = Path(__file__).resolve().parent.parent

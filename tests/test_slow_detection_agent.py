@@ -17,9 +17,9 @@ import pytest
 from chaos.runner import run
 from chaos.scenarios import SCENARIOS
 from harness.verdict import FAIL, PASS
-from testbed.engines.byo import OwnAgentOnTemporal
-from testbed.engines.driver import Workload
-from testbed.engines.target import load_target
+from testbed.engines.byo.engine import OwnAgentOnTemporal
+from testbed.engines.workload import Workload
+from testbed.engines.byo.target import load_target
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "openai_agents_agent"
 TARGET = EXAMPLE / "chaos-target.no-heartbeat.toml"

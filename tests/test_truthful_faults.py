@@ -17,12 +17,12 @@ import pytest
 from temporalio import activity, workflow
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from testbed.engines.byo import OwnAgentOnTemporal
+from testbed.engines.byo.engine import OwnAgentOnTemporal
 from chaos.checker import injection_evidence
 from chaos.checker.run_data import RunData
 from testbed.faults.nemesis import NemesisContext, kill_worker
 from chaos.runner import check, nemesis_context
-from testbed.engines.target import load_target
+from testbed.engines.byo.target import load_target
 from harness.operations import FAIL, History
 from harness.verdict import PASS, UNKNOWN
 from tests.run_directory import problems
@@ -127,7 +127,7 @@ def test_a_target_that_continues_as_new_when_suggested_is_suggested_it_at_the_sc
     harness does not start, or a target that does not declare it changes nothing."""
     from chaos.scenarios import SCENARIOS
     from harness.rundir import RunDir
-    from testbed.engines.temporal import SUGGEST_CONTINUE_AS_NEW
+    from testbed.engines.temporal.engine import SUGGEST_CONTINUE_AS_NEW
 
     path = tmp_path / "chaos-target.toml"
     driver = SimpleNamespace(workflow_ids=["c-0"])

@@ -25,7 +25,7 @@ from temporalio.client import Client
 
 from harness.event_history import save_histories
 from testbed.processes import spawn, stop
-from testbed.temporal_server import EmbeddedTemporal
+from testbed.engines.temporal.server import EmbeddedTemporal
 
 ROOT = Path(__file__).resolve().parent.parent
 SDKS = ROOT / ".venv" / "ts-replay"

@@ -21,9 +21,9 @@ from chaos.runner import RunFailed, run, run_captured
 from chaos.generator import NemesisEvent
 from chaos.scenarios import SCENARIOS, ClusterSpec
 from chaos.soak import seed_needs_own_cluster
-from testbed.connection import TemporalConnection
-from testbed.engines.driver import Workload
-from testbed.engines.temporal import ReferenceOnTemporal
+from testbed.engines.temporal.connection import TemporalConnection
+from testbed.engines.workload import Workload
+from testbed.engines.temporal.engine import ReferenceOnTemporal
 from testbed.stack import WarmTemporal
 from tests.run_directory import problems
 

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from testbed.engines.byo import OwnAgentOnTemporal
-from testbed.engines.driver import Workload
+from testbed.engines.byo.engine import OwnAgentOnTemporal
+from testbed.engines.workload import Workload
 from chaos.runner import run
 from chaos.scenarios import SCENARIOS
-from testbed.engines.target import FIELDS, check_driver, load_target
+from testbed.engines.byo.target import FIELDS, check_driver, load_target
 
 AGENTS = '''
 """Three chat agents: UpdateChat (Updates), SignalChat (Signals + a Query), Answer (one workflow per message)."""

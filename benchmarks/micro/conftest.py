@@ -29,7 +29,7 @@ from agent.tools import workspace_for
 from agent.worker import LEDGER, WORKSPACES, WorkerSettings
 from harness.recording import EffectLedger, write_ledger_rows
 from harness.rundir import OPERATIONS, RunDir
-from testbed.engines.driver import Workload, chaos_agent_config, plan_message
+from testbed.engines.workload import Workload, chaos_agent_config, plan_message
 from harness.operations import INFO, INVOKE, OK, Op
 
 CONVERSATIONS = 50

@@ -27,7 +27,7 @@ line is the reason); anything else, or no answer within ``COMMAND_TIMEOUT_S``: u
 compared is the command's to say: the summary quotes the command where its output speaks of inputs, else says
 "inputs not compared".
 
-What runs comes from ``data.replay_target`` (``testbed.engines.target.replay_target``: the reference agent's own code, or
+What runs comes from ``data.replay_target`` (``testbed.engines.byo.target.replay_target``: the reference agent's own code, or
 a target file the user controls), never from run.json: a run directory is data, and the interpreter, directory,
 environment and declarations it records are not used. No replay target: unknown, saying why and what to give.
 """
@@ -72,7 +72,7 @@ def check(data: RunData) -> CheckResult:
         return CheckResult("replay", UNKNOWN, unreadable)
     env = {**os.environ, **target.env}
     env["PYTHONPATH"] = target_pythonpath(target.env.get("PYTHONPATH"))
-    # Built the way the agent's workers are: its plugins, data converter and workflow runner (testbed/engines/target.py).
+    # Built the way the agent's workers are: its plugins, data converter and workflow runner (testbed/engines/byo/target.py).
     plugins, converter, runner = list(target.replay_plugins), target.data_converter, target.workflow_runner
     argv = [python, "-m", "harness.replayer", str(data.dir.event_histories), "--workflow", workflow]
     for plugin in plugins:

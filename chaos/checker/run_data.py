@@ -9,7 +9,7 @@ directory copied elsewhere is re-checked there.
 
 A run directory is data: nothing it names is executed. The one check that runs
 code, ``replay``, runs only what the caller decided from what the user controls
-(``ReplayTarget``, made by ``testbed.engines.target.replay_target``), never run.json's
+(``ReplayTarget``, made by ``testbed.engines.byo.target.replay_target``), never run.json's
 ``python``, ``cwd``, ``env`` or declarations.
 """
 
@@ -111,7 +111,7 @@ class ModelRecord:
 @dataclass(frozen=True)
 class ReplayTarget:
     """What the replay checker runs the histories with: the reference agent's own code in this interpreter, or a
-    target file the user controls (``testbed.engines.target.replay_target`` decides; never from run.json alone)."""
+    target file the user controls (``testbed.engines.byo.target.replay_target`` decides; never from run.json alone)."""
 
     workflow: str | None  # MODULE:NAME (None: replayed by ``command`` alone)
     source: str  # where it comes from, for the details: the reference agent, or which target file and why trusted

@@ -35,6 +35,7 @@ from chaos.diagnosis import diagnose
 from chaos.lint import lint
 from chaos.recovery import decompose, fault_paths, recovery, recovery_parts
 from harness import operations
+from harness.engines import HOME, canonical, own_checks
 from harness.model_record import TOKEN
 from harness.operations import INFO, Op
 from harness.run_files import RefusedPath
@@ -44,7 +45,7 @@ from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult, wo
 #: checks of one fault's promise: not applicable to a run without that fault, whatever a target declares
 FAULT_CHECKERS = {"drain": "drain_worker"}
 #: checks of one engine's own records: not applicable to a run on another backend (run.json's backend name)
-ENGINE_CHECKERS = {"dbos_steps": ("dbos", "dbos-postgres"), "restate_journal": ("restate",)}
+ENGINE_CHECKERS = own_checks()
 #: checks of tasks (messages carrying a token, judged by the model's record): not applicable to a run that sent none
 TASK_CHECKERS = ("replies", "context")
 NO_TASKS = "the run sent no task messages (its messages follow the scripted model's conventions, which lost judges)"
@@ -90,7 +91,7 @@ def plan(record: dict[str, Any], ops: list[Op]) -> Plan:
             not_applicable.setdefault(checker, NO_TASKS)
     if not any(op.f == LATE_WAIT for op in ops):
         not_applicable.setdefault("late", NO_LATE_WAIT)
-    backend_name = (record.get("backend") or {}).get("name") or "temporal"
+    backend_name = canonical((record.get("backend") or {}).get("name") or HOME)
     for checker, engines in ENGINE_CHECKERS.items():
         if backend_name not in engines:
             not_applicable.setdefault(checker, f"reads {' or '.join(engines)}'s own records; this run is on "

@@ -1,20 +1,23 @@
-"""Engines: what makes the agent durable, each defined here and only here, behind one protocol (``base.Engine``).
+"""Engines: what makes the agent durable, each in a folder of its own, behind one protocol (``base.Engine``).
 
-``ENGINES`` names them (the ``--durability`` choices of ``python -m chaos`` and ``dah``); ``make_engine`` makes
-one. Each is one module (or package) with its engine class, its driver and, where the agent needs binding to
-it, the binding beside it:
+The list of them is ``harness.engines.REGISTRY`` (names, twins, order, engine-only checks); ``make_engine`` makes
+one from its entry. Each folder holds the same parts: the engine class (``engine.py``), its server, its worker or
+endpoint entry point, its client, and the records it leaves:
 
-* ``temporal``: ``ReferenceOnTemporal``, the reference agent (``agent/``) on Temporal; its workers are processes,
-  or Docker containers with ``workers="docker"``;
-* ``byo``: ``OwnAgentOnTemporal``, your agent on Temporal, described by a target file (``target.py``), run in its
+* ``temporal/``: ``ReferenceOnTemporal``, the reference agent (``agent/``) on Temporal: ``engine.py``, ``server.py``
+  (the dev server), ``connection.py`` (an external cluster), ``driver.py`` (the chat driver), ``in_flight.py``
+  (what its workers are running, for aimed faults); workers are processes, or Docker containers;
+* ``byo/``: ``OwnAgentOnTemporal``, your agent on Temporal, described by a target file (``target.py``), run in its
   own Python;
 * ``checkpoint/``: ``CheckpointEngine``, this project's own checkpoint engine (runs, steps, leases and a queue in
   one SQLite file) with the agent loop as its task;
-* ``dbos`` / ``dbos_agent``: ``DbosEngine``, the agent loop as a DBOS Transact workflow (SQLite or PostgreSQL);
-* ``restate`` / ``restate_agent`` / ``restate_client``: ``RestateEngine``, the agent loop as a Restate service;
-* ``steps``: what a step does on every engine but Temporal (the model call, the tool call); ``oneshot``: the
-  driver of the engines that run one message as one durable run; ``driver``: the reference agent's chat driver
-  on Temporal (the seeded workload, the timeouts profiles).
+* ``dbos/``: ``DbosEngine``, the agent loop as a DBOS Transact workflow (``agent.py``; SQLite or PostgreSQL:
+  ``postgres.py``);
+* ``restate/``: ``RestateEngine``, the agent loop as a Restate service (``agent.py``, ``client.py``,
+  ``server.py``);
+* beside them, what several share: ``workload.py`` (the seeded load and the timeouts profiles), ``steps.py`` (what
+  a step does on every engine but Temporal) and ``oneshot.py`` (the driver of the engines that run one message as
+  one durable run).
 
 The modules load lazily: a worker process importing its engine's binding does not import the others.
 """
@@ -22,13 +25,12 @@ The modules load lazily: a worker process importing its engine's binding does no
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
+
 
 # Names only, for the type hints: importing the engines here would import them all (and make this package a
 # cycle with what the engines import).
-Engine = TemporalConnection = Target = Any
+Engine = Any
 
 
 class EngineUnavailable(RuntimeError):
@@ -36,39 +38,19 @@ class EngineUnavailable(RuntimeError):
     what is missing and how to install it. Benchmarks report such an engine ``unavailable``, never leave it out."""
 
 
-def _engine(module: str, name: str) -> Any:
+def _class(make: str) -> Any:
+    module, name = make.split(":")
     return getattr(importlib.import_module(f"testbed.engines.{module}"), name)
 
 
-def _on_temporal(workers: str = "process", image: str | None = None, target: Target | None = None,
-                 target_file: Path | None = None, connection: TemporalConnection | None = None) -> Engine:
-    """The reference agent on Temporal, or the agent a target file describes (``connection``: an external
-    cluster; default the embedded server)."""
-    from testbed.connection import TemporalConnection
-
-    connection = connection or TemporalConnection()
-    if target is not None and not target.is_reference:
-        return _engine("byo", "OwnAgentOnTemporal")(target, workers=workers, image=image, target_file=target_file,
-                                                    connection=connection)
-    return _engine("temporal", "ReferenceOnTemporal")(workers=workers, image=image, connection=connection)
-
-
-#: --durability name -> the engine's factory (the Temporal one takes the placement, target and cluster options;
-#: the others run the reference agent and take none)
-ENGINES: dict[str, Callable[..., Engine]] = {
-    "temporal": _on_temporal,
-    "checkpoint": lambda **_: _engine("checkpoint.engine", "CheckpointEngine")(),
-    "dbos": lambda **_: _engine("dbos", "DbosEngine")(database="sqlite"),
-    "dbos-postgres": lambda **_: _engine("dbos", "DbosEngine")(database="postgres"),
-    "restate": lambda **_: _engine("restate", "RestateEngine")(),
-}
-
-
 def make_engine(durability: str = "temporal", **options: Any) -> Engine:
-    """The engine ``durability`` names (``ENGINES``), made with ``options`` (``workers``, ``image``, ``target``,
-    ``target_file``, ``connection``: used by Temporal's); ValueError naming the choices for an unknown one."""
-    try:
-        factory = ENGINES[durability]
-    except KeyError:
-        raise ValueError(f"--durability {durability!r}: use one of {', '.join(ENGINES)}") from None
-    return factory(**options)
+    """The engine ``durability`` names (``harness.engines.REGISTRY``; imported here, not at the top: a workflow
+    module in this package is imported again in Temporal's sandbox, which must not run the harness's own), made with its entry's options and the command's ``options``
+    (``workers``, ``image``, ``target``, ``target_file``, ``connection``: each engine takes what applies to it,
+    ``Engine.made``); ValueError naming the choices for an unknown one."""
+    from harness.engines import REGISTRY
+
+    entry = next((r for r in REGISTRY if r.name == durability), None)
+    if entry is None:
+        raise ValueError(f"--durability {durability!r}: use one of {', '.join(r.name for r in REGISTRY)}")
+    return _class(entry.make).made(entry.options, **options)

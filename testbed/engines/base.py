@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agent.contracts import AgentConfig
+from harness.engines import names, registered
 from harness.event_history import RunRecord, fetch_run, save_histories
 from harness.operations import History
 from harness.recording import EffectLedger
 from harness.rundir import RunDir
-from testbed.connection import TemporalConnection
-from testbed.engines.target import REFERENCE, Target
+from testbed.engines.temporal.connection import TemporalConnection
+from testbed.engines.byo.target import REFERENCE, Target
 from testbed.stack import Stack, StackSpec
 
 
@@ -59,8 +60,8 @@ class Scenario(Protocol):
 
     name: str
     cluster: Cluster
-    workload: Any  # testbed.engines.driver.Workload
-    timeouts: str  # a key of testbed.engines.driver.TIMEOUTS
+    workload: Any  # testbed.engines.workload.Workload
+    timeouts: str  # a key of testbed.engines.workload.TIMEOUTS
     planning_max_attempts: int
     max_history_events: int
     local_tools: tuple[str, ...]
@@ -87,11 +88,26 @@ class Engine:
 
     target: Target = REFERENCE
     name: str = ""
-    suffix: str = ""  # appended to scenario names where both engines' runs sit side by side ("@checkpoint")
     not_applicable: dict[str, str] = field(default_factory=dict)  # checker -> why it cannot apply here
     scenarios: tuple[str, ...] | None = None  # the named scenarios this engine can run (None: all)
     #: where Temporal is: the embedded dev server (default), or an external cluster (its address and namespace)
     connection: TemporalConnection = field(default_factory=TemporalConnection)
+
+    @classmethod
+    def made(cls, entry: dict[str, Any], **options: Any) -> Engine:
+        """This engine from its registry entry's options (``harness.engines.Registered.options``) and a command's
+        ``options``; those a command gives for another engine (a placement, a target, a cluster) are not its."""
+        return cls(**entry)
+
+    @property
+    def suffix(self) -> str:
+        """Appended to scenario names where its runs sit beside other engines' (``@checkpoint``; "" on the
+        engine the scenarios are written for): its registry entry's."""
+        return registered(self.name).suffix if self.name in names() else ""
+
+    def own_cluster_because(self) -> str | None:
+        """Why this engine's runs cannot take turns on one warm cluster (a soak's lanes); None: they can."""
+        return "only the reference agent's worker processes on Temporal's embedded server share one"
 
     @property
     def external(self) -> bool:

@@ -1,6 +1,6 @@
 """The chaos client for engines that run one message as one durable run (checkpoint, DBOS, Restate).
 
-The load is the same seeded workload as on Temporal (``testbed.engines.driver.Driver``: the same conversations, messages
+The load is the same seeded workload as on Temporal (``testbed.engines.temporal.driver.Driver``: the same conversations, messages
 and think times); each message becomes a one-shot run of the agent loop whose id is ``<conversation>-msg-<n>``
 (a resubmission of that id is the same run on every engine: its idempotency key), the messages of a
 conversation sharing its workspace. The final read collects each conversation's runs: their messages, in order,
@@ -20,7 +20,7 @@ from typing import Any
 
 from harness.operations import FAIL, INFO, OK
 from harness.recording import executions_in_flight
-from testbed.engines.driver import Conversation, Driver
+from testbed.engines.temporal.driver import Conversation, Driver
 
 QUEUED, DONE, FAILED = "queued", "done", "failed"
 

@@ -617,7 +617,7 @@ async def partition(ctx: NemesisContext, link: str = "temporal", mode: str = "bl
     protocol's own resilience, see ``testbed.faults.network``). It starts on time; its evidence is the work seen in
     flight while it lasted (read every 0.1 s until some is) and what the proxy did: bytes held or thrown away,
     connections reset, and for ``down`` the live connections it cut (the workers' polls among them)."""
-    proxy = ctx.stack.server_proxy if link == "temporal" else ctx.stack.model_proxy
+    proxy = ctx.stack.link(link)
     assert proxy is not None
     op = ctx.history.invoke("nemesis", "partition", {"link": link, "mode": mode, "duration_s": duration_s})
     before = proxy.stats()
@@ -651,7 +651,7 @@ async def degrade_link(ctx: NemesisContext, link: str = "temporal", latency_ms: 
                        rate_kbps: float = 0.0, stream: str = "both", duration_s: float = 6.0,
                        toxicity: float = 1.0) -> dict[str, Any]:
     """A slow link, not a broken one: latency with jitter per direction, optionally a bandwidth cap."""
-    proxy = ctx.stack.server_proxy if link == "temporal" else ctx.stack.model_proxy
+    proxy = ctx.stack.link(link)
     assert proxy is not None
     op = ctx.history.invoke("nemesis", "degrade_link", {"link": link, "latency_ms": latency_ms, "jitter_ms": jitter_ms,
                                                         "rate_kbps": rate_kbps, "stream": stream})

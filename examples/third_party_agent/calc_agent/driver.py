@@ -1,7 +1,7 @@
 """The chaos driver for CalcAgent: the harness's client protocol, over Signals and a Query.
 
 ``make_driver(client=, history=, task_queue=, workload=, seed=)`` (see the
-harness's ``testbed/engines/target.py``); the harness runs it in this agent's own Python
+harness's ``testbed/engines/byo/target.py``); the harness runs it in this agent's own Python
 (``harness.driver_host``). Each conversation is one CalcAgent workflow; each
 message is an ``ask`` Signal, acknowledged once the ``answers`` Query shows
 its answer: arithmetic, or (``workload.append_ratio`` of them) an append to

@@ -43,7 +43,7 @@ from testbed.engines.checkpoint import CHECKPOINT_DB
 from testbed.engines.checkpoint.agent_task import TASK, manifest_for
 from testbed.engines.checkpoint.service import CheckpointQueue
 from testbed.engines.oneshot import OneShotDriver, RunFailedError, running_from_ledger
-from testbed.engines.target import REFERENCE, Target
+from testbed.engines.byo.target import REFERENCE, Target
 from testbed.model_server import LatencyModel
 from testbed.stack import Endpoints, Stack, StackSpec, stack
 from testbed.worker_process import CHECKPOINT_WORKER, WorkerProcess
@@ -60,7 +60,6 @@ NO_EVENT_HISTORIES = ("reads Temporal event histories; the checkpoint engine has
 @dataclass
 class CheckpointEngine(Engine):
     name: str = "checkpoint"
-    suffix: str = "@checkpoint"
     target: Target = field(default_factory=lambda: CHECKPOINT_TARGET)
     not_applicable: dict[str, str] = field(default_factory=lambda: without_event_histories(NO_EVENT_HISTORIES))
     #: the scenarios with a twin here (the others fault Temporal itself or its links)

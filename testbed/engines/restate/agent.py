@@ -1,9 +1,9 @@
 """The reference agent's loop on Restate: one prompt to a final answer as one invocation of ``DahAgent/run``.
 
-    python -m testbed.engines.restate_agent endpoint --port 9080 --state-dir .dah --identity e1 --model-base-url URL
+    python -m testbed.engines.restate.agent endpoint --port 9080 --state-dir .dah --identity e1 --model-base-url URL
 
 ``engine(state_dir, model_url)`` runs it in this process, with a Restate server it starts (``dah run --durability
-restate``, the benchmarks); ``testbed.engines.restate`` is the engine the chaos runs attack.
+restate``, the benchmarks); ``testbed.engines.restate.engine`` is the engine the chaos runs attack.
 
 The handler runs ``loop.run_turn`` unchanged; its two effects are ``ctx.run_typed`` actions calling
 ``testbed.engines.steps.plan`` and ``steps.tool``, so the Restate server journals each model call and tool call and
@@ -55,7 +55,7 @@ from agent import loop
 from testbed.engines.checkpoint.agent_task import config_from
 from agent.contracts import WORKFLOW_NATIVE_TOOLS, ActivityPolicy, AgentConfig
 from testbed.engines import steps
-from testbed.engines.restate_client import RestateClient
+from testbed.engines.restate.client import RestateClient
 from testbed.engines.steps import StepResources
 from agent.errors import ModelConfigurationError
 from harness.recording import EffectLedger, ExecutionIdentity
@@ -220,7 +220,7 @@ async def serve(port: int, stop: asyncio.Event, host: str = "127.0.0.1") -> None
 class InProcessRestate:
     """The agent on a Restate server this process started: ``run_turn`` submits one run and waits for it."""
 
-    server: Any  # testbed.restate_server.RestateServer
+    server: Any  # testbed.engines.restate.server.RestateServer
     client: RestateClient
     endpoint_url: str
     name: str = NAME
@@ -265,7 +265,7 @@ async def engine(state_dir: Path, model_url: str, *, ledger: EffectLedger | None
     from testbed.engines import EngineUnavailable
     from agent.worker import WorkerSettings
     from testbed.processes import free_port
-    from testbed.restate_server import RestateServer, RestateServerError, find_restate_server
+    from testbed.engines.restate.server import RestateServer, RestateServerError, find_restate_server
 
     try:
         find_restate_server()
@@ -322,7 +322,7 @@ def _keep_sigterm(loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
 
 async def _register_when_up(server: Any, url: str, serving: asyncio.Task, timeout_s: float = 30.0) -> None:
     """Register the endpoint once it answers (hypercorn binds a moment after its task starts)."""
-    from testbed.restate_server import RestateServerError
+    from testbed.engines.restate.server import RestateServerError
 
     deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
@@ -341,7 +341,7 @@ async def _register_when_up(server: Any, url: str, serving: asyncio.Task, timeou
 # -- the endpoint process (chaos workers) -----------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m testbed.engines.restate_agent",
+    parser = argparse.ArgumentParser(prog="python -m testbed.engines.restate.agent",
                                      description="The reference agent as a Restate service (DahAgent).")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     p = sub.add_parser("endpoint", help="serve the DahAgent service (HTTP/2 cleartext) until SIGTERM/Ctrl-C")

@@ -1,5 +1,5 @@
 """Bring your own agent: an agent on Temporal that this project did not write, described by a target file
-(``testbed/engines/target.py``), run in its own Python.
+(``testbed/engines/byo/target.py``), run in its own Python.
 
 The cluster is the reference's (server, model, proxies, supervised workers). The workers are the target's
 command with the target's interpreter; the driver runs there too (``harness.driver_host``, spoken to over
@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.operations import History, Op
-from testbed.engines.base import Scenario
-from testbed.engines.driver import TIMEOUTS
-from testbed.engines.target import Target, target_environment
-from testbed.engines.temporal import ReferenceOnTemporal
+from testbed.engines.base import Engine, Scenario
+from testbed.engines.workload import TIMEOUTS
+from testbed.engines.byo.target import Target, target_environment
+from testbed.engines.temporal.connection import TemporalConnection
+from testbed.engines.temporal.engine import ReferenceOnTemporal
 from testbed.processes import spawn, stop
 from testbed.stack import Endpoints, Stack
 from testbed.worker_process import tail
@@ -42,6 +43,18 @@ READY_TIMEOUT_S = 120.0  # the driver process imports the target's packages and 
 class OwnAgentOnTemporal(ReferenceOnTemporal):
     name: str = "target"
     target_file: Path | None = None
+
+    @classmethod
+    def made(cls, entry: dict[str, Any], *, workers: str | None = None, image: str | None = None,
+             target: Target | None = None, target_file: Path | None = None,
+             connection: TemporalConnection | None = None, **_: Any) -> Engine:
+        """The reference agent, or the agent a target file describes, on the embedded server or the
+        cluster ``connection`` names, its workers placed by ``workers`` (processes, or Docker containers of
+        ``image``)."""
+        options = {"workers": workers or "process", "image": image, "connection": connection or TemporalConnection()}
+        if target is not None and not target.is_reference:
+            return cls(target, target_file=target_file, **entry, **options)
+        return ReferenceOnTemporal(**entry, **options)
 
     def record(self) -> dict[str, Any]:
         # absolute: a saved run names the file given on the command line, whatever directory it is checked from
@@ -71,7 +84,7 @@ def driver_workload(scenario: Scenario) -> dict[str, Any]:
 
 
 class RemoteDriver:
-    """The driver protocol (``testbed/engines/target.py``) over a ``harness.driver_host`` process in the target's Python."""
+    """The driver protocol (``testbed/engines/byo/target.py``) over a ``harness.driver_host`` process in the target's Python."""
 
     def __init__(self, target: Target, history: History, address: str, namespace: str, task_queue: str,
                  workload: dict[str, Any], seed: int, log_path: Path) -> None:

@@ -3,12 +3,12 @@
     python -m chaos run kill_mid_turn model_outage --durability dbos
 
 The cluster is the scripted model server (behind the model fault proxy) and N supervised worker processes
-(``python -m testbed.engines.dbos_agent worker``) sharing one DBOS system database: a SQLite file in the run's state
-dir, or (``database="postgres"``) a PostgreSQL server this harness starts (``testbed.postgres``), exposed as the
+(``python -m testbed.engines.dbos.agent worker``) sharing one DBOS system database: a SQLite file in the run's state
+dir, or (``database="postgres"``) a PostgreSQL server this harness starts (``testbed.engines.dbos.postgres``), exposed as the
 stack's server so ``restart_server`` restarts the database, and reached through the stack's first fault proxy so a
 ``partition`` of the ``temporal`` link cuts the workers from the database. Each worker's DBOS executor id is its
 stable name (``w1``, ``w2``): when the supervisor restarts a killed worker under that name, DBOS recovers the runs
-it held (``testbed.engines.dbos_agent``). The client is the same seeded workload; each message is a one-shot run (a
+it held (``testbed.engines.dbos.agent``). The client is the same seeded workload; each message is a one-shot run (a
 DBOS workflow whose id is ``<conversation>-msg-<n>``) enqueued with DBOS's client, the messages of a conversation
 sharing its workspace.
 
@@ -43,20 +43,20 @@ from harness.operations import History
 from harness.recording import EffectLedger
 from harness.rundir import DBOS_STEPS, RunDir
 from harness.commands import tool
-from testbed.engines import dbos_agent
+from testbed.engines.dbos import agent as dbos_agent
 from testbed.engines.base import Engine, Scenario, without_event_histories
 from testbed.engines.oneshot import OneShotDriver, RunFailedError, running_from_ledger
-from testbed.engines.target import REFERENCE, Target
+from testbed.engines.byo.target import REFERENCE, Target
 from testbed.model_server import LatencyModel
 from testbed.stack import Endpoints, Stack, StackSpec
 from testbed.worker_process import WorkerProcess
 
 #: the DBOS worker; ``{database_url}`` and ``{executor_id}`` are this backend's own placeholders
-DBOS_WORKER = ("{python}", SAFE_PATH, "-m", "testbed.engines.dbos_agent", "worker", "--database-url", "{database_url}",
+DBOS_WORKER = ("{python}", SAFE_PATH, "-m", "testbed.engines.dbos.agent", "worker", "--database-url", "{database_url}",
                "--state-dir", "{state_dir}", "--identity", "{identity}", "--executor-id", "{executor_id}",
                "--model-base-url", "{model_url}")
 DBOS_TARGET = replace(REFERENCE, name="reference-agent (dbos)", worker=DBOS_WORKER, ready_line=dbos_agent.READY,
-                      warm_line=dbos_agent.WARM, driver="testbed.engines.dbos:DbosDriver")
+                      warm_line=dbos_agent.WARM, driver="testbed.engines.dbos.engine:DbosDriver")
 NO_EVENT_HISTORIES = ("reads Temporal event histories; DBOS keeps step outputs (operation_outputs), not an event "
                       "history to replay (its step log is checked by dbos_steps)")
 POSTGRES_DIR = "postgres"  # the PostgreSQL data dir, in the state dir
@@ -70,7 +70,6 @@ DBOS_SCENARIOS = {"sqlite": ("kill_mid_turn", "model_outage", "crash_after_effec
 class DbosEngine(Engine):
     database: str = "sqlite"  # the system database: "sqlite" (a file in the state dir) or "postgres"
     name: str = "dbos"
-    suffix: str = "@dbos"
     target: Target = field(default_factory=lambda: DBOS_TARGET)
     not_applicable: dict[str, str] = field(default_factory=lambda: without_event_histories(NO_EVENT_HISTORIES))
     scenarios: tuple[str, ...] | None = None
@@ -80,7 +79,7 @@ class DbosEngine(Engine):
             raise ValueError(f"database={self.database!r}: use one of {', '.join(DBOS_SCENARIOS)}")
         self.scenarios = DBOS_SCENARIOS[self.database]
         if self.database != "sqlite":
-            self.name, self.suffix = f"dbos-{self.database}", f"@dbos-{self.database}"
+            self.name = f"dbos-{self.database}"
 
     def reproduce(self) -> dict[str, Any]:
         return {"--durability": self.name}
@@ -97,7 +96,7 @@ class DbosEngine(Engine):
         if self.database == "sqlite":
             return dbos_agent.sqlite_url(state / dbos_agent.SQLITE_FILE)
         if at is not None:
-            from testbed.postgres import database_url, password_file
+            from testbed.engines.dbos.postgres import database_url, password_file
 
             host, _, port = at.address.rpartition(":")
             return database_url(host, int(port), password_file(state / POSTGRES_DIR))
@@ -129,7 +128,7 @@ class DbosEngine(Engine):
         """The PostgreSQL server, with ``database="postgres"`` (its data dir in the state dir)."""
         if self.database != "postgres":
             return None
-        from testbed.postgres import PostgresServer
+        from testbed.engines.dbos.postgres import PostgresServer
 
         return PostgresServer(spec.state_dir / POSTGRES_DIR, log_dir=spec.logs)
 
@@ -153,7 +152,7 @@ class DbosEngine(Engine):
         """DBOS launched in this process on this engine's system database (``dbos_agent.engine``)."""
         if not worker:
             raise ValueError(f"--no-worker: --durability {self.name} runs its workflow in this process (workers of "
-                             "its own: " + tool("testbed.engines.dbos_agent") + " worker)")
+                             "its own: " + tool("testbed.engines.dbos.agent") + " worker)")
         return dbos_agent.engine(state_dir, model_url or "", database=self.database, ledger=ledger)
 
 @dataclass

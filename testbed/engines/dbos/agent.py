@@ -1,6 +1,6 @@
 """The reference agent's loop on DBOS Transact: one DBOS workflow per user message, each model and tool call a step.
 
-    python -m testbed.engines.dbos_agent worker --database-url sqlite:///.dah/dbos.sqlite3 --state-dir .dah \\
+    python -m testbed.engines.dbos.agent worker --database-url sqlite:///.dah/dbos.sqlite3 --state-dir .dah \\
         --identity w1-1 --executor-id w1 --model-base-url http://127.0.0.1:PORT/v1
 
 A run is the workflow ``agent_turn`` (one prompt to a final answer, like the checkpoint engine's ``agent_task``);
@@ -70,9 +70,9 @@ from agent.errors import ModelConfigurationError
 from harness.recording import EffectLedger, ExecutionIdentity
 
 if __name__ == "__main__":
-    # ``python -m testbed.engines.dbos_agent``: run as the module ``testbed.engines.dbos_agent``, before anything below
+    # ``python -m testbed.engines.dbos.agent``: run as the module ``testbed.engines.dbos.agent``, before anything below
     # registers with DBOS here, so the process has one copy of the workflow and of the resources its steps use.
-    from testbed.engines.dbos_agent import main as _main
+    from testbed.engines.dbos.agent import main as _main
 
     sys.exit(_main())
 
@@ -311,7 +311,7 @@ def dbos_version() -> str:
 async def engine(state_dir: Path, model_url: str, *, database: str = "sqlite", ledger: EffectLedger | None = None
                  ) -> AsyncIterator[InProcessDbos]:
     """DBOS launched in this process on a system database under ``state_dir``: ``database`` "sqlite" (a file) or
-    "postgres" (a PostgreSQL server started here, ``testbed.postgres``, stopped on exit). ``ledger``: the effect
+    "postgres" (a PostgreSQL server started here, ``testbed.engines.dbos.postgres``, stopped on exit). ``ledger``: the effect
     ledger the steps record in (default: the state dir's own, opened and closed here)."""
     from agent.worker import WorkerSettings
 
@@ -324,7 +324,7 @@ async def engine(state_dir: Path, model_url: str, *, database: str = "sqlite", l
         if ledger is None:
             ledger = exits.enter_context(EffectLedger(settings.resolved_ledger_path))
         if database == "postgres":
-            from testbed.postgres import PostgresServer
+            from testbed.engines.dbos.postgres import PostgresServer
 
             server = PostgresServer(state_dir / "postgres", log_dir=state_dir / "logs")
             await asyncio.to_thread(exits.enter_context, server)
@@ -334,7 +334,7 @@ async def engine(state_dir: Path, model_url: str, *, database: str = "sqlite", l
         configure(StepResources(ledger=ledger, sandbox_root=settings.sandbox_root, model_base_url=model_url,
                                 worker="in-process"))
         await exits.enter_async_context(launched(url, "in-process", queue=False, log_level="ERROR"))
-        yield InProcessDbos(name=f"dbos-{database}", database_url=url, ledger=ledger)
+        yield InProcessDbos(name="dbos" if database == "sqlite" else f"dbos-{database}", database_url=url, ledger=ledger)
 
 
 # -- the client ---------------------------------------------------------------------------------------------------
@@ -455,7 +455,7 @@ async def _worker(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m testbed.engines.dbos_agent",
+    parser = argparse.ArgumentParser(prog="python -m testbed.engines.dbos.agent",
                                      description="The reference agent on DBOS Transact.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     p = sub.add_parser("worker", help="take runs from the DBOS queue until SIGTERM/Ctrl-C")

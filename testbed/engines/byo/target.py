@@ -85,7 +85,7 @@ runner calls it when the faults are healed, so the load spans the fault phase),
 ``to_json()``, whose ``conversations`` list the lost checker reads:
 ``workflow_id``, ``started``, ``planned`` (``text``, ``expect``, ``kind``, and
 for appends ``path`` and ``content``), ``final_history`` (chat messages:
-``role``, ``content``) and ``final_status``. ``testbed.engines.driver.Driver`` is the
+``role``, ``content``) and ``final_status``. ``testbed.engines.temporal.driver.Driver`` is the
 reference.
 
 The replay checker builds its ``Replayer`` from ``replay_plugins``,
@@ -135,7 +135,7 @@ class Target:
     warm_line: str | None = "WARM"  # after READY: the model client is loaded (load starts only then)
     ready_timeout_s: float = 60.0  # how long a worker has to print ready_line (or be seen polling)
     task_queue: str | None = None  # None: one per scenario
-    driver: str = "testbed.engines.driver:Driver"
+    driver: str = "testbed.engines.temporal.driver:Driver"
     workflow: str | None = "agent.workflow:AgentWorkflow"  # None: a target replayed by its replay_command
     model_activity: str = "plan_next_action"
     ledger: str | None = LEDGER
@@ -346,7 +346,7 @@ class TargetFile(StrictModel):
                                                                "Temporal suggests it)")
     address: Annotated[str, AfterValidator(_local_address)] | None = Field(
         None, description="127.0.0.1:PORT (the address its workers hard-code)")
-    chat: dict[str, Any] | None = Field(None, description="a table ([chat] section; see testbed/engines/target.py)")
+    chat: dict[str, Any] | None = Field(None, description="a table ([chat] section; see testbed/engines/byo/target.py)")
 
 
 #: the fields a target file may have

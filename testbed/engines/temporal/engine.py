@@ -25,7 +25,8 @@ from harness.operations import History
 from harness.recording import ENV_LEDGER
 from harness.rundir import EFFECTS_SERVICE, RunDir
 from testbed.engines.base import Engine, Scenario
-from testbed.engines.driver import TIMEOUTS, Driver, chaos_agent_config
+from testbed.engines.workload import TIMEOUTS, chaos_agent_config
+from testbed.engines.temporal.driver import Driver
 from testbed.effects_service import ENV_EFFECTS_URL
 from testbed.faults.effects import EffectFault
 from testbed.model_server import LatencyModel
@@ -43,6 +44,15 @@ class ReferenceOnTemporal(Engine):
     image: str | None = None
     _pollers: Any = field(default=None, init=False, repr=False)  # the readiness check, when there is no ready line
     _server_address: str = field(default="", init=False, repr=False)
+
+    def own_cluster_because(self) -> str | None:
+        """Only the reference agent's worker processes on the embedded server take the task queue each run is given
+        there; None: this engine's runs can share a warm server."""
+        if not self.target.is_reference:
+            return "not the reference agent on Temporal"
+        if self.external:
+            return "an external cluster"
+        return "workers in containers" if self.workers != "process" else None
 
     def record(self) -> dict[str, Any]:
         return {**super().record(), "workers": self.workers, "image": self.image}

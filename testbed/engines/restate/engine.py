@@ -2,9 +2,9 @@
 
     python -m chaos run kill_mid_turn model_outage --durability restate
 
-The cluster is a ``restate-server`` (``testbed.restate_server``, its state in ``<run>/state/restate``, exposed as
+The cluster is a ``restate-server`` (``testbed.engines.restate.server``, its state in ``<run>/state/restate``, exposed as
 ``Stack.server`` so ``restart_server`` SIGKILLs it and starts it again from that base dir), the scripted model
-server, and one supervised endpoint process (``python -m testbed.engines.restate_agent endpoint``) serving the
+server, and one supervised endpoint process (``python -m testbed.engines.restate.agent endpoint``) serving the
 ``DahAgent`` service on a fixed port behind the stack's server proxy (``StackSpec.server_proxy_to``): the
 deployment registered with the server is the proxy's address. Each message is one invocation of ``DahAgent/run`` sent through the ingress with the run id as
 its idempotency key (``RestateDriver``).
@@ -13,7 +13,7 @@ One endpoint, whatever the scenario's ``cluster.workers``: Restate sends every n
 latest deployment, so a second endpoint registered for ``DahAgent`` would receive nothing but the invocations
 pinned to it. An invocation is pinned to its deployment's URI, which is why the endpoint restarts on the same
 port (behind the same proxy): after a kill, the server retries the invocation there (its default retry policy,
-capped at 2 s here: ``testbed.restate_server.RETRY_POLICY``) and replays its journal; completed ``ctx.run``
+capped at 2 s here: ``testbed.engines.restate.server.RETRY_POLICY``) and replays its journal; completed ``ctx.run``
 actions are not run again.
 
 Faults, as on the other engines: ``kill_mid_turn`` (SIGKILL the endpoint while the effect ledger shows a model
@@ -49,20 +49,20 @@ from harness.rundir import RESTATE_JOURNAL, RunDir
 from testbed.engines.base import Engine, Scenario, without_event_histories
 from testbed.engines.checkpoint.engine import NO_EVENT_HISTORIES
 from testbed.engines.oneshot import OneShotDriver, RunFailedError, running_from_ledger
-from testbed.engines.restate_agent import NAME, InProcessRestate, engine, request_body
-from testbed.engines.restate_client import RestateClient, RestateRunError
-from testbed.engines.target import REFERENCE, Target
+from testbed.engines.restate.agent import NAME, InProcessRestate, engine, request_body
+from testbed.engines.restate.client import RestateClient, RestateRunError
+from testbed.engines.byo.target import REFERENCE, Target
 from testbed.model_server import LatencyModel
 from testbed.processes import free_port
-from testbed.restate_server import RestateServer, settings
+from testbed.engines.restate.server import RestateServer, settings
 from testbed.stack import Endpoints, Stack, StackSpec
 from testbed.worker_process import WorkerProcess
 
 #: the endpoint process (its ``--port`` is added per run: fixed for the run, see the module docstring)
-RESTATE_ENDPOINT = ("{python}", SAFE_PATH, "-m", "testbed.engines.restate_agent", "endpoint",
+RESTATE_ENDPOINT = ("{python}", SAFE_PATH, "-m", "testbed.engines.restate.agent", "endpoint",
                     "--state-dir", "{state_dir}", "--identity", "{identity}", "--model-base-url", "{model_url}")
 RESTATE_TARGET = replace(REFERENCE, name="reference-agent (restate)", worker=RESTATE_ENDPOINT,
-                         driver="testbed.engines.restate:RestateDriver")
+                         driver="testbed.engines.restate.engine:RestateDriver")
 NO_HISTORIES = NO_EVENT_HISTORIES.replace("the checkpoint engine", "Restate").replace(
     "effects and injection_evidence", "effects, injection_evidence and restate_journal, its journal's own check")
 
@@ -70,7 +70,6 @@ NO_HISTORIES = NO_EVENT_HISTORIES.replace("the checkpoint engine", "Restate").re
 @dataclass
 class RestateEngine(Engine):
     name: str = "restate"
-    suffix: str = "@restate"
     target: Target = field(default_factory=lambda: RESTATE_TARGET)
     not_applicable: dict[str, str] = field(default_factory=lambda: without_event_histories(NO_HISTORIES))
     scenarios: tuple[str, ...] | None = ("kill_mid_turn", "model_outage", "crash_after_effect", "server_restart",
