@@ -354,6 +354,7 @@ async def throughput(bench: Bench) -> dict[str, Any]:
 
 async def recovery(bench: Bench) -> dict[str, Any]:
     """A turn whose tool runs ``tool_s`` seconds, with and without SIGKILLing the worker running it."""
+    from testbed.engines.temporal.in_flight import TemporalInFlight
     from testbed.faults.nemesis import NemesisContext, kill_worker
 
     import random
@@ -363,7 +364,7 @@ async def recovery(bench: Bench) -> dict[str, Any]:
     workload_prompt = f"Work for {tool_s:g} seconds"
     async with cluster(bench, "recovery", 2) as (c, task_queue):
         client = c.client
-        ctx = NemesisContext(c, c.spec.history, [], random.Random(bench.options.seed))
+        ctx = NemesisContext(c, c.spec.history, [], random.Random(bench.options.seed), observer=TemporalInFlight())
         with bench.sampler.section("recovery", _cluster_processes(c)):
             for hb in bench.options.heartbeats:
                 policy = ActivityPolicy(start_to_close_s=120.0, heartbeat_s=hb, initial_interval_s=1.0,

@@ -230,7 +230,7 @@ def skip_reason(engine: Engine, scenario: ChaosScenario) -> str | None:
 
 def nemesis_context(engine: Engine, stack: Stack, history: History, driver: Any, seed: int) -> NemesisContext:
     """What the nemeses act on: the stack, the driver's conversations, and what is in flight by the engine's own
-    lights (``Engine.running``; None: Temporal's pending activities) and what its aimed kills read
+    lights (``Engine.running``; None: its in-flight observer's) and what its aimed kills read
     (``Engine.aiming``)."""
     running = engine.running
     return NemesisContext(stack, history, driver.workflow_ids, random.Random(seed), engine.target.model_activity,

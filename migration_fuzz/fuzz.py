@@ -336,6 +336,7 @@ class Iteration:
     say: Callable[[str], None]
 
     async def run(self, i: int) -> IterationResult:
+        from testbed.engines.temporal.in_flight import TemporalInFlight
         from testbed.faults.nemesis import NemesisContext
 
         opts, history, client = self.opts, self.history, self.stack.client
@@ -348,7 +349,7 @@ class Iteration:
         done = asyncio.Event()
         chaos_task = None
         if opts.chaos:
-            ctx = NemesisContext(self.stack, history, [], random.Random(seed * 7919))
+            ctx = NemesisContext(self.stack, history, [], random.Random(seed * 7919), observer=TemporalInFlight())
             chaos_task = asyncio.create_task(_kill_during(ctx, kills, done))
         op = history.invoke("client", "fuzz_iteration", {"index": i, "seed": seed, **asdict(shape)})
         result: AgentResult | None = None

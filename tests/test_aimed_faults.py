@@ -22,6 +22,7 @@ import pytest
 
 from testbed.engines.byo.engine import OwnAgentOnTemporal
 from chaos.checker.verdict import run_checkers
+from testbed.engines.temporal.in_flight import TemporalInFlight
 from testbed.faults.nemesis import NemesisContext, _another_up, aimed_at, kill_worker
 from chaos.runner import run
 from chaos.scenarios import SCENARIOS, ClusterSpec, scenario_from_dict
@@ -132,7 +133,8 @@ def fake_context(tmp_path: Path, ledger: Path | None) -> tuple[NemesisContext, d
     workers = [SupervisedWorker(p) for p in procs.values()]
     stack = SimpleNamespace(workers=workers, client=None,
                             worker=lambda name: next(w for w in workers if w.name == name))
-    ctx = NemesisContext(stack, History(tmp_path / "operations.jsonl"), ["c0"], random.Random(1), ledger=ledger)
+    ctx = NemesisContext(stack, History(tmp_path / "operations.jsonl"), ["c0"], random.Random(1), ledger=ledger,
+                         observer=TemporalInFlight())
     return ctx, procs
 
 
@@ -232,6 +234,7 @@ async def test_a_moment_that_passed_lets_the_frozen_worker_go_on(tmp_path: Path)
 
 async def test_aims_that_need_temporal_say_so_on_a_backend_without_it(tmp_path: Path) -> None:
     ctx, _ = fake_context(tmp_path, None)
+    ctx.observer = None  # an engine without an in-flight observer of its own
     value = await kill_worker(ctx, at="workflow_task", down_s=0.1, wait_s=0.1)
     assert value["evidence"] == [] and "no Temporal server" in value["not_observable"]
     with pytest.raises(ValueError, match="aims are"):

@@ -77,7 +77,7 @@ async def test_the_engine_on_postgres_after_sqlite() -> None:
             for database in ("sqlite", "postgres"):
                 async with dbos_agent.engine(state, s.model_url or "", database=database, ledger=s.ledger) as e:
                     result = await e.run_turn(AgentConfig(model="scripted"), PROMPT, f"on-{database}")
-                    assert "100" in result["reply"] and e.name == f"dbos-{database}"
+                    assert "100" in result["reply"] and e.name == {"sqlite": "dbos", "postgres": "dbos-postgres"}[database]
                     settings = e.record()["durability"]
             assert settings["fsync"] == "on" and settings["synchronous_commit"] == "on"  # as read from the server
     finally:

@@ -148,7 +148,7 @@ async def test_two_overlapping_partitions_of_one_link_hold_it_until_the_last_end
         proxy = FaultProxy("temporal", ("127.0.0.1", upstream.getsockname()[1]))
         proxy.start()
         try:
-            stack = SimpleNamespace(server_proxy=proxy, model_proxy=proxy, workers=[], client=None)
+            stack = SimpleNamespace(link=lambda name: proxy, workers=[], client=None)
             ctx = NemesisContext(stack, History(tmp_path / "ops.jsonl"), [], random.Random(1),  # type: ignore[arg-type]
                                  running=lambda ctx: asyncio.sleep(0, []))
             port = int(proxy.address.rsplit(":", 1)[1])

@@ -20,6 +20,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from testbed.engines.byo.engine import OwnAgentOnTemporal
 from chaos.checker import injection_evidence
 from chaos.checker.run_data import RunData
+from testbed.engines.temporal.in_flight import TemporalInFlight
 from testbed.faults.nemesis import NemesisContext, kill_worker
 from chaos.runner import check, nemesis_context
 from testbed.engines.byo.target import load_target
@@ -276,7 +277,7 @@ async def test_a_kill_mid_call_on_a_real_server_lands_by_the_snapshot_taken_froz
     run = tmp_path / "run"
     _run_dir(tmp_path, lambda history: None)
     ctx = NemesisContext(cluster, History(run / "operations.jsonl"), [wid], random.Random(1),  # type: ignore[arg-type]
-                         model_activity="call_model")
+                         model_activity="call_model", observer=TemporalInFlight())
     async with Worker(stack.client, task_queue=queue, workflows=[LongCall], activities=[slow_model_call],
                       identity=proc.identity, workflow_runner=UnsandboxedWorkflowRunner()):
         handle = await stack.client.start_workflow(LongCall.run, id=wid, task_queue=queue)

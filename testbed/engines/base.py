@@ -147,12 +147,13 @@ class Engine:
         raise NotImplementedError
 
     #: what is running right now, by the engine's own lights: ``async running(stack)`` ->
-    #: [{"workflow_id", "activity", "attempt", "worker"}]; None: Temporal's pending activities say
+    #: [{"workflow_id", "activity", "attempt", "worker"}]; None: the in-flight observer ``aiming`` gives says
     running = None
 
     def aiming(self, stack: Stack, driver: Any) -> dict[str, Any]:
-        """What aimed kills read beyond the stack, as ``testbed.faults.nemesis.NemesisContext`` fields (``ledger``: the
-        effect ledger where this process can read it; ``continue_as_new_events``); none by default."""
+        """What aimed kills read beyond the stack, as ``testbed.faults.nemesis.NemesisContext`` fields (``observer``:
+        the engine's in-flight observer; ``ledger``: the effect ledger where this process can read it;
+        ``continue_as_new_events``); none by default."""
         return {}
 
     async def latest_runs(self, stack: Stack, driver: Any) -> list[RunRecord] | None:

@@ -48,19 +48,18 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import timezone
+from types import SimpleNamespace
 from typing import Any
 
 from pathlib import Path
 
-from temporalio.api.enums.v1 import EventType, PendingActivityState, PendingWorkflowTaskState
 from temporalio.client import Client
 
 from testbed.faults.model import FaultRule
 from harness.recording import MODEL_CALL, executions_in_flight
 from testbed.faults.effects import EffectFault
 from testbed.stack import Stack
-from harness.operations import FAIL, INFO, INVOKE, OK, History
+from harness.operations import FAIL, INFO, OK, History
 from testbed.faults.network import Toxic
 
 
@@ -72,9 +71,12 @@ class NemesisContext:
     rng: random.Random
     model_activity: str = "plan_next_action"  # what "model" means in a nemesis argument, for this target
     driver_stop: Callable[[], None] | None = None  # stops the client load (called at heal)
-    #: what is running right now, by the backend's own lights (Temporal: pending activities; checkpoint: the
-    #: ledger's unfinished executions): [{"workflow_id", "activity", "attempt", "worker"}]
+    #: what is running right now, by the backend's own lights (checkpoint: the ledger's unfinished executions):
+    #: [{"workflow_id", "activity", "attempt", "worker"}]; None: the observer's
     running: Callable[[NemesisContext], Awaitable[list[dict[str, Any]]]] | None = None
+    #: the engine's in-flight observer, where it has one (``Engine.aiming``; Temporal's reads its server:
+    #: ``testbed.engines.temporal.in_flight``): ``source``, ``running``, ``idle_holders``, ``snapshot``, ``aims`` and
+    #: ``aim``; None: only ``running`` and the effect ledger say what is in flight
     #: the target's effect ledger, where this process can read it: the workers' own record of what runs now
     #: (aimed kills read it; None, or a file that does not exist here: they ask ``running`` / Temporal instead)
     ledger: Path | None = None
@@ -87,6 +89,7 @@ class NemesisContext:
     #: workers a ``pause_worker`` holds frozen: an aimed kill that freezes one to check its aim and finds nothing
     #: leaves it frozen (thawing it would cut the pause short)
     paused: set[str] = field(default_factory=set)
+    observer: Any = None
 
     @property
     def client(self) -> Client | None:
@@ -94,44 +97,15 @@ class NemesisContext:
 
 
 async def in_flight(ctx: NemesisContext) -> list[dict[str, Any]]:
-    """Activities running right now on some worker, across the run's conversations."""
+    """Activities running right now on some worker, across the run's conversations (none observable: [])."""
     if ctx.running is not None:
         return await ctx.running(ctx)
-    return await temporal_in_flight(ctx)
+    return await ctx.observer.running(ctx) if ctx.observer is not None else []
 
 
-async def temporal_in_flight(ctx: NemesisContext) -> list[dict[str, Any]]:
-    """Started activities, from Temporal's description of each conversation (its pending activities)."""
-    found = []
-    for wid in ctx.workflow_ids:
-        try:
-            desc = await ctx.client.get_workflow_handle(wid).describe()
-        except Exception:  # not started yet, or the server is down: nothing observable
-            continue
-        for p in desc.raw_description.pending_activities:
-            if p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED:
-                found.append({"workflow_id": wid, "activity": p.activity_type.name, "attempt": p.attempt,
-                              "worker": p.last_worker_identity})
-    return found
-
-
-async def last_task_workers(ctx: NemesisContext) -> dict[str, str]:
-    """Open conversation -> the worker that ran its last workflow task (it holds the conversation in its cache)."""
-    held: dict[str, str] = {}
-    for wid in ctx.workflow_ids:
-        try:
-            handle = ctx.client.get_workflow_handle(wid)
-            if (await handle.describe()).status.name != "RUNNING":
-                continue
-            last = None
-            async for ev in handle.fetch_history_events():
-                if ev.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
-                    last = ev.workflow_task_completed_event_attributes.identity
-            if last:
-                held[wid] = last
-        except Exception:  # not started yet, or the server is down: nothing observable
-            continue
-    return held
+def _source(ctx: NemesisContext) -> str:
+    """Where ``in_flight`` reads (the operation's ``observed_by``)."""
+    return "backend" if ctx.running is not None else getattr(ctx.observer, "source", "none")
 
 
 def _worker_of(ctx: NemesisContext, identity: str) -> str | None:
@@ -201,7 +175,7 @@ async def _aimed_running(ctx: NemesisContext, activity: str | None) -> tuple[lis
     if rows is not None:
         source = "effect_ledger"
     else:
-        rows, source = await in_flight(ctx), "backend" if ctx.running is not None else "temporal_pending_activities"
+        rows, source = await in_flight(ctx), _source(ctx)
     return [a for a in rows if aimed_at(activity, a["activity"], ctx.model_activity, a.get("kind"))
             and _worker_of(ctx, a["worker"])], source
 
@@ -212,30 +186,6 @@ def _key(a: dict[str, Any]) -> tuple[Any, ...]:
 
 #: a kill that found its moment: (worker name, identity, evidence, kill time, the server's snapshot taken frozen)
 Hit = tuple[str, str, list[dict[str, Any]], float, dict[str, Any] | None]
-
-
-def _epoch(ts: Any) -> float | None:
-    """A protobuf Timestamp as unix seconds (None: unset)."""
-    return ts.ToDatetime().replace(tzinfo=timezone.utc).timestamp() if ts.seconds or ts.nanos else None
-
-
-async def pending_activities(ctx: NemesisContext, workflow_ids: list[str]) -> dict[str, Any]:
-    """The server's pending activities of these conversations now (DescribeWorkflowExecution): per activity its
-    workflow and run, activity id and type, state, attempt, last worker identity, scheduled and last started time
-    (unix seconds). A conversation the server could not describe is listed in ``not_described``."""
-    descs = await asyncio.gather(*(_describe(ctx, wid) for wid in workflow_ids))
-    found, missing = [], []
-    for wid, desc in zip(workflow_ids, descs):
-        if desc is None:
-            missing.append(wid)
-            continue
-        for p in desc.raw_description.pending_activities:
-            found.append({"workflow_id": wid, "run_id": desc.run_id, "activity_id": p.activity_id,
-                          "activity": p.activity_type.name,
-                          "state": PendingActivityState.Name(p.state).removeprefix("PENDING_ACTIVITY_STATE_"),
-                          "attempt": p.attempt, "worker": p.last_worker_identity,
-                          "scheduled": _epoch(p.scheduled_time), "last_started": _epoch(p.last_started_time)})
-    return {"taken_at": time.time(), "pending_activities": found, "not_described": missing}
 
 
 async def _freeze_then_kill(ctx: NemesisContext, identity: str, down_s: float,
@@ -262,9 +212,9 @@ async def _freeze_then_kill(ctx: NemesisContext, identity: str, down_s: float,
                 proc.resume()
             return None
         snapshot = None
-        if ctx.client is not None:
+        if ctx.observer is not None:
             try:
-                snapshot = await pending_activities(ctx, list(ctx.workflow_ids))
+                snapshot = await ctx.observer.snapshot(ctx)
             except Exception as exc:  # a snapshot is extra evidence; the kill does not depend on it
                 snapshot = {"error": f"{type(exc).__name__}: {exc}"[:300]}
         w.down_until = time.monotonic() + down_s
@@ -279,6 +229,11 @@ def _another_up(ctx: NemesisContext, name: str | None) -> bool:
     now = time.monotonic()
     return any(w.name != name and w.process.alive and now >= w.down_until and w.name not in ctx.paused
                and not w.lock.locked() for w in ctx.stack.workers)
+
+
+#: what an engine's aims act through (``testbed.engines.temporal.in_flight``): the nemesis is the one place that
+#: freezes and kills a worker
+HANDS = SimpleNamespace(freeze_then_kill=_freeze_then_kill, worker_of=_worker_of, another_up=_another_up)
 
 
 async def _aim_activity(ctx: NemesisContext, activity: str | None, down_s: float, wait_s: float,
@@ -304,169 +259,6 @@ async def _aim_activity(ctx: NemesisContext, activity: str | None, down_s: float
                 return hit, {"observed_by": source, "probes": probes}
         await asyncio.sleep(0.003 if source == "effect_ledger" else 0.05)
     return None, {"observed_by": source, "probes": probes}
-
-
-async def _describe(ctx: NemesisContext, wid: str, run_id: str | None = None) -> Any:
-    try:
-        return await ctx.client.get_workflow_handle(wid, run_id=run_id).describe()
-    except Exception:  # not started yet, or the server is down: nothing observable
-        return None
-
-
-async def _task_workers(ctx: NemesisContext, wid: str, run_id: str | None = None) -> tuple[str | None, str | None]:
-    """(the worker that completed this run's last workflow task, the one that started its last one): the first
-    holds the conversation in its cache (its next workflow task goes to that worker's sticky queue)."""
-    completed = started = None
-    try:
-        async for ev in ctx.client.get_workflow_handle(wid, run_id=run_id).fetch_history_events():
-            if ev.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
-                completed = ev.workflow_task_completed_event_attributes.identity or completed
-            elif ev.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
-                started = ev.workflow_task_started_event_attributes.identity or started
-    except Exception:
-        pass
-    return completed, started
-
-
-def _wft(desc: Any) -> dict[str, Any] | None:
-    """The pending workflow task of a description, or None."""
-    p = desc.raw_description.pending_workflow_task if desc is not None else None
-    if p is None or p.state == PendingWorkflowTaskState.PENDING_WORKFLOW_TASK_STATE_UNSPECIFIED:
-        return None
-    return {"state": PendingWorkflowTaskState.Name(p.state).removeprefix("PENDING_WORKFLOW_TASK_STATE_"),
-            "attempt": p.attempt,
-            "scheduled": p.scheduled_time.ToDatetime().isoformat() if p.HasField("scheduled_time") else None,
-            "started": p.started_time.ToDatetime().isoformat() if p.HasField("started_time") else None}
-
-
-async def _aim_workflow_task(ctx: NemesisContext, down_s: float, wait_s: float, hold_s: float, spare: bool = False
-                             ) -> tuple[Hit | None, dict[str, Any]]:
-    """Kill a worker while it holds a workflow task. When the client sends a message (an Update), the worker that
-    holds the conversation in its cache (it completed its last workflow task: the server sends the next one to its
-    sticky queue) is frozen; if Temporal then shows the conversation's workflow task *started* and it stays started,
-    unchanged, for ``hold_s`` (a live worker completes one in milliseconds), the frozen worker holds it: kill.
-    ``spare``: only while another worker is up."""
-    deadline = time.monotonic() + wait_s
-    sticky: dict[str, str] = {}
-    probes = 0
-
-    async def refresh() -> None:
-        while True:
-            for wid in ctx.workflow_ids:
-                completed, _ = await _task_workers(ctx, wid)
-                if completed:
-                    sticky[wid] = completed
-            await asyncio.sleep(0.3)
-
-    refresher = asyncio.create_task(refresh())
-    try:
-        seen = len(ctx.history.ops())
-        while time.monotonic() < deadline:
-            ops = ctx.history.ops()
-            sends = [op for op in ops[seen:] if op.type == INVOKE and op.process.startswith("client")
-                     and op.f in ("send_message", "resend_message") and isinstance(op.value, dict)]
-            seen = len(ops)
-            for op in reversed(sends):  # the latest first: its workflow task is the likeliest still in flight
-                wid, identity = op.value.get("conversation"), sticky.get(op.value.get("conversation"))
-                if not identity or not _worker_of(ctx, identity) or (
-                        spare and not _another_up(ctx, _worker_of(ctx, identity))):
-                    continue
-
-                async def confirm(wid: str = wid, identity: str = identity, op: Any = op) -> list[dict[str, Any]]:
-                    first: dict[str, Any] | None = None
-                    t0 = time.monotonic()
-                    while time.monotonic() - t0 < hold_s + 0.4:
-                        task = _wft(await _describe(ctx, wid))
-                        if task is None or task["state"] != "STARTED":
-                            if first is not None:
-                                return []  # it was completed: a live worker held it, not the frozen one
-                        elif first is None or task["started"] != first["started"]:
-                            first, t_first = task, time.monotonic()
-                        elif time.monotonic() - t_first >= hold_s:
-                            return [{"workflow_id": wid, "workflow_task": task, "worker": identity,
-                                     "held_frozen_s": round(time.monotonic() - t_first, 3),
-                                     "after": {"op": op.f, "n": op.value.get("n"), "index": op.index}}]
-                        await asyncio.sleep(0.03)
-                    return []
-
-                probes += 1
-                hit = await _freeze_then_kill(ctx, identity, down_s, confirm)
-                if hit is not None:
-                    return hit, {"observed_by": "temporal_pending_workflow_task", "probes": probes}
-                break  # the others were sent before: their tasks are done by now
-            await asyncio.sleep(0.002)
-    finally:
-        refresher.cancel()
-        await asyncio.gather(refresher, return_exceptions=True)
-    return None, {"observed_by": "temporal_pending_workflow_task", "probes": probes}
-
-
-async def _aim_continue_as_new(ctx: NemesisContext, phase: str, threshold: int, down_s: float, wait_s: float
-                               ) -> tuple[Hit | None, dict[str, Any]]:
-    """Kill around a continue-as-new. ``phase`` "before": a conversation's history has reached the continue-as-new
-    threshold (``threshold`` events) and it is still the same run, so the turn in flight ends by continuing as new:
-    kill the worker holding it. "after": a conversation has a new run id: kill the worker that holds the new run (it
-    ran its first workflow task; before that, the one that completed the old run). "any": whichever comes first."""
-    deadline = time.monotonic() + wait_s
-    runs: dict[str, str] = {}
-    probes = 0
-    while time.monotonic() < deadline:
-        descs = await asyncio.gather(*(_describe(ctx, wid) for wid in ctx.workflow_ids))
-        for wid, desc in zip(ctx.workflow_ids, descs):
-            if desc is None or desc.status is None or desc.status.name != "RUNNING":
-                continue
-            run_id, length = desc.run_id, desc.raw_description.workflow_execution_info.history_length
-            old = runs.setdefault(wid, run_id)
-            if run_id != old and phase in ("after", "any"):
-                runs[wid] = run_id
-                new_holder, new_started = await _task_workers(ctx, wid, run_id)
-                old_holder, _ = await _task_workers(ctx, wid, old)
-                identity = new_holder or new_started or old_holder
-                basis = ("completed the new run's first workflow task" if new_holder else
-                         "started the new run's first workflow task" if new_started else
-                         "completed the old run's last workflow task (the continue-as-new)")
-                if not identity:
-                    continue
-
-                async def confirm(wid: str = wid, run_id: str = run_id, old: str = old, identity: str = identity,
-                                  basis: str = basis) -> list[dict[str, Any]]:
-                    d = await _describe(ctx, wid)
-                    if d is None or d.run_id != run_id:
-                        return []
-                    return [{"workflow_id": wid, "continued_as_new": "after", "continued_from_run_id": old,
-                             "run_id": run_id,
-                             "history_length": d.raw_description.workflow_execution_info.history_length,
-                             "worker": identity, "worker_basis": basis, "workflow_task": _wft(d)}]
-            elif run_id == old and threshold and length >= threshold and phase in ("before", "any"):
-                identity, started = await _task_workers(ctx, wid, run_id)
-                identity = identity or started
-                if not identity:
-                    continue
-
-                async def confirm(wid: str = wid, run_id: str = run_id, identity: str = identity
-                                  ) -> list[dict[str, Any]]:
-                    d = await _describe(ctx, wid)
-                    n = d.raw_description.workflow_execution_info.history_length if d is not None else 0
-                    if d is None or d.run_id != run_id or n < threshold or d.status.name != "RUNNING":
-                        return []
-                    return [{"workflow_id": wid, "continued_as_new": "before", "run_id": run_id,
-                             "history_length": n, "threshold": threshold, "worker": identity,
-                             "worker_basis": "completed the run's last workflow task (holds it in its cache)",
-                             "workflow_task": _wft(d),
-                             "activities": [{"activity": a.activity_type.name, "worker": a.last_worker_identity}
-                                            for a in d.raw_description.pending_activities
-                                            if a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED]}]
-            else:
-                continue
-            if not _worker_of(ctx, identity):
-                continue
-            probes += 1
-            hit = await _freeze_then_kill(ctx, identity, down_s, confirm)
-            if hit is not None:
-                return hit, {"observed_by": "temporal_run_ids" if phase != "before" else "temporal_history_length",
-                             "probes": probes}
-        await asyncio.sleep(0.05)
-    return None, {"observed_by": "temporal_run_ids", "probes": probes}
 
 
 async def kill_worker(ctx: NemesisContext, when: str = "busy", activity: str | None = "model", down_s: float = 2.0,
@@ -508,12 +300,12 @@ async def kill_worker(ctx: NemesisContext, when: str = "busy", activity: str | N
     victim = None
     info: dict[str, Any] = {}
     hit = None
-    if at in ("workflow_task", "continue_as_new") and ctx.client is None:
+    if at is not None and at not in getattr(ctx.observer, "aims", ()):
         info = {"observed_by": None, "not_observable": f"{at}: this backend has no Temporal server to observe"}
-    elif at == "workflow_task":
-        hit, info = await _aim_workflow_task(ctx, down_s, wait_s, hold_s, spare)
-    elif at == "continue_as_new":
-        hit, info = await _aim_continue_as_new(ctx, phase, aim["history_events"], down_s, wait_s)
+    elif at is not None:
+        options = ({"hold_s": hold_s, "spare": spare} if at == "workflow_task" else
+                   {"phase": phase, "threshold": aim["history_events"]})
+        hit, info = await ctx.observer.aim(at, ctx, HANDS, down_s=down_s, wait_s=wait_s, **options)
     elif when == "busy":
         hit, info = await _aim_activity(ctx, activity, down_s, wait_s, spare)
     elif when == "idle":
@@ -521,7 +313,7 @@ async def kill_worker(ctx: NemesisContext, when: str = "busy", activity: str | N
         deadline = time.monotonic() + wait_s
         while victim is None and time.monotonic() < deadline:
             busy = {a["workflow_id"] for a in await in_flight(ctx)}
-            held = await last_task_workers(ctx)
+            held = await ctx.observer.idle_holders(ctx) if ctx.observer is not None else {}
             for w in ctx.stack.workers:
                 waiting = [wid for wid, identity in held.items() if identity == w.process.polling_identity and wid not in busy]
                 if waiting:
@@ -746,16 +538,8 @@ async def deploy_fix(ctx: NemesisContext, activity: str = "calculator", min_atte
     op = ctx.history.invoke("nemesis", "deploy_fix", {"activity": activity})
     deadline = time.monotonic() + wait_s
     stuck: list[dict[str, Any]] = []
-    while time.monotonic() < deadline and not stuck:
-        for wid in ctx.workflow_ids:
-            try:
-                desc = await ctx.client.get_workflow_handle(wid).describe()
-            except Exception:
-                continue
-            stuck += [{"workflow_id": wid, "activity": p.activity_type.name, "attempt": p.attempt,
-                       "last_failure": p.last_failure.message[:120]}
-                      for p in desc.raw_description.pending_activities
-                      if p.activity_type.name == activity and p.attempt >= min_attempt]
+    while time.monotonic() < deadline and not stuck and ctx.observer is not None:
+        stuck = await ctx.observer.retrying(ctx, activity, min_attempt)
         await asyncio.sleep(0.1)
     for w in ctx.stack.workers:
         async with w.held() as proc:

@@ -27,6 +27,7 @@ from harness.rundir import EFFECTS_SERVICE, RunDir
 from testbed.engines.base import Engine, Scenario
 from testbed.engines.workload import TIMEOUTS, chaos_agent_config
 from testbed.engines.temporal.driver import Driver
+from testbed.engines.temporal.in_flight import TemporalInFlight
 from testbed.effects_service import ENV_EFFECTS_URL
 from testbed.faults.effects import EffectFault
 from testbed.model_server import LatencyModel
@@ -181,6 +182,7 @@ class ReferenceOnTemporal(Engine):
         config = getattr(driver, "config", None)
         spec = getattr(stack, "spec", None)
         suggested = int(getattr(spec, "server_dynamic_config", {}).get(SUGGEST_CONTINUE_AS_NEW, 0))
-        return {"ledger": stack.spec.state_dir / self.target.ledger if self.target.ledger else None,
+        return {"observer": TemporalInFlight(),
+                "ledger": stack.spec.state_dir / self.target.ledger if self.target.ledger else None,
                 "continue_as_new_events": getattr(config, "max_history_events", 0)
                 or self.target.continue_as_new_events or suggested}
