@@ -19,7 +19,7 @@ from testbed.engines.temporal.connection import add_connection_arguments, connec
 from benchmarks.conversations import WORKLOADS, BenchError
 from benchmarks.options import BENCH_FOLDER, CHECKPOINT_SECTIONS, SECTION_NAMES, Options
 from benchmarks.suite import run
-from harness.engines import canonical
+from harness.engines import REGISTRY, canonical
 from harness.rundir import stop_on_sigterm, stopped_exit_code, stopped_status
 
 EPILOG = """\
@@ -122,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "or a LiteLLM model such as openai/gpt-4o-mini (needs its API key in the environment)")
     add_model_latency(p, default=None, default_text="lognormal:300,0.25; --quick fixed:20",
                       what="the scripted model's response latency in model mode")
-    add_durability(p, choices=("temporal", "checkpoint"),
+    add_durability(p, choices=tuple(r.name for r in REGISTRY if r.table2),
                    help="the durable loop of Table 2: temporal (default) or checkpoint (each step checkpointed in "
                         "SQLite); with checkpoint the default sections are table2, checkpoint and micro")
     p.add_argument("--seed", type=int, default=0, help="seed of the emulated model latencies (default 0)")

@@ -29,13 +29,14 @@ class Registered:
     #: the checks that read only this engine's records: not applicable to a run on any other engine
     own_checks: tuple[str, ...] = ()
     suite: bool = False  # in ``chaos suite`` by default
+    table2: bool = False  # the benchmarks' Table 2 can run the agent loop on it (``dah-bench --durability``)
     aliases: tuple[str, ...] = ()  # names older saved results gave it
 
 
 REGISTRY: tuple[Registered, ...] = (
     # the reference agent on Temporal, or your agent on Temporal when a target file names it (OwnAgentOnTemporal.made)
-    Registered("temporal", "byo.engine:OwnAgentOnTemporal", suite=True),
-    Registered("checkpoint", "checkpoint.engine:CheckpointEngine", suffix="@checkpoint", suite=True),
+    Registered("temporal", "byo.engine:OwnAgentOnTemporal", suite=True, table2=True),
+    Registered("checkpoint", "checkpoint.engine:CheckpointEngine", suffix="@checkpoint", suite=True, table2=True),
     Registered("dbos", "dbos.engine:DbosEngine", {"database": "sqlite"}, suffix="@dbos", own_checks=("dbos_steps",),
                aliases=("dbos-sqlite",)),
     Registered("dbos-postgres", "dbos.engine:DbosEngine", {"database": "postgres"}, suffix="@dbos-postgres",

@@ -111,6 +111,41 @@ def test_an_engine_is_defined_only_in_testbed_engines() -> None:
     assert found == []
 
 
+def test_engine_names_are_listed_only_in_the_registry() -> None:
+    """A literal tuple, list, set or dict that holds two or more engine names is a second list of the engines: it
+    belongs in ``harness.engines.REGISTRY`` (every tool derives its names, twins and order from there), nowhere
+    else. Tests and the examples (agents of their own) may name engines as they like."""
+    from harness.engines import PLAIN, REGISTRY
+
+    names = {PLAIN, *(r.name for r in REGISTRY), *(a for r in REGISTRY for a in r.aliases)}
+    found = []
+    for name, path in modules().items():
+        if name == "harness.engines" or name.startswith("examples"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Dict)):
+                continue
+            values = {n.value for n in (node.values if isinstance(node, ast.Dict) else node.elts)
+                      if isinstance(n, ast.Constant)}
+            keys = [n.value if isinstance(n, ast.Constant) else None for n in getattr(node, "keys", [])]
+            # a dict keyed by engines (not a record that has a "temporal" field among others)
+            if len(values & names) >= 2 or (len(keys) >= 2 and set(keys) <= names):
+                found.append(f"{name}:{node.lineno}")
+    assert found == []
+
+
+def test_each_engine_is_a_folder_with_its_engine_module() -> None:
+    """An engine is found from file names alone: ``testbed/engines/<folder>/engine.py``, one folder per engine, and
+    every registry entry made from one of them."""
+    from harness.engines import REGISTRY
+
+    root = Path(__file__).resolve().parent.parent / "testbed" / "engines"
+    folders = {p.name for p in root.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders == {"temporal", "byo", "checkpoint", "dbos", "restate"}
+    assert all((root / f / "engine.py").exists() for f in folders)
+    assert {r.make.split(":")[0] for r in REGISTRY} <= {f"{f}.engine" for f in folders}
+
+
 def test_only_the_engines_and_the_servers_start_an_engines_server() -> None:
     """``RestateServer`` and ``PostgresServer`` are made only by the engines (and their own modules): nothing else
     starts an engine's server behind the stack's back."""
