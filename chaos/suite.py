@@ -255,22 +255,7 @@ async def run_many(items: list[tuple[str, Any, Any, int]], out: Path, parallel: 
         results[(label, seed)] = result
         if record is not None:
             record.ended(result)
-        if result.error:
-            say(f"{label}: ERROR after {result.wall_s:.0f}s -> {result.run_dir}")
-            for line in result.lines():
-                say(f"  {label} {line}")
-            say(f"  {label} reproduce with: {result.reproduce}")
-            return
-        say(f"{label}: {result.verdict.upper()} in {result.wall_s:.0f}s -> {result.run_dir}")
-        for c in result.checks:
-            if worth_showing(c):
-                say(f"  {label} {c.name}: {c.shown()}")
-        for line in result.diagnoses[:MAX_DIAGNOSES]:
-            say(f"  {label} diagnosis: {line}")
-        if len(result.diagnoses) > MAX_DIAGNOSES:
-            say(f"  {label} ... {len(result.diagnoses) - MAX_DIAGNOSES} more diagnoses in {result.run_dir}/verdict.json")
-        for line in result.lint:
-            say(f"  {label} lint: {line}")
+        _say_result(say, label, result)
 
     try:
         await in_lanes(items, parallel, one)
@@ -280,14 +265,40 @@ async def run_many(items: list[tuple[str, Any, Any, int]], out: Path, parallel: 
         raise
     if record is not None:
         record.finish("complete")
-    keys = [(label, seed) for label, _, _, seed in items]
+    return _summary([(label, seed) for label, _, _, seed in items], results, skipped, time.monotonic() - start, gate,
+                    lint_fails, record)
+
+
+def _say_result(say: Callable[[str], None], label: str, result: Any) -> None:
+    """A finished run's lines of progress: its verdict, what did not pass, its diagnoses and lint findings."""
+    if result.error:
+        say(f"{label}: ERROR after {result.wall_s:.0f}s -> {result.run_dir}")
+        for line in result.lines():
+            say(f"  {label} {line}")
+        say(f"  {label} reproduce with: {result.reproduce}")
+        return
+    say(f"{label}: {result.verdict.upper()} in {result.wall_s:.0f}s -> {result.run_dir}")
+    for c in result.checks:
+        if worth_showing(c):
+            say(f"  {label} {c.name}: {c.shown()}")
+    for line in result.diagnoses[:MAX_DIAGNOSES]:
+        say(f"  {label} diagnosis: {line}")
+    if len(result.diagnoses) > MAX_DIAGNOSES:
+        say(f"  {label} ... {len(result.diagnoses) - MAX_DIAGNOSES} more diagnoses in {result.run_dir}/verdict.json")
+    for line in result.lint:
+        say(f"  {label} lint: {line}")
+
+
+def _summary(keys: list[tuple[str, int]], results: dict[tuple[str, int], Any], skipped: dict[tuple[str, int], str],
+             elapsed_s: float, gate: str, lint_fails: bool, record: Any) -> int:
+    """The table of a suite's runs, what did not pass and how to reproduce it, skipped runs; the exit status."""
     seeds = list(dict.fromkeys(seed for _, seed in keys))
     failed = [results[k] for k in keys if k in results and results[k].gated(gate, lint_fails) != PASS]
     print()
     print(table([{**results[k].row, "seed": k[1]} if k in results else {"scenario": k[0], "seed": k[1],
                                                                         "verdict": ci.SKIPPED} for k in keys],
                 with_seed=len(seeds) > 1))
-    print(f"\n{len(keys)} scenario(s) in {time.monotonic() - start:.0f}s (seed{'s' if len(seeds) > 1 else ''} "
+    print(f"\n{len(keys)} scenario(s) in {elapsed_s:.0f}s (seed{'s' if len(seeds) > 1 else ''} "
           f"{format_seeds(seeds)}); {len(results) - len(failed)} passed, {len(failed)} not passed"
           + (f" (gate: {gate} only)" if gate != "all" else "")
           + (f", {len(skipped)} skipped (not run, not passed)" if skipped else ""))
@@ -304,6 +315,8 @@ async def run_many(items: list[tuple[str, Any, Any, int]], out: Path, parallel: 
     if not results:
         print("nothing ran: every scenario asked for was skipped", file=sys.stderr)
     return 1 if failed or not results else 0
+
+
 
 
 async def suite(args: argparse.Namespace, target: Any, connection: Any = None) -> int:

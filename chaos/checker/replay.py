@@ -41,6 +41,7 @@ import stat
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from chaos.checker.run_data import RunData, ReplayTarget
 from harness import run_files, target_pythonpath
@@ -74,19 +75,7 @@ def check(data: RunData) -> CheckResult:
     env["PYTHONPATH"] = target_pythonpath(target.env.get("PYTHONPATH"))
     # Built the way the agent's workers are: its plugins, data converter and workflow runner (testbed/engines/byo/target.py).
     plugins, converter, runner = list(target.replay_plugins), target.data_converter, target.workflow_runner
-    argv = [python, "-m", "harness.replayer", str(data.dir.event_histories), "--workflow", workflow]
-    for plugin in plugins:
-        argv += ["--plugin", plugin]
-    if converter:
-        argv += ["--data-converter", converter]
-    if runner:
-        argv += ["--workflow-runner", runner]
-    if not target.strict_replay:
-        argv += ["--no-strict"]
-    argv += [f"--strict-ignore={path}" for path in target.strict_replay_ignore]
-    namespace = _namespace(data)
-    if namespace:  # what workflow.info().namespace said when it ran; one argument, never read as an option
-        argv += [f"--namespace={namespace}"]
+    argv = _replayer_argv(data, target, plugins, converter, runner)
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, cwd=cwd)
     from harness.replayer import RESULT_PREFIX
 
@@ -112,7 +101,30 @@ def check(data: RunData) -> CheckResult:
         return CheckResult("replay", UNKNOWN, f"the replayer printed no result: "
                                               f"{_last_line(proc.stderr) or _last_line(proc.stdout) or '(no output)'}",
                            {**declared, **said})
-    details = {**declared, **result}
+    return _judged(data, target, result, {**declared, **result})
+
+
+def _replayer_argv(data: RunData, target: ReplayTarget, plugins: list[str], converter: str | None,
+                   runner: str | None) -> list[str]:
+    """``harness.replayer``'s command line for the run's histories, as the target declares its workers."""
+    argv = [target.python, "-m", "harness.replayer", str(data.dir.event_histories), "--workflow", target.workflow]
+    for plugin in plugins:
+        argv += ["--plugin", plugin]
+    if converter:
+        argv += ["--data-converter", converter]
+    if runner:
+        argv += ["--workflow-runner", runner]
+    if not target.strict_replay:
+        argv += ["--no-strict"]
+    argv += [f"--strict-ignore={path}" for path in target.strict_replay_ignore]
+    namespace = _namespace(data)
+    if namespace:  # what workflow.info().namespace said when it ran; one argument, never read as an option
+        argv += [f"--namespace={namespace}"]
+    return argv
+
+
+def _judged(data: RunData, target: ReplayTarget, result: dict[str, Any], details: dict[str, Any]) -> CheckResult:
+    """The verdict of a replay that ran: its failures, the inputs that differ, or how clean it was."""
     uses = _describe(result.get("uses") or {})
     if result["replayed"] == 0:
         return CheckResult("replay", UNKNOWN, "no histories to replay", details)
