@@ -6,7 +6,7 @@
     dah chat                 a conversation REPL against a running worker
     dah server               an embedded Temporal dev server in the foreground
     dah model-server         the scripted OpenAI-compatible model server
-    dah scenarios            the scripted walkthroughs
+    dah walkthroughs         the scripted walkthroughs
     dah checkpoint ...       the checkpoint engine: worker, run, emit, steps (testbed.engines.checkpoint.cli)
     dah gc                   remove saved runs no longer needed (--dry-run, --keep N, --older-than 7d)
 
@@ -338,10 +338,10 @@ async def cmd_run(args: argparse.Namespace) -> int:
     cfg = _agent_config(args)
     if args.durability != "temporal":  # an engine of testbed.engines.ENGINES, in this process
         return await _one_shot_run(args, cfg)
-    if args.scenario:
-        return await _run_scenarios(args, [args.scenario], ui=False)
+    if args.walkthrough:
+        return await _run_walkthroughs(args, [args.walkthrough], ui=False)
     if not args.prompt:
-        raise UsageError(f"run needs a prompt, e.g. {tool('testbed')} run \"What is 25 * 4?\" (or --scenario NAME)")
+        raise UsageError(f"run needs a prompt, e.g. {tool('testbed')} run \"What is 25 * 4?\" (or --walkthrough NAME)")
     async with _stack(args, ui=False) as stack:
         await _model_client_ready(args)
         workflow_id = args.workflow_id or f"run-{uuid.uuid4().hex[:12]}"
@@ -373,10 +373,10 @@ async def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _run_scenarios(args: argparse.Namespace, names: list[str], *, ui: bool) -> int:
+async def _run_walkthroughs(args: argparse.Namespace, names: list[str], *, ui: bool) -> int:
     from testbed.walkthroughs import run_walkthrough
 
-    scenarios = _scenarios(names)
+    scenarios = _walkthroughs(names)
     failed = 0
     async with _stack(args, ui=ui) as stack:
         for scenario in scenarios:
@@ -384,14 +384,14 @@ async def _run_scenarios(args: argparse.Namespace, names: list[str], *, ui: bool
     return EXIT_FAILED if failed else 0
 
 
-def _scenarios(names: list[str]) -> list[Any]:
+def _walkthroughs(names: list[str]) -> list[Any]:
     from testbed.walkthroughs import WALKTHROUGHS
 
     if names == ["all"]:
         return list(WALKTHROUGHS.values())
     unknown = [n for n in names if n not in WALKTHROUGHS]
     if unknown:
-        raise UsageError(f"unknown scenario {', '.join(unknown)}; known: {', '.join(WALKTHROUGHS)} (or 'all')")
+        raise UsageError(f"unknown walkthrough {', '.join(unknown)}; known: {', '.join(WALKTHROUGHS)} (or 'all')")
     return [WALKTHROUGHS[n] for n in names]
 
 
@@ -441,8 +441,8 @@ class _LineReader:
 
 DEMO_HELP = """commands:
   <any text>        run it as a prompt (one workflow per prompt)
-  /scenarios        list the scripted walkthroughs
-  /scenario NAME    run one (or 'all') and check its expectations
+  /walkthroughs     list the scripted walkthroughs
+  /walkthrough NAME run one (or 'all') and check its expectations
   /help             this text
   quit              stop everything and exit"""
 
@@ -453,8 +453,8 @@ async def cmd_demo(args: argparse.Namespace) -> int:
     cfg = _agent_config(args)
     if args.durability != "temporal":  # an engine of testbed.engines.ENGINES, in this process
         return await _one_shot_demo(args, cfg)
-    if args.scenario:
-        return await _run_scenarios(args, [args.scenario], ui=not args.no_ui)
+    if args.walkthrough:
+        return await _run_walkthroughs(args, [args.walkthrough], ui=not args.no_ui)
     async with _stack(args, ui=not args.no_ui) as stack:
         print("durable-agent-harness demo: a durable agent loop on a real Temporal server")
         _print_stack(stack, cfg)
@@ -476,13 +476,13 @@ async def cmd_demo(args: argparse.Namespace) -> int:
                 break
             if line == "/help":
                 print(DEMO_HELP)
-            elif line == "/scenarios":
+            elif line in ("/walkthroughs", "/scenarios"):  # the older name still works
                 for s in WALKTHROUGHS.values():
                     print(f"  {s.name:<18} {s.description}")
-            elif line.startswith("/scenario"):
+            elif line.startswith(("/walkthrough", "/scenario")):
                 names = line.split()[1:] or ["direct"]
                 try:
-                    for scenario in _scenarios(names):
+                    for scenario in _walkthroughs(names):
                         await _show_scenario(stack, scenario, run_walkthrough)
                 except UsageError as exc:
                     print(f"error: {exc}")
@@ -514,8 +514,8 @@ async def _demo_prompt(stack: Any, cfg: AgentConfig, prompt: str) -> None:
 
 
 def _one_shot_checks(args: argparse.Namespace, cfg: AgentConfig) -> None:
-    if args.scenario:
-        raise UsageError(f"--scenario runs on Temporal only; on --durability {args.durability} give a "
+    if args.walkthrough:
+        raise UsageError(f"--walkthrough runs on Temporal only; on --durability {args.durability} give a "
                          "prompt with --model scripted:<scenario>")
     if cfg.env.name != "base":
         raise UsageError(f"env {cfg.env.name}: environments run on Temporal only "
@@ -669,7 +669,7 @@ async def cmd_chat(args: argparse.Namespace) -> int:
             print(f"error: {getattr(exc, 'cause', None) or exc}")
 
 
-# -- server, model-server, scenarios ----------------------------------------------------------
+# -- server, model-server, walkthroughs -------------------------------------------------------
 
 
 async def cmd_server(args: argparse.Namespace) -> int:
@@ -697,7 +697,7 @@ async def cmd_server(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_scenarios(args: argparse.Namespace) -> int:
+def cmd_walkthroughs(args: argparse.Namespace) -> int:
     from testbed.walkthroughs import WALKTHROUGHS
 
     for s in WALKTHROUGHS.values():
@@ -725,7 +725,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "model server, then read prompts: each runs a real workflow and prints the reply "
                                    "and the event graph it produced.")
     p.add_argument("prompt", nargs="?", help="run this one prompt and exit instead of the REPL")
-    p.add_argument("--scenario", help="run this scripted walkthrough (or 'all') and exit")
+    p.add_argument("--walkthrough", "--scenario", dest="walkthrough", metavar="NAME",
+                   help="run this scripted walkthrough (or 'all') and exit (--scenario: its older name)")
     p.add_argument("--no-ui", action="store_true", help="start the server without its Web UI")
     _add_agent_options(p)
     _add_stack_options(p)
@@ -736,7 +737,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run one prompt as a one-shot workflow and print the answer, the workflow id "
                                    "and the activities its history contains.")
     p.add_argument("prompt", nargs="?", help="the prompt, e.g. \"What is 25 * 4?\"")
-    p.add_argument("--scenario", help="run this scripted walkthrough (or 'all') instead of a prompt")
+    p.add_argument("--walkthrough", "--scenario", dest="walkthrough", metavar="NAME",
+                   help="run this scripted walkthrough (or 'all') instead of a prompt (--scenario: its older name)")
     p.add_argument("--workflow-id", help="workflow id to use (default: run-<random>)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.add_argument("--transcript", action="store_true",
@@ -778,8 +780,9 @@ def build_parser() -> argparse.ArgumentParser:
                        add_help=False)
     p.set_defaults(func=None)
 
-    p = sub.add_parser("scenarios", help="list the scripted walkthroughs")
-    p.set_defaults(func=cmd_scenarios)
+    p = sub.add_parser("walkthroughs", aliases=["scenarios"], help="list the scripted walkthroughs (also: scenarios, "
+                       "its older name; the chaos scenarios are dah-chaos list)")
+    p.set_defaults(func=cmd_walkthroughs)
 
     add_gc_parser(sub)
     return parser

@@ -1,5 +1,5 @@
-"""The walkthroughs: scripted conversations with their expected outcomes (``dah scenarios`` lists them, ``dah run
---scenario NAME`` runs one; the chaos scenarios are ``chaos.scenarios.SCENARIOS``, a different thing).
+"""The walkthroughs: scripted conversations with their expected outcomes (``dah walkthroughs`` lists them, ``dah run
+--walkthrough NAME`` runs one; the chaos scenarios are ``chaos.scenarios.SCENARIOS``, a different thing).
 
 Each walkthrough names a scripted model route (``testbed.scripted_routes``), the
 prompts to send, and what must come out: the reply, the files left in the

@@ -55,7 +55,7 @@ def test_demo_answers_and_exits_cleanly_on_quit(tmp_path: Path) -> None:
         # Watch the process tree while it runs, to check afterwards that all of it is gone.
         while not children:
             children = {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}
-        out, err = proc.communicate("What is 25 * 4?\n/scenario terminal\nquit\n", timeout=120)
+        out, err = proc.communicate("What is 25 * 4?\n/walkthrough terminal\nquit\n", timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -71,7 +71,7 @@ def test_demo_answers_and_exits_cleanly_on_quit(tmp_path: Path) -> None:
 
 @pytest.mark.background  # every scenario in a subprocess: in the second pytest (conftest)
 def test_run_all_scenarios_from_the_command_line(tmp_path: Path) -> None:
-    out = dah("run", "--scenario", "all", "--state-dir", str(tmp_path), timeout=300)
+    out = dah("run", "--walkthrough", "all", "--state-dir", str(tmp_path), timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert out.stdout.count("all as expected ✓") == len(WALKTHROUGHS)
     assert "✗" not in out.stdout
@@ -89,7 +89,7 @@ def test_chat_against_a_separate_worker_process(stack: Stack, tmp_path: Path) ->
     assert "conversation ended after 2 turns" in out.stdout
 
 
-@pytest.mark.parametrize("command", ["demo", "run", "worker", "chat", "server", "scenarios", "model-server"])
+@pytest.mark.parametrize("command", ["demo", "run", "worker", "chat", "server", "walkthroughs", "model-server"])
 def test_every_command_has_help(command: str) -> None:
     out = dah(command, "--help", timeout=60)
     assert out.returncode == 0, out.stderr
@@ -102,7 +102,7 @@ def test_every_command_has_help(command: str) -> None:
     (["run", "hi", "--model-latency", "gaussian:1"], "--model-latency: bad latency spec 'gaussian:1'"),
     (["run", "hi", "--fault", "explode"], "--fault"),
     (["run", "hi", "--max-steps", "0"], "--max-steps 0: must be greater than 0"),
-    (["run", "--scenario", "nope"], "unknown scenario nope"),
+    (["run", "--walkthrough", "nope"], "unknown walkthrough nope"),
     (["run", "hi", "--model", "openai/gpt-4o-mini"], "needs OPENAI_API_KEY"),
     (["worker", "--address", "127.0.0.1:1", "--bug", "rm"], "--bug rm: not a tool"),
 ])
