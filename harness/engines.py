@@ -31,19 +31,24 @@ class Registered:
     suite: bool = False  # in ``chaos suite`` by default
     table2: bool = False  # the benchmarks' Table 2 can run the agent loop on it (``dah-bench --durability``)
     aliases: tuple[str, ...] = ()  # names older saved results gave it
+    #: its worker's entry point, "module:function first-argument" under testbed.engines: what ``dah worker
+    #: --durability NAME ...`` runs ("": ``dah worker`` itself, the engine the scenarios are written for)
+    worker: str = ""
 
 
 REGISTRY: tuple[Registered, ...] = (
     # the reference agent on Temporal, or your agent on Temporal when a target file names it (OwnAgentOnTemporal.made)
     Registered("temporal", "byo.engine:OwnAgentOnTemporal", suite=True, table2=True),
-    Registered("checkpoint", "checkpoint.engine:CheckpointEngine", suffix="@checkpoint", suite=True, table2=True),
+    Registered("checkpoint", "checkpoint.engine:CheckpointEngine", suffix="@checkpoint", suite=True, table2=True,
+               worker="checkpoint.cli:main worker"),
     Registered("dbos", "dbos.engine:DbosEngine", {"database": "sqlite"}, suffix="@dbos", own_checks=("dbos_steps",),
-               aliases=("dbos-sqlite",)),
+               aliases=("dbos-sqlite",), worker="dbos.agent:main worker"),
     Registered("dbos-postgres", "dbos.engine:DbosEngine", {"database": "postgres"}, suffix="@dbos-postgres",
-               stand_in="the server is PostgreSQL, the link the workers' to it", own_checks=("dbos_steps",)),
+               stand_in="the server is PostgreSQL, the link the workers' to it", own_checks=("dbos_steps",),
+               worker="dbos.agent:main worker"),
     Registered("restate", "restate.engine:RestateEngine", suffix="@restate",
                stand_in="the server is restate-server, the link the server's to the endpoint",
-               own_checks=("restate_journal",)),
+               own_checks=("restate_journal",), worker="restate.agent:main endpoint"),
 )
 #: the one engine the named scenarios are written for; each other engine runs its twins
 HOME = next(r.name for r in REGISTRY if not r.suffix)

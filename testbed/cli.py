@@ -34,6 +34,7 @@ from typing import Any
 from agent.contracts import DEFAULT_TASK_QUEUE, AgentConfig
 from harness.commands import CommandParser, tool
 from testbed.cli_options import UsageError, connection, model_knobs
+from testbed.engines import engine_worker
 from testbed.runs_gc import add_gc_parser
 from testbed.worker_main import add_worker_parser, stop_event
 
@@ -829,6 +830,8 @@ def _interrupt_watchdog() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if (code := engine_worker(argv)) is not None:  # dah worker --durability NAME: that engine's own worker
+        return code
     if argv[:1] == ["model-server"]:
         from testbed.model_server import main as model_server_main
 

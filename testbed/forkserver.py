@@ -326,7 +326,7 @@ def enabled() -> bool:
 def can_fork(argv: Sequence[str]) -> bool:
     """Whether this command is the reference worker on the harness's own interpreter (what the server forks)."""
     return (enabled() and len(argv) > len(MODULE) + 1 and argv[0] == sys.executable
-            and tuple(argv[1:len(MODULE) + 1]) == MODULE)
+            and tuple(argv[1:len(MODULE) + 1]) == MODULE and "--durability" not in argv)  # another engine's: its own
 
 
 def shared() -> ForkServer:

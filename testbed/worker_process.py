@@ -67,7 +67,7 @@ REFERENCE_WORKER = ("{python}", SAFE_PATH, "-m", "testbed", "worker", "--address
                     "--state-dir", "{state_dir}", "--model-base-url", "{model_url}",
                     "--sticky-timeout", "{sticky_timeout}", "--heartbeat-throttle", "{heartbeat_throttle}")
 #: the reference agent's checkpoint-backend worker (``dah checkpoint worker``)
-CHECKPOINT_WORKER = ("{python}", SAFE_PATH, "-m", "testbed", "checkpoint", "worker", "--db", "{checkpoint_db}",
+CHECKPOINT_WORKER = ("{python}", SAFE_PATH, "-m", "testbed", "worker", "--durability", "checkpoint", "--db", "{checkpoint_db}",
                      "--state-dir", "{state_dir}", "--identity", "{identity}", "--model-base-url", "{model_url}")
 
 

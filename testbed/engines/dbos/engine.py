@@ -3,7 +3,7 @@
     python -m chaos run kill_mid_turn model_outage --durability dbos
 
 The cluster is the scripted model server (behind the model fault proxy) and N supervised worker processes
-(``python -m testbed.engines.dbos.agent worker``) sharing one DBOS system database: a SQLite file in the run's state
+(``dah worker --durability dbos``) sharing one DBOS system database: a SQLite file in the run's state
 dir, or (``database="postgres"``) a PostgreSQL server this harness starts (``testbed.engines.dbos.postgres``), exposed as the
 stack's server so ``restart_server`` restarts the database, and reached through the stack's first fault proxy so a
 ``partition`` of the ``temporal`` link cuts the workers from the database. Each worker's DBOS executor id is its
@@ -52,7 +52,7 @@ from testbed.stack import Endpoints, Stack, StackSpec
 from testbed.worker_process import WorkerProcess
 
 #: the DBOS worker; ``{database_url}`` and ``{executor_id}`` are this backend's own placeholders
-DBOS_WORKER = ("{python}", SAFE_PATH, "-m", "testbed.engines.dbos.agent", "worker", "--database-url", "{database_url}",
+DBOS_WORKER = ("{python}", SAFE_PATH, "-m", "testbed", "worker", "--durability", "dbos", "--database-url", "{database_url}",
                "--state-dir", "{state_dir}", "--identity", "{identity}", "--executor-id", "{executor_id}",
                "--model-base-url", "{model_url}")
 DBOS_TARGET = replace(REFERENCE, name="reference-agent (dbos)", worker=DBOS_WORKER, ready_line=dbos_agent.READY,
@@ -152,7 +152,7 @@ class DbosEngine(Engine):
         """DBOS launched in this process on this engine's system database (``dbos_agent.engine``)."""
         if not worker:
             raise ValueError(f"--no-worker: --durability {self.name} runs its workflow in this process (workers of "
-                             "its own: " + tool("testbed.engines.dbos.agent") + " worker)")
+                             "its own: " + tool("testbed") + " worker --durability dbos)")
         return dbos_agent.engine(state_dir, model_url or "", database=self.database, ledger=ledger)
 
 @dataclass

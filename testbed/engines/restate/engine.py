@@ -4,7 +4,7 @@
 
 The cluster is a ``restate-server`` (``testbed.engines.restate.server``, its state in ``<run>/state/restate``, exposed as
 ``Stack.server`` so ``restart_server`` SIGKILLs it and starts it again from that base dir), the scripted model
-server, and one supervised endpoint process (``python -m testbed.engines.restate.agent endpoint``) serving the
+server, and one supervised endpoint process (``dah worker --durability restate``) serving the
 ``DahAgent`` service on a fixed port behind the stack's server proxy (``StackSpec.server_proxy_to``): the
 deployment registered with the server is the proxy's address. Each message is one invocation of ``DahAgent/run`` sent through the ingress with the run id as
 its idempotency key (``RestateDriver``).
@@ -59,7 +59,7 @@ from testbed.stack import Endpoints, Stack, StackSpec
 from testbed.worker_process import WorkerProcess
 
 #: the endpoint process (its ``--port`` is added per run: fixed for the run, see the module docstring)
-RESTATE_ENDPOINT = ("{python}", SAFE_PATH, "-m", "testbed.engines.restate.agent", "endpoint",
+RESTATE_ENDPOINT = ("{python}", SAFE_PATH, "-m", "testbed", "worker", "--durability", "restate",
                     "--state-dir", "{state_dir}", "--identity", "{identity}", "--model-base-url", "{model_url}")
 RESTATE_TARGET = replace(REFERENCE, name="reference-agent (restate)", worker=RESTATE_ENDPOINT,
                          driver="testbed.engines.restate.engine:RestateDriver")
