@@ -19,8 +19,7 @@ Contract
   "conversation", "peer_port"}``; ``{"event": "fault", "time", "fault", "outcome", ...}``; ``{"event": "started",
   "time", "url"}``. An effect's identity is its kind and its content: a duplicate is the same identity applied
   twice, whatever the keys (``chaos/checker/effects.py``).
-* Admin routes (``GET /admin/stats``, ``POST|DELETE /admin/faults``), loopback only, need
-  ``Authorization: Bearer <admin_token>`` (401 without it, 403 with another), as the scripted model's do.
+* Admin routes (``GET /admin/stats``, ``POST|DELETE /admin/faults``; loopback only, with the admin token):
   ``POST /admin/faults`` ``{"faults": [EffectFault dicts]}`` replaces the armed faults (``testbed.faults.effects``
   holds them and their contracts):
   ``{"mode": "crash_after_effect", "count": 1, "match": null}``: the next ``count`` effects (null: each one)
@@ -30,9 +29,9 @@ Contract
   (nothing applied) for ``duration_s`` seconds from arming, or ``count`` times.
 * The harness's ``kill_caller`` (``testbed.faults.effects.kill_caller``) finds the calling worker process by its
   TCP port (``caller_pid``) and kills only a pid it started.
-* Bounded like the scripted model (``testbed.model_server``, whose connection-limited server and request plumbing
-  this reuses): at most ``max_connections`` connections, ``read_timeout_s`` per socket operation, bodies at most
-  ``MAX_BODY_BYTES``, at most ``MAX_NOTES`` notes and ``MAX_KEYS`` keys held.
+* The service plumbing is ``testbed.http_service``'s (its contract), as the scripted model's is: the admin token
+  (401 without it, 403 with another), ``GET /healthz``, the bounds (here at most ``MAX_CONNECTIONS`` connections, a
+  body over ``MAX_BODY_BYTES`` a 400); the service holds at most ``MAX_NOTES`` notes and ``MAX_KEYS`` keys.
 * ``python -m testbed.effects_service --log FILE`` prints ``READY <url>`` and serves until SIGTERM/SIGINT; the
   admin token comes from ``DAH_EFFECTS_ADMIN_TOKEN``.
 
@@ -45,11 +44,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
-import secrets
-import signal
-import socket
-import struct
 import sys
 import threading
 import time
@@ -59,7 +53,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from testbed.faults.effects import Armed, EffectFault, KillCaller
-from testbed.model_server import HEADER_TIMEOUT_S, READ_TIMEOUT_S, _Handler, _HTTPServer, http_url
+from testbed.http_service import HEADER_TIMEOUT_S, READ_TIMEOUT_S, HTTPService, ServiceHandler, serve_until_signalled
 
 __all__ = ["EffectsService", "main", "ENV_EFFECTS_URL", "ADMIN_TOKEN_ENV"]
 
@@ -88,31 +82,23 @@ def identity(kind: str, text: str) -> str:
 # --------------------------------------------------------------------------- the server
 
 
-class _EffectsHandler(_Handler):
-    """The scripted model's request plumbing (bounded bodies, admin token), serving the notes API."""
+class _EffectsHandler(ServiceHandler):
+    """The notes API and its admin routes, on the service plumbing (``testbed.http_service``)."""
 
     server_version = "DAHEffectsService/1.0"
-    server: _HTTPServer
+    max_body_bytes = MAX_BODY_BYTES
+    too_large_status = 400
 
     @property
     def service(self) -> EffectsService:
         return self.server.owner  # type: ignore[return-value]
 
-    def _send_json(self, status: int, payload: Any, extra_headers: dict[str, str] | None = None) -> None:
-        """Errors are ``{"error": "<message>"}`` here (the shared plumbing shapes them as OpenAI does)."""
-        if isinstance(payload, dict) and isinstance(payload.get("error"), dict):
-            payload = {"error": str(payload["error"].get("message"))}
-        self._status = status
-        super()._send_json(status, payload, extra_headers)
+    def error_payload(self, message: str, type_: str, code: str | None) -> Any:
+        return {"error": message}
 
-    def _body_length(self) -> int | None:
-        """As the scripted model's, with this service's bound: a body over ``MAX_BODY_BYTES`` is a 400."""
-        text = (self.headers.get("Content-Length") or "0").strip()
-        if text.isascii() and text.isdigit() and (len(text) > 18 or int(text) > MAX_BODY_BYTES):
-            self._refuse(400, f"request body of {text[:40]} bytes is over the limit of {MAX_BODY_BYTES}",
-                         "request_too_large")
-            return None
-        return super()._body_length()
+    def send_response(self, code: int, message: str | None = None) -> None:
+        self._status = code  # for the request's log line
+        super().send_response(code, message)
 
     def handle_one_request(self) -> None:
         self._status: int | None = None
@@ -123,55 +109,21 @@ class _EffectsHandler(_Handler):
             if self._record is not None:  # a request was read: log it with how it was answered
                 self.service._log_request({**self._record, "status": self._status})
 
-    def _begin(self, body: bytes | None) -> None:
+    def _dispatch(self, body: bytes | None) -> None:
         key = self.headers.get("Idempotency-Key")
         text = (body or b"").decode("utf-8", errors="replace")
         self._record = {"event": "request", "time": time.time(), "method": self.command,
                         "path": self.path[:500], "key": key[:MAX_KEY_CHARS + 1] if key is not None else None,
                         "body": text[:LOG_BODY_CHARS], "peer_port": self.client_address[1]}
+        super()._dispatch(body)
 
-    def _get(self) -> None:
-        self._begin(b"")
-        url = urlsplit(self.path)
-        path = url.path.rstrip("/") or "/"
-        if path == "/healthz":
-            self._send_json(200, {"ok": True})
-        elif path == "/v1/notes":
-            conversation = (parse_qs(url.query).get("conversation") or [None])[0]
-            self._send_json(200, {"notes": self.service.notes(conversation)})
-        elif path == "/admin/stats":
-            if self._admin_allowed():
-                self._send_json(200, self.service.stats())
-        else:
-            self._send_json(404, {"error": f"no route for GET {path}"})
+    def _list_notes(self, body: bytes) -> None:
+        conversation = (parse_qs(urlsplit(self.path).query).get("conversation") or [None])[0]
+        self._send_json(200, {"notes": self.service.notes(conversation)})
 
-    def _post(self) -> None:
-        path = self._path()
-        with self._body() as body:
-            if body is None:
-                self._begin(b"")
-                return
-            self._begin(body)
-            if path == "/v1/notes":
-                self._note(body)
-            elif path == "/admin/faults":
-                if self._admin_allowed():
-                    self._set_faults(body)
-            else:
-                self._send_json(404, {"error": f"no route for POST {path}"})
-
-    def _delete(self) -> None:
-        path = self._path()
-        with self._body() as body:
-            self._begin(body)
-            if body is None:
-                return
-        if path == "/admin/faults":
-            if self._admin_allowed():
-                self.service.set_faults([])
-                self._send_json(200, {"ok": True, "faults": []})
-        else:
-            self._send_json(404, {"error": f"no route for DELETE {path}"})
+    def _clear_faults(self, body: bytes) -> None:
+        self.service.set_faults([])
+        self._send_json(200, {"ok": True, "faults": []})
 
     def _set_faults(self, raw: bytes) -> None:
         try:
@@ -180,7 +132,7 @@ class _EffectsHandler(_Handler):
                 raise ValueError('the body must be {"faults": [EffectFault objects]}')
             faults = [EffectFault.from_dict(f) for f in payload["faults"]]
         except (ValueError, TypeError) as exc:
-            self._send_json(400, {"error": f"bad faults: {exc}"})
+            self._send_error(400, f"bad faults: {exc}")
             return
         self.service.set_faults(faults)
         self._send_json(200, {"ok": True, "faults": [asdict(f) for f in faults]})
@@ -200,31 +152,33 @@ class _EffectsHandler(_Handler):
             if key is not None and not (0 < len(key) <= MAX_KEY_CHARS):
                 raise ValueError(f"the Idempotency-Key header must be 1 to {MAX_KEY_CHARS} characters")
         except (ValueError, RecursionError) as exc:
-            self._send_json(400, {"error": f"malformed note request: {exc}"})
+            self._send_error(400, f"malformed note request: {exc}")
             return
         self._record["conversation"] = conversation
         status = self.service._status_fault()
         if status is not None:
-            self._send_json(status, {"error": f"the service is unavailable (injected fault: {status})"})
+            self._send_error(status, f"the service is unavailable (injected fault: {status})")
             return
         try:
             answer, replayed, crash = self.service._apply(text, conversation, key, self.client_address[1])
         except OverflowError as exc:
-            self._send_json(503, {"error": str(exc)})
+            self._send_error(503, str(exc))
             return
         self._record.update(replayed=replayed, note_id=answer["note_id"])
         if crash is not None and self.service._crash(crash, answer, self.client_address[1], self.server.server_address[1]):
-            # The caller is dead: no response; the connection is reset, as a killed peer's would be.
-            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            with self.server.conn_lock:
-                self.server.to_reset.add(self.connection)
-            self.close_connection = True
+            self._reset_connection()  # the caller is dead: no response
             return
         self._send_json(200, {**answer, "replayed": replayed})
 
+    routes = {**ServiceHandler.routes, ("GET", "/v1/notes"): _list_notes, ("POST", "/v1/notes"): _note,
+              ("POST", "/admin/faults"): _set_faults, ("DELETE", "/admin/faults"): _clear_faults}
 
-class EffectsService:
+
+class EffectsService(HTTPService):
     """The notes API over HTTP, its JSON-lines log, and its faults (see the module docstring)."""
+
+    handler = _EffectsHandler
+    admin_token_env = ADMIN_TOKEN_ENV
 
     def __init__(self, log_path: Path | None = None, *, host: str = "127.0.0.1", port: int = 0,
                  admin_token: str | None = None, kill_caller: KillCaller | None = None,
@@ -232,12 +186,10 @@ class EffectsService:
                  read_timeout_s: float = READ_TIMEOUT_S, header_timeout_s: float = HEADER_TIMEOUT_S) -> None:
         """``kill_caller``: the harness's side of crash-after-effect (without one, that fault is logged as not
         injected and the request is answered)."""
+        super().__init__(host=host, port=port, admin_token=admin_token, max_connections=max_connections,
+                         read_timeout_s=read_timeout_s, header_timeout_s=header_timeout_s)
         self.log_path = Path(log_path) if log_path is not None else None
-        self.host, self._port = host, port
-        self.admin_token = admin_token or secrets.token_urlsafe(32)
         self.kill_caller = kill_caller
-        self.max_connections, self.read_timeout_s = max_connections, read_timeout_s
-        self.header_timeout_s = header_timeout_s
         self._lock = threading.Lock()  # notes, keys, faults, counters
         self._log_lock = threading.Lock()
         self._log_file: Any = None
@@ -245,57 +197,20 @@ class EffectsService:
         self._keys: dict[str, dict[str, Any]] = {}
         self._armed: list[Armed] = []
         self._counts = {"requests": 0, "effects": 0, "replayed": 0, "keyless": 0, "crashes": 0, "status_faults": 0}
-        self._httpd: _HTTPServer | None = None
-        self._thread: threading.Thread | None = None
         self.set_faults(list(faults or []))
 
-    # -- lifecycle
-    def start(self) -> EffectsService:
-        if self._httpd is not None:
-            return self
+    def _started(self) -> None:
         if self.log_path is not None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            self._log_file = open(self.log_path, "a", encoding="utf-8")  # noqa: SIM115 - closed in stop()
-        httpd = _HTTPServer((self.host, self._port), _EffectsHandler, self)  # type: ignore[arg-type]
-        self._port = httpd.server_address[1]
-        self._httpd = httpd
-        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name=f"effects-service-{self._port}", daemon=True)
-        self._thread.start()
+            self._log_file = open(self.log_path, "a", encoding="utf-8")  # noqa: SIM115 - closed in _stopped()
         self._log({"event": "started", "time": time.time(), "url": self.url})
         log.debug("effects service listening on %s (log %s)", self.url, self.log_path)
-        return self
 
-    def stop(self) -> None:
-        httpd, self._httpd = self._httpd, None
-        if httpd is None:
-            return
-        httpd.shutdown()
-        httpd.release_connections()
-        httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=2.0)
+    def _stopped(self) -> None:
         with self._log_lock:
             if self._log_file is not None:
                 self._log_file.close()
                 self._log_file = None
-
-    def __enter__(self) -> EffectsService:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        if not self._port:
-            raise RuntimeError("EffectsService has no port yet: call start() first")
-        return self._port
-
-    @property
-    def url(self) -> str:
-        """The base URL the agent's tools are given (``http://127.0.0.1:PORT``, no path)."""
-        return http_url(self.host, self.port)
 
     # -- what the harness reads and arms
     def notes(self, conversation: str | None = None) -> list[dict[str, Any]]:
@@ -415,22 +330,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_arg_parser().parse_args(argv)
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    signal.signal(signal.SIGINT, lambda *_: done.set())
-    service = EffectsService(args.log, host=args.host, port=args.port, admin_token=os.environ.get(ADMIN_TOKEN_ENV))
-    try:
-        service.start()
-    except OSError as exc:
-        print(f"error: cannot bind {args.host}:{args.port}: {exc}", file=sys.stderr)
-        return 1
-    print(f"READY {service.url}", flush=True)
-    try:
-        while not done.wait(0.5):
-            pass
-    finally:
-        service.stop()
-    return 0
+    return serve_until_signalled(EffectsService, args.log, host=args.host, port=args.port)
 
 
 if __name__ == "__main__":

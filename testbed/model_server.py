@@ -23,17 +23,10 @@ Contract
 * A ``LatencyModel`` sample (seeded, reproducible) is slept before every normal answer and
   before status / malformed faults, never before ``hang`` / ``reset``.
 * Other routes: ``GET /v1/models``, ``GET /healthz``, and the admin routes ``GET /admin/stats``,
-  ``POST|DELETE /admin/faults``, ``POST /admin/latency``: loopback only, and only with
-  ``Authorization: Bearer <admin_token>`` (401 without it, 403 with another). The token is made per server
-  (``secrets.token_urlsafe``) and kept in memory: ``server.admin_token``; the subprocess takes it from
-  ``DAH_MODEL_ADMIN_TOKEN`` (unset: a random one, so the admin routes stay closed). It is never printed or logged.
-* Only this user's (or root's) connections are served (``testbed.isolation.admitted``); others are closed unread.
-* Bounded: at most ``max_connections`` connections are served at once (more are answered 503 and closed), a
-  socket operation waits at most ``read_timeout_s`` and a body must arrive within it, a request's line and
-  headers within ``HEADER_TIMEOUT_S`` of its first byte, a body is at most
-  ``MAX_BODY_BYTES`` (413, unread) and the bodies held at once at most ``MAX_BODIES_IN_FLIGHT_BYTES`` (503);
-  a bad ``Content-Length``, chunked bodies and JSON nested deeper than ``MAX_JSON_DEPTH`` are answered 400/411.
-* ``stop()`` is idempotent and returns promptly (< 1 s) even while connections hang.
+  ``POST|DELETE /admin/faults``, ``POST /admin/latency`` (loopback only, ``Authorization: Bearer <admin_token>``).
+* The service plumbing is ``testbed.http_service``'s (its contract): the admin token (``server.admin_token``; the
+  subprocess takes it from ``DAH_MODEL_ADMIN_TOKEN``), only this user's connections, the bounds (here at most
+  ``MAX_CONNECTIONS`` connections and ``MAX_BODY_BYTES`` a body, 413), a prompt, idempotent ``stop()``.
 * ``python -m testbed.model_server`` runs it as a subprocess: prints exactly one line
   ``READY <url>`` to stdout, serves until SIGTERM/SIGINT, exits 0; bad specs exit 2.
 
@@ -48,29 +41,21 @@ from __future__ import annotations
 import argparse
 import copy
 import importlib
-import io
 import json
 import logging
 import math
-import os
 import random
-import secrets
-import signal
-import socket
-import struct
 import sys
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from harness.commands import CommandParser
 from harness import model_record
 from testbed import model_wire, task_planner
-from testbed.isolation import admitted
+from testbed.http_service import HEADER_TIMEOUT_S, READ_TIMEOUT_S, HTTPService, ServiceHandler, serve_until_signalled
 from testbed.faults.model import FAULT_FORMS, FaultRule, first_active, malformed_tool_call, status_error
 from testbed.model_wire import strip_provider
 
@@ -99,23 +84,8 @@ ADMIN_TOKEN_ENV = "DAH_MODEL_ADMIN_TOKEN"
 
 #: the largest request body (the agent sends whole conversations: a few MB at the most in practice)
 MAX_BODY_BYTES = 32 * 1024 * 1024
-#: the most body bytes held by all requests at once (bounds the server's memory with many large requests)
-MAX_BODIES_IN_FLIGHT_BYTES = 128 * 1024 * 1024
-#: the deepest JSON a request may hold (a chat request is ~10 levels deep, its tool schemas a few more)
-MAX_JSON_DEPTH = 64
 #: connections served at once (one thread each); the agent's workers keep a few each
 MAX_CONNECTIONS = 256
-#: the longest one socket read or write waits, and the longest a request body may take to arrive; an idle
-#: keep-alive connection is closed after it. Faults that delay answers (latency, hang) do not read, so it does not
-#: bound them.
-READ_TIMEOUT_S = 30.0
-#: once a request's first byte has arrived, its request line and headers must all arrive within this (a client
-#: sending one byte every few seconds would otherwise hold a connection slot for ever)
-HEADER_TIMEOUT_S = 10.0
-#: after refusing a body it did not read, how long and how much of it the server reads and discards before
-#: closing: a client that sends a small rest then reads sees the answer rather than a reset
-_LINGER_S = 1.0
-_LINGER_BYTES = 1024 * 1024
 
 
 # kind -> number of parameters it takes
@@ -213,365 +183,28 @@ class LatencyModel:
         return f"{self.kind}:" + ",".join(f"{x:g}" for x in self.params)
 
 
-# --------------------------------------------------------------------------- helpers
-
-
-def http_url(host: str, port: int, path: str = "") -> str:
-    """The URL a local client reaches a server bound to ``host``:``port`` at (a wildcard bind on loopback)."""
-    if host in ("", "0.0.0.0", "::"):
-        host = "127.0.0.1"
-    return f"http://{f'[{host}]' if ':' in host else host}:{port}{path}"
-
-
-def _error_body(message: str, type_: str, code: str | None) -> dict:
-    return {"error": {"message": message, "type": type_, "param": None, "code": code}}
-
-
-def _json_depth(value: Any) -> int:
-    """How deeply ``value`` (parsed JSON) nests lists and objects, counted without recursion."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, (list, dict)):
-            deepest = max(deepest, depth)
-            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
-    return deepest
-
-
 # --------------------------------------------------------------------------- server
 
 
-class _HTTPServer(ThreadingHTTPServer):
-    """ThreadingHTTPServer that tracks live connections so stop() can release them, serves at most
-    ``owner.max_connections`` at once (one thread each) and bounds the body bytes held at once."""
+class _Handler(ServiceHandler):
+    """The model routes and their admin routes, on the service plumbing (``testbed.http_service``)."""
 
-    daemon_threads = True
-    request_queue_size = 128  # benchmarks open many concurrent connections
-
-    owner: "ScriptedModelServer"
-
-    def __init__(self, addr: tuple[str, int], handler: type[BaseHTTPRequestHandler], owner: "ScriptedModelServer"):
-        if ":" in addr[0]:
-            self.address_family = socket.AF_INET6
-        self.owner = owner
-        self.live: set[socket.socket] = set()
-        self.to_reset: set[socket.socket] = set()
-        self.conn_lock = threading.Lock()
-        self.slots = threading.BoundedSemaphore(owner.max_connections)
-        self.body_bytes = 0  # body bytes reserved by requests being served; under conn_lock
-        super().__init__(addr, handler)
-
-    def verify_request(self, request: Any, client_address: Any) -> bool:
-        """Only this user's (or root's) sockets are served (``testbed.isolation.admitted``): closed unread."""
-        return admitted(request)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.slots.acquire(blocking=False):
-            self._turn_away(request)
-            return
-        with self.conn_lock:
-            self.live.add(request)
-        try:
-            super().process_request(request, client_address)
-        except BaseException:  # no thread started: nothing else will release the slot
-            self.slots.release()
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self.slots.release()
-
-    def _turn_away(self, request: socket.socket) -> None:
-        """Answer 503 and close, from the accepting thread: never waits on the client."""
-        body = json.dumps(_error_body(f"the server is serving {self.owner.max_connections} connections; retry later",
-                                      "server_error", "service_unavailable")).encode()
-        head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
-                "\r\nRetry-After: 1\r\nConnection: close\r\n\r\n").encode()
-        try:
-            request.setblocking(False)
-            request.send(head + body)
-        except OSError:
-            pass
-        logger.debug("turned a connection away: %d connections are being served", self.owner.max_connections)
-        super().shutdown_request(request)
-
-    def reserve_body(self, length: int) -> bool:
-        """Count ``length`` body bytes as held, unless that would pass MAX_BODIES_IN_FLIGHT_BYTES."""
-        with self.conn_lock:
-            if self.body_bytes + length > MAX_BODIES_IN_FLIGHT_BYTES:
-                return False
-            self.body_bytes += length
-            return True
-
-    def release_body(self, length: int) -> None:
-        with self.conn_lock:
-            self.body_bytes -= length
-
-    def shutdown_request(self, request: Any) -> None:
-        with self.conn_lock:
-            self.live.discard(request)
-            reset = request in self.to_reset
-            self.to_reset.discard(request)
-        if reset:
-            # No shutdown(SHUT_WR): a FIN first would look like a clean EOF; close() with linger 0 sends RST.
-            try:
-                request.close()
-            except OSError:
-                pass
-            return
-        super().shutdown_request(request)
-
-    def release_connections(self) -> None:
-        """Wake handler threads blocked on idle keep-alive sockets."""
-        with self.conn_lock:
-            live = list(self.live)
-        for sock in live:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        logger.debug("unhandled error serving a connection", exc_info=True)
-
-
-class _DeadlineReads(socket.SocketIO):
-    """A connection's reads; while ``deadline`` is set (``time.monotonic()``), each waits at most until it, and
-    past it a read raises TimeoutError."""
-
-    def __init__(self, sock: socket.socket, per_read_s: float) -> None:
-        super().__init__(sock, "rb")
-        self.per_read_s = per_read_s
-        self.deadline: float | None = None
-
-    def readinto(self, b: Any) -> int | None:
-        if self.deadline is not None:
-            left = self.deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError("request headers not received in time")
-            self._sock.settimeout(min(left, self.per_read_s))  # type: ignore[attr-defined]
-        return super().readinto(b)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive: LiteLLM/httpx reuse connections
     server_version = "DAHScriptedModel/1.0"
-    sys_version = ""
-    # Headers and body go out as two writes: with Nagle on, the body waits for the client's delayed ACK
-    # of the headers (~40 ms on Linux), which once doubled a mock model call's latency.
-    disable_nagle_algorithm = True
-    server: _HTTPServer
+    max_body_bytes = MAX_BODY_BYTES
 
-    # -- logging: never the default stderr lines, never headers
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-        logger.debug("%s " + format, self.client_address[0], *args)
+    @property
+    def owner(self) -> ScriptedModelServer:
+        return self.server.owner  # type: ignore[return-value]
 
-    # -- plumbing
-    def _send_json(self, status: int, payload: Any, extra_headers: dict[str, str] | None = None) -> None:
-        self._send_raw(status, json.dumps(payload).encode("utf-8"), extra_headers)
+    def _models(self, body: bytes) -> None:
+        now = int(time.time())
+        data = [{"id": name, "object": "model", "created": now, "owned_by": "durable-agent-harness"}
+                for name in self.owner.model_names()]
+        self._send_json(200, {"object": "list", "data": data})
 
-    def _send_raw(self, status: int, body: bytes, extra_headers: dict[str, str] | None = None) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        for key, value in (extra_headers or {}).items():
-            self.send_header(key, value)
-        self.end_headers()
-        self.wfile.write(body)
-        self.wfile.flush()
-
-    def _send_error(self, status: int, message: str, type_: str = "invalid_request_error",
-                    code: str | None = None) -> None:
-        self._send_json(status, _error_body(message, type_, code))
-
-    def setup(self) -> None:
-        self.timeout = self.server.owner.read_timeout_s  # StreamRequestHandler.setup puts it on the socket
-        super().setup()
-        self.rfile.close()  # reads go through _DeadlineReads instead, to bound the time headers take
-        self._reads = _DeadlineReads(self.connection, self.timeout)
-        self.rfile = io.BufferedReader(self._reads)
-
-    def handle_one_request(self) -> None:
-        """An idle keep-alive connection waits ``read_timeout_s`` for a request's first byte; from it, the request
-        line and headers must arrive within ``HEADER_TIMEOUT_S`` (``parse_request`` ends that deadline)."""
-        try:
-            if not self.rfile.peek(1):
-                self.close_connection = True
-                return
-        except OSError:  # idle past read_timeout_s, or reset
-            self.close_connection = True
-            return
-        self._reads.deadline = time.monotonic() + self.server.owner.header_timeout_s
-        super().handle_one_request()
-
-    def parse_request(self) -> bool:
-        ok = super().parse_request()
-        self._reads.deadline = None
-        self.connection.settimeout(self.timeout)
-        return ok
-
-    def _refuse(self, status: int, message: str, code: str, extra_headers: dict[str, str] | None = None) -> None:
-        """Answer an error, then close the connection: what is left of the request is not read (only discarded,
-        for a moment, so that the client finishes sending and sees the answer rather than a reset)."""
-        self.close_connection = True
-        type_ = "server_error" if status >= 500 else "invalid_request_error"
-        self._send_json(status, _error_body(message, type_, code), {"Connection": "close", **(extra_headers or {})})
-        try:
-            self.connection.shutdown(socket.SHUT_WR)
-            until, discarded = time.monotonic() + _LINGER_S, 0
-            while (left := until - time.monotonic()) > 0 and discarded < _LINGER_BYTES:
-                self.connection.settimeout(left)
-                if not (chunk := self.connection.recv(65536)):
-                    break
-                discarded += len(chunk)
-        except OSError:
-            pass
-
-    def _body_length(self) -> int | None:
-        """The request's Content-Length (0 if none); None if it was refused (the answer is sent)."""
-        if self.headers.get("Transfer-Encoding"):
-            self._refuse(411, "chunked request bodies are not accepted; send a Content-Length", "length_required")
-            return None
-        values = self.headers.get_all("Content-Length") or ["0"]
-        text = values[0].strip()
-        if len(set(values)) > 1 or not (text.isascii() and text.isdigit()):
-            shown = ", ".join(repr(v[:40]) for v in values)
-            self._refuse(400, f"Content-Length must be one non-negative integer, got {shown}", "bad_content_length")
-            return None
-        if len(text) > 18 or int(text) > MAX_BODY_BYTES:  # the length test spares int() a 65,000-digit header
-            self._refuse(413, f"request body of {text[:40]} bytes is over the limit of {MAX_BODY_BYTES}",
-                         "request_too_large")
-            return None
-        return int(text)
-
-    @contextmanager
-    def _body(self) -> Iterator[bytes | None]:
-        """The request body, read whole within ``read_timeout_s``; None if it was refused (the answer is sent)."""
-        length = self._body_length()
-        if length is None:
-            yield None
-            return
-        if not self.server.reserve_body(length):
-            self._refuse(503, "the server is holding too many request bodies; retry later", "service_unavailable",
-                         {"Retry-After": "1"})
-            yield None
-            return
-        try:
-            deadline = time.monotonic() + self.server.owner.read_timeout_s
-            chunks, left = [], length
-            while left:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"request body not received within {self.server.owner.read_timeout_s:g} s")
-                chunk = self.rfile.read1(min(left, 1 << 20))
-                if not chunk:
-                    raise ConnectionResetError("the client closed the connection mid-body")
-                chunks.append(chunk)
-                left -= len(chunk)
-            yield b"".join(chunks)
-        finally:
-            self.server.release_body(length)
-
-    def _json(self, raw: bytes, what: str) -> Any:
-        """``raw`` parsed, or ValueError naming the problem (not JSON, or nested deeper than MAX_JSON_DEPTH)."""
-        try:
-            value = json.loads(raw)
-        except RecursionError:
-            raise ValueError(f"{what} is nested too deeply (the limit is {MAX_JSON_DEPTH} levels)") from None
-        except ValueError as exc:
-            raise ValueError(f"{what} is not JSON: {exc}") from None
-        if _json_depth(value) > MAX_JSON_DEPTH:
-            raise ValueError(f"{what} is nested too deeply (the limit is {MAX_JSON_DEPTH} levels)")
-        return value
-
-    def _path(self) -> str:
-        path = self.path.split("?", 1)[0]
-        return path.rstrip("/") or "/"
-
-    def _is_loopback(self) -> bool:
-        host = self.client_address[0]
-        return host.startswith("127.") or host in ("::1", "::ffff:127.0.0.1")
-
-    def _guarded(self, fn: Callable[[], None]) -> None:
-        try:
-            fn()
-        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
-            # the client gave up (timeout, reset); nothing to answer
-            logger.debug("client went away during %s %s", self.command, self._path())
-            self.close_connection = True
-
-    # -- verbs
-    def do_GET(self) -> None:
-        self._guarded(self._get)
-
-    def do_POST(self) -> None:
-        self._guarded(self._post)
-
-    def do_DELETE(self) -> None:
-        self._guarded(self._delete)
-
-    def _get(self) -> None:
-        path = self._path()
-        owner = self.server.owner
-        if path == "/healthz":
-            self._send_json(200, {"ok": True})
-        elif path in ("/v1/models", "/models"):
-            now = int(time.time())
-            data = [{"id": name, "object": "model", "created": now, "owned_by": "durable-agent-harness"}
-                    for name in owner.model_names()]
-            self._send_json(200, {"object": "list", "data": data})
-        elif path == "/admin/stats":
-            if self._admin_allowed():
-                self._send_json(200, owner.stats())
-        else:
-            self._send_error(404, f"no route for GET {path}", code="not_found")
-
-    def _post(self) -> None:
-        path = self._path()
-        with self._body() as body:
-            if body is None:
-                return
-            if path in ("/v1/chat/completions", "/chat/completions"):
-                self._model_call(body, "chat")
-            elif path in ("/v1/responses", "/responses"):
-                self._model_call(body, "responses")
-            elif path == "/admin/faults":
-                if self._admin_allowed():
-                    self._admin_set_faults(body)
-            elif path == "/admin/latency":
-                if self._admin_allowed():
-                    self._admin_set_latency(body)
-            else:
-                self._send_error(404, f"no route for POST {path}", code="not_found")
-
-    def _delete(self) -> None:
-        path = self._path()
-        with self._body() as body:  # read, to keep the connection in sync if a body was sent
-            if body is None:
-                return
-        if path == "/admin/faults":
-            if self._admin_allowed():
-                self.server.owner.set_faults([])
-                self._send_json(200, {"ok": True, "rules": []})
-        else:
-            self._send_error(404, f"no route for DELETE {path}", code="not_found")
-
-    # -- admin
-    def _admin_allowed(self) -> bool:
-        if not self._is_loopback():
-            self._send_error(403, "admin endpoints are loopback-only", code="forbidden")
-            return False
-        scheme, _, given = (self.headers.get("Authorization") or "").partition(" ")
-        if scheme.lower() != "bearer" or not given.strip():
-            self._send_json(401, _error_body("admin endpoints need 'Authorization: Bearer <the server's admin token>'",
-                                             "invalid_request_error", "unauthorized"),
-                            {"WWW-Authenticate": "Bearer"})
-            return False
-        if not secrets.compare_digest(given.strip().encode(), self.server.owner.admin_token.encode()):
-            self._send_error(403, "wrong admin token", code="forbidden")
-            return False
-        return True
+    def _admin_clear_faults(self, body: bytes) -> None:
+        self.owner.set_faults([])
+        self._send_json(200, {"ok": True, "rules": []})
 
     def _admin_set_faults(self, raw: bytes) -> None:
         try:
@@ -583,7 +216,7 @@ class _Handler(BaseHTTPRequestHandler):
         except (ValueError, TypeError) as exc:
             self._send_error(400, f"bad fault rules: {exc}")
             return
-        self.server.owner.set_faults(rules)
+        self.owner.set_faults(rules)
         self._send_json(200, {"ok": True, "rules": [r.to_dict() for r in rules]})
 
     def _admin_set_latency(self, raw: bytes) -> None:
@@ -598,14 +231,14 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError as exc:
             self._send_error(400, f"bad latency: {exc}")
             return
-        self.server.owner.set_latency(latency, seed=seed)
+        self.owner.set_latency(latency, seed=seed)
         self._send_json(200, {"ok": True, "latency": latency.to_spec(), "describe": latency.describe()})
 
     # -- model calls: chat completions and the Responses API, whole or streamed
     def _model_call(self, raw: bytes, api: str) -> None:
         """Answer one model request of ``api`` ("chat" or "responses"): its fault if a rule matches, else the
         responder's message, whole or as a stream (``"stream": true``)."""
-        owner = self.server.owner
+        owner = self.owner
         run_key = owner._run_key(self.headers.get(RUN_HEADER))
         try:
             body = self._json(raw, "the request body")
@@ -637,10 +270,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 return
             if rule.mode == "reset":
-                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                with self.server.conn_lock:
-                    self.server.to_reset.add(self.connection)
-                self.close_connection = True
+                self._reset_connection()
                 return
             owner._sleep_latency()
             if rule.mode == "status":
@@ -682,7 +312,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_answer(self, api: str, body: dict, chat: dict, scenario: str, message: dict, stream: bool,
                      *, cut: bool = False) -> None:
         """``message`` in ``api``'s shape; ``cut``: stop halfway and close (the ``stream_cut`` fault)."""
-        owner = self.server.owner
+        owner = self.owner
         if api == "responses":
             response_id = f"resp_{owner._next_id()}"
             if stream:
@@ -746,11 +376,23 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send_status_fault(self, status: int) -> None:
         message, type_, code, headers = status_error(status)
-        self._send_json(status, _error_body(message, type_, code), headers)
+        self._send_error(status, message, type_, code, headers)
+
+    routes = {**ServiceHandler.routes, ("GET", "/v1/models"): _models, ("GET", "/models"): _models,
+              ("POST", "/v1/chat/completions"): lambda h, body: h._model_call(body, "chat"),
+              ("POST", "/chat/completions"): lambda h, body: h._model_call(body, "chat"),
+              ("POST", "/v1/responses"): lambda h, body: h._model_call(body, "responses"),
+              ("POST", "/responses"): lambda h, body: h._model_call(body, "responses"),
+              ("POST", "/admin/faults"): _admin_set_faults, ("POST", "/admin/latency"): _admin_set_latency,
+              ("DELETE", "/admin/faults"): _admin_clear_faults}
 
 
-class ScriptedModelServer:
+class ScriptedModelServer(HTTPService):
     """OpenAI-compatible HTTP server answering from a responder, with latency and fault injection."""
+
+    handler = _Handler
+    admin_token_env = ADMIN_TOKEN_ENV
+    url_path = "/v1"
 
     def __init__(self, responder: Responder, *, host: str = "127.0.0.1", port: int = 0,
                  latency: LatencyModel | None = None, faults: list[FaultRule] | None = None, seed: int = 0,
@@ -759,20 +401,12 @@ class ScriptedModelServer:
                  record: Path | None = None):
         """``admin_token``: what the admin routes require (default: a new random one, ``self.admin_token``);
         ``record``: where the model record goes (``harness.model_record``; None: no record)."""
-        self.header_timeout_s = header_timeout_s
+        super().__init__(host=host, port=port, admin_token=admin_token, max_connections=max_connections,
+                         read_timeout_s=read_timeout_s, header_timeout_s=header_timeout_s)
         self.record = model_record.RecordWriter(record) if record is not None else None
         self.responder = responder
-        self.admin_token = admin_token or secrets.token_urlsafe(32)
-        self.max_connections = max_connections
-        self.read_timeout_s = read_timeout_s
-        self.host = host
-        self._port = port
         self.seed = seed
         self._lock = threading.Lock()  # guards rules, counters, stats, sampler
-        self._lifecycle = threading.Lock()
-        self._stopping = threading.Event()
-        self._httpd: _HTTPServer | None = None
-        self._thread: threading.Thread | None = None
         self._latency = latency or LatencyModel()
         self._sample = self._latency.sampler(seed)
         self._rules: list[FaultRule] = []
@@ -784,62 +418,16 @@ class ScriptedModelServer:
         self._reset_stats()
         self.set_faults(list(faults or []))
 
-    # -- lifecycle
-    def start(self) -> "ScriptedModelServer":
-        with self._lifecycle:
-            if self._httpd is not None:
-                return self
-            self._stopping.clear()
-            httpd = _HTTPServer((self.host, self._port), _Handler, self)
-            self._port = httpd.server_address[1]
-            with self._lock:
-                self._installed_at = time.monotonic()  # duration_s windows start when serving starts
-            # short poll interval so shutdown() returns quickly
-            thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                      name=f"scripted-model-{self._port}", daemon=True)
-            self._httpd, self._thread = httpd, thread
-            thread.start()
+    def _started(self) -> None:
+        with self._lock:
+            self._installed_at = time.monotonic()  # duration_s windows start when serving starts
         logger.debug("scripted model server listening on %s (latency %s, %d fault rule(s))",
                      self.url, self._latency.describe(), len(self._rules))
-        return self
 
-    def stop(self) -> None:
-        with self._lifecycle:
-            httpd, thread = self._httpd, self._thread
-            if httpd is None:
-                return
-            self._httpd = self._thread = None
-            self._stopping.set()  # wakes hangs and latency sleeps
-            httpd.shutdown()
-            httpd.release_connections()
-            httpd.server_close()
-            if thread is not None:
-                thread.join(timeout=2.0)
-            deadline = time.monotonic() + 0.5  # let handler threads finish closing their sockets
-            while time.monotonic() < deadline:
-                with httpd.conn_lock:
-                    if not httpd.live:
-                        break
-                time.sleep(0.01)
-            if self.record is not None:
-                self.record.close()
+    def _stopped(self) -> None:
+        if self.record is not None:
+            self.record.close()
         logger.debug("scripted model server on port %s stopped", self._port)
-
-    def __enter__(self) -> "ScriptedModelServer":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        if not self._port:
-            raise RuntimeError("ScriptedModelServer has no port yet: call start() first")
-        return self._port
-
-    @property
-    def url(self) -> str:
-        return http_url(self.host, self.port, "/v1")
 
     # -- runtime configuration
     def set_faults(self, rules: list[FaultRule]) -> None:
@@ -1062,30 +650,8 @@ def main(argv: list[str] | None = None) -> int:
         responder = _load_responder(args.responder)
     except ValueError as exc:
         parser.error(str(exc))  # exits 2
-
-    done = threading.Event()
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        done.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-
-    server = ScriptedModelServer(responder, host=args.host, port=args.port,
-                                 latency=LatencyModel.parse(args.model_latency),
-                                 faults=args.fault, seed=args.seed, admin_token=os.environ.get(ADMIN_TOKEN_ENV))
-    try:
-        server.start()
-    except OSError as exc:
-        print(f"error: cannot bind {args.host}:{args.port}: {exc}", file=sys.stderr)
-        return 1
-    print(f"READY {server.url}", flush=True)
-    try:
-        while not done.wait(0.5):  # timed wait keeps the main thread responsive to signals
-            pass
-    finally:
-        server.stop()
-    return 0
+    return serve_until_signalled(ScriptedModelServer, responder, host=args.host, port=args.port,
+                                 latency=LatencyModel.parse(args.model_latency), faults=args.fault, seed=args.seed)
 
 
 if __name__ == "__main__":

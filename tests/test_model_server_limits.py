@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from testbed.faults.model import FaultRule
-from testbed import model_server
+from testbed import http_service, model_server
 from testbed.model_server import ADMIN_TOKEN_ENV, MAX_BODY_BYTES, ScriptedModelServer
 from tests.test_model_server import ROOT, _env, chat_body, echo_responder, post_chat, serve
 
@@ -98,7 +98,7 @@ def test_run_keys_are_bounded_in_length_and_number(monkeypatch: pytest.MonkeyPat
         assert by_run == {"a": 2, "b": 1, "c" * model_server.MAX_RUN_KEY_CHARS: 1, model_server.OTHER_RUNS: 2}
 
 
-@pytest.mark.parametrize("depth", [model_server.MAX_JSON_DEPTH + 1, 200_000])
+@pytest.mark.parametrize("depth", [http_service.MAX_JSON_DEPTH + 1, 200_000])
 def test_deeply_nested_json_is_answered_400(depth: int) -> None:
     with serve() as server:
         body = b'{"model": "x", "messages": ' + b"[" * depth + b"]" * depth + b"}"
@@ -258,6 +258,24 @@ def test_headers_trickled_a_byte_at_a_time_do_not_hold_a_slot_for_ever(server: s
         assert status == 200
         for sock in trickles:
             sock.close()
+
+
+@pytest.mark.parametrize("server", ["model", "effects"])
+def test_both_services_refuse_a_bad_request_alike_in_their_own_error_shape(server: str) -> None:
+    """One plumbing (testbed.http_service): a chunked body, a bad Content-Length, a body over the service's limit
+    (the effects service answers 400, its contract) and an unknown route, each refused at once."""
+    from testbed.effects_service import MAX_BODY_BYTES as EFFECTS_MAX_BODY_BYTES, EffectsService
+
+    made, limit, too_large = ((ScriptedModelServer(echo_responder), MAX_BODY_BYTES, 413) if server == "model"
+                              else (EffectsService(), EFFECTS_MAX_BODY_BYTES, 400))
+    cases = [(post_head("5", extra="Transfer-Encoding: chunked\n"), 411, "chunked"),
+             (post_head("abc"), 400, "Content-Length must be"), (post_head(str(limit + 1)), too_large, "over the limit"),
+             ("GET /nowhere HTTP/1.1\nHost: x\n", 404, "no route for GET /nowhere")]
+    with made as s:
+        for head, status, words in cases:
+            code, body = answer(send(s.port, head))
+            message = body["error"]["message"] if server == "model" else body["error"]
+            assert (code, words in message) == (status, True), (code, body)
 
 
 def test_an_idle_keep_alive_connection_is_not_cut_by_the_header_deadline() -> None:
