@@ -59,6 +59,24 @@ Progress = Callable[[str], None]
 #: what gives a run its cluster: the run's StackSpec -> ``async with`` the Stack (default: start one, stop it after)
 Cluster = Callable[[StackSpec], AbstractAsyncContextManager[Stack]]
 
+@dataclass
+class RunContext:
+    """One run's lifecycle, passed whole from phase to phase (cluster up, drive, faults, heal, settle, late wait,
+    final read, record): what it runs, where it records, and what it has started so far."""
+
+    scenario: ChaosScenario
+    events: list[NemesisEvent]  # the seeded schedule
+    history: History  # the operation log
+    phase: Callable[[str], None]  # records a phase's start (and says it)
+    progress: Progress = lambda s: None
+    nemeses: dict[str, Callable[..., Any]] = field(default_factory=lambda: NEMESES)
+    cluster: Any = None  # the cluster, once up (``Stack``)
+    driver: Any = None  # the load
+    nemesis: NemesisContext | None = None  # what the faults act on
+    #: the engine's view of what is still pending (the late wait); None: it cannot say
+    latest_runs: Callable[[], Awaitable[list[RunRecord] | None]] | None = None
+
+
 #: an ``Outcome``'s verdict when the run raised (the run directory says ``failed``)
 ERROR = "error"
 
@@ -247,11 +265,12 @@ def _answered(history: History) -> int:
     return sum(1 for op in history.ops() if op.f == "send_message" and op.type == OK)
 
 
-async def _settle(load: asyncio.Future, scenario: ChaosScenario, history: History, progress: Progress) -> None:
+async def _settle(run: RunContext, load: asyncio.Future) -> None:
     """Wait for the load to finish: each ``settle_s`` that ends with it still running, it goes on while messages
     are still being answered (a big load, ``--conversations 50 --messages 10``, needs longer than a small one),
     and is abandoned only when a whole ``settle_s`` passed with no answer, or after ``SETTLE_ROUNDS`` of them;
     messages in flight then stay unknown (info), never a failure of the agent's."""
+    scenario, history, progress = run.scenario, run.history, run.progress
     for round_ in range(1, SETTLE_ROUNDS + 1):
         before = _answered(history)
         try:
@@ -306,9 +325,9 @@ async def _run(scenario: ChaosScenario, engine: Engine, seed: int, progress: Pro
         driver = engine.make_driver(s, history, scenario, seed)
         driver = await driver if inspect.isawaitable(driver) else driver
         try:
-            ctx = nemesis_context(engine, s, history, driver, seed)
-            await drive_load(scenario, events, ctx, s, driver, phase, progress, history, NEMESES,
-                             latest_runs=lambda: engine.latest_runs(s, driver))
+            await drive_load(RunContext(scenario, events, history, phase, progress, cluster=s, driver=driver,
+                                        nemesis=nemesis_context(engine, s, history, driver, seed),
+                                        latest_runs=lambda: engine.latest_runs(s, driver)))
             run_dir.write_json(CONVERSATIONS, driver.to_json())
         finally:
             if hasattr(driver, "close"):  # a driver in a process of its own
@@ -383,17 +402,17 @@ class _OwnOps:
         return getattr(self._history, name)
 
 
-async def _fault(event: NemesisEvent, fault_start: float, ctx: NemesisContext, name: str, progress: Progress,
-                 history: History, nemeses: dict[str, Callable[..., Any]]) -> None:
+async def _fault(run: RunContext, event: NemesisEvent, fault_start: float) -> None:
     """One scheduled fault, begun at its time (``fault_start + at_s``) whatever the others are doing: faults the
     schedule overlaps overlap. An error is recorded (``nemesis_error``); the run goes on to heal and check."""
+    history, progress, name = run.history, run.progress, run.scenario.name
     wait = fault_start + event.at_s - time.monotonic()
     if wait > 0:
         await asyncio.sleep(wait)
     progress(f"{name}: nemesis {event.op} {event.args}")
     own = _OwnOps(history)
     try:
-        await nemeses[event.op](replace(ctx, history=own), **event.args)
+        await run.nemeses[event.op](replace(run.nemesis, history=own), **event.args)
     except Exception as exc:  # recorded; the run goes on to heal and check
         # A nemesis that raised before recording its operation injected nothing (``op_recorded`` false): the
         # faults column and injection_evidence count it as a fault that did not happen (never as 1/1).
@@ -402,26 +421,24 @@ async def _fault(event: NemesisEvent, fault_start: float, ctx: NemesisContext, n
                                                    "error": f"{type(exc).__name__}: {exc}"})
 
 
-async def drive_load(scenario: ChaosScenario, events: list[NemesisEvent], ctx: Any, cluster: Any, driver: Any,
-                     phase: Callable[[str], None], progress: Progress, history: History,
-                     nemeses: dict[str, Callable[..., Any]],
-                     latest_runs: Callable[[], Awaitable[list[RunRecord] | None]] | None = None) -> None:
-    """Warm-up, faults, heal, settle under the driver's load; the late wait (``latest_runs``: the engine's view
+async def drive_load(run: RunContext) -> None:
+    """Warm-up, faults, heal, settle under the driver's load; the late wait (``run.latest_runs``: the engine's view
     of what is pending); then the final phase (the driver's final read)."""
-    phase("warm-up")
-    load = asyncio.create_task(driver.run())
+    scenario, history, progress = run.scenario, run.history, run.progress
+    run.phase("warm-up")
+    load = asyncio.create_task(run.driver.run())
     try:
-        await _warm_up_faults_heal_settle(scenario, events, ctx, cluster, load, phase, progress, history, nemeses)
+        await _warm_up_faults_heal_settle(run, load)
     finally:
         # Nothing outlives the run: on an error or Ctrl-C the load stops before the cluster does.
         if not load.done():
             load.cancel()
         await asyncio.gather(load, return_exceptions=True)
-    if latest_runs is not None:
-        await wait_late(scenario, latest_runs, history, progress)
-    phase("final")
+    if run.latest_runs is not None:
+        await wait_late(scenario, run.latest_runs, history, progress)
+    run.phase("final")
     try:
-        await asyncio.wait_for(driver.finish(), timeout=getattr(scenario, "final_s", 90.0))
+        await asyncio.wait_for(run.driver.finish(), timeout=getattr(scenario, "final_s", 90.0))
     except asyncio.TimeoutError:
         # Recorded; the conversations not read back are unknown to the checkers (the server's histories remain).
         history.event("generator", "final_timeout", {"after_s": getattr(scenario, "final_s", 90.0)})
@@ -471,14 +488,12 @@ async def wait_late(scenario: ChaosScenario, latest_runs: Callable[[], Awaitable
     history.complete(inv, OK, {"waited_s": waited, "still_pending": len(pending), "cleared": not pending})
 
 
-async def _warm_up_faults_heal_settle(scenario: ChaosScenario, events: list[NemesisEvent], ctx: Any, cluster: Any,
-                                      load: asyncio.Task, phase: Callable[[str], None], progress: Progress,
-                                      history: History, nemeses: dict[str, Callable[..., Any]]) -> None:
+async def _warm_up_faults_heal_settle(run: RunContext, load: asyncio.Task) -> None:
+    scenario, phase, cluster, ctx = run.scenario, run.phase, run.cluster, run.nemesis
     await asyncio.sleep(scenario.warmup_s)
     phase("faults")
     fault_start = time.monotonic()
-    faults = [asyncio.create_task(_fault(event, fault_start, ctx, scenario.name, progress, history, nemeses))
-              for event in events]
+    faults = [asyncio.create_task(_fault(run, event, fault_start)) for event in run.events]
     try:
         await asyncio.gather(*faults)
     finally:
@@ -497,7 +512,7 @@ async def _warm_up_faults_heal_settle(scenario: ChaosScenario, events: list[Neme
     await asyncio.to_thread(cluster.heal)  # it may wait for the supervisor, which may be mid-restart
     phase("settle")
     try:
-        await _settle(load, scenario, history, progress)
+        await _settle(run, load)
     except Exception as exc:  # a crashed driver: recorded; its unfinished operations stay unknown (info)
-        history.event("generator", "driver_error", {"error": f"{type(exc).__name__}: {exc}"})
-        progress(f"{scenario.name}: the driver crashed ({type(exc).__name__}: {exc}); checking what was recorded")
+        run.history.event("generator", "driver_error", {"error": f"{type(exc).__name__}: {exc}"})
+        run.progress(f"{scenario.name}: the driver crashed ({type(exc).__name__}: {exc}); checking what was recorded")

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from chaos.fault_timeline import fault_timeline
-from chaos.runner import _warm_up_faults_heal_settle, ends_on_events
+from chaos.runner import RunContext, _warm_up_faults_heal_settle, ends_on_events
 from chaos.scenarios import SCENARIOS, ChaosScenario, ClusterSpec
 from chaos.generator import NemesisEvent as E
 from harness.operations import OK, History, load
@@ -50,8 +50,8 @@ async def _phase(scenario: ChaosScenario, nemeses: dict[str, Any], tmp_path: Pat
     ctx = NemesisContext(stack=None, history=history, workflow_ids=[], rng=random.Random(1))  # type: ignore[arg-type]
     cluster = cluster or _Cluster()
     load = asyncio.create_task(asyncio.sleep(0))
-    await _warm_up_faults_heal_settle(scenario, list(scenario.events), ctx, cluster, load, phase, lambda s: None,
-                                      history, nemeses)
+    await _warm_up_faults_heal_settle(RunContext(scenario, list(scenario.events), history, phase, nemeses=nemeses,
+                                                 cluster=cluster, nemesis=ctx), load)
     history.close()
     return load_ops(tmp_path), phases, cluster
 
