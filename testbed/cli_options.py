@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.printable import printable
-from harness.engines import names as engine_names
+from harness.engines import HOME, names as engine_names
 
 DURABILITY = engine_names()  # the engines, by name (harness.engines.REGISTRY)
 RUNS = Path("runs")
@@ -44,7 +44,7 @@ def deprecated(prog: str, old: str, new: str) -> None:
 def add_durability(parser: Any, *, help: str, choices: Sequence[str] = DURABILITY) -> argparse.Action:
     """``--durability {temporal,checkpoint,...}`` (default temporal); ``choices``: the engines this command
     supports (default all). ``parser`` may be an argument group."""
-    return parser.add_argument("--durability", choices=choices, default="temporal",
+    return parser.add_argument("--durability", choices=choices, default=HOME,
                                metavar="{" + ",".join(choices) + "}", help=help)
 
 

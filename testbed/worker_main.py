@@ -19,7 +19,7 @@ from typing import Any
 
 from agent.contracts import DEFAULT_TASK_QUEUE
 from harness.engines import HOME, REGISTRY
-from testbed.cli_options import UsageError, connection, model_knobs
+from testbed.cli_options import UsageError, add_durability, connection, model_knobs
 
 EXIT_WORKER_FAILED = 3
 
@@ -32,7 +32,7 @@ def add_worker_parser(sub: Any) -> None:
     p = sub.add_parser("worker", help="run one worker process until SIGTERM/Ctrl-C",
                        description="Run one agent worker (workflow + all activities). Prints a READY line once "
                                    "polling. Without --model-base-url it starts its own scripted model server.")
-    p.add_argument("--durability", choices=(HOME,), default=HOME,
+    add_durability(p, choices=(HOME,),
                    help=f"the engine (default {HOME}: this worker); the others' workers are 'dah worker --durability "
                         f"NAME ...' too ({', '.join(r.name for r in REGISTRY if r.worker)}), each with its own "
                         "options: 'dah worker --durability NAME --help'")
