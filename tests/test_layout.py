@@ -146,6 +146,40 @@ def test_each_engine_is_a_folder_with_its_engine_module() -> None:
     assert {r.make.split(":")[0] for r in REGISTRY} <= {f"{f}.engine" for f in folders}
 
 
+def test_a_cluster_is_assembled_only_by_the_stack() -> None:
+    """A cluster's parts (the scripted model, the effects service, the fault proxies, the supervised workers, an
+    engine's server) are put together in one place, ``testbed/stack.py`` (``stack(spec)``: chaos, ``dah``, the
+    benchmarks and the fuzzer all start their clusters there); an engine's folder makes its own server for the
+    stack (``Engine.server``) or for its in-process session. Each part's own module may make one in its docstring
+    or ``main``; the two micro-benchmarks that measure one part alone are named."""
+    parts = {"ScriptedModelServer", "EffectsService", "FaultProxy", "SupervisedWorker", "EmbeddedTemporal",
+             "RestateServer", "PostgresServer"}
+    alone = {"benchmarks.proxy", "benchmarks.model_planner"}  # a proxy, a model server: measured by themselves
+    owners = {"testbed.stack", "testbed.model_server", "testbed.effects_service", "testbed.faults.network",
+              "testbed.supervisor"}
+    found = sorted(f"{name} makes {node.func.id}" for name, path in modules().items()
+                   for node in ast.walk(ast.parse(path.read_text()))
+                   if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in parts
+                   and name not in owners | alone and not name.startswith("testbed.engines"))
+    assert found == []
+
+
+def test_a_worker_command_is_built_only_by_the_engines() -> None:
+    """A worker's command line is built in one place per engine, its folder (a ``{python}`` template there, or
+    the target file's own for your agent), and every engine's is ``dah worker --durability NAME ...``; only
+    ``testbed/worker_process.py`` (the reference's and the checkpoint engine's, shared by several folders) holds
+    templates besides."""
+    found = []
+    for name, path in modules().items():
+        if name.startswith(("testbed.engines", "examples")) or name == "testbed.worker_process":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Tuple) and node.elts and isinstance(node.elts[0], ast.Constant) \
+                    and node.elts[0].value == "{python}":
+                found.append(f"{name}:{node.lineno}")
+    assert found == []
+
+
 def test_only_the_engines_and_the_servers_start_an_engines_server() -> None:
     """``RestateServer`` and ``PostgresServer`` are made only by the engines (and their own modules): nothing else
     starts an engine's server behind the stack's back."""
