@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -159,154 +160,6 @@ def _add_stack_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=0, help="seed of the latency distribution (default 0)")
 
 
-def _stack(args: argparse.Namespace, *, ui: bool) -> Any:
-    """What demo and run start on Temporal (testbed.stack): the server (embedded unless --address), the scripted
-    model and an in-process worker (unless --no-worker: one runs elsewhere)."""
-    from agent.worker import WorkerSettings
-    from testbed.stack import StackSpec, stack
-
-    latency, faults = model_knobs(args)
-    conn = connection(args)
-    worker = not args.no_worker
-    spec = StackSpec(state_dir=args.state_dir, ui=ui, connection=conn, model=worker, model_latency=latency,
-                     model_faults=faults, seed=args.seed, task_queue=args.task_queue, ledger=True)
-    spec.temporal = "embedded" if conn.embedded else "external"
-    if worker:
-        spec.temporal_workers = [WorkerSettings.in_state_dir(args.state_dir, task_queue=args.task_queue)]
-    return stack(spec)
-
-
-def _print_stack(stack: Any, cfg: AgentConfig | None) -> None:
-    where = f"embedded dev server at {stack.server.address}" if stack.server else stack.client.service_client.config.target_host
-    print(f"Temporal:  {where} (namespace {stack.client.namespace}, task queue {stack.task_queue})")
-    if stack.server and stack.server.ui_url:
-        print(f"Web UI:    {stack.server.ui_url}")
-    if cfg is not None:
-        scripted = cfg.model.startswith("scripted") and stack.model_server is not None
-        model = cfg.model + (f" (scripted model server {stack.model_server.url})" if scripted else "")
-        print(f"Model:     {model}")
-    print(f"Workspace: {stack.settings.sandbox_root}/<workflow id>/  ledger: {stack.settings.resolved_ledger_path}")
-
-
-def _report_attempt(failed: int) -> bool:
-    """A retried activity is reported after its first failure, when its failure changes, and after 4, 8, 16, ...
-    failed attempts (not after every one)."""
-    return failed >= 4 and failed & (failed - 1) == 0
-
-
-def _seconds_until(ts: Any) -> float | None:
-    if not ts.seconds and not ts.nanos:
-        return None
-    return max(0.0, ts.seconds + ts.nanos / 1e9 - time.time())
-
-
-def _retry_line(p: Any, label: str, state: dict[str, Any]) -> str | None:
-    """The line to print about one pending activity's retries, or None when it would be no news."""
-    from agent import llm
-
-    if not p.HasField("last_failure"):
-        return None
-    failure = p.last_failure
-    message = failure.message
-    failed = max(1, p.attempt - 1)  # the attempt now scheduled (or running) follows the one that failed
-    first = "message" not in state
-    changed = not first and message != state["message"]
-    if not (first or changed or (failed != state["failed"] and _report_attempt(failed))):
-        return None
-    state.update(message=message, failed=failed)
-    wait = _seconds_until(p.next_attempt_schedule_time)
-    when = f" in {wait:.0f} s" if wait is not None and wait >= 1 else " now"
-    if p.maximum_attempts:
-        limit = f"retrying{when} (attempt {failed + 1} of {p.maximum_attempts}, --max-attempts {p.maximum_attempts})"
-    else:
-        limit = (f"retrying{when}, with no limit on attempts: --max-attempts N bounds them "
-                 "(Ctrl-C stops this command)")
-    model = (failure.application_failure_info.type in llm.MODEL_FAILURE_TYPES
-             or p.activity_type.name == "plan_next_action")
-    what = "model call" if model else p.activity_type.name
-    if first or changed:
-        return f"{label}: {what} failed (attempt {failed}): {llm.clean_message(message)}; {limit}"
-    return f"{label}: {what} still failing after {failed} attempts, same cause; {limit}"
-
-
-async def _print_retries(handle: Any, label: str, states: dict[str, dict[str, Any]], file: Any = None) -> int | None:
-    """Describe the workflow once and print what is news about its retried activities (see ``_retry_line``);
-    how many activities are pending, or None when the workflow could not be described."""
-    try:
-        desc = await handle.describe()
-    except Exception:  # progress is best effort; the result is what matters
-        return None
-    pending = desc.raw_description.pending_activities
-    for p in pending:
-        line = _retry_line(p, label, states.setdefault(p.activity_id, {}))
-        if line:
-            print(line, file=file or sys.stderr, flush=True)
-    return len(pending)
-
-
-async def _await_with_progress(handle: Any, every_s: float = 1.0, label: str = "dah") -> Any:
-    """The workflow's result; meanwhile, say on stderr what it is retrying and why (once per cause, then after
-    4, 8, 16, ... attempts: a long outage is not a line per attempt)."""
-    result = asyncio.ensure_future(handle.result())
-    states: dict[str, dict[str, Any]] = {}
-    try:
-        while True:
-            done, _ = await asyncio.wait({result}, timeout=every_s)
-            if done:
-                return result.result()
-            await _print_retries(handle, label, states)
-    finally:
-        if not result.done():
-            result.cancel()
-            with contextlib.suppress(BaseException):
-                await result
-
-
-def _failure_line(exc: BaseException, max_attempts: int = 0) -> str:
-    """One line that explains a failed run: the classified model failure when that is what ended it (with how
-    many attempts it took), else the run's own failure message."""
-    from temporalio.exceptions import ActivityError, ApplicationError, FailureError, RetryState
-
-    from agent import llm
-
-    top = getattr(exc, "cause", None) or exc
-    deepest, activity, cur = top, None, top
-    while cur is not None:
-        if isinstance(cur, ActivityError):
-            activity = cur
-        deepest = cur
-        cur = cur.cause if isinstance(cur, FailureError) else None
-    if isinstance(deepest, ApplicationError) and deepest.type in llm.MODEL_FAILURE_TYPES:
-        line = llm.clean_message(deepest.message, 600)
-        if activity is not None and activity.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED:
-            tried = (f"{max_attempts} attempt{'s' if max_attempts != 1 else ''} (--max-attempts {max_attempts})"
-                     if max_attempts else "--max-attempts attempts")
-            line += f"; gave up after {tried}"
-        elif activity is not None and activity.retry_state == RetryState.NON_RETRYABLE_FAILURE:
-            line += " (not retried)"
-        return line
-    if isinstance(deepest, ApplicationError) and deepest is not top:
-        # a classified failure below the turn's (an environment that cannot be built, a failed tool): its words
-        return llm.clean_message(f"the run failed: {deepest.message} ({deepest.type or 'ApplicationError'})", 600)
-    kind = getattr(top, "type", None) or type(top).__name__
-    return llm.clean_message(f"the run failed ({kind}): {getattr(top, 'message', None) or top}", 600)
-
-
-class _DropModelFailureLogs(logging.Filter):
-    """The in-process worker's log of a failed model call: the CLI prints the run's failure itself."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        from agent.activities import MODEL_FAILURE_LOG
-
-        return not getattr(record, MODEL_FAILURE_LOG, False)
-
-
-def _quiet_model_failure_logs() -> None:
-    log = logging.getLogger("agent.activities")
-    if not any(isinstance(f, _DropModelFailureLogs) for f in log.filters):
-        log.addFilter(_DropModelFailureLogs())
-
-
 async def _model_client_ready(args: argparse.Namespace, *, say: bool = False) -> None:
     """Wait for the in-process worker's LiteLLM import (~5 s), so it is not counted as the first model call."""
     if args.no_worker:
@@ -318,76 +171,99 @@ async def _model_client_ready(args: argparse.Namespace, *, say: bool = False) ->
     await llm.wait_loaded()
 
 
-async def _print_graph(stack: Any, workflow_id: str, first_run_id: str) -> None:
-    from harness.event_history import fetch_tree, render
-
-    # The workflow and, below it, every subagent it started (each a child workflow with its own history).
-    tree = await fetch_tree(stack.client, workflow_id, first_run_id or None)
-    for wid, runs in tree.items():
-        text = render(runs)
-        print(text if wid == workflow_id else "\n".join("    " + line for line in text.splitlines()))
-    if url := stack.workflow_url(workflow_id):
-        print(f"  web ui: {url}")
+# -- run and demo: the engine --durability names, in this process --------------------------------------------------
 
 
-# -- run ----------------------------------------------------------------------------
+def _engine(args: argparse.Namespace, cfg: AgentConfig) -> Any:
+    """The engine --durability names (on the Temporal cluster the connection options name, where it runs on one),
+    once it is known to run ``cfg``'s environment (``Engine.environments``)."""
+    from testbed.engines import make_engine
+
+    engine = make_engine(args.durability, connection=connection(args))
+    if cfg.env.name != "base" and not engine.environments:
+        raise UsageError(f"env {cfg.env.name}: environments run on Temporal only (not --durability {args.durability})")
+    return engine
+
+
+@contextlib.asynccontextmanager
+async def _session(args: argparse.Namespace, engine: Any, *, ui: bool = False, transcript: bool = False
+                   ) -> AsyncIterator[tuple[Any, Any]]:
+    """This process's stack (the scripted model, unless --no-worker: the steps run elsewhere; the effect ledger) and
+    ``engine`` in this process on it (``Engine.in_process``: ``testbed.engines.base.Session``), all stopped on exit."""
+    from testbed.engines import EngineUnavailable, SessionSpec
+    from testbed.stack import StackSpec, stack
+
+    latency, faults = model_knobs(args)
+    local = StackSpec(state_dir=args.state_dir, temporal="none", model=not args.no_worker, model_latency=latency,
+                      model_faults=faults, seed=args.seed, ledger=True)
+    try:
+        async with stack(local) as s:
+            spec = SessionSpec(args.state_dir, s.model_url, s.ledger, worker=not args.no_worker, ui=ui,
+                               task_queue=args.task_queue, transcript=transcript,
+                               say=functools.partial(print, f"dah {args.command}:", file=sys.stderr, flush=True))
+            async with engine.in_process(spec) as session:
+                yield s, session
+    except (ValueError, EngineUnavailable) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _failure(exc: Exception) -> tuple[str, dict[str, str]]:
+    """One line that says why a run failed, and what else names the run: a ``RunFailedError``'s own (its engine
+    wrote them), else the exception's type and message."""
+    from testbed.engines.oneshot import RunFailedError
+
+    if isinstance(exc, RunFailedError):
+        return str(exc), exc.ids
+    return f"{type(exc).__name__}: {exc}", {}
 
 
 async def cmd_run(args: argparse.Namespace) -> int:
-    from temporalio.client import WorkflowFailureError
-
     cfg = _agent_config(args)
-    if args.durability != "temporal":  # an engine of testbed.engines.ENGINES, in this process
-        return await _one_shot_run(args, cfg)
+    engine = _engine(args, cfg)
     if args.walkthrough:
-        return await _run_walkthroughs(args, [args.walkthrough], ui=False)
+        return await _run_walkthroughs(args, engine, [args.walkthrough], ui=False)
     if not args.prompt:
-        raise UsageError(f"run needs a prompt, e.g. {tool('testbed')} run \"What is 25 * 4?\" (or --walkthrough NAME)")
-    async with _stack(args, ui=False) as stack:
+        raise UsageError(f"run needs a prompt, e.g. {tool('testbed')} run \"What is 25 * 4?\""
+                         + (" (or --walkthrough NAME)" if engine.walkthroughs else ""))
+    run_id = args.workflow_id or f"run-{uuid.uuid4().hex[:12]}"
+    async with _session(args, engine, transcript=args.transcript) as (_, session):
         await _model_client_ready(args)
-        workflow_id = args.workflow_id or f"run-{uuid.uuid4().hex[:12]}"
-        _quiet_model_failure_logs()
-        handle = await stack.start_prompt(cfg, args.prompt, workflow_id)
         if not args.json:
-            print(f"workflow id: {workflow_id} (started)", file=sys.stderr, flush=True)
+            print(f"workflow id: {run_id} (started)", file=sys.stderr, flush=True)
         try:
-            result = await _await_with_progress(handle, label="dah run")
-        except WorkflowFailureError as exc:
-            # An expected end (the model unreachable after --max-attempts, a bad key or model, a failed tool):
-            # one line that says why and what to do, no traceback.
-            line = _failure_line(exc, args.max_attempts)
+            result = await session.run_turn(cfg, args.prompt, run_id)
+        except Exception as exc:
+            # An expected end (the model unreachable after --max-attempts, a bad key or model, a step that gave
+            # up): one line that says why and what to do, no traceback.
+            line, ids = _failure(exc)
             if args.json:
-                print(json.dumps({"workflow_id": workflow_id, "run_id": handle.result_run_id, "error": line}))
+                print(json.dumps({"run_id": run_id, "durability": args.durability, **ids, "error": line}))
             print(f"dah run: error: {line}", file=sys.stderr, flush=True)
             return EXIT_FAILED
         if args.json:
-            print(json.dumps({"workflow_id": workflow_id, "run_id": handle.result_run_id, **asdict(result)}))
+            print(json.dumps({"run_id": run_id, "durability": args.durability, **result}))
             return 0
-        print(f"answer:      {result.reply}")
-        print(f"workflow id: {workflow_id}")
-        await _print_graph(stack, workflow_id, handle.result_run_id or "")
-        if args.transcript:
-            from agent.transcript import transcript
-
-            print("\ntranscript (with the environment state the model saw before each answer):")
-            print(await transcript(stack.client, workflow_id))
+        print(f"answer:      {result['reply']}")
+        for line in await session.describe_run(run_id):
+            print(line)
     return 0
 
 
-async def _run_walkthroughs(args: argparse.Namespace, names: list[str], *, ui: bool) -> int:
-    from testbed.walkthroughs import run_walkthrough
-
-    scenarios = _walkthroughs(names)
+async def _run_walkthroughs(args: argparse.Namespace, engine: Any, names: list[str], *, ui: bool) -> int:
+    walkthroughs = _walkthroughs(args, engine, names)
     failed = 0
-    async with _stack(args, ui=ui) as stack:
-        for scenario in scenarios:
-            failed += not await _show_scenario(stack, scenario, run_walkthrough)
+    async with _session(args, engine, ui=ui) as (_, session):
+        for walkthrough in walkthroughs:
+            failed += not await _show_walkthrough(session, walkthrough)
     return EXIT_FAILED if failed else 0
 
 
-def _walkthroughs(names: list[str]) -> list[Any]:
+def _walkthroughs(args: argparse.Namespace, engine: Any, names: list[str]) -> list[Any]:
     from testbed.walkthroughs import WALKTHROUGHS
 
+    if not engine.walkthroughs:
+        raise UsageError(f"--walkthrough runs on Temporal only; on --durability {args.durability} give a "
+                         "prompt with --model scripted:<scenario>")
     if names == ["all"]:
         return list(WALKTHROUGHS.values())
     unknown = [n for n in names if n not in WALKTHROUGHS]
@@ -396,12 +272,13 @@ def _walkthroughs(names: list[str]) -> list[Any]:
     return [WALKTHROUGHS[n] for n in names]
 
 
-async def _show_scenario(stack: Any, scenario: Any, run_walkthrough: Any) -> bool:
-    print(f"\n== scenario {scenario.name}: {scenario.description}")
-    outcome = await run_walkthrough(stack, scenario)
-    for prompt, reply in zip(scenario.prompts, outcome.replies):
+async def _show_walkthrough(session: Any, walkthrough: Any) -> bool:
+    print(f"\n== walkthrough {walkthrough.name}: {walkthrough.description}")
+    outcome = await session.walkthrough(walkthrough)
+    for prompt, reply in zip(walkthrough.prompts, outcome.replies):
         print(f"you>   {prompt}\nagent> {reply}")
-    await _print_graph(stack, outcome.workflow_id, outcome.runs[0].run_id)
+    for line in await session.describe_run(outcome.workflow_id):
+        print(line)
     if outcome.files:
         print("  workspace: " + ", ".join(f"{k} ({len(v)} bytes)" for k, v in outcome.files.items()))
     if outcome.passed:
@@ -441,7 +318,7 @@ class _LineReader:
 
 
 DEMO_HELP = """commands:
-  <any text>        run it as a prompt (one workflow per prompt)
+  <any text>        run it as a prompt (one run per prompt)
   /walkthroughs     list the scripted walkthroughs
   /walkthrough NAME run one (or 'all') and check its expectations
   /help             this text
@@ -449,150 +326,65 @@ DEMO_HELP = """commands:
 
 
 async def cmd_demo(args: argparse.Namespace) -> int:
-    from testbed.walkthroughs import WALKTHROUGHS, run_walkthrough
-
     cfg = _agent_config(args)
-    if args.durability != "temporal":  # an engine of testbed.engines.ENGINES, in this process
-        return await _one_shot_demo(args, cfg)
+    engine = _engine(args, cfg)
     if args.walkthrough:
-        return await _run_walkthroughs(args, [args.walkthrough], ui=not args.no_ui)
-    async with _stack(args, ui=not args.no_ui) as stack:
-        print("durable-agent-harness demo: a durable agent loop on a real Temporal server")
-        _print_stack(stack, cfg)
+        return await _run_walkthroughs(args, engine, [args.walkthrough], ui=not args.no_ui)
+    async with _session(args, engine, ui=not args.no_ui) as (local, session):
+        print(session.banner)
+        scripted = cfg.model.startswith("scripted") and local.model_server is not None
+        print(f"Model:     {cfg.model}" + (f" (scripted model server {local.model_server.url})" if scripted else ""))
+        print(f"Workspace: {local.settings.sandbox_root}/<run id>/  ledger: {local.ledger.path}")
         await _model_client_ready(args, say=True)
         if args.prompt:
-            await _demo_prompt(stack, cfg, args.prompt)
-            return 0
-        print(DEMO_HELP)
-        reader = _LineReader(asyncio.get_running_loop())
-        while True:
-            line = await reader.readline("\nyou> ")
-            if line is None:
-                print()
-                break
-            line = line.strip()
-            if not line:
-                continue
-            if line.lower() in QUIT_WORDS:
-                break
-            if line == "/help":
-                print(DEMO_HELP)
-            elif line in ("/walkthroughs", "/scenarios"):  # the older name still works
-                for s in WALKTHROUGHS.values():
-                    print(f"  {s.name:<18} {s.description}")
-            elif line.startswith(("/walkthrough", "/scenario")):
-                names = line.split()[1:] or ["direct"]
-                try:
-                    for scenario in _walkthroughs(names):
-                        await _show_scenario(stack, scenario, run_walkthrough)
-                except UsageError as exc:
-                    print(f"error: {exc}")
-            elif line.startswith("/"):
-                print(f"unknown command {line.split()[0]}; /help lists them")
-            else:
-                await _demo_prompt(stack, cfg, line)
-        print("stopping worker, model server and Temporal ...")
+            await _demo_prompt(session, cfg, args.prompt)
+        else:
+            await _demo_repl(args, engine, session, cfg)
+        print("stopping everything the demo started ...")
     print("stopped.")
     return 0
 
 
-async def _demo_prompt(stack: Any, cfg: AgentConfig, prompt: str) -> None:
-    from temporalio.client import WorkflowFailureError
-
-    workflow_id = f"demo-{uuid.uuid4().hex[:10]}"
-    _quiet_model_failure_logs()
-    try:
-        handle = await stack.start_prompt(cfg, prompt, workflow_id)
-        result = await _await_with_progress(handle, label="dah demo")
-    except WorkflowFailureError as exc:
-        print(f"agent> (the run failed: {_failure_line(exc, cfg.planning.maximum_attempts)})")
-        return
-    print(f"agent> {result.reply}")
-    await _print_graph(stack, workflow_id, handle.result_run_id or "")
-
-
-# -- the other engines: each prompt one run in this process -------------------------------------------------
-
-
-def _one_shot_checks(args: argparse.Namespace, cfg: AgentConfig) -> None:
-    if args.walkthrough:
-        raise UsageError(f"--walkthrough runs on Temporal only; on --durability {args.durability} give a "
-                         "prompt with --model scripted:<scenario>")
-    if cfg.env.name != "base":
-        raise UsageError(f"env {cfg.env.name}: environments run on Temporal only "
-                         f"(not --durability {args.durability})")
-
-
-@contextlib.asynccontextmanager
-async def _session(args: argparse.Namespace, cfg: AgentConfig) -> AsyncIterator[Any]:
-    """The scripted model (unless --no-worker: the steps run elsewhere) and the engine --durability names, in this
-    process (``Engine.in_process``: ``testbed.engines.base.Session``), all stopped on exit."""
-    from testbed.engines import make_engine
-    from testbed.engines import EngineUnavailable
-    from testbed.stack import StackSpec, stack
-
-    _one_shot_checks(args, cfg)
-    latency, faults = model_knobs(args)
-    spec = StackSpec(state_dir=args.state_dir, temporal="none", model=not args.no_worker, model_latency=latency,
-                     model_faults=faults, seed=args.seed, ledger=True)
-    engine = make_engine(args.durability)
-    try:
-        async with stack(spec) as s, engine.in_process(args.state_dir, s.model_url, s.ledger,
-                                                       worker=not args.no_worker) as session:
-            await _model_client_ready(args)
-            yield session
-    except (ValueError, EngineUnavailable) as exc:
-        raise UsageError(str(exc)) from None
-
-
-async def _one_shot_run(args: argparse.Namespace, cfg: AgentConfig) -> int:
-    if not args.prompt:
-        raise UsageError(f"run needs a prompt, e.g. {tool('testbed')} run --durability {args.durability} \"What is 25 * 4?\"")
-    run_id = args.workflow_id or f"{args.durability}-{uuid.uuid4().hex[:12]}"
-    async with _session(args, cfg) as session:
-        try:
-            result = await session.run_turn(cfg, args.prompt, run_id)
-        except Exception as exc:  # a step gave up: each engine raises its own error
-            print(f"the run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-            return EXIT_FAILED
-        if args.json:
-            print(json.dumps({"run_id": run_id, "durability": args.durability, **result}))
-            return 0
-        print(f"answer:      {result['reply']}")
-        for line in await session.describe_run(run_id):
-            print(line)
-    return 0
-
-
-async def _one_shot_demo(args: argparse.Namespace, cfg: AgentConfig) -> int:
-    """The one-shot demos' conversation: --prompt once, else lines from the terminal until quit; each answered
-    by a run of its own."""
-    async with _session(args, cfg) as session:
-        print(session.banner)
-        from agent.worker import WorkerSettings
-
-        print(f"Model: {cfg.model}   ledger: {WorkerSettings.in_state_dir(args.state_dir).resolved_ledger_path}")
-        prompts = [args.prompt] if args.prompt else None
-        reader = None if prompts else _LineReader(asyncio.get_running_loop())
-        while True:
-            if prompts is not None:
-                if not prompts:
-                    break
-                line = prompts.pop()
-            else:
-                line = await reader.readline("\nyou> ")
-                if line is None or line.strip().lower() in QUIT_WORDS:
-                    break
-                line = line.strip()
-                if not line:
-                    continue
+async def _demo_repl(args: argparse.Namespace, engine: Any, session: Any, cfg: AgentConfig) -> None:
+    """Lines from the terminal until quit: each a prompt, or one of ``DEMO_HELP``'s commands."""
+    print(DEMO_HELP)
+    reader = _LineReader(asyncio.get_running_loop())
+    while True:
+        line = await reader.readline("\nyou> ")
+        if line is None:
+            print()
+            return
+        line = line.strip()
+        if not line:
+            continue
+        if line.lower() in QUIT_WORDS:
+            return
+        if line == "/help":
+            print(DEMO_HELP)
+        elif line in ("/walkthroughs", "/scenarios"):  # the older name still works
+            cmd_walkthroughs(args)
+        elif line.startswith(("/walkthrough", "/scenario")):
             try:
-                result = await session.run_turn(cfg, line, f"demo-{uuid.uuid4().hex[:10]}")
-                print(f"agent> {result['reply']}")
-            except Exception as exc:  # a step gave up: each engine raises its own error
-                print(f"agent> (the run failed: {type(exc).__name__}: {exc})")
-    print("stopped.")
-    return 0
+                for walkthrough in _walkthroughs(args, engine, line.split()[1:] or ["direct"]):
+                    await _show_walkthrough(session, walkthrough)
+            except UsageError as exc:
+                print(f"error: {exc}")
+        elif line.startswith("/"):
+            print(f"unknown command {line.split()[0]}; /help lists them")
+        else:
+            await _demo_prompt(session, cfg, line)
+
+
+async def _demo_prompt(session: Any, cfg: AgentConfig, prompt: str) -> None:
+    run_id = f"demo-{uuid.uuid4().hex[:10]}"
+    try:
+        result = await session.run_turn(cfg, prompt, run_id)
+    except Exception as exc:  # a step gave up, the model unreachable: say why, go on
+        print(f"agent> (the run failed: {_failure(exc)[0]})")
+        return
+    print(f"agent> {result['reply']}")
+    for line in await session.describe_run(run_id):
+        print(line)
 
 
 # -- chat ------------------------------------------------------------------------------
@@ -605,6 +397,7 @@ async def cmd_chat(args: argparse.Namespace) -> int:
     from agent.contracts import AgentInput
     from agent.messaging import MessageNotDelivered, send_message
     from agent.workflow import AgentWorkflow
+    from testbed.engines.temporal.session import await_with_progress, failure_line
 
     cfg = _agent_config(args)
     conn = connection(args, embedded_default=False)
@@ -646,26 +439,19 @@ async def cmd_chat(args: argparse.Namespace) -> int:
                 continue
             # One update id per message, re-sent until answered (agent.messaging): a timeout or a dropped
             # connection does not drop the message, and a re-send is never a second turn.
-            update = asyncio.ensure_future(send_message(
+            update = send_message(
                 chat, line, f"chat-{uuid.uuid4().hex[:12]}", deadline_s=args.message_timeout,
                 on_retry=lambda n, err: print(f"  (no answer yet ({err.split(':', 1)[0]}); sending it again under "
-                                              f"the same update id, try {n})", flush=True)))
+                                              f"the same update id, try {n})", flush=True))
             # Meanwhile: what the turn is retrying and why (a model that cannot be reached, ...), or, when nothing
             # has even started after 5 s, the likely reason (no worker).
-            states: dict[str, dict[str, Any]] = {}
-            started, hinted = time.monotonic(), False
-            while not update.done():
-                await asyncio.wait({update}, timeout=1.0)
-                if update.done():
-                    break
-                pending = await _print_retries(chat, "dah chat", states, file=sys.stdout)
-                if not hinted and pending == 0 and time.monotonic() - started >= 5.0:
-                    hinted = True
-                    print(f"  (still waiting; is a worker polling task queue {args.task_queue!r} on "
-                          f"{conn.address}?)", flush=True)
-            print(f"agent> {(await update).reply.text}")
+            delivered = await await_with_progress(
+                chat, lambda said: print(f"dah chat: {said}", flush=True), update,
+                idle=lambda: print(f"  (still waiting; is a worker polling task queue {args.task_queue!r} on "
+                                   f"{conn.address}?)", flush=True))
+            print(f"agent> {delivered.reply.text}")
         except WorkflowUpdateFailedError as exc:  # the turn failed (e.g. the model unreachable): say why, go on
-            print(f"error: {_failure_line(exc, cfg.planning.maximum_attempts)}")
+            print(f"error: {failure_line(exc, cfg.planning.maximum_attempts)}")
         except (RPCError, MessageNotDelivered) as exc:
             print(f"error: {getattr(exc, 'cause', None) or exc}")
 

@@ -240,7 +240,7 @@ async def test_a_rejected_key_fails_the_run_at_once_naming_the_variable(stack, m
     one call (not retried), and the run's failure says which variable to set without quoting the key."""
     from temporalio.client import WorkflowFailureError
 
-    from testbed.cli import _failure_line
+    from testbed.engines.temporal.session import failure_line
 
     with rejecting_api() as (base, calls):
         monkeypatch.setenv("OPENAI_BASE_URL", base)
@@ -250,7 +250,7 @@ async def test_a_rejected_key_fails_the_run_at_once_naming_the_variable(stack, m
         with pytest.raises(WorkflowFailureError) as info:
             await asyncio.wait_for(stack.run_prompt(cfg, "hi"), timeout=30)
     assert calls == ["/v1/chat/completions"]  # not retried
-    line = _failure_line(info.value)
+    line = failure_line(info.value)
     assert "the openai API rejected the API key" in line and "set OPENAI_API_KEY" in line, line
     assert "(not retried)" in line
     assert_clean(line)
@@ -258,10 +258,10 @@ async def test_a_rejected_key_fails_the_run_at_once_naming_the_variable(stack, m
 
 
 def test_progress_lines_are_once_per_cause() -> None:
-    """What ``dah run`` prints while an activity is retried: its first failure, a new cause, then 4, 8, 16 ..."""
+    """What ``dah run`` shows while an activity is retried: its first failure, a new cause, then 4, 8, 16 ..."""
     from temporalio.api.workflow.v1 import PendingActivityInfo
 
-    from testbed.cli import _retry_line
+    from testbed.engines.temporal.session import retry_line
 
     state: dict = {}
     printed = []
@@ -270,10 +270,10 @@ def test_progress_lines_are_once_per_cause() -> None:
         p.activity_type.name = "plan_next_action"
         p.last_failure.message = message
         p.last_failure.application_failure_info.type = llm.UNREACHABLE
-        line = _retry_line(p, "dah run", state)
+        line = retry_line(p, state)
         if line:
             printed.append((attempt - 1, line))
     assert [n for n, _ in printed] == [1, 4, 5, 8]
     assert "--max-attempts N bounds them" in printed[0][1] and "still failing after 4 attempts" in printed[1][1]
     p = PendingActivityInfo(attempt=2, maximum_attempts=1)
-    assert _retry_line(p, "dah run", {}) is None  # no failure yet: nothing to say
+    assert retry_line(p, {}) is None  # no failure yet: nothing to say

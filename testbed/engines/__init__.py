@@ -5,8 +5,9 @@ one from its entry. Each folder holds the same parts: the engine class (``engine
 endpoint entry point, its client, and the records it leaves:
 
 * ``temporal/``: ``ReferenceOnTemporal``, the reference agent (``agent/``) on Temporal: ``engine.py``, ``server.py``
-  (the dev server), ``connection.py`` (an external cluster), ``driver.py`` (the chat driver), ``in_flight.py``
-  (what its workers are running, for aimed faults); workers are processes, or Docker containers;
+  (the dev server), ``connection.py`` (an external cluster), ``driver.py`` (the chat driver), ``session.py``
+  (``dah run`` and ``dah demo``), ``in_flight.py`` (what its workers are running, for aimed faults); workers are
+  processes, or Docker containers;
 * ``byo/``: ``OwnAgentOnTemporal``, your agent on Temporal, described by a target file (``target.py``), run in its
   own Python;
 * ``checkpoint/``: ``CheckpointEngine``, this project's own checkpoint engine (runs, steps, leases and a queue in
@@ -16,8 +17,8 @@ endpoint entry point, its client, and the records it leaves:
 * ``restate/``: ``RestateEngine``, the agent loop as a Restate service (``agent.py``, ``client.py``,
   ``server.py``);
 * beside them, what several share: ``workload.py`` (the seeded load and the timeouts profiles), ``steps.py`` (what
-  a step does on every engine but Temporal) and ``oneshot.py`` (the driver of the engines that run one message as
-  one durable run).
+  a step does on every engine but Temporal), ``oneshot.py`` (the driver of the engines that run one message as
+  one durable run) and, here, ``SessionSpec`` (what ``dah run`` and ``dah demo`` ask of an engine).
 
 The modules load lazily: a worker process importing its engine's binding does not import the others.
 """
@@ -26,7 +27,15 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agent.contracts import DEFAULT_TASK_QUEUE
+
+if TYPE_CHECKING:
+    from harness.recording import EffectLedger
 
 
 # Names only, for the type hints: importing the engines here would import them all (and make this package a
@@ -37,6 +46,21 @@ Engine = Any
 class EngineUnavailable(RuntimeError):
     """An engine cannot run on this machine (its server binary or database is not installed): the message says
     what is missing and how to install it. Benchmarks report such an engine ``unavailable``, never leave it out."""
+
+
+@dataclass
+class SessionSpec:
+    """What ``dah run`` / ``dah demo`` ask of an engine in this process (``Engine.in_process``): each engine takes
+    what applies to it."""
+
+    state_dir: Path  # its state, the workspaces and the effect ledger
+    model_url: str | None  # the scripted model server (None: a live provider)
+    ledger: EffectLedger  # open: the steps record their effects in it
+    worker: bool = True  # run the steps here too; False: only submit them, for workers elsewhere
+    ui: bool = False  # the engine's server with its Web UI, where it has one
+    task_queue: str = DEFAULT_TASK_QUEUE  # where its runs go, where it has task queues
+    transcript: bool = False  # ``describe_run`` adds the conversation as the model saw it, where it keeps one
+    say: Callable[[str], None] = lambda line: None  # news while a run goes on (what it retries, and why)
 
 
 def _class(make: str) -> Any:

@@ -8,7 +8,8 @@ Temporal workers). Every caller reaches it through this one class:
   ``checkers`` / ``not_applicable`` (which checks apply), ``record`` / ``reproduce``;
 * the test bed's stack (``testbed.stack.StackSpec.engine``): ``server`` (the engine's own server, exposed as
   ``Stack.server``) and ``start_in_stack`` (its parts that run in the stack's process);
-* ``dah run`` / ``dah demo``: ``in_process`` (the engine in this process, one prompt one run: ``Session``).
+* ``dah run`` / ``dah demo``: ``in_process`` (the engine in this process, one prompt one run: ``Session``), and
+  what they may ask of it beyond a prompt (``environments``, ``walkthroughs``).
 
 An engine never imports the chaos package: a scenario is what ``Scenario`` names, duck-typed.
 """
@@ -20,15 +21,14 @@ import contextlib
 import re
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 from agent.contracts import AgentConfig
 from harness.engines import names, registered
 from harness.event_history import RunRecord, fetch_run, save_histories
 from harness.operations import History
-from harness.recording import EffectLedger
 from harness.rundir import RunDir
+from testbed.engines import SessionSpec
 from testbed.engines.temporal.connection import TemporalConnection
 from testbed.engines.byo.target import REFERENCE, Target
 from testbed.stack import Stack, StackSpec
@@ -71,15 +71,21 @@ class Scenario(Protocol):
 class Session(Protocol):
     """An engine running in this process for ``dah run`` / ``dah demo``: each prompt one run of its own."""
 
-    banner: str  # what ``dah demo`` says first: the engine, where its state is, the model
+    banner: str  # what ``dah demo`` says first: the engine, where its state is
 
     async def run_turn(self, config: AgentConfig, prompt: str, run_id: str) -> dict[str, Any]:
-        """The run ``run_id`` of ``prompt`` to its result (``reply``, ``messages``); an exception if it failed."""
+        """The run ``run_id`` of ``prompt`` to its result (``reply``, ``messages``, what else names the run); an
+        exception if it failed: ``oneshot.RunFailedError`` when the engine can say why in one line."""
         ...
 
     async def describe_run(self, run_id: str) -> list[str]:
         """Where the run is kept, then one line per step as the engine recorded it (what ``dah run`` prints)."""
         ...
+
+    async def walkthrough(self, walkthrough: Any) -> Any:
+        """Run a scripted walkthrough (``testbed.walkthroughs``) and check it: its outcome. Only an engine whose
+        ``walkthroughs`` is true has it; the others run none."""
+        raise NotImplementedError("this engine runs no walkthroughs")
 
 
 @dataclass
@@ -190,9 +196,13 @@ class Engine:
 
     # -- dah run / dah demo ----------------------------------------------------------------------------------
 
-    def in_process(self, state_dir: Path, model_url: str | None, ledger: EffectLedger, *, worker: bool = True
-                   ) -> contextlib.AbstractAsyncContextManager[Session]:
-        """This engine in this process, on ``state_dir`` (``worker``: run the steps here too, else only submit
-        them for workers elsewhere); Temporal's ``dah run`` is the stack's own (``testbed.cli``)."""
+    #: the agent's environments other than ``base`` (a shell, a browser) run on this engine's session
+    environments = False
+    #: the scripted walkthroughs (``testbed.walkthroughs``: they check Temporal's event histories) run on it
+    walkthroughs = False
+
+    def in_process(self, spec: SessionSpec) -> contextlib.AbstractAsyncContextManager[Session]:
+        """This engine in this process, as ``spec`` asks, stopped on exit; ValueError (or ``EngineUnavailable``)
+        naming what it cannot do."""
         raise NotImplementedError(f"{self.name}: no in-process session")
 

@@ -31,7 +31,12 @@ async def running_from_ledger(engine: Any, stack: Any) -> list[dict[str, Any]]:
 
 
 class RunFailedError(RuntimeError):
-    """The engine ran the run to a failure (a step gave up): the message was answered with an error."""
+    """The engine ran the run to a failure (a step gave up): the message was answered with an error. Its message
+    says why in one line; ``ids``: what else names the run (Temporal's workflow and run ids, in ``dah run --json``)."""
+
+    def __init__(self, message: str, ids: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.ids = ids or {}
 
 
 @dataclass

@@ -36,8 +36,8 @@ from typing import Any
 from agent.contracts import AgentConfig
 from agent.worker import WorkerSettings
 from harness.operations import History
-from harness.recording import EffectLedger
 from harness.rundir import RunDir
+from testbed.engines import SessionSpec
 from testbed.engines.base import Engine, Scenario, without_event_histories
 from testbed.engines.checkpoint import CHECKPOINT_DB
 from testbed.engines.checkpoint.agent_task import TASK, manifest_for
@@ -123,14 +123,13 @@ class CheckpointEngine(Engine):
         exits.push_async_callback(halt)
 
     @contextlib.asynccontextmanager
-    async def in_process(self, state_dir: Path, model_url: str | None, ledger: EffectLedger, *, worker: bool = True
-                         ) -> AsyncIterator[CheckpointSession]:
-        """The database in ``state_dir`` and (``worker``) a checkpoint worker here; each prompt a queued run."""
-        engine = replace(self, worker_in_process=worker)
-        spec = StackSpec(state_dir=state_dir, temporal="none", model=False, model_url=model_url, engine=engine,
-                         effect_ledger=ledger)
-        async with stack(spec):
-            session = CheckpointSession(state_dir / CHECKPOINT_DB)
+    async def in_process(self, spec: SessionSpec) -> AsyncIterator[CheckpointSession]:
+        """The database in ``spec.state_dir`` and (``spec.worker``) a checkpoint worker here; each prompt a queued
+        run."""
+        engine = replace(self, worker_in_process=spec.worker)
+        async with stack(StackSpec(state_dir=spec.state_dir, temporal="none", model=False, model_url=spec.model_url,
+                                   engine=engine, effect_ledger=spec.ledger)):
+            session = CheckpointSession(spec.state_dir / CHECKPOINT_DB)
             try:
                 yield session
             finally:

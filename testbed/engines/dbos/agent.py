@@ -308,11 +308,11 @@ def dbos_version() -> str:
 
 
 @contextlib.asynccontextmanager
-async def engine(state_dir: Path, model_url: str, *, database: str = "sqlite", ledger: EffectLedger | None = None
+async def engine(state_dir: Path, model_url: str, *, database: str = "sqlite", ledger: EffectLedger
                  ) -> AsyncIterator[InProcessDbos]:
     """DBOS launched in this process on a system database under ``state_dir``: ``database`` "sqlite" (a file) or
-    "postgres" (a PostgreSQL server started here, ``testbed.engines.dbos.postgres``, stopped on exit). ``ledger``: the effect
-    ledger the steps record in (default: the state dir's own, opened and closed here)."""
+    "postgres" (a PostgreSQL server started here, ``testbed.engines.dbos.postgres``, stopped on exit). ``ledger``: the open effect
+    ledger the steps record in."""
     from agent.worker import WorkerSettings
 
     if database not in ("sqlite", "postgres"):
@@ -321,8 +321,6 @@ async def engine(state_dir: Path, model_url: str, *, database: str = "sqlite", l
     state_dir.mkdir(parents=True, exist_ok=True)
     settings = WorkerSettings.in_state_dir(state_dir)
     async with contextlib.AsyncExitStack() as exits:
-        if ledger is None:
-            ledger = exits.enter_context(EffectLedger(settings.resolved_ledger_path))
         if database == "postgres":
             from testbed.engines.dbos.postgres import PostgresServer
 

@@ -40,10 +40,10 @@ from typing import Any
 
 from harness import SAFE_PATH
 from harness.operations import History
-from harness.recording import EffectLedger
 from harness.rundir import DBOS_STEPS, RunDir
 from harness.commands import tool
 from testbed.engines.dbos import agent as dbos_agent
+from testbed.engines import SessionSpec
 from testbed.engines.base import Engine, Scenario, without_event_histories
 from testbed.engines.oneshot import OneShotDriver, RunFailedError, running_from_ledger
 from testbed.engines.byo.target import REFERENCE, Target
@@ -147,13 +147,12 @@ class DbosEngine(Engine):
             await asyncio.to_thread(client.close)
 
 
-    def in_process(self, state_dir: Path, model_url: str | None, ledger: EffectLedger, *, worker: bool = True
-                   ) -> contextlib.AbstractAsyncContextManager[dbos_agent.InProcessDbos]:
+    def in_process(self, spec: SessionSpec) -> contextlib.AbstractAsyncContextManager[dbos_agent.InProcessDbos]:
         """DBOS launched in this process on this engine's system database (``dbos_agent.engine``)."""
-        if not worker:
+        if not spec.worker:
             raise ValueError(f"--no-worker: --durability {self.name} runs its workflow in this process (workers of "
                              "its own: " + tool("testbed") + " worker --durability dbos)")
-        return dbos_agent.engine(state_dir, model_url or "", database=self.database, ledger=ledger)
+        return dbos_agent.engine(spec.state_dir, spec.model_url or "", database=self.database, ledger=spec.ledger)
 
 @dataclass
 class DbosDriver(OneShotDriver):

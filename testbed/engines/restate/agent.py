@@ -256,10 +256,9 @@ class InProcessRestate:
 
 
 @contextlib.asynccontextmanager
-async def engine(state_dir: Path, model_url: str, *, ledger: EffectLedger | None = None
-                 ) -> AsyncIterator[InProcessRestate]:
+async def engine(state_dir: Path, model_url: str, *, ledger: EffectLedger) -> AsyncIterator[InProcessRestate]:
     """A Restate server (its state in ``state_dir/restate``), this process serving the endpoint on a free port,
-    registered; all stopped on exit. ``ledger``: an open effect ledger (default: the state dir's, opened here).
+    registered; all stopped on exit. ``ledger``: the open effect ledger the steps record in.
     ``EngineUnavailable`` if there is no restate-server binary."""
     from agent import llm
     from testbed.engines import EngineUnavailable
@@ -275,8 +274,6 @@ async def engine(state_dir: Path, model_url: str, *, ledger: EffectLedger | None
     settings = WorkerSettings.in_state_dir(state_dir)
     llm.preload_in_background()
     async with contextlib.AsyncExitStack() as exits:
-        if ledger is None:
-            ledger = exits.enter_context(EffectLedger(settings.resolved_ledger_path))
         configure(StepResources(ledger=ledger, sandbox_root=settings.sandbox_root, model_base_url=model_url,
                                 worker="in-process"))
         (state_dir / "logs").mkdir(parents=True, exist_ok=True)

@@ -44,8 +44,8 @@ from typing import Any
 
 from harness import SAFE_PATH
 from harness.operations import History
-from harness.recording import EffectLedger
 from harness.rundir import RESTATE_JOURNAL, RunDir
+from testbed.engines import SessionSpec
 from testbed.engines.base import Engine, Scenario, without_event_histories
 from testbed.engines.checkpoint.engine import NO_EVENT_HISTORIES
 from testbed.engines.oneshot import OneShotDriver, RunFailedError, running_from_ledger
@@ -127,13 +127,12 @@ class RestateEngine(Engine):
         (run.path / RESTATE_JOURNAL).write_text(json.dumps(report, indent=2))
 
 
-    def in_process(self, state_dir: Path, model_url: str | None, ledger: EffectLedger, *, worker: bool = True
-                   ) -> contextlib.AbstractAsyncContextManager[InProcessRestate]:
+    def in_process(self, spec: SessionSpec) -> contextlib.AbstractAsyncContextManager[InProcessRestate]:
         """A Restate server and the endpoint in this process (``restate_agent.engine``); ``EngineUnavailable``
         without a restate-server binary."""
-        if not worker:
+        if not spec.worker:
             raise ValueError("--no-worker: on --durability restate the endpoint runs in this process")
-        return engine(state_dir, model_url or "", ledger=ledger)
+        return engine(spec.state_dir, spec.model_url or "", ledger=spec.ledger)
 
 def journal_completions(server: RestateServer) -> dict[str, Any]:
     """Every ``ctx.run`` the journal shows, and when it completed each. The k-th Run command of an invocation is the

@@ -12,10 +12,13 @@ that matter; the driver talks to Temporal directly. The effects service (what th
 effects are ``service``, the scenario's ``after_effect`` crash point is the service's crash-after-effect fault
 (it applies the effect, then the harness kills the calling worker before the response returns) instead of the
 worker's own ``DAH_CRASH_AT``.
+
+In this process (``dah run``, ``dah demo``: ``in_process``): the server and one worker here (``session.py``).
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +27,8 @@ from harness.faults import AgentFaults
 from harness.operations import History
 from harness.recording import ENV_LEDGER
 from harness.rundir import EFFECTS_SERVICE, RunDir
-from testbed.engines.base import Engine, Scenario
+from testbed.engines import SessionSpec
+from testbed.engines.base import Engine, Scenario, Session
 from testbed.engines.workload import TIMEOUTS, chaos_agent_config
 from testbed.engines.temporal.driver import Driver
 from testbed.engines.temporal.in_flight import TemporalInFlight
@@ -45,6 +49,8 @@ class ReferenceOnTemporal(Engine):
     image: str | None = None
     _pollers: Any = field(default=None, init=False, repr=False)  # the readiness check, when there is no ready line
     _server_address: str = field(default="", init=False, repr=False)
+    environments = True
+    walkthroughs = True
 
     def own_cluster_because(self) -> str | None:
         """Only the reference agent's worker processes on the embedded server take the task queue each run is given
@@ -57,6 +63,11 @@ class ReferenceOnTemporal(Engine):
 
     def record(self) -> dict[str, Any]:
         return {**super().record(), "workers": self.workers, "image": self.image}
+
+    def in_process(self, spec: SessionSpec) -> contextlib.AbstractAsyncContextManager[Session]:
+        from testbed.engines.temporal.session import in_process
+
+        return in_process(self.connection, spec)
 
     def reproduce(self) -> dict[str, Any]:
         docker = {"--placement": "docker", "--image": self.image} if self.workers == "docker" else {}
