@@ -23,6 +23,7 @@ from testbed.engines.workload import Workload
 from chaos.generator import NemesisEvent
 from chaos.runner import run
 from chaos.scenarios import SCENARIOS
+from harness.engines import registered
 from harness.operations import load
 from harness.verdict import NOT_APPLICABLE, PASS
 from testbed.processes import spawn, stop
@@ -77,7 +78,7 @@ async def test_the_engine_on_postgres_after_sqlite() -> None:
             for database in ("sqlite", "postgres"):
                 async with dbos_agent.engine(state, s.model_url or "", database=database, ledger=s.ledger) as e:
                     result = await e.run_turn(AgentConfig(model="scripted"), PROMPT, f"on-{database}")
-                    assert "100" in result["reply"] and e.name == f"dbos-{database}"
+                    assert "100" in result["reply"] and e.name == registered(f"dbos-{database}").name  # dbos on SQLite
                     settings = e.record()["durability"]
             assert settings["fsync"] == "on" and settings["synchronous_commit"] == "on"  # as read from the server
     finally:
