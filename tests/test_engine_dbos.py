@@ -23,6 +23,7 @@ from testbed.engines.workload import Workload
 from chaos.generator import NemesisEvent
 from chaos.runner import run
 from chaos.scenarios import SCENARIOS
+from harness.engines import registered
 from harness.operations import load
 from harness.verdict import NOT_APPLICABLE, PASS
 from testbed.processes import spawn, stop

@@ -8,8 +8,8 @@ Temporal workers). Every caller reaches it through this one class:
   ``checkers`` / ``not_applicable`` (which checks apply), ``record`` / ``reproduce``;
 * the test bed's stack (``testbed.stack.StackSpec.engine``): ``server`` (the engine's own server, exposed as
   ``Stack.server``) and ``start_in_stack`` (its parts that run in the stack's process);
-* ``dah run`` / ``dah demo``: ``in_process`` (the engine in this process, one prompt one run: ``Session``), and
-  what they may ask of it beyond a prompt (``environments``, ``walkthroughs``).
+* ``dah run``, ``dah demo``, the benchmarks' engines: ``in_process`` (the engine in this process, one prompt one run:
+  ``Session``), and what ``dah`` may ask of it beyond a prompt (``environments``, ``walkthroughs``).
 
 An engine never imports the chaos package: a scenario is what ``Scenario`` names, duck-typed.
 """
@@ -28,7 +28,7 @@ from harness.engines import names, registered
 from harness.event_history import RunRecord, fetch_run, save_histories
 from harness.operations import History
 from harness.rundir import RunDir
-from testbed.engines import SessionSpec
+from testbed.engines import EngineUnavailable, SessionSpec
 from testbed.engines.temporal.connection import TemporalConnection
 from testbed.engines.byo.target import REFERENCE, Target
 from testbed.stack import Stack, StackSpec
@@ -69,9 +69,14 @@ class Scenario(Protocol):
 
 
 class Session(Protocol):
-    """An engine running in this process for ``dah run`` / ``dah demo``: each prompt one run of its own."""
+    """An engine running in this process (``Engine.in_process``): each prompt one run of its own, for ``dah run``,
+    ``dah demo`` and the benchmarks' engines section. A session subclasses this class for its defaults."""
 
     banner: str  # what ``dah demo`` says first: the engine, where its state is
+
+    def record(self) -> dict[str, Any]:
+        """What runs, with its durability settings as read from it (the benchmarks' ``configs``)."""
+        return {}
 
     async def run_turn(self, config: AgentConfig, prompt: str, run_id: str) -> dict[str, Any]:
         """The run ``run_id`` of ``prompt`` to its result (``reply``, ``messages``, what else names the run); an
@@ -86,6 +91,11 @@ class Session(Protocol):
         """Run a scripted walkthrough (``testbed.walkthroughs``) and check it: its outcome. Only an engine whose
         ``walkthroughs`` is true has it; the others run none."""
         raise NotImplementedError("this engine runs no walkthroughs")
+
+    async def noop_steps(self, n: int) -> list[float]:
+        """The time of each of ``n`` no-op steps of one run (ms): what the engine's durability alone costs a step;
+        ``EngineUnavailable`` (reported as such by the benchmarks) where it is not measured."""
+        raise EngineUnavailable(f"{type(self).__name__}: a no-op step is not measured on this engine")
 
 
 @dataclass
@@ -194,7 +204,7 @@ class Engine:
         """Start what the engine runs in the stack's process (after the model and the ledger, before the worker
         processes), stopped by ``exits``; nothing by default."""
 
-    # -- dah run / dah demo ----------------------------------------------------------------------------------
+    # -- dah run / dah demo, the benchmarks' engines section -------------------------------------------------
 
     #: the agent's environments other than ``base`` (a shell, a browser) run on this engine's session
     environments = False

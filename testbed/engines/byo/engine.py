@@ -31,6 +31,7 @@ from testbed.engines.workload import TIMEOUTS
 from testbed.engines.byo.target import Target, target_environment
 from testbed.engines.temporal.connection import TemporalConnection
 from testbed.engines.temporal.engine import ReferenceOnTemporal
+from testbed.engines.temporal.on_server import ReferenceOnServer
 from testbed.processes import spawn, stop
 from testbed.stack import Endpoints, Stack
 from testbed.worker_process import tail
@@ -47,13 +48,15 @@ class OwnAgentOnTemporal(ReferenceOnTemporal):
     @classmethod
     def made(cls, entry: dict[str, Any], *, workers: str | None = None, image: str | None = None,
              target: Target | None = None, target_file: Path | None = None,
-             connection: TemporalConnection | None = None, **_: Any) -> Engine:
+             connection: TemporalConnection | None = None, on_server: Any = None, **_: Any) -> Engine:
         """The reference agent, or the agent a target file describes, on the embedded server or the
         cluster ``connection`` names, its workers placed by ``workers`` (processes, or Docker containers of
-        ``image``)."""
+        ``image``); ``on_server``: the reference agent on a server this process runs (``temporal.on_server``)."""
         options = {"workers": workers or "process", "image": image, "connection": connection or TemporalConnection()}
         if target is not None and not target.is_reference:
             return cls(target, target_file=target_file, **entry, **options)
+        if on_server is not None:
+            return ReferenceOnServer(**entry, **options, on_server=on_server)
         return ReferenceOnTemporal(**entry, **options)
 
     def record(self) -> dict[str, Any]:

@@ -15,6 +15,8 @@ are Temporal-only for now; on this backend the model is told so.
 from __future__ import annotations
 
 import dataclasses
+import time
+import uuid
 from typing import Any
 
 from agent import loop
@@ -23,11 +25,12 @@ from testbed.engines import steps
 from testbed.engines.steps import StepResources
 from agent.errors import ModelConfigurationError
 from testbed.engines.checkpoint.records import DurableRunManifest
-from testbed.engines.checkpoint.durable_run import StepRetry
+from testbed.engines.checkpoint.durable_run import StepRetry, run_durable
 from testbed.engines.checkpoint.steps import current_step, step_call, worker_resources
 
 PROJECT_ID = "durable-agent"
 TASK = "testbed.engines.checkpoint.agent_task:agent_task"
+NOOP_TASK = "testbed.engines.checkpoint.agent_task:noop_task"
 
 
 def manifest_for(config: AgentConfig, prompt: str, workspace: str | None = None) -> DurableRunManifest:
@@ -117,3 +120,30 @@ async def agent_task(ctx: Any) -> dict[str, Any]:
     result = await loop.run_turn(messages, ctx.input["prompt"], StepEffects(ctx, cfg, ctx.input.get("workspace")),
                                  cfg.tools, cfg.max_steps_per_turn)
     return steps.turn_result(result, messages)
+
+
+async def noop_step(i: int) -> int:
+    return i
+
+
+async def noop_task(ctx: Any) -> int:
+    """``ctx.input["n"]`` no-op steps: what a step's checkpoint alone costs (on Temporal: an activity each)."""
+    for i in range(ctx.input["n"]):
+        await ctx.step(f"noop:{i}", step_call(noop_step, i=i), kind="logic")
+    return ctx.input["n"]
+
+
+async def noop_steps(store: Any, n: int) -> list[float]:
+    """The time of each of ``n`` no-op steps of one run on ``store`` (``DurableRunStore``), around ``ctx.step``."""
+    timings: list[float] = []
+
+    async def task(ctx: Any) -> int:
+        for i in range(n):
+            t0 = time.perf_counter()
+            await ctx.step(f"noop:{i}", step_call(noop_step, i=i), kind="logic")
+            timings.append((time.perf_counter() - t0) * 1000)
+        return n
+
+    manifest = DurableRunManifest(project_id="bench", task={"id": "noop-steps"}, input={"n": n})
+    await run_durable(f"noop-{uuid.uuid4().hex[:8]}", manifest, store, task, worker_id="bench")
+    return timings

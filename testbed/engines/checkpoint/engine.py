@@ -19,14 +19,13 @@ The checkers are the same: ``lost``, ``effects``, ``injection_evidence`` and
 which this engine does not have: they are reported as ``not_applicable`` with
 the reason, which is neither a pass nor counted in the verdict.
 
-In this process (``dah run --durability checkpoint``, ``in_process``): the stack creates the database and, unless
-the steps run in workers elsewhere (``dah checkpoint worker`` on the same file), a checkpoint worker here; each
-prompt is a run submitted to the queue.
+In this process (``dah run --durability checkpoint``, the benchmarks' engines section: ``in_process``): the stack
+creates the database, and each prompt is a run the session runs here or, with ``--no-worker``, submits to the queue
+for workers elsewhere (``dah checkpoint worker`` on the same file).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
@@ -38,10 +37,12 @@ from agent.worker import WorkerSettings
 from harness.operations import History
 from harness.rundir import RunDir
 from testbed.engines import SessionSpec
-from testbed.engines.base import Engine, Scenario, without_event_histories
+from testbed.engines.base import Engine, Scenario, Session, without_event_histories
 from testbed.engines.checkpoint import CHECKPOINT_DB
-from testbed.engines.checkpoint.agent_task import TASK, manifest_for
+from testbed.engines.checkpoint.agent_task import TASK, agent_task, manifest_for, noop_steps
+from testbed.engines.checkpoint.durable_run import run_durable
 from testbed.engines.checkpoint.service import CheckpointQueue
+from testbed.engines.checkpoint.stores import SqliteStore, epoch
 from testbed.engines.oneshot import OneShotDriver, RunFailedError, running_from_ledger
 from testbed.engines.byo.target import REFERENCE, Target
 from testbed.model_server import LatencyModel
@@ -64,7 +65,7 @@ class CheckpointEngine(Engine):
     not_applicable: dict[str, str] = field(default_factory=lambda: without_event_histories(NO_EVENT_HISTORIES))
     #: the scenarios with a twin here (the others fault Temporal itself or its links)
     scenarios: tuple[str, ...] | None = ("kill_mid_turn", "model_outage")
-    #: run a checkpoint worker in the stack's process (``dah run``); the chaos runs' workers are processes
+    #: the steps run in the stack's process (``in_process``); the chaos runs' workers are processes
     worker_in_process: bool = False
 
     def reproduce(self) -> dict[str, Any]:
@@ -98,72 +99,67 @@ class CheckpointEngine(Engine):
         pass  # the checkpoints are in the state dir already; there are no event histories
 
     async def start_in_stack(self, stack: Stack, exits: contextlib.AsyncExitStack) -> None:
-        """The database's tables (before any worker or queue opens it) and, with ``worker_in_process``, a
-        checkpoint worker on it in this process, stopped on exit."""
-        from testbed.engines.checkpoint.stores import SqliteStore
+        """The database's tables (before any worker or queue opens it) and, with ``worker_in_process``, what the
+        steps run here use: the effect ledger, the workspaces, the model."""
+        await SqliteStore(stack.spec.state_dir / CHECKPOINT_DB).close()
+        if self.worker_in_process:
+            from agent import llm
+            from testbed.engines.checkpoint.steps import configure_worker
 
-        db = stack.spec.state_dir / CHECKPOINT_DB
-        await SqliteStore(db).close()
-        if not self.worker_in_process:
-            return
-        from agent import llm
-        from testbed.engines.checkpoint.service import CheckpointWorker
-        from testbed.engines.checkpoint.steps import configure_worker
-
-        llm.preload_in_background()  # LiteLLM's ~5 s import, off the first model step
-        configure_worker(ledger=stack.ledger, sandbox_root=WorkerSettings.in_state_dir(stack.spec.state_dir).sandbox_root,
-                         model_base_url=stack.model_url, identity="in-process")
-        stop = asyncio.Event()
-        running = asyncio.create_task(CheckpointWorker(db, "in-process").run(stop))
-
-        async def halt() -> None:
-            stop.set()
-            await running
-
-        exits.push_async_callback(halt)
+            llm.preload_in_background()  # LiteLLM's ~5 s import, off the first model step
+            configure_worker(ledger=stack.ledger, model_base_url=stack.model_url, identity="in-process",
+                             sandbox_root=WorkerSettings.in_state_dir(stack.spec.state_dir).sandbox_root)
 
     @contextlib.asynccontextmanager
     async def in_process(self, spec: SessionSpec) -> AsyncIterator[CheckpointSession]:
-        """The database in ``spec.state_dir`` and (``spec.worker``) a checkpoint worker here; each prompt a queued
-        run."""
+        """The database in ``spec.state_dir``; each prompt a run, run here (``spec.worker``) or queued for workers
+        elsewhere."""
         engine = replace(self, worker_in_process=spec.worker)
         async with stack(StackSpec(state_dir=spec.state_dir, temporal="none", model=False, model_url=spec.model_url,
                                    engine=engine, effect_ledger=spec.ledger)):
-            session = CheckpointSession(spec.state_dir / CHECKPOINT_DB)
+            session = CheckpointSession(spec.state_dir / CHECKPOINT_DB, here=spec.worker)
             try:
                 yield session
             finally:
                 session.queue.close()
+                await session.store.close()
 
 
-class CheckpointSession:
-    """The checkpoint engine in this process (``base.Session``): each prompt a run submitted to its queue."""
+class CheckpointSession(Session):
+    """The checkpoint engine in this process (``base.Session``): each prompt one run. ``here``: the session runs it
+    as a worker would (``run_durable`` on the store), with no queue between it and the steps (its two 10 ms polls);
+    else it submits the run to the queue and waits for a worker elsewhere (``dah checkpoint worker``)."""
 
-    def __init__(self, db: Path) -> None:
-        self.db = db
+    def __init__(self, db: Path, *, here: bool) -> None:
+        self.db, self.here = db, here
+        self.store = SqliteStore(db)
         self.queue = CheckpointQueue(db)
         self.banner = ("durable-agent-harness demo: the agent loop on the checkpoint engine (steps checkpointed in "
                        f"SQLite)\nCheckpoints: {db}")
 
+    def record(self) -> dict[str, Any]:
+        return {"store": f"SQLite {self.db.name}", **self.store.durability()}
+
     async def run_turn(self, config: AgentConfig, prompt: str, run_id: str) -> dict[str, Any]:
+        if self.here:
+            return (await run_durable(run_id, manifest_for(config, prompt), self.store, agent_task,
+                                      worker_id="in-process", end_on_failure=True)).result
         self.queue.submit(run_id, TASK, manifest_for(config, prompt))
         return await self.queue.wait(run_id, timeout_s=300.0)
 
-    async def describe_run(self, run_id: str) -> list[str]:
-        from testbed.engines.checkpoint.stores import SqliteStore, epoch
+    async def noop_steps(self, n: int) -> list[float]:
+        return await noop_steps(self.store, n)
 
+    async def describe_run(self, run_id: str) -> list[str]:
         lines = [f"run id:      {run_id} (checkpoints in {self.db})"]
-        store = SqliteStore(self.db)
-        try:
-            while (step := await store.load_step(run_id, len(lines) - 1)) is not None:
-                took = ""
-                if step.started_at and step.completed_at:
-                    took = f"{(epoch(step.completed_at) - epoch(step.started_at)) * 1000:8.0f} ms"
-                lines.append(f"  ├─ step {step.step_index:<3} {step.intent:<28} {step.kind:<6} {step.status:<10} "
-                             f"attempts {step.attempts} {took}")
-        finally:
-            await store.close()
+        while (step := await self.store.load_step(run_id, len(lines) - 1)) is not None:
+            took = ""
+            if step.started_at and step.completed_at:
+                took = f"{(epoch(step.completed_at) - epoch(step.started_at)) * 1000:8.0f} ms"
+            lines.append(f"  ├─ step {step.step_index:<3} {step.intent:<28} {step.kind:<6} {step.status:<10} "
+                         f"attempts {step.attempts} {took}")
         return lines
+
 
 @dataclass
 class CheckpointDriver(OneShotDriver):

@@ -474,6 +474,10 @@ class SqliteStore(DurableRunStore):
     def schema_version(self) -> int:
         return int(self._db.execute("SELECT version FROM durable_schema_info").fetchone()[0])
 
+    def durability(self) -> dict[str, str]:
+        sync = ("OFF", "NORMAL", "FULL", "EXTRA")[self._db.execute("PRAGMA synchronous").fetchone()[0]]
+        return {"journal_mode": self._db.execute("PRAGMA journal_mode").fetchone()[0], "synchronous": sync}
+
     def _synchronous(self, level: str) -> None:
         if self._sync != level:
             self._db.execute(f"PRAGMA synchronous={level}")
