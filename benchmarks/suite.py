@@ -23,6 +23,7 @@ from agent import llm
 from testbed.engines.checkpoint.steps import configure_worker
 from benchmarks import checkpoint_bench, engines_bench, overhead, sections
 from benchmarks.options import BENCH_FOLDER, SECTION_NAMES, Bench, Options
+from harness.engines import HOME
 from harness.rundir import RunDir, command_line, machine_info
 from harness.commands import tool
 from testbed.engines.temporal.server import TUNED_DYNAMIC_CONFIG, temporal_binary_or_none
@@ -92,9 +93,9 @@ async def _sections(options: Options, run_dir: RunDir, wanted: list[str], say: C
                     rec: Any) -> None:
     """The sections, in order, on one local server; each one's result saved as soon as it ends."""
     record = run_dir.run
-    temporal_table2 = options.durability == "temporal" and "table2" in wanted
-    needs_server = temporal_table2 or bool({"tuning", "overhead", "length", "checkpoint"} & set(wanted) \
-        or ("engines" in wanted and "temporal" in options.engines))
+    # the home engine's tuned server (harness.engines.HOME): what Table 2 on it, tuning, overhead and length measure
+    needs_server = (options.durability == HOME and "table2" in wanted) or bool(
+        {"tuning", "overhead", "length", "checkpoint"} & set(wanted) or ("engines" in wanted and HOME in options.engines))
     if needs_server:
         say(f"connecting to {options.connection.address} (namespace {options.connection.namespace}) and starting "
             "in-process workers" if options.external else
