@@ -6,8 +6,9 @@ endpoint entry point, its client, and the records it leaves:
 
 * ``temporal/``: ``ReferenceOnTemporal``, the reference agent (``agent/``) on Temporal: ``engine.py``, ``server.py``
   (the dev server), ``connection.py`` (an external cluster), ``driver.py`` (the chat driver), ``session.py``
-  (``dah run`` and ``dah demo``), ``in_flight.py`` (what its workers are running, for aimed faults); workers are
-  processes, or Docker containers;
+  (``dah run`` and ``dah demo``), ``on_server.py`` (a session on a server this process already runs: the
+  benchmarks'), ``in_flight.py`` (what its workers are running, for aimed faults); workers are processes, or Docker
+  containers;
 * ``byo/``: ``OwnAgentOnTemporal``, your agent on Temporal, described by a target file (``target.py``), run in its
   own Python;
 * ``checkpoint/``: ``CheckpointEngine``, this project's own checkpoint engine (runs, steps, leases and a queue in
