@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from agent.contracts import AgentConfig
 from harness.engines import names, registered
-from harness.event_history import RunRecord, fetch_run, save_histories
+from harness.event_history import RunRecord, fetch_run, fetch_tree, save_histories
 from harness.operations import History
 from harness.rundir import RunDir
 from testbed.engines import EngineUnavailable, SessionSpec
@@ -187,6 +187,13 @@ class Engine:
         runs = await asyncio.gather(*(one(wid) for wid in driver.workflow_ids))
         return [r for r in runs if r is not None]
 
+    async def run_tree(self, stack: Stack, run_id: str) -> dict[str, list[RunRecord]] | None:
+        """Run ``run_id`` and the children it started as the server's event histories hold them (which worker ran
+        each workflow task and activity: ``harness.event_history.fetch_tree``); None: this engine keeps none."""
+        if stack.client is None or "temporal_history" in self.not_applicable:
+            return None
+        return await fetch_tree(stack.client, run_id)
+
     async def save(self, stack: Stack, run: RunDir, driver: Any) -> None:
         """Every conversation's event histories (what temporal_history and replay read)."""
         if stack.client is not None:
@@ -206,6 +213,8 @@ class Engine:
 
     # -- dah run / dah demo, the benchmarks' engines section -------------------------------------------------
 
+    #: the workflow-native tools (spawn, wait, run_ptc: ``agent.contracts.WORKFLOW_NATIVE_TOOLS``) run on it
+    workflow_tools = False
     #: the agent's environments other than ``base`` (a shell, a browser) run on this engine's session
     environments = False
     #: the scripted walkthroughs (``testbed.walkthroughs``: they check Temporal's event histories) run on it

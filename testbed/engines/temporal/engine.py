@@ -51,6 +51,7 @@ class ReferenceOnTemporal(Engine):
     _server_address: str = field(default="", init=False, repr=False)
     environments = True
     walkthroughs = True
+    workflow_tools = True
 
     def own_cluster_because(self) -> str | None:
         """Only the reference agent's worker processes on the embedded server take the task queue each run is given
