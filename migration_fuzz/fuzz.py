@@ -106,11 +106,12 @@ class Placement:
     workflow_tasks: list[str] | None
     activities: list[tuple[str, str]]  # (activity type or step's tool, identity that ran its last attempt)
     started_by: str = ""  # for a child: the parent workflow task that started it
+    step_attempts: list[str] = field(default_factory=list)  # without workflow tasks: each step attempt's worker
 
     @property
     def workers(self) -> list[str]:
-        """Who ran its work, in order: its workflow tasks, or, where those are not observed, its steps."""
-        return self.workflow_tasks if self.workflow_tasks is not None else [w for _, w in self.activities]
+        """Who ran its work, in order: its workflow tasks, or, where those are not observed, its step attempts."""
+        return self.workflow_tasks if self.workflow_tasks is not None else self.step_attempts
 
     @property
     def moved(self) -> bool:
@@ -163,12 +164,11 @@ def _placement(runs: list[RunRecord], started_by: str = "") -> Placement:
 
 
 def ledger_placement(ledger: EffectLedger, run_id: str) -> Placement:
-    """Where a run's steps ran, by the effect ledger (each model call and tool call records its worker): the
-    last attempt of each, in the order they began."""
-    last: dict[str, tuple[str, str]] = {}
-    for e in ledger.executions(run_id):
-        last[e["activity_id"]] = (e["tool"], e["worker"])
-    return Placement(run_id, None, list(last.values()))
+    """Where a run's steps ran, by the effect ledger (each model call and tool call records its worker): every
+    attempt, and the last attempt of each step, in the order they began."""
+    executions = ledger.executions(run_id)
+    last = {e["activity_id"]: (e["tool"], e["worker"]) for e in executions}
+    return Placement(run_id, None, list(last.values()), step_attempts=[e["worker"] for e in executions])
 
 
 def check_iteration(shape: Shape, workflow_id: str, tag: str, reply: str | None, error: str | None,
@@ -327,7 +327,9 @@ async def run_fuzz(opts: FuzzOptions, say: Callable[[str], None] = lambda m: Non
         spec = engine.stack_spec(scenario, run, opts.seed, history, False)
         where = (f"connecting to {engine.connection.address} (namespace {engine.connection.namespace}), starting"
                  if engine.external else f"starting {engine.name},")
-        say(f"{where} the scripted model and {opts.workers} worker processes in {run.path}")
+        n = spec.worker_processes
+        say(f"{where} the scripted model and {n} worker processes in {run.path}"
+            + (f" ({engine.name} runs {n} whatever --workers asks)" if n != opts.workers else ""))
         rec.doing = "cluster"
         async with stack(spec) as s:
             driver = engine.make_driver(s, history, scenario, opts.seed)
@@ -496,8 +498,8 @@ LEGEND = [("completed", "C/N: parent runs that completed, of N iterations"),
 #: printed under the legend when the engine keeps no event histories
 NOT_OBSERVED = "not observed"
 NOT_OBSERVED_LEGEND = (NOT_OBSERVED, "the engine keeps no event histories, so which worker ran a run's workflow "
-                                     "tasks is unknown; moved wf and acts off parent count its steps instead (model "
-                                     "and tool calls: the effect ledger names the worker of each)")
+                                     "tasks is unknown; moved wf and acts off parent count its steps instead (each "
+                                     "model and tool call attempt: the effect ledger names its worker)")
 
 
 def table(summary: dict[str, dict[str, Any]]) -> str:
