@@ -251,6 +251,9 @@ class FuzzOptions:
 
     def validate(self) -> None:
         engine = self.engine()
+        if self.external and not engine.external:
+            raise ValueError(f"--address {self.connection.address}: the {engine.name} engine has no Temporal cluster "
+                             f"to reach; drop --address (and TEMPORAL_ADDRESS), or use --durability {HOME}")
         if self.kind != "all" and self.kind in KINDS and self.kind not in families(engine):
             raise ValueError(f"--kind {self.kind}: the {engine.name} engine has no spawn or run_ptc; "
                              f"its families: {', '.join(families(engine))}")

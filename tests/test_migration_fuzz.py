@@ -121,12 +121,15 @@ async def test_fuzz_with_a_worker_killed_in_every_iteration(tmp_path: Path) -> N
     assert (Path(report["run_dir"]) / "table.txt").read_text().startswith("family")
 
 
-def test_an_engine_without_spawn_refuses_the_fan_out_families() -> None:
+def test_an_engine_without_spawn_or_temporal_refuses_what_it_cannot_run() -> None:
     out = subprocess.run([sys.executable, "-m", "migration_fuzz", "--durability", "checkpoint", "--kind",
                           "direct-spawns"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert out.stderr.strip().endswith("--kind direct-spawns: the checkpoint engine has no spawn or run_ptc; "
                                        "its families: writes")
+    out = subprocess.run([sys.executable, "-m", "migration_fuzz", "--durability", "checkpoint", "--address",
+                          "127.0.0.1:1"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--address 127.0.0.1:1: the checkpoint engine has no Temporal cluster" in out.stderr
 
 
 @pytest.mark.timeout(300)
