@@ -1,22 +1,19 @@
 """Cross-worker migration fuzzing: agent runs on W worker processes of an engine, and where each piece ran.
 
-W worker processes of the engine (``--durability``; each its own interpreter and identity, started as a chaos
-run starts them: the engine's ``stack_spec``) share its work. Each iteration runs one agent run whose scripted
-model acts in a shape drawn from the seed:
+W worker processes of the engine (``--durability``, started as a chaos run starts them: its ``stack_spec``) share
+its work. Each iteration runs one agent run whose scripted model acts in a shape drawn from the seed:
 
 - ``direct-spawns``: the model emits N parallel ``spawn`` calls (N child workflows);
 - ``ptc-spawns``: one ``run_ptc`` program gathers N spawns;
 - ``ptc-mixed``: one ``run_ptc`` program gathers ``writes`` file writes and N spawns;
-- ``writes``: the model emits N parallel ``write_file`` calls in one turn.
+- ``writes``: the model emits N parallel ``write_file`` calls; the only shape without spawn and run_ptc
+  (``Engine.workflow_tools``), so the one every engine runs.
 
-The fan-out shapes need spawn and run_ptc (``Engine.workflow_tools``); ``writes`` runs on every engine.
-
-Afterwards the engine's records say where the work ran: Temporal's event histories say which worker identity
-completed each workflow task and ran each activity, so a child that landed on another worker than the parent
-task that started it is visible, as is a workflow whose tasks moved between workers; on an engine without
-them, the effect ledger says which worker ran each step (model call, tool call), and where a run's other work
-ran is not observed. The invariants: the run completes with the expected answer (every child's, or the writes'
-one); every child was started once and completed once; every file was written exactly once according to the
+Afterwards the event histories say which worker identity completed each workflow task and ran each activity,
+so a child that landed on another worker than the parent task that started it is visible, as is a workflow
+whose tasks moved between workers; on an engine without them the effect ledger says which worker ran each step
+(model call, tool call), and the rest is not observed. The invariants: the run completes with the expected
+answer; every child was started once and completed once; every file was written exactly once according to the
 effect ledger (and holds the right bytes). With ``chaos`` a random worker is SIGKILLed mid-iteration (the
 supervisor restarts it) and the same invariants must hold.
 """
