@@ -128,14 +128,6 @@ def _median_err(values: np.ndarray) -> tuple[float, float, float]:
     return med, max(med - lo, 0.0), max(hi - med, 0.0)
 
 
-def _stack_legend(ax: Any, extra: Any) -> None:
-    """Stacked components listed top to bottom, as they are drawn, then ``extra``."""
-    h, labels = ax.get_legend_handles_labels()
-    comps = [x for x, lab in zip(h, labels) if lab in {c for c, _ in COMPONENTS}][::-1]
-    rest = [x for x, lab in zip(h, labels) if lab not in {c for c, _ in COMPONENTS}]
-    style.legend(ax, comps + rest + ([extra] if extra is not None else []), outside=True)
-
-
 def _buckets(end_s: float) -> float:
     """Window width: 1 s, wider for long runs so a plot has at most ~300 windows."""
     return float(max(1.0, math.ceil(end_s / 300.0)))
