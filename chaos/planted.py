@@ -11,7 +11,6 @@ lets a planted bug through is broken.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 from collections.abc import Callable
