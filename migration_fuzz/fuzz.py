@@ -38,6 +38,7 @@ from harness.recording import EffectLedger
 from harness.rundir import RunDir, command_line, machine_info
 from harness.commands import tool
 from testbed.scripted_routes import FUZZ_KINDS, fuzz_file, fuzz_prompt
+from testbed.engines.temporal.cluster import TemporalCluster
 from testbed.engines.temporal.server import temporal_binary_or_none
 
 KINDS = FUZZ_KINDS
@@ -273,11 +274,12 @@ async def run_fuzz(opts: FuzzOptions, say: Callable[[str], None] = lambda m: Non
             return reference_worker(at.address, task_queue, at.model_url, run.state, namespace=at.namespace,
                                     identity_prefix=name, warm_line="WARM", log_dir=run.logs, env=at.env)
 
-        spec = StackSpec(state_dir=run.state, logs_dir=run.logs, server_db=run.state / "temporal.db",
-                         quiet_client=True, model_latency=LatencyModel.parse(opts.model_latency), seed=opts.seed,
-                         proxies=True, worker_processes=opts.workers, make_worker=worker, history=history)
-        if opts.external:  # nothing starts a server; the workers reach the cluster through the proxy
-            spec.temporal, spec.connection, spec.server_db = "external", opts.connection, None
+        # external: nothing starts a server; the workers reach the cluster through the proxy
+        cluster = (TemporalCluster(opts.connection, quiet=True) if opts.external else
+                   TemporalCluster(db=run.state / "temporal.db", quiet=True))
+        spec = StackSpec(state_dir=run.state, logs_dir=run.logs, engine=cluster,
+                         model_latency=LatencyModel.parse(opts.model_latency), seed=opts.seed, proxies=True,
+                         worker_processes=opts.workers, make_worker=worker, history=history)
         where = (f"connecting to {opts.connection.address} (namespace {opts.connection.namespace}), starting"
                  if opts.external else "starting Temporal,")
         say(f"{where} the scripted model and {opts.workers} worker processes in {run.path}")
