@@ -31,7 +31,7 @@ from harness.rundir import SCHEMA, RunDir, command_line, machine_info
 from harness.commands import tool
 from harness.verdict import FAIL, PASS, UNKNOWN
 from testbed.cli_options import own_out, progress
-from testbed.stack import WarmTemporal
+from testbed.engines.temporal.cluster import WarmTemporal
 
 #: the verdicts a soak counts, in the order it shows them
 OUTCOMES = (PASS, FAIL, UNKNOWN, ERROR)

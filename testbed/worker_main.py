@@ -143,6 +143,7 @@ async def _serve(worker: Any, stop: asyncio.Event, ready: str) -> asyncio.Task |
 async def cmd_worker(args: argparse.Namespace) -> int:
     from agent.worker import build_worker
     from testbed.engines.checkpoint.temporal_adapter import on_temporal_worker
+    from testbed.engines.temporal.cluster import TemporalCluster
     from testbed.faults import planted
     from testbed.stack import StackSpec, stack
 
@@ -157,7 +158,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     stop = stop_event()
     # The stack connects and, without --model-base-url, starts this worker's own scripted model server; the
     # worker itself runs here, not in the stack: a fatal failure must end this process (exit 3) for a supervisor.
-    spec = StackSpec(state_dir=args.state_dir, temporal="external", connection=conn,
+    spec = StackSpec(state_dir=args.state_dir, engine=TemporalCluster(conn),
                      model=args.model_base_url is None, model_url=args.model_base_url, model_latency=latency,
                      model_faults=faults, seed=args.seed, ledger=True, faults=agent_faults,
                      task_queue=args.task_queue)
