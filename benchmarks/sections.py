@@ -41,7 +41,7 @@ from benchmarks.conversations import WORKLOADS, BenchError, durable_series, plai
 from benchmarks.options import Bench
 from harness.percentiles import percentile, summarise
 from harness.event_history import fetch_histories
-from harness.operations import History
+from harness.operations import OperationLog
 from harness.rundir import LOGS, OPERATIONS, STATE, RunDir
 from testbed.engines.temporal.cluster import TemporalCluster
 from testbed.engines.temporal.connection import TemporalConnection
@@ -278,7 +278,7 @@ async def cluster(bench: Bench, name: str, workers: int) -> AsyncIterator[tuple[
     """Worker processes behind fault proxies (no faults), as in chaos runs: (the stack, its task queue).
     Each cluster keeps its own state, logs and operation log under ``clusters/<name>/``."""
     base = bench.run_dir / "clusters" / name
-    history = History(base / OPERATIONS)
+    oplog = OperationLog(base / OPERATIONS)
     connection = getattr(bench.options, "connection", None)
     external = connection is not None and not connection.embedded
     task_queue = f"bench-{name}" + (f"-{uuid.uuid4().hex[:8]}" if external else "")  # a shared cluster: its own
@@ -291,13 +291,13 @@ async def cluster(bench: Bench, name: str, workers: int) -> AsyncIterator[tuple[
     cluster = TemporalCluster(connection if external else TemporalConnection(), quiet=True)
     spec = StackSpec(state_dir=base / STATE, logs_dir=base / LOGS, engine=cluster,
                      model_latency=LatencyModel.parse(MOCK_LATENCY), seed=bench.options.seed, proxies=True,
-                     worker_processes=workers, make_worker=worker, history=history)
+                     worker_processes=workers, make_worker=worker, oplog=oplog)
     bench.say(f"  starting {workers} worker process(es) ({name})")
     try:
         async with stack(spec) as s:
             yield s, task_queue
     finally:
-        history.close()
+        oplog.close()
 
 
 def _cluster_processes(c: Any):
@@ -364,7 +364,7 @@ async def recovery(bench: Bench) -> dict[str, Any]:
     workload_prompt = f"Work for {tool_s:g} seconds"
     async with cluster(bench, "recovery", 2) as (c, task_queue):
         client = c.client
-        ctx = NemesisContext(c, c.spec.history, [], random.Random(bench.options.seed), observer=TemporalInFlight())
+        ctx = NemesisContext(c, c.spec.oplog, [], random.Random(bench.options.seed), observer=TemporalInFlight())
         with bench.sampler.section("recovery", _cluster_processes(c)):
             for hb in bench.options.heartbeats:
                 policy = ActivityPolicy(start_to_close_s=120.0, heartbeat_s=hb, initial_interval_s=1.0,

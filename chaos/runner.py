@@ -44,7 +44,7 @@ from chaos.scenarios import SCENARIOS, ChaosScenario
 from harness import operations
 from harness.event_history import RunRecord
 from harness.model_record import MODEL_RECORD
-from harness.operations import OK, History
+from harness.operations import OK, OperationLog
 from harness.rundir import CONVERSATIONS, EFFECTS_SERVICE, RunDir, command_line, machine_info
 from harness.commands import tool
 from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult
@@ -66,7 +66,7 @@ class RunContext:
 
     scenario: ChaosScenario
     events: list[NemesisEvent]  # the seeded schedule
-    history: History  # the operation log
+    oplog: OperationLog  # the operation log
     phase: Callable[[str], None]  # records a phase's start (and says it)
     progress: Progress = lambda s: None
     nemeses: dict[str, Callable[..., Any]] = field(default_factory=lambda: NEMESES)
@@ -246,12 +246,12 @@ def skip_reason(engine: Engine, scenario: ChaosScenario) -> str | None:
     return "; ".join(f"{op} {EMBEDDED_ONLY[op]}" for op in ops) or None
 
 
-def nemesis_context(engine: Engine, stack: Stack, history: History, driver: Any, seed: int) -> NemesisContext:
+def nemesis_context(engine: Engine, stack: Stack, oplog: OperationLog, driver: Any, seed: int) -> NemesisContext:
     """What the nemeses act on: the stack, the driver's conversations, and what is in flight by the engine's own
     lights (``Engine.running``; None: its in-flight observer's) and what its aimed kills read
     (``Engine.aiming``)."""
     running = engine.running
-    return NemesisContext(stack, history, driver.workflow_ids, random.Random(seed), engine.target.model_activity,
+    return NemesisContext(stack, oplog, driver.workflow_ids, random.Random(seed), engine.target.model_activity,
                           driver_stop=getattr(driver, "stop", None),
                           running=(lambda ctx: running(ctx.stack)) if running is not None else None,
                           **engine.aiming(stack, driver))
@@ -261,8 +261,8 @@ def nemesis_context(engine: Engine, stack: Stack, history: History, driver: Any,
 SETTLE_ROUNDS = 10
 
 
-def _answered(history: History) -> int:
-    return sum(1 for op in history.ops() if op.f == "send_message" and op.type == OK)
+def _answered(oplog: OperationLog) -> int:
+    return sum(1 for op in oplog.ops() if op.f == "send_message" and op.type == OK)
 
 
 async def _settle(run: RunContext, load: asyncio.Future) -> None:
@@ -270,14 +270,14 @@ async def _settle(run: RunContext, load: asyncio.Future) -> None:
     are still being answered (a big load, ``--conversations 50 --messages 10``, needs longer than a small one),
     and is abandoned only when a whole ``settle_s`` passed with no answer, or after ``SETTLE_ROUNDS`` of them;
     messages in flight then stay unknown (info), never a failure of the agent's."""
-    scenario, history, progress = run.scenario, run.history, run.progress
+    scenario, oplog, progress = run.scenario, run.oplog, run.progress
     for round_ in range(1, SETTLE_ROUNDS + 1):
-        before = _answered(history)
+        before = _answered(oplog)
         try:
             await asyncio.wait_for(asyncio.shield(load), timeout=scenario.settle_s)
             return
         except asyncio.TimeoutError:
-            answered = _answered(history) - before
+            answered = _answered(oplog) - before
             if not answered or round_ == SETTLE_ROUNDS:
                 why = "no message was answered in the last" if not answered else f"{round_} rounds of"
                 progress(f"{scenario.name}: load still running after {round_ * scenario.settle_s:.0f}s settle "
@@ -295,37 +295,37 @@ async def _run(scenario: ChaosScenario, engine: Engine, seed: int, progress: Pro
                    target=_target_record(scenario, engine), checkers=engine.checkers,
                    machine=await asyncio.to_thread(machine_info, temporal_binary_or_none()), phases={},
                    network=isolation.current().record())
-    history = History(run_dir.operations)
+    oplog = OperationLog(run_dir.operations)
     phases: dict[str, float] = {}
     stopped: list[bool] = []
 
     def phase(p: str) -> None:
         if p != "stopped":
             rec.doing = p  # what run.json's stopped_during says if the run is stopped
-        phases[p] = round(history.now(), 3)
-        history.event("nemesis" if p == "heal" else "generator", f"phase:{p}")
-        progress(f"{name}: {'recording stopped' if p == 'stopped' else p} (t={history.now():.1f}s)")
+        phases[p] = round(oplog.now(), 3)
+        oplog.event("nemesis" if p == "heal" else "generator", f"phase:{p}")
+        progress(f"{name}: {'recording stopped' if p == 'stopped' else p} (t={oplog.now():.1f}s)")
 
     def stop_recording() -> None:
         if stopped:  # once: on the way to the checkers, or when the run ends before them
             return
         stopped.append(True)
         phase("stopped")
-        history.close()
+        oplog.close()
         run_dir.update(phases=phases)
 
     rec.before_ending = stop_recording
     phase("setup")
-    spec = engine.stack_spec(scenario, run_dir, seed, history, ui)
+    spec = engine.stack_spec(scenario, run_dir, seed, oplog, ui)
     spec.model_record = run_dir.path / MODEL_RECORD  # what the model saw and said of each task (harness.model_record)
     async with cluster(spec) as s:
         if s.server is not None and getattr(s.server, "ui_url", None):
             progress(f"{name}: Temporal Web UI at {s.server.ui_url}/namespaces/{s.spec.engine.namespace}/workflows")
-        driver = engine.make_driver(s, history, scenario, seed)
+        driver = engine.make_driver(s, oplog, scenario, seed)
         driver = await driver if inspect.isawaitable(driver) else driver
         try:
-            await drive_load(RunContext(scenario, events, history, phase, progress, cluster=s, driver=driver,
-                                        nemesis=nemesis_context(engine, s, history, driver, seed),
+            await drive_load(RunContext(scenario, events, oplog, phase, progress, cluster=s, driver=driver,
+                                        nemesis=nemesis_context(engine, s, oplog, driver, seed),
                                         latest_runs=lambda: engine.latest_runs(s, driver)))
             run_dir.write_json(CONVERSATIONS, driver.to_json())
         finally:
@@ -388,8 +388,8 @@ class _OwnOps:
     """The run's operation log as one fault sees it: every record goes to the run's log; ``invoked`` keeps the
     operations this fault began, so an error is attributed to the fault that raised it while others overlap."""
 
-    def __init__(self, history: History) -> None:
-        self._history = history
+    def __init__(self, oplog: OperationLog) -> None:
+        self._history = oplog
         self.invoked: list[operations.Op] = []
 
     def invoke(self, process: str, f: str, value: Any = None) -> operations.Op:
@@ -404,26 +404,26 @@ class _OwnOps:
 async def _fault(run: RunContext, event: NemesisEvent, fault_start: float) -> None:
     """One scheduled fault, begun at its time (``fault_start + at_s``) whatever the others are doing: faults the
     schedule overlaps overlap. An error is recorded (``nemesis_error``); the run goes on to heal and check."""
-    history, progress, name = run.history, run.progress, run.scenario.name
+    oplog, progress, name = run.oplog, run.progress, run.scenario.name
     wait = fault_start + event.at_s - time.monotonic()
     if wait > 0:
         await asyncio.sleep(wait)
     progress(f"{name}: nemesis {event.op} {event.args}")
-    own = _OwnOps(history)
+    own = _OwnOps(oplog)
     try:
-        await run.nemeses[event.op](replace(run.nemesis, history=own), **event.args)
+        await run.nemeses[event.op](replace(run.nemesis, oplog=own), **event.args)
     except Exception as exc:  # recorded; the run goes on to heal and check
         # A nemesis that raised before recording its operation injected nothing (``op_recorded`` false): the
         # faults column and injection_evidence count it as a fault that did not happen (never as 1/1).
         recorded = any(op.process == "nemesis" and op.f == event.op for op in own.invoked)
-        history.event("nemesis", "nemesis_error", {"op": event.op, "args": event.args, "op_recorded": recorded,
+        oplog.event("nemesis", "nemesis_error", {"op": event.op, "args": event.args, "op_recorded": recorded,
                                                    "error": f"{type(exc).__name__}: {exc}"})
 
 
 async def drive_load(run: RunContext) -> None:
     """Warm-up, faults, heal, settle under the driver's load; the late wait (``run.latest_runs``: the engine's view
     of what is pending); then the final phase (the driver's final read)."""
-    scenario, history, progress = run.scenario, run.history, run.progress
+    scenario, oplog, progress = run.scenario, run.oplog, run.progress
     run.phase("warm-up")
     load = asyncio.create_task(run.driver.run())
     try:
@@ -434,13 +434,13 @@ async def drive_load(run: RunContext) -> None:
             load.cancel()
         await asyncio.gather(load, return_exceptions=True)
     if run.latest_runs is not None:
-        await wait_late(scenario, run.latest_runs, history, progress)
+        await wait_late(scenario, run.latest_runs, oplog, progress)
     run.phase("final")
     try:
         await asyncio.wait_for(run.driver.finish(), timeout=getattr(scenario, "final_s", 90.0))
     except asyncio.TimeoutError:
         # Recorded; the conversations not read back are unknown to the checkers (the server's histories remain).
-        history.event("generator", "final_timeout", {"after_s": getattr(scenario, "final_s", 90.0)})
+        oplog.event("generator", "final_timeout", {"after_s": getattr(scenario, "final_s", 90.0)})
         progress(f"{scenario.name}: the final phase did not end within {getattr(scenario, 'final_s', 90.0)}s; "
                  "checking what was recorded")
 
@@ -458,7 +458,7 @@ async def _read_runs(latest_runs: Callable[[], Awaitable[list[RunRecord] | None]
 
 
 async def wait_late(scenario: ChaosScenario, latest_runs: Callable[[], Awaitable[list[RunRecord] | None]],
-                    history: History, progress: Progress) -> None:
+                    oplog: OperationLog, progress: Progress) -> None:
     """Before the final read: while the server still holds work open (``chaos.checker.late.pending_in``), wait
     for it, at most the agent's own bound (``late_bound``) or the scenario's ``late_cap_s``, whichever is lower.
     A reply that comes meanwhile is late, not lost (the ``late`` check). Recorded as the ``late_wait`` operation;
@@ -469,7 +469,7 @@ async def wait_late(scenario: ChaosScenario, latest_runs: Callable[[], Awaitable
     pending = pending_in(runs)
     bound, why = late_bound(runs)
     limit = min(bound, scenario.late_cap_s)
-    inv = history.invoke("generator", LATE_WAIT, {"pending": len(pending), "items": pending[:20], "bound_s": bound,
+    inv = oplog.invoke("generator", LATE_WAIT, {"pending": len(pending), "items": pending[:20], "bound_s": bound,
                                                   "why": why, "cap_s": scenario.late_cap_s, "limit_s": limit})
     start = time.monotonic()
     if pending:
@@ -484,7 +484,7 @@ async def wait_late(scenario: ChaosScenario, latest_runs: Callable[[], Awaitable
     if waited >= 1:
         progress(f"{scenario.name}: late wait over after {waited:g} s; "
                  + (f"{len(pending)} item(s) still pending" if pending else "nothing pending"))
-    history.complete(inv, OK, {"waited_s": waited, "still_pending": len(pending), "cleared": not pending})
+    oplog.complete(inv, OK, {"waited_s": waited, "still_pending": len(pending), "cleared": not pending})
 
 
 async def _warm_up_faults_heal_settle(run: RunContext, load: asyncio.Task) -> None:
@@ -513,5 +513,5 @@ async def _warm_up_faults_heal_settle(run: RunContext, load: asyncio.Task) -> No
     try:
         await _settle(run, load)
     except Exception as exc:  # a crashed driver: recorded; its unfinished operations stay unknown (info)
-        run.history.event("generator", "driver_error", {"error": f"{type(exc).__name__}: {exc}"})
+        run.oplog.event("generator", "driver_error", {"error": f"{type(exc).__name__}: {exc}"})
         run.progress(f"{scenario.name}: the driver crashed ({type(exc).__name__}: {exc}); checking what was recorded")

@@ -7,7 +7,7 @@ the end. A target file names none (its ``[chat]`` table: ``harness.chat_driver``
 
     make_driver(*, client, history, task_queue, workload, seed)
 
-``client`` (a connected ``temporalio.client.Client``), ``history`` (``invoke(process, f, value)`` ->
+``client`` (a connected ``temporalio.client.Client``), ``history`` (the run's operation log, the keyword's one older name kept for drivers already written: ``invoke(process, f, value)`` ->
 op, ``complete(op, type, value, error)``, ``event(process, f, value)``), ``task_queue`` (the run's), ``workload``
 (a ``Workload`` below: a dataclass, so ``dataclasses.asdict(workload)`` works) and ``seed`` (int). It returns an
 object with ``workflow_ids`` (list of str: the conversations, known up front), ``async run()`` (drive the load),

@@ -5,7 +5,7 @@ The chaos runner starts this with the target's interpreter (the target's ``cwd``
 the agent's own pins. The driver is the target file's ``make_driver(client=, history=, task_queue=,
 workload=, seed=)`` under the driver API (``harness.driver_api``: checked before it is called, and the object
 it returns too), or, with ``--chat TABLE``, the built-in ``harness.chat_driver``; its ``history`` here is a
-``RemoteHistory`` that sends each operation to the runner, which records it in the run's operation log as it
+``RemoteOperationLog`` that sends each operation to the runner, which records it in the run's operation log as it
 happens.
 
 The protocol: JSON lines. The runner writes commands to stdin: ``{"cmd": "run"}`` (start the load),
@@ -42,8 +42,8 @@ def send(message: dict[str, Any]) -> None:
         sys.stdout.flush()
 
 
-class RemoteHistory:
-    """The ``History`` surface a driver uses (invoke, complete, event, now), sent to the runner."""
+class RemoteOperationLog:
+    """The ``OperationLog`` surface a driver uses (invoke, complete, event, now), sent to the runner."""
 
     def __init__(self) -> None:
         self._t0 = time.monotonic()
@@ -87,7 +87,7 @@ async def serve(args: argparse.Namespace) -> int:
         send({"event": "unfit", "error": problem})
         return 2
     client = await Client.connect(args.address, namespace=args.namespace)
-    driver = factory(client=client, history=RemoteHistory(), task_queue=args.task_queue, workload=workload,
+    driver = factory(client=client, history=RemoteOperationLog(), task_queue=args.task_queue, workload=workload,
                      seed=args.seed, **extra)
     problem = check_driver(driver)
     if problem:

@@ -1,8 +1,8 @@
 """Temporal event histories: fetch a workflow's chain of runs, save it, load it back, read it as records.
 
-"History" in this project means two things, so this module says *event*
-history: what Temporal's server recorded for one workflow run (the operation
-log of a chaos run is ``harness.operations``). One way to do each thing:
+"History" in this project means only this: what Temporal's server recorded
+for one workflow run (what a chaos run's clients and nemeses did is its
+operation log, ``harness.operations.OperationLog``). One way to do each thing:
 
 * ``fetch_histories(client, workflow_id)``: every run of a workflow id, first
   to last, walking continue-as-new back from the latest run (raw

@@ -5,7 +5,7 @@ and completed by ``ok`` (it happened), ``fail`` (it certainly did not) or
 ``info`` (unknown: a timeout, a lost connection; it may or may not have
 happened). Nemesis and supervisor operations are recorded the same way, with
 their start and end. Each line of ``operations.jsonl`` is written and flushed
-as the operation happens, so a crashed orchestrator still leaves the history
+as the operation happens, so a crashed orchestrator still leaves the log
 behind, and checkers read only this file (and the other saved artefacts).
 """
 
@@ -41,7 +41,7 @@ class Op:
 
 
 @dataclass
-class History:
+class OperationLog:
     """Thread-safe, append-only, flushed per operation."""
 
     path: Path

@@ -35,7 +35,7 @@ from agent.contracts import DEFAULT_TOOLS, WORKFLOW_NATIVE_TOOLS
 from harness.engines import HOME
 from harness.event_history import RunRecord
 from harness.faults import NO_FAULTS
-from harness.operations import History
+from harness.operations import OperationLog
 from harness.printable import table as format_table
 from harness.recording import EffectLedger
 from harness.rundir import RunDir, command_line, machine_info
@@ -282,7 +282,7 @@ async def _kill_during(ctx: Any, kills: list[dict[str, Any]], done: asyncio.Even
     if done.is_set():
         return
     kill = await kill_worker(ctx, when="any", down_s=0.0)
-    kills.append({"worker": kill["worker"], "identity": kill["identity"], "at": round(ctx.history.now(), 3)})
+    kills.append({"worker": kill["worker"], "identity": kill["identity"], "at": round(ctx.oplog.now(), 3)})
 
 
 def reproduce_run(opts: FuzzOptions) -> str:
@@ -319,12 +319,12 @@ async def run_fuzz(opts: FuzzOptions, say: Callable[[str], None] = lambda m: Non
                        options=opts.record()) as rec:
         run.update(machine=await asyncio.to_thread(machine_info, temporal_binary_or_none()), backend=engine.record())
         started = time.monotonic()  # the cluster's start, the iterations and the checks: what the rates count
-        history = History(run.operations)
-        rec.before_ending = history.close
+        oplog = OperationLog(run.operations)
+        rec.before_ending = oplog.close
         # a shared cluster: this run's own workflow ids (and task queue: Engine.task_queue)
         stamp = f"{run.path.name}-{uuid.uuid4().hex[:8]}" if engine.external else run.path.name
         scenario = fuzz_scenario(opts)
-        spec = engine.stack_spec(scenario, run, opts.seed, history, False)
+        spec = engine.stack_spec(scenario, run, opts.seed, oplog, False)
         where = (f"connecting to {engine.connection.address} (namespace {engine.connection.namespace}), starting"
                  if engine.external else f"starting {engine.name},")
         n = spec.worker_processes
@@ -332,11 +332,11 @@ async def run_fuzz(opts: FuzzOptions, say: Callable[[str], None] = lambda m: Non
             + (f" ({engine.name} runs {n} whatever --workers asks)" if n != opts.workers else ""))
         rec.doing = "cluster"
         async with stack(spec) as s:
-            driver = engine.make_driver(s, history, scenario, opts.seed)
+            driver = engine.make_driver(s, oplog, scenario, opts.seed)
             driver = await driver if inspect.isawaitable(driver) else driver
             fuzz_config(driver, engine, opts.max_n)
             ledger = EffectLedger(s.settings.resolved_ledger_path, faults=NO_FAULTS)
-            iteration = Iteration(opts, engine, s, driver, history, ledger, stamp, say)
+            iteration = Iteration(opts, engine, s, driver, oplog, ledger, stamp, say)
             ready = time.monotonic() - started
             say(f"workers ready after {ready:.1f} s; running {opts.iterations} iteration(s)"
                 + (f", {opts.concurrency} at a time" if opts.concurrency > 1 else ""))
@@ -354,7 +354,7 @@ async def run_fuzz(opts: FuzzOptions, say: Callable[[str], None] = lambda m: Non
                 await driver.finish()  # it drove no conversation: this closes its client
                 ledger.close()
             iterating = time.monotonic() - started - ready
-        history.close()
+        oplog.close()
         wall = time.monotonic() - started
         summary = summarise(results)
         report = {
@@ -383,7 +383,7 @@ class Iteration:
     engine: Any  # testbed.engines.base.Engine
     stack: Any  # testbed.stack.Stack
     driver: Any  # the engine's driver: submit, wait
-    history: History
+    oplog: OperationLog
     ledger: EffectLedger
     stamp: str
     say: Callable[[str], None]
@@ -391,7 +391,7 @@ class Iteration:
     async def run(self, i: int) -> IterationResult:
         from testbed.faults.nemesis import NemesisContext
 
-        opts, history = self.opts, self.history
+        opts, oplog = self.opts, self.oplog
         seed = opts.seed + i
         shape = shape_for(seed, opts.kind, opts.max_n, drawn(self.engine))
         tag = f"i{i}s{seed}"
@@ -401,10 +401,10 @@ class Iteration:
         done = asyncio.Event()
         chaos_task = None
         if opts.chaos:
-            ctx = NemesisContext(self.stack, history, [], random.Random(seed * 7919),
+            ctx = NemesisContext(self.stack, oplog, [], random.Random(seed * 7919),
                                  **self.engine.aiming(self.stack, self.driver))
             chaos_task = asyncio.create_task(_kill_during(ctx, kills, done))
-        op = history.invoke("client", "fuzz_iteration", {"index": i, "seed": seed, **asdict(shape)})
+        op = oplog.invoke("client", "fuzz_iteration", {"index": i, "seed": seed, **asdict(shape)})
         reply: str | None = None
         error = None
         try:
@@ -434,7 +434,7 @@ class Iteration:
             for c in (c for r in root for c in r.children):
                 if c.workflow_id in tree:
                     res.children.append(_placement(tree[c.workflow_id], c.initiated_by))
-        history.complete(op, "ok" if res.ok else "fail", {"cross_children": res.cross_children,
+        oplog.complete(op, "ok" if res.ok else "fail", {"cross_children": res.cross_children,
                                                            "moved": res.moved_workflows},
                          error="; ".join(violations) or None)
         kill_note = f"  killed {kills[0]['identity']}" if kills else ""

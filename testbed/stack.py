@@ -32,7 +32,7 @@ from agent.contracts import DEFAULT_TASK_QUEUE
 from agent.tools import workspace_for
 from agent.worker import WorkerSettings
 from harness.faults import AgentFaults
-from harness.operations import History
+from harness.operations import OperationLog
 from harness.recording import EffectLedger
 from testbed.effects_service import EffectsService
 from testbed.faults.effects import EffectFault, kill_caller
@@ -112,7 +112,7 @@ class StackSpec:
     effect_ledger: EffectLedger | None = None
     worker_processes: int = 0
     make_worker: Callable[[str, Endpoints], Any] | None = None  # name ("w1"...) -> WorkerProcess / ContainerWorker
-    history: History | None = None  # where the supervisor records restarts
+    oplog: OperationLog | None = None  # where the supervisor records restarts
     cleanup: list[Callable[[], None]] = field(default_factory=list)  # called last (e.g. remove containers)
 
     @property
@@ -238,7 +238,7 @@ async def stack(spec: StackSpec) -> AsyncIterator[Stack]:
                          for i in range(1, spec.worker_processes + 1)]
             _stop_off_loop(exits, _stop_workers, s.workers)
             await asyncio.to_thread(_start_workers, s.workers)
-            supervisor = Supervisor(s.workers, spec.history).start()
+            supervisor = Supervisor(s.workers, spec.oplog).start()
             _stop_off_loop(exits, supervisor.stop)  # runs before _stop_workers: nothing restarts what is being stopped
         yield s
 

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.operations import FAIL, OK, History
+from harness.operations import FAIL, OK, OperationLog
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +46,9 @@ class SupervisedWorker:
 class Supervisor:
     """A thread that restarts dead workers every ``poll_s``, recording each restart in ``history``."""
 
-    def __init__(self, workers: list[SupervisedWorker], history: History | None, poll_s: float = 0.2) -> None:
+    def __init__(self, workers: list[SupervisedWorker], oplog: OperationLog | None, poll_s: float = 0.2) -> None:
         self.workers = workers
-        self.history = history
+        self.oplog = oplog
         self.poll_s = poll_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="supervisor", daemon=True)
@@ -76,14 +76,14 @@ class Supervisor:
         reason = "crash point" if "crash point" in tail else \
             "fatal worker failure" if "failed fatally" in tail else \
             "drained" if "worker stopped" in tail and code == 0 else "process died"
-        op = self.history.invoke("supervisor", "restart_worker", {"worker": w.name, "exit_code": code,
-                                                                  "reason": reason}) if self.history else None
+        op = self.oplog.invoke("supervisor", "restart_worker", {"worker": w.name, "exit_code": code,
+                                                                  "reason": reason}) if self.oplog else None
         try:
             w.process.start()
             w.restarts += 1
             if op is not None:
-                self.history.complete(op, OK, {"worker": w.name, "identity": w.process.polling_identity})
+                self.oplog.complete(op, OK, {"worker": w.name, "identity": w.process.polling_identity})
         except Exception as exc:  # recorded; the supervisor tries again next round
             log.warning("restarting worker %s failed: %s", w.name, exc)
             if op is not None:
-                self.history.complete(op, FAIL, error=f"{type(exc).__name__}: {exc}")
+                self.oplog.complete(op, FAIL, error=f"{type(exc).__name__}: {exc}")

@@ -28,7 +28,7 @@ from chaos.runner import run
 from chaos.scenarios import SCENARIOS, ClusterSpec, scenario_from_dict
 from testbed.engines.byo.target import Target
 from harness.faults import ENV_BUGS, ENV_CRASH_AT, ENV_MUTATIONS, AgentFaults
-from harness.operations import History
+from harness.operations import OperationLog
 from harness.owner import ENV_OWNER, owner_value
 from harness.recording import ENV_LEDGER, EffectLedger, ExecutionIdentity, executions_in_flight
 from harness.rundir import RunDir
@@ -133,7 +133,7 @@ def fake_context(tmp_path: Path, ledger: Path | None) -> tuple[NemesisContext, d
     workers = [SupervisedWorker(p) for p in procs.values()]
     stack = SimpleNamespace(workers=workers, client=None,
                             worker=lambda name: next(w for w in workers if w.name == name))
-    ctx = NemesisContext(stack, History(tmp_path / "operations.jsonl"), ["c0"], random.Random(1), ledger=ledger,
+    ctx = NemesisContext(stack, OperationLog(tmp_path / "operations.jsonl"), ["c0"], random.Random(1), ledger=ledger,
                          observer=TemporalInFlight())
     return ctx, procs
 
@@ -339,7 +339,7 @@ def test_a_targets_workers_get_the_faults_and_the_ledger_through_their_environme
                                    "cluster": {"crash_at": ["after_effect"], "bugs": ["calculator"],
                                                "mutations": ["unkeyed_effects"]}})
     rd = RunDir.create(tmp_path)
-    spec = OwnAgentOnTemporal(target).stack_spec(scenario, rd, 1, History(rd.operations), ui=False)
+    spec = OwnAgentOnTemporal(target).stack_spec(scenario, rd, 1, OperationLog(rd.operations), ui=False)
     worker = spec.make_worker("w1", Endpoints("127.0.0.1:1", "default", "http://127.0.0.1:2/v1"))
     worker.start()
     try:

@@ -12,7 +12,7 @@ from chaos.checker.run_data import RunData
 from chaos.checker.verdict import table_row
 from chaos.runner import check
 from harness.event_history import ActivityRecord, LocalActivityRecord, RunRecord, WorkflowTaskRecord
-from harness.operations import FAIL, INFO, OK, History, Op
+from harness.operations import FAIL, INFO, OK, OperationLog, Op
 from harness.recording import EffectLedger, ExecutionIdentity
 from harness.verdict import PASS, UNKNOWN, CheckResult
 
@@ -24,16 +24,16 @@ def _run_dir(tmp_path: Path, sends: list[tuple[str, str, dict | None]], final: l
     """A run of one conversation: ``sends`` (text, completion type, completion value); ``final``: its final read."""
     run = tmp_path / "run"
     (run / "state").mkdir(parents=True)
-    history = History(run / "operations.jsonl")
+    oplog = OperationLog(run / "operations.jsonl")
     planned = []
     for n, (text, kind, value) in enumerate(sends):
         expect = f"reply to {text}"
         planned.append({"text": text, "expect": expect, "kind": "calc", "path": None, "content": None,
                         "match": "exact"})
-        op = history.invoke("client-0", "send_message", {"conversation": "c-0", "n": n, "text": text,
+        op = oplog.invoke("client-0", "send_message", {"conversation": "c-0", "n": n, "text": text,
                                                          "expect": expect, "match": "exact"})
-        history.complete(op, kind, value, error=None if kind == OK else "TimeoutError")
-    history.close()
+        oplog.complete(op, kind, value, error=None if kind == OK else "TimeoutError")
+    oplog.close()
     conv = {"workflow_id": "c-0", "planned": planned, "started": True, "final_history": final,
             "final_status": "COMPLETED", "result": None}
     (run / "conversations.json").write_text(json.dumps({"workload": {}, "conversations": [conv]}))

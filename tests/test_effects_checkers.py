@@ -16,7 +16,7 @@ from chaos.checker import effects, injection_evidence, lost
 from chaos.checker.run_data import RunData
 from chaos.checker.verdict import table_row
 from chaos.runner import check
-from harness.operations import INFO, OK, History
+from harness.operations import INFO, OK, OperationLog
 from harness.recording import EffectLedger, ExecutionIdentity
 from harness.verdict import FAIL, NOT_APPLICABLE, PASS, UNKNOWN, CheckResult
 from testbed.effects_service import EffectsService
@@ -30,17 +30,17 @@ def _run_dir(tmp_path: Path, sends: list[tuple[str, str]], target: dict | None =
     service's log lines (None: no log)."""
     run = tmp_path / "run"
     (run / "state").mkdir(parents=True)
-    history = History(run / "operations.jsonl")
+    oplog = OperationLog(run / "operations.jsonl")
     planned = []
     for n, (token, kind) in enumerate(sends):
         text, expect = f"save the note '{token}'", f"saved note {token}"
         planned.append({"text": text, "expect": expect, "kind": "note", "path": None, "content": token,
                         "match": "exact"})
-        op = history.invoke("client-0", "send_message", {"conversation": "c-0", "n": n, "text": text,
+        op = oplog.invoke("client-0", "send_message", {"conversation": "c-0", "n": n, "text": text,
                                                          "expect": expect, "match": "exact"})
-        history.complete(op, kind, {"reply": expect} if kind == OK else None,
+        oplog.complete(op, kind, {"reply": expect} if kind == OK else None,
                          error=None if kind == OK else "TimeoutError")
-    history.close()
+    oplog.close()
     final = [m for token, kind in sends if kind == OK
              for m in ({"role": "user", "content": f"save the note '{token}'"},
                        {"role": "assistant", "content": f"saved note {token}"})]

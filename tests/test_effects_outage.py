@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 from testbed.faults.nemesis import NemesisContext, effects_outage
 from chaos.scenarios import SCENARIOS, SUITE
-from harness.operations import FAIL, OK, History
+from harness.operations import FAIL, OK, OperationLog
 from testbed.effects_service import EffectsService
 
 
@@ -28,7 +28,7 @@ def _post(url: str) -> int:
 
 
 def _ctx(tmp_path: Path, service: EffectsService | None) -> NemesisContext:
-    return NemesisContext(stack=SimpleNamespace(effects_service=service), history=History(tmp_path / "ops.jsonl"),
+    return NemesisContext(stack=SimpleNamespace(effects_service=service), oplog=OperationLog(tmp_path / "ops.jsonl"),
                           workflow_ids=[], rng=random.Random(1))
 
 

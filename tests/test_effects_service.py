@@ -225,14 +225,14 @@ def test_the_test_bed_kills_the_calling_worker_process_and_records_the_kill(tmp_
     supervisor restarts the worker, whose next effects are answered."""
     import asyncio
 
-    from harness.operations import History, load
+    from harness.operations import OperationLog, load
     from testbed.stack import StackSpec, stack
     from testbed.worker_process import WorkerProcess
 
     script = tmp_path / "note_worker.py"
     script.write_text(_NOTE_WORKER)
-    history = History(tmp_path / "operations.jsonl")
-    spec = StackSpec(state_dir=tmp_path / "state", model=False, worker_processes=1, history=history,
+    oplog = OperationLog(tmp_path / "operations.jsonl")
+    spec = StackSpec(state_dir=tmp_path / "state", model=False, worker_processes=1, oplog=oplog,
                      effects_log=tmp_path / "effects_service.jsonl",
                      effects_faults=[EffectFault("crash_after_effect", count=1)],
                      make_worker=lambda name, at: WorkerProcess(
@@ -248,7 +248,7 @@ def test_the_test_bed_kills_the_calling_worker_process_and_records_the_kill(tmp_
             return first_pid, s.workers[0].restarts
 
     first_pid, restarts = asyncio.run(run())
-    history.close()
+    oplog.close()
     records = log_lines(tmp_path / "effects_service.jsonl")
     [fault] = [r for r in records if r["event"] == "fault"]
     kills = [op for op in load(tmp_path / "operations.jsonl") if op.f == "kill_worker" and op.type == "ok"]
@@ -270,7 +270,7 @@ def test_a_service_target_s_crash_after_effect_is_the_service_s_fault_not_the_wo
     from testbed.engines.temporal.engine import ReferenceOnTemporal
     from chaos.scenarios import SCENARIOS
     from testbed.engines.byo.target import REFERENCE
-    from harness.operations import History
+    from harness.operations import OperationLog
     from harness.rundir import RunDir
     from testbed.stack import Endpoints
 
@@ -278,7 +278,7 @@ def test_a_service_target_s_crash_after_effect_is_the_service_s_fault_not_the_wo
     for effects, armed, crash_at in (("service", ["crash_after_effect"], set()), (None, [], {"after_effect"})):
         run = RunDir.create(tmp_path / str(effects))
         backend = ReferenceOnTemporal(target=replace(REFERENCE, effects=effects))
-        spec = backend.stack_spec(scenario, run, 1, History(run.operations), ui=False)
+        spec = backend.stack_spec(scenario, run, 1, OperationLog(run.operations), ui=False)
         worker = spec.make_worker("w1", Endpoints("127.0.0.1:1", "default", "http://m/v1", {}, "http://127.0.0.1:9"))
         print(effects, spec.effects_log, [f.mode for f in spec.effects_faults], worker.faults.crash_at)
         assert spec.effects_log == run.path / "effects_service.jsonl"

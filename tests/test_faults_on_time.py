@@ -21,7 +21,7 @@ from chaos.fault_timeline import fault_timeline
 from chaos.runner import RunContext, _warm_up_faults_heal_settle, ends_on_events
 from chaos.scenarios import SCENARIOS, ChaosScenario, ClusterSpec
 from chaos.generator import NemesisEvent as E
-from harness.operations import OK, History, load
+from harness.operations import OK, OperationLog, load
 from testbed.faults.model import FaultRule
 from testbed.faults.nemesis import NemesisContext, model_outage, partition
 from testbed.faults.network import FaultProxy
@@ -40,19 +40,19 @@ class _Cluster:
 
 async def _phase(scenario: ChaosScenario, nemeses: dict[str, Any], tmp_path: Path,
                  cluster: Any = None) -> tuple[list[Any], dict[str, float], Any]:
-    history = History(tmp_path / "operations.jsonl")
+    oplog = OperationLog(tmp_path / "operations.jsonl")
     phases: dict[str, float] = {}
 
     def phase(p: str) -> None:
-        phases[p] = history.now()
-        history.event("generator", f"phase:{p}")
+        phases[p] = oplog.now()
+        oplog.event("generator", f"phase:{p}")
 
-    ctx = NemesisContext(stack=None, history=history, workflow_ids=[], rng=random.Random(1))  # type: ignore[arg-type]
+    ctx = NemesisContext(stack=None, oplog=oplog, workflow_ids=[], rng=random.Random(1))  # type: ignore[arg-type]
     cluster = cluster or _Cluster()
     load = asyncio.create_task(asyncio.sleep(0))
-    await _warm_up_faults_heal_settle(RunContext(scenario, list(scenario.events), history, phase, nemeses=nemeses,
+    await _warm_up_faults_heal_settle(RunContext(scenario, list(scenario.events), oplog, phase, nemeses=nemeses,
                                                  cluster=cluster, nemesis=ctx), load)
-    history.close()
+    oplog.close()
     return load_ops(tmp_path), phases, cluster
 
 
@@ -62,11 +62,11 @@ def load_ops(tmp_path: Path) -> list[Any]:
 
 def _sleeper(name: str) -> Any:
     async def nemesis(ctx: NemesisContext, duration_s: float, fail: bool = False) -> None:
-        op = ctx.history.invoke("nemesis", name, {"duration_s": duration_s})
+        op = ctx.oplog.invoke("nemesis", name, {"duration_s": duration_s})
         await asyncio.sleep(duration_s)
         if fail:
             raise RuntimeError(f"{name} broke")
-        ctx.history.complete(op, OK, {})
+        ctx.oplog.complete(op, OK, {})
     return nemesis
 
 
@@ -89,7 +89,7 @@ async def test_an_error_is_put_down_to_the_fault_that_raised_it_while_another_ov
         if before:  # raises before recording its operation, while the other "slow" fault has recorded its own
             await asyncio.sleep(duration_s)
             raise RuntimeError("no such link")
-        op = ctx.history.invoke("nemesis", "slow", {})
+        op = ctx.oplog.invoke("nemesis", "slow", {})
         await asyncio.sleep(duration_s)
         raise RuntimeError("broke after starting")
 
@@ -114,11 +114,11 @@ async def test_an_event_ended_phase_waits_for_a_killed_worker_to_be_back(tmp_pat
     worker = SimpleNamespace(down_until=0.0, process=SimpleNamespace(alive=True))
 
     async def kill(ctx: NemesisContext, down_s: float) -> None:
-        op = ctx.history.invoke("nemesis", "kill", {})
+        op = ctx.oplog.invoke("nemesis", "kill", {})
         worker.down_until = time.monotonic() + down_s
         worker.process.alive = False
         asyncio.get_running_loop().call_later(down_s + 0.1, setattr, worker.process, "alive", True)  # the restart
-        ctx.history.complete(op, OK, {})
+        ctx.oplog.complete(op, OK, {})
 
     cluster = _Cluster()
     cluster.workers = [worker]
@@ -149,7 +149,7 @@ async def test_two_overlapping_partitions_of_one_link_hold_it_until_the_last_end
         proxy.start()
         try:
             stack = SimpleNamespace(link=lambda name: proxy, workers=[], client=None)
-            ctx = NemesisContext(stack, History(tmp_path / "ops.jsonl"), [], random.Random(1),  # type: ignore[arg-type]
+            ctx = NemesisContext(stack, OperationLog(tmp_path / "ops.jsonl"), [], random.Random(1),  # type: ignore[arg-type]
                                  running=lambda ctx: asyncio.sleep(0, []))
             port = int(proxy.address.rsplit(":", 1)[1])
             first = asyncio.create_task(partition(ctx, mode="down", duration_s=0.6))
@@ -169,7 +169,7 @@ async def test_overlapping_model_outages_compose(tmp_path: Path) -> None:
     applied: list[list[FaultRule]] = []
     stack = SimpleNamespace(model_server=SimpleNamespace(stats=lambda: {"faults_applied": {}}),
                             set_model_faults=lambda rules: applied.append(list(rules)), workers=[], client=None)
-    ctx = NemesisContext(stack, History(tmp_path / "ops.jsonl"), [], random.Random(1))  # type: ignore[arg-type]
+    ctx = NemesisContext(stack, OperationLog(tmp_path / "ops.jsonl"), [], random.Random(1))  # type: ignore[arg-type]
     first = asyncio.create_task(model_outage(ctx, status=503, duration_s=0.4))
     await asyncio.sleep(0.1)
     await asyncio.gather(first, model_outage(ctx, status=429, duration_s=0.6))
@@ -193,7 +193,7 @@ async def test_an_aimed_kill_that_finds_nothing_never_thaws_a_worker_a_pause_hol
 
     worker = SimpleNamespace(name="w1", process=process, held=held, down_until=0.0)
     stack = SimpleNamespace(workers=[worker], worker=lambda name: worker, client=None)
-    ctx = NemesisContext(stack, History(tmp_path / "ops.jsonl"), [], random.Random(1))  # type: ignore[arg-type]
+    ctx = NemesisContext(stack, OperationLog(tmp_path / "ops.jsonl"), [], random.Random(1))  # type: ignore[arg-type]
 
     async def nothing() -> list[dict[str, Any]]:
         return []

@@ -51,7 +51,7 @@ def saved_runs(runs: Path) -> Path:
     from chaos.scenarios import SCENARIOS
     from chaos.runner import Outcome
     from chaos.soak import SoakRecord
-    from harness.operations import OK, History
+    from harness.operations import OK, OperationLog
     from harness.recording import workspace_name
     from harness.rundir import CONVERSATIONS, RunDir
 
@@ -61,23 +61,23 @@ def saved_runs(runs: Path) -> Path:
     run.begin("chaos", LABEL, seed=3, reproduce=reproduce, scenario=asdict(scenario), schedule=[],
               backend=backend.record(), target=_target_record(scenario, backend), checkers=backend.checkers,
               machine={"cores": 2}, phases={})
-    history = History(run.operations)
-    history.event("generator", "phase:setup")
-    history.event("generator", "phase:warm-up")
+    oplog = OperationLog(run.operations)
+    oplog.event("generator", "phase:setup")
+    oplog.event("generator", "phase:warm-up")
     conversations = []
     for n in range(2):
         wid = f"chaos-abc123-{n}"
         text, expect, content = f"append line-{n}; to log-{n}.txt", f"appended 8 bytes to log-{n}.txt", f"line-{n};"
-        sent = history.invoke(f"client-{n}", "send_message", {"conversation": wid, "n": 0, "text": text,
+        sent = oplog.invoke(f"client-{n}", "send_message", {"conversation": wid, "n": 0, "text": text,
                                                               "expect": expect, "match": "exact",
                                                               "run_id": f"{wid}-msg-0"})
         if n == 0:
-            history.event("generator", "phase:faults")
-            kill = history.invoke("nemesis", "kill_worker", {"when": "busy", "activity": "model", "down_s": 0.5})
-            history.complete(kill, OK, {"worker": "w1", "identity": "w1-1", "down_s": 0.5, "killed_at": time.time(),
+            oplog.event("generator", "phase:faults")
+            kill = oplog.invoke("nemesis", "kill_worker", {"when": "busy", "activity": "model", "down_s": 0.5})
+            oplog.complete(kill, OK, {"worker": "w1", "identity": "w1-1", "down_s": 0.5, "killed_at": time.time(),
                                         "evidence": [{"workflow_id": f"{wid}-msg-0", "activity": "plan_next_action",
                                                       "attempt": 1, "worker": "w1-1"}]})
-        history.complete(sent, OK, {"reply": expect, "turn": 1})
+        oplog.complete(sent, OK, {"reply": expect, "turn": 1})
         workspace = run.state / "sandbox" / workspace_name(wid)
         workspace.mkdir(parents=True)
         (workspace / f"log-{n}.txt").write_text(content)
@@ -86,9 +86,9 @@ def saved_runs(runs: Path) -> Path:
             "planned": [{"text": text, "expect": expect, "kind": "append", "path": f"log-{n}.txt",
                          "content": content, "match": "exact"}],
             "final_history": [{"role": "user", "content": text}, {"role": "assistant", "content": expect}]})
-    history.event("nemesis", "phase:heal")
-    history.event("generator", "phase:stopped")
-    history.close()
+    oplog.event("nemesis", "phase:heal")
+    oplog.event("generator", "phase:stopped")
+    oplog.close()
     run.write_json(CONVERSATIONS, {"workload": asdict(scenario.workload), "config": {}, "backend": "checkpoint",
                                    "conversations": conversations,
                                    "runs": {c["workflow_id"]: [f"{c['workflow_id']}-msg-0"] for c in conversations}})

@@ -150,7 +150,7 @@ def write_bench(run: Path, *, status="complete", files=None, started="2026-11-22
 
 
 class Hist:
-    """Writes operation-log lines the way harness.operations.History does."""
+    """Writes operation-log lines the way harness.operations.OperationLog does."""
 
     def __init__(self) -> None:
         self.ops: list[dict] = []

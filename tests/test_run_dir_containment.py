@@ -21,7 +21,7 @@ import pytest
 from chaos.cli import main as chaos_main
 from harness import run_files
 from harness.durable_files import write_atomic
-from harness.operations import OK, History
+from harness.operations import OK, OperationLog
 from harness.recording import EffectLedger, ExecutionIdentity
 
 TEXT, REPLY = "append hello to notes.txt", "Appended to notes.txt."
@@ -34,11 +34,11 @@ def saved_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = tmp_path_factory.mktemp("saved") / "run"
     (run / "state" / "sandbox" / "c-0").mkdir(parents=True)
     (run / "logs").mkdir()
-    history = History(run / "operations.jsonl")
-    op = history.invoke("client-0", "send_message", {"conversation": "c-0", "n": 0, "text": TEXT, "expect": REPLY,
+    oplog = OperationLog(run / "operations.jsonl")
+    op = oplog.invoke("client-0", "send_message", {"conversation": "c-0", "n": 0, "text": TEXT, "expect": REPLY,
                                                      "match": "exact"})
-    history.complete(op, OK, {"reply": REPLY})
-    history.close()
+    oplog.complete(op, OK, {"reply": REPLY})
+    oplog.close()
     conversation = {"workflow_id": "c-0", "started": True, "final_status": "COMPLETED", "result": None,
                     "final_history": [{"role": "user", "content": TEXT}, {"role": "assistant", "content": REPLY}],
                     "planned": [{"text": TEXT, "expect": REPLY, "kind": "append", "path": "notes.txt",

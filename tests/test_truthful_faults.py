@@ -24,7 +24,7 @@ from testbed.engines.temporal.in_flight import TemporalInFlight
 from testbed.faults.nemesis import NemesisContext, kill_worker
 from chaos.runner import check, nemesis_context
 from testbed.engines.byo.target import load_target
-from harness.operations import FAIL, History
+from harness.operations import FAIL, OperationLog
 from harness.verdict import PASS, UNKNOWN
 from tests.run_directory import problems
 
@@ -36,9 +36,9 @@ def _run_dir(tmp_path: Path, write_ops) -> Path:
     """A run directory with no conversations whose operation log ``write_ops(history)`` writes."""
     run = tmp_path / "run"
     (run / "state").mkdir(parents=True)
-    history = History(run / "operations.jsonl")
-    write_ops(history)
-    history.close()
+    oplog = OperationLog(run / "operations.jsonl")
+    write_ops(oplog)
+    oplog.close()
     (run / "conversations.json").write_text(json.dumps({"workload": {}, "conversations": []}))
     (run / "run.json").write_text(json.dumps({
         "schema": 2, "kind": "chaos", "name": "kill_continue_as_new", "status": "complete",
@@ -48,22 +48,22 @@ def _run_dir(tmp_path: Path, write_ops) -> Path:
     return run
 
 
-def _a_fault_that_landed(history: History) -> None:
-    op = history.invoke("nemesis", "model_outage", {"mode": "status"})
-    history.complete(op, "ok", {"mode": "status", "requests_refused": 3, "evidence": [{"model_requests_faulted": 3}]})
+def _a_fault_that_landed(oplog: OperationLog) -> None:
+    op = oplog.invoke("nemesis", "model_outage", {"mode": "status"})
+    oplog.complete(op, "ok", {"mode": "status", "requests_refused": 3, "evidence": [{"model_requests_faulted": 3}]})
 
 
 @pytest.mark.parametrize("recorded_as", ["nemesis_error_of_an_older_run", "nemesis_error", "failed_operation"])
 def test_a_fault_that_was_not_injected_is_shown_so_and_the_run_cannot_pass(tmp_path: Path, recorded_as: str) -> None:
-    def ops(history: History) -> None:
+    def ops(oplog: OperationLog) -> None:
         if recorded_as == "failed_operation":  # what the nemesis records now
-            op = history.invoke("nemesis", "kill_worker", {"at": "continue_as_new", "phase": "before"})
-            history.complete(op, FAIL, {"not_injected": "the continue-as-new threshold is unknown, so no moment "
+            op = oplog.invoke("nemesis", "kill_worker", {"at": "continue_as_new", "phase": "before"})
+            oplog.complete(op, FAIL, {"not_injected": "the continue-as-new threshold is unknown, so no moment "
                                                         "before one can be aimed at", "evidence": []})
         else:  # a nemesis that raised before recording its operation (as the "before" kill did on a target)
             flag = {} if recorded_as == "nemesis_error_of_an_older_run" else {"op_recorded": False}
-            history.event("nemesis", "nemesis_error", {"op": "kill_worker", "error": THRESHOLD_ERROR, **flag})
-        _a_fault_that_landed(history)
+            oplog.event("nemesis", "nemesis_error", {"op": "kill_worker", "error": THRESHOLD_ERROR, **flag})
+        _a_fault_that_landed(oplog)
 
     run = _run_dir(tmp_path, ops)
     result = injection_evidence.check(RunData(run))
@@ -78,10 +78,10 @@ def test_a_fault_that_was_not_injected_is_shown_so_and_the_run_cannot_pass(tmp_p
 
 
 def test_a_nemesis_error_after_its_operation_was_recorded_is_not_counted_twice(tmp_path: Path) -> None:
-    def ops(history: History) -> None:  # restart_server: killed the server, then could not start it again
-        op = history.invoke("nemesis", "restart_server", {"down_s": 3.0})
-        history.complete(op, "info", {"evidence": [{"activity": "plan"}]}, error="RuntimeError: no port")
-        history.event("nemesis", "nemesis_error", {"op": "restart_server", "error": "RuntimeError: no port",
+    def ops(oplog: OperationLog) -> None:  # restart_server: killed the server, then could not start it again
+        op = oplog.invoke("nemesis", "restart_server", {"down_s": 3.0})
+        oplog.complete(op, "info", {"evidence": [{"activity": "plan"}]}, error="RuntimeError: no port")
+        oplog.event("nemesis", "nemesis_error", {"op": "restart_server", "error": "RuntimeError: no port",
                                                    "op_recorded": True})
 
     result = injection_evidence.check(RunData(_run_dir(tmp_path, ops)))
@@ -90,11 +90,11 @@ def test_a_nemesis_error_after_its_operation_was_recorded_is_not_counted_twice(t
 
 
 async def test_a_kill_before_continue_as_new_with_no_threshold_is_recorded_as_not_injected(tmp_path: Path) -> None:
-    history = History(tmp_path / "operations.jsonl")
-    ctx = NemesisContext(stack=None, history=history, workflow_ids=["c-0"], rng=random.Random(1))  # type: ignore[arg-type]
+    oplog = OperationLog(tmp_path / "operations.jsonl")
+    ctx = NemesisContext(stack=None, oplog=oplog, workflow_ids=["c-0"], rng=random.Random(1))  # type: ignore[arg-type]
     value = await kill_worker(ctx, at="continue_as_new", phase="before", down_s=1.0)  # it raised ValueError
     assert "continue_as_new_events" in value["not_injected"] and value["evidence"] == []
-    ops = history.ops()
+    ops = oplog.ops()
     assert [(o.f, o.type) for o in ops] == [("kill_worker", "invoke"), ("kill_worker", FAIL)]
     assert ops[1].error.startswith("not injected: ")
 
@@ -137,7 +137,7 @@ def test_a_target_that_continues_as_new_when_suggested_is_suggested_it_at_the_sc
         path.write_text(TARGET + text)
         own = OwnAgentOnTemporal(load_target(path), **engine)  # type: ignore[arg-type]
         run = RunDir.create(tmp_path / "runs" / scenario)
-        spec = own.stack_spec(SCENARIOS[scenario], run, 1, History(run.path / "operations.jsonl"), False)
+        spec = own.stack_spec(SCENARIOS[scenario], run, 1, OperationLog(run.path / "operations.jsonl"), False)
         return own, spec
 
     own, spec = spec_of("continue_as_new_suggested = true\n", "kill_continue_as_new")
@@ -172,9 +172,9 @@ def _kill_mid_call(tmp_path: Path, snapshot_worker: str = VICTIM, closed_s: floa
         {"workflow_id": "c-0", "run_id": "r-1", "activity_id": "5", "activity": "call_model", "state": "STARTED",
          "attempt": 1, "worker": snapshot_worker, "scheduled": T0, "last_started": T0 + 1.0}]}
 
-    def ops(history: History) -> None:
-        op = history.invoke("nemesis", "kill_worker", {"when": "busy", "activity": aim, "down_s": 1.0})
-        history.complete(op, "ok", {
+    def ops(oplog: OperationLog) -> None:
+        op = oplog.invoke("nemesis", "kill_worker", {"when": "busy", "activity": aim, "down_s": 1.0})
+        oplog.complete(op, "ok", {
             "worker": "worker-1", "identity": VICTIM, "killed_at": T0 + 5.0, "down_s": 1.0,
             "evidence": [{"workflow_id": "c-0", "activity": "call_model", "attempt": 1, "worker": VICTIM}],
             "aim": {"when": "busy", "activity": aim, "at": None}, "observed_by": "temporal_pending_activities",
@@ -233,7 +233,7 @@ def test_a_kill_aimed_at_a_tool_lands_only_on_a_tool_and_says_when_the_agent_has
 
 
 def test_crash_after_effect_on_an_agent_that_declares_no_effect_says_it_cannot_apply(tmp_path: Path) -> None:
-    run = _run_dir(tmp_path, lambda history: None)
+    run = _run_dir(tmp_path, lambda oplog: None)
     record = json.loads((run / "run.json").read_text())
     record.update(schedule=[], scenario={"cluster": {"crash_at": ["after_effect"]}},
                   target={"checkers": ["injection_evidence"], "effects": "none", "effects_reason": "it calls nothing"})
@@ -275,8 +275,8 @@ async def test_a_kill_mid_call_on_a_real_server_lands_by_the_snapshot_taken_froz
     workers = [SupervisedWorker(proc)]
     cluster = SimpleNamespace(workers=workers, client=stack.client, worker=lambda name: workers[0])
     run = tmp_path / "run"
-    _run_dir(tmp_path, lambda history: None)
-    ctx = NemesisContext(cluster, History(run / "operations.jsonl"), [wid], random.Random(1),  # type: ignore[arg-type]
+    _run_dir(tmp_path, lambda oplog: None)
+    ctx = NemesisContext(cluster, OperationLog(run / "operations.jsonl"), [wid], random.Random(1),  # type: ignore[arg-type]
                          model_activity="call_model", observer=TemporalInFlight())
     async with Worker(stack.client, task_queue=queue, workflows=[LongCall], activities=[slow_model_call],
                       identity=proc.identity, workflow_runner=UnsandboxedWorkflowRunner()):
@@ -292,7 +292,7 @@ async def test_a_kill_mid_call_on_a_real_server_lands_by_the_snapshot_taken_froz
         finally:
             RELEASE.set()
             await handle.result()
-    ctx.history.close()
+    ctx.oplog.close()
     data = RunData(run)
     [activity_record] = data.event_histories[wid][0].activities
     assert activity_record.started_at is None and activity_record.closed_at is None  # no trace of the attempt

@@ -57,7 +57,7 @@ def turn_messages(planned: Any, call_id: str) -> list[dict[str, Any]]:
 
 
 class _Writer:
-    """Appends ``Op`` lines exactly as ``harness.operations.History`` does, with a deterministic clock."""
+    """Appends ``Op`` lines exactly as ``harness.operations.OperationLog`` does, with a deterministic clock."""
 
     def __init__(self, path: Path, t0_wall: float = 1_795_000_000.0) -> None:
         self.lines: list[str] = []

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from agent.contracts import AgentConfig
 from harness.engines import names, registered
 from harness.event_history import RunRecord, fetch_run, fetch_tree, save_histories
-from harness.operations import History
+from harness.operations import OperationLog
 from harness.rundir import RunDir
 from testbed.engines import EngineUnavailable, SessionSpec
 from testbed.engines.temporal.connection import TemporalConnection
@@ -157,10 +157,10 @@ class Engine(EnginePart):
 
     # -- the chaos runner ------------------------------------------------------------------------------------
 
-    def stack_spec(self, scenario: Scenario, run: RunDir, seed: int, history: History, ui: bool) -> StackSpec:
+    def stack_spec(self, scenario: Scenario, run: RunDir, seed: int, oplog: OperationLog, ui: bool) -> StackSpec:
         raise NotImplementedError
 
-    def make_driver(self, stack: Stack, history: History, scenario: Scenario, seed: int) -> Any:
+    def make_driver(self, stack: Stack, oplog: OperationLog, scenario: Scenario, seed: int) -> Any:
         raise NotImplementedError
 
     #: what is running right now, by the engine's own lights: ``async running(stack)`` ->

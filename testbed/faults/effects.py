@@ -172,10 +172,10 @@ def kill_caller(stack: Any, peer_port: int) -> dict[str, Any] | None:
     if pid is None:
         return None
     w = by_pid[pid]
-    history = stack.spec.history
-    op = history.invoke("nemesis", "kill_worker", {"when": "busy", "activity": None, "down_s": 0.0,
+    oplog = stack.spec.oplog
+    op = oplog.invoke("nemesis", "kill_worker", {"when": "busy", "activity": None, "down_s": 0.0,
                                                    "at": "after_effect", "via": "effects_service"}) \
-        if history else None
+        if oplog else None
     with w.lock:
         if w.process.pid != pid:  # restarted meanwhile: that process is gone already
             return None
@@ -186,5 +186,5 @@ def kill_caller(stack: Any, peer_port: int) -> dict[str, Any] | None:
              "evidence": [{"effect_applied_unanswered": {"peer_port": peer_port}}],
              "aim": {"at": "after_effect", "via": "effects_service"}}
     if op is not None:
-        history.complete(op, OK, value)
+        oplog.complete(op, OK, value)
     return {k: value[k] for k in ("worker", "identity", "pid", "killed_at")}

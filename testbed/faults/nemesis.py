@@ -59,14 +59,14 @@ from testbed.faults.model import FaultRule
 from harness.recording import MODEL_CALL, executions_in_flight
 from testbed.faults.effects import EffectFault
 from testbed.stack import Stack
-from harness.operations import FAIL, INFO, OK, History
+from harness.operations import FAIL, INFO, OK, OperationLog
 from testbed.faults.network import Toxic
 
 
 @dataclass
 class NemesisContext:
     stack: Stack  # the server, the model, the proxies and the supervised workers (testbed.stack)
-    history: History
+    oplog: OperationLog
     workflow_ids: list[str]
     rng: random.Random
     model_activity: str = "plan_next_action"  # what "model" means in a nemesis argument, for this target
@@ -286,7 +286,7 @@ async def kill_worker(ctx: NemesisContext, when: str = "busy", activity: str | N
     aim: dict[str, Any] = {"when": when, "activity": activity, "at": at, **({"spare": True} if spare else {})}
     if at == "continue_as_new":
         aim.update(phase=phase, history_events=history_events or ctx.continue_as_new_events)
-    op = ctx.history.invoke("nemesis", "kill_worker", {"when": when, "activity": activity, "down_s": down_s,
+    op = ctx.oplog.invoke("nemesis", "kill_worker", {"when": when, "activity": activity, "down_s": down_s,
                                                        **({"at": at} if at else {}),
                                                        **({"spare": True} if spare else {}),
                                                        **({"phase": phase} if at == "continue_as_new" else {})})
@@ -294,7 +294,7 @@ async def kill_worker(ctx: NemesisContext, when: str = "busy", activity: str | N
         why = ("the continue-as-new threshold is unknown, so no moment before one can be aimed at: declare the "
                "agent's continue_as_new_events in the target file (or give kill_worker history_events)")
         value = {"not_injected": why, "evidence": [], "aim": aim}
-        ctx.history.complete(op, FAIL, value, error=f"not injected: {why}")
+        ctx.oplog.complete(op, FAIL, value, error=f"not injected: {why}")
         return value
     evidence: list[Any] = []
     victim = None
@@ -334,13 +334,13 @@ async def kill_worker(ctx: NemesisContext, when: str = "busy", activity: str | N
             proc.kill()
     value = {"worker": victim, "identity": identity, "evidence": evidence, "down_s": down_s, "killed_at": killed_at,
              "aim": aim, **info, **({"frozen_snapshot": snapshot} if snapshot is not None else {})}
-    ctx.history.complete(op, OK, value)
+    ctx.oplog.complete(op, OK, value)
     return value
 
 
 async def pause_worker(ctx: NemesisContext, pause_s: float = 6.0, wait_s: float = 15.0) -> dict[str, Any]:
     """SIGSTOP a busy worker for longer than the heartbeat timeout, then SIGCONT it."""
-    op = ctx.history.invoke("nemesis", "pause_worker", {"pause_s": pause_s})
+    op = ctx.oplog.invoke("nemesis", "pause_worker", {"pause_s": pause_s})
     running = await _wait_for_in_flight(ctx, None, wait_s)
     victim = _worker_of(ctx, running[0]["worker"]) if running else None
     victim = victim or ctx.rng.choice(ctx.stack.workers).name
@@ -360,7 +360,7 @@ async def pause_worker(ctx: NemesisContext, pause_s: float = 6.0, wait_s: float 
         resumed_at = time.time()
     value = {"worker": victim, "identity": identity, "evidence": evidence, "pause_s": pause_s, "paused_at": paused_at,
              "resumed_at": resumed_at}
-    ctx.history.complete(op, OK, value)
+    ctx.oplog.complete(op, OK, value)
     return value
 
 
@@ -369,7 +369,7 @@ async def drain_worker(ctx: NemesisContext, activity: str | None = "model", down
     """SIGTERM a worker running an activity ``activity`` aims at: a deploy's graceful stop. The worker is to stop
     polling, finish what it runs and exit by itself; the supervisor starts its replacement ``down_s`` after it exits.
     The ``drain`` checker then asks whether anything it ran was re-executed elsewhere."""
-    op = ctx.history.invoke("nemesis", "drain_worker", {"activity": activity, "down_s": down_s})
+    op = ctx.oplog.invoke("nemesis", "drain_worker", {"activity": activity, "down_s": down_s})
     deadline = time.monotonic() + wait_s
     while True:
         running, source = await _aimed_running(ctx, activity)
@@ -397,7 +397,7 @@ async def drain_worker(ctx: NemesisContext, activity: str | None = "model", down
     value = {"worker": victim, "identity": identity, "evidence": evidence, "down_s": down_s,
              "signalled_at": signalled_at, "exited_at": exited_at, "exit_code": proc.returncode,
              "drained_in_s": round(exited_at - signalled_at, 2) if exited_at else None, "observed_by": source}
-    ctx.history.complete(op, OK, value)
+    ctx.oplog.complete(op, OK, value)
     return value
 
 
@@ -411,7 +411,7 @@ async def partition(ctx: NemesisContext, link: str = "temporal", mode: str = "bl
     connections reset, and for ``down`` the live connections it cut (the workers' polls among them)."""
     proxy = ctx.stack.link(link)
     assert proxy is not None
-    op = ctx.history.invoke("nemesis", "partition", {"link": link, "mode": mode, "duration_s": duration_s})
+    op = ctx.oplog.invoke("nemesis", "partition", {"link": link, "mode": mode, "duration_s": duration_s})
     before = proxy.stats()
     name = f"partition_{mode}_{op.index}"  # unique: an overlapping partition of the same link keeps its own
     if mode == "down":
@@ -435,7 +435,7 @@ async def partition(ctx: NemesisContext, link: str = "temporal", mode: str = "bl
         dropped["connections_cut"] = before["active"]
     evidence = ([{"in_flight": a} for a in running] + ([{"proxy": dropped}] if dropped else [])) if (running or dropped) else []
     value = {"link": link, "mode": mode, "evidence": evidence, "proxy_delta": dropped, "applied_at": applied_at}
-    ctx.history.complete(op, OK, value)
+    ctx.oplog.complete(op, OK, value)
     return value
 
 
@@ -445,7 +445,7 @@ async def degrade_link(ctx: NemesisContext, link: str = "temporal", latency_ms: 
     """A slow link, not a broken one: latency with jitter per direction, optionally a bandwidth cap."""
     proxy = ctx.stack.link(link)
     assert proxy is not None
-    op = ctx.history.invoke("nemesis", "degrade_link", {"link": link, "latency_ms": latency_ms, "jitter_ms": jitter_ms,
+    op = ctx.oplog.invoke("nemesis", "degrade_link", {"link": link, "latency_ms": latency_ms, "jitter_ms": jitter_ms,
                                                         "rate_kbps": rate_kbps, "stream": stream})
     before = proxy.stats()
     names = [f"degrade_latency_{stream}_{op.index}"]  # unique: an overlapping fault of the same link keeps its own
@@ -465,13 +465,13 @@ async def degrade_link(ctx: NemesisContext, link: str = "temporal", latency_ms: 
     evidence = [{"in_flight": a} for a in running] + ([{"bytes_delayed": moved}] if moved else [])
     value = {"link": link, "evidence": evidence if running or moved else [], "bytes_through": moved,
              "applied_at": applied_at}
-    ctx.history.complete(op, OK, value)
+    ctx.oplog.complete(op, OK, value)
     return value
 
 
 async def restart_server(ctx: NemesisContext, down_s: float = 3.0) -> dict[str, Any]:
     """SIGKILL the Temporal server and start it again from its database file."""
-    op = ctx.history.invoke("nemesis", "restart_server", {"down_s": down_s})
+    op = ctx.oplog.invoke("nemesis", "restart_server", {"down_s": down_s})
     running = await _wait_for_in_flight(ctx, None, 10.0)  # aimed: a restart with work in flight
     killed_at = time.time()
     await asyncio.to_thread(ctx.stack.server.kill)
@@ -479,17 +479,17 @@ async def restart_server(ctx: NemesisContext, down_s: float = 3.0) -> dict[str, 
     try:
         await asyncio.to_thread(ctx.stack.server.start)
     except Exception as exc:
-        ctx.history.complete(op, INFO, {"evidence": running}, error=f"{type(exc).__name__}: {exc}")
+        ctx.oplog.complete(op, INFO, {"evidence": running}, error=f"{type(exc).__name__}: {exc}")
         raise
     value = {"evidence": running, "pid": ctx.stack.server.pid, "killed_at": killed_at}
-    ctx.history.complete(op, OK, value)
+    ctx.oplog.complete(op, OK, value)
     return value
 
 
 async def model_outage(ctx: NemesisContext, status: int = 503, duration_s: float = 6.0,
                        mode: str = "status") -> dict[str, Any]:
     """The model API refuses (503/429), hangs or answers garbage for a while."""
-    op = ctx.history.invoke("nemesis", "model_outage", {"mode": mode, "status": status, "duration_s": duration_s})
+    op = ctx.oplog.invoke("nemesis", "model_outage", {"mode": mode, "status": status, "duration_s": duration_s})
     model = ctx.stack.model_server
     before = (await asyncio.to_thread(model.stats))["faults_applied"].get(mode, 0)
     # A hung request is dropped when the outage ends (as a dead API's connections eventually are).
@@ -504,7 +504,7 @@ async def model_outage(ctx: NemesisContext, status: int = 503, duration_s: float
     hits = (await asyncio.to_thread(model.stats))["faults_applied"].get(mode, 0) - before
     value = {"mode": mode, "requests_refused": hits, "evidence": [{"model_requests_faulted": hits}] if hits else [],
              "applied_at": applied_at}
-    ctx.history.complete(op, OK, value)
+    ctx.oplog.complete(op, OK, value)
     return value
 
 
@@ -513,12 +513,12 @@ async def effects_outage(ctx: NemesisContext, status: int = 503, duration_s: flo
     while, applying nothing: a correct agent's tool fails, is retried, and saves the note once the service is back.
     A run with no effects service (a target whose effects are not ``service``) cannot have this fault: the
     operation completes ``fail`` with ``not_injected``."""
-    op = ctx.history.invoke("nemesis", "effects_outage", {"status": status, "duration_s": duration_s})
+    op = ctx.oplog.invoke("nemesis", "effects_outage", {"status": status, "duration_s": duration_s})
     service = ctx.stack.effects_service
     if service is None:
         why = "this run has no effects service (the target's effects are not \"service\")"
         value = {"not_injected": why, "evidence": []}
-        ctx.history.complete(op, FAIL, value, error=f"not injected: {why}")
+        ctx.oplog.complete(op, FAIL, value, error=f"not injected: {why}")
         return value
     before = (await asyncio.to_thread(service.stats))["status_faults"]
     await asyncio.to_thread(service.set_faults, [EffectFault("status", count=None, status=status,
@@ -528,14 +528,14 @@ async def effects_outage(ctx: NemesisContext, status: int = 503, duration_s: flo
     hits = (await asyncio.to_thread(service.stats))["status_faults"] - before
     value = {"status": status, "requests_refused": hits,
              "evidence": [{"effects_requests_refused": hits}] if hits else []}
-    ctx.history.complete(op, OK, value)
+    ctx.oplog.complete(op, OK, value)
     return value
 
 
 async def deploy_fix(ctx: NemesisContext, activity: str = "calculator", min_attempt: int = 2,
                      wait_s: float = 20.0) -> dict[str, Any]:
     """The hot-fix: once the buggy activity is stuck retrying, restart every worker without the bug."""
-    op = ctx.history.invoke("nemesis", "deploy_fix", {"activity": activity})
+    op = ctx.oplog.invoke("nemesis", "deploy_fix", {"activity": activity})
     deadline = time.monotonic() + wait_s
     stuck: list[dict[str, Any]] = []
     while time.monotonic() < deadline and not stuck and ctx.observer is not None:
@@ -546,7 +546,7 @@ async def deploy_fix(ctx: NemesisContext, activity: str = "calculator", min_atte
             await asyncio.to_thread(proc.stop)
             await asyncio.to_thread(proc.start, faults=proc.faults.without_bugs())
     value = {"evidence": stuck, "workers": [w.process.polling_identity for w in ctx.stack.workers]}
-    ctx.history.complete(op, OK, value)
+    ctx.oplog.complete(op, OK, value)
     return value
 
 

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.operations import History, Op
+from harness.operations import OperationLog, Op
 from testbed.engines.base import Engine, Scenario
 from testbed.engines.workload import TIMEOUTS
 from testbed.engines.byo.target import Target, target_environment
@@ -69,8 +69,8 @@ class OwnAgentOnTemporal(ReferenceOnTemporal):
     def worker_env(self, values: dict[str, str], at: Endpoints | None = None) -> dict[str, str]:
         return {**super().worker_env(values, at), **target_environment(self.target)}
 
-    async def make_driver(self, stack: Stack, history: History, scenario: Scenario, seed: int) -> RemoteDriver:
-        driver = RemoteDriver(self.target, history, stack.server.address if stack.server else
+    async def make_driver(self, stack: Stack, oplog: OperationLog, scenario: Scenario, seed: int) -> RemoteDriver:
+        driver = RemoteDriver(self.target, oplog, stack.server.address if stack.server else
                               stack.spec.engine.address, stack.spec.engine.namespace, stack.spec.task_queue,
                               driver_workload(scenario), seed, stack.spec.logs / "driver.log")
         await driver.started()
@@ -89,9 +89,9 @@ def driver_workload(scenario: Scenario) -> dict[str, Any]:
 class RemoteDriver:
     """The driver protocol (``testbed/engines/byo/target.py``) over a ``harness.driver_host`` process in the target's Python."""
 
-    def __init__(self, target: Target, history: History, address: str, namespace: str, task_queue: str,
+    def __init__(self, target: Target, oplog: OperationLog, address: str, namespace: str, task_queue: str,
                  workload: dict[str, Any], seed: int, log_path: Path) -> None:
-        self.history = history
+        self.oplog = oplog
         self.workflow_ids: list[str] = []
         self._ops: dict[int, Op] = {}
         self._data: dict[str, Any] | None = None
@@ -140,9 +140,9 @@ class RemoteDriver:
             elif event == "unfit":
                 self._unfit = str(msg.get("error"))[:1000]
             elif event == "invoke":
-                self._ops[msg["id"]] = self.history.invoke(msg["process"], msg["f"], msg.get("value"))
+                self._ops[msg["id"]] = self.oplog.invoke(msg["process"], msg["f"], msg.get("value"))
             elif event == "complete" and msg["id"] in self._ops:
-                self.history.complete(self._ops.pop(msg["id"]), msg["type"], msg.get("value"), msg.get("error"))
+                self.oplog.complete(self._ops.pop(msg["id"]), msg["type"], msg.get("value"), msg.get("error"))
             elif event == "run_done":
                 self._settle(self._run_done, msg.get("error"))
             elif event == "finished":

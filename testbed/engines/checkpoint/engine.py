@@ -34,7 +34,7 @@ from typing import Any
 
 from agent.contracts import AgentConfig
 from agent.worker import WorkerSettings
-from harness.operations import History
+from harness.operations import OperationLog
 from harness.rundir import RunDir
 from testbed.engines import SessionSpec
 from testbed.engines.base import Engine, Scenario, Session, without_event_histories
@@ -74,7 +74,7 @@ class CheckpointEngine(Engine):
     def record(self) -> dict[str, Any]:
         return {**super().record(), "lease_ms": LEASE_MS, "temporal": None}  # no Temporal on this engine
 
-    def stack_spec(self, scenario: Scenario, run: RunDir, seed: int, history: History, ui: bool) -> StackSpec:
+    def stack_spec(self, scenario: Scenario, run: RunDir, seed: int, oplog: OperationLog, ui: bool) -> StackSpec:
         def worker(name: str, at: Endpoints) -> WorkerProcess:
             values = {"model_url": at.model_url, "state_dir": str(run.state),
                       "checkpoint_db": str(run.state / CHECKPOINT_DB)}
@@ -84,10 +84,10 @@ class CheckpointEngine(Engine):
 
         return StackSpec(state_dir=run.state, logs_dir=run.logs, engine=self,
                          model_latency=LatencyModel.parse(scenario.cluster.model_latency), seed=seed,
-                         worker_processes=scenario.cluster.workers, make_worker=worker, history=history)
+                         worker_processes=scenario.cluster.workers, make_worker=worker, oplog=oplog)
 
-    def make_driver(self, stack: Stack, history: History, scenario: Scenario, seed: int) -> Any:
-        driver = CheckpointDriver(client=None, history=history, task_queue="", workload=scenario.workload, seed=seed,
+    def make_driver(self, stack: Stack, oplog: OperationLog, scenario: Scenario, seed: int) -> Any:
+        driver = CheckpointDriver(client=None, oplog=oplog, task_queue="", workload=scenario.workload, seed=seed,
                                   db=stack.spec.state_dir / CHECKPOINT_DB)
         if scenario.planning_max_attempts:
             driver.config.planning.maximum_attempts = scenario.planning_max_attempts

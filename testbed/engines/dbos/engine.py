@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import SAFE_PATH
-from harness.operations import History
+from harness.operations import OperationLog
 from harness.rundir import DBOS_STEPS, RunDir
 from harness.commands import tool
 from testbed.engines.dbos import agent as dbos_agent
@@ -103,7 +103,7 @@ class DbosEngine(Engine):
         assert stack is not None and stack.server is not None, "the PostgreSQL server is not started"
         return stack.server.url
 
-    def stack_spec(self, scenario: Scenario, run: RunDir, seed: int, history: History, ui: bool) -> StackSpec:
+    def stack_spec(self, scenario: Scenario, run: RunDir, seed: int, oplog: OperationLog, ui: bool) -> StackSpec:
         def worker(name: str, at: Endpoints) -> WorkerProcess:
             values = {"model_url": at.model_url, "state_dir": str(run.state), "executor_id": name,
                       "database_url": self.database_url(run, at=at)}
@@ -113,10 +113,10 @@ class DbosEngine(Engine):
 
         return StackSpec(state_dir=run.state, logs_dir=run.logs, engine=self, proxies=True,
                          model_latency=LatencyModel.parse(scenario.cluster.model_latency), seed=seed,
-                         worker_processes=scenario.cluster.workers, make_worker=worker, history=history)
+                         worker_processes=scenario.cluster.workers, make_worker=worker, oplog=oplog)
 
-    def make_driver(self, stack: Stack, history: History, scenario: Scenario, seed: int) -> Any:
-        driver = DbosDriver(client=None, history=history, task_queue="", workload=scenario.workload, seed=seed,
+    def make_driver(self, stack: Stack, oplog: OperationLog, scenario: Scenario, seed: int) -> Any:
+        driver = DbosDriver(client=None, oplog=oplog, task_queue="", workload=scenario.workload, seed=seed,
                             database_url=self.database_url(stack.spec.state_dir, stack))
         if scenario.planning_max_attempts:
             driver.config.planning.maximum_attempts = scenario.planning_max_attempts

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import SAFE_PATH
-from harness.operations import History
+from harness.operations import OperationLog
 from harness.rundir import RESTATE_JOURNAL, RunDir
 from testbed.engines import SessionSpec
 from testbed.engines.base import Engine, Scenario, without_event_histories
@@ -84,7 +84,7 @@ class RestateEngine(Engine):
                 "endpoint_link": "the proxy in front of the endpoint is the 'temporal' link of partition nemeses",
                 "restate_server": settings(RestateServer(Path(".")).config())}
 
-    def stack_spec(self, scenario: Scenario, run: RunDir, seed: int, history: History, ui: bool) -> StackSpec:
+    def stack_spec(self, scenario: Scenario, run: RunDir, seed: int, oplog: OperationLog, ui: bool) -> StackSpec:
         port = free_port("127.0.0.1")
 
         def endpoint(name: str, at: Endpoints) -> WorkerProcess:
@@ -98,18 +98,18 @@ class RestateEngine(Engine):
         # partition nemeses cut), and the endpoint reaches the model through the stack's model proxy.
         return StackSpec(state_dir=run.state, logs_dir=run.logs, engine=self,
                          model_latency=LatencyModel.parse(scenario.cluster.model_latency), seed=seed,
-                         worker_processes=1, make_worker=endpoint, history=history, ledger=True,
+                         worker_processes=1, make_worker=endpoint, oplog=oplog, ledger=True,
                          proxies=True, server_proxy_to=("127.0.0.1", port))
 
     def server(self, spec: StackSpec) -> RestateServer:
         """The ``restate-server``, its state in ``<state dir>/restate``."""
         return RestateServer(spec.state_dir / "restate", log_file=spec.logs / "restate.log")
 
-    async def make_driver(self, stack: Stack, history: History, scenario: Scenario, seed: int) -> Any:
+    async def make_driver(self, stack: Stack, oplog: OperationLog, scenario: Scenario, seed: int) -> Any:
         """Register the endpoint (through the stack's server proxy: the endpoint link), then the driver."""
         assert stack.server_proxy is not None, "stack_spec asks for the proxy in front of the endpoint"
         await asyncio.to_thread(stack.server.register, f"http://{stack.server_proxy.address}")
-        driver = RestateDriver(client=None, history=history, task_queue="", workload=scenario.workload, seed=seed,
+        driver = RestateDriver(client=None, oplog=oplog, task_queue="", workload=scenario.workload, seed=seed,
                                ingress_url=stack.server.ingress_url)
         if scenario.planning_max_attempts:
             driver.config.planning.maximum_attempts = scenario.planning_max_attempts

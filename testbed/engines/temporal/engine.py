@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.faults import AgentFaults
-from harness.operations import History
+from harness.operations import OperationLog
 from harness.recording import ENV_LEDGER
 from harness.rundir import EFFECTS_SERVICE, RunDir
 from testbed.engines import SessionSpec
@@ -76,14 +76,14 @@ class ReferenceOnTemporal(Engine):
         docker = {"--placement": "docker", "--image": self.image} if self.workers == "docker" else {}
         return {**super().reproduce(), **docker}
 
-    def stack_spec(self, scenario: Scenario, run: RunDir, seed: int, history: History, ui: bool) -> StackSpec:
+    def stack_spec(self, scenario: Scenario, run: RunDir, seed: int, oplog: OperationLog, ui: bool) -> StackSpec:
         # an external cluster: no server here, the workers' link to it goes through the proxy; the embedded server
         # is killed at the end, not stopped: the run saves its histories before the stack ends
         cluster = TemporalCluster(self.connection if self.external else TemporalConnection(),
                                   db=run.state / "temporal.db", ui=ui, quiet=True, kill_at_exit=True)
         spec = StackSpec(state_dir=run.state, logs_dir=run.logs, engine=cluster,
                          model_latency=LatencyModel.parse(scenario.cluster.model_latency),
-                         seed=seed, proxies=True, worker_processes=scenario.cluster.workers, history=history,
+                         seed=seed, proxies=True, worker_processes=scenario.cluster.workers, oplog=oplog,
                          task_queue=self.task_queue(scenario))
         if self.target.address:  # its workers hard-code where Temporal is: the fault proxy goes there
             spec.server_proxy_port = int(self.target.address.rpartition(":")[2])
@@ -175,9 +175,9 @@ class ReferenceOnTemporal(Engine):
                              volumes={state: state}, log_dir=run.logs)
         return ContainerWorker(worker, faults, warm_line=self.target.warm_line)
 
-    def make_driver(self, stack: Stack, history: History, scenario: Scenario, seed: int) -> Any:
+    def make_driver(self, stack: Stack, oplog: OperationLog, scenario: Scenario, seed: int) -> Any:
         timeouts = TIMEOUTS[scenario.timeouts]
-        driver = Driver(client=stack.client, history=history, task_queue=stack.spec.task_queue,
+        driver = Driver(client=stack.client, oplog=oplog, task_queue=stack.spec.task_queue,
                         workload=scenario.workload, seed=seed, config=chaos_agent_config(scenario.timeouts),
                         workflow_task_timeout_s=timeouts.workflow_task_timeout_s)
         driver.config.local_tools = list(scenario.local_tools)

@@ -136,9 +136,9 @@ async def aim_workflow_task(ctx: Any, hands: Any, down_s: float, wait_s: float, 
 
     refresher = asyncio.create_task(refresh())
     try:
-        seen = len(ctx.history.ops())
+        seen = len(ctx.oplog.ops())
         while time.monotonic() < deadline:
-            ops = ctx.history.ops()
+            ops = ctx.oplog.ops()
             sends = [op for op in ops[seen:] if op.type == INVOKE and op.process.startswith("client")
                      and op.f in ("send_message", "resend_message") and isinstance(op.value, dict)]
             seen = len(ops)
