@@ -17,7 +17,6 @@ An engine never imports the chaos package: a scenario is what ``Scenario`` names
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import re
 import uuid
@@ -26,7 +25,7 @@ from typing import Any, Protocol
 
 from agent.contracts import AgentConfig
 from harness.engines import names, registered
-from harness.event_history import RunRecord, fetch_run, fetch_tree, save_histories
+from harness.event_history import RunRecord
 from harness.operations import OperationLog
 from harness.rundir import RunDir
 from testbed.engines import EngineUnavailable, SessionSpec
@@ -175,30 +174,16 @@ class Engine(EnginePart):
 
     async def latest_runs(self, stack: Stack, driver: Any) -> list[RunRecord] | None:
         """Each conversation's latest run as the server holds it now (the late wait reads what is still pending
-        in it: ``chaos.checker.late``); None: this engine keeps no Temporal histories to tell."""
-        if stack.client is None or "temporal_history" in self.not_applicable:
-            return None
-
-        async def one(wid: str) -> RunRecord | None:
-            try:
-                return await fetch_run(stack.client, wid)
-            except Exception:  # never started (or gone): nothing pending
-                return None
-
-        runs = await asyncio.gather(*(one(wid) for wid in driver.workflow_ids))
-        return [r for r in runs if r is not None]
+        in it: ``chaos.checker.late``); None: this engine keeps no event histories to tell."""
+        return None
 
     async def run_tree(self, stack: Stack, run_id: str) -> dict[str, list[RunRecord]] | None:
         """Run ``run_id`` and the children it started as the server's event histories hold them (which worker ran
         each workflow task and activity: ``harness.event_history.fetch_tree``); None: this engine keeps none."""
-        if stack.client is None or "temporal_history" in self.not_applicable:
-            return None
-        return await fetch_tree(stack.client, run_id)
+        return None
 
     async def save(self, stack: Stack, run: RunDir, driver: Any) -> None:
-        """Every conversation's event histories (what temporal_history and replay read)."""
-        if stack.client is not None:
-            await save_histories(stack.client, driver.workflow_ids, run.event_histories)
+        """What the engine's own checks read, into the run directory; nothing by default."""
 
     # -- dah run / dah demo, the benchmarks' engines section -------------------------------------------------
 

@@ -18,11 +18,13 @@ In this process (``dah run``, ``dah demo``: ``in_process``): the server and one 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.event_history import RunRecord, fetch_run, fetch_tree, save_histories
 from harness.faults import AgentFaults
 from harness.operations import OperationLog
 from harness.recording import ENV_LEDGER
@@ -187,6 +189,32 @@ class ReferenceOnTemporal(Engine):
         if scenario.max_history_events:
             driver.config.max_history_events = scenario.max_history_events  # continue-as-new past this many events
         return driver
+
+    async def latest_runs(self, stack: Stack, driver: Any) -> list[RunRecord] | None:
+        """Each conversation's latest run as the server holds it now (None: a target whose histories do not apply)."""
+        if stack.client is None or "temporal_history" in self.not_applicable:
+            return None
+
+        async def one(wid: str) -> RunRecord | None:
+            try:
+                return await fetch_run(stack.client, wid)
+            except Exception:  # never started (or gone): nothing pending
+                return None
+
+        runs = await asyncio.gather(*(one(wid) for wid in driver.workflow_ids))
+        return [r for r in runs if r is not None]
+
+    async def run_tree(self, stack: Stack, run_id: str) -> dict[str, list[RunRecord]] | None:
+        """Run ``run_id`` and the children it started as the server's event histories hold them (which worker ran
+        each workflow task and activity: ``harness.event_history.fetch_tree``); None: this engine keeps none."""
+        if stack.client is None or "temporal_history" in self.not_applicable:
+            return None
+        return await fetch_tree(stack.client, run_id)
+
+    async def save(self, stack: Stack, run: RunDir, driver: Any) -> None:
+        """Every conversation's event histories (what temporal_history and replay read)."""
+        if stack.client is not None:
+            await save_histories(stack.client, driver.workflow_ids, run.event_histories)
 
     def aiming(self, stack: Stack, driver: Any) -> dict[str, Any]:
         """What aimed kills read: the effect ledger (workers share the run's state dir with this process; a
