@@ -24,7 +24,7 @@ from benchmarks.load import cpu_hogs
 from harness.commands import CommandParser, tool
 from testbed.engines.workload import TIMEOUTS, Workload
 from harness.private import own_subfolder
-from testbed.cli_options import add_out, own_out, progress, runs_root
+from cli.options import add_out, own_out, progress, runs_root
 
 
 def count(run_dir: Path) -> dict[str, Any]:

@@ -44,7 +44,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cli import _positive
+from cli.bench import _positive
 from harness.percentiles import percentile
 from harness.commands import CommandParser, tool
 from testbed.faults.network import FaultProxy, Toxic

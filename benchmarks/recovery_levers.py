@@ -46,7 +46,7 @@ from harness.percentiles import percentile
 from harness.commands import CommandParser, tool
 from harness.private import own_subfolder
 from harness.rundir import write_json
-from testbed.cli_options import add_out, own_out, progress, runs_root
+from cli.options import add_out, own_out, progress, runs_root
 from testbed.engines.workload import TIMEOUTS, Timeouts
 
 KILL_SCENARIOS = ("kill_mid_turn", "kill_idle", "kill_mid_tool", "kill_workflow_task")

@@ -25,7 +25,7 @@ from harness.printable import table as format_table
 from harness.verdict import FAIL, PASS, UNKNOWN
 from testbed.faults.planted import workflow_spec
 from harness.commands import CommandParser, tool
-from testbed.cli_options import add_out, own_out, progress
+from cli.options import add_out, own_out, progress
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_TARGET = ROOT / "examples" / "third_party_agent" / "chaos-target.toml"
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None, before_runs: Callable[[], None] = lambda
     except ValueError as exc:  # UnsafeFolder: another user could change the folder
         print(f"{p.prog}: {exc}", file=sys.stderr)
         return 2
-    before_runs()  # e.g. the command's private network (chaos.cli)
+    before_runs()  # e.g. the command's private network (cli.chaos)
     rows = asyncio.run(run_catalogue(bugs, args.out, args.target))
     print()
     print(table(rows))

@@ -30,7 +30,7 @@ from harness.printable import printable
 from harness.rundir import SCHEMA, RunDir, command_line, machine_info
 from harness.commands import tool
 from harness.verdict import FAIL, PASS, UNKNOWN
-from testbed.cli_options import own_out, progress
+from cli.options import own_out, progress
 from testbed.stack import WarmTemporal
 
 #: the verdicts a soak counts, in the order it shows them

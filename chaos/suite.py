@@ -35,7 +35,7 @@ from harness.printable import printable, table as format_table
 from harness.rundir import ending_status
 from harness.commands import tool, unknown as _unknown
 from harness.verdict import PASS
-from testbed.cli_options import own_out, progress as _progress
+from cli.options import own_out, progress as _progress
 from testbed.engines.workload import DEFAULT_TIMEOUTS, TIMEOUTS
 
 COLUMNS = [("scenario", 28), ("faults", 7), ("ok", 4), ("fail", 5), ("info", 5), ("lost", 5), ("late", 5), ("dup_effects", 12),

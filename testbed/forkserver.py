@@ -65,7 +65,7 @@ def _serve() -> int:
         if cache is not None:
             sys.pycache_prefix = str(cache)
             sys.dont_write_bytecode = False
-    import testbed.cli  # noqa: F401  - dah, and its worker command (testbed.worker_main) with what it imports
+    import cli.dah  # noqa: F401  - dah, and its worker command (testbed.worker_main) with what it imports
     import testbed.worker_main  # noqa: F401
     import agent.worker  # noqa: F401
     import temporalio.worker  # noqa: F401
@@ -136,7 +136,7 @@ def _fork(argv: list[str], env: dict[str, str], cwd: str | None, log_path: str) 
         if cwd:
             os.chdir(cwd)
         sys.argv = [argv[0], *argv[len(MODULE):]]  # as ``python -m testbed worker ...`` has it
-        from testbed.cli import main
+        from cli.dah import main
 
         code = main(list(argv[len(MODULE):]))
     except SystemExit as exc:

@@ -18,7 +18,7 @@ from typing import Any
 
 from harness import retention
 from harness.printable import printable
-from testbed.cli_options import REPORT_DIR, RUNS, UsageError
+from cli.options import REPORT_DIR, RUNS, UsageError
 
 
 def _duration(text: str) -> Any:

@@ -19,7 +19,7 @@ from typing import Any
 
 from agent.contracts import DEFAULT_TASK_QUEUE
 from harness.engines import HOME, REGISTRY
-from testbed.cli_options import UsageError, add_durability, connection, model_knobs
+from cli.options import UsageError, add_durability, connection, model_knobs
 
 EXIT_WORKER_FAILED = 3
 

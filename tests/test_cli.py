@@ -160,7 +160,7 @@ def test_a_hung_clean_up_after_ctrl_c_is_cut_short_by_the_watchdog(tmp_path: Pat
     script = tmp_path / "hang.py"
     script.write_text(
         "import asyncio, subprocess, time\n"
-        "import testbed.cli as cli\n"
+        "import cli.dah as cli\n"
         "cli.INTERRUPT_GRACE_S = 1.0\n"
         "async def stubborn():\n"
         "    child = subprocess.Popen(['sleep', '300'])\n"

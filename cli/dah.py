@@ -34,7 +34,7 @@ from typing import Any
 
 from agent.contracts import DEFAULT_TASK_QUEUE, AgentConfig
 from harness.commands import CommandParser, tool
-from testbed.cli_options import UsageError, connection, model_knobs
+from cli.options import UsageError, connection, model_knobs
 from testbed.engines import engine_worker
 from testbed.runs_gc import add_gc_parser
 from testbed.worker_main import add_worker_parser, stop_event
@@ -139,7 +139,7 @@ def _check_model(model: str) -> None:
 
 
 def _add_stack_options(p: argparse.ArgumentParser) -> None:
-    from testbed.cli_options import add_durability
+    from cli.options import add_durability
     from testbed.model_server import add_model_latency
 
     g = p.add_argument_group("local stack")

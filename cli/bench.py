@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from agent.llm import is_scripted
-from testbed.cli_options import add_durability, add_keep_runs, add_out, own_out, progress, prune_runs, runs_root
+from cli.options import add_durability, add_keep_runs, add_out, own_out, progress, prune_runs, runs_root
 from harness.commands import CommandParser, runnable, tool, unknown
 from testbed.model_server import add_model_latency
 from testbed.engines.temporal.connection import add_connection_arguments, connection_from_args, redact_argv

@@ -148,7 +148,7 @@ def model_knobs(args: argparse.Namespace) -> tuple[Any, list[Any]]:
     from testbed.faults.model import FaultRule
     from testbed.model_server import LatencyModel
 
-    latency = LatencyModel.parse(args.model_latency)  # checked by the parser (testbed.cli_options)
+    latency = LatencyModel.parse(args.model_latency)  # checked by the parser (cli.options)
     faults = []
     for spec in args.fault:
         try:

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from agent.env_options import check_environment
 from migration_fuzz.fuzz import FUZZ_FOLDER, KINDS, FuzzOptions, run_fuzz, table
 from harness.commands import CommandParser, tool
-from testbed.cli_options import add_keep_runs, add_out, own_out, progress, prune_runs, runs_root
+from cli.options import add_keep_runs, add_out, own_out, progress, prune_runs, runs_root
 from testbed.model_server import add_model_latency
 from testbed.engines.temporal.connection import add_connection_arguments, connection_from_args
 

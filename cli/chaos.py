@@ -36,7 +36,7 @@ from harness.engines import names as engine_names
 from harness.printable import printable
 from harness.rundir import stop_on_sigterm
 from harness.commands import CommandParser, runnable, tool, unknown as _unknown
-from testbed.cli_options import add_durability, add_keep_runs, add_out, own_out, prune_runs
+from cli.options import add_durability, add_keep_runs, add_out, own_out, prune_runs
 from testbed.model_server import add_model_latency
 
 
