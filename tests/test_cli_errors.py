@@ -18,7 +18,7 @@ from harness.commands import CommandParser, SCRIPTS, tool, unknown
 from cli.fuzz import build_parser as fuzz_parser
 from cli.report import build_parser as reports_parser
 from cli.dah import build_parser as dah_parser
-from testbed.engines.checkpoint.cli import build_parser as checkpoint_parser
+from cli.checkpoint import build_parser as checkpoint_parser
 from testbed.model_server import build_arg_parser as model_server_parser
 
 ROOT = Path(__file__).resolve().parent.parent

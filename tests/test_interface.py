@@ -19,7 +19,8 @@ from cli.fuzz import build_parser as fuzz_parser
 from cli.report import build_parser as reports_parser
 from cli.dah import build_parser as dah_parser
 from harness.commands import SCRIPTS, tool
-from cli.options import DURABILITY, progress, runs_root
+from cli.options import DURABILITY
+from harness.commands import progress, runs_root
 from testbed.model_server import LATENCY_GRAMMAR, build_arg_parser as model_server_parser
 
 ROOT = Path(__file__).resolve().parent.parent
