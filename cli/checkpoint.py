@@ -1,4 +1,4 @@
-"""``dah checkpoint``: the checkpoint engine's worker, and a client for it.
+"""``dah checkpoint``: a client of the checkpoint engine, and its worker (``testbed.engines.checkpoint.service``).
 
     dah checkpoint worker --db .dah/checkpoint.sqlite3        # run queued runs until Ctrl-C / SIGTERM
     dah checkpoint run --db .dah/checkpoint.sqlite3 "What is 25 * 4?"   # submit a prompt, print the answer

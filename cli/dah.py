@@ -171,7 +171,7 @@ async def _model_client_ready(args: argparse.Namespace, *, say: bool = False) ->
     await llm.wait_loaded()
 
 
-def add_worker_parser(sub: Any) -> None:
+def _worker_command(sub: Any) -> None:
     """``dah worker`` and its options, on ``dah``'s subcommands."""
     from testbed.model_server import add_model_latency
 
@@ -234,7 +234,7 @@ def _count(text: str) -> int:
     return int(text)
 
 
-def add_gc_parser(sub: Any) -> None:
+def _gc_command(sub: Any) -> None:
     what = ("Remove saved runs no longer needed. In every runs folder (a scenario, soak-<scenario>, bench, "
             "migration_fuzz) a run is removed when it is past the newest --keep, older than --older-than, passed "
             "(or --include-failed) and protected by nothing. Never removed: latest, a run a soak, summary or "
@@ -621,7 +621,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_connection_arguments(p, embedded_default=True)
     p.set_defaults(func=cmd_run)
 
-    add_worker_parser(sub)
+    _worker_command(sub)
 
     p = sub.add_parser("chat", help="a conversation REPL against a running worker",
                        description="Start (or attach to) a conversation workflow; each line is a send_message "
@@ -657,7 +657,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "its older name; the chaos scenarios are dah-chaos list)")
     p.set_defaults(func=cmd_walkthroughs)
 
-    add_gc_parser(sub)
+    _gc_command(sub)
     return parser
 
 
