@@ -75,7 +75,7 @@ class AgentConfigFile(StrictModel):
     system_prompt: str | None = Field(None, description="a string or null")
     max_steps_per_turn: int = Field(_DEFAULT.max_steps_per_turn, ge=1, description="a positive integer")
     max_history_events: int = Field(_DEFAULT.max_history_events, ge=0, description="an integer >= 0")
-    env: Any = Field(None, description="a mapping with at least name")  # checked by agent.envs.parse_env_config
+    env: Any = Field(None, description="a mapping with at least name")  # checked by agent.envs.registry.parse_env_config
     local_tools: Annotated[Any, AfterValidator(_local_tool_names)] = Field(
         _DEFAULT.local_tools, description="a list of tool names without side effects, run as local activities")
     local_model: bool = Field(_DEFAULT.local_model, description="true or false (model calls as local activities)")

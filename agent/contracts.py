@@ -77,8 +77,8 @@ def default_tool_policy() -> ActivityPolicy:
 class EnvConfig:
     """Which environment the agent works in (``agent.envs``) and its options.
 
-    ``name`` is one of ``agent.envs.ENV_NAMES``; ``options`` are that
-    environment's settings, checked by ``agent.envs.parse_env_config``.
+    ``name`` is one of ``agent.envs.registry.ENV_NAMES``; ``options`` are that
+    environment's settings, checked by ``agent.envs.registry.parse_env_config``.
     """
 
     name: str = "base"

@@ -27,6 +27,7 @@ from testbed.engines.checkpoint.agent_task import TASK, agent_task, manifest_for
 from testbed.engines.checkpoint.durable_run import run_durable
 from testbed.engines.checkpoint.stores import FileSystemStore, InMemoryStore, SqliteStore
 from testbed.engines.checkpoint.temporal_adapter import DurableTaskInput, DurableTaskWorkflow
+from testbed.engines.steps import timed
 from benchmarks.plain import PlainEffects
 from testbed.engines.temporal.on_server import ServerSession, noop_steps as temporal_noop_steps
 from harness.percentiles import summarise
@@ -66,15 +67,6 @@ def point(samples: list[float], floor_p50: float | None, **label: Any) -> dict[s
     s = summarise(samples)
     return {**label, "n": s["n"], "p50_ms": s["p50"], "mean_ms": s["mean"], "p95_ms": s["p95"],
             "vs_floor": s["p50"] / floor_p50 if floor_p50 else None, "samples_ms": [round(v, 4) for v in samples]}
-
-
-async def _plain_steps(n: int) -> list[float]:
-    timings = []
-    for i in range(n):
-        t0 = time.perf_counter()
-        await noop_step(i)
-        timings.append((time.perf_counter() - t0) * 1000)
-    return timings
 
 
 async def _turns(bench: Any, n: int) -> dict[str, list[float]]:
@@ -125,7 +117,7 @@ async def checkpoint(bench: Any) -> dict[str, Any]:
         floor = _floor(work, n_steps)
         bench.say(f"  floor: fsync'd SQLite commit p50 {floor['sqlite_commit_fsync_ms']['p50']:.3f} ms, "
                   f"write+fsync p50 {floor['write_fsync_ms']['p50']:.3f} ms")
-        steps: dict[str, list[float]] = {"plain": await _plain_steps(n_steps)}
+        steps: dict[str, list[float]] = {"plain": await timed(n_steps, noop_step)}
         steps["checkpoint (memory)"] = await noop_steps(InMemoryStore(), n_steps)
         steps["checkpoint (files)"] = await noop_steps(FileSystemStore(work / "fs"), n_steps)
         sqlite_store = SqliteStore(work / "steps.sqlite3")

@@ -40,6 +40,8 @@ from typing import Any
 from agent import loop
 from agent.contracts import AgentConfig
 from testbed.engines import EngineUnavailable, SessionSpec, make_engine
+from testbed.engines.checkpoint.agent_task import noop_step
+from testbed.engines.steps import timed
 from benchmarks import checkpoint_bench
 from benchmarks.conversations import WORKLOADS, Workload, _check
 from benchmarks.plain import PlainEffects
@@ -69,7 +71,7 @@ class NoDurability:
         return {"reply": result.reply}
 
     async def noop_steps(self, n: int) -> list[float]:
-        return await checkpoint_bench._plain_steps(n)
+        return await timed(n, noop_step)
 
 
 def _session(bench: Any, name: str) -> contextlib.AbstractAsyncContextManager[Any]:

@@ -134,7 +134,7 @@ async def overhead(bench: Bench) -> dict[str, Any]:
     local = bench.tuned
     bench.model.set_latency(LatencyModel.parse(MOCK_LATENCY), seed=bench.options.seed)
     floor_worker = reference_worker(local.address, local.task_queue(FLOOR_VARIANT), bench.model.url, bench.run.state,
-                                    namespace=local.stack.namespace, identity_prefix="bench-floor",
+                                    namespace=local.stack.endpoints.namespace, identity_prefix="bench-floor",
                                     extra_args=("--workflow", "benchmarks.floor:FloorWorkflow"), warm_line="WARM",
                                     log_dir=bench.run.logs / local.profile, env=local.stack.endpoints.env)
     await asyncio.to_thread(floor_worker.start)

@@ -241,6 +241,74 @@ def rotate(items: list[Any], k: int) -> list[Any]:
     return items[k:] + items[:k]
 
 
+def _latency(ports: dict[str, int], clocks: dict[str, Any], payload: bytes, per_round: list[int], warmup: int,
+             say: Callable[[str], None]) -> tuple[dict[str, dict[str, float]], dict[str, list[float]], float]:
+    """Round trips on one persistent connection per path, rounds alternating the paths: each path's summary (with
+    the proxy's CPU per round trip), each proxied path's per-round p50 minus direct's, and the wall time."""
+    paths = list(ports)
+    rounds = len(per_round)
+    socks = {p: connect(ports[p], b"E") for p in paths}
+    try:
+        say(f"latency: warm-up, {warmup} round trips per path")
+        for p in paths:
+            round_trips(socks[p], payload, warmup, [])
+        samples: dict[str, list[int]] = {p: [] for p in paths}
+        round_p50: dict[str, list[float]] = {p: [] for p in paths}
+        cpu_s = {p: 0.0 for p in clocks if clocks[p] is not None}
+        say(f"latency: {sum(per_round)} round trips of {len(payload)} bytes per path in {rounds} rounds")
+        started = time.monotonic()
+        shown = started
+        for r, n in enumerate(per_round):
+            for p in rotate(paths, r):
+                batch: list[int] = []
+                clock = clocks.get(p)
+                cpu0 = clock() if clock else 0.0
+                round_trips(socks[p], payload, n, batch)
+                if clock:
+                    cpu_s[p] += clock() - cpu0
+                samples[p].extend(batch)
+                round_p50[p].append(percentile(batch, 50) / 1000.0)
+            if time.monotonic() - shown >= 2.0 and r + 1 < rounds:
+                shown = time.monotonic()
+                say(f"latency: round {r + 1}/{rounds}")
+        wall = time.monotonic() - started
+    finally:
+        for s in socks.values():
+            s.close()
+    latency = {p: summary_us(samples[p]) for p in paths}
+    for p, seconds_cpu in cpu_s.items():  # the proxy's own work per round trip: what its code can change
+        latency[p]["proxy_cpu_us"] = seconds_cpu / len(samples[p]) * 1e6
+    # per round: proxied p50 minus the same round's direct p50 (noise that hits a whole round cancels)
+    paired = {p: [a - b for a, b in zip(round_p50[p], round_p50["direct"])] for p in paths if p != "direct"}
+    return latency, paired, wall
+
+
+def _throughput(ports: dict[str, int], mb: int, say: Callable[[str], None]) -> tuple[dict[str, dict[str, float]],
+                                                                                     float]:
+    """``mb`` MB one way through each path, upstream and downstream, in interleaved rounds: MB/s each way per path,
+    and the wall time."""
+    paths = list(ports)
+    total = mb * 1_000_000
+    parts = max(1, min(4, mb))
+    sizes = [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+    seconds: dict[tuple[str, str], float] = {}
+    say(f"throughput: {mb} MB each way per path, in {parts} rounds")
+    for p in paths:  # warm-up: a small transfer each way
+        upload(ports[p], min(total, 2_000_000))
+        download(ports[p], min(total, 2_000_000))
+    started = shown = time.monotonic()
+    for r, size in enumerate(sizes):
+        for p in rotate(paths, r):
+            seconds[p, "up"] = seconds.get((p, "up"), 0.0) + upload(ports[p], size)
+            seconds[p, "down"] = seconds.get((p, "down"), 0.0) + download(ports[p], size)
+        if time.monotonic() - shown >= 2.0 and r + 1 < parts:
+            shown = time.monotonic()
+            say(f"throughput: round {r + 1}/{parts}")
+    wall = time.monotonic() - started
+    return ({p: {"up_mb_s": total / seconds[p, "up"] / 1e6, "down_mb_s": total / seconds[p, "down"] / 1e6}
+             for p in paths}, wall)
+
+
 def measure(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
     payload = os.urandom(args.payload)
     rounds = max(1, min(args.rounds, args.requests))
@@ -254,73 +322,18 @@ def measure(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, A
         if not args.no_toxic:
             ports[f"proxied + {NOOP_TOXIC}"] = toxic_proxy.port
             clocks[f"proxied + {NOOP_TOXIC}"] = loop_thread_clock(toxic_proxy.name)
-        paths = list(ports)
         say(f"echo server (child pid {server.proc.pid if server.proc else '?'}) on :{server.port}; proxy on "
             f":{proxy.port}" + ("" if args.no_toxic else f", proxy with {NOOP_TOXIC} on :{toxic_proxy.port}"))
-
-        # ---- latency: one persistent connection per path, rounds alternate the paths
-        socks = {p: connect(ports[p], b"E") for p in paths}
-        try:
-            say(f"latency: warm-up, {warmup} round trips per path")
-            for p in paths:
-                round_trips(socks[p], payload, warmup, [])
-            samples: dict[str, list[int]] = {p: [] for p in paths}
-            round_p50: dict[str, list[float]] = {p: [] for p in paths}
-            cpu_s = {p: 0.0 for p in clocks if clocks[p] is not None}
-            say(f"latency: {args.requests} round trips of {args.payload} bytes per path in {rounds} rounds")
-            started = time.monotonic()
-            shown = started
-            for r, n in enumerate(per_round):
-                for p in rotate(paths, r):
-                    batch: list[int] = []
-                    clock = clocks.get(p)
-                    cpu0 = clock() if clock else 0.0
-                    round_trips(socks[p], payload, n, batch)
-                    if clock:
-                        cpu_s[p] += clock() - cpu0
-                    samples[p].extend(batch)
-                    round_p50[p].append(percentile(batch, 50) / 1000.0)
-                if time.monotonic() - shown >= 2.0 and r + 1 < rounds:
-                    shown = time.monotonic()
-                    say(f"latency: round {r + 1}/{rounds}")
-            latency_wall = time.monotonic() - started
-        finally:
-            for s in socks.values():
-                s.close()
-        latency = {p: summary_us(samples[p]) for p in paths}
-        for p, seconds_cpu in cpu_s.items():  # the proxy's own work per round trip: what its code can change
-            latency[p]["proxy_cpu_us"] = seconds_cpu / len(samples[p]) * 1e6
-        # per round: proxied p50 minus the same round's direct p50 (noise that hits a whole round cancels)
-        paired = {p: [a - b for a, b in zip(round_p50[p], round_p50["direct"])] for p in paths if p != "direct"}
-
-        # ---- throughput: --mb one way through each path, upstream and downstream, interleaved rounds
-        total = args.mb * 1_000_000
-        parts = max(1, min(4, args.mb))
-        sizes = [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
-        seconds: dict[tuple[str, str], float] = {}
-        say(f"throughput: {args.mb} MB each way per path, in {parts} rounds")
-        for p in paths:  # warm-up: a small transfer each way
-            upload(ports[p], min(total, 2_000_000))
-            download(ports[p], min(total, 2_000_000))
-        started = shown = time.monotonic()
-        for r, size in enumerate(sizes):
-            for p in rotate(paths, r):
-                seconds[p, "up"] = seconds.get((p, "up"), 0.0) + upload(ports[p], size)
-                seconds[p, "down"] = seconds.get((p, "down"), 0.0) + download(ports[p], size)
-            if time.monotonic() - shown >= 2.0 and r + 1 < parts:
-                shown = time.monotonic()
-                say(f"throughput: round {r + 1}/{parts}")
-        throughput_wall = time.monotonic() - started
+        latency, paired, latency_wall = _latency(ports, clocks, payload, per_round, warmup, say)
+        throughput, throughput_wall = _throughput(ports, args.mb, say)
         stats = {"proxied": proxy.stats(), f"proxied + {NOOP_TOXIC}": toxic_proxy.stats()}
 
-    throughput = {p: {"up_mb_s": total / seconds[p, "up"] / 1e6, "down_mb_s": total / seconds[p, "down"] / 1e6}
-                  for p in paths}
     direct = latency["direct"]
     added = {p: {"p50_us": latency[p]["p50"] - direct["p50"], "p90_us": latency[p]["p90"] - direct["p90"],
                  "p99_us": latency[p]["p99"] - direct["p99"], "mean_us": latency[p]["mean"] - direct["mean"],
                  "round_p50_median_us": statistics.median(paired[p]),
                  "round_p50_min_us": min(paired[p]), "round_p50_max_us": max(paired[p])}
-             for p in paths if p != "direct"}
+             for p in ports if p != "direct"}
     added_p50 = added["proxied"]["p50_us"]
     return {
         "benchmark": "fault proxy overhead (testbed/faults/network.py FaultProxy)",
@@ -331,7 +344,7 @@ def measure(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, A
         "latency_us": latency,
         "added_us": added,
         "throughput": throughput,
-        "proxy_stats": {p: stats[p] for p in paths if p in stats},
+        "proxy_stats": {p: stats[p] for p in ports if p in stats},
         "wall_s": {"latency": round(latency_wall, 2), "throughput": round(throughput_wall, 2)},
         "verdict": {"added_p50_us": added_p50, "goal_us": args.goal_us, "ok": added_p50 <= args.goal_us},
     }

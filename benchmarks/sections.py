@@ -43,9 +43,10 @@ from harness.percentiles import percentile, summarise
 from harness.event_history import fetch_histories
 from harness.operations import History
 from harness.rundir import LOGS, OPERATIONS, STATE, RunDir
+from testbed.engines.temporal.cluster import TemporalCluster
 from testbed.engines.temporal.connection import TemporalConnection
 from testbed.model_server import LatencyModel
-from testbed.stack import Endpoints, Stack, StackSpec, stack
+from testbed.stack import EnginePart, Endpoints, Stack, StackSpec, stack
 from testbed.worker_process import reference_worker
 
 MOCK_LATENCY = "fixed:0"
@@ -107,17 +108,16 @@ async def local_server(run: RunDir, options: Any, *, tuned: bool, model: bool = 
     workers = [WorkerSettings.in_state_dir(run.state, task_queue=local.task_queue(variant), model_base_url=model_url,
                                            identity=f"bench-{profile}-{variant}", **overrides)
                for variant, overrides in VARIANTS.items() if variant != PROCESS_VARIANT] if temporal else []
-    spec = StackSpec(state_dir=run.state, logs_dir=run.logs / profile,
-                     temporal="external" if external else "embedded" if temporal else "none",
-                     connection=connection if external else TemporalConnection(),
-                     tuned=tuned, quiet_client=True, model=model, model_url=model_url, seed=options.seed,
-                     temporal_workers=workers, ledger=True, effect_ledger=ledger)
+    cluster = TemporalCluster(connection if external else TemporalConnection(), tuned=tuned, quiet=True,
+                              worker_settings=workers)
+    spec = StackSpec(state_dir=run.state, logs_dir=run.logs / profile, engine=cluster if temporal else EnginePart(),
+                     model=model, model_url=model_url, seed=options.seed, ledger=True, effect_ledger=ledger)
     async with stack(spec) as s:
         local.stack = s
         process = None
         if temporal:  # the same worker, in its own process (forked warm: see testbed/forkserver.py)
             process = reference_worker(local.address, local.task_queue(PROCESS_VARIANT), model_url or s.model_url,
-                                       run.state, namespace=s.namespace,
+                                       run.state, namespace=s.endpoints.namespace,
                                        identity_prefix=f"bench-{profile}-{PROCESS_VARIANT}", warm_line="WARM",
                                        log_dir=run.logs / profile, env=s.endpoints.env)
             await asyncio.to_thread(process.start)
@@ -287,11 +287,11 @@ async def cluster(bench: Bench, name: str, workers: int) -> AsyncIterator[tuple[
         return reference_worker(at.address, task_queue, at.model_url, base / STATE, namespace=at.namespace,
                                 identity_prefix=slot, warm_line="WARM", log_dir=base / LOGS, env=at.env)
 
-    spec = StackSpec(state_dir=base / STATE, logs_dir=base / LOGS, quiet_client=True,
+    # external: the workers reach the cluster through the proxy, as chaos runs do
+    cluster = TemporalCluster(connection if external else TemporalConnection(), quiet=True)
+    spec = StackSpec(state_dir=base / STATE, logs_dir=base / LOGS, engine=cluster,
                      model_latency=LatencyModel.parse(MOCK_LATENCY), seed=bench.options.seed, proxies=True,
                      worker_processes=workers, make_worker=worker, history=history)
-    if external:  # the workers reach the cluster through the proxy, as chaos runs do
-        spec.temporal, spec.connection = "external", connection
     bench.say(f"  starting {workers} worker process(es) ({name})")
     try:
         async with stack(spec) as s:

@@ -107,12 +107,10 @@ def run_dir_row(path: Path) -> dict[str, Any] | None:
     try:
         record = run.read_run()
         checked = run.read_verdict()
-    except (RunDirError, RefusedPath) as exc:
+    except (RunDirError, RefusedPath, OSError) as exc:
+        why = exc if isinstance(exc, (RunDirError, RefusedPath)) else f"{path}: {exc.strerror or exc}"
         return {**planned_row(path.parent.name, 0, UNREADABLE), "verdict": ERROR, "run_dir": str(path),
-                "error": f"unreadable: {exc}"}
-    except OSError as exc:
-        return {**planned_row(path.parent.name, 0, UNREADABLE), "verdict": ERROR, "run_dir": str(path),
-                "error": f"unreadable: {path}: {exc.strerror or exc}"}
+                "error": f"unreadable: {why}"}
     if not isinstance(record, dict) or record.get("kind", "chaos") != "chaos" or not (record or run.operations.exists()):
         return None
     status = str(record.get("status") or "running")

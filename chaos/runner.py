@@ -317,11 +317,10 @@ async def _run(scenario: ChaosScenario, engine: Engine, seed: int, progress: Pro
     rec.before_ending = stop_recording
     phase("setup")
     spec = engine.stack_spec(scenario, run_dir, seed, history, ui)
-    spec.kill_server_at_exit = True  # the histories are saved before the stack ends: no graceful stop to wait for
     spec.model_record = run_dir.path / MODEL_RECORD  # what the model saw and said of each task (harness.model_record)
     async with cluster(spec) as s:
         if s.server is not None and getattr(s.server, "ui_url", None):
-            progress(f"{name}: Temporal Web UI at {s.server.ui_url}/namespaces/{s.namespace}/workflows")
+            progress(f"{name}: Temporal Web UI at {s.server.ui_url}/namespaces/{s.spec.engine.namespace}/workflows")
         driver = engine.make_driver(s, history, scenario, seed)
         driver = await driver if inspect.isawaitable(driver) else driver
         try:

@@ -67,14 +67,12 @@ def check_command(path: Path, target_path: Path | None = None, as_json: bool = F
         if timeline:
             print("\nthe faults, as scheduled and as they happened:")
             print("\n".join(printable(line) for line in timeline))
-        findings = [d for d in saved.get("lint") or [] if isinstance(d, dict)]
-        if findings:
-            print("\nlint (risky settings in its event histories; they fail nothing):")
-            print("\n".join(f"  {printable(str(d.get('line')))}" for d in findings))
-        diagnoses = [d for d in saved.get("diagnoses") or [] if isinstance(d, dict)]
-        if diagnoses:
-            print("\ndiagnoses (what made it slow or fail, and what to change):")
-            print("\n".join(f"  {printable(str(d.get('line')))}" for d in diagnoses))
+        for key, heading in (("lint", "lint (risky settings in its event histories; they fail nothing)"),
+                             ("diagnoses", "diagnoses (what made it slow or fail, and what to change)")):
+            found = [d for d in saved.get(key) or [] if isinstance(d, dict)]
+            if found:
+                print(f"\n{heading}:")
+                print("\n".join(f"  {printable(str(d.get('line')))}" for d in found))
         print(f"\nverdict: {verdict} (safety: {saved.get('safety', '?')}, liveness: {saved.get('liveness', '?')})")
     return 0 if verdict == "pass" else 1
 

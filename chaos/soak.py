@@ -30,7 +30,7 @@ from harness.printable import printable
 from harness.rundir import SCHEMA, RunDir, command_line, machine_info
 from harness.commands import own_out, progress, tool
 from harness.verdict import FAIL, PASS, UNKNOWN
-from testbed.stack import WarmTemporal
+from testbed.engines.temporal.cluster import WarmTemporal
 
 #: the verdicts a soak counts, in the order it shows them
 OUTCOMES = (PASS, FAIL, UNKNOWN, ERROR)

@@ -282,7 +282,7 @@ async def _session(args: argparse.Namespace, engine: Any, *, ui: bool = False, t
     from testbed.stack import StackSpec, stack
 
     latency, faults = model_knobs(args)
-    local = StackSpec(state_dir=args.state_dir, temporal="none", model=not args.no_worker, model_latency=latency,
+    local = StackSpec(state_dir=args.state_dir, model=not args.no_worker, model_latency=latency,
                       model_faults=faults, seed=args.seed, ledger=True)
     try:
         async with stack(local) as s:
@@ -550,13 +550,15 @@ async def cmd_chat(args: argparse.Namespace) -> int:
 async def cmd_server(args: argparse.Namespace) -> int:
     from testbed.processes import port_open
     from testbed.stack import StackSpec, stack
+    from testbed.engines.temporal.cluster import TemporalCluster
     from testbed.engines.temporal.server import TemporalServerError
 
     if port_open("127.0.0.1", args.port):
         raise UsageError(f"--port {args.port} is in use; pick another (e.g. --port 0 for a free one)")
     stop = stop_event()
-    spec = StackSpec(state_dir=args.state_dir, server_db=args.db_filename, server_port=args.port, ui=not args.no_ui,
-                     ui_port=args.ui_port, tuned=not args.stock, model=False, server_log_level="error")
+    cluster = TemporalCluster(db=args.db_filename, port=args.port, ui=not args.no_ui, ui_port=args.ui_port,
+                              tuned=not args.stock, log_level="error")
+    spec = StackSpec(state_dir=args.state_dir, engine=cluster, model=False)
     exits = contextlib.AsyncExitStack()
     try:
         s = await exits.enter_async_context(stack(spec))

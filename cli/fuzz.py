@@ -3,6 +3,7 @@
     python -m migration_fuzz --iterations 20 --workers 3 --max-n 5
     python -m migration_fuzz --kind ptc-spawns --iterations 10
     python -m migration_fuzz --iterations 20 --chaos      # SIGKILL a random worker in every iteration
+    python -m migration_fuzz --durability checkpoint --chaos    # another engine: the writes family
 
 Exit status: 0 when every invariant held, 1 when one was violated, 2 on bad options. Progress goes to stderr,
 the results table to stdout. Also installed as the command dah-fuzz.
@@ -21,7 +22,7 @@ from datetime import datetime, timezone
 from agent.env_options import check_environment
 from migration_fuzz.fuzz import FUZZ_FOLDER, KINDS, FuzzOptions, run_fuzz, table
 from harness.commands import CommandParser, own_out, progress, runs_root, tool
-from cli.options import add_connection_arguments, add_keep_runs, add_out, prune_runs
+from cli.options import add_connection_arguments, add_durability, add_keep_runs, add_out, prune_runs
 from testbed.model_server import add_model_latency
 from testbed.engines.temporal.connection import connection_from_args
 
@@ -29,18 +30,22 @@ from testbed.engines.temporal.connection import connection_from_args
 def build_parser() -> argparse.ArgumentParser:
     p = CommandParser(
         prog=tool("migration_fuzz"),
-        description="Cross-worker migration fuzzing: W worker processes poll one task queue; each iteration runs "
-                    "a parent agent workflow that fans out subagents (child workflows) and file writes in a "
-                    "shape drawn from the seed; the event histories show which worker ran each workflow task "
-                    "and activity. Checks that every child completed once and every file was written once.",
+        description="Cross-worker migration fuzzing: W worker processes of an engine share its work; each "
+                    "iteration runs an agent run that fans out subagents (child workflows) and file writes in a "
+                    "shape drawn from the seed; the engine's records show which worker ran each piece (Temporal's "
+                    "event histories: each workflow task and activity; elsewhere the effect ledger: each step). "
+                    "Checks that every child completed once and every file was written once.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Families: direct-spawns (N parallel spawn calls), ptc-spawns (one run_ptc gathering N spawns), "
-               "ptc-mixed (one run_ptc gathering file writes and N spawns).\n"
+               "ptc-mixed (one run_ptc gathering file writes and N spawns): on an engine with spawn and run_ptc; "
+               "writes (N parallel write_file calls): on every engine, drawn by 'all' where the others "
+               "are not.\n"
                "Results: <out>/migration_fuzz/<timestamp>/results.json and table.txt (and "
                "<out>/migration_fuzz/latest).",
     )
+    add_durability(p, help="the engine whose workers run the iterations (default temporal)")
     p.add_argument("--iterations", type=int, default=10, help="parent runs to fuzz (default 10)")
-    p.add_argument("--workers", type=int, default=3, help="worker processes on the task queue (default 3)")
+    p.add_argument("--workers", type=int, default=3, help="the engine's worker processes (default 3)")
     p.add_argument("--max-n", type=int, default=5, help="most children (and file writes) per shape (default 5)")
     p.add_argument("--kind", default="all", choices=["all", *KINDS], help="shape family (default: all, drawn per "
                                                                           "iteration from the seed)")
@@ -68,7 +73,7 @@ def main(argv: list[str] | None = None, private_network: bool = False) -> int:
     out = runs_root(args.out, FUZZ_FOLDER, tool("migration_fuzz"))
     try:
         connection = connection_from_args(args)
-        opts = FuzzOptions(iterations=args.iterations, workers=args.workers, max_n=args.max_n, kind=args.kind,
+        opts = FuzzOptions(durability=args.durability, iterations=args.iterations, workers=args.workers, max_n=args.max_n, kind=args.kind,
                            seed=args.seed, chaos=args.chaos, out=out, iteration_timeout_s=args.iteration_timeout,
                            model_latency=args.model_latency, concurrency=args.concurrency,
                            connection=None if connection.embedded else connection)

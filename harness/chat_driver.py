@@ -56,7 +56,6 @@ from harness.model_record import final_text, make_token
 from harness.operations import FAIL, INFO, OK
 
 DRIVER_API = DRIVER_API_VERSION
-STYLES = ("update", "signal", "workflow_per_message")
 RETRY_PAUSE_S = (0.5, 2.0)  # between tries of a send: from the first to the last value
 POLL_S = 0.2  # between Queries while a signal's reply is awaited
 QUERY_TIMEOUT = timedelta(seconds=3)  # a query waits for a worker; a dead one must not stall the poll

@@ -165,7 +165,6 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m harness.driver_api --check MODULE:NAME``: import the factory in this interpreter and check it
     (what ``python -m chaos`` runs in the target's Python when the target loads). Prints one line; 0 if fit."""
     import argparse
-    import sys
 
     parser = argparse.ArgumentParser(prog="python -m harness.driver_api")
     parser.add_argument("--check", required=True, metavar="MODULE:NAME")

@@ -395,23 +395,19 @@ class EffectLedger:
 
     # -- reading ------------------------------------------------------------
 
+    def _rows(self, table: str, workflow_id: str | None, order: str) -> list[dict[str, Any]]:
+        """Every row of ``table`` (of one workflow, if given), in ``order``."""
+        where, args = ("", ()) if workflow_id is None else (" WHERE workflow_id = ?", (workflow_id,))
+        return [dict(r) for r in self._conn.execute(f"SELECT * FROM {table}{where} ORDER BY {order}", args)]
+
     def applications(self, workflow_id: str | None = None) -> list[dict[str, Any]]:
-        sql, args = "SELECT * FROM applications", ()
-        if workflow_id is not None:
-            sql, args = sql + " WHERE workflow_id = ?", (workflow_id,)
-        return [dict(r) for r in self._conn.execute(sql + " ORDER BY id", args)]
+        return self._rows("applications", workflow_id, "id")
 
     def executions(self, workflow_id: str | None = None) -> list[dict[str, Any]]:
-        sql, args = "SELECT * FROM executions", ()
-        if workflow_id is not None:
-            sql, args = sql + " WHERE workflow_id = ?", (workflow_id,)
-        return [dict(r) for r in self._conn.execute(sql + " ORDER BY id", args)]
+        return self._rows("executions", workflow_id, "id")
 
     def effects(self, workflow_id: str | None = None) -> list[dict[str, Any]]:
-        sql, args = "SELECT * FROM effects", ()
-        if workflow_id is not None:
-            sql, args = sql + " WHERE workflow_id = ?", (workflow_id,)
-        return [dict(r) for r in self._conn.execute(sql + " ORDER BY updated_at", args)]
+        return self._rows("effects", workflow_id, "updated_at")
 
     def crash_points(self) -> list[dict[str, Any]]:
         """The crash points that fired (each at most once per ledger)."""

@@ -29,7 +29,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
-from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from reports import ops as opsmod
@@ -126,14 +125,6 @@ def _median_err(values: np.ndarray) -> tuple[float, float, float]:
     if math.isnan(lo):
         return med, 0.0, 0.0
     return med, max(med - lo, 0.0), max(hi - med, 0.0)
-
-
-def _stack_legend(ax: Any, extra: Any) -> None:
-    """Stacked components listed top to bottom, as they are drawn, then ``extra``."""
-    h, labels = ax.get_legend_handles_labels()
-    comps = [x for x, lab in zip(h, labels) if lab in {c for c, _ in COMPONENTS}][::-1]
-    rest = [x for x, lab in zip(h, labels) if lab not in {c for c, _ in COMPONENTS}]
-    style.legend(ax, comps + rest + ([extra] if extra is not None else []), outside=True)
 
 
 def _buckets(end_s: float) -> float:
@@ -260,46 +251,48 @@ _TIMELINE_NOTE = ("The strip above shows the run's phases, each nemesis fault fr
                   "fault windows, dashed lines at the faults and heal phases.")
 
 
-def plot_chaos(run: ChaosRun, out: Path, stem: str) -> list[Figure]:
-    clients = opsmod.client_ops(run.ops, run.end_s)
-    if clients.empty:
-        return []
-    colours: dict[str, str] = {}
-    figs = []
-    floor = 1e-3  # log axes: a 0 s latency is drawn at 1 ms
+_FLOOR_S = 1e-3  # log axes: a 0 s latency is drawn at 1 ms
 
-    # (a) every operation
-    fig, ax, lo = _chaos_figure(run, clients, colours)
-    for kind in ("ok", "fail", "info"):
-        sel = clients[(clients["type"] == kind) & clients["completed"]]
-        if len(sel):
-            ax.scatter(sel["invoke_s"], sel["latency_s"].clip(lower=floor), s=9, color=TYPE_COLOURS[kind],
-                       alpha=0.8, lw=0, label=f"{kind} ({len(sel)})", zorder=3)
-    never = clients[~clients["completed"]]
-    if len(never):
-        ax.scatter(never["invoke_s"], never["latency_s"].clip(lower=floor), s=16, marker="^",
-                   facecolor="none", edgecolor=TYPE_COLOURS["info"], lw=0.9, zorder=3,
-                   label=f"info, never completed ({len(never)})")
+
+def _latency_axis(ax: Any) -> None:
+    """The latency panels' y axis: log scale, labelled, with its grid."""
     ax.set_yscale("log")
     ax.margins(y=0.08)
     _log(ax.yaxis)
     ax.set_ylabel("latency (s, log scale)")
     ax.grid(alpha=0.3, which="major")
+
+
+def _chaos_raw(run: ChaosRun, clients: pd.DataFrame, colours: dict[str, str], out: Path, stem: str) -> Figure:
+    """(a) every operation, at its invoke time, by outcome."""
+    fig, ax, lo = _chaos_figure(run, clients, colours)
+    for kind in ("ok", "fail", "info"):
+        sel = clients[(clients["type"] == kind) & clients["completed"]]
+        if len(sel):
+            ax.scatter(sel["invoke_s"], sel["latency_s"].clip(lower=_FLOOR_S), s=9, color=TYPE_COLOURS[kind],
+                       alpha=0.8, lw=0, label=f"{kind} ({len(sel)})", zorder=3)
+    never = clients[~clients["completed"]]
+    if len(never):
+        ax.scatter(never["invoke_s"], never["latency_s"].clip(lower=_FLOOR_S), s=16, marker="^",
+                   facecolor="none", edgecolor=TYPE_COLOURS["info"], lw=0.9, zorder=3,
+                   label=f"info, never completed ({len(never)})")
+    _latency_axis(ax)
     style.legend(ax, outside=True)
     style.save(fig, out, f"{stem}-latency-raw")
     n_never = len(never)
-    figs.append(Figure(f"{stem}-latency-raw", f"{run.label}: raw latency",
-                       f"Every client send_message of `{run.label}`, at its invoke time, by outcome (ok blue, fail "
-                       f"red, info orange), latency on a log scale. " + _TIMELINE_NOTE + _cropped(run, lo)
-                       + (f" {n_never} operation(s) never completed: drawn as triangles with their latency taken to "
-                          f"the end of the run ({run.end_s:.1f} s)." if n_never else ""), wide=True))
+    return Figure(f"{stem}-latency-raw", f"{run.label}: raw latency",
+                  f"Every client send_message of `{run.label}`, at its invoke time, by outcome (ok blue, fail "
+                  f"red, info orange), latency on a log scale. " + _TIMELINE_NOTE + _cropped(run, lo)
+                  + (f" {n_never} operation(s) never completed: drawn as triangles with their latency taken to "
+                     f"the end of the run ({run.end_s:.1f} s)." if n_never else ""), wide=True)
 
-    # (b) quantiles per window, by invoke time
-    width = _buckets(run.end_s)
-    done = clients[clients["completed"]].copy()
+
+def _chaos_quantiles(run: ChaosRun, clients: pd.DataFrame, done: pd.DataFrame, width: float,
+                     colours: dict[str, str], out: Path, stem: str) -> Figure:
+    """(b) latency quantiles per ``width`` s window, by invoke time."""
     fig, ax, lo = _chaos_figure(run, clients, colours)
     if len(done):
-        done["bucket"] = (done["invoke_s"] // width) * width
+        done = done.assign(bucket=(done["invoke_s"] // width) * width)
         g = done.groupby("bucket")["latency_s"]
         # every window, empty ones as gaps: a line never bridges a window without operations
         index = np.arange(done["bucket"].min(), done["bucket"].max() + width / 2, width)
@@ -309,24 +302,23 @@ def plot_chaos(run: ChaosRun, out: Path, stem: str) -> list[Figure]:
                                            ("p95", "#2ca02c", "s", 20), ("p50", "#1f77b4", "o", 1)):
             y = q[col].where(q["n"] >= min_n)
             if y.notna().any():
-                ax.plot(q.index + width / 2, y.clip(lower=floor), marker=marker, ms=3, lw=1.0, color=colour,
+                ax.plot(q.index + width / 2, y.clip(lower=_FLOOR_S), marker=marker, ms=3, lw=1.0, color=colour,
                         label=col, zorder=3)
-    ax.set_yscale("log")
-    ax.margins(y=0.08)
-    _log(ax.yaxis)
-    ax.set_ylabel("latency (s, log scale)")
-    ax.grid(alpha=0.3, which="major")
+    _latency_axis(ax)
     h, labels = ax.get_legend_handles_labels()
     order = [labels.index(k) for k in ("p50", "p95", "p99", "max") if k in labels]
     style.legend(ax, [h[i] for i in order], outside=True)
     style.save(fig, out, f"{stem}-latency-quantiles")
-    figs.append(Figure(f"{stem}-latency-quantiles", f"{run.label}: latency quantiles",
-                       f"Latency quantiles of the completed send_message operations of `{run.label}` invoked in "
-                       f"each {width:g} s window (log scale): median and maximum of every window, p95 where the "
-                       f"window has at least 20 operations and p99 where it has 100; a window without operations "
-                       f"is a gap. " + _TIMELINE_NOTE + _cropped(run, lo), wide=True))
+    return Figure(f"{stem}-latency-quantiles", f"{run.label}: latency quantiles",
+                  f"Latency quantiles of the completed send_message operations of `{run.label}` invoked in "
+                  f"each {width:g} s window (log scale): median and maximum of every window, p95 where the "
+                  f"window has at least 20 operations and p99 where it has 100; a window without operations "
+                  f"is a gap. " + _TIMELINE_NOTE + _cropped(run, lo), wide=True)
 
-    # (c) completions per second, by completion time
+
+def _chaos_rate(run: ChaosRun, clients: pd.DataFrame, done: pd.DataFrame, width: float,
+                colours: dict[str, str], out: Path, stem: str) -> Figure:
+    """(c) completions per second, per ``width`` s window, by completion time."""
     fig, ax, lo = _chaos_figure(run, clients, colours)
     edges = np.arange(0.0, run.end_s + width, width)
     if len(edges) < 2:
@@ -344,10 +336,22 @@ def plot_chaos(run: ChaosRun, out: Path, stem: str) -> list[Figure]:
     ax.grid(alpha=0.3)
     style.legend(ax, outside=True)
     style.save(fig, out, f"{stem}-rate")
-    figs.append(Figure(f"{stem}-rate", f"{run.label}: throughput",
-                       f"Completed send_message operations per second of `{run.label}` ({width:g} s windows, by "
-                       f"completion time and outcome). " + _TIMELINE_NOTE + _cropped(run, lo), wide=True))
-    return figs
+    return Figure(f"{stem}-rate", f"{run.label}: throughput",
+                  f"Completed send_message operations per second of `{run.label}` ({width:g} s windows, by "
+                  f"completion time and outcome). " + _TIMELINE_NOTE + _cropped(run, lo), wide=True)
+
+
+def plot_chaos(run: ChaosRun, out: Path, stem: str) -> list[Figure]:
+    """A chaos run's raw latency, its latency quantiles and its throughput, each over the fault timeline."""
+    clients = opsmod.client_ops(run.ops, run.end_s)
+    if clients.empty:
+        return []
+    colours: dict[str, str] = {}  # a fault kind's colour, the same in every figure
+    width = _buckets(run.end_s)
+    done = clients[clients["completed"]].copy()
+    return [_chaos_raw(run, clients, colours, out, stem),
+            _chaos_quantiles(run, clients, done, width, colours, out, stem),
+            _chaos_rate(run, clients, done, width, colours, out, stem)]
 
 
 #: The breakdown components as the LaTeX breakdown table heads them.

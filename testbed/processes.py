@@ -305,11 +305,6 @@ class ServerProcess:
         if self._log is not None:
             self._log.close()
 
-    def restart(self) -> Any:
-        """Stop and start again (the same ports and state, where the subclass keeps them)."""
-        self.stop()
-        return self.start()
-
     def __enter__(self) -> Any:
         return self.start()
 

@@ -591,7 +591,11 @@ def route_cancel(messages: list[Message]) -> Message:
 
 
 _FUZZ = re.compile(r"FUZZ kind=(\S+) n=(\d+) writes=(\d+) tag=(\S+)")
-FUZZ_KINDS = ("direct-spawns", "ptc-spawns", "ptc-mixed")
+#: the shapes that fan out into subagents (spawn, run_ptc: tools of the engines that have them)
+FUZZ_FAN_OUT = ("direct-spawns", "ptc-spawns", "ptc-mixed")
+#: every shape: the fan-out ones, and ``writes`` (N file writes in one turn's parallel tool calls), which any
+#: engine runs
+FUZZ_KINDS = (*FUZZ_FAN_OUT, "writes")
 
 
 def fuzz_prompt(kind: str, n: int, writes: int, tag: str) -> str:
@@ -607,8 +611,13 @@ def fuzz_file(tag: str, j: int) -> tuple[str, str]:
     return f"fuzz/{tag}/file-{j}.txt", f"{tag} file {j}"
 
 
+def fuzz_answer(tag: str, writes: int) -> str:
+    """The final answer of a ``writes`` shape whose writes all succeeded."""
+    return f"{tag}: wrote {writes} files"
+
+
 def route_migration(messages: list[Message]) -> Message:
-    """Fan-out shapes for cross-worker migration fuzzing (``python -m migration_fuzz``)."""
+    """The shapes of cross-worker migration fuzzing (``python -m migration_fuzz``): fan-outs, or parallel writes."""
     text, step, tools = _turn(messages)
     m = _FUZZ.search(text)
     if m is None:
@@ -616,15 +625,19 @@ def route_migration(messages: list[Message]) -> Message:
     kind, n, writes, tag = m.group(1), int(m.group(2)), int(m.group(3)), m.group(4)
     if kind not in FUZZ_KINDS:
         raise ValueError(f"unknown fuzz kind {kind!r}; kinds: {', '.join(FUZZ_KINDS)}")
+    files = [fuzz_file(tag, j) for j in range(1, writes + 1)]
+    if kind == "writes" and step > 0:  # the answer names what failed, so a failed write fails the fuzz's check
+        return _final("\n".join(t["content"] for t in tools if _is_error(t)) or fuzz_answer(tag, writes))
     if step > 0:
         return _final("\n".join(t["content"] for t in tools))
+    if kind == "writes":
+        return _calls(messages, *(("write_file", {"path": p, "content": c}) for p, c in files))
     spawns = [("spawn", {"agent_name": "generic", "task": fuzz_child_task(k)}) for k in range(1, n + 1)]
     if kind == "direct-spawns":
         return _calls(messages, *spawns)
     calls = [f"spawn(agent_name='generic', task={fuzz_child_task(k)!r})" for k in range(1, n + 1)]
     if kind == "ptc-mixed":
-        calls = [f"write_file(path={p!r}, content={c!r})" for p, c in (fuzz_file(tag, j) for j in
-                                                                        range(1, writes + 1))] + calls
+        calls = [f"write_file(path={p!r}, content={c!r})" for p, c in files] + calls
     code = "results = await asyncio.gather(\n" + "".join(f"    {c},\n" for c in calls) + ")\n'\\n'.join(results)"
     return _calls(messages, ("run_ptc", {"code": code}))
 

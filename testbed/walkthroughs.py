@@ -20,6 +20,7 @@ from agent.contracts import DEFAULT_TOOLS, AgentConfig
 from agent.messaging import send_message
 from agent.workflow import AgentWorkflow
 from harness.event_history import RunRecord, activity_shape, fetch_tree
+from testbed.engines.temporal.cluster import run_prompt, start_conversation
 
 if TYPE_CHECKING:
     from testbed.stack import Stack
@@ -251,7 +252,7 @@ async def run_walkthrough(stack: Stack, scenario: Walkthrough, workflow_id: str 
     workflow_id = workflow_id or f"scenario-{scenario.name}-{uuid.uuid4().hex[:8]}"
     replies: list[str] = []
     if scenario.conversation:
-        started = await stack.start_conversation(scenario.config(), workflow_id)
+        started = await start_conversation(stack, scenario.config(), workflow_id)
         # A handle without a run id: Updates and the result follow continue-as-new to the latest run.
         chat = stack.client.get_workflow_handle_for(AgentWorkflow.run, workflow_id)
         for n, prompt in enumerate(scenario.prompts):
@@ -262,7 +263,7 @@ async def run_walkthrough(stack: Stack, scenario: Walkthrough, workflow_id: str 
         await chat.result()
         first_run_id = started.result_run_id
     else:
-        result, handle = await stack.run_prompt(scenario.config(), scenario.prompts[0], workflow_id)
+        result, handle = await run_prompt(stack, scenario.config(), scenario.prompts[0], workflow_id)
         replies.append(result.reply or "")
         first_run_id = handle.result_run_id
     assert first_run_id is not None

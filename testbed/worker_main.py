@@ -56,16 +56,13 @@ def stop_event() -> asyncio.Event:
     return stop
 
 
-async def cmd_worker(args: argparse.Namespace) -> int:
+def _settings(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The worker's settings and in-agent faults from its flags and the environment; ``UsageError`` if they are bad."""
     from agent.tools import TOOLS
-    from agent.worker import SANDBOX, WorkerSettings, build_worker, default_identity, load_workflow
+    from agent.worker import SANDBOX, WorkerSettings, default_identity, load_workflow
     from harness.faults import AgentFaults
-    from testbed.engines.checkpoint.temporal_adapter import on_temporal_worker
     from testbed.faults import planted
-    from testbed.stack import StackSpec, stack
 
-    latency, faults = model_knobs(args)
-    conn = connection(args, embedded_default=False)
     try:
         # The flags, and whatever the environment asks for (how the chaos harness hands faults to any worker).
         env_faults = AgentFaults.from_environment()
@@ -85,6 +82,46 @@ async def cmd_worker(args: argparse.Namespace) -> int:
         load_workflow(settings.workflow)  # a bad --workflow is a usage error, before connecting
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    return settings, agent_faults
+
+
+async def _serve(worker: Any, stop: asyncio.Event, ready: str) -> asyncio.Task | None:
+    """Run ``worker``, saying ``ready``, then WARM once the model client is loaded: its running task once ``stop``
+    is set; None if it ended by itself first (said)."""
+    running = asyncio.create_task(worker.run())
+    print(ready, flush=True)
+    stopping = asyncio.create_task(stop.wait())
+
+    async def announce_warm() -> None:
+        from agent import llm
+
+        await llm.wait_loaded()
+        failed = llm.load_error()  # supervisors may wait for this line before sending load
+        print("WARM model client loaded" + (f" (preload incomplete: {failed})" if failed else ""), flush=True)
+
+    warm = asyncio.create_task(announce_warm())
+    await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    warm.cancel()
+    if running.done():
+        # e.g. polls failed for about a minute (a long partition): exit so a supervisor restarts us.
+        stopping.cancel()
+        exc = running.exception()
+        print(f"worker failed fatally: {type(exc).__name__}: {exc}" if exc else "worker stopped by itself",
+              flush=True)
+        return None
+    return running
+
+
+async def cmd_worker(args: argparse.Namespace) -> int:
+    from agent.worker import build_worker
+    from testbed.engines.checkpoint.temporal_adapter import on_temporal_worker
+    from testbed.engines.temporal.cluster import TemporalCluster
+    from testbed.faults import planted
+    from testbed.stack import StackSpec, stack
+
+    latency, faults = model_knobs(args)
+    conn = connection(args, embedded_default=False)
+    settings, agent_faults = _settings(args)
     try:
         args.state_dir.mkdir(parents=True, exist_ok=True)  # a bad --state-dir: said now, not after seconds of start-up
     except OSError as exc:
@@ -93,7 +130,7 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     stop = stop_event()
     # The stack connects and, without --model-base-url, starts this worker's own scripted model server; the
     # worker itself runs here, not in the stack: a fatal failure must end this process (exit 3) for a supervisor.
-    spec = StackSpec(state_dir=args.state_dir, temporal="external", connection=conn,
+    spec = StackSpec(state_dir=args.state_dir, engine=TemporalCluster(conn),
                      model=args.model_base_url is None, model_url=args.model_base_url, model_latency=latency,
                      model_faults=faults, seed=args.seed, ledger=True, faults=agent_faults,
                      task_queue=args.task_queue)
@@ -108,28 +145,10 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     async with exits:
         settings.model_base_url = s.model_url
         worker = build_worker(s.client, settings, s.ledger, **on_temporal_worker(settings, s.ledger))
-        running = asyncio.create_task(worker.run())
-        print(f"READY worker identity={settings.identity} task_queue={settings.task_queue} "
-              f"address={conn.address} model={settings.model_base_url}"
-              + (f" {agent_faults.describe()}" if agent_faults else ""), flush=True)
-        stopping = asyncio.create_task(stop.wait())
-
-        async def announce_warm() -> None:
-            from agent import llm
-
-            await llm.wait_loaded()
-            failed = llm.load_error()  # supervisors may wait for this line before sending load
-            print("WARM model client loaded" + (f" (preload incomplete: {failed})" if failed else ""), flush=True)
-
-        warm = asyncio.create_task(announce_warm())
-        await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        warm.cancel()
-        if running.done():
-            # e.g. polls failed for about a minute (a long partition): exit so a supervisor restarts us.
-            stopping.cancel()
-            exc = running.exception()
-            print(f"worker failed fatally: {type(exc).__name__}: {exc}" if exc else "worker stopped by itself",
-                  flush=True)
+        running = await _serve(worker, stop, f"READY worker identity={settings.identity} task_queue="
+                               f"{settings.task_queue} address={conn.address} model={settings.model_base_url}"
+                               + (f" {agent_faults.describe()}" if agent_faults else ""))
+        if running is None:
             return EXIT_WORKER_FAILED
         planted.on_sigterm(agent_faults, s.ledger, settings.identity)
         print(f"DRAINING: no new work; finishing what is in flight (up to {settings.drain_timeout_s:g} s)",

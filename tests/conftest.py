@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from agent.worker import WorkerSettings
+from testbed.engines.temporal.cluster import TemporalCluster
 from testbed.stack import Stack, StackSpec, stack as start_stack
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -28,7 +29,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
     state_dir = tmp_path_factory.mktemp("dah-state")
     settings = WorkerSettings.in_state_dir(state_dir, task_queue=f"test-{uuid.uuid4().hex[:8]}")
-    async with start_stack(StackSpec(state_dir=state_dir, temporal_workers=[settings])) as s:
+    async with start_stack(StackSpec(state_dir=state_dir, engine=TemporalCluster(worker_settings=[settings]))) as s:
         yield s
 
 

@@ -232,7 +232,7 @@ def test_the_test_bed_kills_the_calling_worker_process_and_records_the_kill(tmp_
     script = tmp_path / "note_worker.py"
     script.write_text(_NOTE_WORKER)
     history = History(tmp_path / "operations.jsonl")
-    spec = StackSpec(state_dir=tmp_path / "state", temporal="none", model=False, worker_processes=1, history=history,
+    spec = StackSpec(state_dir=tmp_path / "state", model=False, worker_processes=1, history=history,
                      effects_log=tmp_path / "effects_service.jsonl",
                      effects_faults=[EffectFault("crash_after_effect", count=1)],
                      make_worker=lambda name, at: WorkerProcess(

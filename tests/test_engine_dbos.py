@@ -56,7 +56,7 @@ def test_dah_run_on_dbos_answers_with_its_tool_calls_in_the_ledger(tmp_path: Pat
 
 
 async def test_the_engine_enters_twice_in_one_process_and_a_run_id_is_one_run(tmp_path: Path) -> None:
-    async with stack(StackSpec(state_dir=tmp_path, temporal="none", ledger=True)) as s:
+    async with stack(StackSpec(state_dir=tmp_path, ledger=True)) as s:
         for attempt in (1, 2):  # DBOS is a process-wide singleton: destroyed on exit, launched again
             async with dbos_agent.engine(tmp_path, s.model_url or "", ledger=s.ledger) as e:
                 assert e.name == "dbos"
@@ -74,7 +74,7 @@ async def test_the_engine_on_postgres_after_sqlite() -> None:
     state = Path(tempfile.mkdtemp(prefix="dah-dbos-pg-"))  # not under pytest's 0700 root: the server's user enters
     os.chmod(state, 0o755)
     try:
-        async with stack(StackSpec(state_dir=state, temporal="none", ledger=True)) as s:
+        async with stack(StackSpec(state_dir=state, ledger=True)) as s:
             for database in ("sqlite", "postgres"):
                 async with dbos_agent.engine(state, s.model_url or "", database=database, ledger=s.ledger) as e:
                     result = await e.run_turn(AgentConfig(model="scripted"), PROMPT, f"on-{database}")

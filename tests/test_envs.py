@@ -34,6 +34,7 @@ from agent.transcript import transcript
 from testbed.worker_process import reference_worker
 from agent.workflow import AgentWorkflow
 from tests.conftest import build_image_in_background
+from testbed.engines.temporal.cluster import run_prompt, start_prompt
 
 HAVE_BWRAP, WHY_NO_BWRAP = bwrap_available()
 needs_bwrap = pytest.mark.skipif(not HAVE_BWRAP, reason=f"no bubblewrap isolation here: {WHY_NO_BWRAP}")
@@ -433,7 +434,7 @@ def _shape(runs) -> list[tuple[str, str]]:
 @needs_bwrap
 async def test_shell_scenario_creates_files_and_lists_them(stack: Stack) -> None:
     wid = f"shell-{uuid.uuid4().hex[:8]}"
-    result, handle = await stack.run_prompt(_config("scripted:shell", {"name": "shell_local"}),
+    result, handle = await run_prompt(stack, _config("scripted:shell", {"name": "shell_local"}),
                                             "Create some notes and list them.", wid)
     assert "I created three files in my workspace (/workspace); listing them:" in result.reply
     assert "./README.txt\n./notes/one.txt\n./notes/two.txt\n1\n[exit code 0]" in result.reply
@@ -452,7 +453,7 @@ async def test_shell_scenario_creates_files_and_lists_them(stack: Stack) -> None
 async def test_browser_scenario_fills_a_form_and_reads_the_result(stack: Stack, site: str) -> None:
     wid = f"browser-{uuid.uuid4().hex[:8]}"
     prompt = f"Open {site}, type 'Ada Lovelace' into the form, submit it and tell me what the page says."
-    result, handle = await stack.run_prompt(_config("scripted:browser", {"name": "browser_local"}), prompt, wid)
+    result, handle = await run_prompt(stack, _config("scripted:browser", {"name": "browser_local"}), prompt, wid)
     assert result.reply == "I submitted the form. The page now says: Hello, Ada Lovelace! Your form was received."
     runs = await fetch_chain(stack.client, wid, handle.result_run_id)
     assert _shape(runs) == [("env_build", "completed"), ("plan_next_action", "completed"),
@@ -474,7 +475,7 @@ async def test_cancelled_run_cleans_up_its_environment(stack: Stack) -> None:
     wid = f"shell-cancel-{uuid.uuid4().hex[:8]}"
     cfg = _config("scripted:shell_slow", {"name": "shell_local", "keep_workspace": False})
     cfg.tool.heartbeat_s = 1.0  # the running command learns of the cancellation through a heartbeat
-    handle = await stack.start_prompt(cfg, "Run the slow command 30.", wid)
+    handle = await start_prompt(stack, cfg, "Run the slow command 30.", wid)
     envs = stack.settings.sandbox_root.parent / "envs"
     deadline = time.monotonic() + 30
     while not list(envs.glob(f"{wid}-*/gens/g000001")) and time.monotonic() < deadline:
@@ -492,7 +493,7 @@ async def test_an_environment_this_machine_cannot_build_fails_the_run_with_the_r
         stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DOCKER_HOST", NO_ENGINE)  # the session's worker runs in this process
     wid = f"docker-{uuid.uuid4().hex[:8]}"
-    handle = await stack.start_prompt(_config("scripted", {"name": "browser_docker", "image": "dah-browser"}),
+    handle = await start_prompt(stack, _config("scripted", {"name": "browser_docker", "image": "dah-browser"}),
                                       "hello", wid)
     with pytest.raises(Exception) as err:
         await handle.result()

@@ -24,6 +24,7 @@ from testbed.scripted_routes import respond
 from testbed.stack import Stack
 from testbed.worker_process import reference_worker
 from agent.workflow import AgentWorkflow
+from testbed.engines.temporal.cluster import run_prompt, start_conversation
 
 
 async def _pending(stack: Stack, workflow_id: str) -> list:
@@ -81,7 +82,7 @@ async def test_model_outage_is_retried_with_backoff_until_the_reply_arrives(stac
     cfg = AgentConfig(model="scripted:direct")
     cfg.planning.initial_interval_s = 0.2
     started = time.monotonic()
-    result, handle = await stack.run_prompt(cfg, "What is 25 * 4?")
+    result, handle = await run_prompt(stack, cfg, "What is 25 * 4?")
     elapsed = time.monotonic() - started
     assert result.reply == "25 * 4 = 100"
     run = await fetch_run(stack.client, handle.id, handle.result_run_id)
@@ -95,7 +96,7 @@ async def test_model_configuration_error_fails_the_turn_not_the_conversation(sta
     from temporalio.client import WorkflowUpdateFailedError
 
     # the migration route refuses a prompt that is not its FUZZ line: the model server answers 400
-    handle = await stack.start_conversation(AgentConfig(model="scripted:migration"))
+    handle = await start_conversation(stack, AgentConfig(model="scripted:migration"))
     try:
         await handle.execute_update(AgentWorkflow.send_message, ChatMessage("hello"))
         raise AssertionError("the update should have failed")

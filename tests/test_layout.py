@@ -185,6 +185,14 @@ def test_a_cluster_is_assembled_only_by_the_stack() -> None:
     assert found == []
 
 
+def test_the_stack_special_cases_no_engine() -> None:
+    """``testbed/stack.py`` starts every engine the same way, through ``StackSpec.engine`` (``EnginePart``): no line
+    of it says "temporal" (so it imports nothing of Temporal's folder nor temporalio, and names no Temporal-only
+    thing); Temporal's part in a stack is ``testbed.engines.temporal.cluster.TemporalCluster``."""
+    lines = (ROOT / "testbed" / "stack.py").read_text().splitlines()
+    assert [f"stack.py:{n}: {line.strip()}" for n, line in enumerate(lines, 1) if "temporal" in line.lower()] == []
+
+
 def test_a_worker_command_is_built_only_by_the_engines() -> None:
     """A worker's command line is built in one place per engine, its folder (a ``{python}`` template there, or
     the target file's own for your agent), and every engine's is ``dah worker --durability NAME ...``; only

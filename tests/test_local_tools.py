@@ -16,6 +16,7 @@ from agent.tools import check_local_tools, local_tool_problem
 from benchmarks.breakdown import turn_breakdown
 from harness.event_history import parse_events
 from testbed.stack import Stack
+from testbed.engines.temporal.cluster import run_prompt
 
 
 def test_only_short_tools_without_side_effects_may_run_locally() -> None:
@@ -40,7 +41,7 @@ async def test_the_calculator_as_a_local_activity_answers_the_same_without_a_dis
     answers, kinds = {}, {}
     for local in ([], ["calculator"]):
         cfg = AgentConfig(model="scripted", local_tools=local)
-        result, handle = await stack.run_prompt(cfg, "What is 25 * 4?")
+        result, handle = await run_prompt(stack, cfg, "What is 25 * 4?")
         answers[bool(local)] = result.reply
         events = [e async for e in handle.fetch_history_events()]
         scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name for e in events
@@ -63,7 +64,7 @@ def test_a_config_file_sets_local_model_only_to_a_boolean(tmp_path: Path) -> Non
 
 async def test_with_local_model_calls_a_tool_turn_is_one_workflow_task_of_markers(stack: Stack) -> None:
     cfg = AgentConfig(model="scripted", local_tools=["calculator"], local_model=True)
-    result, handle = await stack.run_prompt(cfg, "What is 25 * 4?")
+    result, handle = await run_prompt(stack, cfg, "What is 25 * 4?")
     assert result.reply == "25 * 4 = 100"
     history = await handle.fetch_history()
     run = parse_events(handle.id, history.events[0].workflow_execution_started_event_attributes.original_execution_run_id,

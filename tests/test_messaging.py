@@ -13,6 +13,7 @@ from agent.messaging import MessageNotDelivered, send_message
 from agent.worker import build_worker
 from agent.workflow import AgentWorkflow
 from testbed.stack import Stack
+from testbed.engines.temporal.cluster import start_conversation
 
 
 async def test_a_message_sent_before_any_worker_polls_is_answered_once(stack: Stack) -> None:
@@ -58,7 +59,7 @@ async def test_a_try_that_ran_out_of_time_is_re_sent_at_once_when_asked(stack: S
 
 async def test_a_re_send_after_continue_as_new_gets_the_earlier_reply(stack: Stack) -> None:
     cfg = AgentConfig(model="scripted", max_history_events=10)  # continue-as-new after every turn
-    handle = await stack.start_conversation(cfg)
+    handle = await start_conversation(stack, cfg)
     first = await send_message(handle, "What is 6 * 7?", "m-1")
     for _ in range(100):  # until the next run has started
         desc = await handle.describe()
@@ -74,7 +75,7 @@ async def test_a_re_send_after_continue_as_new_gets_the_earlier_reply(stack: Sta
 
 
 async def test_a_closed_conversation_ends_the_re_sending(stack: Stack) -> None:
-    handle = await stack.start_conversation(AgentConfig(model="scripted"))
+    handle = await start_conversation(stack, AgentConfig(model="scripted"))
     await handle.signal(AgentWorkflow.end_chat)
     await handle.result()
     try:

@@ -30,6 +30,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from agent import llm  # noqa: E402
 from agent.contracts import AgentConfig  # noqa: E402
 from agent.errors import ModelConfigurationError  # noqa: E402
+from testbed.engines.temporal.cluster import run_prompt  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SSL_REPR = "<ssl.SSLContext object at 0x7f12345>"
@@ -248,7 +249,7 @@ async def test_a_rejected_key_fails_the_run_at_once_naming_the_variable(stack, m
         cfg = AgentConfig(model=MODEL)
         cfg.planning.initial_interval_s = 0.1
         with pytest.raises(WorkflowFailureError) as info:
-            await asyncio.wait_for(stack.run_prompt(cfg, "hi"), timeout=30)
+            await asyncio.wait_for(run_prompt(stack, cfg, "hi"), timeout=30)
     assert calls == ["/v1/chat/completions"]  # not retried
     line = failure_line(info.value)
     assert "the openai API rejected the API key" in line and "set OPENAI_API_KEY" in line, line

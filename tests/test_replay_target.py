@@ -123,7 +123,8 @@ async def agent(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Async
         assert stack.server is not None
         # As the framework runs it: the plugin on the client gives the client and its workers the codec and the
         # unsandboxed runner.
-        client = await Client.connect(stack.server.address, namespace=stack.namespace, plugins=[mod.make_plugin()])
+        client = await Client.connect(stack.server.address, namespace=stack.spec.engine.namespace,
+                                      plugins=[mod.make_plugin()])
         queue, ids = f"byo-replay-{uuid.uuid4().hex[:8]}", [f"byo-replay-{uuid.uuid4().hex[:8]}" for _ in range(2)]
         async with Worker(client, task_queue=queue, workflows=[mod.Greeter], activities=[mod.shout]):
             answers = await asyncio.gather(*(

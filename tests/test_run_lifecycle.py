@@ -90,8 +90,9 @@ class OneServer:
 
     def __call__(self, spec: StackSpec):  # chaos.runner.Cluster
         self.runs += 1
-        return stack(dataclasses.replace(spec, temporal="external", server_db=None, ui=False,
-                                         connection=TemporalConnection(address=self.server.address)))
+        cluster = dataclasses.replace(spec.engine, connection=TemporalConnection(address=self.server.address),
+                                      db=None, ui=False)
+        return stack(dataclasses.replace(spec, engine=cluster))
 
 
 def _verdicts(path: Path) -> dict[str, str]:

@@ -17,6 +17,7 @@ from testbed.walkthroughs import WALKTHROUGHS
 from testbed.stack import Stack
 from testbed.walkthroughs import run_walkthrough
 from agent.workflow import AgentWorkflow
+from testbed.engines.temporal.cluster import start_conversation
 
 
 @pytest.mark.parametrize("name", list(WALKTHROUGHS))
@@ -90,7 +91,7 @@ async def test_terminal_failure_is_model_visible_and_not_retried(stack: Stack) -
 async def test_conversation_queries_validator_and_end_chat(stack: Stack) -> None:
     from temporalio.client import WorkflowUpdateFailedError
 
-    handle = await stack.start_conversation(WALKTHROUGHS["direct"].config())
+    handle = await start_conversation(stack, WALKTHROUGHS["direct"].config())
     reply = await handle.execute_update(AgentWorkflow.send_message, ChatMessage("What is 1 + 1?"))
     assert reply.text == "1 + 1 = 2" and reply.turn == 1
     status = await handle.query(AgentWorkflow.get_status)

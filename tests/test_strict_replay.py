@@ -144,7 +144,7 @@ async def agent(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Async
     try:
         mod = importlib.import_module(MODULE)
         assert stack.server is not None
-        client = await Client.connect(stack.server.address, namespace=stack.namespace)
+        client = await Client.connect(stack.server.address, namespace=stack.spec.engine.namespace)
         queue = f"strict-replay-{uuid.uuid4().hex[:8]}"
         ids = {name: f"strict-replay-{name}-{uuid.uuid4().hex[:8]}" for name in ("NonceWorkflow", "SteadyWorkflow")}
         # The default sandboxed runner, as a worker runs it: Random() is allowed there.

@@ -25,6 +25,7 @@ from testbed.scripted_routes import HOSTILE_PROGRAMS
 from testbed.stack import Stack
 from testbed.walkthroughs import run_walkthrough
 from agent.workflow import AgentWorkflow
+from testbed.engines.temporal.cluster import start_conversation, start_prompt
 
 ORCHESTRATION = ["ptc", "spawn", "spawn_failure", "spawn_detached", "spawn_limits", "ptc_retry",
                  "ptc_validation", "ptc_parallel_fail", "ptc_hostile"]
@@ -126,10 +127,10 @@ async def test_cancelling_the_parent_stops_its_work_without_another_model_turn(s
     child_id = f"{workflow_id}/generic-1"
     update: asyncio.Task | None = None
     if where == "conversation":
-        handle = await stack.start_conversation(_cancel_config(), workflow_id)
+        handle = await start_conversation(stack, _cancel_config(), workflow_id)
         update = asyncio.create_task(handle.execute_update(AgentWorkflow.send_message, ChatMessage("run direct")))
     else:
-        handle = await stack.start_prompt(_cancel_config(), f"run {where}", workflow_id)
+        handle = await start_prompt(stack, _cancel_config(), f"run {where}", workflow_id)
     slow_in = [child_id] if where == "child" else [workflow_id]
     await _wait_for_slow_tasks(stack, slow_in, count=2 if where == "ptc" else 1)
     started = time.monotonic()

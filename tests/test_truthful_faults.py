@@ -142,12 +142,12 @@ def test_a_target_that_continues_as_new_when_suggested_is_suggested_it_at_the_sc
 
     own, spec = spec_of("continue_as_new_suggested = true\n", "kill_continue_as_new")
     threshold = SCENARIOS["kill_continue_as_new"].max_history_events
-    assert spec.server_dynamic_config == {SUGGEST_CONTINUE_AS_NEW: str(threshold)}  # type: ignore[attr-defined]
+    assert spec.engine.dynamic_config == {SUGGEST_CONTINUE_AS_NEW: str(threshold)}  # type: ignore[attr-defined]
     assert nemesis_context(own, SimpleNamespace(spec=spec), None, driver, 1  # type: ignore[arg-type]
                            ).continue_as_new_events == threshold
     for text, scenario in [("continue_as_new_suggested = true\n", "kill_mid_turn"), ("", "kill_continue_as_new")]:
         own, spec = spec_of(text, scenario)
-        assert spec.server_dynamic_config == {}, (text, scenario)  # type: ignore[attr-defined]
+        assert spec.engine.dynamic_config == {}, (text, scenario)  # type: ignore[attr-defined]
         assert nemesis_context(own, SimpleNamespace(spec=spec), None, driver, 1  # type: ignore[arg-type]
                                ).continue_as_new_events == 0
     path.write_text(TARGET + 'continue_as_new_suggested = "yes"\n')

@@ -1,6 +1,7 @@
-"""A warm Temporal server shared by a soak's seeds (``testbed.stack.WarmTemporal``, used by ``chaos.soak``) leaks
-nothing from one seed to the next: a seed run after 20 others on one warm server gives the verdict and the fault
-timeline it gives on a cluster of its own, and a workflow an earlier seed left running stops the next seed loudly.
+"""A warm Temporal server shared by a soak's seeds (``testbed.engines.temporal.cluster.WarmTemporal``, used by
+``chaos.soak``) leaks nothing from one seed to the next: a seed run after 20 others on one warm server gives the
+verdict and the fault timeline it gives on a cluster of its own, and a workflow an earlier seed left running stops
+the next seed loudly.
 
 Real processes throughout (the embedded dev server, forked reference workers, the scripted model); the seeds are
 short (a kill_idle cut to 1 s of faults and two conversations of fast turns: ~4 s each) so 22 of them stay
@@ -24,7 +25,7 @@ from chaos.soak import seed_needs_own_cluster
 from testbed.engines.temporal.connection import TemporalConnection
 from testbed.engines.workload import Workload
 from testbed.engines.temporal.engine import ReferenceOnTemporal
-from testbed.stack import WarmTemporal
+from testbed.engines.temporal.cluster import WarmTemporal
 from tests.run_directory import problems
 
 SHORT = dataclasses.replace(SCENARIOS["kill_idle"], name="kill_idle_short", warmup_s=0.3, fault_s=1.0,

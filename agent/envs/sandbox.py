@@ -37,7 +37,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 SANDBOX_PATH = "/workspace"
@@ -229,17 +229,9 @@ def sandbox_tmp_usage(bwrap_pid: int) -> tuple[int, int] | None:
 _TRANSIENT_ERRNOS = {errno.EAGAIN, errno.ENOMEM, errno.EMFILE, errno.ENFILE}
 
 
-async def run_command(command: str, workdir: Path, limits: Limits, *, isolate: bool,
-                      sandbox_uid: int | None, monitor: Callable[[int], Awaitable[str | None]] | None = None,
-                      monitor_interval_s: float = 0.1) -> CommandResult:
-    """Run ``command`` with bash in ``workdir`` under the limits; never raises for what the command does.
-
-    ``monitor``, if given, is awaited with the pid of bwrap (or bash) every ``monitor_interval_s`` (or ten
-    times its own last duration, if that is longer) while the command runs; a reason it returns kills the
-    command (``stopped_by``).
-    Raises ``SandboxStartError`` if the sandbox cannot be started."""
-    if sandbox_uid is not None and not running_as_root():
-        raise ValueError("sandbox_uid needs root")
+async def _start(command: str, workdir: Path, limits: Limits, isolate: bool,
+                 sandbox_uid: int | None) -> asyncio.subprocess.Process:
+    """bash (in bwrap if ``isolate``) started under the limits, its output on a pipe; ``SandboxStartError`` if not."""
     if isolate:
         argv = bwrap_command(command, workdir, sandbox_uid, tmp_mb=limits.tmp_mb)
         cwd, env = None, _scrubbed_env(Path(SANDBOX_PATH))
@@ -248,10 +240,9 @@ async def run_command(command: str, workdir: Path, limits: Limits, *, isolate: b
     # RLIMIT_NPROC counts every process of the uid: exact for a uid of its own, approximate otherwise.
     uid_for_count = sandbox_uid if sandbox_uid is not None else os.getuid()
     nproc = limits.max_processes + (0 if sandbox_uid is not None else _user_process_count(uid_for_count))
-    started = time.monotonic()
     what = "the bubblewrap sandbox" if isolate else "bash"
     try:
-        proc = await asyncio.create_subprocess_exec(
+        return await asyncio.create_subprocess_exec(
             *argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             start_new_session=True,
             # bwrap as root drops to the sandbox uid itself (setpriv, after mounting); unisolated, the child does.
@@ -264,67 +255,91 @@ async def run_command(command: str, workdir: Path, limits: Limits, *, isolate: b
     except subprocess.SubprocessError as exc:  # the limits could not be applied in the child (preexec_fn)
         raise SandboxStartError(f"{what} could not be started: its limits could not be applied ({exc})",
                                 transient=False) from None
-    chunks: list[bytes] = []
-    kept = 0
-    truncated = False
 
-    async def drain() -> None:
-        nonlocal kept, truncated
-        assert proc.stdout is not None
-        while data := await proc.stdout.read(65536):
-            room = limits.max_output_bytes - kept
+
+@dataclass
+class _Output:
+    """A command's output as it is read, kept up to ``limit`` bytes (what is read by a timeout stays)."""
+
+    limit: int
+    chunks: list[bytes] = field(default_factory=list)
+    kept: int = 0
+    truncated: bool = False
+
+    async def drain(self, stream: asyncio.StreamReader) -> None:
+        while data := await stream.read(65536):
+            room = self.limit - self.kept
             if len(data) > room:
-                truncated = True
+                self.truncated = True
                 data = data[:max(room, 0)]
             if data:
-                chunks.append(data)
-                kept += len(data)
+                self.chunks.append(data)
+                self.kept += len(data)
 
-    stopped_by: str | None = None
 
-    async def watch() -> None:
-        nonlocal stopped_by
-        assert monitor is not None
-        interval = monitor_interval_s
-        while proc.returncode is None:
-            await asyncio.sleep(interval)
-            began = time.monotonic()
-            try:
-                reason = await monitor(proc.pid)
-            except Exception:  # noqa: BLE001 - a monitor that fails does not stop the command (nor the watch)
-                reason = None
-            if reason is not None and proc.returncode is None:
-                stopped_by = reason
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                return
-            interval = max(monitor_interval_s, 10 * (time.monotonic() - began))  # at most ~10% of the time
+async def _watch(proc: asyncio.subprocess.Process, monitor: Callable[[int], Awaitable[str | None]],
+                 monitor_interval_s: float) -> str | None:
+    """Ask ``monitor`` about ``proc`` until it exits or the monitor gives a reason, which kills the command."""
+    interval = monitor_interval_s
+    while proc.returncode is None:
+        await asyncio.sleep(interval)
+        began = time.monotonic()
+        try:
+            reason = await monitor(proc.pid)
+        except Exception:  # noqa: BLE001 - a monitor that fails does not stop the command (nor the watch)
+            reason = None
+        if reason is not None and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            return reason
+        interval = max(monitor_interval_s, 10 * (time.monotonic() - began))  # at most ~10% of the time
+    return None
 
-    watcher = asyncio.create_task(watch()) if monitor is not None else None
+
+def _signal_name(code: int | None) -> str | None:
+    """The signal that ended a process with exit ``code``, if one did."""
+    if code is not None and code < 0:
+        return signal.Signals(-code).name
+    if code is not None and code > 128 and code - 128 in signal.valid_signals():
+        return signal.Signals(code - 128).name  # bash and bwrap report a child's signal as 128+n
+    return None
+
+
+async def run_command(command: str, workdir: Path, limits: Limits, *, isolate: bool,
+                      sandbox_uid: int | None, monitor: Callable[[int], Awaitable[str | None]] | None = None,
+                      monitor_interval_s: float = 0.1) -> CommandResult:
+    """Run ``command`` with bash in ``workdir`` under the limits; never raises for what the command does.
+
+    ``monitor``, if given, is awaited with the pid of bwrap (or bash) every ``monitor_interval_s`` (or ten
+    times its own last duration, if that is longer) while the command runs; a reason it returns kills the
+    command (``stopped_by``).
+    Raises ``SandboxStartError`` if the sandbox cannot be started."""
+    if sandbox_uid is not None and not running_as_root():
+        raise ValueError("sandbox_uid needs root")
+    started = time.monotonic()
+    proc = await _start(command, workdir, limits, isolate, sandbox_uid)
+    assert proc.stdout is not None
+    output = _Output(limits.max_output_bytes)
+    watcher = asyncio.create_task(_watch(proc, monitor, monitor_interval_s)) if monitor is not None else None
     timed_out = False
+    stopped_by: str | None = None
     try:
-        await asyncio.wait_for(asyncio.gather(drain(), proc.wait()), timeout=limits.timeout_s)
+        await asyncio.wait_for(asyncio.gather(output.drain(proc.stdout), proc.wait()), timeout=limits.timeout_s)
     except asyncio.TimeoutError:
         timed_out = True
     finally:
         if watcher is not None:
-            watcher.cancel()
+            watcher.cancel()  # a watch that has returned keeps its reason
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await watcher
+                stopped_by = await watcher
         # The wall-clock limit, a cancelled activity, or children left behind in the background: kill the
         # whole group (bwrap's sandbox and everything in its PID namespace die with it, --die-with-parent).
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
         await proc.wait()
-    code = proc.returncode
-    sig = None
-    if code is not None and code < 0:
-        sig = signal.Signals(-code).name
-    elif code is not None and code > 128 and code - 128 in signal.valid_signals():
-        sig = signal.Signals(code - 128).name  # bash and bwrap report a child's signal as 128+n
-    text = b"".join(chunks).decode(errors="replace")
     if stopped_by is not None:
         timed_out = False
-    return CommandResult(exit_code=None if timed_out else code, output=text, truncated=truncated,
-                         timed_out=timed_out, duration_s=time.monotonic() - started, signal_name=sig,
-                         stopped_by=stopped_by)
+    return CommandResult(exit_code=None if timed_out else proc.returncode,
+                         output=b"".join(output.chunks).decode(errors="replace"), truncated=output.truncated,
+                         timed_out=timed_out, duration_s=time.monotonic() - started,
+                         signal_name=_signal_name(proc.returncode), stopped_by=stopped_by)

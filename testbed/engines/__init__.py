@@ -5,8 +5,8 @@ one from its entry. Each folder holds the same parts: the engine class (``engine
 endpoint entry point, its client, and the records it leaves:
 
 * ``temporal/``: ``ReferenceOnTemporal``, the reference agent (``agent/``) on Temporal: ``engine.py``, ``server.py``
-  (the dev server), ``connection.py`` (an external cluster), ``driver.py`` (the chat driver), ``session.py``
-  (``dah run`` and ``dah demo``), ``on_server.py`` (a session on a server this process already runs: the
+  (the dev server), ``connection.py`` (an external cluster), ``cluster.py`` (its part in a stack), ``driver.py`` (the
+  chat driver), ``session.py`` (``dah run`` and ``dah demo``), ``on_server.py`` (a session on a server this process already runs: the
   benchmarks'), ``in_flight.py`` (what its workers are running, for aimed faults); workers are processes, or Docker
   containers;
 * ``byo/``: ``OwnAgentOnTemporal``, your agent on Temporal, described by a target file (``target.py``), run in its

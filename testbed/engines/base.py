@@ -7,7 +7,8 @@ Temporal workers). Every caller reaches it through this one class:
   is in flight, for the nemeses that aim at busy workers), ``save`` (what it leaves in the run directory),
   ``checkers`` / ``not_applicable`` (which checks apply), ``record`` / ``reproduce``;
 * the test bed's stack (``testbed.stack.StackSpec.engine``): ``server`` (the engine's own server, exposed as
-  ``Stack.server``) and ``start_in_stack`` (its parts that run in the stack's process);
+  ``Stack.server``) and ``start_in_stack`` (its parts that run in the stack's process): ``testbed.stack.EnginePart``
+  (Temporal's is a part of its own: ``testbed.engines.temporal.cluster.TemporalCluster``);
 * ``dah run``, ``dah demo``, the benchmarks' engines: ``in_process`` (the engine in this process, one prompt one run:
   ``Session``), and what ``dah`` may ask of it beyond a prompt (``environments``, ``walkthroughs``).
 
@@ -25,13 +26,13 @@ from typing import Any, Protocol
 
 from agent.contracts import AgentConfig
 from harness.engines import names, registered
-from harness.event_history import RunRecord, fetch_run, save_histories
+from harness.event_history import RunRecord, fetch_run, fetch_tree, save_histories
 from harness.operations import History
 from harness.rundir import RunDir
 from testbed.engines import EngineUnavailable, SessionSpec
 from testbed.engines.temporal.connection import TemporalConnection
 from testbed.engines.byo.target import REFERENCE, Target
-from testbed.stack import Stack, StackSpec
+from testbed.stack import EnginePart, Stack, StackSpec
 
 
 #: the checks that read Temporal's event histories
@@ -99,8 +100,8 @@ class Session(Protocol):
 
 
 @dataclass
-class Engine:
-    """The protocol, with the defaults most engines share."""
+class Engine(EnginePart):
+    """The protocol, with the defaults most engines share (in the stack: ``testbed.stack.EnginePart``'s)."""
 
     target: Target = REFERENCE
     name: str = ""
@@ -187,25 +188,22 @@ class Engine:
         runs = await asyncio.gather(*(one(wid) for wid in driver.workflow_ids))
         return [r for r in runs if r is not None]
 
+    async def run_tree(self, stack: Stack, run_id: str) -> dict[str, list[RunRecord]] | None:
+        """Run ``run_id`` and the children it started as the server's event histories hold them (which worker ran
+        each workflow task and activity: ``harness.event_history.fetch_tree``); None: this engine keeps none."""
+        if stack.client is None or "temporal_history" in self.not_applicable:
+            return None
+        return await fetch_tree(stack.client, run_id)
+
     async def save(self, stack: Stack, run: RunDir, driver: Any) -> None:
         """Every conversation's event histories (what temporal_history and replay read)."""
         if stack.client is not None:
             await save_histories(stack.client, driver.workflow_ids, run.event_histories)
 
-    # -- the stack (testbed.stack.StackSpec.engine) ----------------------------------------------------------
-
-    def server(self, spec: StackSpec) -> Any | None:
-        """The engine's own server or database, started by the stack and exposed as ``Stack.server`` so the
-        server nemeses work on it unchanged: a context manager with ``start()``, ``kill()``, ``pid``, ``port`` and
-        ``ui_url`` (None); None: it has none (Temporal's is the stack's own)."""
-        return None
-
-    async def start_in_stack(self, stack: Stack, exits: contextlib.AsyncExitStack) -> None:
-        """Start what the engine runs in the stack's process (after the model and the ledger, before the worker
-        processes), stopped by ``exits``; nothing by default."""
-
     # -- dah run / dah demo, the benchmarks' engines section -------------------------------------------------
 
+    #: the workflow-native tools (spawn, wait, run_ptc: ``agent.contracts.WORKFLOW_NATIVE_TOOLS``) run on it
+    workflow_tools = False
     #: the agent's environments other than ``base`` (a shell, a browser) run on this engine's session
     environments = False
     #: the scripted walkthroughs (``testbed.walkthroughs``: they check Temporal's event histories) run on it

@@ -17,6 +17,8 @@ aimed kill looks for).
 
 from __future__ import annotations
 
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,3 +103,14 @@ def turn_result(result: loop.TurnResult, messages: list[dict[str, Any]]) -> dict
     return {"reply": result.reply, "steps": result.steps, "stopped_early": result.stopped_early,
             "tool_calls": [[r.name, r.status, r.content] for r in result.tool_results],
             "messages": messages[1:]}
+
+
+async def timed(n: int, step: Callable[[int], Awaitable[Any]]) -> list[float]:
+    """``step(i)`` awaited for each ``i`` below ``n``, one after another: each one's time (ms), what a step costs
+    (the engines benchmark's no-op steps)."""
+    timings = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        await step(i)
+        timings.append((time.perf_counter() - t0) * 1000.0)
+    return timings

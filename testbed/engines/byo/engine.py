@@ -71,7 +71,7 @@ class OwnAgentOnTemporal(ReferenceOnTemporal):
 
     async def make_driver(self, stack: Stack, history: History, scenario: Scenario, seed: int) -> RemoteDriver:
         driver = RemoteDriver(self.target, history, stack.server.address if stack.server else
-                              stack.spec.connection.address or "", stack.namespace, stack.spec.task_queue,
+                              stack.spec.engine.address, stack.spec.engine.namespace, stack.spec.task_queue,
                               driver_workload(scenario), seed, stack.spec.logs / "driver.log")
         await driver.started()
         return driver

@@ -82,7 +82,7 @@ class CheckpointEngine(Engine):
                                  warm_line=self.target.warm_line, faults=scenario.cluster.faults, log_dir=run.logs,
                                  start_timeout_s=self.target.ready_timeout_s)
 
-        return StackSpec(state_dir=run.state, logs_dir=run.logs, temporal="none", engine=self,
+        return StackSpec(state_dir=run.state, logs_dir=run.logs, engine=self,
                          model_latency=LatencyModel.parse(scenario.cluster.model_latency), seed=seed,
                          worker_processes=scenario.cluster.workers, make_worker=worker, history=history)
 
@@ -115,7 +115,7 @@ class CheckpointEngine(Engine):
         """The database in ``spec.state_dir``; each prompt a run, run here (``spec.worker``) or queued for workers
         elsewhere."""
         engine = replace(self, worker_in_process=spec.worker)
-        async with stack(StackSpec(state_dir=spec.state_dir, temporal="none", model=False, model_url=spec.model_url,
+        async with stack(StackSpec(state_dir=spec.state_dir, model=False, model_url=spec.model_url,
                                    engine=engine, effect_ledger=spec.ledger)):
             session = CheckpointSession(spec.state_dir / CHECKPOINT_DB, here=spec.worker)
             try:

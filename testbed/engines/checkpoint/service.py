@@ -206,7 +206,7 @@ async def _worker(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     # The stack opens the ledger and, without --model-base-url, starts this worker's own scripted model server;
     # the worker runs here, under this process's own signals.
-    spec = StackSpec(state_dir=args.state_dir, temporal="none", model=args.model_base_url is None,
+    spec = StackSpec(state_dir=args.state_dir, model=args.model_base_url is None,
                      model_url=args.model_base_url, ledger=True)
     async with stack(spec) as s:
         configure_worker(ledger=s.ledger, sandbox_root=WorkerSettings.in_state_dir(args.state_dir).sandbox_root,

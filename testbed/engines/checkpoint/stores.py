@@ -471,9 +471,6 @@ class SqliteStore(DurableRunStore):
                 raise RuntimeError(f"{self.path}: durable-run schema version {row[0]}, this code expects "
                                    f"{SQLITE_SCHEMA_VERSION}; use a new database file")
 
-    def schema_version(self) -> int:
-        return int(self._db.execute("SELECT version FROM durable_schema_info").fetchone()[0])
-
     def durability(self) -> dict[str, str]:
         sync = ("OFF", "NORMAL", "FULL", "EXTRA")[self._db.execute("PRAGMA synchronous").fetchone()[0]]
         return {"journal_mode": self._db.execute("PRAGMA journal_mode").fetchone()[0], "synchronous": sync}

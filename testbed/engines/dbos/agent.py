@@ -50,7 +50,6 @@ import os
 import signal
 import sqlite3
 import sys
-import time
 import uuid
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
@@ -190,12 +189,7 @@ async def _noop(i: int) -> int:
 @DBOS.workflow(name="noop_steps")
 async def noop_steps(n: int) -> list[float]:
     """``n`` no-op steps, each timed (ms): what a step costs DBOS itself (the engines benchmark)."""
-    timings = []
-    for i in range(n):
-        t0 = time.perf_counter()
-        await DBOS.run_step_async({"name": "noop"}, _noop, i)
-        timings.append((time.perf_counter() - t0) * 1000.0)
-    return timings
+    return await steps.timed(n, lambda i: DBOS.run_step_async({"name": "noop"}, _noop, i))
 
 
 # -- DBOS in this process -----------------------------------------------------------------------------------------

@@ -111,7 +111,7 @@ class DbosEngine(Engine):
                                  warm_line=self.target.warm_line, faults=scenario.cluster.faults, log_dir=run.logs,
                                  start_timeout_s=self.target.ready_timeout_s)
 
-        return StackSpec(state_dir=run.state, logs_dir=run.logs, temporal="none", engine=self, proxies=True,
+        return StackSpec(state_dir=run.state, logs_dir=run.logs, engine=self, proxies=True,
                          model_latency=LatencyModel.parse(scenario.cluster.model_latency), seed=seed,
                          worker_processes=scenario.cluster.workers, make_worker=worker, history=history)
 

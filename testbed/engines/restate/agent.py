@@ -40,7 +40,6 @@ import contextlib
 import dataclasses
 import signal
 import sys
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
@@ -189,12 +188,7 @@ def _noop(i: int) -> int:
 @agent.handler("noop_steps")
 async def noop_steps(ctx: restate.Context, n: int) -> list[float]:
     """``n`` no-op ``ctx.run`` actions, each timed (ms): what a step costs Restate itself (the engines benchmark)."""
-    timings = []
-    for i in range(n):
-        t0 = time.perf_counter()
-        await ctx.run_typed("noop", _noop, restate.RunOptions(type_hint=int), i=i)
-        timings.append((time.perf_counter() - t0) * 1000.0)
-    return timings
+    return await steps.timed(n, lambda i: ctx.run_typed("noop", _noop, restate.RunOptions(type_hint=int), i=i))
 
 
 def asgi_app() -> Any:

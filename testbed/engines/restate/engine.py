@@ -96,7 +96,7 @@ class RestateEngine(Engine):
 
         # The server calls the endpoint: the stack's server proxy stands in front of the endpoint (the link the
         # partition nemeses cut), and the endpoint reaches the model through the stack's model proxy.
-        return StackSpec(state_dir=run.state, logs_dir=run.logs, temporal="none", engine=self,
+        return StackSpec(state_dir=run.state, logs_dir=run.logs, engine=self,
                          model_latency=LatencyModel.parse(scenario.cluster.model_latency), seed=seed,
                          worker_processes=1, make_worker=endpoint, history=history, ledger=True,
                          proxies=True, server_proxy_to=("127.0.0.1", port))

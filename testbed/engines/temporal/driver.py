@@ -129,6 +129,19 @@ class Driver:
             except Exception as exc:  # anything else: the message may or may not have been processed
                 self.history.complete(op, INFO, error=f"{type(exc).__name__}: {exc}")
 
+    async def submit(self, run_id: str, prompt: str, workspace: str) -> None:
+        """Start ``prompt`` as a run of its own, as the one-shot engines' drivers do (``oneshot.OneShotDriver``);
+        its workspace is its workflow id's, so ``workspace`` must be ``run_id``."""
+        assert workspace == run_id, "a workflow's workspace is its id's"
+        await self.client.start_workflow(AgentWorkflow.run, AgentInput(config=self.config, prompt=prompt), id=run_id,
+                                         task_queue=self.task_queue,
+                                         task_timeout=timedelta(seconds=self.workflow_task_timeout_s))
+
+    async def wait(self, run_id: str, timeout_s: float) -> dict[str, Any]:
+        """The result of a run ``submit`` started (``AgentResult`` as a dict); TimeoutError past ``timeout_s``."""
+        handle = self.client.get_workflow_handle_for(AgentWorkflow.run, run_id)
+        return asdict(await asyncio.wait_for(handle.result(), timeout_s))
+
     async def finish(self, timeout_s: float = 60.0) -> None:
         """End every conversation and read its final state from the server (the final check's data)."""
         await asyncio.gather(*(self._finish(i, c, timeout_s) for i, c in enumerate(self.conversations) if c.started))

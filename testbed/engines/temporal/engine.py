@@ -30,6 +30,8 @@ from harness.rundir import EFFECTS_SERVICE, RunDir
 from testbed.engines import SessionSpec
 from testbed.engines.base import Engine, Scenario, Session
 from testbed.engines.workload import TIMEOUTS, chaos_agent_config
+from testbed.engines.temporal.cluster import TemporalCluster
+from testbed.engines.temporal.connection import TemporalConnection
 from testbed.engines.temporal.driver import Driver
 from testbed.engines.temporal.in_flight import TemporalInFlight
 from testbed.effects_service import ENV_EFFECTS_URL
@@ -51,6 +53,7 @@ class ReferenceOnTemporal(Engine):
     _server_address: str = field(default="", init=False, repr=False)
     environments = True
     walkthroughs = True
+    workflow_tools = True
 
     def own_cluster_because(self) -> str | None:
         """Only the reference agent's worker processes on the embedded server take the task queue each run is given
@@ -74,18 +77,20 @@ class ReferenceOnTemporal(Engine):
         return {**super().reproduce(), **docker}
 
     def stack_spec(self, scenario: Scenario, run: RunDir, seed: int, history: History, ui: bool) -> StackSpec:
-        spec = StackSpec(state_dir=run.state, logs_dir=run.logs, server_db=run.state / "temporal.db", ui=ui,
-                         quiet_client=True, model_latency=LatencyModel.parse(scenario.cluster.model_latency),
+        # an external cluster: no server here, the workers' link to it goes through the proxy; the embedded server
+        # is killed at the end, not stopped: the run saves its histories before the stack ends
+        cluster = TemporalCluster(self.connection if self.external else TemporalConnection(),
+                                  db=run.state / "temporal.db", ui=ui, quiet=True, kill_at_exit=True)
+        spec = StackSpec(state_dir=run.state, logs_dir=run.logs, engine=cluster,
+                         model_latency=LatencyModel.parse(scenario.cluster.model_latency),
                          seed=seed, proxies=True, worker_processes=scenario.cluster.workers, history=history,
                          task_queue=self.task_queue(scenario))
-        if self.external:  # nothing starts a server: the workers' link to the cluster goes through the proxy
-            spec.temporal, spec.connection, spec.server_db, spec.ui = "external", self.connection, None, False
         if self.target.address:  # its workers hard-code where Temporal is: the fault proxy goes there
             spec.server_proxy_port = int(self.target.address.rpartition(":")[2])
         if self.target.continue_as_new_suggested and scenario.max_history_events and not self.external:
             # the agent continues as new when Temporal suggests it: the server suggests it past the scenario's
             # threshold (by default only past 4096 events, which no run reaches)
-            spec.server_dynamic_config[SUGGEST_CONTINUE_AS_NEW] = str(scenario.max_history_events)
+            cluster.dynamic_config[SUGGEST_CONTINUE_AS_NEW] = str(scenario.max_history_events)
         spec.effects_log = run.path / EFFECTS_SERVICE
         task_queue, faults = spec.task_queue, scenario.cluster.faults
         if self.effects_seen_by_service and "after_effect" in faults.crash_at:
@@ -96,8 +101,8 @@ class ReferenceOnTemporal(Engine):
         if self.target.ready_line is None:  # ready once the server lists the worker polling
             from testbed.worker_process import TaskQueuePollers
 
-            pollers = TaskQueuePollers(lambda: spec.connection.connect(self._server_address or None),
-                                       spec.connection.namespace, task_queue)
+            pollers = TaskQueuePollers(lambda: cluster.connection.connect(self._server_address or None),
+                                       cluster.namespace, task_queue)
             spec.cleanup.append(pollers.close)
             self._pollers = pollers
         if self.workers == "docker":
@@ -191,8 +196,8 @@ class ReferenceOnTemporal(Engine):
         was told to suggest it at (``continue_as_new_suggested``); 0: unknown, and a kill aimed before a
         continue-as-new is recorded as not injected."""
         config = getattr(driver, "config", None)
-        spec = getattr(stack, "spec", None)
-        suggested = int(getattr(spec, "server_dynamic_config", {}).get(SUGGEST_CONTINUE_AS_NEW, 0))
+        cluster = getattr(getattr(stack, "spec", None), "engine", None)
+        suggested = int(getattr(cluster, "dynamic_config", {}).get(SUGGEST_CONTINUE_AS_NEW, 0))
         return {"observer": TemporalInFlight(),
                 "ledger": stack.spec.state_dir / self.target.ledger if self.target.ledger else None,
                 "continue_as_new_events": getattr(config, "max_history_events", 0)

@@ -17,6 +17,7 @@ from typing import Any
 from agent.contracts import AgentConfig
 from testbed.engines import SessionSpec
 from testbed.engines.oneshot import RunFailedError
+from testbed.engines.temporal.cluster import TemporalCluster, start_prompt
 from testbed.engines.temporal.connection import TemporalConnection
 from testbed.stack import Stack, StackSpec, stack
 
@@ -27,11 +28,10 @@ async def in_process(connection: TemporalConnection, spec: SessionSpec) -> Async
     process on ``spec.task_queue``, sharing the model and the effect ledger ``spec`` gives; stopped on exit."""
     from agent.worker import WorkerSettings
 
-    stack_spec = StackSpec(state_dir=spec.state_dir, ui=spec.ui, connection=connection, model=False,
-                           model_url=spec.model_url, effect_ledger=spec.ledger, task_queue=spec.task_queue,
-                           temporal="embedded" if connection.embedded else "external")
-    if spec.worker:
-        stack_spec.temporal_workers = [WorkerSettings.in_state_dir(spec.state_dir, task_queue=spec.task_queue)]
+    workers = [WorkerSettings.in_state_dir(spec.state_dir, task_queue=spec.task_queue)] if spec.worker else []
+    cluster = TemporalCluster(connection, ui=spec.ui, worker_settings=workers)
+    stack_spec = StackSpec(state_dir=spec.state_dir, engine=cluster, model=False, model_url=spec.model_url,
+                           effect_ledger=spec.ledger, task_queue=spec.task_queue)
     logging.getLogger("agent.activities").addFilter(_not_a_model_failure)  # idempotent
     async with stack(stack_spec) as s:
         yield TemporalSession(s, spec)
@@ -61,7 +61,7 @@ class TemporalSession:
         (``spec.say``). A failed workflow: ``RunFailedError`` with ``failure_line``."""
         from temporalio.client import WorkflowFailureError
 
-        handle = await self.stack.start_prompt(config, prompt, run_id)
+        handle = await start_prompt(self.stack, config, prompt, run_id)
         ids = {"workflow_id": run_id, "run_id": handle.result_run_id or ""}
         self._first_runs[run_id] = ids["run_id"]
         try:
@@ -80,8 +80,9 @@ class TemporalSession:
         tree = await fetch_tree(self.stack.client, run_id, self._first_runs.get(run_id) or None)
         for wid, runs in tree.items():
             lines += [line if wid == run_id else "    " + line for line in render(runs).split("\n")]
-        if url := self.stack.workflow_url(run_id):
-            lines.append(f"  web ui: {url}")
+        if self.stack.server is not None and self.stack.server.ui_url:
+            lines.append(f"  web ui: {self.stack.server.ui_url}/namespaces/{self.stack.spec.engine.namespace}"
+                         f"/workflows/{run_id}")
         if self.spec.transcript:
             from agent.transcript import transcript
 
