@@ -1,3 +1,3 @@
-from benchmarks.cli import entry
+from cli.bench import entry
 
 entry()

@@ -21,10 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.load import cpu_hogs
-from harness.commands import CommandParser, tool
+from harness.commands import RUNS, CommandParser, own_out, progress, runs_root, tool
 from testbed.engines.workload import TIMEOUTS, Workload
 from harness.private import own_subfolder
-from testbed.cli_options import add_out, own_out, progress, runs_root
 
 
 def count(run_dir: Path) -> dict[str, Any]:
@@ -70,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hogs", type=int, default=4, help="CPU-spinning processes during each run (default 4)")
     p.add_argument("--duration", type=float, default=30.0, help="seconds of load per profile (default 30)")
     p.add_argument("--seed", type=int, default=1)
-    add_out(p, "false_timeouts/<scenario>")
+    p.add_argument("--out", type=Path, default=RUNS, metavar="DIR",
+                   help=f"the runs root: this command writes into DIR/false_timeouts/<scenario>/ (default {RUNS}/)")
     args = p.parse_args(argv)
     profiles = [n.strip() for n in args.timeouts.split(",") if n.strip()]
     bad = [n for n in profiles if n not in TIMEOUTS]

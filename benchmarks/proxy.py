@@ -44,9 +44,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cli import _positive
 from harness.percentiles import percentile
-from harness.commands import CommandParser, tool
+from harness.commands import CommandParser, positive, tool
 from testbed.faults.network import FaultProxy, Toxic
 
 HOST = "127.0.0.1"
@@ -381,11 +380,11 @@ def build_parser() -> argparse.ArgumentParser:
     summary, details = __doc__.split("\n\n", 1)
     p = CommandParser(prog=tool("benchmarks.proxy"), description=summary.split(": ", 1)[1],
                                 epilog=details, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--requests", type=_positive, default=5000, help="round trips per path (default 5000)")
-    p.add_argument("--payload", type=_positive, default=64, help="bytes per request, echoed back (default 64)")
-    p.add_argument("--rounds", type=_positive, default=50,
+    p.add_argument("--requests", type=positive, default=5000, help="round trips per path (default 5000)")
+    p.add_argument("--payload", type=positive, default=64, help="bytes per request, echoed back (default 64)")
+    p.add_argument("--rounds", type=positive, default=50,
                    help="rounds the round trips are split into, alternating the paths (default 50)")
-    p.add_argument("--mb", type=_positive, default=200,
+    p.add_argument("--mb", type=positive, default=200,
                    help="megabytes (10^6 bytes) streamed each way through each path for throughput (default 200)")
     p.add_argument("--no-toxic", action="store_true", help=f"skip the path through a proxy with a no-op {NOOP_TOXIC} "
                                                            "toxic")

@@ -43,10 +43,9 @@ from typing import Any
 from benchmarks.false_timeouts import run_beside_hogs
 from chaos.recovery import PARTS
 from harness.percentiles import percentile
-from harness.commands import CommandParser, tool
+from harness.commands import RUNS, CommandParser, own_out, progress, runs_root, tool
 from harness.private import own_subfolder
 from harness.rundir import write_json
-from testbed.cli_options import add_out, own_out, progress, runs_root
 from testbed.engines.workload import TIMEOUTS, Timeouts
 
 KILL_SCENARIOS = ("kill_mid_turn", "kill_idle", "kill_mid_tool", "kill_workflow_task")
@@ -242,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--soaks", type=Path, nargs="+", metavar="SOAK_DIR",
                    help="run nothing: measure these soaks' runs (" + tool("chaos") + " soak's directories) the same way")
     p.add_argument("--label", default="soak", help="--soaks: the lever name their rows get (default soak)")
-    add_out(p, "recovery_levers")
+    p.add_argument("--out", type=Path, default=RUNS, metavar="DIR",
+                   help=f"the runs root: this command writes into DIR/recovery_levers/ (default {RUNS}/)")
     args = p.parse_args(argv)
     if args.soaks:
         doc = soak_summary(args.soaks, args.label)

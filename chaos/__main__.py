@@ -1,3 +1,3 @@
-from chaos.cli import entry
+from cli.chaos import entry
 
 entry()

@@ -11,9 +11,6 @@ lets a planted bug through is broken.
 
 from __future__ import annotations
 
-import asyncio
-import sys
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -23,8 +20,7 @@ from chaos.scenarios import SCENARIOS, ChaosScenario, ClusterSpec
 from harness.printable import table as format_table
 from harness.verdict import FAIL, PASS, UNKNOWN
 from testbed.faults.planted import workflow_spec
-from harness.commands import CommandParser, tool
-from testbed.cli_options import add_out, own_out, progress
+from harness.commands import progress
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_TARGET = ROOT / "examples" / "third_party_agent" / "chaos-target.toml"
@@ -154,38 +150,3 @@ def table(rows: list[dict]) -> str:
     return format_table([(c, 0) for c in ("bug", "agent", "scenario", "verdict", "checker", "evidence")],
                         ([f"{r['bug']}{'' if r['caught'] else ' (NOT CAUGHT)'}", r["agent"], r["scenario"],
                           r["verdict"], r["checker"], r["evidence"]] for r in rows), markdown=True)
-
-
-def main(argv: list[str] | None = None, before_runs: Callable[[], None] = lambda: None) -> int:
-    p = CommandParser(prog=f"{tool('chaos')} planted", description=__doc__.split("\n\n")[0])
-    p.add_argument("names", nargs="*", help=f"entries to run (default all): {', '.join(b.name for b in CATALOGUE)}")
-    add_out(p, "<scenario>")
-    p.add_argument("--target", type=Path, default=EXAMPLE_TARGET,
-                   help="the third-party agent's target file (default: the example's)")
-    p.add_argument("--list", action="store_true", help="list the catalogue and exit")
-    args = p.parse_args(argv)
-    if args.list:
-        for b in CATALOGUE:
-            print(f"{b.name:36} {b.agent:12} {b.scenario.name:40} caught by {'/'.join(b.caught_by)}: {b.what}")
-        return 0
-    unknown = [n for n in args.names if n not in {b.name for b in CATALOGUE}]
-    if unknown:
-        p.error(f"no planted bug named {', '.join(unknown)}; --list shows them")
-    bugs = [b for b in CATALOGUE if not args.names or b.name in args.names]
-    try:
-        own_out(args.out, *dict.fromkeys(b.scenario.name for b in bugs))  # before any run starts
-    except ValueError as exc:  # UnsafeFolder: another user could change the folder
-        print(f"{p.prog}: {exc}", file=sys.stderr)
-        return 2
-    before_runs()  # e.g. the command's private network (chaos.cli)
-    rows = asyncio.run(run_catalogue(bugs, args.out, args.target))
-    print()
-    print(table(rows))
-    missed = [r["bug"] for r in rows if not r["caught"]]
-    print(f"\n{len(rows) - len(missed)} of {len(rows)} planted bug(s) caught" +
-          (f"; NOT caught: {', '.join(missed)}" if missed else ""))
-    return 1 if missed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -28,9 +28,8 @@ from chaos.runner import ERROR, Outcome, run_captured, run_folder, skip_reason, 
 from chaos.seeds import format_seeds
 from harness.printable import printable
 from harness.rundir import SCHEMA, RunDir, command_line, machine_info
-from harness.commands import tool
+from harness.commands import own_out, progress, tool
 from harness.verdict import FAIL, PASS, UNKNOWN
-from testbed.cli_options import own_out, progress
 from testbed.engines.temporal.cluster import WarmTemporal
 
 #: the verdicts a soak counts, in the order it shows them

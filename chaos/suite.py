@@ -33,9 +33,8 @@ from chaos.seeds import format_seeds
 from harness.engines import HOME, REGISTRY, registered, split_twin, twin_suffixes
 from harness.printable import printable, table as format_table
 from harness.rundir import ending_status
-from harness.commands import tool, unknown as _unknown
+from harness.commands import own_out, progress as _progress, tool, unknown as _unknown
 from harness.verdict import PASS
-from testbed.cli_options import own_out, progress as _progress
 from testbed.engines.workload import DEFAULT_TIMEOUTS, TIMEOUTS
 
 COLUMNS = [("scenario", 28), ("faults", 7), ("ok", 4), ("fail", 5), ("info", 5), ("lost", 5), ("late", 5), ("dup_effects", 12),
@@ -85,6 +84,28 @@ def scenario_list() -> list[str]:
             rows.append((name + entry.suffix, f"{SCENARIOS[name].description} (on {entry.name}{where})"))
     width = max(len(name) for name, _ in rows)
     return [f"{name:<{width}}  {description}" for name, description in rows]
+
+
+def docker_problem(args: argparse.Namespace) -> str | None:
+    """For --placement docker: an engine (started here if installed and not running) and an image (the reference
+    agent's worker image, built from this checkout if missing, unless --image names one). None, or the problem."""
+    if getattr(args, "placement", "process") != "docker":
+        return None
+    from testbed.dockerd import ensure_engine
+
+    engine = ensure_engine()  # an engine started here is stopped when this command exits
+    if not engine.available:
+        return f"--placement docker: {engine.reason}; --placement process (the default) needs no engine"
+    if not args.image:
+        if getattr(args, "target", None):
+            return "--placement docker with --target needs --image NAME (an image with your agent's worker installed)"
+        from testbed.images import ImageBuildError, worker_image
+
+        try:
+            args.image = worker_image()
+        except ImageBuildError as exc:
+            return f"--placement docker: could not build the worker image: {exc}; or pass --image NAME"
+    return None
 
 
 def load_target_for(args: argparse.Namespace, explicit_parallel: bool) -> Any:

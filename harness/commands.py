@@ -8,6 +8,8 @@ they print.
 * ``tool(package)``: how a printed command (a reproduce command, a help text, an error's advice) runs one of the
   tools from here, so it runs as printed: ``.venv/bin/dah-chaos`` in a checkout after ``make``, ``dah-chaos`` where
   the venv is activated. ``runnable(text)`` rewrites a help text's ``python -m PACKAGE`` so.
+* What every command does around its work, the tools in ``cli/`` and the programs of their own alike: ``own_out``
+  (``--out`` checked before anything is written), ``runs_root``, ``progress`` (on stderr), ``UsageError``.
 
 Standard library only, as the rest of ``harness``: every tool imports it, the report included.
 """
@@ -20,6 +22,7 @@ import re
 import shlex
 import shutil
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -141,3 +144,63 @@ def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
             for sub in dict.fromkeys(action.choices.values()):
                 found += _parsers(sub)
     return found
+
+
+def whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+
+def positive(text: str) -> int:
+    value = whole(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+# -- what every command does around its work (the tools in cli/ and the programs of their own in the packages)
+
+RUNS = Path("runs")
+#: the report directory whose report.md protects the runs it names (python -m reports' default --out)
+REPORT_DIR = Path("reports/out")
+
+
+class UsageError(Exception):
+    """A bad input the user can fix; the message names it and what to do."""
+
+
+def own_out(out: Path, *folders: str) -> Path:
+    """``--out`` checked before a command writes anything: a folder of the invoking user's alone
+    (``harness.private.own_folder``: made if missing), and each of ``folders`` under it that is there already a
+    folder of theirs too, not a symlink (``own_subfolder``, nothing made). ``UnsafeFolder`` (a ValueError: the
+    one line to print, then exit 2) if not. The real path of ``out``."""
+    from harness.private import own_folder, own_subfolder
+
+    real = own_folder(out)
+    for folder in folders:
+        own_subfolder(real, folder, create=False)
+    return real
+
+
+def runs_root(out: Path, folder: str, prog: str) -> Path:
+    """The runs root ``--out`` names, for a command whose own folder under it is ``folder``.
+
+    ``--out`` used to name that folder itself for some commands (``--out runs/bench``): a root whose last part
+    is the folder's name is taken in that old sense (the same directory as before), with a note."""
+    if out.name == folder:
+        print(f"{prog}: --out {out} (the {folder} folder itself) is deprecated; use --out {out.parent} (the runs "
+              f"root; {folder}/ is added)", file=sys.stderr, flush=True)  # stderr: stdout stays the results
+        return out.parent
+    return out
+
+
+def progress(start: float | None = None) -> Callable[[str], None]:
+    """A progress printer: ``[  12.3s] message`` lines on stderr, seconds since ``start`` (default now); the message
+    ``printable`` (it may quote run data)."""
+    started = time.monotonic() if start is None else start
+
+    def say(message: str) -> None:
+        print(f"[{time.monotonic() - started:6.1f}s] {printable(message)}", file=sys.stderr, flush=True)
+    return say

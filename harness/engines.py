@@ -40,7 +40,7 @@ REGISTRY: tuple[Registered, ...] = (
     # the reference agent on Temporal, or your agent on Temporal when a target file names it (OwnAgentOnTemporal.made)
     Registered("temporal", "byo.engine:OwnAgentOnTemporal", suite=True, table2=True),
     Registered("checkpoint", "checkpoint.engine:CheckpointEngine", suffix="@checkpoint", suite=True, table2=True,
-               worker="checkpoint.cli:main worker"),
+               worker="checkpoint.service:main worker"),
     Registered("dbos", "dbos.engine:DbosEngine", {"database": "sqlite"}, suffix="@dbos", own_checks=("dbos_steps",),
                aliases=("dbos-sqlite",), worker="dbos.agent:main worker"),
     Registered("dbos-postgres", "dbos.engine:DbosEngine", {"database": "postgres"}, suffix="@dbos-postgres",

@@ -1,3 +1,3 @@
-from migration_fuzz.cli import entry
+from cli.fuzz import entry
 
 entry()

@@ -1,5 +1,5 @@
-"""``python -m reports``: see ``reports.cli``."""
+"""``python -m reports``: see ``cli.report``."""
 
-from reports.cli import main
+from cli.report import main
 
 raise SystemExit(main())

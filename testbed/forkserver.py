@@ -21,6 +21,7 @@ whenever a child ends (a signal's death is ``-signal``, as ``subprocess`` report
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -39,6 +40,8 @@ log = logging.getLogger(__name__)
 
 #: what a request's argv must start with (after the interpreter) for the fork server to run it
 MODULE = (SAFE_PATH, "-m", "testbed", "worker")
+#: what that command runs (testbed/__main__.py): named, not imported here, as cli sits above testbed
+DAH = "cli.dah"
 READY_TIMEOUT_S = 120.0
 
 
@@ -65,7 +68,7 @@ def _serve() -> int:
         if cache is not None:
             sys.pycache_prefix = str(cache)
             sys.dont_write_bytecode = False
-    import testbed.cli  # noqa: F401  - dah, and its worker command (testbed.worker_main) with what it imports
+    importlib.import_module(DAH)  # dah, and its worker command (testbed.worker_main) with what it imports
     import testbed.worker_main  # noqa: F401
     import agent.worker  # noqa: F401
     import temporalio.worker  # noqa: F401
@@ -136,9 +139,7 @@ def _fork(argv: list[str], env: dict[str, str], cwd: str | None, log_path: str) 
         if cwd:
             os.chdir(cwd)
         sys.argv = [argv[0], *argv[len(MODULE):]]  # as ``python -m testbed worker ...`` has it
-        from testbed.cli import main
-
-        code = main(list(argv[len(MODULE):]))
+        code = importlib.import_module(DAH).main(list(argv[len(MODULE):]))
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # noqa: BLE001 - the child's last words go to its log
@@ -201,7 +202,7 @@ class ForkedProcess:
 
 
 #: the packages a worker's code comes from: a fork server older than any of their files is replaced
-SOURCE_PACKAGES = ("agent", "testbed", "harness", "chaos")
+SOURCE_PACKAGES = ("agent", "testbed", "harness", "chaos", "cli")
 ROOT = Path(__file__).resolve().parent.parent
 
 

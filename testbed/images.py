@@ -57,7 +57,7 @@ RECIPE_VERSION = "1"
 PROJECT = "durable-agent-harness"
 ROOT = Path(__file__).resolve().parents[1]  # the source checkout (images are built from it)
 DOCKERFILES = ROOT / "docker"
-APP_PACKAGES = ("agent", "harness", "testbed", "chaos", "migration_fuzz")  # what a worker or service imports
+APP_PACKAGES = ("agent", "harness", "testbed", "chaos", "migration_fuzz", "cli")  # what a worker or service imports
 # The userland's packages (their dependencies come along): a shell and the tools a debugging `docker exec` wants.
 BASE_PACKAGES = ("base-files", "dash", "coreutils", "grep", "sed", "findutils", "libc-bin", "ca-certificates",
                  "libgcc-s1")  # libgcc_s: glibc loads it at run time to cancel threads, no ELF names it

@@ -603,7 +603,7 @@ def latency_spec(text: str) -> str:
 
 def add_model_latency(parser: Any, *, default: str | None, default_text: str,
                       what: str = "the scripted model's response latency") -> argparse.Action:
-    """``--model-latency SPEC`` (testbed.cli_options): one grammar everywhere; each command documents its own
+    """``--model-latency SPEC`` (cli.options): one grammar everywhere; each command documents its own
     default. ``parser`` may be an argument group."""
     return parser.add_argument("--model-latency", type=latency_spec, default=default, metavar="SPEC",
                                help=f"{what}: {LATENCY_GRAMMAR} (default {default_text})")

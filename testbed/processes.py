@@ -320,3 +320,36 @@ class ServerProcess:
         import asyncio
 
         await asyncio.to_thread(self.stop)
+
+
+# -- Ctrl-C of a command (dah)
+
+INTERRUPT_GRACE_S = 30.0
+
+
+async def with_interrupt_watchdog(coro: Any) -> Any:
+    """Ctrl-C cancels the command and its clean-up stops what it started; if that clean-up hangs, a
+    watchdog dumps every thread's stack (to find out why), kills this process's children and exits 130."""
+    previous = signal.getsignal(signal.SIGINT)  # asyncio.run's handler: cancel the main task
+    if callable(previous):
+        def on_sigint(signum: int, frame: Any) -> None:
+            threading.Thread(target=_interrupt_watchdog, name="interrupt-watchdog", daemon=True).start()
+            previous(signum, frame)
+
+        signal.signal(signal.SIGINT, on_sigint)
+    return await coro
+
+
+def _interrupt_watchdog() -> None:
+    import faulthandler
+
+    import psutil
+
+    time.sleep(INTERRUPT_GRACE_S)
+    print(f"\nshutdown took longer than {INTERRUPT_GRACE_S:.0f} s; thread stacks follow", file=sys.stderr, flush=True)
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    for child in psutil.Process().children(recursive=True):  # only what this process started
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+    print("interrupted; everything this command started has been stopped", file=sys.stderr, flush=True)
+    os._exit(130)

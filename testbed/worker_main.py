@@ -5,7 +5,8 @@ It prints ``READY`` once polling and ``WARM`` once the model client is loaded (w
 on SIGTERM (``--drain-timeout``), and exits 3 when the worker fails fatally, so a supervisor restarts it. Besides
 the agent's workflow and activities it registers the checkpoint engine's task on Temporal
 (``testbed.engines.checkpoint.temporal_adapter``). The in-agent faults (``--crash-at``, ``--bug``, ``--mutation``,
-or ``$DAH_CRASH_AT`` / ``$DAH_BUGS`` / ``$DAH_MUTATIONS``: ``harness/faults.py``) reach it here.
+or ``$DAH_CRASH_AT`` / ``$DAH_BUGS`` / ``$DAH_MUTATIONS``: ``harness/faults.py``) reach it here. Its options are
+parsed by ``cli.dah`` (``python -m testbed worker``); ``model_knobs`` and ``connection`` serve dah's other commands too.
 """
 
 from __future__ import annotations
@@ -14,65 +15,36 @@ import argparse
 import asyncio
 import contextlib
 import signal
-from pathlib import Path
 from typing import Any
 
-from agent.contracts import DEFAULT_TASK_QUEUE
-from harness.engines import HOME, REGISTRY
-from testbed.cli_options import UsageError, add_durability, connection, model_knobs
+from harness.commands import UsageError
 
 EXIT_WORKER_FAILED = 3
 
 
-def add_worker_parser(sub: Any) -> None:
-    """``dah worker`` and its options, on ``dah``'s subcommands."""
-    from testbed.engines.temporal.connection import add_connection_arguments
-    from testbed.model_server import add_model_latency
+def model_knobs(args: argparse.Namespace) -> tuple[Any, list[Any]]:
+    """The scripted model's ``--model-latency`` and ``--fault`` rules; UsageError naming a bad rule."""
+    from testbed.faults.model import FaultRule
+    from testbed.model_server import LatencyModel
 
-    p = sub.add_parser("worker", help="run one worker process until SIGTERM/Ctrl-C",
-                       description="Run one agent worker (workflow + all activities). Prints a READY line once "
-                                   "polling. Without --model-base-url it starts its own scripted model server.")
-    add_durability(p, choices=(HOME,),
-                   help=f"the engine (default {HOME}: this worker); the others' workers are 'dah worker --durability "
-                        f"NAME ...' too ({', '.join(r.name for r in REGISTRY if r.worker)}), each with its own "
-                        "options: 'dah worker --durability NAME --help'")
-    p.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE, help=f"(default {DEFAULT_TASK_QUEUE})")
-    p.add_argument("--identity", help="worker identity recorded in histories (default worker-<pid>@<host>)")
-    p.add_argument("--state-dir", type=Path, default=Path(".dah"), help="workspaces live in STATE_DIR/sandbox")
-    p.add_argument("--ledger", type=Path, help="effect ledger file (default STATE_DIR/sandbox/ledger.sqlite3)")
-    p.add_argument("--model-base-url", help="scripted model server URL (http://host:port/v1), e.g. via a fault proxy")
-    p.add_argument("--bug", action="append", default=[], metavar="TOOL",
-                   help="inject a logic bug: TOOL raises on every attempt (the hot-fix scenario); repeatable "
-                        "(also $DAH_BUGS; see harness/faults.py)")
-    p.add_argument("--workflow", default="agent.workflow:AgentWorkflow", metavar="MODULE:CLASS",
-                   help="the agent workflow class to register (default agent.workflow:AgentWorkflow)")
-    p.add_argument("--crash-at", action="append", default=[], metavar="POINT",
-                   help="SIGKILL this worker at POINT (after_model_call, after_effect), once per effect ledger "
-                        "(also $DAH_CRASH_AT)")
-    p.add_argument("--mutation", action="append", default=[], metavar="NAME",
-                   help="a deliberately broken build, for checking the checkers: unkeyed_effects (every effect "
-                        "applied on every attempt; unkeyed_append is its old name; also $DAH_MUTATIONS)")
-    p.add_argument("--max-cached-workflows", type=int, default=1000, metavar="N",
-                   help="workflows cached between tasks (default 1000); 0 disables the cache and the sticky queue, "
-                        "so a task never waits the 10 s sticky timeout after this worker dies")
-    p.add_argument("--sticky-timeout", type=float, default=10.0, metavar="SECONDS",
-                   help="how long a workflow task waits on this worker's sticky queue before any worker may take "
-                        "it (default 10, the SDK's): after this worker dies, its workflows wait this long")
-    p.add_argument("--drain-timeout", type=float, default=30.0, metavar="SECONDS",
-                   help="on SIGTERM/Ctrl-C: stop polling and let in-flight model calls and tools finish for up to "
-                        "this long (default 30), then cancel the rest; 0 cancels at once")
-    p.add_argument("--activity-pollers", type=int, default=5, metavar="N",
-                   help="activity long polls open at once (default 5, the SDK's); a frozen worker's open polls "
-                        "still take tasks, each then retried a heartbeat timeout later")
-    p.add_argument("--heartbeat-throttle", type=float, default=0.5, metavar="SECONDS",
-                   help="send an activity's heartbeats at least this often while it beats (default 0.5; the "
-                        "SDK's own cap is 60, which leaves a 1.5 s heartbeat timeout 0.3 s of slack)")
-    add_model_latency(p, default="0", default_text="0",
-                      what="the response latency of the worker's own scripted model server")
-    p.add_argument("--fault", action="append", default=[], help="fault of the worker's own scripted model server")
-    p.add_argument("--seed", type=int, default=0)
-    add_connection_arguments(p, embedded_default=False)
-    p.set_defaults(func=cmd_worker)
+    latency = LatencyModel.parse(args.model_latency)  # checked by the parser (add_model_latency)
+    faults = []
+    for spec in args.fault:
+        try:
+            faults.append(FaultRule.parse(spec))
+        except ValueError as exc:
+            raise UsageError(f"--fault: {exc}") from None
+    return latency, faults
+
+
+def connection(args: argparse.Namespace, *, embedded_default: bool = True) -> Any:
+    """The Temporal connection: the flags over the environment over a temporal.toml profile (testbed.engines.temporal.connection)."""
+    from testbed.engines.temporal.connection import connection_from_args
+
+    try:
+        return connection_from_args(args, embedded_default=embedded_default)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def stop_event() -> asyncio.Event:

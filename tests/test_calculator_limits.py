@@ -199,7 +199,7 @@ def test_any_short_expression_of_the_grammar_needs_little_memory() -> None:
 def test_dah_run_answers_the_reported_prompt_within_seconds(tmp_path: Path) -> None:
     """The issue's reproduction, end to end: the scripted model passes the expression to the calculator as written."""
     start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "testbed.cli", "run", "compute round(7, -999999999) exactly",
+    out = subprocess.run([sys.executable, "-m", "testbed", "run", "compute round(7, -999999999) exactly",
                           "--state-dir", str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     assert re.search(r"^answer: .*ERROR \(validation_error\): calculator: .*ndigits beyond \+-1000", out.stdout, re.M)

@@ -20,7 +20,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chaos import ci, cli, runner, suite
+from chaos import ci, runner, suite
+from cli import chaos as cli
 from chaos.runner import RunFailed, RunResult
 from harness.rundir import RunDir
 from chaos.checker.verdict import compose

@@ -12,7 +12,7 @@ import pytest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from chaos import cli
+from cli import chaos as cli
 from testbed.engines.temporal.connection import CHILD_ENV
 from testbed.engines.temporal.server import EmbeddedTemporal
 from tests.run_directory import assert_valid

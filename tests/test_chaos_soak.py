@@ -1,4 +1,4 @@
-"""``python -m chaos soak`` and the suite's per-run error capture (chaos/soak.py, chaos/cli.py, chaos/runner.run).
+"""``python -m chaos soak`` and the suite's per-run error capture (chaos/soak.py, cli/chaos.py, chaos/runner.run).
 
 The loops' bookkeeping is tested with ``chaos.runner.run`` replaced by a fake that passes, fails, raises or is
 interrupted per seed (the real runs are exercised by the other chaos tests); the runner's own error path is
@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from chaos import cli, runner, suite
+from chaos import runner, suite
+from cli import chaos as cli
 from testbed.engines.temporal.engine import ReferenceOnTemporal
 from chaos.runner import RunFailed, RunResult
 from chaos.scenarios import SCENARIOS

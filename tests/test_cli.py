@@ -160,8 +160,8 @@ def test_a_hung_clean_up_after_ctrl_c_is_cut_short_by_the_watchdog(tmp_path: Pat
     script = tmp_path / "hang.py"
     script.write_text(
         "import asyncio, subprocess, time\n"
-        "import testbed.cli as cli\n"
-        "cli.INTERRUPT_GRACE_S = 1.0\n"
+        "import testbed.processes as processes\n"
+        "processes.INTERRUPT_GRACE_S = 1.0\n"
         "async def stubborn():\n"
         "    child = subprocess.Popen(['sleep', '300'])\n"
         "    print('child', child.pid, flush=True)\n"
@@ -169,7 +169,7 @@ def test_a_hung_clean_up_after_ctrl_c_is_cut_short_by_the_watchdog(tmp_path: Pat
         "        await asyncio.sleep(100)\n"
         "    except asyncio.CancelledError:\n"
         "        time.sleep(100)  # a clean-up that never finishes\n"
-        "asyncio.run(cli._with_interrupt_watchdog(stubborn()))\n"
+        "asyncio.run(processes.with_interrupt_watchdog(stubborn()))\n"
     )
     proc = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True,

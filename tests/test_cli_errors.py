@@ -1,4 +1,4 @@
-"""Usage errors are one line (testbed/cli_options.py, ``CommandParser``): the installed commands are run as a user runs
+"""Usage errors are one line (cli/options.py, ``CommandParser``): the installed commands are run as a user runs
 them, with a bad value or a misspelt name, and must answer on stderr in one line naming it and what is allowed (an
 unknown name: the closest known ones), then at most where the help is; exit 2; no usage dump. Nothing here starts
 Temporal: every case fails before anything starts (a few seconds each)."""
@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.cli import build_parser as bench_parser
-from chaos.cli import build_parser as chaos_parser
+from cli.bench import build_parser as bench_parser
+from cli.chaos import build_parser as chaos_parser
 from harness.commands import CommandParser, SCRIPTS, tool, unknown
-from migration_fuzz.cli import build_parser as fuzz_parser
-from reports.cli import build_parser as reports_parser
-from testbed.cli import build_parser as dah_parser
-from testbed.engines.checkpoint.cli import build_parser as checkpoint_parser
+from cli.fuzz import build_parser as fuzz_parser
+from cli.report import build_parser as reports_parser
+from cli.dah import build_parser as dah_parser
+from cli.checkpoint import build_parser as checkpoint_parser
 from testbed.model_server import build_arg_parser as model_server_parser
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from cli.options import add_connection_arguments
 from testbed.engines import make_engine
 from chaos.generator import schedule
 from chaos.runner import skip_reason, unavailable_nemeses
 from chaos.scenarios import SCENARIOS
-from testbed.engines.temporal.connection import (CHILD_ENV, DEFAULT_ADDRESS, TemporalConnection, add_connection_arguments,
+from testbed.engines.temporal.connection import (CHILD_ENV, DEFAULT_ADDRESS, TemporalConnection,
                                 connection_from_args, redact_argv)
 
 TOML = """\

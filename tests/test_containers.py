@@ -180,6 +180,7 @@ def test_package_closure_follows_depends_alternatives_and_provides_and_skips() -
 def test_the_app_layer_holds_the_sources_without_caches() -> None:
     app = images.app_rootfs()
     assert "testbed/images.py" in app.files and "agent/workflow.py" in app.files
+    assert "cli/dah.py" in app.files  # python -m testbed worker, what a container runs, is dah's command line
     assert not [rel for rel in app.files if "__pycache__" in rel or rel.endswith(".pyc")]
     assert not [rel for rel in app.files if rel.startswith("tests/")]
 

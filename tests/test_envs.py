@@ -20,7 +20,7 @@ from urllib.parse import parse_qs, urlparse
 import psutil
 import pytest
 
-from testbed.cli import main as cli_main
+from cli.dah import main as cli_main
 from agent.config_file import ConfigFileError, load_agent_config
 from agent.contracts import AgentConfig, AgentInput, EnvConfig
 from agent.envs.base import EnvConfigError, EnvContext, EnvUnavailableError

@@ -1,4 +1,4 @@
-"""One interface across the commands (testbed/cli_options.py): the same concept has the same flag, the same value
+"""One interface across the commands (cli/options.py): the same concept has the same flag, the same value
 grammar and the same meaning in dah, python -m chaos, -m benchmarks, -m migration_fuzz, -m reports and the model
 server; old spellings are refused; progress goes to stderr; every tool is installed as a
 command. The parsers are built in-process (no Temporal): a few seconds."""
@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.cli import build_parser as bench_parser
-from chaos.cli import build_parser as chaos_parser
-from migration_fuzz.cli import build_parser as fuzz_parser
-from reports.cli import build_parser as reports_parser
-from testbed.cli import build_parser as dah_parser
+from cli.bench import build_parser as bench_parser
+from cli.chaos import build_parser as chaos_parser
+from cli.fuzz import build_parser as fuzz_parser
+from cli.report import build_parser as reports_parser
+from cli.dah import build_parser as dah_parser
 from harness.commands import SCRIPTS, tool
-from testbed.cli_options import DURABILITY, progress, runs_root
+from cli.options import DURABILITY
+from harness.commands import progress, runs_root
 from testbed.model_server import LATENCY_GRAMMAR, build_arg_parser as model_server_parser
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -3,9 +3,11 @@
     harness   the run-data contract (run directory, operations, event histories, verdicts, recording, faults):
               imports only the standard library and temporalio, so it runs in a target agent's own Python
     agent     the reference agent: imports harness and itself only
-    testbed   what stands around an agent (servers, model, workers, the stack, the dah CLI); its ``engines``
+    testbed   what stands around an agent (servers, model, workers, the stack, the faults); its ``engines``
               package is the one place an engine is defined, and never imports chaos
     chaos, benchmarks, migration_fuzz, reports: the tools; checkers and reports never import the agent
+    cli       the tools' command lines, on top: nothing imports it but a package's ``__main__.py``, and a command
+              line of a dah tool is built nowhere else
     a run's verdict is decided in chaos.checker.verdict alone; harness.verdict holds the values and names no check
 
 And one place for faults: they are defined, switched on and sent to workers only from ``testbed/faults/`` (the
@@ -23,7 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("agent", "harness", "testbed", "chaos", "benchmarks", "migration_fuzz", "reports", "examples")
+PACKAGES = ("agent", "harness", "testbed", "chaos", "benchmarks", "migration_fuzz", "reports", "cli", "examples")
 
 
 def modules() -> dict[str, Path]:
@@ -237,6 +239,51 @@ def test_only_the_engines_and_the_servers_start_an_engines_server() -> None:
                    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in servers
                    and not name.startswith("testbed.engines") and name != servers[node.func.id])
     assert found == []
+
+
+def test_the_command_lines_are_the_top_layer() -> None:
+    """Only ``cli`` and the packages' ``__main__.py`` (``python -m chaos`` etc.) import ``cli``."""
+    found = sorted(f"{m} imports {t}" for m, targets in local_edges().items() if not _in(m, ("cli",))
+                   and not m.endswith("__main__") for t in targets if _in(t, ("cli",)))
+    assert found == []
+    assert {"chaos.__main__", "testbed.__main__"} <= {m for m, t in local_edges().items() if "cli.chaos" in t
+                                                     or "cli.dah" in t}
+
+
+#: the programs of their own outside cli/ that build a command line (not a dah tool's), and why
+OWN_PROGRAMS = {
+    "agent.envs.browser_service": "the browser service, run in its own container or process",
+    "benchmarks.false_timeouts": "a measurement of its own (python -m benchmarks.false_timeouts), not dah-bench's",
+    "benchmarks.model_planner": "a measurement of its own (python -m benchmarks.model_planner)",
+    "benchmarks.proxy": "a measurement of its own (python -m benchmarks.proxy)",
+    "benchmarks.ptc_hostile": "a measurement of its own (python -m benchmarks.ptc_hostile)",
+    "benchmarks.recovery_levers": "a measurement of its own (python -m benchmarks.recovery_levers)",
+    "harness.driver_api": "python -m harness.driver_api --check, run in a target's own Python (no cli there)",
+    "harness.driver_host": "runs a target's driver in the target's own Python (no cli there)",
+    "harness.replayer": "replays histories in a target's own Python (no cli there)",
+    "testbed.effects_service": "the effects service, a server process of its own",
+    "testbed.model_server": "the scripted model, a server process of its own (also dah model-server)",
+    "testbed.images": "python -m testbed.images build, a helper that builds the Docker images",
+    "testbed.engines.checkpoint.service": "the checkpoint engine's worker process (dah worker --durability checkpoint)",
+    "testbed.engines.dbos.agent": "the DBOS engine's worker process",
+    "testbed.engines.restate.agent": "the Restate engine's service process",
+}
+PARSER_CALLS = ("add_argument", "ArgumentParser", "CommandParser")
+
+
+def test_a_command_line_is_built_only_in_cli() -> None:
+    """``add_argument``, ``ArgumentParser`` or ``CommandParser`` called: a command line, which for a dah tool is
+    built in ``cli/`` (one module per tool over ``cli.options``); the programs of their own are ``OWN_PROGRAMS``.
+    The examples are agents that are not ours."""
+    def builds(path: Path) -> bool:
+        return any((c.func.id if isinstance(c.func, ast.Name) else getattr(c.func, "attr", "")) in PARSER_CALLS
+                   for c in _call_nodes(path))
+
+    building = {m for m, path in modules().items() if builds(path) and not _in(m, ("cli", "examples"))}
+    assert sorted(building - set(OWN_PROGRAMS)) == []
+    assert sorted(set(OWN_PROGRAMS) - building) == []  # no stale exception
+    assert {"cli.dah", "cli.chaos", "cli.bench", "cli.fuzz", "cli.report", "cli.checkpoint", "cli.options"} <= \
+        {m for m, path in modules().items() if builds(path)}
 
 
 def test_harness_imports_only_itself_among_the_project_packages() -> None:

@@ -728,7 +728,7 @@ def _hold_received(own_target_run: tuple[Path, Path], base: Path, examples: int)
     from chaos.saved import rerun_job
     from harness.rundir import RunDirError
     from harness.run_files import RefusedPath
-    from testbed.cli_options import own_out
+    from harness.commands import own_out
 
     if not _AUDIT:
         _AUDIT.append(_Audit())

@@ -20,13 +20,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaos import ci, cli, suite
+from chaos import ci, suite
+from cli import chaos as cli
 from chaos.runner import Outcome
 from chaos.soak import summary
 from harness.printable import printable
 from harness.rundir import RunDir
 from harness.verdict import CheckResult
-from reports import cli as reports_cli
+from cli import report as reports_cli
 from reports.document import markdown_inline
 from reports.tables import markdown_escape
 from tests.test_reports import STAMP, write_chaos

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 import harness
 from harness.rundir import LATEST, RUN_JSON, RunDir
-from reports import cli as report_cli
+from cli import report as report_cli
 from tests.test_reports import STAMP, write_bench
 
 #: the checkout whose code is under test (what ``python -m ...`` runs from, in a subprocess)
@@ -403,7 +403,7 @@ def make_layout(base: Path, sentinel: Path, layout: dict) -> tuple[Path, Path | 
 @given(layout=layouts())
 def test_no_output_layout_gets_a_file_outside_the_out_folder_touched(layout, empty_runs, tmp_path, capsys):
     """Random --out layouts (ours or uid 65534's, modes, symlinks at random names into a root-only sentinel
-    folder, forged manifests): the report (``reports.cli.main``, the command itself) and a run directory
+    folder, forged manifests): the report (``cli.report.main``, the command itself) and a run directory
     (``RunDir.create`` and its life, as every run makes it) either succeed with everything inside the out folder
     or are refused (the report: exit 2); the sentinel's files never change."""
     base = Path(tempfile.mkdtemp(dir=tmp_path))

@@ -20,11 +20,11 @@ import harness.engines as h
 h.REGISTRY += (h.Registered("fake", "checkpoint.engine:CheckpointEngine", {"name": "fake"}, suffix="@fake",
                             own_checks=("dbos_steps",)),)
 from chaos import suite
-from chaos.cli import build_parser as chaos_parser
+from cli.chaos import build_parser as chaos_parser
 from chaos.checker.verdict import plan
 from testbed.engines import make_engine
 from benchmarks.options import Options
-from benchmarks.cli import build_parser as bench_parser
+from cli.bench import build_parser as bench_parser
 from reports.verdicts import _columns
 from reports.tables import _engine_rank
 

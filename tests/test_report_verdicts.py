@@ -14,7 +14,7 @@ from urllib.parse import unquote
 
 import pytest
 
-from reports import cli
+from cli import report as cli
 from tests.test_reports import STAMP, write_chaos
 
 MACHINE_B = {"cores": 4, "memory_gb": 15.6, "cpu": "Other CPU", "platform": "Linux-other", "python": "3.12.1",

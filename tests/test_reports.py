@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from reports import cli
+from cli import report as cli
 from reports.build import build
 
 STAMP = "20261122T100000000000Z"

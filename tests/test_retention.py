@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from harness import retention
 from harness.rundir import LATEST, RunDir, write_json
-from testbed.cli import main as dah
-from testbed.cli_options import prune_runs
+from cli.dah import main as dah
+from cli.options import prune_runs
 
 NOW = datetime(2026, 11, 26, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -225,7 +225,7 @@ def test_prune_after_a_command_touches_only_the_folders_it_wrote_and_can_be_turn
 @pytest.mark.timeout(900)
 def test_chaos_run_prunes_after_itself_and_keep_runs_all_turns_it_off(tmp_path: Path,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    from chaos.cli import main as chaos
+    from cli.chaos import main as chaos
 
     old = make_run(tmp_path, "kill_idle", stamp(0))  # a passing run from before (2026-11-26)
     failed = make_run(tmp_path, "kill_idle", stamp(1), verdict="fail")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.cli import main as chaos_main
+from cli.chaos import main as chaos_main
 from harness import run_files
 from harness.durable_files import write_atomic
 from harness.operations import OK, OperationLog

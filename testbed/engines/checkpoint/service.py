@@ -12,15 +12,19 @@ resumes the run from its committed steps. Recovery time is about one lease.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
 import logging
+import signal
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from harness.commands import CommandParser, tool
 from harness.durable_files import connect_wal
 from testbed.engines.checkpoint.records import DurableRunError, DurableRunManifest, LeaseHeldError, canonical_json
 from testbed.engines.checkpoint.durable_run import run_durable
@@ -153,3 +157,72 @@ class CheckpointWorker:
             await asyncio.gather(*self._running.values(), return_exceptions=True)
             self.queue.close()
             await self.store.close()
+
+
+# -- the worker process (dah worker --durability checkpoint)
+
+
+def add_db(p: argparse.ArgumentParser) -> None:
+    """``--db``: the worker's and every ``dah checkpoint`` client command's."""
+    p.add_argument("--db", type=Path, default=Path(".dah/checkpoint.sqlite3"),
+                   help="the SQLite file holding runs, steps, events and the queue (default .dah/checkpoint.sqlite3)")
+
+
+def main(argv: list[str]) -> int:
+    """``dah worker --durability checkpoint ...`` and ``dah checkpoint worker ...`` (``argv`` from ``worker``): this
+    engine's worker process, with a parser of its own, as the other engines' workers have."""
+    parser = CommandParser(prog=f"{tool('testbed')} checkpoint")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    p = sub.add_parser("worker", help="run queued runs until SIGTERM/Ctrl-C")
+    add_db(p)
+    p.add_argument("--state-dir", type=Path, default=Path(".dah"),
+                   help="tool workspaces and the effect ledger live in STATE_DIR/sandbox (default .dah)")
+    p.add_argument("--model-base-url", help="scripted model server URL (default: start one in this process)")
+    p.add_argument("--identity", help="worker id recorded as the lease holder (default host:pid:random)")
+    p.add_argument("--lease-ms", type=int, default=DEFAULT_LEASE_MS,
+                   help=f"lease length; a dead worker's runs are taken over after it (default {DEFAULT_LEASE_MS})")
+    p.add_argument("--concurrency", type=int, default=8, help="runs executed at once (default 8)")
+    try:
+        return asyncio.run(_worker(parser.parse_args(argv)))
+    except KeyboardInterrupt:
+        return 130
+
+
+async def _worker(args: argparse.Namespace) -> int:
+    """Run queued runs until SIGINT or SIGTERM; ``READY`` once polling, ``WARM`` once the model client is loaded."""
+    from agent import llm
+    from testbed.engines.checkpoint.records import derive_worker_id
+    from testbed.engines.checkpoint.steps import configure_worker
+    from agent.worker import WorkerSettings
+    from testbed.stack import StackSpec, stack
+
+    if args.lease_ms < 100 or args.concurrency < 1:
+        print("error: --lease-ms must be at least 100 and --concurrency at least 1", file=sys.stderr)
+        return 2
+    identity = args.identity or derive_worker_id()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    # The stack opens the ledger and, without --model-base-url, starts this worker's own scripted model server;
+    # the worker runs here, under this process's own signals.
+    spec = StackSpec(state_dir=args.state_dir, model=args.model_base_url is None,
+                     model_url=args.model_base_url, ledger=True)
+    async with stack(spec) as s:
+        configure_worker(ledger=s.ledger, sandbox_root=WorkerSettings.in_state_dir(args.state_dir).sandbox_root,
+                         model_base_url=s.model_url, identity=identity)
+        worker = CheckpointWorker(args.db, identity, lease_ms=args.lease_ms, concurrency=args.concurrency)
+        llm.preload_in_background()  # LiteLLM's import takes seconds: not inside the first model step
+
+        async def announce_warm() -> None:
+            await llm.wait_loaded()
+            print("WARM model client loaded", flush=True)  # supervisors may wait for this before sending load
+
+        warm = asyncio.create_task(announce_warm())
+        print(f"READY checkpoint worker identity={identity} db={args.db} model={s.model_url} "
+              f"lease_ms={args.lease_ms}", flush=True)
+        try:
+            await worker.run(stop)
+        finally:
+            warm.cancel()
+    return 0

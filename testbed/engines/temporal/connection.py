@@ -1,7 +1,7 @@
 """Where Temporal is: the embedded dev server by default, or a cluster / Temporal Cloud.
 
 Every command that talks to Temporal (``dah``, ``python -m chaos``, ``python -m benchmarks``, ``python -m
-migration_fuzz``) takes the same options (``add_connection_arguments``) and reads Temporal's environment
+migration_fuzz``) takes the same options (``cli.options.add_connection_arguments``) and reads Temporal's environment
 configuration (``temporalio.envconfig``), most specific first:
 
     1. the flags: --address, --namespace, --tls, --tls-cert-path, --tls-key-path, --tls-ca-path,
@@ -161,28 +161,6 @@ def quiet_runtime() -> Any:
         _quiet_runtime = Runtime(telemetry=TelemetryConfig(
             logging=LoggingConfig(filter=TelemetryFilter(core_level="ERROR", other_level="ERROR"))))
     return _quiet_runtime
-
-
-def add_connection_arguments(parser: argparse.ArgumentParser, *, embedded_default: bool) -> None:
-    g = parser.add_argument_group(
-        "Temporal connection",
-        "Flags override the environment (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS*), "
-        "which overrides a temporal.toml profile ($TEMPORAL_CONFIG_FILE or ~/.config/temporalio/temporal.toml).")
-    default_help = ("default: start an embedded dev server for this command" if embedded_default
-                    else f"default: {DEFAULT_ADDRESS}")
-    # Every default is None: a setting not given here comes from the environment or the profile.
-    g.add_argument("--address", help=f"Temporal frontend HOST:PORT of an existing cluster or Temporal Cloud "
-                                     f"({default_help})")
-    g.add_argument("--namespace", help="Temporal namespace (default 'default')")
-    g.add_argument("--tls", action="store_true", default=None, help="use TLS with the system's root certificates")
-    g.add_argument("--tls-cert-path", help="client certificate for mTLS (PEM)")
-    g.add_argument("--tls-key-path", help="client private key for mTLS (PEM)")
-    g.add_argument("--tls-ca-path", help="server CA certificate (PEM), for private CAs")
-    g.add_argument("--tls-server-name", help="server name to verify, if it differs from the address")
-    g.add_argument("--api-key", help="Temporal Cloud API key (prefer $TEMPORAL_API_KEY: a flag shows in ps); "
-                                     "implies TLS; never printed")
-    g.add_argument("--profile", dest="temporal_profile", metavar="NAME",
-                   help="the temporal.toml profile to read (default $TEMPORAL_PROFILE or 'default')")
 
 
 def redact_argv(argv: list[str]) -> list[str]:

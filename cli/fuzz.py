@@ -21,10 +21,10 @@ from datetime import datetime, timezone
 
 from agent.env_options import check_environment
 from migration_fuzz.fuzz import FUZZ_FOLDER, KINDS, FuzzOptions, run_fuzz, table
-from harness.commands import CommandParser, tool
-from testbed.cli_options import add_durability, add_keep_runs, add_out, own_out, progress, prune_runs, runs_root
+from harness.commands import CommandParser, own_out, progress, runs_root, tool
+from cli.options import add_connection_arguments, add_durability, add_keep_runs, add_out, prune_runs
 from testbed.model_server import add_model_latency
-from testbed.engines.temporal.connection import add_connection_arguments, connection_from_args
+from testbed.engines.temporal.connection import connection_from_args
 
 
 def build_parser() -> argparse.ArgumentParser:

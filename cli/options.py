@@ -6,11 +6,11 @@
                                          (testbed.model_server.add_model_latency)
     --out DIR                            the runs root (default runs/); each command writes into its own folder
                                          under it: runs/<scenario>/, runs/bench/, runs/migration_fuzz/. It must be
-                                         a folder of the user's alone, and the folders under it too (``own_out``)
+                                         a folder of the user's alone, and the folders under it too (``harness.commands.own_out``)
     --keep-runs N|all                    after the command, each folder it wrote into keeps its newest N runs and
                                          every protected one (default $DAH_KEEP_RUNS, else 20; all: remove nothing;
                                          ``harness.retention``, ``dah gc``)
-    progress                             on stderr (``progress``); results tables and machine output on stdout
+    progress                             on stderr (``harness.commands.progress``); results tables and machine output on stdout
     usage errors                         one line naming the bad value and what is allowed (an unknown name: the
                                          closest known ones), then "see: PROG --help"; exit 2
                                          (``harness.commands.CommandParser``, the parser of every command)
@@ -23,22 +23,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from harness.printable import printable
+from harness.commands import REPORT_DIR, RUNS
 from harness.engines import HOME, names as engine_names
+from harness.printable import printable
+from testbed.engines.temporal.connection import DEFAULT_ADDRESS
 
 DURABILITY = engine_names()  # the engines, by name (harness.engines.REGISTRY)
-RUNS = Path("runs")
-
-
-def deprecated(prog: str, old: str, new: str) -> None:
-    """The one-line note an old spelling gets (on stderr: stdout stays the command's results)."""
-    print(f"{prog}: {old} is deprecated; use {new}", file=sys.stderr, flush=True)
 
 
 def add_durability(parser: Any, *, help: str, choices: Sequence[str] = DURABILITY) -> argparse.Action:
@@ -52,19 +47,6 @@ def add_out(parser: Any, folder: str, default: Path = RUNS) -> argparse.Action:
     """``--out DIR``: the runs root, as for every command; this one writes into DIR/<folder>/."""
     return parser.add_argument("--out", type=Path, default=default, metavar="DIR",
                                help=f"the runs root: this command writes into DIR/{folder}/ (default {default}/)")
-
-
-def own_out(out: Path, *folders: str) -> Path:
-    """``--out`` checked before a command writes anything: a folder of the invoking user's alone
-    (``harness.private.own_folder``: made if missing), and each of ``folders`` under it that is there already a
-    folder of theirs too, not a symlink (``own_subfolder``, nothing made). ``UnsafeFolder`` (a ValueError: the
-    one line to print, then exit 2) if not. The real path of ``out``."""
-    from harness.private import own_folder, own_subfolder
-
-    real = own_folder(out)
-    for folder in folders:
-        own_subfolder(real, folder, create=False)
-    return real
 
 
 def _keep(text: str) -> str:
@@ -86,10 +68,6 @@ def add_keep_runs(parser: Any) -> argparse.Action:
                                     f"every run that did not pass, latest and every run a soak, summary or report "
                                     f"names; the others are removed (default ${KEEP_ENV}, else {DEFAULT_KEEP}; "
                                     f"all: remove nothing; dah gc does it by hand)")
-
-
-#: the report directory whose report.md protects the runs it names (python -m reports' default --out)
-REPORT_DIR = Path("reports/out")
 
 
 def prune_runs(out: Path, since: datetime, keep_runs: str | None) -> None:
@@ -117,52 +95,23 @@ def prune_runs(out: Path, since: datetime, keep_runs: str | None) -> None:
         print(printable(f"prune: {note}"), file=sys.stderr, flush=True)
 
 
-def runs_root(out: Path, folder: str, prog: str) -> Path:
-    """The runs root ``--out`` names, for a command whose own folder under it is ``folder``.
-
-    ``--out`` used to name that folder itself for some commands (``--out runs/bench``): a root whose last part
-    is the folder's name is taken in that old sense (the same directory as before), with a note."""
-    if out.name == folder:
-        deprecated(prog, f"--out {out} (the {folder} folder itself)",
-                   f"--out {out.parent} (the runs root; {folder}/ is added)")
-        return out.parent
-    return out
-
-
-def progress(start: float | None = None) -> Callable[[str], None]:
-    """A progress printer: ``[  12.3s] message`` lines on stderr, seconds since ``start`` (default now); the message
-    ``printable`` (it may quote run data)."""
-    started = time.monotonic() if start is None else start
-
-    def say(message: str) -> None:
-        print(f"[{time.monotonic() - started:6.1f}s] {printable(message)}", file=sys.stderr, flush=True)
-    return say
-
-
-class UsageError(Exception):
-    """A bad input the user can fix; the message names it and what to do."""
-
-
-def model_knobs(args: argparse.Namespace) -> tuple[Any, list[Any]]:
-    """The scripted model's ``--model-latency`` and ``--fault`` rules; UsageError naming a bad rule."""
-    from testbed.faults.model import FaultRule
-    from testbed.model_server import LatencyModel
-
-    latency = LatencyModel.parse(args.model_latency)  # checked by the parser (testbed.cli_options)
-    faults = []
-    for spec in args.fault:
-        try:
-            faults.append(FaultRule.parse(spec))
-        except ValueError as exc:
-            raise UsageError(f"--fault: {exc}") from None
-    return latency, faults
-
-
-def connection(args: argparse.Namespace, *, embedded_default: bool = True) -> Any:
-    """The Temporal connection: the flags over the environment over a temporal.toml profile (testbed.engines.temporal.connection)."""
-    from testbed.engines.temporal.connection import connection_from_args
-
-    try:
-        return connection_from_args(args, embedded_default=embedded_default)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+def add_connection_arguments(parser: argparse.ArgumentParser, *, embedded_default: bool) -> None:
+    g = parser.add_argument_group(
+        "Temporal connection",
+        "Flags override the environment (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS*), "
+        "which overrides a temporal.toml profile ($TEMPORAL_CONFIG_FILE or ~/.config/temporalio/temporal.toml).")
+    default_help = ("default: start an embedded dev server for this command" if embedded_default
+                    else f"default: {DEFAULT_ADDRESS}")
+    # Every default is None: a setting not given here comes from the environment or the profile.
+    g.add_argument("--address", help=f"Temporal frontend HOST:PORT of an existing cluster or Temporal Cloud "
+                                     f"({default_help})")
+    g.add_argument("--namespace", help="Temporal namespace (default 'default')")
+    g.add_argument("--tls", action="store_true", default=None, help="use TLS with the system's root certificates")
+    g.add_argument("--tls-cert-path", help="client certificate for mTLS (PEM)")
+    g.add_argument("--tls-key-path", help="client private key for mTLS (PEM)")
+    g.add_argument("--tls-ca-path", help="server CA certificate (PEM), for private CAs")
+    g.add_argument("--tls-server-name", help="server name to verify, if it differs from the address")
+    g.add_argument("--api-key", help="Temporal Cloud API key (prefer $TEMPORAL_API_KEY: a flag shows in ps); "
+                                     "implies TLS; never printed")
+    g.add_argument("--profile", dest="temporal_profile", metavar="NAME",
+                   help="the temporal.toml profile to read (default $TEMPORAL_PROFILE or 'default')")

@@ -7,7 +7,7 @@
     dah server               an embedded Temporal dev server in the foreground
     dah model-server         the scripted OpenAI-compatible model server
     dah walkthroughs         the scripted walkthroughs
-    dah checkpoint ...       the checkpoint engine: worker, run, emit, steps (testbed.engines.checkpoint.cli)
+    dah checkpoint ...       the checkpoint engine: worker, run, emit, steps (cli.checkpoint)
     dah gc                   remove saved runs no longer needed (--dry-run, --keep N, --older-than 7d)
 
 Library code logs; only this module prints.
@@ -22,10 +22,8 @@ import functools
 import json
 import logging
 import os
-import signal
 import sys
 import threading
-import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict
@@ -33,11 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from agent.contracts import DEFAULT_TASK_QUEUE, AgentConfig
-from harness.commands import CommandParser, tool
-from testbed.cli_options import UsageError, connection, model_knobs
+from cli.options import add_connection_arguments, add_durability
+from harness import retention
+from harness.commands import REPORT_DIR, RUNS, CommandParser, UsageError, tool
+from harness.engines import HOME, REGISTRY
 from testbed.engines import engine_worker
-from testbed.runs_gc import add_gc_parser
-from testbed.worker_main import add_worker_parser, stop_event
+from testbed.processes import with_interrupt_watchdog
+from testbed.runs_gc import cmd_gc
+from testbed.worker_main import cmd_worker, connection, model_knobs, stop_event
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
@@ -139,7 +140,6 @@ def _check_model(model: str) -> None:
 
 
 def _add_stack_options(p: argparse.ArgumentParser) -> None:
-    from testbed.cli_options import add_durability
     from testbed.model_server import add_model_latency
 
     g = p.add_argument_group("local stack")
@@ -169,6 +169,94 @@ async def _model_client_ready(args: argparse.Namespace, *, say: bool = False) ->
     if say:
         print("loading the model client (LiteLLM) ...", flush=True)
     await llm.wait_loaded()
+
+
+def _worker_command(sub: Any) -> None:
+    """``dah worker`` and its options, on ``dah``'s subcommands."""
+    from testbed.model_server import add_model_latency
+
+    p = sub.add_parser("worker", help="run one worker process until SIGTERM/Ctrl-C",
+                       description="Run one agent worker (workflow + all activities). Prints a READY line once "
+                                   "polling. Without --model-base-url it starts its own scripted model server.")
+    add_durability(p, choices=(HOME,),
+                   help=f"the engine (default {HOME}: this worker); the others' workers are 'dah worker --durability "
+                        f"NAME ...' too ({', '.join(r.name for r in REGISTRY if r.worker)}), each with its own "
+                        "options: 'dah worker --durability NAME --help'")
+    p.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE, help=f"(default {DEFAULT_TASK_QUEUE})")
+    p.add_argument("--identity", help="worker identity recorded in histories (default worker-<pid>@<host>)")
+    p.add_argument("--state-dir", type=Path, default=Path(".dah"), help="workspaces live in STATE_DIR/sandbox")
+    p.add_argument("--ledger", type=Path, help="effect ledger file (default STATE_DIR/sandbox/ledger.sqlite3)")
+    p.add_argument("--model-base-url", help="scripted model server URL (http://host:port/v1), e.g. via a fault proxy")
+    p.add_argument("--bug", action="append", default=[], metavar="TOOL",
+                   help="inject a logic bug: TOOL raises on every attempt (the hot-fix scenario); repeatable "
+                        "(also $DAH_BUGS; see harness/faults.py)")
+    p.add_argument("--workflow", default="agent.workflow:AgentWorkflow", metavar="MODULE:CLASS",
+                   help="the agent workflow class to register (default agent.workflow:AgentWorkflow)")
+    p.add_argument("--crash-at", action="append", default=[], metavar="POINT",
+                   help="SIGKILL this worker at POINT (after_model_call, after_effect), once per effect ledger "
+                        "(also $DAH_CRASH_AT)")
+    p.add_argument("--mutation", action="append", default=[], metavar="NAME",
+                   help="a deliberately broken build, for checking the checkers: unkeyed_effects (every effect "
+                        "applied on every attempt; unkeyed_append is its old name; also $DAH_MUTATIONS)")
+    p.add_argument("--max-cached-workflows", type=int, default=1000, metavar="N",
+                   help="workflows cached between tasks (default 1000); 0 disables the cache and the sticky queue, "
+                        "so a task never waits the 10 s sticky timeout after this worker dies")
+    p.add_argument("--sticky-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="how long a workflow task waits on this worker's sticky queue before any worker may take "
+                        "it (default 10, the SDK's): after this worker dies, its workflows wait this long")
+    p.add_argument("--drain-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="on SIGTERM/Ctrl-C: stop polling and let in-flight model calls and tools finish for up to "
+                        "this long (default 30), then cancel the rest; 0 cancels at once")
+    p.add_argument("--activity-pollers", type=int, default=5, metavar="N",
+                   help="activity long polls open at once (default 5, the SDK's); a frozen worker's open polls "
+                        "still take tasks, each then retried a heartbeat timeout later")
+    p.add_argument("--heartbeat-throttle", type=float, default=0.5, metavar="SECONDS",
+                   help="send an activity's heartbeats at least this often while it beats (default 0.5; the "
+                        "SDK's own cap is 60, which leaves a 1.5 s heartbeat timeout 0.3 s of slack)")
+    add_model_latency(p, default="0", default_text="0",
+                      what="the response latency of the worker's own scripted model server")
+    p.add_argument("--fault", action="append", default=[], help="fault of the worker's own scripted model server")
+    p.add_argument("--seed", type=int, default=0)
+    add_connection_arguments(p, embedded_default=False)
+    p.set_defaults(func=cmd_worker)
+
+
+def _duration(text: str) -> Any:
+    try:
+        return retention.parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a number of runs, 0 or more")
+    return int(text)
+
+
+def _gc_command(sub: Any) -> None:
+    what = ("Remove saved runs no longer needed. In every runs folder (a scenario, soak-<scenario>, bench, "
+            "migration_fuzz) a run is removed when it is past the newest --keep, older than --older-than, passed "
+            "(or --include-failed) and protected by nothing. Never removed: latest, a run a soak, summary or "
+            "report names, the newest complete benchmark run with each result file, a run still running, "
+            "anything through a symlink, anything not named as a run. Chaos, benchmark and migration-fuzz "
+            "commands do the same after every run (--keep-runs N|all).")
+    p = sub.add_parser("gc", help="remove saved runs no longer needed (--dry-run shows which)", description=what)
+    p.add_argument("--runs", type=Path, default=RUNS, metavar="DIR", help=f"the runs root (default {RUNS}/)")
+    p.add_argument("--keep", type=_count, default=None, metavar="N",
+                   help=f"runs kept per runs folder, newest first (default ${retention.KEEP_ENV}, else "
+                        f"{retention.DEFAULT_KEEP})")
+    p.add_argument("--older-than", type=_duration, default=None, metavar="DURATION",
+                   help="remove only runs started longer ago than this: 7d, 12h, 30m, 90s, 2w (default: any age)")
+    p.add_argument("--include-failed", action="store_true",
+                   help="also remove runs that did not pass (fail, unknown, interrupted, failed), under the same "
+                        "rules (default: they are kept)")
+    p.add_argument("--report", type=Path, action="append", default=None, metavar="DIR",
+                   help=f"a report directory whose report.md names runs to keep; repeat it (default {REPORT_DIR})")
+    p.add_argument("--dry-run", action="store_true", help="print what would be removed and the bytes freed; "
+                                                          "remove nothing")
+    p.add_argument("--list-kept", action="store_true", help="also print every run kept, and why")
+    p.set_defaults(func=cmd_gc)
 
 
 # -- run and demo: the engine --durability names, in this process --------------------------------------------------
@@ -498,8 +586,6 @@ def cmd_walkthroughs(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from testbed.engines.temporal.connection import add_connection_arguments
-
     dah = tool("testbed")
     parser = CommandParser(prog=dah, description=__doc__.split("\n\n")[0],
                            formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -537,7 +623,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_connection_arguments(p, embedded_default=True)
     p.set_defaults(func=cmd_run)
 
-    add_worker_parser(sub)
+    _worker_command(sub)
 
     p = sub.add_parser("chat", help="a conversation REPL against a running worker",
                        description="Start (or attach to) a conversation workflow; each line is a send_message "
@@ -573,7 +659,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "its older name; the chaos scenarios are dah-chaos list)")
     p.set_defaults(func=cmd_walkthroughs)
 
-    add_gc_parser(sub)
+    _gc_command(sub)
     return parser
 
 
@@ -585,37 +671,6 @@ def _load_dotenv() -> None:
         load_dotenv(env_file, override=False)  # the environment wins over the file
 
 
-INTERRUPT_GRACE_S = 30.0
-
-
-async def _with_interrupt_watchdog(coro: Any) -> Any:
-    """Ctrl-C cancels the command and its clean-up stops what it started; if that clean-up hangs, a
-    watchdog dumps every thread's stack (to find out why), kills this process's children and exits 130."""
-    previous = signal.getsignal(signal.SIGINT)  # asyncio.run's handler: cancel the main task
-    if callable(previous):
-        def on_sigint(signum: int, frame: Any) -> None:
-            threading.Thread(target=_interrupt_watchdog, name="interrupt-watchdog", daemon=True).start()
-            previous(signum, frame)
-
-        signal.signal(signal.SIGINT, on_sigint)
-    return await coro
-
-
-def _interrupt_watchdog() -> None:
-    import faulthandler
-
-    import psutil
-
-    time.sleep(INTERRUPT_GRACE_S)
-    print(f"\nshutdown took longer than {INTERRUPT_GRACE_S:.0f} s; thread stacks follow", file=sys.stderr, flush=True)
-    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
-    for child in psutil.Process().children(recursive=True):  # only what this process started
-        with contextlib.suppress(psutil.Error):
-            child.kill()
-    print("interrupted; everything this command started has been stopped", file=sys.stderr, flush=True)
-    os._exit(130)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if (code := engine_worker(argv)) is not None:  # dah worker --durability NAME: that engine's own worker
@@ -625,7 +680,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return model_server_main(argv[1:])
     if argv[:1] == ["checkpoint"]:
-        from testbed.engines.checkpoint.cli import main as checkpoint_main
+        from cli.checkpoint import main as checkpoint_main
 
         return checkpoint_main(argv[1:])
     args = build_parser().parse_args(argv)
@@ -644,7 +699,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         if asyncio.iscoroutinefunction(args.func):
-            return asyncio.run(_with_interrupt_watchdog(args.func(args)))
+            return asyncio.run(with_interrupt_watchdog(args.func(args)))
         return args.func(args)
     except UsageError as exc:
         print(f"dah {args.command}: error: {exc}", file=sys.stderr)
@@ -668,6 +723,3 @@ def entry() -> None:
 
     exit_now(main())
 
-
-if __name__ == "__main__":
-    entry()

@@ -12,10 +12,10 @@ from datetime import datetime, timezone
 from typing import Any
 
 from agent.llm import is_scripted
-from testbed.cli_options import add_durability, add_keep_runs, add_out, own_out, progress, prune_runs, runs_root
-from harness.commands import CommandParser, runnable, tool, unknown
+from cli.options import add_connection_arguments, add_durability, add_keep_runs, add_out, prune_runs
+from harness.commands import CommandParser, own_out, positive, progress, runnable, runs_root, tool, unknown, whole
 from testbed.model_server import add_model_latency
-from testbed.engines.temporal.connection import add_connection_arguments, connection_from_args, redact_argv
+from testbed.engines.temporal.connection import connection_from_args, redact_argv
 from benchmarks.conversations import WORKLOADS, BenchError
 from benchmarks.options import BENCH_FOLDER, CHECKPOINT_SECTIONS, SECTION_NAMES, Options
 from benchmarks.suite import run
@@ -56,22 +56,8 @@ not a section of a run (its own command, a few seconds, no Temporal):
 """
 
 
-def _whole(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-
-
-def _positive(text: str) -> int:
-    value = _whole(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
-
-
 def _load(text: str) -> int:
-    value = _whole(text)
+    value = whole(text)
     if not 0 <= value <= 64:
         raise argparse.ArgumentTypeError(f"{value}: CPU-bound processes are 0 to 64")
     return value
@@ -106,16 +92,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="the CI profile: a few turns of everything but recovery")
     p.add_argument("--only", type=_sections, default=(), metavar="SECTIONS",
                    help=f"comma-separated sections to run ({','.join(SECTION_NAMES)})")
-    p.add_argument("--turns", type=_positive, help="measured turns per Table 2 series (default 50; quick 5)")
+    p.add_argument("--turns", type=positive, help="measured turns per Table 2 series (default 50; quick 5)")
     p.add_argument("--workloads", type=_workloads, help="Table 2 workloads (default reply,tool)")
-    p.add_argument("--overhead-rounds", type=_positive, metavar="N",
+    p.add_argument("--overhead-rounds", type=positive, metavar="N",
                    help="run the overhead section N times and show each ratio's spread over the rounds (default 1)")
     p.add_argument("--overhead-load", type=_load, metavar="K",
                    help="run every overhead round twice, idle and with K CPU-bound processes beside it (started "
                         "and stopped by the run), and show the ratios side by side (default 0: idle only)")
     p.add_argument("--engines", type=_engines, metavar="ENGINES",
                    help=f"the engines section's engines, comma-separated (default all: {','.join(Options.engines)})")
-    p.add_argument("--engines-turns", type=_positive, metavar="N",
+    p.add_argument("--engines-turns", type=positive, metavar="N",
                    help="measured turns per series of the engines section (default 20; quick 3)")
     p.add_argument("--model", default="scripted",
                    help="model for the 'model' mode: 'scripted' (default: the scripted server with --model-latency) "

@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import logging
 import sys
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -35,8 +36,8 @@ from chaos.suite import SUITE_ENGINES, twins
 from harness.engines import names as engine_names
 from harness.printable import printable
 from harness.rundir import stop_on_sigterm
-from harness.commands import CommandParser, runnable, tool, unknown as _unknown
-from testbed.cli_options import add_durability, add_keep_runs, add_out, own_out, prune_runs
+from harness.commands import CommandParser, own_out, runnable, tool, unknown as _unknown
+from cli.options import add_connection_arguments, add_durability, add_keep_runs, add_out, prune_runs
 from testbed.model_server import add_model_latency
 
 
@@ -62,28 +63,6 @@ def _connection(args: argparse.Namespace) -> Any:
     if getattr(args, "ui", False):
         print("--ui: no Web UI is started for an external cluster; use the cluster's own", file=sys.stderr)
     return connection
-
-
-def _check_engine(args: argparse.Namespace) -> str | None:
-    """For --placement docker: an engine (started here if installed and not running) and an image (the reference
-    agent's worker image, built from this checkout if missing, unless --image names one). None, or the problem."""
-    if getattr(args, "placement", "process") != "docker":
-        return None
-    from testbed.dockerd import ensure_engine
-
-    engine = ensure_engine()  # an engine started here is stopped when this command exits
-    if not engine.available:
-        return f"--placement docker: {engine.reason}; --placement process (the default) needs no engine"
-    if not args.image:
-        if getattr(args, "target", None):
-            return "--placement docker with --target needs --image NAME (an image with your agent's worker installed)"
-        from testbed.images import ImageBuildError, worker_image
-
-        try:
-            args.image = worker_image()
-        except ImageBuildError as exc:
-            return f"--placement docker: could not build the worker image: {exc}; or pass --image NAME"
-    return None
 
 
 def _timeouts(text: str) -> list[str]:
@@ -201,8 +180,6 @@ def _engine_options(p: argparse.ArgumentParser) -> None:
 
 
 def _cluster(p: argparse.ArgumentParser) -> None:
-    from testbed.engines.temporal.connection import add_connection_arguments
-
     add_connection_arguments(p, embedded_default=True)
     _network_option(p)
 
@@ -333,6 +310,40 @@ def _rerun_command(sub: Any) -> None:
     _cluster(p)
 
 
+def _planted(argv: list[str], before_runs: Callable[[], None]) -> int:
+    """``dah-chaos planted``: its own parser (its help lists the catalogue), then ``chaos.planted`` runs it."""
+    from chaos.planted import CATALOGUE, EXAMPLE_TARGET, __doc__ as what, run_catalogue, table
+
+    p = CommandParser(prog=f"{tool('chaos')} planted", description=what.split("\n\n")[0])
+    p.add_argument("names", nargs="*", help=f"entries to run (default all): {', '.join(b.name for b in CATALOGUE)}")
+    add_out(p, "<scenario>")
+    p.add_argument("--target", type=Path, default=EXAMPLE_TARGET,
+                   help="the third-party agent's target file (default: the example's)")
+    p.add_argument("--list", action="store_true", help="list the catalogue and exit")
+    args = p.parse_args(argv)
+    if args.list:
+        for b in CATALOGUE:
+            print(f"{b.name:36} {b.agent:12} {b.scenario.name:40} caught by {'/'.join(b.caught_by)}: {b.what}")
+        return 0
+    unknown = [n for n in args.names if n not in {b.name for b in CATALOGUE}]
+    if unknown:
+        p.error(f"no planted bug named {', '.join(unknown)}; --list shows them")
+    bugs = [b for b in CATALOGUE if not args.names or b.name in args.names]
+    try:
+        own_out(args.out, *dict.fromkeys(b.scenario.name for b in bugs))  # before any run starts
+    except ValueError as exc:  # UnsafeFolder: another user could change the folder
+        print(f"{p.prog}: {exc}", file=sys.stderr)
+        return 2
+    before_runs()  # the command's private network
+    rows = asyncio.run(run_catalogue(bugs, args.out, args.target))
+    print()
+    print(table(rows))
+    missed = [r["bug"] for r in rows if not r["caught"]]
+    print(f"\n{len(rows) - len(missed)} of {len(rows)} planted bug(s) caught" +
+          (f"; NOT caught: {', '.join(missed)}" if missed else ""))
+    return 1 if missed else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = CommandParser(prog=tool("chaos"), description=runnable(__doc__),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -370,9 +381,7 @@ def _main(argv: list[str]) -> int:
         print(f"{tool('chaos')}: {exc}", file=sys.stderr)
         return 2
     if argv[:1] == ["planted"]:
-        from chaos.planted import main as planted
-
-        return planted(argv[1:], before_runs=lambda: _enter_network(argparse.Namespace(), None))
+        return _planted(argv[1:], before_runs=lambda: _enter_network(argparse.Namespace(), None))
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -401,7 +410,7 @@ def _main(argv: list[str]) -> int:
             own_out(args.out, scenario.name + engine.suffix)
             if getattr(engine, "workers", "process") == "docker":
                 docker = argparse.Namespace(placement="docker", image=engine.image, target=None)
-                if problem := _check_engine(docker):
+                if problem := suite.docker_problem(docker):
                     print(f"{prog}: {problem}", file=sys.stderr)
                     return 2
                 engine.image = docker.image  # the one built here, if none was given
@@ -416,7 +425,7 @@ def _main(argv: list[str]) -> int:
         # before anything starts (a Docker engine, a cluster): UnsafeFolder, exit 2
         own_out(args.out, *(label for label, *_ in (suite.jobs(args, target, connection) if args.command == "run"
                                                     else [])))
-        if problem := _check_engine(args):
+        if problem := suite.docker_problem(args):
             print(f"{prog}: {problem}", file=sys.stderr)
             return 2
         _enter_network(args, connection, getattr(args, "placement", "process") == "docker")
@@ -425,7 +434,7 @@ def _main(argv: list[str]) -> int:
         if args.command == "suite":
             args.seeds = args.seeds or [args.seed]
             return pruned(asyncio.run(suite.suite(args, target, connection)))
-        jobs = [(*job, args.seed) for job in suite.jobs(args, target, connection)]  # with the image _check_engine set
+        jobs = [(*job, args.seed) for job in suite.jobs(args, target, connection)]  # with the image docker_problem set
         return pruned(asyncio.run(suite.run_many(jobs, args.out, args.parallel, getattr(args, "ui", False),
                                                  gate=getattr(args, "gate", "all"),
                                                  lint_fails=getattr(args, "lint_fails", False))))
