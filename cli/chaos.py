@@ -33,6 +33,7 @@ from testbed.engines.workload import DEFAULT_TIMEOUTS, TIMEOUTS
 from chaos.scenarios import SCENARIOS
 from chaos.soak import DEFAULT_SEEDS
 from chaos.suite import SUITE_ENGINES, twins
+from harness.engines import HOME, described
 from harness.engines import names as engine_names
 from harness.printable import printable
 from harness.rundir import stop_on_sigterm
@@ -168,12 +169,8 @@ def _engine_options(p: argparse.ArgumentParser) -> None:
                         + "; ".join(f"{t.name}: {t.description}" for t in TIMEOUTS.values())
                         + f" (default {DEFAULT_TIMEOUTS}). Two, comma-separated, run every scenario under each, "
                           "side by side in one table (e.g. fast,defaults)")
-    add_durability(p, help="the agent's durability engine: temporal (default), checkpoint (the "
-                           "step-checkpointed SQLite substrate; scenarios " + ", ".join(twins("checkpoint")) + "), "
-                           "dbos (DBOS Transact on SQLite; " + ", ".join(twins("dbos")) + "), dbos-postgres "
-                           "(on PostgreSQL; also " + ", ".join(sorted(set(twins("dbos-postgres")) -
-                                                                      set(twins("dbos")))) + ") or restate "
-                           "(a Restate server; " + ", ".join(twins("restate")) + ")")
+    add_durability(p, help="the agent's durability engine: " + described(
+        lambda name: "scenarios " + ", ".join(twins(name)) if name != HOME else ""))
     add_model_latency(p, default=None, default_text="each scenario's own: fixed:100, fixed:150 for "
                                                     "kill_mid_turn's aimed kills, or fixed:500 where a drain or a "
                                                     "local activity's kill must land mid-call")
@@ -226,9 +223,10 @@ def _suite_command(sub: Any) -> None:
     p.add_argument("--seeds", type=_seeds, metavar="SEEDS",
                    help="run every scenario on each of these seeds (e.g. 1-3; default: --seed)")
     p.add_argument("--engines", type=_engines, default=SUITE_ENGINES, metavar="ENGINES",
-                   help="whose scenarios, comma-separated: temporal (every named scenario), checkpoint, dbos, "
-                        "dbos-postgres, restate (each its twins); default temporal,checkpoint. make chaos-engines: "
-                        "--engines dbos,dbos-postgres,restate")
+                   help=f"whose scenarios, comma-separated: {HOME} (every named scenario), "
+                        + ", ".join(n for n in engine_names() if n != HOME) + " (each its twins); default "
+                        + ",".join(SUITE_ENGINES) + ". make chaos-engines: --engines "
+                        + ",".join(n for n in engine_names() if n not in SUITE_ENGINES))
     _ci_options(p, "suite")
     _gate_option(p)
     _placement_options(p)

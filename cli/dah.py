@@ -34,7 +34,7 @@ from agent.contracts import DEFAULT_TASK_QUEUE, AgentConfig
 from cli.options import add_connection_arguments, add_durability
 from harness import retention
 from harness.commands import REPORT_DIR, RUNS, CommandParser, UsageError, tool
-from harness.engines import HOME, REGISTRY
+from harness.engines import HOME, REGISTRY, described
 from testbed.engines import engine_worker
 from testbed.processes import with_interrupt_watchdog
 from testbed.runs_gc import cmd_gc
@@ -143,11 +143,7 @@ def _add_stack_options(p: argparse.ArgumentParser) -> None:
     from testbed.model_server import add_model_latency
 
     g = p.add_argument_group("local stack")
-    add_durability(g, help="durability engine: temporal (default: the workflow on a Temporal server), checkpoint "
-                        "(the same agent loop, each step checkpointed in STATE_DIR/checkpoint.sqlite3), dbos (a DBOS "
-                        "workflow, its system database STATE_DIR/dbos.sqlite3), dbos-postgres (DBOS on a "
-                        "PostgreSQL server started in STATE_DIR/postgres) or restate (the same loop as a Restate "
-                        "service; a restate-server keeps its journal in STATE_DIR/restate)")
+    add_durability(g, help="durability engine: " + described() + "; each keeps its files under --state-dir")
     g.add_argument("--state-dir", type=Path, default=Path(".dah"),
                    help="where workspaces and the effect ledger live (default .dah)")
     g.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE, help=f"(default {DEFAULT_TASK_QUEUE})")

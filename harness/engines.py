@@ -34,21 +34,26 @@ class Registered:
     #: its worker's entry point, "module:function first-argument" under testbed.engines: what ``dah worker
     #: --durability NAME ...`` runs ("": ``dah worker`` itself, the engine the scenarios are written for)
     worker: str = ""
+    about: str = ""  # what it is, in a few words: every ``--durability`` help says it
 
 
 REGISTRY: tuple[Registered, ...] = (
     # the reference agent on Temporal, or your agent on Temporal when a target file names it (OwnAgentOnTemporal.made)
-    Registered("temporal", "byo.engine:OwnAgentOnTemporal", suite=True, table2=True),
+    Registered("temporal", "byo.engine:OwnAgentOnTemporal", suite=True, table2=True,
+               about="the agent as a workflow on a Temporal server"),
     Registered("checkpoint", "checkpoint.engine:CheckpointEngine", suffix="@checkpoint", suite=True, table2=True,
-               worker="checkpoint.service:main worker"),
+               worker="checkpoint.service:main worker",
+               about="the same agent loop, each step checkpointed in a SQLite file"),
     Registered("dbos", "dbos.engine:DbosEngine", {"database": "sqlite"}, suffix="@dbos", own_checks=("dbos_steps",),
-               aliases=("dbos-sqlite",), worker="dbos.agent:main worker"),
+               aliases=("dbos-sqlite",), worker="dbos.agent:main worker",
+               about="a DBOS workflow, its system database on SQLite"),
     Registered("dbos-postgres", "dbos.engine:DbosEngine", {"database": "postgres"}, suffix="@dbos-postgres",
                stand_in="the server is PostgreSQL, the link the workers' to it", own_checks=("dbos_steps",),
-               worker="dbos.agent:main worker"),
+               worker="dbos.agent:main worker", about="DBOS on a PostgreSQL server it starts"),
     Registered("restate", "restate.engine:RestateEngine", suffix="@restate",
                stand_in="the server is restate-server, the link the server's to the endpoint",
-               own_checks=("restate_journal",), worker="restate.agent:main endpoint"),
+               own_checks=("restate_journal",), worker="restate.agent:main endpoint",
+               about="the same loop as a Restate service on a restate-server it starts"),
 )
 #: the one engine the named scenarios are written for; each other engine runs its twins
 HOME = next(r.name for r in REGISTRY if not r.suffix)
@@ -59,6 +64,14 @@ PLAIN = "plain"
 def names() -> tuple[str, ...]:
     """Every engine, in display order."""
     return tuple(r.name for r in REGISTRY)
+
+
+def described(more: Any = lambda name: "") -> str:
+    """Every engine with what it is (``NAME (about; more(NAME))``), the scenarios' own first and marked default."""
+    def one(r: Registered) -> str:
+        words = "; ".join(w for w in ("default" if r.name == HOME else "", r.about, more(r.name)) if w)
+        return f"{r.name} ({words})" if words else r.name
+    return ", ".join(one(r) for r in REGISTRY)
 
 
 def registered(name: str) -> Registered:
