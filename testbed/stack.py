@@ -129,13 +129,13 @@ class Stack:
     effects_service: EffectsService | None = None
     server_proxy: FaultProxy | None = None  # the server link: what the partition nemeses of the server link cut
     model_proxy: FaultProxy | None = None
+    ledger: EffectLedger | None = None  # the reference agent's effect ledger in this process
+    workers: list[SupervisedWorker] = field(default_factory=list)
 
     def link(self, name: str) -> FaultProxy | None:
         """The proxy of a scenario's link: ``model``, or the server link (the scenarios name it after the engine
         they were written for; on another engine its server's link, ``harness.engines.Registered.stand_in``)."""
         return self.model_proxy if name == "model" else self.server_proxy
-    ledger: EffectLedger | None = None  # the reference agent's effect ledger in this process
-    workers: list[SupervisedWorker] = field(default_factory=list)
 
     @property
     def model_url(self) -> str | None:

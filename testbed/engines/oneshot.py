@@ -73,23 +73,23 @@ class OneShotDriver(Driver):
         async for n, msg in self._messages(conv, rng):
             run_id = f"{conv.workflow_id}-msg-{n}"
             self._runs[conv.workflow_id].append(run_id)
-            op = self.oplog.invoke(process, "send_message", {"conversation": conv.workflow_id, "n": n,
+            op = self.history.invoke(process, "send_message", {"conversation": conv.workflow_id, "n": n,
                                                                "text": msg.text, "expect": msg.expect,
                                                                "match": msg.match, "run_id": run_id})
             try:
                 await self.submit(run_id, msg.text, conv.workflow_id)
                 result = await self.wait(run_id, self.workload.op_timeout_s)
-                self.oplog.complete(op, OK, {"reply": result["reply"], "turn": n + 1})
+                self.history.complete(op, OK, {"reply": result["reply"], "turn": n + 1})
             except RunFailedError as exc:  # the run failed (a step gave up)
-                self.oplog.complete(op, FAIL, error=str(exc))
+                self.history.complete(op, FAIL, error=str(exc))
             except Exception as exc:  # timed out or the engine unreachable: processed or not, nobody knows yet
-                self.oplog.complete(op, INFO, error=f"{type(exc).__name__}: {exc}")
+                self.history.complete(op, INFO, error=f"{type(exc).__name__}: {exc}")
 
     async def finish(self, timeout_s: float = 60.0) -> None:
         """Wait for every submitted run, then read each conversation back from the engine (the final read)."""
         try:
             for i, conv in enumerate(self.conversations):
-                op = self.oplog.invoke(f"client-{i}", "read_conversation", {"conversation": conv.workflow_id})
+                op = self.history.invoke(f"client-{i}", "read_conversation", {"conversation": conv.workflow_id})
                 deadline = time.monotonic() + timeout_s
                 outcomes: dict[str, Any] = {}
                 while time.monotonic() < deadline:
@@ -107,7 +107,7 @@ class OneShotDriver(Driver):
                         messages.extend(got[1]["messages"])
                 conv.final_history = messages
                 conv.final_status = "COMPLETED" if done else "RUNNING"
-                self.oplog.complete(op, OK, {"messages": len(messages), "status": conv.final_status})
+                self.history.complete(op, OK, {"messages": len(messages), "status": conv.final_status})
         finally:
             await self.close_client()
 

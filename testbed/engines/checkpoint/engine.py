@@ -87,7 +87,7 @@ class CheckpointEngine(Engine):
                          worker_processes=scenario.cluster.workers, make_worker=worker, oplog=oplog)
 
     def make_driver(self, stack: Stack, oplog: OperationLog, scenario: Scenario, seed: int) -> Any:
-        driver = CheckpointDriver(client=None, oplog=oplog, task_queue="", workload=scenario.workload, seed=seed,
+        driver = CheckpointDriver(client=None, history=oplog, task_queue="", workload=scenario.workload, seed=seed,
                                   db=stack.spec.state_dir / CHECKPOINT_DB)
         if scenario.planning_max_attempts:
             driver.config.planning.maximum_attempts = scenario.planning_max_attempts

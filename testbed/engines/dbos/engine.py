@@ -116,7 +116,7 @@ class DbosEngine(Engine):
                          worker_processes=scenario.cluster.workers, make_worker=worker, oplog=oplog)
 
     def make_driver(self, stack: Stack, oplog: OperationLog, scenario: Scenario, seed: int) -> Any:
-        driver = DbosDriver(client=None, oplog=oplog, task_queue="", workload=scenario.workload, seed=seed,
+        driver = DbosDriver(client=None, history=oplog, task_queue="", workload=scenario.workload, seed=seed,
                             database_url=self.database_url(stack.spec.state_dir, stack))
         if scenario.planning_max_attempts:
             driver.config.planning.maximum_attempts = scenario.planning_max_attempts

@@ -109,7 +109,7 @@ class RestateEngine(Engine):
         """Register the endpoint (through the stack's server proxy: the endpoint link), then the driver."""
         assert stack.server_proxy is not None, "stack_spec asks for the proxy in front of the endpoint"
         await asyncio.to_thread(stack.server.register, f"http://{stack.server_proxy.address}")
-        driver = RestateDriver(client=None, oplog=oplog, task_queue="", workload=scenario.workload, seed=seed,
+        driver = RestateDriver(client=None, history=oplog, task_queue="", workload=scenario.workload, seed=seed,
                                ingress_url=stack.server.ingress_url)
         if scenario.planning_max_attempts:
             driver.config.planning.maximum_attempts = scenario.planning_max_attempts

@@ -43,8 +43,10 @@ class Conversation:
 
 @dataclass
 class Driver:
+    """The default driver of a target file (``harness.driver_api``): its fields are the driver API's keywords."""
+
     client: Client
-    oplog: OperationLog
+    history: OperationLog  # the run's operation log, under the driver API's name for it
     task_queue: str
     workload: Workload
     seed: int
@@ -94,23 +96,23 @@ class Driver:
     async def _drive(self, i: int, conv: Conversation) -> None:
         process = f"client-{i}"
         rng = random.Random(f"{self.seed}-{i}")
-        op = self.oplog.invoke(process, "start_conversation", {"conversation": conv.workflow_id})
+        op = self.history.invoke(process, "start_conversation", {"conversation": conv.workflow_id})
         try:
             await self.client.start_workflow(AgentWorkflow.run, AgentInput(config=self.config), id=conv.workflow_id,
                                              task_queue=self.task_queue,
                                              task_timeout=timedelta(seconds=self.workflow_task_timeout_s))
             conv.started = True
-            self.oplog.complete(op, OK)
+            self.history.complete(op, OK)
         except Exception as exc:  # nothing else can proceed on this conversation
-            self.oplog.complete(op, INFO, error=f"{type(exc).__name__}: {exc}")
+            self.history.complete(op, INFO, error=f"{type(exc).__name__}: {exc}")
             return
         handle = self.client.get_workflow_handle(conv.workflow_id)
         async for n, msg in self._messages(conv, rng):
-            op = self.oplog.invoke(process, "send_message", {"conversation": conv.workflow_id, "n": n,
+            op = self.history.invoke(process, "send_message", {"conversation": conv.workflow_id, "n": n,
                                                                "text": msg.text, "expect": msg.expect, "match": msg.match})
 
             def resent(attempt: int, error: str, n: int = n) -> None:
-                self.oplog.event(process, "resend_message", {"conversation": conv.workflow_id, "n": n,
+                self.history.event(process, "resend_message", {"conversation": conv.workflow_id, "n": n,
                                                                "attempt": attempt, "after": error})
 
             try:
@@ -120,14 +122,14 @@ class Driver:
                                          try_timeout_s=self.workload.try_timeout_s,
                                          pause_after_timeout=not self.workload.resend_at_once,
                                          on_retry=resent)
-                self.oplog.complete(op, OK, {"reply": got.reply.text, "turn": got.reply.turn,
+                self.history.complete(op, OK, {"reply": got.reply.text, "turn": got.reply.turn,
                                                "attempts": got.attempts})
             except WorkflowUpdateFailedError as exc:
-                self.oplog.complete(op, FAIL, error=f"update failed: {exc.cause}")
+                self.history.complete(op, FAIL, error=f"update failed: {exc.cause}")
             except MessageNotDelivered as exc:
-                self.oplog.complete(op, INFO, {"attempts": exc.attempts, "closed": exc.closed}, error=str(exc))
+                self.history.complete(op, INFO, {"attempts": exc.attempts, "closed": exc.closed}, error=str(exc))
             except Exception as exc:  # anything else: the message may or may not have been processed
-                self.oplog.complete(op, INFO, error=f"{type(exc).__name__}: {exc}")
+                self.history.complete(op, INFO, error=f"{type(exc).__name__}: {exc}")
 
     async def submit(self, run_id: str, prompt: str, workspace: str) -> None:
         """Start ``prompt`` as a run of its own, as the one-shot engines' drivers do (``oneshot.OneShotDriver``);
@@ -152,26 +154,26 @@ class Driver:
         worker, is kept only as a cross-check of what the model saw, and its failure is recorded, not fatal."""
         process = f"client-{i}"
         handle = self.client.get_workflow_handle(conv.workflow_id)
-        op = self.oplog.invoke(process, "end_chat", {"conversation": conv.workflow_id})
+        op = self.history.invoke(process, "end_chat", {"conversation": conv.workflow_id})
         try:
             await handle.signal(AgentWorkflow.end_chat, rpc_timeout=timedelta(seconds=10))
             result = await asyncio.wait_for(handle.result(), timeout=timeout_s)
             conv.result = asdict(result) if hasattr(result, "__dataclass_fields__") else result
-            self.oplog.complete(op, OK, conv.result)
+            self.history.complete(op, OK, conv.result)
         except Exception as exc:
-            self.oplog.complete(op, INFO, error=f"{type(exc).__name__}: {exc}")
-        op = self.oplog.invoke(process, "read_conversation", {"conversation": conv.workflow_id})
+            self.history.complete(op, INFO, error=f"{type(exc).__name__}: {exc}")
+        op = self.history.invoke(process, "read_conversation", {"conversation": conv.workflow_id})
         try:
             conv.final_status = (await handle.describe(rpc_timeout=timedelta(seconds=10))).status.name
-            self.oplog.complete(op, OK, {"status": conv.final_status})
+            self.history.complete(op, OK, {"status": conv.final_status})
         except Exception as exc:
-            self.oplog.complete(op, INFO, error=f"{type(exc).__name__}: {exc}")
-        op = self.oplog.invoke(process, "query_conversation", {"conversation": conv.workflow_id})
+            self.history.complete(op, INFO, error=f"{type(exc).__name__}: {exc}")
+        op = self.history.invoke(process, "query_conversation", {"conversation": conv.workflow_id})
         try:
             conv.final_history = await handle.query(AgentWorkflow.get_history, rpc_timeout=timedelta(seconds=10))
-            self.oplog.complete(op, OK, {"messages": len(conv.final_history)})
+            self.history.complete(op, OK, {"messages": len(conv.final_history)})
         except Exception as exc:
-            self.oplog.complete(op, INFO, error=f"{type(exc).__name__}: {exc}")
+            self.history.complete(op, INFO, error=f"{type(exc).__name__}: {exc}")
 
     def to_json(self) -> dict[str, Any]:
         return {

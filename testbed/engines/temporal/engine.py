@@ -179,7 +179,7 @@ class ReferenceOnTemporal(Engine):
 
     def make_driver(self, stack: Stack, oplog: OperationLog, scenario: Scenario, seed: int) -> Any:
         timeouts = TIMEOUTS[scenario.timeouts]
-        driver = Driver(client=stack.client, oplog=oplog, task_queue=stack.spec.task_queue,
+        driver = Driver(client=stack.client, history=oplog, task_queue=stack.spec.task_queue,
                         workload=scenario.workload, seed=seed, config=chaos_agent_config(scenario.timeouts),
                         workflow_task_timeout_s=timeouts.workflow_task_timeout_s)
         driver.config.local_tools = list(scenario.local_tools)
