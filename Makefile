@@ -115,11 +115,15 @@ run: $(STAMP)
 # (tests/test_ts_replay.py), so nothing skips for want of one;
 # SYSTEM_DEPS=no runs the suite without them (their tests skip, each with the reason).
 SYSTEM_DEPS ?= yes
+# The suite runs on TEST_WORKERS pytest-xdist processes: most tests wait on servers, workers and kills more than
+# they compute, so more processes than cores keeps both cores busy. The Docker engine's tests share one worker
+# (--dist loadgroup: tests/conftest.py).
+TEST_WORKERS ?= 4
 test: $(STAMP)
 	@if [ "$(SYSTEM_DEPS)" != no ]; then $(MAKE) --no-print-directory system-deps restate-server example-ai-sdk \
 		example-openai-agents \
 		ts-replay-sdks; fi
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # The environments' system packages (Debian/Ubuntu): bubblewrap (shell_local), chromium (browser_local, and the
 # browser image's Chromium), docker.io (the Docker backend and browser_docker: the engine; the harness starts

@@ -101,7 +101,6 @@ async def test_chat_continue_as_new_and_strict_replay(stack: Stack, tmp_path: Pa
 
 
 @pytest.mark.slow
-@pytest.mark.background  # a chaos run: it waits on its processes (conftest runs it in the second pytest)
 @pytest.mark.timeout(240)
 async def test_a_chaos_run_from_its_target_file_alone_passes(tmp_path: Path) -> None:
     """model_outage on the TypeScript agent (a smaller load, so it stays near a minute): every message answered,
@@ -123,7 +122,6 @@ async def test_a_chaos_run_from_its_target_file_alone_passes(tmp_path: Path) -> 
 
 
 @pytest.mark.slow
-@pytest.mark.background
 @pytest.mark.timeout(240)
 async def test_its_planted_bug_an_effect_sent_without_its_key_fails_effects(tmp_path: Path) -> None:
     """The same agent with its planted bug (``--bug no-idempotency-key``, from its bug target file: the note is

@@ -364,7 +364,6 @@ def test_the_contract_is_documented_where_targets_look() -> None:
 # -- one real run: kills around continue-as-new on the reference agent ------------------------------------------
 
 
-@pytest.mark.background  # mostly waiting on kills: alongside the other tests (conftest)
 async def test_kills_around_continue_as_new_land_and_the_reference_agent_passes(tmp_path: Path) -> None:
     from testbed.engines.temporal.engine import ReferenceOnTemporal
 

@@ -30,7 +30,6 @@ def bench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
                           timeout=timeout, cwd=ROOT)
 
 
-@pytest.mark.background  # a whole benchmark run in subprocesses: in the second pytest (conftest)
 def test_quick_benchmark_then_report_from_the_saved_run(tmp_path: Path) -> None:
     before = temporal_server_pids()
     runs = tmp_path / "runs"
@@ -114,7 +113,6 @@ def _cpu_hogs_of_this_interpreter() -> set[int]:
     return {p.pid for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == [sys.executable, "-c", HOG]}
 
 
-@pytest.mark.background  # a benchmark run in a subprocess: in the second pytest (conftest)
 def test_overhead_rounds_idle_and_loaded_are_named_apart_and_leave_no_process(tmp_path: Path) -> None:
     before = _cpu_hogs_of_this_interpreter()
     out = bench("--quick", "--only", "overhead", "--workloads", "reply", "--turns", "2", "--overhead-rounds", "2",
@@ -146,13 +144,12 @@ def test_unknown_section_is_refused_with_the_list() -> None:
     assert "tables" in out.stderr and "throughput" in out.stderr
 
 
-@pytest.mark.background  # a benchmark run in a subprocess: in the second pytest (conftest)
 def test_interrupted_run_keeps_finished_sections_and_stops_everything(tmp_path: Path) -> None:
     before = temporal_server_pids()
     proc = subprocess.Popen(
         [sys.executable, "-m", "benchmarks", "--quick", "--only", "table2,length", "--turns", "2", "--out",
          str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # a background test run ignores SIGINT
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # a test run started as a background job ignores SIGINT
     try:
         record_path = None
         deadline = time.monotonic() + 180
@@ -177,7 +174,6 @@ def test_interrupted_run_keeps_finished_sections_and_stops_everything(tmp_path: 
     assert temporal_server_pids() <= before, "a temporal server was left running"
 
 
-@pytest.mark.background  # a benchmark run in a subprocess: in the second pytest (conftest)
 def test_sigtermed_run_ends_terminated_in_its_section_and_stops_everything(tmp_path: Path) -> None:
     before = temporal_server_pids()
     log = tmp_path / "bench.log"
@@ -233,7 +229,6 @@ def test_proxy_benchmark_measures_every_path_and_stops_what_it_started(tmp_path:
     assert not left
 
 
-@pytest.mark.background  # engines started one after another in a subprocess: in the second pytest (conftest)
 def test_engines_section_measures_every_engine_in_one_run_with_its_durability_settings(tmp_path: Path) -> None:
     engines = "plain,checkpoint,dbos,restate"
     # dbos-sqlite: the name older results gave dbos, still accepted and measured as dbos

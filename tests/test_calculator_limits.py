@@ -195,7 +195,6 @@ def test_any_short_expression_of_the_grammar_needs_little_memory() -> None:
     assert re.search(r"^examples \d+; largest peak \d+ bytes$", out.stdout, re.M), out.stdout
 
 
-@pytest.mark.background  # a whole `dah run`: Temporal, a worker and the scripted model
 def test_dah_run_answers_the_reported_prompt_within_seconds(tmp_path: Path) -> None:
     """The issue's reproduction, end to end: the scripted model passes the expression to the calculator as written."""
     start = time.perf_counter()

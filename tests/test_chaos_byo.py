@@ -86,7 +86,6 @@ def own_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.timeout(420)
-@pytest.mark.background  # mostly waiting on kills: alongside the other tests (conftest)
 async def test_a_third_party_agent_in_its_own_python_keeps_its_promises_under_kills_and_crashes(
         tmp_path: Path, own_python: Path) -> None:
     # Its own interpreter cannot import the harness's dependencies: only what it declared, plus `harness`.
@@ -127,7 +126,6 @@ async def test_a_third_party_agent_in_its_own_python_keeps_its_promises_under_ki
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.background  # mostly waiting on kills: alongside the other tests (conftest)
 async def test_a_planted_bug_in_the_third_party_agent_fails_its_effects_and_lost_checks(
         tmp_path: Path, own_python: Path) -> None:
     # The same agent, built to ignore its idempotency keys (the unkeyed_effects mutation, acting inside its own

@@ -29,7 +29,6 @@ def verdicts(result: RunResult) -> dict[str, str]:
     return {c.name: c.verdict for c in result.checks}
 
 
-@pytest.mark.background  # a chaos run with kills: in the second pytest (conftest)
 async def test_a_tool_that_appends_without_its_idempotency_key_fails_the_effects_checker(tmp_path: Path) -> None:
     scenario = replace(SCENARIOS["crash_after_effect"], name="mutant_unkeyed_effects",
                        cluster=ClusterSpec(crash_at=("after_effect",), mutations=("unkeyed_effects",)),
@@ -58,7 +57,6 @@ async def test_a_workflow_reading_the_wall_clock_fails_the_replay_checker(tmp_pa
     assert "nondeterminism" in replay.summary.lower() or "nondeterministic" in replay.summary.lower()
 
 
-@pytest.mark.background  # a chaos run with an outage: in the second pytest (conftest)
 async def test_an_agent_that_gives_up_on_the_model_after_one_attempt_fails_the_lost_checker(tmp_path: Path) -> None:
     scenario = replace(SCENARIOS["model_outage"], name="mutant_max_attempts_1", planning_max_attempts=1,
                        workload=Workload(conversations=2, messages=4, append_ratio=0.0))
@@ -67,7 +65,6 @@ async def test_an_agent_that_gives_up_on_the_model_after_one_attempt_fails_the_l
     assert result.verdict == FAIL
 
 
-@pytest.mark.background  # a chaos run that waits out its work: in the second pytest (conftest)
 async def test_a_kill_that_lands_after_all_work_finished_is_unknown_not_pass(tmp_path: Path) -> None:
     scenario = ChaosScenario(
         "mutant_idle_kill", "the only fault lands after the load is done",

@@ -31,7 +31,6 @@ def external(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         yield server
 
 
-@pytest.mark.background  # a server of its own and a chaos run: in the second pytest (conftest)
 def test_chaos_runs_against_an_external_cluster_and_skips_what_needs_the_embedded_one(
         external: EmbeddedTemporal, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "runs"

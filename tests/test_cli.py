@@ -69,7 +69,6 @@ def test_demo_answers_and_exits_cleanly_on_quit(tmp_path: Path) -> None:
     _descendants_gone(before)
 
 
-@pytest.mark.background  # every scenario in a subprocess: in the second pytest (conftest)
 def test_run_all_scenarios_from_the_command_line(tmp_path: Path) -> None:
     out = dah("run", "--walkthrough", "all", "--state-dir", str(tmp_path), timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

@@ -94,28 +94,3 @@ def test_a_printed_command_runs_as_printed_from_the_checkout(monkeypatch: pytest
         assert printed.endswith(script) and (ROOT / printed).is_file() or Path(printed).is_file(), printed
     monkeypatch.setenv("PATH", f"{BIN}:/usr/bin:/bin")  # activated: the bare name runs
     assert tool("chaos") == "dah-chaos"
-
-
-def test_the_wait_for_the_background_tests_says_which_one_runs(tmp_path: Path) -> None:
-    """``make test``'s wait for its background half (tests/conftest.py) prints what the child pytest is running."""
-    from tests.conftest import background_progress
-
-    progress = tmp_path / "progress.txt"
-    assert background_progress(progress, 3, 15.0, now=100.0) == (
-        "background tests: 0/3 done, waited 15 s; running: (starting up)")
-    progress.write_text("start 10.0 tests/test_a.py::test_one\nend 40.0 tests/test_a.py::test_one\n"
-                        "start 40.5 tests/test_b.py::test_two\n")
-    assert background_progress(progress, 3, 90.0, now=100.0) == (
-        "background tests: 1/3 done, waited 90 s; running: tests/test_b.py::test_two (60 s)")
-
-
-def test_the_background_tests_are_stopped_for_a_hang_not_for_their_length(tmp_path: Path) -> None:
-    """The parent stops its child pytest when none of its tests started or ended for a while (the clock is the last
-    event in its progress file), however long the group as a whole takes."""
-    from tests.conftest import last_background_event
-
-    progress = tmp_path / "progress.txt"
-    assert last_background_event(progress) is None
-    progress.write_text("start 10.0 tests/test_a.py::test_one\nend 400.0 tests/test_a.py::test_one\n"
-                        "start 400.5 tests/test_b.py::test_two\n")
-    assert last_background_event(progress) == 400.5

@@ -49,7 +49,6 @@ def test_the_scenario_list_is_aligned_past_its_longest_name() -> None:
     assert longest > 30 and starts == {longest + 2}, starts
 
 
-@pytest.mark.background  # a whole `dah demo`: Temporal, a worker and the scripted model
 def test_piped_input_to_the_demo_is_echoed_after_its_prompt(tmp_path: Path) -> None:
     """``printf 'hi\\n' | dah demo``: the transcript reads ``you> hi`` then ``agent> ...``, never ``you> agent>``."""
     done = subprocess.run([str(Path(sys.executable).parent / "dah"), "demo", "--no-ui", "--state-dir", str(tmp_path)],

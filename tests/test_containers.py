@@ -1,11 +1,12 @@
 """DockerWorker / ContainerPool: the worker fault surface, applied to containers; the locally built images.
 
-Tests marked ``needs_engine`` run real containers in the harness's worker image
-(``testbed.images``, built from this checkout and this machine's files once per
-session, cached by a hash of its inputs). Collecting this module starts an
-installed ``dockerd`` that is not running (``testbed.dockerd``; stopped when
-pytest exits); where no engine can run they skip with the reason. The rest need
-neither the engine nor, for the availability checks, the SDK.
+The tests that take the ``image`` fixture run real containers in the harness's
+worker image (``testbed.images``, built from this checkout and this machine's
+files once per session, cached by a hash of its inputs), on the Docker engine of
+the ``docker_engine`` fixture (an installed ``dockerd`` that is not running is
+started, and stopped when pytest exits); where no engine can run they skip with
+the reason. The rest need neither the engine nor, for the availability checks,
+the SDK.
 """
 
 from __future__ import annotations
@@ -23,12 +24,6 @@ from agent.envs.docker_engine import DockerEngineUnavailable, docker_engine_avai
 from testbed import images
 from testbed.containers import OWNER, IDENTITY_LABEL, LABEL, OWNER_LABEL, ContainerPool, DockerWorker
 from testbed.dockerd import ensure_engine
-from tests.conftest import build_image_in_background
-
-ENGINE = ensure_engine()
-needs_engine = pytest.mark.skipif(not ENGINE.available, reason=f"no Docker engine: {ENGINE.reason}")
-# Built while the tests collected before these run (a cold build is ~20 s; cached, ~2 s to check).
-WORKER_IMAGE = build_image_in_background("worker") if ENGINE.available else None
 
 IMAGE = "dah-worker:never-built"  # for the tests that never reach an engine
 # PID 1 ignores SIGTERM unless it installs a handler; the dict literal checks braces survive formatting.
@@ -189,13 +184,11 @@ def test_the_app_layer_holds_the_sources_without_caches() -> None:
 
 
 @pytest.fixture(scope="module")
-def image() -> str:
+def image(docker_images) -> str:
     """The worker image for these sources: built once (cached by its inputs' hash across sessions)."""
-    assert WORKER_IMAGE is not None
-    return WORKER_IMAGE.result()
+    return docker_images("worker")
 
 
-@needs_engine
 @pytest.mark.slow
 def test_the_worker_image_is_cached_and_holds_the_harness(image: str) -> None:
     from agent.envs.docker_engine import connect
@@ -242,7 +235,6 @@ def _exists(backend: ContainerPool, container_id: str) -> bool:
         return False
 
 
-@needs_engine
 @pytest.mark.slow
 def test_start_passes_identity_and_restart_is_a_new_generation(backend: ContainerPool, image: str) -> None:
     w = backend.worker(image=image, command=READY_COMMAND, task_queue="q-start")
@@ -257,7 +249,6 @@ def test_start_passes_identity_and_restart_is_a_new_generation(backend: Containe
     assert w.container_ids[0] == first and len(w.container_ids) == 2
 
 
-@needs_engine
 @pytest.mark.slow
 def test_kill_leaves_a_dead_container(backend: ContainerPool, image: str) -> None:
     with backend.worker(image=image, command=READY_COMMAND, task_queue="q") as w:
@@ -267,7 +258,6 @@ def test_kill_leaves_a_dead_container(backend: ContainerPool, image: str) -> Non
         w.kill()  # killing the dead is a no-op
 
 
-@needs_engine
 @pytest.mark.slow
 def test_terminate_is_a_graceful_stop_the_worker_exits_by_itself(backend: ContainerPool, image: str) -> None:
     with backend.worker(image=image, command=READY_COMMAND, task_queue="q") as w:
@@ -281,7 +271,6 @@ def test_terminate_is_a_graceful_stop_the_worker_exits_by_itself(backend: Contai
         w.terminate()  # no longer running: a no-op
 
 
-@needs_engine
 @pytest.mark.slow
 def test_pause_and_resume(backend: ContainerPool, image: str) -> None:
     import psutil
@@ -307,7 +296,6 @@ def test_pause_and_resume(backend: ContainerPool, image: str) -> None:
         assert w.status == "running" and not w.frozen
 
 
-@needs_engine
 @pytest.mark.slow
 def test_network_partition_and_heal(backend: ContainerPool, network: str, image: str) -> None:
     def interfaces(w: DockerWorker) -> set[str]:
@@ -327,7 +315,6 @@ def test_network_partition_and_heal(backend: ContainerPool, network: str, image:
         assert not w.partitioned and networks(w) == {network} and interfaces(w) - {"lo"}
 
 
-@needs_engine
 @pytest.mark.slow
 def test_stop_removes_the_container_and_is_idempotent(backend: ContainerPool, image: str) -> None:
     w = backend.worker(image=image, command=READY_COMMAND, task_queue="q").start()
@@ -339,7 +326,6 @@ def test_stop_removes_the_container_and_is_idempotent(backend: ContainerPool, im
     w.stop()
 
 
-@needs_engine
 @pytest.mark.slow
 def test_cleanup_removes_only_what_this_backend_started(backend: ContainerPool, image: str) -> None:
     a = backend.worker(image=image, command=READY_COMMAND, task_queue="q", identity_prefix="a").start()
@@ -357,7 +343,6 @@ def test_cleanup_removes_only_what_this_backend_started(backend: ContainerPool, 
         foreign.remove(force=True)
 
 
-@needs_engine
 @pytest.mark.slow
 def test_user_errors_name_the_image_and_the_network(backend: ContainerPool, image: str) -> None:
     missing_net = f"dah-no-such-network-{uuid.uuid4().hex[:6]}"
@@ -368,7 +353,6 @@ def test_user_errors_name_the_image_and_the_network(backend: ContainerPool, imag
         backend.worker(image=missing_image, command=READY_COMMAND, task_queue="q").start()
 
 
-@needs_engine
 @pytest.mark.slow
 def test_a_worker_that_exits_before_ready_raises_with_its_log_tail(backend: ContainerPool, image: str) -> None:
     w = backend.worker(image=image, command=["python", "-c", "print('boom'); raise SystemExit(3)"], task_queue="q")

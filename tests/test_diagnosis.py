@@ -51,7 +51,6 @@ def _within(value: float | None, planted_s: float, share: float = 0.2) -> bool:
     return value is not None and abs(value - planted_s) <= share * planted_s
 
 
-@pytest.mark.background  # a chaos run of about two minutes: in the second pytest (conftest)
 def test_a_long_heartbeat_timeout_is_named_with_its_time(planted: dict[str, Any]) -> None:
     d = _named(planted, "heartbeat_timeout")[0]
     assert d["setting"]["value_s"] == PLANTED.heartbeat_s and d["setting"]["activity_type"] == "plan_next_action"
@@ -59,7 +58,6 @@ def test_a_long_heartbeat_timeout_is_named_with_its_time(planted: dict[str, Any]
     assert "heartbeat timeout 10 s" in d["line"] and "shorten the heartbeat timeout" in d["line"]
 
 
-@pytest.mark.background
 def test_a_long_first_retry_interval_is_named_with_its_time(planted: dict[str, Any]) -> None:
     d = _named(planted, "initial_interval")[0]
     assert d["setting"]["value_s"] == PLANTED.initial_interval_s
@@ -70,7 +68,6 @@ def test_a_long_first_retry_interval_is_named_with_its_time(planted: dict[str, A
     assert _within(held["retry_at"] - path["at"], PLANTED.heartbeat_s + PLANTED.initial_interval_s), held
 
 
-@pytest.mark.background
 def test_a_long_sticky_timeout_is_named_with_its_time(planted: dict[str, Any]) -> None:
     d = _named(planted, "sticky_queue_schedule_to_start_timeout")[0]
     assert _within(d["setting"]["value_s"], PLANTED.sticky_timeout_s), d["line"]
@@ -78,14 +75,12 @@ def test_a_long_sticky_timeout_is_named_with_its_time(planted: dict[str, Any]) -
     assert "sticky queue" in d["line"]
 
 
-@pytest.mark.background
 def test_a_long_workflow_task_timeout_is_named_with_its_time(planted: dict[str, Any]) -> None:
     d = _named(planted, "workflow_task_timeout")[0]
     assert d["setting"]["value_s"] == PLANTED.workflow_task_timeout_s
     assert _within(d["measured_s"], PLANTED.workflow_task_timeout_s), d["line"]
 
 
-@pytest.mark.background
 def test_every_diagnosis_of_the_planted_run_rests_on_evidence_its_directory_holds(planted: dict[str, Any]) -> None:
     data = planted["data"]
     paths = fault_paths(data)
@@ -97,7 +92,6 @@ def test_every_diagnosis_of_the_planted_run_rests_on_evidence_its_directory_hold
         [d["line"] for d in planted["diagnoses"]]  # from the run directory alone: the same words again
 
 
-@pytest.mark.background
 def test_a_diagnosis_whose_evidence_the_run_does_not_show_is_dropped(planted: dict[str, Any]) -> None:
     data = planted["data"]
     real = next(d for d in planted["diagnoses"] if d["setting"] and d["setting"]["name"] == "heartbeat_timeout")
@@ -109,7 +103,6 @@ def test_a_diagnosis_whose_evidence_the_run_does_not_show_is_dropped(planted: di
     assert plain[0]["setting"] is None and "deterministic" in plain[0]["fix"]
 
 
-@pytest.mark.background  # a chaos run: in the second pytest (conftest)
 async def test_under_fast_timeouts_no_recovery_is_diagnosed_slow(tmp_path: Path) -> None:
     result = await run(SCENARIOS["kill_mid_turn"], ReferenceOnTemporal(), seed=2, out_root=tmp_path)
     saved = json.loads((result.run_dir / "verdict.json").read_text())

@@ -33,7 +33,6 @@ from agent.tools import ToolContext, run_tool
 from agent.transcript import transcript
 from testbed.worker_process import reference_worker
 from agent.workflow import AgentWorkflow
-from tests.conftest import build_image_in_background
 from testbed.engines.temporal.cluster import run_prompt, start_prompt
 
 HAVE_BWRAP, WHY_NO_BWRAP = bwrap_available()
@@ -336,21 +335,6 @@ async def test_browser_docker_without_an_engine_says_so(tmp_path: Path, monkeypa
         await env.build()
 
 
-def _engine() -> tuple[bool, str]:
-    """An engine: the running one, or the installed dockerd started now (stopped when pytest exits)."""
-    from testbed.dockerd import ensure_engine
-
-    engine = ensure_engine()
-    return engine.available, engine.reason
-
-
-ENGINE = _engine()
-# Built while the tests collected before test_browser_docker_scenario run (cold: ~40 s, from this machine's files).
-BROWSER_IMAGE = None
-if ENGINE[0]:
-    BROWSER_IMAGE = build_image_in_background("browser")
-
-
 def bridge_gateway(client: Any, network: str = "bridge", wait_s: float = 10.0) -> str:
     """(The test site's host, for ``docker_site``.) The address at which a container on ``network`` (Docker's default bridge) reaches this host: the network's
     gateway. An engine started moments ago can list the bridge before its IPAM entry names a gateway (seen on a
@@ -378,7 +362,7 @@ def bridge_gateway(client: Any, network: str = "bridge", wait_s: float = 10.0) -
 
 
 @pytest.fixture(scope="module")
-def docker_site() -> Iterator[str]:
+def docker_site(docker_engine) -> Iterator[str]:
     """The test site, served where a container on Docker's default bridge reaches this host: its gateway."""
     from agent.envs.docker_engine import connect
 
@@ -396,10 +380,8 @@ def docker_site() -> Iterator[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not ENGINE[0], reason=f"no Docker engine: {ENGINE[1]}")
-async def test_browser_docker_scenario(tmp_path: Path, docker_site: str) -> None:
-    assert BROWSER_IMAGE is not None
-    image = await asyncio.to_thread(BROWSER_IMAGE.result)  # built from this machine's Chromium once, then cached
+async def test_browser_docker_scenario(tmp_path: Path, docker_site: str, docker_images) -> None:
+    image = await asyncio.to_thread(docker_images, "browser")  # built from this machine's Chromium once, then cached
     ctx, ledger = _ctx(tmp_path)
     env = get_env(parse_env_config({"name": "browser_docker", "image": image}), ctx, "run-9")
     record = await env.build()

@@ -528,14 +528,12 @@ def _hold(pristine: Path, base: Path, mutations: st.SearchStrategy, examples: in
               f"touched outside the run directory: {len(figures['touched_outside'])}")
 
 
-@pytest.mark.background  # waits on three commands per example: alongside the other tests (conftest)
 @pytest.mark.timeout(TIMEOUT_S)
 def test_property_malformed_run_dirs_are_one_line_bounded_and_contained(
         pristine: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     _hold(pristine, tmp_path_factory.mktemp("property"), MUTATIONS, _examples(5), "malformed run directories")
 
 
-@pytest.mark.background
 @pytest.mark.timeout(TIMEOUT_S)
 def test_property_links_and_paths_out_of_the_run_dir_are_not_followed(
         pristine: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -794,7 +792,6 @@ def _hold_received(own_target_run: tuple[Path, Path], base: Path, examples: int)
     return figures
 
 
-@pytest.mark.background
 @pytest.mark.timeout(max(600, 6 * _examples(100)))
 def test_property_a_received_run_directory_runs_nothing_it_names_and_writes_nowhere_else(
         own_target_run: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> None:

@@ -73,7 +73,6 @@ def test_a_chaos_folder_where_pytest_runs_is_not_the_harness(tmp_path: Path, mon
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.background  # one chaos run: mostly waiting on its processes
 def test_a_chaos_run_where_pytest_runs_imports_none_of_the_projects_folders(tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     # The harness's own processes (workers, the fork server, the reaper) run there too: none imports them either.
@@ -134,7 +133,6 @@ def users_environment(**extra: str) -> dict[str, str]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.background  # shares the user's environment with the next test, built once in the same process
 def test_without_the_harness_a_chaos_test_errors_in_one_line_saying_what_to_set(users_pytest: Path,
                                                                                project: Path) -> None:
     out = subprocess.run([str(users_pytest), "-p", "no:cacheprovider", "-k", "writing_them", "-rE"], cwd=project,
@@ -146,7 +144,6 @@ def test_without_the_harness_a_chaos_test_errors_in_one_line_saying_what_to_set(
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@pytest.mark.background  # mostly waiting on two chaos runs: alongside the other tests (conftest)
 def test_from_a_users_project_a_passing_run_passes_and_a_planted_bug_fails_with_its_reproduce_command(
         users_pytest: Path, project: Path) -> None:
     # Two pytest sessions at once, as two CI jobs would: the passing test, and the planted bug's.

@@ -221,7 +221,6 @@ def test_prune_after_a_command_touches_only_the_folders_it_wrote_and_can_be_turn
     assert "pruned 1 older run(s)" in err and "of kill_idle under" in err and "--keep-runs all" in err
 
 
-@pytest.mark.background  # three real chaos runs: they wait on their processes (the second pytest, conftest)
 @pytest.mark.timeout(900)
 def test_chaos_run_prunes_after_itself_and_keep_runs_all_turns_it_off(tmp_path: Path,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:

@@ -35,8 +35,6 @@ ROOT = Path(__file__).resolve().parent.parent
 MID_RUN_TIMEOUT_S = 40.0  # start-up (workers import LiteLLM) and the first kill, on a busy 2-core machine
 GONE_WITHIN_S = 10.0
 
-pytestmark = pytest.mark.background
-
 
 def _postgres_installed() -> bool:
     try:
@@ -186,6 +184,7 @@ def test_a_sigkilled_harness_leaves_no_process_behind(durability: str, out_dir: 
     _sigkill_mid_run(durability, out_dir)
 
 
+@pytest.mark.xdist_group("docker")  # the Docker engine's tests run on one worker (tests/conftest.py)
 @pytest.mark.parametrize("engine", ["started by the run", "already running"])
 def test_a_sigkilled_harness_leaves_no_container_behind(engine: str, out_dir: Path) -> None:
     """Workers in containers: removed at once (by the reaper, or by the supervisor of a dockerd the run started,
@@ -405,6 +404,7 @@ def test_a_browser_service_outlives_its_worker_but_not_its_harness(out_dir: Path
     _expect_gone(tree, "the SIGKILLed harness")
 
 
+@pytest.mark.xdist_group("docker")
 def test_a_browser_container_outlives_its_worker_but_not_its_harness(out_dir: Path) -> None:
     """The container carries the harness's owner label; the reaper the harness started with its worker removes it."""
     ok, reason = docker_engine_available()

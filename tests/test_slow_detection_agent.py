@@ -36,7 +36,6 @@ def _saved(result) -> dict:
     return json.loads((result.run_dir / "verdict.json").read_text())
 
 
-@pytest.mark.background  # a chaos run: in the second pytest (conftest)
 async def test_the_lint_flags_the_missing_heartbeat_in_a_run_with_no_fault(tmp_path: Path) -> None:
     scenario = replace(SCENARIOS["kill_mid_turn"], name="no_fault", events=(), fault_s=1.0,
                        workload=Workload(conversations=1, messages=2, append_ratio=0.0))
@@ -52,7 +51,6 @@ async def test_the_lint_flags_the_missing_heartbeat_in_a_run_with_no_fault(tmp_p
     assert {c.name: c.verdict for c in result.checks}["lost"] == PASS and result.verdict != FAIL, result.checks
 
 
-@pytest.mark.background
 async def test_a_kill_mid_call_is_decomposed_diagnosed_and_its_slow_reply_is_late_not_lost(tmp_path: Path) -> None:
     # a settle of 3 s cannot wait out a 30 s start-to-close: the run's late wait does, and says the reply was late
     scenario = replace(SCENARIOS["kill_mid_turn"], settle_s=3.0,

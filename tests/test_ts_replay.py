@@ -155,7 +155,6 @@ def spelled_otherwise(folder: Path) -> None:
     (folder / "91-tctl.json").write_text(json.dumps(legacy))
 
 
-@pytest.mark.background  # a worker, a workflow and five replays, each bundling the workflow code: it waits
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("version", VERSIONS)
 async def test_replays_strictly_on_each_sdk_version(version: str, server: EmbeddedTemporal, tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ the next seed loudly.
 
 Real processes throughout (the embedded dev server, forked reference workers, the scripted model); the seeds are
 short (a kill_idle cut to 1 s of faults and two conversations of fast turns: ~4 s each) so 22 of them stay
-affordable; not a background test (it keeps a core busy, it does not wait).
+affordable.
 """
 
 from __future__ import annotations
