@@ -111,7 +111,11 @@ DOCKER_GROUP = "docker"
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that uses the Docker engine (the docker_engine fixture, or it starts one itself: marked with the
-    group) runs on the worker that runs the others: the engine one of them starts stops when its worker exits."""
+    group) runs on the worker that runs the others: the engine one of them starts stops when its worker exits.
+    The tests marked ``slow`` come first (in their order), so that under ``make test`` none of them starts last
+    and keeps one worker busy after the others are done (pytest-xdist hands out the Docker group first: it is the
+    largest)."""
     for item in items:
         if "docker_engine" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(DOCKER_GROUP))
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

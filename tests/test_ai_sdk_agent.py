@@ -46,6 +46,7 @@ def replay(cwd: Path, histories: Path) -> subprocess.CompletedProcess:
     return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
 
 
+@pytest.mark.slow
 async def test_chat_continue_as_new_and_strict_replay(stack: Stack, tmp_path: Path) -> None:
     task_queue = f"ai-sdk-{uuid.uuid4().hex[:8]}"
     ends = stack.endpoints

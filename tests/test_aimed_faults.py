@@ -364,6 +364,7 @@ def test_the_contract_is_documented_where_targets_look() -> None:
 # -- one real run: kills around continue-as-new on the reference agent ------------------------------------------
 
 
+@pytest.mark.slow
 async def test_kills_around_continue_as_new_land_and_the_reference_agent_passes(tmp_path: Path) -> None:
     from testbed.engines.temporal.engine import ReferenceOnTemporal
 

@@ -30,6 +30,7 @@ def bench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
                           timeout=timeout, cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_quick_benchmark_then_report_from_the_saved_run(tmp_path: Path) -> None:
     before = temporal_server_pids()
     runs = tmp_path / "runs"
@@ -113,6 +114,7 @@ def _cpu_hogs_of_this_interpreter() -> set[int]:
     return {p.pid for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == [sys.executable, "-c", HOG]}
 
 
+@pytest.mark.slow
 def test_overhead_rounds_idle_and_loaded_are_named_apart_and_leave_no_process(tmp_path: Path) -> None:
     before = _cpu_hogs_of_this_interpreter()
     out = bench("--quick", "--only", "overhead", "--workloads", "reply", "--turns", "2", "--overhead-rounds", "2",

@@ -42,6 +42,7 @@ async def test_a_tool_that_appends_without_its_idempotency_key_fails_the_effects
     assert_valid(result.run_dir)
 
 
+@pytest.mark.slow
 async def test_a_workflow_reading_the_wall_clock_fails_the_replay_checker(tmp_path: Path) -> None:
     scenario = ChaosScenario("mutant_wall_clock", "no faults; a non-deterministic workflow",
                              cluster=ClusterSpec(workers=1, workflow="testbed.faults.planted:WallClockAgentWorkflow"),

@@ -32,6 +32,7 @@ def test_not_applicable_checks_count_neither_way() -> None:
     assert compose([na]) == UNKNOWN  # nothing that applies was checked: never a pass
 
 
+@pytest.mark.slow
 async def test_a_worker_kill_on_the_checkpoint_backend_loses_nothing(tmp_path: Path) -> None:
     scenario = replace(SCENARIOS["kill_mid_turn"],
                        events=(NemesisEvent(0.5, "kill_worker", {"when": "busy", "activity": "model", "down_s": 0.5}),),

@@ -172,6 +172,7 @@ def _wait_for(path: Path, text: str, proc: subprocess.Popen, timeout: float) -> 
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_a_sigtermed_suite_shard_ends_terminated_and_says_so_everywhere(tmp_path: Path) -> None:
     """A real run (the suite's first scenario, the only one in shard 1/100) SIGTERMed in its fault phase."""
     before = temporal_server_pids()

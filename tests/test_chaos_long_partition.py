@@ -22,6 +22,7 @@ from chaos.runner import run
 from chaos.scenarios import ChaosScenario
 
 
+@pytest.mark.slow
 async def test_a_partition_longer_than_a_minute_loses_nothing(tmp_path: Path) -> None:
     scenario = ChaosScenario(
         "long_partition", "worker<->Temporal refused for 65 s",

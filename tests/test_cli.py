@@ -69,6 +69,7 @@ def test_demo_answers_and_exits_cleanly_on_quit(tmp_path: Path) -> None:
     _descendants_gone(before)
 
 
+@pytest.mark.slow
 def test_run_all_scenarios_from_the_command_line(tmp_path: Path) -> None:
     out = dah("run", "--walkthrough", "all", "--state-dir", str(tmp_path), timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -126,6 +127,7 @@ def test_configuration_dumps_redact_secrets() -> None:
     assert conn.redacted()["api_key"] == "<redacted>" and conn.redacted()["tls"] is True
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_the_demo_stops_everything_it_started(tmp_path: Path) -> None:
     import signal
     import time

@@ -51,6 +51,7 @@ def _within(value: float | None, planted_s: float, share: float = 0.2) -> bool:
     return value is not None and abs(value - planted_s) <= share * planted_s
 
 
+@pytest.mark.slow
 def test_a_long_heartbeat_timeout_is_named_with_its_time(planted: dict[str, Any]) -> None:
     d = _named(planted, "heartbeat_timeout")[0]
     assert d["setting"]["value_s"] == PLANTED.heartbeat_s and d["setting"]["activity_type"] == "plan_next_action"

@@ -109,6 +109,7 @@ def test_a_second_live_worker_with_the_same_executor_id_is_refused(tmp_path: Pat
         stop(first)
 
 
+@pytest.mark.slow
 async def test_a_worker_kill_on_dbos_loses_nothing_and_its_run_is_recovered(tmp_path: Path) -> None:
     scenario = replace(SCENARIOS["kill_mid_turn"],
                        events=(NemesisEvent(0.5, "kill_worker", {"when": "busy", "activity": "model", "down_s": 0.5}),),

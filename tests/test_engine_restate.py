@@ -56,6 +56,7 @@ async def test_a_run_answers_with_its_tool_calls_in_the_ledger(tmp_path: Path) -
 
 
 @needs_server
+@pytest.mark.slow
 async def test_an_endpoint_kill_mid_model_call_loses_nothing(tmp_path: Path) -> None:
     scenario = replace(SCENARIOS["kill_mid_turn"],
                        events=(NemesisEvent(0.5, "kill_worker", {"when": "busy", "activity": "model", "down_s": 0.5}),),

@@ -138,6 +138,7 @@ def _remove_shared_runs(tmp_path: Path):  # the runs folder start() put under /t
 
 
 @pytest.mark.parametrize("durability", ENGINES)
+@pytest.mark.slow
 def test_another_local_user_reaches_nothing_of_a_live_run(tmp_path: Path, durability: str) -> None:
     proc = start(tmp_path, durability)
     try:
@@ -160,6 +161,7 @@ def test_another_local_user_reaches_nothing_of_a_live_run(tmp_path: Path, durabi
     assert verdict["verdict"] == "pass", verdict
 
 
+@pytest.mark.slow
 def test_in_a_shared_network_the_harness_servers_admit_only_the_run(tmp_path: Path) -> None:
     """--network shared: the model server, effects service and fault proxies close another user's connections
     unread (a forged effects POST, a model request: no answer); Temporal's own port is open, and run.json says so."""
@@ -182,6 +184,7 @@ def test_in_a_shared_network_the_harness_servers_admit_only_the_run(tmp_path: Pa
     assert proc.returncode == 0, log[-3000:]
 
 
+@pytest.mark.slow
 def test_the_web_ui_of_a_private_run_is_reached_through_a_bridge_that_admits_only_you(tmp_path: Path) -> None:
     """--ui in a private network: the UI listens inside; a bridge in the shared network forwards this user's
     connections to it and closes another user's unread."""

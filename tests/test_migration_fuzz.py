@@ -133,6 +133,7 @@ def test_an_engine_without_spawn_or_temporal_refuses_what_it_cannot_run() -> Non
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_fuzz_on_the_checkpoint_engine_with_a_worker_killed_in_every_iteration(tmp_path: Path) -> None:
     """The checkpoint engine's own worker processes under the same kills: every write applied once with the right
     bytes and the expected answer; which worker ran each step comes from the ledger, and what no record says

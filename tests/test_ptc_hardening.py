@@ -61,6 +61,7 @@ def test_hostile_programs_do_the_same_under_every_hash_seed() -> None:
     assert "0x" not in runs[0]["builtin_str"]["result"]
 
 
+@pytest.mark.slow
 def test_generated_programs_stay_within_budget_and_do_not_depend_on_the_hash_seed(tmp_path: Path) -> None:
     out = tmp_path / "programs.json"
     report = json.loads(_fuzz("generate", "--examples", "1000", "--out", str(out), seed="0"))

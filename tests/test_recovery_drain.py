@@ -171,6 +171,7 @@ def test_the_timeouts_profiles_reach_the_agent_config() -> None:
         chaos_agent_config("nonsense")
 
 
+@pytest.mark.slow
 async def test_a_drained_worker_hands_back_nothing_and_one_that_cancels_is_caught(tmp_path: Path) -> None:
     """On a real cluster: SIGTERM mid model call. The reference worker drains (the drain checker passes); the
     same worker built to cancel on SIGTERM (the SDK's default) has its model call re-executed (it fails)."""

@@ -153,6 +153,7 @@ def test_the_levers_step_from_main_to_the_fast_profile_one_at_a_time() -> None:
     assert recovery_levers._pct([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5 and recovery_levers._pct([], 0.5) is None
 
 
+@pytest.mark.slow
 async def test_a_real_kill_run_is_decomposed_in_its_verdict_and_again_offline(tmp_path: Path) -> None:
     result = await run(SCENARIOS["kill_mid_turn"], ReferenceOnTemporal(), seed=2, out_root=tmp_path)
     saved = RunDir(result.run_dir).read_verdict()["recovery_parts"]

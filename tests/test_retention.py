@@ -222,6 +222,7 @@ def test_prune_after_a_command_touches_only_the_folders_it_wrote_and_can_be_turn
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.slow
 def test_chaos_run_prunes_after_itself_and_keep_runs_all_turns_it_off(tmp_path: Path,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     from cli.chaos import main as chaos

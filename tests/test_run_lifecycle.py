@@ -99,6 +99,7 @@ def _verdicts(path: Path) -> dict[str, str]:
     return {c["name"]: c["verdict"] for c in json.loads((path / "verdict.json").read_text())["checks"]}
 
 
+@pytest.mark.slow
 async def test_two_seeds_on_one_warm_server_give_the_verdicts_of_a_cluster_each(tmp_path: Path) -> None:
     scenario = SCENARIOS["kill_idle"]
     async with EmbeddedTemporal(log_file=tmp_path / "shared-temporal.log") as server:

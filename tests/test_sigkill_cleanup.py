@@ -176,6 +176,7 @@ def _alive(p: psutil.Process) -> bool:
 
 
 @pytest.mark.parametrize("durability", ["temporal", "checkpoint", "dbos", "dbos-postgres", "restate"])
+@pytest.mark.slow
 def test_a_sigkilled_harness_leaves_no_process_behind(durability: str, out_dir: Path) -> None:
     if durability == "dbos-postgres" and not _postgres_installed():
         pytest.skip("PostgreSQL is not installed (make system-deps)")
@@ -186,6 +187,7 @@ def test_a_sigkilled_harness_leaves_no_process_behind(durability: str, out_dir: 
 
 @pytest.mark.xdist_group("docker")  # the Docker engine's tests run on one worker (tests/conftest.py)
 @pytest.mark.parametrize("engine", ["started by the run", "already running"])
+@pytest.mark.slow
 def test_a_sigkilled_harness_leaves_no_container_behind(engine: str, out_dir: Path) -> None:
     """Workers in containers: removed at once (by the reaper, or by the supervisor of a dockerd the run started,
     which then stops that dockerd with one SIGTERM); an engine that was already running is left running."""

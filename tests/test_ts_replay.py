@@ -157,6 +157,7 @@ def spelled_otherwise(folder: Path) -> None:
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.slow
 async def test_replays_strictly_on_each_sdk_version(version: str, server: EmbeddedTemporal, tmp_path: Path) -> None:
     here = project(tmp_path / "agent", version)
     runs = await run_greeter(server, here, tmp_path / "histories")

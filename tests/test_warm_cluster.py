@@ -52,6 +52,7 @@ def _model_calls_are_its_own(path: Path) -> None:
     assert set(stats["by_run"]) == own and sum(stats["by_run"].values()) == stats["requests"] > 0, (stats, own)
 
 
+@pytest.mark.slow
 async def test_a_seed_after_20_others_on_a_warm_server_gives_what_it_gives_cold(tmp_path: Path) -> None:
     cold = await run(SHORT, ReferenceOnTemporal(), seed=1, out_root=tmp_path / "cold")
     warm = WarmTemporal(tmp_path / "temporal.log")
