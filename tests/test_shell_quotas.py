@@ -95,6 +95,26 @@ async def test_a_command_that_leaves_too_many_files_is_undone_and_the_quota_itse
     assert "quota" not in out and e.head()["usage"]["files"] == 50 and len(e.files()) == 50, out
 
 
+def test_the_tmp_of_a_sandbox_not_entered_yet_is_not_this_machines() -> None:
+    """Until bwrap's child has moved into the sandbox's root, its /tmp is this machine's, which holds many more
+    files than a workspace quota: counting it killed a command that made 50 files under a 50-file quota on a busy
+    machine ("/tmp went over 50 files")."""
+    import subprocess
+
+    for _ in range(60):  # this machine's /tmp holds files of its own: the count would not be 0
+        (Path("/tmp") / f"dah-test-{os.getpid()}-{_}").touch()
+    parent = subprocess.Popen(["/bin/bash", "-c", "sleep 30 & wait"])  # a child with this machine's root
+    try:
+        while not Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split():
+            time.sleep(0.01)
+        assert sandbox.sandbox_tmp_usage(parent.pid) is None
+    finally:
+        parent.kill()
+        parent.wait()
+        for _ in range(60):
+            (Path("/tmp") / f"dah-test-{os.getpid()}-{_}").unlink()
+
+
 @needs_bwrap
 async def test_a_command_going_over_the_quota_is_killed_while_it_runs(tmp_path: Path) -> None:
     e = _Env(tmp_path, max_workspace_mb=5, timeout_s=20)

@@ -202,10 +202,15 @@ def _limit_child(limits: Limits, uid: int | None, nproc: int, workdir: str | Non
         os.setuid(uid)
 
 
+_OWN_ROOT = (os.stat("/").st_dev, os.stat("/").st_ino)
+
+
 def sandbox_tmp_usage(bwrap_pid: int) -> tuple[int, int] | None:
     """(entries, bytes) in the /tmp of the sandbox that ``bwrap_pid`` runs, seen through its first process's
     root (``/proc/<pid>/root``); None if it is not there (yet). Its size is bounded by ``--size``, its number of
-    inodes (kernel memory, not counted by ``--size``) is not: a monitor counts it."""
+    inodes (kernel memory, not counted by ``--size``) is not: a monitor counts it. Until that process has moved
+    into the sandbox's root (a moment after it starts, longer on a busy machine), its root is this machine's, whose
+    /tmp is not the sandbox's: None then too."""
     try:
         with open(f"/proc/{bwrap_pid}/task/{bwrap_pid}/children") as f:
             children = [int(pid) for pid in f.read().split()]
@@ -219,6 +224,9 @@ def sandbox_tmp_usage(bwrap_pid: int) -> tuple[int, int] | None:
     if not children:
         return None
     try:
+        root = os.stat(f"/proc/{children[0]}/root")
+        if (root.st_dev, root.st_ino) == _OWN_ROOT:
+            return None
         st = os.statvfs(f"/proc/{children[0]}/root/tmp")
     except OSError:
         return None
