@@ -138,7 +138,9 @@ def test_ctrl_c_in_the_demo_stops_everything_it_started(tmp_path: Path) -> None:
                                 stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, text=True,
                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
-        wait_for(lambda: "you>" in out_path.read_text(), "the demo's prompt (you>)", proc=proc, log=out_path)
+        # its commands, printed as it starts reading lines (from a pipe it prompts nothing: no "you>" until a line)
+        wait_for(lambda: "quit              stop everything and exit" in out_path.read_text(),
+                 "the demo's list of commands", proc=proc, log=out_path)
         children = psutil.Process(proc.pid).children(recursive=True)
         assert children, "the demo should have started a temporal server"
         proc.send_signal(signal.SIGINT)
