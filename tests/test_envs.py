@@ -35,6 +35,7 @@ from agent.transcript import transcript
 from testbed.worker_process import reference_worker
 from agent.workflow import AgentWorkflow
 from tests.conftest import build_image_in_background
+from tests.events import HANG_S, wait_for_async
 from testbed.engines.temporal.cluster import run_prompt, start_prompt
 
 HAVE_BWRAP, WHY_NO_BWRAP = bwrap_available()
@@ -490,9 +491,10 @@ async def test_cancelled_run_cleans_up_its_environment(stack: Stack) -> None:
     cfg.tool.heartbeat_s = 1.0  # the running command learns of the cancellation through a heartbeat
     handle = await start_prompt(stack, cfg, "Run the slow command 30.", wid)
     envs = stack.settings.sandbox_root.parent / "envs"
-    deadline = time.monotonic() + 30
-    while not list(envs.glob(f"{wid}-*/gens/g000001")) and time.monotonic() < deadline:
-        await asyncio.sleep(0.1)  # the command is running
+    async def command_running() -> bool:
+        return bool(list(envs.glob(f"{wid}-*/gens/g000001")))
+
+    await wait_for_async(command_running, "the slow command's generation", every_s=0.1)
     await handle.cancel()
     with pytest.raises(Exception):
         await handle.result()
@@ -533,17 +535,23 @@ async def test_worker_sigkill_during_bash_then_the_run_completes_with_the_effect
     try:
         first.start()
         handle = await stack.client.start_workflow(AgentWorkflow.run, AgentInput(config=cfg, prompt="Run the slow "
-                                                   "command 2."), id=wid, task_queue=task_queue)
+                                                   "command 5."), id=wid, task_queue=task_queue)
         ledger = EffectLedger(tmp_path / "sandbox" / "ledger.sqlite3")
-        deadline = time.monotonic() + 60
-        while not [e for e in ledger.executions(wid) if e["tool"] == "bash"] and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0.5)  # inside the command: 'start' is appended, the 2 s sleep is running
-        envdir = next((tmp_path / "envs").glob(f"{wid}-*"))
-        assert (envdir / "gens" / "g000001" / "log.txt").read_text() == "start\n"
+        log = tmp_path / "envs" / "none"
+
+        async def started() -> bool:  # inside the command: 'start' is appended, the 5 s sleep is running
+            nonlocal log
+            if not [e for e in ledger.executions(wid) if e["tool"] == "bash"]:
+                return False
+            log = next((tmp_path / "envs").glob(f"{wid}-*")) / "gens" / "g000001" / "log.txt"
+            return log.exists() and log.read_text() != ""
+
+        await wait_for_async(started, "the command's first line ('start')", every_s=0.05)
+        envdir = log.parents[2]
+        assert log.read_text() == "start\n"
         first.kill()
         second.start()  # a new worker process picks the run up
-        result = await asyncio.wait_for(handle.result(), 90)
+        result = await asyncio.wait_for(handle.result(), HANG_S)
         assert result.reply.startswith("The command finished:")
         assert "start\ndone\n[exit code 0]" in result.reply  # one 'start': the killed attempt left nothing behind
         assert (envdir / "workspace" / "log.txt").read_text() == "start\ndone\n"
