@@ -136,6 +136,7 @@ def test_ctrl_c_in_the_demo_stops_everything_it_started(tmp_path: Path) -> None:
         # SIG_DFL: a test run started as a background job inherits SIGINT ignored, as would the demo.
         proc = subprocess.Popen([sys.executable, "-m", "testbed", "demo", "--state-dir", str(tmp_path)], cwd=ROOT,
                                 stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, text=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"},  # what it prints, as it prints it
                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         # its commands, printed as it starts reading lines (from a pipe it prompts nothing: no "you>" until a line)
