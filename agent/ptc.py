@@ -70,12 +70,15 @@ _CLOCK_EVERY = 64
 
 
 def _clock() -> float:
-    """``time.perf_counter()``, also inside Temporal's workflow sandbox, which refuses clocks to workflow code:
-    the compute-time backstop is the interpreter's one deliberate read of one (see ``PtcLimits``)."""
+    """``time.thread_time()``, also inside Temporal's workflow sandbox, which refuses clocks to workflow code:
+    the compute-time backstop is the interpreter's one deliberate read of one (see ``PtcLimits``). CPU time of this
+    thread, not wall time: on a busy machine (a shared CI runner) the interpreter waits for a CPU, and that wait is
+    no work of the program's. A program computes between two awaits in one thread (a workflow may resume on
+    another, so every slice is read on its own: ``resume_clock``)."""
     if _workflow is not None and _workflow.unsafe.in_sandbox():
         with _workflow.unsafe.sandbox_unrestricted():
-            return time.perf_counter()
-    return time.perf_counter()
+            return time.thread_time()
+    return time.thread_time()
 
 
 # --------------------------------------------------------------------------- errors
@@ -134,7 +137,8 @@ class PtcLimits:
     max_collection_size: int = 10_000  # elements of any list/tuple/dict/set built
     max_string_chars: int = 1_000_000  # length of any string the program builds
     max_tool_argument_chars: int = 1_000_000  # JSON text of one tool call's arguments
-    # A backstop, not a budget: seconds of interpreter compute time (time awaiting tools is not counted).
+    # A backstop, not a budget: CPU seconds of interpreter compute (time awaiting tools, or waiting for a CPU on
+    # a busy machine, is not counted).
     # The budgets above end any program long before it; this ends a program that a gap in them would let
     # run on and stall the worker. Being a clock, it is the one limit that is not deterministic.
     max_compute_seconds: float = 1.5

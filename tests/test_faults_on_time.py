@@ -81,7 +81,7 @@ async def test_overlapping_faults_start_on_time_and_overlap(tmp_path: Path) -> N
     assert all(abs(r["started_s"] - r["at_s"]) < 0.1 for r in rows), rows
     assert rows[1]["started_s"] < rows[0]["ended_s"]  # the second began while the first still ran
     # The phase ended on its events (the long fault's end, 1.2 s), not at the scenario's 30 s.
-    assert phases["heal"] - phases["faults"] < 3.0, phases
+    assert phases["heal"] - phases["faults"] < 15, phases  # half the 30 s: room for a busy machine
 
 
 async def test_an_error_is_put_down_to_the_fault_that_raised_it_while_another_overlaps(tmp_path: Path) -> None:
@@ -124,7 +124,7 @@ async def test_an_event_ended_phase_waits_for_a_killed_worker_to_be_back(tmp_pat
     cluster.workers = [worker]
     scenario = ChaosScenario("kill", "", (E(0.0, "kill", {"down_s": 0.6}),), warmup_s=0.0, fault_s=30.0)
     _, phases, _ = await _phase(scenario, {"kill": kill}, tmp_path, cluster)
-    assert 0.65 <= phases["heal"] - phases["faults"] < 3.0, phases
+    assert 0.65 <= phases["heal"] - phases["faults"] < 15, phases  # its restart, not the scenario's 30 s
 
 
 def test_which_scenarios_end_on_their_events() -> None:

@@ -247,7 +247,7 @@ def test_bad_paths_are_validation_errors(ctx: ToolContext, name: str, path: str)
     exc = call(name, ctx, path=path, **args)
     assert isinstance(exc, ToolValidationError), exc
     assert_no_host_path(exc, ctx)
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < 30  # refused up front; the bound only catches a hang, not a busy machine
     assert "\ud800" not in str(exc) and "\udcff" not in str(exc)  # escaped: the message is encodable text
     str(exc).encode("utf-8")
     assert sorted(os.listdir(ctx.workspace)) == ["a.txt"] and (ctx.workspace / "a.txt").read_text() == "x"
@@ -288,7 +288,7 @@ def test_a_fifo_is_refused_without_blocking(ctx: ToolContext) -> None:
             continue
         exc = call(name, ctx, path="pipe", **args)
         assert isinstance(exc, ToolValidationError) and "not a regular file" in str(exc), exc
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < 30  # opening the FIFO would block for ever: there is no writer
     assert stat.S_ISREG(os.lstat(ctx.workspace / "pipe").st_mode)
 
 

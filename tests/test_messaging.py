@@ -14,6 +14,7 @@ from agent.worker import build_worker
 from agent.workflow import AgentWorkflow
 from testbed.stack import Stack
 from testbed.engines.temporal.cluster import start_conversation
+from tests.events import HANG_S, wait_for_async
 
 
 async def test_a_message_sent_before_any_worker_polls_is_answered_once(stack: Stack) -> None:
@@ -21,11 +22,14 @@ async def test_a_message_sent_before_any_worker_polls_is_answered_once(stack: St
     handle = await stack.client.start_workflow(AgentWorkflow.run, AgentInput(config=AgentConfig(model="scripted")),
                                                id=f"late-{uuid.uuid4().hex[:8]}", task_queue=queue)
     retries: list[int] = []
-    sending = asyncio.create_task(send_message(handle, "What is 6 * 7?", "m-1", deadline_s=60, try_timeout_s=1.0,
-                                               on_retry=lambda n, _err: retries.append(n)))
-    await asyncio.sleep(3.0)
+    sending = asyncio.create_task(send_message(handle, "What is 6 * 7?", "m-1", deadline_s=HANG_S,
+                                               try_timeout_s=1.0, on_retry=lambda n, _err: retries.append(n)))
+
+    async def re_sent() -> bool:
+        return bool(retries)
+
+    await wait_for_async(re_sent, "the unanswered update's re-send")
     assert not sending.done(), "nothing can answer yet: no worker polls this task queue"
-    assert retries, "the unanswered update was re-sent"
     async with build_worker(stack.client, dataclasses.replace(stack.settings, task_queue=queue), stack.ledger):
         got = await sending
         assert got.attempts >= 2 and got.reply.text == "6 * 7 = 42"
@@ -36,10 +40,10 @@ async def test_a_message_sent_before_any_worker_polls_is_answered_once(stack: St
 
 
 async def test_a_try_that_ran_out_of_time_is_re_sent_at_once_when_asked(stack: Stack, monkeypatch) -> None:
-    # No worker polls: every try runs out of time. The pause after a try is made 30 s long here, so the client
-    # that pauses re-sends once in the window (then waits) and the one told not to re-sends try after try: counts of
-    # re-sends, not a measured gap, tell them apart.
-    monkeypatch.setattr(messaging, "RETRY_PAUSE_S", (30.0, 30.0))
+    # No worker polls: every try runs out of time. The pause after a try is made 600 s long here, so the client
+    # that pauses re-sends once (then waits) and the one told not to re-sends try after try: counts of re-sends,
+    # not a measured gap, tell them apart.
+    monkeypatch.setattr(messaging, "RETRY_PAUSE_S", (600.0, 600.0))
     queue = f"idle-{uuid.uuid4().hex[:8]}"
     resent: dict[bool, list[int]] = {True: [], False: []}
     sends = []
@@ -47,13 +51,17 @@ async def test_a_try_that_ran_out_of_time_is_re_sent_at_once_when_asked(stack: S
         handle = await stack.client.start_workflow(AgentWorkflow.run, AgentInput(config=AgentConfig(model="scripted")),
                                                    id=f"idle-{uuid.uuid4().hex[:8]}", task_queue=queue)
         sends.append(asyncio.create_task(messaging.send_message(
-            handle, "What is 6 * 7?", "m-1", deadline_s=60, try_timeout_s=1.0, pause_after_timeout=pause,
+            handle, "What is 6 * 7?", "m-1", deadline_s=600, try_timeout_s=1.0, pause_after_timeout=pause,
             on_retry=lambda n, _err, pause=pause: resent[pause].append(n))))
-    await asyncio.sleep(8.0)  # a try lasts 1-3 s: at least two tries end in the window
+
+    async def both_re_sent() -> bool:  # a try lasts 1-3 s on an idle machine
+        return bool(resent[True]) and len(resent[False]) >= 2
+
+    await wait_for_async(both_re_sent, "a re-send by the pausing client and two by the other")
     assert not any(s.done() for s in sends)
     for s in sends:
         s.cancel()
-    assert resent[True] == [2], resent  # one re-send, then the 30 s pause
+    assert resent[True] == [2], resent  # one re-send, then the 600 s pause
     assert len(resent[False]) >= 2, resent  # the next try at once, each time
 
 
@@ -61,12 +69,10 @@ async def test_a_re_send_after_continue_as_new_gets_the_earlier_reply(stack: Sta
     cfg = AgentConfig(model="scripted", max_history_events=10)  # continue-as-new after every turn
     handle = await start_conversation(stack, cfg)
     first = await send_message(handle, "What is 6 * 7?", "m-1")
-    for _ in range(100):  # until the next run has started
-        desc = await handle.describe()
-        if desc.run_id != handle.result_run_id:
-            break
-        await asyncio.sleep(0.05)
-    assert desc.run_id != handle.result_run_id, "the conversation continued as new"
+    async def continued_as_new() -> bool:
+        return (await handle.describe()).run_id != handle.result_run_id
+
+    await wait_for_async(continued_as_new, "the conversation's next run (continue-as-new)")
     again = await send_message(handle, "What is 6 * 7?", "m-1")
     assert (again.reply.turn, again.reply.text) == (first.reply.turn, first.reply.text)
     await handle.signal(AgentWorkflow.end_chat)

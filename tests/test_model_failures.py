@@ -17,7 +17,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -31,6 +30,7 @@ from agent import llm  # noqa: E402
 from agent.contracts import AgentConfig  # noqa: E402
 from agent.errors import ModelConfigurationError  # noqa: E402
 from testbed.engines.temporal.cluster import run_prompt  # noqa: E402
+from tests.events import HANG_S  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SSL_REPR = "<ssl.SSLContext object at 0x7f12345>"
@@ -187,11 +187,9 @@ def test_dah_run_against_an_unreachable_api_says_why_and_stops_after_max_attempt
     """``dah run`` with a live model whose API is a closed local port, limited attempts: the retry is announced
     once, the run ends in one line that names the cause and --max-attempts, and there is no traceback."""
     env = {**os.environ, "OPENAI_API_KEY": FAKE_KEY, "OPENAI_BASE_URL": f"http://127.0.0.1:{closed_port()}/v1"}
-    started = time.monotonic()
     out = subprocess.run([sys.executable, "-m", "testbed", "run", "hi", "--model", MODEL, "--max-attempts", "2",
                           "--retry-initial", "1.5", "--state-dir", str(tmp_path)],
-                         capture_output=True, text=True, timeout=90, cwd=ROOT, env=env)
-    took = time.monotonic() - started
+                         capture_output=True, text=True, timeout=HANG_S, cwd=ROOT, env=env)
     text = out.stdout + out.stderr
     assert out.returncode == 1, text
     assert "Traceback" not in text and "0x" not in text and FAKE_KEY not in text, text
@@ -203,7 +201,6 @@ def test_dah_run_against_an_unreachable_api_says_why_and_stops_after_max_attempt
     assert "cannot reach the openai API at 127.0.0.1" in final[0] and "connection refused" in final[0], text
     assert "gave up after 2 attempts (--max-attempts 2)" in final[0], text
     assert len(lines) <= 4, text  # workflow id, the retry, the end (no log lines, no failure chain)
-    assert took < 60, took
 
 
 @contextmanager
@@ -249,7 +246,7 @@ async def test_a_rejected_key_fails_the_run_at_once_naming_the_variable(stack, m
         cfg = AgentConfig(model=MODEL)
         cfg.planning.initial_interval_s = 0.1
         with pytest.raises(WorkflowFailureError) as info:
-            await asyncio.wait_for(run_prompt(stack, cfg, "hi"), timeout=30)
+            await asyncio.wait_for(run_prompt(stack, cfg, "hi"), timeout=HANG_S)
     assert calls == ["/v1/chat/completions"]  # not retried
     line = failure_line(info.value)
     assert "the openai API rejected the API key" in line and "set OPENAI_API_KEY" in line, line

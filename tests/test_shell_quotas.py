@@ -8,7 +8,6 @@ import errno
 import json
 import os
 import stat
-import time
 from pathlib import Path
 
 import pytest
@@ -117,11 +116,9 @@ def test_the_tmp_of_a_sandbox_not_entered_yet_is_not_this_machines() -> None:
 
 @needs_bwrap
 async def test_a_command_going_over_the_quota_is_killed_while_it_runs(tmp_path: Path) -> None:
-    e = _Env(tmp_path, max_workspace_mb=5, timeout_s=20)
+    e = _Env(tmp_path, max_workspace_mb=5, timeout_s=600)  # a time limit no busy machine reaches: the quota kills
     await e.env.build()
-    started = time.monotonic()
-    out = await e.bash("for i in $(seq 10); do head -c 1M /dev/zero > f$i; done; echo written; sleep 30")
-    assert time.monotonic() - started < 5, out
+    out = await e.bash("for i in $(seq 10); do head -c 1M /dev/zero > f$i; done; echo written; sleep 600")
     assert "written" in out and "s: the workspace went over its quota (more than 5 MiB)]" in out, out
     assert "the command's changes were discarded" in out and e.files() == []
 
@@ -149,16 +146,15 @@ async def test_a_workspace_already_over_its_quota_is_not_copied(tmp_path: Path) 
 
 @needs_bwrap
 async def test_tmp_is_bounded_in_size_and_files_and_dev_is_read_only(tmp_path: Path) -> None:
-    e = _Env(tmp_path, tmp_mb=4, max_workspace_files=200)
+    e = _Env(tmp_path, tmp_mb=4, max_workspace_files=200, timeout_s=600)  # the file count kills, not the clock
     await e.env.build()
     out = await e.bash("head -c 8M /dev/zero > /tmp/big; echo rc=$?; du -k /tmp/big | cut -f1; "
                        "touch /dev/shm/x /dev/x")
     assert "No space left on device" in out and "rc=1" in out, out
     assert 0 < int(out.split("rc=1\n")[1].split("\n")[0]) <= 4096, out  # what fitted: at most 4 MiB
     assert "touch: cannot touch '/dev/shm/x'" in out and "touch: cannot touch '/dev/x'" in out, out
-    started = time.monotonic()
-    out = await e.bash("cd /tmp && seq 100000 | xargs touch; sleep 30")
-    assert "/tmp went over 200 files" in out and time.monotonic() - started < 5, out
+    out = await e.bash("cd /tmp && seq 100000 | xargs touch; sleep 600")
+    assert "/tmp went over 200 files" in out, out  # stopped by the monitor, not by the end of the sleep
 
 
 @needs_bwrap

@@ -26,6 +26,7 @@ from testbed.stack import Stack
 from testbed.walkthroughs import run_walkthrough
 from agent.workflow import AgentWorkflow
 from testbed.engines.temporal.cluster import start_conversation, start_prompt
+from tests.events import HANG_S, wait_for_async
 
 ORCHESTRATION = ["ptc", "spawn", "spawn_failure", "spawn_detached", "spawn_limits", "ptc_retry",
                  "ptc_validation", "ptc_parallel_fail", "ptc_hostile"]
@@ -108,16 +109,12 @@ def _cancel_config() -> AgentConfig:
     return cfg
 
 
-async def _wait_for_slow_tasks(stack: Stack, workflow_ids: list[str], count: int, timeout: float = 30.0
-                               ) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        running = [e for wid in workflow_ids for e in stack.ledger.executions(wid)
-                   if e["tool"] == "slow_task" and e["finished_at"] is None]
-        if len(running) >= count:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{count} slow_task(s) never started in {workflow_ids}")
+async def _wait_for_slow_tasks(stack: Stack, workflow_ids: list[str], count: int) -> None:
+    async def running() -> bool:
+        return len([e for wid in workflow_ids for e in stack.ledger.executions(wid)
+                    if e["tool"] == "slow_task" and e["finished_at"] is None]) >= count
+
+    await wait_for_async(running, f"the start of {count} slow_task(s) in {workflow_ids}", every_s=0.1)
 
 
 @pytest.mark.parametrize("where", ["direct", "child", "ptc", "conversation"])
@@ -136,7 +133,7 @@ async def test_cancelling_the_parent_stops_its_work_without_another_model_turn(s
     started = time.monotonic()
     await handle.cancel()
     with pytest.raises(WorkflowFailureError) as failure:
-        await asyncio.wait_for(handle.result(), 30)
+        await asyncio.wait_for(handle.result(), HANG_S)
     took = time.monotonic() - started
     assert isinstance(failure.value.cause, CancelledError)
     if update is not None:
@@ -158,4 +155,4 @@ async def test_cancelling_the_parent_stops_its_work_without_another_model_turn(s
     # Each activity stopped its work when told (the ledger saw it end as cancelled), well before it would finish.
     executions = [e for wid in slow_in for e in stack.ledger.executions(wid) if e["tool"] == "slow_task"]
     assert [e["outcome"] for e in executions] == ["cancelled"] * len(slow)
-    assert took < 20, f"cancellation took {took:.1f} s"
+    assert took < 60, f"cancellation took {took:.1f} s"  # at a heartbeat (2 s), not at the tasks' end (120 s)
