@@ -116,6 +116,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     and keeps one worker busy after the others are done (pytest-xdist hands out the Docker group first: it is the
     largest)."""
     for item in items:
-        if "docker_engine" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("xdist_group"):
+        if item.get_closest_marker("xdist_group"):
+            continue
+        if "docker_engine" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group(DOCKER_GROUP))
+        elif _shares_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def _shares_a_module_fixture(item: pytest.Item) -> bool:
+    """Whether ``item`` uses a fixture of its own module's that lives as long as the module (a chaos run its tests
+    read, say): its tests then run on one worker, which makes it once, not once per worker they were spread over."""
+    info = getattr(item, "_fixtureinfo", None)
+    module = getattr(item, "module", None)
+    if info is None or module is None:
+        return False
+    return any(d.scope in ("module", "class") and getattr(d.func, "__module__", None) == module.__name__
+               for defs in info.name2fixturedefs.values() for d in defs)

@@ -19,6 +19,7 @@ from agent.envs.registry import get_env, parse_env_config
 from agent.errors import ToolExecutionError, ToolRetryableError, ToolValidationError
 from agent.tools import ToolContext, run_tool
 from harness.recording import EffectLedger, ExecutionIdentity
+from tests.events import wait_for
 
 HAVE_BWRAP, WHY_NO_BWRAP = sandbox.bwrap_available()
 needs_bwrap = pytest.mark.skipif(not HAVE_BWRAP, reason=f"no bubblewrap isolation here: {WHY_NO_BWRAP}")
@@ -104,8 +105,8 @@ def test_the_tmp_of_a_sandbox_not_entered_yet_is_not_this_machines() -> None:
         (Path("/tmp") / f"dah-test-{os.getpid()}-{_}").touch()
     parent = subprocess.Popen(["/bin/bash", "-c", "sleep 30 & wait"])  # a child with this machine's root
     try:
-        while not Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split():
-            time.sleep(0.01)
+        wait_for(lambda: Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split(),
+                 "the sleep child of bash", proc=parent)
         assert sandbox.sandbox_tmp_usage(parent.pid) is None
     finally:
         parent.kill()

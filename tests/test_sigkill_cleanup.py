@@ -410,14 +410,19 @@ def test_a_browser_container_outlives_its_worker_but_not_its_harness(out_dir: Pa
     engine = ensure_engine()
     try:
         record, _ = _browser_survives_its_worker_not_its_harness(out_dir, {"name": "browser_docker", "image": image})
+        from docker import errors as docker_errors
+
         client = connect(timeout_s=10.0)
         try:
             deadline = time.monotonic() + GONE_WITHIN_S
-            while (kept := client.containers.list(all=True, filters={"id": record["container"]})) \
+            # The low-level list: the high-level one inspects each container it lists, and the one being removed
+            # as it lists is gone by then (404)
+            while (kept := client.api.containers(all=True, filters={"id": record["container"]})) \
                     and time.monotonic() < deadline:
                 time.sleep(0.2)
             for container in kept:  # a failing test leaks nothing
-                container.remove(force=True)
+                with contextlib.suppress(docker_errors.NotFound):
+                    client.api.remove_container(container["Id"], force=True)
             assert not kept, f"the browser container outlived the SIGKILLed harness by {GONE_WITHIN_S:g} s"
         finally:
             client.close()
