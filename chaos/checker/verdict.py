@@ -35,7 +35,6 @@ from chaos.fault_timeline import fault_timeline
 from chaos.diagnosis import diagnose
 from chaos.lint import lint
 from chaos.recovery import decompose, fault_paths, recovery, recovery_parts
-from harness import operations
 from harness.engines import HOME, canonical, own_checks
 from harness.model_record import TOKEN
 from harness.operations import INFO, Op
@@ -112,14 +111,16 @@ def worth_showing(c: CheckResult) -> bool:
 # ---------------------------------------------------------------------------------------------- the checks
 
 
-def run_checkers(run_dir: Path, only: list[str] | None = None,
+def run_checkers(run_dir: Path | RunData, only: list[str] | None = None,
                  replay_target: ReplayTarget | str | None = None,
                  timings: dict[str, float] | None = None) -> list[CheckResult]:
-    """The checks ``only`` names (default: all) on the saved run; ``replay_target``: what ``replay`` may run
+    """The checks ``only`` names (default: all) on the saved run (its directory, or its ``RunData`` already read:
+    its histories are parsed once for every check and measurement); ``replay_target``: what ``replay`` may run
     (``chaos.replay_target.replay_target``; None: nothing, and replay is unknown). A check that cannot finish is
     ``unknown``, with why: a crashed checker knows nothing, so it never reads as a pass. ``timings``: filled with
     each check's wall seconds (what the scale benchmark reads; it changes no verdict)."""
-    data = RunData(run_dir, replay_target)
+    data = run_dir if isinstance(run_dir, RunData) else RunData(run_dir)
+    data.replay_target = replay_target
     results = []
     for name, checker in CHECKERS.items():
         if only and name not in only:
@@ -249,12 +250,12 @@ def check(path: Path, replay_with: ReplayWith = lambda declared: None) -> tuple[
     started = time.perf_counter()
     run_dir = RunDir(path)
     record = run_dir.read_run()
-    ops = operations.load(run_dir.operations)
+    data = RunData(path)  # what the checks and the measurements read: each file read, and parsed, once
+    ops = data.ops
     chosen = plan(record, ops)
-    data = RunData(path)  # what the measurements below read (its histories parsed once, for all of them)
     replay = replay_with(data.target) if "replay" in chosen.run else None
     timings: dict[str, float] = {}
-    checks = run_checkers(path, chosen.run, replay, timings)
+    checks = run_checkers(data, chosen.run, replay, timings)
     measured: dict[str, float] = {}
     checks += [CheckResult(c, UNKNOWN, "not checked: the target's 'checkers' leaves it out, so this property is "
                                        "unverified") for c in chosen.opted_out]
