@@ -40,7 +40,7 @@ sections:
   scale       the harness's own cost at production shape: kill_mid_turn at --scale-conversations (10,30,100) x
               --scale-messages (20), and a continue-as-new size (2 conversations x --scale-chain messages, 220):
               wall time, the harness's CPU per message, peak RSS, time per check, replay per history, run directory
-              size, report build time, and how each grows; run only when asked: --only scale (~15 min)
+              size, report build time, and how each grows; run only when asked: --only scale (20-40 min)
 
 profiles: the default takes under 10 minutes on 2 cores; --quick (for CI) under 1 minute, skips recovery,
 and proves the pipeline works, not the numbers.

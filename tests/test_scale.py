@@ -33,12 +33,12 @@ def test_the_harness_process_tree_is_split_into_harness_engine_and_agent() -> No
     assert classify([]) == HARNESS
 
 
-def test_scale_is_opt_in_and_its_sizes_end_with_the_continue_as_new_one() -> None:
+def test_scale_is_opt_in_and_its_sizes_begin_with_the_continue_as_new_one() -> None:
     assert "scale" in OPT_IN and "scale" not in Options().sections()
     assert Options(only=("scale",)).sections() == ["scale"]
     got = sizes((100, 10, 30), 20, 220)
     assert [(s.conversations, s.messages, s.max_history_events) for s in got] == [
-        (10, 20, 0), (30, 20, 0), (100, 20, 0), (2, 220, 1000)]
+        (2, 220, 1000), (10, 20, 0), (30, 20, 0), (100, 20, 0)]
     assert [s.label for s in sizes((2,), 3, 0)] == ["c2xm3"]
 
 
