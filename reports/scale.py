@@ -118,18 +118,20 @@ def plot(data: dict[str, Any], out: Path) -> Figure | None:
     for ax, (key, label, fit_key, unit) in zip(flat, PANELS):
         y = np.array([p.get(key) if p.get(key) is not None else math.nan for p in points], dtype=float) * unit
         ax.plot(x[~chain], y[~chain], "o", color=style.PALETTE[0], ms=4, label="kill_mid_turn")
-        ax.plot(x[chain], y[chain], "o", mfc="none", color=style.PALETTE[1], ms=4, label="continue-as-new")
+        if chain.any():
+            ax.plot(x[chain], y[chain], "o", mfc="none", color=style.PALETTE[1], ms=4, label="continue-as-new")
         f = (data.get("fits") or {}).get(fit_key) or {}
+        top = np.nanmax(y) if np.isfinite(y).any() else 1.0
         if f.get("slope") is not None:
             xs = np.linspace(0, x.max() * 1.05, 50)
-            ax.plot(xs, (f["intercept"] + f["slope"] * xs) * unit, "-", color=style.MARK_COLOUR, lw=0.8,
-                    label="least squares")
+            line = (f["intercept"] + f["slope"] * xs) * unit
+            ax.plot(xs, line, "-", color=style.MARK_COLOUR, lw=0.8, label="least squares")
+            top = max(top, float(line.max()))
             ax.text(0.03, 0.97, f"R² {f['r2']:.2f}, exponent {_exp(f)}",
                     transform=ax.transAxes, va="top", fontsize=style.SMALL_PT)
         ax.set_ylabel(label)
         ax.set_xlim(left=0)
-        ax.set_ylim(bottom=0)
-        ax.margins(y=0.25)
+        ax.set_ylim(0, top * 1.35 or 1.0)  # room above the data for the fit's line of text
         ax.grid()
     for ax in flat[4:]:
         ax.set_xlabel("messages sent")
