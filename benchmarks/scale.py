@@ -161,9 +161,11 @@ class TreeSampler:
                     rss = p.memory_info().rss / 2**20
                     entry = self.procs.get(key)
                     if entry is None:
+                        entry = self.procs[key] = {"kind": HARNESS, "cmd": "", "rss_mib": 0.0,
+                                                   "base_cpu_s": cpu if self._first else 0.0}
+                    if entry["kind"] == HARNESS:  # seen between fork and exec, a server has its parent's command
                         cmd = p.cmdline()
-                        entry = self.procs[key] = {"kind": classify(cmd), "cmd": " ".join(cmd)[:120],
-                                                   "base_cpu_s": cpu if self._first else 0.0, "rss_mib": 0.0}
+                        entry.update(kind=classify(cmd), cmd=" ".join(cmd)[:120])
                     entry["cpu_s"] = cpu - entry["base_cpu_s"]
                     entry["rss_mib"] = max(entry["rss_mib"], rss)
             except psutil.Error:  # gone between the listing and the read
