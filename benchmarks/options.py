@@ -16,10 +16,12 @@ from testbed.engines.temporal.connection import TemporalConnection
 from testbed.model_server import ScriptedModelServer
 
 #: every section, in the order a run measures them
-SECTION_NAMES = ("table2", "tuning", "overhead", "length", "throughput", "recovery", "micro", "checkpoint", "engines")
+SECTION_NAMES = ("table2", "tuning", "overhead", "length", "throughput", "recovery", "micro", "checkpoint", "engines",
+                 "scale")
 QUICK_SKIPS = ("recovery",)
-#: sections a run measures only when asked (--only): the engines section starts PostgreSQL and Restate servers
-OPT_IN = ("engines",)  # a worker kill costs the heartbeat and sticky timeouts: not within a minute
+#: sections a run measures only when asked (--only): the engines section starts PostgreSQL and Restate servers; the
+#: scale section runs chaos runs of up to 100 conversations (minutes each)
+OPT_IN = ("engines", "scale")  # a worker kill costs the heartbeat and sticky timeouts: not within a minute
 #: what runs with --durability checkpoint (the others measure Temporal itself: its server, workers and histories)
 CHECKPOINT_SECTIONS = ("table2", "checkpoint", "micro")
 #: a run's folder under the runs root (--out): runs/bench/<stamp>/
@@ -51,6 +53,9 @@ class Options:
     concurrency: tuple[int, ...] = (1, 2, 4, 8)
     throughput_turns: int = 10
     heartbeats: tuple[float, ...] = (2.0, 5.0, 10.0)
+    scale_conversations: tuple[int, ...] = (10, 30, 100)  # the scale section's kill_mid_turn sizes
+    scale_messages: int = 20  # messages each conversation sends at least, at every scale size
+    scale_chain: int = 220  # messages of each conversation of the continue-as-new size (0: none)
     recovery_tool_s: float = 4.0
     kill_after_s: float = 1.0
     seed: int = 0
@@ -62,7 +67,8 @@ class Options:
     def quick_profile(cls, **overrides: Any) -> Options:
         base = dict(quick=True, turns=5, warmup=2, model_latency="fixed:20", tuning_turns=3, tuning_concurrency=2,
                     engines_turns=3, length_turns=20, can_every_events=40, worker_counts=(1,), concurrency=(1, 4), throughput_turns=3,
-                    heartbeats=(1.0,), recovery_tool_s=1.0, kill_after_s=0.3)
+                    heartbeats=(1.0,), recovery_tool_s=1.0, kill_after_s=0.3, scale_conversations=(2, 4),
+                    scale_messages=3, scale_chain=0)
         return cls(**{**base, **overrides})
 
     @property

@@ -21,7 +21,7 @@ from typing import Any
 
 from agent import llm
 from testbed.engines.checkpoint.steps import configure_worker
-from benchmarks import checkpoint_bench, engines_bench, overhead, sections
+from benchmarks import checkpoint_bench, engines_bench, overhead, scale, sections
 from benchmarks.options import BENCH_FOLDER, SECTION_NAMES, Bench, Options
 from harness.engines import HOME
 from harness.rundir import RunDir, command_line, machine_info
@@ -41,9 +41,10 @@ SECTIONS: dict[str, Callable[..., Any]] = {
     "micro": sections.micro,
     "checkpoint": checkpoint_bench.checkpoint,
     "engines": engines_bench.engines,
+    "scale": scale.scale,
 }
 SECTION_FILES = {"length": "length.json", "throughput": "throughput.json", "recovery": "recovery.json",
-                 "checkpoint": "checkpoint_backend.json", "engines": "engines.json"}
+                 "checkpoint": "checkpoint_backend.json", "engines": "engines.json", "scale": "scale.json"}
 
 
 def reproduce_command(options: Options) -> str:
@@ -52,7 +53,11 @@ def reproduce_command(options: Options) -> str:
         "--quick": options.quick, "--only": ",".join(options.only) or None, "--turns": options.turns,
         "--workloads": ",".join(options.workloads), "--engines": ",".join(options.engines),
         "--engines-turns": options.engines_turns, "--overhead-rounds": options.overhead_rounds,
-        "--overhead-load": options.overhead_load, "--model": options.model, "--model-latency": options.model_latency,
+        "--overhead-load": options.overhead_load,
+        **({"--scale-conversations": ",".join(map(str, options.scale_conversations)),
+            "--scale-messages": options.scale_messages, "--scale-chain": options.scale_chain}
+           if "scale" in options.sections() else {}),
+        "--model": options.model, "--model-latency": options.model_latency,
         "--durability": options.durability, "--seed": options.seed, "--out": str(options.out),
         # an external cluster's address and namespace; its TLS and API key come from the environment or a profile
         "--address": options.connection.address if options.external else None,

@@ -37,6 +37,10 @@ sections:
   engines     the same agent on every engine side by side: plain, checkpoint, Temporal, DBOS (SQLite and PostgreSQL),
               Restate; Table 2 per engine and a no-op step's cost against the fsync floor (--engines picks some);
               run only when asked: --only engines
+  scale       the harness's own cost at production shape: kill_mid_turn at --scale-conversations (10,30,100) x
+              --scale-messages (20), and a continue-as-new size (2 conversations x --scale-chain messages, 220):
+              wall time, the harness's CPU per message, peak RSS, time per check, replay per history, run directory
+              size, report build time, and how each grows; run only when asked: --only scale (20-40 min)
 
 profiles: the default takes under 10 minutes on 2 cores; --quick (for CI) under 1 minute, skips recovery,
 and proves the pipeline works, not the numbers.
@@ -60,6 +64,25 @@ def _load(text: str) -> int:
     value = whole(text)
     if not 0 <= value <= 64:
         raise argparse.ArgumentTypeError(f"{value}: CPU-bound processes are 0 to 64")
+    return value
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    """``--scale-conversations``: a comma-separated list of conversation counts, each 1 to 1000."""
+    try:
+        sizes = tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError:
+        sizes = ()
+    if not sizes or not all(1 <= n <= 1000 for n in sizes):
+        raise argparse.ArgumentTypeError(f"{text!r}: conversation counts are whole numbers from 1 to 1000, "
+                                         "comma-separated, e.g. 10,30,100")
+    return sizes
+
+
+def _chain(text: str) -> int:
+    value = whole(text)
+    if not 0 <= value <= 10_000:
+        raise argparse.ArgumentTypeError(f"{value}: the continue-as-new size's messages are 0 (none) to 10000")
     return value
 
 
@@ -103,6 +126,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"the engines section's engines, comma-separated (default all: {','.join(Options.engines)})")
     p.add_argument("--engines-turns", type=positive, metavar="N",
                    help="measured turns per series of the engines section (default 20; quick 3)")
+    p.add_argument("--scale-conversations", type=_sizes, metavar="N,N,...",
+                   help="the scale section's sizes: conversations at once in each kill_mid_turn run (default 10,30,100; "
+                        "quick 2,4)")
+    p.add_argument("--scale-messages", type=positive, metavar="M",
+                   help="messages each conversation sends at least, at every scale size (default 20; quick 3)")
+    p.add_argument("--scale-chain", type=_chain, metavar="M",
+                   help="the scale section's continue-as-new size: 2 conversations of M messages each, continuing as "
+                        "new every 1000 events (default 220: a chain of over 5,000 events each; 0: none; quick 0)")
     p.add_argument("--model", default="scripted",
                    help="model for the 'model' mode: 'scripted' (default: the scripted server with --model-latency) "
                         "or a LiteLLM model such as openai/gpt-4o-mini (needs its API key in the environment)")
@@ -138,7 +169,9 @@ def main(argv: list[str] | None = None, private_network: bool = False) -> int:
                                    "model_latency": args.model_latency, "seed": args.seed, "out": out,
                                    "only": args.only, "durability": args.durability, "engines": args.engines,
                                    "engines_turns": args.engines_turns, "overhead_rounds": args.overhead_rounds,
-                                   "overhead_load": args.overhead_load}.items() if v is not None}
+                                   "overhead_load": args.overhead_load, "scale_conversations": args.scale_conversations,
+                                   "scale_messages": args.scale_messages, "scale_chain": args.scale_chain}.items()
+                 if v is not None}
     if overrides["durability"] == "checkpoint":
         bad = [s for s in args.only if s not in CHECKPOINT_SECTIONS]
         if bad:

@@ -38,6 +38,7 @@ from harness import run_files
 from harness.durable_files import write_atomic
 from harness.private import own_folder, own_subfolder
 from reports import figures as figs
+from reports import scale as rscale
 from reports import tables as tab
 from reports import verdicts
 from reports.document import Doc
@@ -349,6 +350,16 @@ class Builder:
         self.emit_figure(doc, figs.plot_engines(data, self.fig_dir))
         if data["unavailable"]:
             doc.bullets([f"**{name}** not measured: {why}" for name, why in data["unavailable"].items()])
+
+    def scale(self, doc: Doc) -> None:
+        """The scale section: the harness's own cost per size, each check's time, the fits and the figure."""
+        data = self.bench_data(doc, "scale", "scale")
+        if data is None:
+            return
+        for table in (rscale.table(data), rscale.checks_table(data), rscale.fits_table(data)):
+            self.emit_table(doc, table)
+        doc.bullets(rscale.acceptance_lines(data))
+        self.emit_figure(doc, rscale.plot(data, self.fig_dir))
 
     def resources(self, doc: Doc) -> None:
         """CPU and memory per benchmark section: each section's samples from the newest complete run that
@@ -673,6 +684,7 @@ class Builder:
             ("Checkpoint engine against Temporal", lambda d: self.points(d, "checkpoint_backend", tab.checkpoint,
                                                                            figs.plot_checkpoint, "checkpoint")),
             ("Engines side by side", self.engines),
+            ("The harness at production shape", self.scale),
         ]
         steps = [
             ("Table 1: fault scenarios", self.table1),

@@ -74,6 +74,7 @@ BENCH_FILES: dict[str, tuple[str, ...]] = {
     "micro": ("micro",),
     "checkpoint_backend": ("checkpoint",),
     "engines": ("engines",),
+    "scale": ("scale",),
 }
 NOT_CHAOS = {"bench", "migration_fuzz"}
 #: ``python -m chaos soak``'s own run directories: <runs>/soak-<scenario>/<stamp>/soak.json
@@ -93,7 +94,7 @@ class Malformed(Unusable):
 
 #: the report's bench sections, in report order, and the file stem holding each one's data
 BENCH_SECTIONS = ["table2", "tuning", "overhead", "breakdown", "length", "throughput", "recovery", "resources", "micro",
-                  "checkpoint", "engines"]
+                  "checkpoint", "engines", "scale"]
 SECTION_FILE = {sec: stem for stem, secs in BENCH_FILES.items() for sec in secs}
 
 
@@ -366,6 +367,12 @@ def _points(doc: Any, numeric: tuple[str, ...]) -> list[dict[str, Any]]:
     return [{**p, **{k: _num(p.get(k)) for k in numeric}} for p in doc["points"] if isinstance(p, dict)]
 
 
+#: the numbers of a scale point (``benchmarks/scale.py``) the report reads
+SCALE_NUMBERS = ("conversations", "messages_per_conversation", "max_history_events", "messages", "events", "runs",
+                 "longest_chain_events", "wall_s", "harness_cpu_s", "harness_cpu_ms_per_message", "peak_rss_mib",
+                 "report_rss_mib", "check_s", "replay_s", "replay_ms_per_history", "run_dir_bytes", "report_s")
+
+
 def _normalise_bench(stem: str, doc: Any, where: str, sources: BenchRun) -> Any:
     if stem == "latency":
         series = _series(doc, ("i", "client_ms"), ("i", "client_ms", "model_ms"), where, sources)
@@ -401,6 +408,14 @@ def _normalise_bench(stem: str, doc: Any, where: str, sources: BenchRun) -> Any:
                  for p in doc.get(key) or [] if isinstance(p, dict)]
         return {"series": series, "steps": steps, "configs": doc.get("configs") or {},
                 "unavailable": doc.get("unavailable") or {}, "engines": doc.get("engines") or []}
+    if stem == "scale":
+        points = _points(doc, SCALE_NUMBERS)
+        for p in points:
+            for key in ("checker_s", "measurement_s"):
+                p[key] = {str(k): _num(v) for k, v in p[key].items()} if isinstance(p.get(key), dict) else {}
+            p["verdict"] = str(p.get("verdict") or "?")
+        return {"points": points, "fits": doc.get("fits") if isinstance(doc.get("fits"), dict) else {},
+                "acceptance": doc.get("acceptance") if isinstance(doc.get("acceptance"), dict) else {}}
     if stem == "resources":
         if not isinstance(doc, dict) or not isinstance(doc.get("sections"), dict):
             raise Unusable("no 'sections' object")

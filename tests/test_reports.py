@@ -717,3 +717,27 @@ def test_a_run_left_out_only_as_incomplete_keeps_exit_0(tmp_path: Path, capsys: 
     assert cli.main(["--runs", str(runs), "--out", str(tmp_path / "out")]) == 0
     [line] = _lines_naming(capsys.readouterr().err, runs / "kill_idle" / STAMP)
     assert line.endswith("no operations.jsonl")
+
+
+def _scale_point(size: str, conversations: int, messages: int, check_s: float, cpu_ms: float, chain: int = 0) -> dict:
+    return {"size": size, "conversations": conversations, "messages_per_conversation": 20, "max_history_events": chain,
+            "messages": messages, "events": messages * 25, "runs": conversations, "longest_chain_events": 500,
+            "wall_s": 60.0, "harness_cpu_s": cpu_ms * messages / 1000, "harness_cpu_ms_per_message": cpu_ms,
+            "peak_rss_mib": 300.0, "report_rss_mib": 400.0, "check_s": check_s, "replay_s": check_s / 2,
+            "replay_ms_per_history": 40.0, "run_dir_bytes": 2**20 * messages / 100, "report_s": 3.0,
+            "verdict": "pass", "checker_s": {"lost": check_s / 4, "replay": check_s / 2},
+            "measurement_s": {"lint": 0.001}}
+
+
+def test_the_report_tables_the_scale_sizes_the_checks_and_the_fits() -> None:
+    from benchmarks.scale import acceptance, fits
+    from reports import scale as rscale
+
+    points = [_scale_point("c10", 10, 200, 2.0, 50.0), _scale_point("c30", 30, 600, 5.0, 45.0),
+              _scale_point("c100", 100, 2000, 15.0, 40.0), _scale_point("chain", 2, 440, 4.0, 60.0, chain=1000)]
+    data = {"points": points, "fits": fits(points), "acceptance": acceptance(points)}
+    assert data["fits"]["check_s~messages"]["r2"] > 0.99
+    assert list(rscale.table(data).df["messages"]) == [200, 600, 2000, 440]
+    assert list(rscale.checks_table(data).df["check"]) == ["lost", "replay", "(lint)"]
+    assert "check_s" in set(rscale.fits_table(data).df["measure"])
+    assert rscale.acceptance_lines(data)[-1].endswith("acceptance met")

@@ -46,19 +46,18 @@ from harness.operations import INFO, OK, Op, pairs
 from harness.run_files import RefusedPath
 
 
-def _answered(messages: list[dict[str, Any]], text: str) -> list[str]:
-    """Final replies (assistant messages without tool calls ending a turn) to each occurrence of ``text``."""
-    replies = []
-    for i, m in enumerate(messages):
-        if m["role"] == "user" and m["content"] == text:
-            reply = None
-            for later in messages[i + 1:]:
-                if later["role"] == "user":
-                    break
-                if later["role"] == "assistant" and not later.get("tool_calls"):
-                    reply = later.get("content")
-            replies.append(reply)
-    return replies
+def _answers_by_text(messages: list[dict[str, Any]]) -> dict[str, list[str | None]]:
+    """Each user message's text -> the final reply (the last assistant message without tool calls before the next
+    user message; None: none) to each of its occurrences, in order: one pass, however long the conversation."""
+    out: dict[str, list[str | None]] = {}
+    current: list[str | None] | None = None  # the list holding the open turn's reply
+    for m in messages:
+        if m["role"] == "user":  # content that is not text (parts) is no planned message: its turn is not kept
+            current = out.setdefault(m["content"], []) if isinstance(m["content"], str) else []
+            current.append(None)
+        elif current is not None and m["role"] == "assistant" and not m.get("tool_calls"):
+            current[-1] = m.get("content")
+    return out
 
 
 def _uses_updates(data: RunData, wids: list[str]) -> bool:
@@ -119,20 +118,21 @@ class _Conversation:
     query: Any
     messages: dict[str, list[Any]] = field(default_factory=dict)
 
+    by_text: dict[str, list[str | None]] = field(default_factory=dict)  # ``replies_to``'s answers, read once
+    seen: dict[str, list[str | None]] = field(default_factory=dict)  # the final read's answers (``_answered``)
+
     def __post_init__(self) -> None:
         for u in self.updates or []:
             self.messages.setdefault(u.update_id, []).append(u)
+        for copies in self.messages.values():
+            done = [u for u in copies if u.outcome == "completed"]
+            self.by_text.setdefault(copies[0].text, []).append(done[0].reply if done else None)
+        if self.query is not None:
+            self.seen = _answers_by_text(self.query)
 
     def replies_to(self, text: str) -> list[str | None]:
         """Each occurrence of the message ``text`` in the conversation, with its reply (None: never answered)."""
-        if self.updates is not None:
-            out = []
-            for copies in self.messages.values():
-                if copies[0].text == text:
-                    done = [u for u in copies if u.outcome == "completed"]
-                    out.append(done[0].reply if done else None)
-            return out
-        return _answered(self.query, text)
+        return list((self.by_text if self.updates is not None else self.seen).get(text, []))
 
 
 def check(data: RunData) -> CheckResult:
@@ -148,6 +148,9 @@ def check(data: RunData) -> CheckResult:
     final_at = next((inv.time for inv, _ in pairs(data.ops) if inv.f == "phase:final"), None)
     limit = float((data.run.get("scenario") or {}).get("recovery_within_s") or RECOVERY_WITHIN_S)
     applied = _notes_applied(data)
+    by_conversation: dict[str, list[tuple[Op, Op | None]]] = {}
+    for inv, done in sends:
+        by_conversation.setdefault(inv.value["conversation"], []).append((inv, done))
     for wid, conv in convs.items():
         status = data.server_status(wid) if from_server else None
         if not conv["started"] and status is None:
@@ -162,8 +165,8 @@ def check(data: RunData) -> CheckResult:
                    found)
         _one_answer_per_message(c, found)
         _model_saw_each_answer(c, found)
-        _sends_answered(c, [(i, d) for i, d in sends if i.value["conversation"] == wid], heal, final_at, limit, found)
-        _notes_applied_once(c, sends, applied, found)
+        _sends_answered(c, by_conversation.get(wid, []), heal, final_at, limit, found)
+        _notes_applied_once(c, by_conversation.get(wid, []), applied, found)
         _append_files_hold_each_append_once(data, c, found)
     return _result(found, len(convs), "the server's event histories" if from_server else "the driver's final read")
 
@@ -195,7 +198,7 @@ def _model_saw_each_answer(c: _Conversation, found: _Found) -> None:
         return
     for planned in c.planned:
         answered = sum(1 for r in c.replies_to(planned["text"]) if r is not None)
-        seen = len(_answered(c.query, planned["text"]))
+        seen = len(c.seen.get(planned["text"], []))
         if seen != answered:
             found.problems.append(f"{c.wid}: {planned['text']!r} was answered {answered} time(s) but is in the "
                                   f"conversation the model sees {seen} time(s)")
@@ -252,7 +255,7 @@ def _sends_answered(c: _Conversation, sends: list[tuple[Op, Op | None]], heal: f
 
 def _notes_applied_once(c: _Conversation, sends: list[tuple[Op, Op | None]], applied: Counter[str] | None,
                         found: _Found) -> None:
-    """Each planned note against the effects the effects service applied (an effect whose text holds its token):
+    """(``sends``: the conversation's.) Each planned note against the effects the effects service applied (an effect whose text holds its token):
     an acknowledged note applied exactly once (absent: lost), any note at most once. Cannot tell without the
     service's log (``effects_service.jsonl``): unknown."""
     notes = [p for p in c.planned if p["kind"] == "note"]
@@ -262,8 +265,7 @@ def _notes_applied_once(c: _Conversation, sends: list[tuple[Op, Op | None]], app
     for note in notes if applied is not None else ():
         token = note.get("content") or ""
         found.notes_checked += 1
-        outcomes = [done.type if done else INFO for inv, done in sends
-                    if inv.value["conversation"] == c.wid and inv.value["text"] == note["text"]]
+        outcomes = [done.type if done else INFO for inv, done in sends if inv.value["text"] == note["text"]]
         times = applied[token] if token else 0
         if times > 1:
             found.notes_doubled += 1
@@ -279,8 +281,8 @@ def _notes_applied_once(c: _Conversation, sends: list[tuple[Op, Op | None]], app
 def _append_files_hold_each_append_once(data: RunData, c: _Conversation, found: _Found) -> None:
     """Each append file holds exactly the appends the conversation processed (answered correctly, once), in order,
     once each. Cannot read them where the target declares no workspace, or a file is refused: unknown."""
-    processed = [p["content"] for p in c.planned if p["kind"] == "append" and (replies := c.replies_to(p["text"]))
-                 and len(replies) == 1 and _matches(replies[0], p["expect"], p.get("match", "exact"))]
+    processed = {p["content"] for p in c.planned if p["kind"] == "append" and (replies := c.replies_to(p["text"]))
+                 and len(replies) == 1 and _matches(replies[0], p["expect"], p.get("match", "exact"))}
     paths = sorted({p["path"] for p in c.planned if p["kind"] == "append"})
     if paths and not data.target.get("workspace"):
         found.unknowns.append(f"{c.wid}: appends to {', '.join(paths)} were planned but the target declares no "

@@ -21,6 +21,7 @@ Reads only the run directory, so a saved run re-checks to the same verdict anywh
 
 from __future__ import annotations
 
+import time
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -34,7 +35,6 @@ from chaos.fault_timeline import fault_timeline
 from chaos.diagnosis import diagnose
 from chaos.lint import lint
 from chaos.recovery import decompose, fault_paths, recovery, recovery_parts
-from harness import operations
 from harness.engines import HOME, canonical, own_checks
 from harness.model_record import TOKEN
 from harness.operations import INFO, Op
@@ -111,16 +111,21 @@ def worth_showing(c: CheckResult) -> bool:
 # ---------------------------------------------------------------------------------------------- the checks
 
 
-def run_checkers(run_dir: Path, only: list[str] | None = None,
-                 replay_target: ReplayTarget | str | None = None) -> list[CheckResult]:
-    """The checks ``only`` names (default: all) on the saved run; ``replay_target``: what ``replay`` may run
+def run_checkers(run_dir: Path | RunData, only: list[str] | None = None,
+                 replay_target: ReplayTarget | str | None = None,
+                 timings: dict[str, float] | None = None) -> list[CheckResult]:
+    """The checks ``only`` names (default: all) on the saved run (its directory, or its ``RunData`` already read:
+    its histories are parsed once for every check and measurement); ``replay_target``: what ``replay`` may run
     (``chaos.replay_target.replay_target``; None: nothing, and replay is unknown). A check that cannot finish is
-    ``unknown``, with why: a crashed checker knows nothing, so it never reads as a pass."""
-    data = RunData(run_dir, replay_target)
+    ``unknown``, with why: a crashed checker knows nothing, so it never reads as a pass. ``timings``: filled with
+    each check's wall seconds (what the scale benchmark reads; it changes no verdict)."""
+    data = run_dir if isinstance(run_dir, RunData) else RunData(run_dir)
+    data.replay_target = replay_target
     results = []
     for name, checker in CHECKERS.items():
         if only and name not in only:
             continue
+        started = time.perf_counter()
         try:
             result = checker(data)
         except RefusedPath as exc:  # a file the run names that is not read (outside, a symlink, too large)
@@ -131,6 +136,8 @@ def run_checkers(run_dir: Path, only: list[str] | None = None,
             result = CheckResult(name, UNKNOWN, f"checker crashed: {type(exc).__name__}: {exc}",
                                  {"traceback": traceback.format_exc()[-3000:]})
         results.append(result)
+        if timings is not None:
+            timings[name] = round(time.perf_counter() - started, 4)
     return results
 
 
@@ -240,26 +247,32 @@ def check(path: Path, replay_with: ReplayWith = lambda declared: None) -> tuple[
     row). Everything is recomputed with today's checkers, so the same on a fresh run, on a run re-checked later and
     on a run directory copied to another machine. ``replay_with``: what ``replay`` may run, given the target the
     run declares (asked only when replay applies); nothing the run directory names is executed here."""
+    started = time.perf_counter()
     run_dir = RunDir(path)
     record = run_dir.read_run()
-    ops = operations.load(run_dir.operations)
+    data = RunData(path)  # what the checks and the measurements read: each file read, and parsed, once
+    ops = data.ops
     chosen = plan(record, ops)
-    data = RunData(path)  # what the measurements below read (its histories parsed once, for all of them)
     replay = replay_with(data.target) if "replay" in chosen.run else None
-    checks = run_checkers(path, chosen.run, replay)
+    timings: dict[str, float] = {}
+    checks = run_checkers(data, chosen.run, replay, timings)
+    measured: dict[str, float] = {}
     checks += [CheckResult(c, UNKNOWN, "not checked: the target's 'checkers' leaves it out, so this property is "
                                        "unverified") for c in chosen.opted_out]
     checks += [CheckResult(c, NOT_APPLICABLE, f"not applicable: {why}") for c, why in chosen.not_applicable.items()]
     verdict = compose(checks)
+    mark = time.perf_counter()
     try:
         decomposed = decompose(data)
     except Exception as exc:  # a measurement, not a check: a run it cannot read still gets its verdict
         decomposed = {"error": f"{type(exc).__name__}: {exc}", "model_call_s": None, "tool_s": None,
                       "workflow_task_s": None}
+    mark = _lap(measured, "recovery_decomposition", mark)
     try:
         parts = recovery_parts(data)
     except Exception as exc:  # a measurement too
         parts = {"error": f"{type(exc).__name__}: {exc}"}
+    mark = _lap(measured, "recovery", mark)
     try:
         paths = fault_paths(data)
         diagnoses = diagnose(data, checks, paths)
@@ -267,10 +280,12 @@ def check(path: Path, replay_with: ReplayWith = lambda declared: None) -> tuple[
         paths, diagnoses = [], [{"about": "diagnosis", "line": f"diagnosis: could not be made: "
                                  f"{type(exc).__name__}: {exc}", "cause": str(exc), "fix": None, "setting": None,
                                  "measured_s": None, "evidence": []}]
+    mark = _lap(measured, "diagnosis", mark)
     try:
         findings, unlinted = lint(data)
     except Exception as exc:  # advice, not a check
         findings, unlinted = [], f"the lint could not read the run: {type(exc).__name__}: {exc}"
+    _lap(measured, "lint", mark)
     summary = table_row(record.get("name") or run_dir.path.parent.name, ops, checks, decomposed, verdict=verdict)
     run_dir.write_json(VERDICT_JSON, {
         "schema": SCHEMA, "verdict": verdict, **property_verdicts(checks), "checks": [c.as_dict() for c in checks],
@@ -285,5 +300,14 @@ def check(path: Path, replay_with: ReplayWith = lambda declared: None) -> tuple[
         "lint": findings,
         **({"lint_unavailable": unlinted} if unlinted else {}),
         "fault_timeline": fault_timeline(record, ops),
-        "summary": summary})
+        "summary": summary,
+        "timings_s": {"checks": timings, "measurements": measured,
+                      "total": round(time.perf_counter() - started, 4)}})
     return verdict, checks, summary
+
+
+def _lap(into: dict[str, float], name: str, since: float) -> float:
+    """Record the seconds since ``since`` as ``into[name]``; now, for the next lap."""
+    now = time.perf_counter()
+    into[name] = round(now - since, 4)
+    return now

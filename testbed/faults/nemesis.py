@@ -184,6 +184,12 @@ def _key(a: dict[str, Any]) -> tuple[Any, ...]:
     return (a.get("execution"), a["workflow_id"], a["activity"], a["attempt"], a["worker"])
 
 
+def _work(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A ``_key`` as every source names it: the conversation, attempt and worker (the ledger names a tool and an
+    execution where Temporal names an activity type)."""
+    return key[1], key[3], key[4]
+
+
 #: a kill that found its moment: (worker name, identity, evidence, kill time, the server's snapshot taken frozen)
 Hit = tuple[str, str, list[dict[str, Any]], float, dict[str, Any] | None]
 
@@ -249,8 +255,11 @@ async def _aim_activity(ctx: NemesisContext, activity: str | None, down_s: float
             identity = running[0]["worker"]
             keys = {_key(a) for a in running if a["worker"] == identity}
 
-            async def confirm(identity: str = identity, keys: set = keys) -> list[dict[str, Any]]:
-                now, _ = await _aimed_running(ctx, activity)
+            async def confirm(identity: str = identity, keys: set = keys, seen: str = source) -> list[dict[str, Any]]:
+                now, read = await _aimed_running(ctx, activity)
+                if read != seen:  # the ledger was busy, say: the same work, named as both sources name it
+                    same = {_work(k) for k in keys}
+                    return [a for a in now if a["worker"] == identity and _work(_key(a)) in same]
                 return [a for a in now if a["worker"] == identity and _key(a) in keys]
 
             probes += 1
