@@ -137,6 +137,7 @@ def write_bench(run: Path, *, status="complete", files=None, started="2026-11-22
             "configs": {"dbos-sqlite": {"system_database": "SQLite", "synchronous": "FULL"}},
             "unavailable": {"dbos-postgres": "PostgreSQL is not installed: make system-deps"},
             "engines": ["plain", "dbos-sqlite", "dbos-postgres", "restate"]},
+        "scale": _scale_data(),
         "micro": {"machine_info": {"python_version": "3.11.9", "cpu": {"brand_raw": "Test CPU"}},
                   "datetime": "2026-11-22T10:05:00", "version": "5.3.1",
                   "benchmarks": [{"name": "test_encode_payload", "fullname": "benchmarks/micro/test_x.py::test_encode",
@@ -729,13 +730,19 @@ def _scale_point(size: str, conversations: int, messages: int, check_s: float, c
             "measurement_s": {"lint": 0.001}}
 
 
-def test_the_report_tables_the_scale_sizes_the_checks_and_the_fits() -> None:
+def _scale_data() -> dict:
+    """The scale section of a bench run: three sizes and a continue-as-new chain, checks growing linearly."""
     from benchmarks.scale import acceptance, fits
-    from reports import scale as rscale
 
     points = [_scale_point("c10", 10, 200, 2.0, 50.0), _scale_point("c30", 30, 600, 5.0, 45.0),
               _scale_point("c100", 100, 2000, 15.0, 40.0), _scale_point("chain", 2, 440, 4.0, 60.0, chain=1000)]
-    data = {"points": points, "fits": fits(points), "acceptance": acceptance(points)}
+    return {"points": points, "fits": fits(points), "acceptance": acceptance(points)}
+
+
+def test_the_report_tables_the_scale_sizes_the_checks_and_the_fits() -> None:
+    from reports import scale as rscale
+
+    data = _scale_data()
     assert data["fits"]["check_s~messages"]["r2"] > 0.99
     assert list(rscale.table(data).df["messages"]) == [200, 600, 2000, 440]
     assert list(rscale.checks_table(data).df["check"]) == ["lost", "replay", "(lint)"]
