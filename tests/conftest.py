@@ -1,16 +1,12 @@
 """Shared fixtures: one real embedded Temporal dev server, scripted model
-server and in-process worker for the whole session (started once: ~1 s for
-the server, ~5 s to import LiteLLM)."""
+server and in-process worker per test process (started once: ~1 s for the
+server, ~5 s to import LiteLLM; ``make test`` runs several pytest-xdist
+workers, each with its own), the Docker engine and its images, and how the
+tests are grouped and ordered across the workers."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import subprocess
-import sys
-import tempfile
-import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -113,8 +109,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that uses the Docker engine (the docker_engine fixture, or it starts one itself: marked with the
     group) runs on the worker that runs the others: the engine one of them starts stops when its worker exits.
     The tests marked ``slow`` come first (in their order), so that under ``make test`` none of them starts last
-    and keeps one worker busy after the others are done (pytest-xdist hands out the Docker group first: it is the
-    largest)."""
+    and keeps one worker busy after the others are done (pytest-xdist hands out its groups before them, the
+    largest first)."""
     for item in items:
         if item.get_closest_marker("xdist_group"):
             continue
