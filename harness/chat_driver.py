@@ -58,6 +58,9 @@ from harness.operations import FAIL, INFO, OK
 DRIVER_API = DRIVER_API_VERSION
 RETRY_PAUSE_S = (0.5, 2.0)  # between tries of a send: from the first to the last value
 POLL_S = 0.2  # between Queries while a signal's reply is awaited
+#: a try that simply ran out of time is followed by one twice as long, up to this many times the first: a re-send
+#: of a live update only re-attaches to it, so a slow turn re-sent every try adds RPCs and events and nothing else
+TRY_GROWTH_MAX = 8.0
 QUERY_TIMEOUT = timedelta(seconds=3)  # a query waits for a worker; a dead one must not stall the poll
 
 
@@ -94,6 +97,11 @@ def plan_message(conversation: int, n: int, rng: random.Random, append_ratio: fl
         return Planned(f"save the note '{token}'", f"saved note {token}", "note", content=token)
     a, b = rng.randrange(2, 999), rng.randrange(2, 99)
     return Planned(f"What is {a} * {b}?", f"{a} * {b} = {a * b}", "calc")
+
+
+def next_try_s(try_timeout_s: float, timed_out_in_a_row: int) -> float:
+    """How long a try of a send waits after ``timed_out_in_a_row`` tries that each simply ran out of time."""
+    return try_timeout_s * min(TRY_GROWTH_MAX, 2.0 ** timed_out_in_a_row)
 
 
 def text_path(template: Any, prefix: str = "") -> str | None:
@@ -287,18 +295,20 @@ class ChatDriver:
                         workflow_id: str, resend: bool) -> tuple[str, Any, str | None]:
         """``try_once(timeout_s)`` until it answers, the workflow closes or ``op_timeout_s`` passes (re-sent only
         when ``resend``): an (ok/fail/info, value, error) outcome."""
-        started, attempt, errors = time.monotonic(), 0, []
+        started, attempt, errors, in_a_row = time.monotonic(), 0, [], 0
         deadline = self.workload.op_timeout_s
         while True:
             attempt += 1
             left = deadline - (time.monotonic() - started)
-            this_try = max(0.5, min(self.workload.try_timeout_s if resend else left, left))
+            this_try = max(0.5, min(next_try_s(self.workload.try_timeout_s, in_a_row) if resend else left, left))
             call = asyncio.ensure_future(try_once(this_try))
             call.add_done_callback(_retrieve)
             try:
                 return await asyncio.wait_for(call, timeout=this_try + 1.0)
             except (asyncio.TimeoutError, RPCError, WorkflowUpdateRPCTimeoutOrCancelledError) as exc:
                 errors.append(f"{type(exc).__name__}: {exc}"[:200])
+                in_a_row = in_a_row + 1 if isinstance(exc, (asyncio.TimeoutError,
+                                                            WorkflowUpdateRPCTimeoutOrCancelledError)) else 0
             closed = handle is not None and await workflow_closed(handle)
             if closed or not resend or time.monotonic() - started >= deadline:
                 why = "the workflow has closed" if closed else f"no reply within {deadline:.0f}s"

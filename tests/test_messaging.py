@@ -65,6 +65,12 @@ async def test_a_try_that_ran_out_of_time_is_re_sent_at_once_when_asked(stack: S
     assert len(resent[False]) >= 2, resent  # the next try at once, each time
 
 
+def test_each_try_that_ran_out_of_time_doubles_the_next_up_to_eight_times_the_first() -> None:
+    from harness.chat_driver import next_try_s
+
+    assert [next_try_s(2.0, k) for k in range(6)] == [2.0, 4.0, 8.0, 16.0, 16.0, 16.0]
+
+
 async def test_a_re_send_after_continue_as_new_gets_the_earlier_reply(stack: Stack) -> None:
     cfg = AgentConfig(model="scripted", max_history_events=10)  # continue-as-new after every turn
     handle = await start_conversation(stack, cfg)
