@@ -18,6 +18,8 @@ orchestrator's) and ``harness/faults.py`` (the in-agent seam); the effect ledger
 from __future__ import annotations
 
 import ast
+import functools
+import os
 import re
 import subprocess
 import sys
@@ -29,21 +31,34 @@ PACKAGES = ("agent", "harness", "testbed", "chaos", "benchmarks", "migration_fuz
 
 
 def modules() -> dict[str, Path]:
+    return dict(_modules())
+
+
+@functools.cache
+def _modules() -> dict[str, Path]:
     out = {}
     for package in PACKAGES:
-        for f in (ROOT / package).rglob("*.py"):
-            if {".venv", "node_modules"} & set(f.relative_to(ROOT).parts):
-                continue  # an example's own environment (make example-*) is not the project's code
-            name = ".".join(f.relative_to(ROOT).with_suffix("").parts)
-            out[name.removesuffix(".__init__")] = f
+        for folder, dirs, files in os.walk(ROOT / package):
+            dirs[:] = sorted(d for d in dirs if d not in {".venv", "node_modules"})  # an example's own environment
+            for f in sorted(files):  # (make example-*) is not the project's code
+                if f.endswith(".py"):
+                    path = Path(folder) / f
+                    name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+                    out[name.removesuffix(".__init__")] = path
     return out
+
+
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """The file's syntax tree, parsed once for all the tests here (they only read it)."""
+    return ast.parse(path.read_text())
 
 
 def imports(path: Path, name: str) -> set[str]:
     """Every module this file imports, at any depth (function-level imports count too)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -57,6 +72,11 @@ def imports(path: Path, name: str) -> set[str]:
 
 
 def local_edges() -> dict[str, set[str]]:
+    return {m: set(t) for m, t in _local_edges().items()}
+
+
+@functools.cache
+def _local_edges() -> dict[str, set[str]]:
     mods = modules()
 
     def resolve(target: str) -> str | None:
@@ -92,7 +112,7 @@ def test_the_engines_never_import_chaos() -> None:
 
 
 def _classes() -> list[tuple[str, ast.ClassDef]]:
-    return [(name, node) for name, path in modules().items() for node in ast.walk(ast.parse(path.read_text()))
+    return [(name, node) for name, path in modules().items() for node in ast.walk(_tree(path))
             if isinstance(node, ast.ClassDef)]
 
 
@@ -143,7 +163,7 @@ def test_engine_names_are_listed_only_in_the_registry() -> None:
     for name, path in modules().items():
         if name == "harness.engines" or name.startswith("examples"):
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             if not isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Dict)):
                 continue
             values = {n.value for n in (node.values if isinstance(node, ast.Dict) else node.elts)
@@ -179,7 +199,7 @@ def test_a_cluster_is_assembled_only_by_the_stack() -> None:
     owners = {"testbed.stack", "testbed.model_server", "testbed.effects_service", "testbed.faults.network",
               "testbed.supervisor"}
     found = sorted(f"{name} makes {node.func.id}" for name, path in modules().items()
-                   for node in ast.walk(ast.parse(path.read_text()))
+                   for node in ast.walk(_tree(path))
                    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in parts
                    and name not in owners | alone and not name.startswith("testbed.engines"))
     assert found == []
@@ -203,7 +223,7 @@ def test_history_means_only_temporals_event_history() -> None:
     (``harness.driver_api``: drivers already written take it, and a target file may name our own drivers)."""
     bad = []
     for name, path in modules().items():
-        tree = ast.parse(path.read_text())
+        tree = _tree(path)
         if name in DRIVER_API_DRIVERS:
             continue
         if name == "harness.operations" or "harness.operations.OperationLog" in imports(path, name):
@@ -224,7 +244,7 @@ def test_a_worker_command_is_built_only_by_the_engines() -> None:
     for name, path in modules().items():
         if name.startswith(("testbed.engines", "examples")) or name == "testbed.worker_process":
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.Tuple) and node.elts and isinstance(node.elts[0], ast.Constant) \
                     and node.elts[0].value == "{python}":
                 found.append(f"{name}:{node.lineno}")
@@ -236,7 +256,7 @@ def test_only_the_engines_and_the_servers_start_an_engines_server() -> None:
     starts an engine's server behind the stack's back."""
     servers = {"RestateServer": "testbed.engines.restate.server", "PostgresServer": "testbed.engines.dbos.postgres"}
     found = sorted(f"{name} calls {node.func.id}" for name, path in modules().items()
-                   for node in ast.walk(ast.parse(path.read_text()))
+                   for node in ast.walk(_tree(path))
                    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in servers
                    and not name.startswith("testbed.engines") and name != servers[node.func.id])
     assert found == []
@@ -379,7 +399,7 @@ DECIDING_NAMES = ("compose", "FAULT_CHECKERS", "ENGINE_CHECKERS")
 def _names_used(path: Path) -> set[str]:
     """Every name a module reads, imports or calls (``x``, ``m.x``, ``from m import x``)."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Name):
             found.add(node.id)
         elif isinstance(node, ast.Attribute):
@@ -390,14 +410,14 @@ def _names_used(path: Path) -> set[str]:
 
 
 def _calls(path: Path, name: str) -> int:
-    return sum(1 for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)
+    return sum(1 for node in ast.walk(_tree(path)) if isinstance(node, ast.Call)
                and name in ((node.func.id,) if isinstance(node.func, ast.Name) else
                             (node.func.attr,) if isinstance(node.func, ast.Attribute) else ()))
 
 
 def _writes_verdict_json(path: Path) -> bool:
     """Whether a module calls a ``write*`` function or method on ``verdict.json`` (``VERDICT_JSON`` or the name)."""
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(_tree(path)):
         if not isinstance(node, ast.Call):
             continue
         func = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
@@ -456,7 +476,7 @@ def _in(module: str, prefixes: tuple[str, ...]) -> bool:
 
 
 def _call_nodes(path: Path) -> list[ast.Call]:
-    return [n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Call)]
+    return [n for n in ast.walk(_tree(path)) if isinstance(n, ast.Call)]
 
 
 #: the run-time fault switches: arming the model's or the effects service's faults, adding a toxic to a proxy
@@ -479,7 +499,7 @@ def test_faults_are_switched_on_only_from_the_fault_package() -> None:
 def _worker_signals(path: Path) -> list[str]:
     """``kill``/``terminate``/``pause`` sent to a supervised worker: on ``<x>.process`` or on the process a
     ``with <w>.held() as <name>`` block holds."""
-    tree = ast.parse(path.read_text())
+    tree = _tree(path)
     held = {item.optional_vars.id for n in ast.walk(tree) if isinstance(n, (ast.With, ast.AsyncWith))
             for item in n.items if isinstance(item.optional_vars, ast.Name) and isinstance(item.context_expr, ast.Call)
             and isinstance(item.context_expr.func, ast.Attribute) and item.context_expr.func.attr == "held"}
@@ -513,7 +533,7 @@ FAULT_DEFINITIONS = {"FaultProxy": "testbed.faults.network", "Toxic": "testbed.f
 def test_each_fault_is_defined_in_the_fault_package_or_the_harness_seam() -> None:
     where: dict[str, list[str]] = defaultdict(list)
     for m, path in modules().items():
-        for node in ast.parse(path.read_text()).body:
+        for node in _tree(path).body:
             names = [node.name] if isinstance(node, ast.ClassDef) else \
                 [t.id for t in node.targets if isinstance(t, ast.Name)] if isinstance(node, ast.Assign) else \
                 [node.target.id] if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) else []
