@@ -85,10 +85,15 @@ def _late_wait(ops: list[Op]) -> tuple[Op, Op | None] | None:
     return next(((i, d) for i, d in pairs(ops) if i.f == LATE_WAIT), None)
 
 
-def _last_fault_before(ops: list[Op], wall: float) -> Op | None:
-    faults = [o for o in ops if o.process == "nemesis" and o.type == OK and not o.f.startswith("phase:")
-              and o.wall <= wall]
-    return faults[-1] if faults else None
+def _faults(ops: list[Op]) -> list[Op]:
+    """The faults the nemesis applied, in the order they were recorded."""
+    return [o for o in ops if o.process == "nemesis" and o.type == OK and not o.f.startswith("phase:")]
+
+
+def _last_fault_before(faults: list[Op], wall: float) -> Op | None:
+    """The last of ``faults`` recorded at or before ``wall`` (one pass over the faults, not over every operation)."""
+    before = [o for o in faults if o.wall <= wall]
+    return before[-1] if before else None
 
 
 def late_replies(data: RunData) -> list[dict[str, Any]] | None:
@@ -113,8 +118,9 @@ def late_replies(data: RunData) -> list[dict[str, Any]] | None:
                     if done is not None and began < done <= ended:
                         out.append({"workflow_id": wid, "activity": a.activity_type, "at": done,
                                     "accepted_at": _wall(a.scheduled_at)})
+    faults = _faults(data.ops)
     for item in out:
-        fault = _last_fault_before(data.ops, item["at"])  # the latest the reply waited out
+        fault = _last_fault_before(faults, item["at"])  # the latest the reply waited out
         item["after_settle_s"] = round(item["at"] - began, 1)
         item["after_fault_s"] = round(item["at"] - fault.wall, 1) if fault is not None else None
         item["fault"] = fault.f if fault is not None else None
