@@ -55,7 +55,7 @@ class Options:
     heartbeats: tuple[float, ...] = (2.0, 5.0, 10.0)
     scale_conversations: tuple[int, ...] = (10, 30, 100)  # the scale section's kill_mid_turn sizes
     scale_messages: int = 20  # messages each conversation sends at least, at every scale size
-    scale_chain: int = 220  # messages of each conversation of the continue-as-new size (0: none)
+    scale_chain: int = 230  # messages of each conversation of the continue-as-new size (0: none)
     recovery_tool_s: float = 4.0
     kill_after_s: float = 1.0
     seed: int = 0

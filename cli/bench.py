@@ -38,7 +38,7 @@ sections:
               Restate; Table 2 per engine and a no-op step's cost against the fsync floor (--engines picks some);
               run only when asked: --only engines
   scale       the harness's own cost at production shape: kill_mid_turn at --scale-conversations (10,30,100) x
-              --scale-messages (20), and a continue-as-new size (2 conversations x --scale-chain messages, 220):
+              --scale-messages (20), and a continue-as-new size (2 conversations x --scale-chain messages, 230):
               wall time, the harness's CPU per message, peak RSS, time per check, replay per history, run directory
               size, report build time, and how each grows; run only when asked: --only scale (20-40 min)
 
@@ -133,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="messages each conversation sends at least, at every scale size (default 20; quick 3)")
     p.add_argument("--scale-chain", type=_chain, metavar="M",
                    help="the scale section's continue-as-new size: 2 conversations of M messages each, continuing as "
-                        "new every 1000 events (default 220: a chain of over 5,000 events each; 0: none; quick 0)")
+                        "new every 1000 events (default 230: a chain of about 5,300 events each; 0: none; quick 0)")
     p.add_argument("--model", default="scripted",
                    help="model for the 'model' mode: 'scripted' (default: the scripted server with --model-latency) "
                         "or a LiteLLM model such as openai/gpt-4o-mini (needs its API key in the environment)")
