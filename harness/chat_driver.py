@@ -7,7 +7,7 @@ API (``harness.driver_api``). Three shapes of agent (``style``):
   is the Update ``update`` with the argument ``message_arg``, its update id the message id; the reply is at
   ``reply_path`` in the update's result. A try that ends with no answer (a timeout, a broken link, an update
   lost with a dead worker's task) is re-sent under the same update id, which Temporal de-duplicates, until
-  ``op_timeout_s``: then the send is ``info``.
+  ``op_timeout_s``: then the send is ``info``. Each try that simply runs out of time doubles the next (``next_try_s``).
 - ``signal``: each message is the Signal ``signal``; its reply is read by polling the Query ``query`` (the
   conversation: the assistant message after the message's own user message). A signal is re-sent only if its
   argument carries ``{message_id}`` (the agent drops a second copy); without one, a signal whose delivery is

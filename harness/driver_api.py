@@ -63,7 +63,7 @@ class Workload:
     until_heal: bool = True
     think_s: float = 0.4  # mean pause between a reply and the next message (seeded)
     op_timeout_s: float = 60.0  # past this a send is recorded as info
-    try_timeout_s: float = 4.0  # one try of a send (an update is re-sent under the same id after it)
+    try_timeout_s: float = 4.0  # a send's first try (re-sent under the same id; each timed-out try doubles, to 8x)
     append_ratio: float = 0.4  # the share of messages with a side effect (the chat driver's notes)
     flaky_ratio: float = 0.0
     repair_ratio: float = 0.0

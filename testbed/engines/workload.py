@@ -17,8 +17,9 @@ class Workload:
     until_heal: bool = True  # False: exactly `messages` each, then stop (the load may end before the faults)
     think_s: float = 0.4  # mean pause between a reply and the next message (seeded)
     op_timeout_s: float = 60.0  # past this a send is recorded as info
-    # One try of a send: past it the message is re-sent under the same update id (an update lost with the workflow
-    # task that carried it, on a killed worker, is answered only once re-sent; a live one is simply re-attached to).
+    # The first try of a send (each try that runs out of time doubles the next, up to 8x: chat_driver.next_try_s):
+    # past it the message is re-sent under the same update id (an update lost with the workflow task that carried
+    # it, on a killed worker, is answered only once re-sent; a live one is simply re-attached to).
     try_timeout_s: float = 2.0
     # A try that ran out of time is re-sent at once (True), or after agent.messaging's pause (0.5 s, growing), as
     # after an error. At once, the client hears of a reply that came just after its try ended without waiting out
