@@ -41,7 +41,7 @@ from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.service import RPCError
 
 from agent.contracts import AgentReply, ChatMessage
-from harness.chat_driver import next_try_s, workflow_closed
+from harness.chat_driver import next_try_s, ran_out_of_time, workflow_closed
 
 #: one try's deadline: long enough for a turn through a short outage, short enough to re-send a lost update soon
 TRY_TIMEOUT_S = 10.0
@@ -100,7 +100,7 @@ async def send_message(handle: WorkflowHandle, text: str, update_id: str, *, dea
             raise  # the workflow's own answer: the turn was refused or failed
         except (asyncio.TimeoutError, RPCError, WorkflowUpdateRPCTimeoutOrCancelledError) as exc:
             errors.append(f"{type(exc).__name__}: {exc}"[:200])
-            timed_out = isinstance(exc, (asyncio.TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError))
+            timed_out = ran_out_of_time(exc)
             in_a_row = in_a_row + 1 if timed_out else 0
         if await workflow_closed(handle):
             raise MessageNotDelivered("the workflow has closed", attempt, errors, closed=True)

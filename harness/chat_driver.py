@@ -99,6 +99,11 @@ def plan_message(conversation: int, n: int, rng: random.Random, append_ratio: fl
     return Planned(f"What is {a} * {b}?", f"{a} * {b} = {a * b}", "calc")
 
 
+def ran_out_of_time(exc: BaseException) -> bool:
+    """Whether a try of a send ended only because its time ran out (not on an error)."""
+    return isinstance(exc, (asyncio.TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError))
+
+
 def next_try_s(try_timeout_s: float, timed_out_in_a_row: int) -> float:
     """How long a try of a send waits after ``timed_out_in_a_row`` tries that each simply ran out of time."""
     return try_timeout_s * min(TRY_GROWTH_MAX, 2.0 ** timed_out_in_a_row)
@@ -307,8 +312,7 @@ class ChatDriver:
                 return await asyncio.wait_for(call, timeout=this_try + 1.0)
             except (asyncio.TimeoutError, RPCError, WorkflowUpdateRPCTimeoutOrCancelledError) as exc:
                 errors.append(f"{type(exc).__name__}: {exc}"[:200])
-                in_a_row = in_a_row + 1 if isinstance(exc, (asyncio.TimeoutError,
-                                                            WorkflowUpdateRPCTimeoutOrCancelledError)) else 0
+                in_a_row = in_a_row + 1 if ran_out_of_time(exc) else 0
             closed = handle is not None and await workflow_closed(handle)
             if closed or not resend or time.monotonic() - started >= deadline:
                 why = "the workflow has closed" if closed else f"no reply within {deadline:.0f}s"

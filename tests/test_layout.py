@@ -39,8 +39,9 @@ def _modules() -> dict[str, Path]:
     out = {}
     for package in PACKAGES:
         for folder, dirs, files in os.walk(ROOT / package):
-            dirs[:] = sorted(d for d in dirs if d not in {".venv", "node_modules"})  # an example's own environment
-            for f in sorted(files):  # (make example-*) is not the project's code
+            # an example's own environment (make example-*) is not the project's code: not even walked
+            dirs[:] = sorted(d for d in dirs if d not in {".venv", "node_modules"})
+            for f in sorted(files):
                 if f.endswith(".py"):
                     path = Path(folder) / f
                     name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
