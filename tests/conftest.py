@@ -121,6 +121,32 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
+_UNGROUPED = pytest.StashKey[str]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """On a pytest-xdist worker under ``--dist loadgroup``: fail every grouped test, saying why, if its group did
+    not reach the scheduler. pytest-xdist passes a test's group as a suffix of its node id; from pytest 9.2 that
+    suffix no longer takes (pytest-xdist#1386) and the groups are silently ignored: every worker then built each
+    module's shared chaos run itself (measured: test_diagnosis's 80 s run made 4 times instead of once) and the
+    Docker tests ran on several workers at once. pyproject.toml keeps pytest below 9.2 for this."""
+    if not (os.environ.get("PYTEST_XDIST_WORKER") and session.config.getvalue("loadgroup")):
+        return
+    import xdist
+
+    for item in session.items:
+        mark = item.get_closest_marker("xdist_group")
+        if mark and not item.nodeid.endswith("@" + str(mark.args[0] if mark.args else mark.kwargs.get("name"))):
+            item.stash[_UNGROUPED] = (
+                f"pytest {pytest.__version__} with pytest-xdist {xdist.__version__}: --dist loadgroup ignored this "
+                f"test's group (pytest-xdist#1386); install the versions pyproject.toml allows: make venv")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if _UNGROUPED in item.stash:
+        pytest.fail(item.stash[_UNGROUPED], pytrace=False)
+
+
 def _shares_a_module_fixture(item: pytest.Item) -> bool:
     """Whether ``item`` uses a fixture of its own module's that lives as long as the module (a chaos run its tests
     read, say): its tests then run on one worker, which makes it once, not once per worker they were spread over."""
