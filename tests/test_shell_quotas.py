@@ -4,6 +4,7 @@ bubblewrap found outside the command's PATH, and every failure of the bash tool 
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import json
 import os
@@ -19,7 +20,7 @@ from agent.envs.registry import get_env, parse_env_config
 from agent.errors import ToolExecutionError, ToolRetryableError, ToolValidationError
 from agent.tools import ToolContext, run_tool
 from harness.recording import EffectLedger, ExecutionIdentity
-from tests.events import wait_for
+from tests.events import HANG_S, wait_for, wait_for_async
 
 HAVE_BWRAP, WHY_NO_BWRAP = sandbox.bwrap_available()
 needs_bwrap = pytest.mark.skipif(not HAVE_BWRAP, reason=f"no bubblewrap isolation here: {WHY_NO_BWRAP}")
@@ -252,6 +253,29 @@ async def test_a_failed_copy_is_a_classified_error_without_host_paths(
         assert expected in str(err.value) and f"/workspace/a.txt': {message}" in str(err.value), err.value
         assert str(tmp_path) not in str(err.value)
         assert e.gens() == ["g000001"] and (e.env.workspace / "a.txt").read_text() == "one\n"
+
+
+@pytest.mark.skipif(not sandbox.running_as_root(), reason="not root: commands run as this user, not a uid per environment")
+async def test_an_environment_of_the_same_id_elsewhere_does_not_kill_the_others_commands(tmp_path: Path) -> None:
+    # Found in CI: every test here names its environment "q"; the uid came from the id alone, so the end of one
+    # test's command (which kills what its uid left running) killed another test's command on another worker.
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    victim, other = _Env(tmp_path / "one", isolation="none"), _Env(tmp_path / "two", isolation="none")
+    for e in (victim, other):
+        await e.env.build()
+    assert victim.env.sandbox_uid != other.env.sandbox_uid
+    running = asyncio.create_task(victim.bash("touch started; until [ -e go ]; do sleep 0.05; done; echo survived"))
+    gens = victim.env.directory / "gens"
+
+    async def started() -> Path | None:
+        return next((g for g in gens.iterdir() if (g / "started").exists()), None)
+
+    gen = await wait_for_async(started, "the command to start")
+    await other.bash("true")  # ends by killing what its own uid left running
+    (gen / "go").touch()
+    out = await asyncio.wait_for(running, HANG_S)
+    assert "survived\n[exit code 0]" in out, out
 
 
 async def test_the_record_gives_the_workflow_the_commands_time_limit(tmp_path: Path) -> None:

@@ -71,7 +71,10 @@ from agent.errors import ToolError, ToolExecutionError, ToolRetryableError, Tool
 from agent.tools import Tool, ToolContext
 
 MAX_COMMAND_CHARS = 10_000
-_SANDBOX_UIDS = (2_100_000_000, 100_000_000)  # a uid of its own per environment: base + crc32(env id) % span
+#: a uid of its own per environment: base + crc32(its directory) % span. The directory, not the env id alone:
+#: two environments with one id under two roots (two runs, two tests) would share a uid, and the end of a command
+#: in one (``_kill_sandbox_processes``) would kill the other's commands.
+_SANDBOX_UIDS = (2_100_000_000, 100_000_000)
 
 
 @dataclasses.dataclass
@@ -236,7 +239,7 @@ class ShellLocalEnv(Env):
         if not running_as_root():
             return None
         base, span = _SANDBOX_UIDS
-        return base + zlib.crc32(self.env_id.encode()) % span
+        return base + zlib.crc32(os.fsencode(self.directory.resolve())) % span
 
     def _head(self) -> dict[str, Any]:
         return json.loads((self.directory / "HEAD.json").read_text())
