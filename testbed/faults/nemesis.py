@@ -283,7 +283,8 @@ async def kill_worker(ctx: NemesisContext, when: str = "busy", activity: str | N
     target file's ``continue_as_new_events`` on a target). An aimed kill that finds no moment within ``wait_s``
     kills a worker anyway, with empty ``evidence``. ``spare`` (an activity or workflow-task aim): never the last worker up; the aim
     waits while the other is down or not yet polling again (two aimed kills that overlap then never leave the
-    agent without a worker, unless the scenario means to: ``spare`` False). The completion records ``aim`` and how the aim was observed
+    agent without a worker, unless the scenario means to: ``spare`` False). An agent with one worker has none to
+    spare: its kills aim all the same, and the completion's ``spare`` says so. The completion records ``aim`` and how the aim was observed
     (``observed_by``, ``probes``: how many times a worker was frozen to check it). A "before" kill whose threshold
     is unknown kills nothing: its operation completes ``fail`` (it certainly did not happen) with ``not_injected``
     saying why, which the faults column and ``injection_evidence`` show as not injected."""
@@ -308,15 +309,22 @@ async def kill_worker(ctx: NemesisContext, when: str = "busy", activity: str | N
     evidence: list[Any] = []
     victim = None
     info: dict[str, Any] = {}
+    if spare and len(ctx.stack.workers) < 2:
+        # Nothing to spare: with one worker (Restate's one endpoint, say) a spared aim would wait for a second
+        # worker that never comes, and every kill would be the blind one at the end of ``wait_s``.
+        spare = False
+        info["spare"] = "not applied: the agent runs one worker, so each kill stops it all until its restart"
     hit = None
     if at is not None and at not in getattr(ctx.observer, "aims", ()):
-        info = {"observed_by": None, "not_observable": f"{at}: this backend has no Temporal server to observe"}
+        info.update(observed_by=None, not_observable=f"{at}: this backend has no Temporal server to observe")
     elif at is not None:
         options = ({"hold_s": hold_s, "spare": spare} if at == "workflow_task" else
                    {"phase": phase, "threshold": aim["history_events"]})
-        hit, info = await ctx.observer.aim(at, ctx, HANDS, down_s=down_s, wait_s=wait_s, **options)
+        hit, observed = await ctx.observer.aim(at, ctx, HANDS, down_s=down_s, wait_s=wait_s, **options)
+        info.update(observed)
     elif when == "busy":
-        hit, info = await _aim_activity(ctx, activity, down_s, wait_s, spare)
+        hit, observed = await _aim_activity(ctx, activity, down_s, wait_s, spare)
+        info.update(observed)
     elif when == "idle":
         # A worker holding a conversation that waits for its next message (no activity of its own running).
         deadline = time.monotonic() + wait_s
