@@ -14,27 +14,40 @@ worker must never mix the code it was forked with and the files its workflow san
 until exit, with the workers it forked. In ``ps`` a forked worker
 shows the server's command line (``python -m testbed.forkserver``): fork does not exec.
 
+One server can serve the harness processes its owner starts (``export``; the test suite does): it listens on a
+Unix socket in a directory of the user's alone (``SOCKET_ENV`` names it, for the children), admits only the same
+uid, and refuses a client whose source stamp or interpreter differs (that one starts its own server). A worker
+forked for a client dies when the client's connection closes (the client exited, or was SIGKILLed): as if the
+client had forked it. A ``dah-chaos run`` started this way saves its own server's ~3.5 s of CPU.
+
 The protocol, one JSON object per line: requests on the server's stdin ``{"argv", "env", "cwd", "log"}``, replies
 on its stdout ``{"ready"}`` once, then ``{"pid"}`` or ``{"error"}`` per request, and ``{"exit": pid, "code"}``
-whenever a child ends (a signal's death is ``-signal``, as ``subprocess`` reports it).
+whenever a child ends (a signal's death is ``-signal``, as ``subprocess`` reports it). A socket client sends
+``{"hello": {"stamp", "python"}}`` first and gets ``{"ready"}`` or ``{"error"}``; then the same, for its own
+children only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import logging
 import os
 import selectors
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from harness import SAFE_PATH, own_module
+from testbed.processes import FORKSERVER_SOCKET_ENV
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +56,11 @@ MODULE = (SAFE_PATH, "-m", "testbed", "worker")
 #: what that command runs (testbed/__main__.py): named, not imported here, as cli sits above testbed
 DAH = "cli.dah"
 READY_TIMEOUT_S = 120.0
+#: where a harness process's fork server listens, for the harness processes it starts (set by ``shared``)
+SOCKET_ENV = FORKSERVER_SOCKET_ENV  # spawn never passes it on
+#: the server's own: where to listen, and the source stamp its clients must match (popped at its start)
+LISTEN_ENV, STAMP_ENV = "DAH_FORKSERVER_LISTEN", "DAH_FORKSERVER_STAMP"
+MAX_REQUEST_BYTES = 1 << 20
 
 
 # -- the server (its own process) -----------------------------------------------------------------------------------
@@ -59,6 +77,8 @@ def private_pycache() -> Path | None:
 
 
 def _serve() -> int:
+    listen_path, stamp = os.environ.pop(LISTEN_ENV, None), os.environ.pop(STAMP_ENV, None)
+    os.environ.pop(SOCKET_ENV, None)
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     if sys.dont_write_bytecode:
         # With PYTHONDONTWRITEBYTECODE there is no bytecode cache, and the workflow sandbox imports the workflow's
@@ -80,35 +100,178 @@ def _serve() -> int:
         print(json.dumps({"error": f"{threading.active_count()} threads after import; cannot fork safely"}),
               flush=True)
         return 1
-    out = sys.stdout
-    print(json.dumps({"ready": True, "pid": os.getpid()}), file=out, flush=True)
+    listening = _listen(listen_path) if listen_path else None
+    owner = _Owner()
+    owner.send({"ready": True, "pid": os.getpid(), **({"listen": listen_path} if listening else {})})
     sel = selectors.DefaultSelector()
-    sel.register(sys.stdin, selectors.EVENT_READ)
-    children: set[int] = set()
-    while True:
-        for pid in list(children):
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                children.discard(pid)
-                print(json.dumps({"exit": pid, "code": os.waitstatus_to_exitcode(status)}), file=out, flush=True)
-        if not sel.select(timeout=0.05):
-            continue
-        line = sys.stdin.readline()
-        if not line:  # the harness closed the pipe (or died): the children go with us (parent-death signal)
-            for pid in children:
-                os.kill(pid, signal.SIGKILL)
-            return 0
+    sel.register(sys.stdin, selectors.EVENT_READ, owner)
+    if listening is not None:
+        sel.register(listening, selectors.EVENT_READ, "listen")
+    children: dict[int, _Owner] = {}  # pid -> whom it was forked for
+
+    def drop(client: _Client) -> None:  # a process that asked for workers is gone: so are they
+        sel.unregister(client.sock)
+        client.sock.close()
+        for pid, whose in children.items():
+            if whose is client:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+    try:
+        while True:
+            for pid in list(children):
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    children.pop(pid).send({"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+            for key, _ in sel.select(timeout=0.05):
+                if key.data == "listen":
+                    _accept(listening, sel)  # type: ignore[arg-type]
+                    continue
+                if key.data is owner:
+                    lines = [sys.stdin.readline()]
+                    if not lines[0]:  # the harness closed the pipe (or died): the children go with us
+                        for pid in children:
+                            with contextlib.suppress(ProcessLookupError):
+                                os.kill(pid, signal.SIGKILL)
+                        return 0
+                else:
+                    lines = key.data.read()
+                    if lines is None:
+                        drop(key.data)
+                        continue
+                for line in lines:
+                    whom: _Owner = key.data
+                    if isinstance(whom, _Client) and not whom.greeted:
+                        if not whom.greet(line, stamp):
+                            drop(whom)
+                            break
+                        continue
+                    joins: list[tuple[int, int]] = []
+                    try:
+                        req = json.loads(line)
+                        fds = [k.fileobj.fileno() for k in sel.get_map().values() if k.fileobj is not sys.stdin]
+                        joins = _namespaces_of(whom.pid) if isinstance(whom, _Client) else []
+                        pid = _fork(req["argv"], req["env"], req["cwd"], req["log"], close=fds, joins=joins)
+                    except Exception as exc:  # a bad request, or fork failed: said, and the server goes on
+                        whom.send({"error": f"{type(exc).__name__}: {exc}"})
+                        continue
+                    finally:
+                        for fd, _ in joins:
+                            os.close(fd)
+                    children[pid] = whom
+                    whom.send({"pid": pid})
+    finally:
+        if listening is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(listen_path)  # type: ignore[arg-type]
+
+
+class _Owner:
+    """Whom the server answers: the harness that started it, on its stdout."""
+
+    def send(self, msg: dict) -> None:
+        print(json.dumps(msg), file=sys.stdout, flush=True)
+
+
+class _Client(_Owner):
+    """Another process of the harness's user, connected to the server's socket (``SOCKET_ENV``): a ``dah-chaos
+    run`` the harness started. Its first line is a hello naming its source stamp and interpreter; a client whose
+    code differs is refused (it starts a server of its own). The workers forked for it die when it disconnects."""
+
+    def __init__(self, sock: socket.socket, pid: int) -> None:
+        self.sock, self.pid, self.buf, self.greeted = sock, pid, b"", False
+
+    def send(self, msg: dict) -> None:
+        with contextlib.suppress(OSError):  # gone: its read end says so
+            self.sock.sendall(json.dumps(msg).encode() + b"\n")
+
+    def read(self) -> list[str] | None:
+        """The complete lines received (None: it disconnected)."""
         try:
-            req = json.loads(line)
-            pid = _fork(req["argv"], req["env"], req["cwd"], req["log"])
-        except Exception as exc:  # a bad request, or fork failed: said, and the server goes on
-            print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), file=out, flush=True)
-            continue
-        children.add(pid)
-        print(json.dumps({"pid": pid}), file=out, flush=True)
+            data = self.sock.recv(65536)
+        except OSError:
+            return None
+        if not data or len(self.buf) > MAX_REQUEST_BYTES:
+            return None
+        self.buf += data
+        *lines, self.buf = self.buf.split(b"\n")
+        return [line.decode(errors="replace") for line in lines]
+
+    def greet(self, line: str, stamp: str | None) -> bool:
+        try:
+            hello = json.loads(line)["hello"]
+            same = hello["python"] == sys.executable and stamp is not None and hello["stamp"] == stamp
+        except (ValueError, KeyError, TypeError):
+            same = False
+        if same:
+            self.greeted = True
+            self.send({"ready": True, "pid": os.getpid()})
+        else:
+            self.send({"error": "this fork server runs other code (its source stamp or interpreter differs)"})
+        return same
 
 
-def _fork(argv: list[str], env: dict[str, str], cwd: str | None, log_path: str) -> int:
+def _listen(path: str) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    sock.bind(path)  # in a directory of the user's alone (``harness.private``)
+    os.chmod(path, 0o600)
+    sock.listen(16)
+    return sock
+
+
+def _accept(listening: socket.socket, sel: selectors.BaseSelector) -> None:
+    """A new client, if it runs as this user (the socket's directory admits no one else; checked again here)."""
+    try:
+        sock, _ = listening.accept()
+    except OSError:
+        return
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, _gid = struct.unpack("3i", creds)
+    if uid != os.geteuid():
+        sock.close()
+        return
+    sock.settimeout(10.0)  # a client that stops reading cannot hold the server for long
+    sel.register(sock, selectors.EVENT_READ, _Client(sock, pid))
+
+
+def _namespaces_of(pid: int) -> list[tuple[int, int]]:
+    """The user and network namespaces of a client (``pid``) that differ from the server's, opened, in the order
+    to join them: a ``dah-chaos run`` moves into a network of its own (``testbed.isolation``; as a user, inside a
+    user namespace of its own), and the workers forked for it must run there, beside the servers it started."""
+    from testbed.isolation import CLONE_NEWNET, CLONE_NEWUSER
+
+    joins: list[tuple[int, int]] = []
+    try:
+        for name, flag in (("user", CLONE_NEWUSER), ("net", CLONE_NEWNET)):
+            fd = os.open(f"/proc/{pid}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC)
+            theirs, ours = os.fstat(fd), os.stat(f"/proc/self/ns/{name}")
+            if (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino):
+                os.close(fd)
+            else:
+                joins.append((fd, flag))
+    except OSError:
+        for fd, _ in joins:
+            os.close(fd)
+        raise
+    return joins
+
+
+def _join(joins: Sequence[tuple[int, int]]) -> None:
+    """In a forked child (one thread): enter the client's namespaces (``_namespaces_of``)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for fd, flag in joins:
+        if libc.setns(fd, flag) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"cannot join the harness's {'network' if flag != 0x10000000 else 'user'} "
+                               f"namespace: {os.strerror(err)}")
+
+
+def _fork(argv: list[str], env: dict[str, str], cwd: str | None, log_path: str, close: Sequence[int] = (),
+          joins: Sequence[tuple[int, int]] = ()) -> int:
     if list(argv[1:len(MODULE) + 1]) != list(MODULE):
         raise ValueError(f"not a reference worker command: {argv[:len(MODULE) + 1]}")
     sys.stdout.flush()
@@ -124,14 +287,18 @@ def _fork(argv: list[str], env: dict[str, str], cwd: str | None, log_path: str) 
     try:
         from testbed.processes import die_with_parent
 
-        os.setsid()
-        die_with_parent(server)
+        for fd in close:  # the server's socket and its clients': a worker holding one would keep it open
+            with contextlib.suppress(OSError):
+                os.close(fd)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.dup2(out, 1)
         os.dup2(out, 2)
         os.close(devnull)
         os.close(out)
+        _join(joins)  # before the parent-death signal: joining a user namespace would clear it
+        os.setsid()
+        die_with_parent(server)
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
         os.environ.clear()
@@ -219,11 +386,18 @@ def source_stamp() -> float:
 
 
 class ForkServer:
-    """The harness's handle on one fork server process (started on first use, stopped at exit)."""
+    """The harness's handle on one fork server: a process it started (and stops at exit), or, with ``connect``,
+    the socket of one another harness process started and shares (``SOCKET_ENV``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, connect: str | None = None, listen: str | None = None) -> None:
         self.stamp = source_stamp()  # a worker forked from code older than its files would mix two versions
+        self.connect = connect
+        self.listen = listen  # where a server started here takes clients (None: a new path, if one can be had)
+        self.pid: int | None = None
         self._proc: subprocess.Popen | None = None
+        self._sock: socket.socket | None = None
+        self._rfile: Any = None
+        self._wfile: Any = None
         self._lock = threading.Lock()  # one request at a time
         self._news = threading.Condition()
         self._exits: dict[int, int] = {}
@@ -232,32 +406,64 @@ class ForkServer:
         self._dead = False
 
     def start(self) -> ForkServer:
-        from testbed.processes import spawn
+        if self.connect:
+            self._open_connection(self.connect)
+        else:
+            from testbed.processes import spawn
 
-        self._proc = spawn(own_module("testbed.forkserver"), stdin=subprocess.PIPE,
-                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
+            listen = self.listen or _socket_path()
+            env = {**os.environ, LISTEN_ENV: listen, STAMP_ENV: repr(self.stamp)} if listen else None
+            self._proc = spawn(own_module("testbed.forkserver"), stdin=subprocess.PIPE, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
+            self._rfile, self._wfile = self._proc.stdout, self._proc.stdin
         self._reader = threading.Thread(target=self._read, name="forkserver-reader", daemon=True)
         self._reader.start()
+        if self.connect:
+            self._write({"hello": {"stamp": repr(self.stamp), "python": sys.executable}})
         ready = self._reply(READY_TIMEOUT_S)
         if not ready.get("ready"):
             self.close()
             raise ForkServerError(f"the fork server did not start: {ready.get('error', ready)}")
+        self.listen = ready.get("listen") if not self.connect else None
+        self.pid = int(ready["pid"])  # the server's (another process's child, when connected)
         return self
 
+    def _open_connection(self, path: str) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(5.0)
+        try:
+            sock.connect(path)
+        except OSError as exc:
+            sock.close()
+            raise ForkServerError(f"no fork server at {path} ({exc.strerror or exc})") from None
+        sock.settimeout(None)
+        self._sock = sock
+        self._rfile = sock.makefile("r", encoding="utf-8", newline="\n")
+        self._wfile = sock.makefile("w", encoding="utf-8", newline="\n")
+
+    def _write(self, msg: dict) -> None:
+        try:
+            self._wfile.write(json.dumps(msg) + "\n")
+            self._wfile.flush()
+        except (OSError, ValueError) as exc:  # the server (or its socket) is gone
+            raise ForkServerError(f"the fork server is gone ({exc})") from None
+
     def _read(self) -> None:
-        assert self._proc is not None and self._proc.stdout is not None
-        for line in self._proc.stdout:
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                continue
-            with self._news:
-                if "exit" in msg:
-                    self._exits[int(msg["exit"])] = int(msg["code"])
-                else:
-                    self._replies.append(msg)
-                self._news.notify_all()
-        with self._news:  # the server is gone: so are its children (their parent-death signal)
+        try:
+            for line in self._rfile:
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                with self._news:
+                    if "exit" in msg:
+                        self._exits[int(msg["exit"])] = int(msg["code"])
+                    else:
+                        self._replies.append(msg)
+                    self._news.notify_all()
+        except (OSError, ValueError):  # the connection closed under the reader (close)
+            pass
+        with self._news:  # the server is gone: so are its children (their parent-death signal), or ours on it
             self._replies.append({"error": "the fork server exited"})
             self._dead = True
             self._news.notify_all()
@@ -281,26 +487,32 @@ class ForkServer:
             if pid in self._exits:
                 return self._exits[pid]
             if self._dead:
-                return -signal.SIGKILL  # died with the server
+                return -signal.SIGKILL  # died with the server (or with our connection to it)
             return None
 
     @property
     def alive(self) -> bool:
+        if self._sock is not None:
+            with self._news:
+                return not self._dead
         return self._proc is not None and self._proc.poll() is None
 
     def fork(self, argv: Sequence[str], env: Mapping[str, str], cwd: str | None, log_path: Path) -> ForkedProcess:
         with self._lock:
-            if not self.alive or self._proc is None or self._proc.stdin is None:
+            if not self.alive or self._wfile is None:
                 raise ForkServerError("the fork server is not running")
-            self._proc.stdin.write(json.dumps({"argv": list(argv), "env": dict(env), "cwd": cwd,
-                                               "log": str(log_path)}) + "\n")
-            self._proc.stdin.flush()
+            self._write({"argv": list(argv), "env": dict(env), "cwd": cwd, "log": str(log_path)})
             reply = self._reply(30.0)
         if "pid" not in reply:
             raise ForkServerError(f"the fork server could not start the worker: {reply.get('error', reply)}")
         return ForkedProcess(self, int(reply["pid"]))
 
     def close(self) -> None:
+        if self._sock is not None:  # the server kills the workers it forked for us, and goes on serving others
+            with contextlib.suppress(OSError):
+                self._sock.shutdown(socket.SHUT_RDWR)
+            self._sock.close()
+            return
         if self._proc is None:
             return
         from testbed.processes import stop
@@ -311,6 +523,37 @@ class ForkServer:
         except OSError:
             pass
         stop(self._proc, grace_s=5.0)
+
+
+def _socket_dir() -> Path | None:
+    import tempfile
+
+    from harness.private import private_dir
+
+    return private_dir(Path(tempfile.gettempdir()) / f"dah-forkserver-{os.geteuid()}")
+
+
+def _socket_path() -> str | None:
+    """A new socket path for a server started here, in a directory of this user's alone; sockets left there by
+    servers that died without removing theirs (SIGKILL) go first. None: no such directory, or a path too long."""
+    import secrets
+
+    folder = _socket_dir()
+    if folder is None:
+        return None
+    for old in folder.glob("*.sock"):
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(old))
+        except ConnectionRefusedError:  # nobody listens: its server died
+            with contextlib.suppress(OSError):
+                old.unlink()
+        except OSError:
+            pass
+        finally:
+            probe.close()
+    path = str(folder / f"{os.getpid()}-{secrets.token_hex(4)}.sock")
+    return path if len(path.encode()) < 100 else None  # sun_path holds 108 bytes
 
 
 _server: ForkServer | None = None
@@ -331,19 +574,50 @@ def can_fork(argv: Sequence[str]) -> bool:
 
 
 def shared() -> ForkServer:
-    """The process's fork server, started on first use (its import takes a few seconds, once)."""
-    global _server
+    """The process's fork server, started on first use (its import takes a few seconds, once). If another harness
+    process exported its own (``export``: ``SOCKET_ENV`` names its socket) and runs the same code, this process's
+    workers are forked there instead, and no import is paid here."""
+    global _server, _exported_started
     with _server_lock:
         if _server is not None and _server.alive and source_stamp() != _server.stamp:
             log.info("the worker's source changed since the fork server started; starting a new one")
             _retired.append(_server)  # not closed: that would kill the workers it forked, which are still running
             _server = None
         if _server is None or not _server.alive:
-            _server = ForkServer().start()
+            _server, path, listen = None, os.environ.get(SOCKET_ENV), None
+            if path and path == _exported and not _exported_started:
+                _exported_started, listen = True, path  # the server export() promised: this is it
+            elif path:
+                try:
+                    _server = ForkServer(connect=path).start()
+                except ForkServerError as exc:
+                    log.info("not forking workers from the harness's shared fork server (%s); starting one", exc)
+            if _server is None:
+                _server = ForkServer(listen=listen).start()
             import atexit
 
             atexit.register(_server.close)
         return _server
+
+
+_exported: str | None = None  # the socket export() named in SOCKET_ENV
+_exported_started = False
+
+
+def export() -> None:
+    """Let the harness processes this one starts fork their reference workers from this process's fork server
+    (``SOCKET_ENV`` names its socket), which starts now in the background: each skips the seconds of import a
+    server of its own costs (~3.5 s of CPU), and its workers die when it exits, as if it had forked them. One
+    started before the server listens, or running other code, starts its own. Call it from the main thread (it
+    sets an environment variable); nothing happens if fork servers are off or one is already exported."""
+    global _exported
+    if not enabled() or _exported or os.environ.get(SOCKET_ENV):
+        return
+    path = _socket_path()
+    if path is None:
+        return
+    _exported = os.environ[SOCKET_ENV] = path
+    start_soon()
 
 
 def start_soon() -> None:

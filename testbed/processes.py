@@ -84,6 +84,11 @@ _spawner: _Spawner | None = None
 _spawner_lock = threading.Lock()
 
 
+#: where the harness's fork server takes its own commands (``testbed.forkserver.export``): never passed on to what
+#: ``spawn`` starts (named here, not imported: the fork server uses this module)
+FORKSERVER_SOCKET_ENV = "DAH_FORKSERVER_SOCKET"
+
+
 def spawn(args: Sequence[str], *, pdeathsig: int = signal.SIGKILL, **kwargs: object) -> subprocess.Popen:
     """Start a child in its own session that the kernel signals (``pdeathsig``) if this process dies.
 
@@ -94,6 +99,8 @@ def spawn(args: Sequence[str], *, pdeathsig: int = signal.SIGKILL, **kwargs: obj
         if _spawner is None:
             _spawner = _Spawner()
     preexec = functools.partial(die_with_parent, os.getpid(), pdeathsig)
+    if kwargs.get("env") is None and FORKSERVER_SOCKET_ENV in os.environ:  # the harness's own commands' only
+        kwargs["env"] = {k: v for k, v in os.environ.items() if k != FORKSERVER_SOCKET_ENV}
     return _spawner.submit(lambda: subprocess.Popen(  # type: ignore[call-overload]
         list(args), start_new_session=True, preexec_fn=preexec, **kwargs))
 

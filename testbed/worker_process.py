@@ -135,6 +135,7 @@ class WorkerProcess(ServerProcess):
         argv = self.argv()
         # What the worker leaves running on purpose (its browser) ends with this process; the reaper takes containers.
         env = {**os.environ, **(self.env or {}), **self.faults.environment(), **owner_environment()}
+        env.pop(forkserver.SOCKET_ENV, None)  # the harness's own: a worker (an agent we did not write) never sees it
         ensure_reaper()
         try:
             with open(self._log_path, "wb") as out:

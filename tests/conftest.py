@@ -29,6 +29,15 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
         yield s
 
 
+@pytest.fixture(scope="session", autouse=True)
+def shared_fork_server() -> None:
+    """The chaos runs the tests start as commands (``python -m chaos run ...``) fork their reference workers from
+    this pytest process's fork server instead of importing a server of their own (testbed.forkserver.export)."""
+    from testbed import forkserver
+
+    forkserver.export()
+
+
 @pytest.fixture
 def model_faults(stack: Stack):
     """Install scripted-model fault rules for one test; cleared afterwards whatever happens."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import psutil
@@ -15,6 +16,7 @@ import pytest
 from testbed import forkserver
 from testbed.stack import Stack
 from testbed.worker_process import reference_worker
+from tests.events import running, wait_for
 
 
 def worker(stack: Stack, tmp_path: Path, name: str):
@@ -85,3 +87,65 @@ def test_the_private_bytecode_cache_is_the_users_own_and_refused_when_open_to_ot
     cache.rmdir()
     cache.symlink_to(tmp_path)  # not a directory of its own
     assert forkserver.private_pycache() is None
+
+
+CHILD = """
+import os, sys, time
+from pathlib import Path
+from testbed import isolation
+assert isolation.enter_private_network().network == "private"  # as dah-chaos run does, before anything starts
+from testbed.engines.temporal.server import EmbeddedTemporal
+from testbed.worker_process import reference_worker
+with EmbeddedTemporal() as server:  # in the private network: the pytest process's loopback does not reach it
+    w = reference_worker(server.address, "fork-child", sys.argv[1], state_dir=Path(sys.argv[2]), identity_prefix="fe",
+                         warm_line="WARM")
+    w.start()
+    print(w.pid, w._proc.server.connect or "-", os.stat("/proc/self/ns/net").st_ino, flush=True)
+    time.sleep(600)
+"""
+
+
+def _exported() -> forkserver.ForkServer:
+    """A connection to the fork server this pytest process exported (the session's fixture): a test above may have
+    replaced the process's own since."""
+    forkserver.export()  # once is enough: this does nothing more
+    path = os.environ[forkserver.SOCKET_ENV]
+    assert (Path(path).parent.stat().st_mode & 0o777) == 0o700  # no other user reaches the socket
+    return wait_for(lambda: _connect(path), "the exported fork server to listen")
+
+
+def _connect(path: str) -> forkserver.ForkServer | None:
+    try:
+        return forkserver.ForkServer(connect=path).start()
+    except forkserver.ForkServerError:
+        return None
+
+
+def test_a_harness_process_started_after_export_forks_its_workers_here_in_its_network_and_they_die_with_it(
+        stack: Stack, tmp_path: Path) -> None:
+    probe = _exported()
+    probe.close()
+    child = subprocess.Popen([sys.executable, "-c", CHILD, stack.model_server.url, str(tmp_path)],
+                             stdout=subprocess.PIPE, text=True, cwd=forkserver.ROOT)
+    try:
+        pid, connected, net = wait_for(lambda: child.stdout.readline().split(), "the child's worker", proc=child)
+        worker = psutil.Process(int(pid))
+        assert connected == os.environ[forkserver.SOCKET_ENV] and worker.ppid() == probe.pid  # forked here
+        assert os.stat(f"/proc/{pid}/ns/net").st_ino == int(net) != os.stat("/proc/self/ns/net").st_ino
+        log = next((tmp_path / "logs").iterdir()).read_text()
+        assert "READY worker identity=fe-1" in log and "WARM" in log  # it reached the child's own server
+        child.kill()  # SIGKILL: no atexit, no cleanup of its own; its connection closes
+        wait_for(lambda: not running(worker), "the child's worker to die with it")
+        assert psutil.pid_exists(probe.pid)  # the server serves on
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_client_running_other_code_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    probe = _exported()
+    probe.close()
+    stamp = probe.stamp
+    monkeypatch.setattr(forkserver, "source_stamp", lambda: stamp + 1.0)  # as if a file had been saved since
+    with pytest.raises(forkserver.ForkServerError, match="runs other code"):
+        forkserver.ForkServer(connect=probe.connect).start()
