@@ -7,7 +7,8 @@ worker per request: the child sets its own environment, working directory and ou
 from its argument list, connecting to Temporal itself. It is a new process with its own pid, killed, paused and
 stopped by that pid like any other; nothing of the parent's state but imported modules carries over.
 
-Used by ``WorkerProcess`` for the harness's own interpreter running ``-m testbed worker`` (the reference worker):
+Used by ``WorkerProcess`` for the harness's own interpreter running ``-m testbed worker`` (the reference worker, and
+with ``--durability NAME`` another engine's, run as ``python -m testbed`` runs it):
 a target's own interpreter or command always starts the ordinary way. ``DAH_FORKSERVER=0`` turns it off. A
 source file of the worker's packages changed since the server started: a new server forks the next workers (a
 worker must never mix the code it was forked with and the files its workflow sandbox reads); the old one stays
@@ -17,8 +18,10 @@ shows the server's command line (``python -m testbed.forkserver``): fork does no
 One server can serve the harness processes its owner starts (``export``; the test suite does): it listens on a
 Unix socket in a directory of the user's alone (``SOCKET_ENV`` names it, for the children), admits only the same
 uid, and refuses a client whose source stamp or interpreter differs (that one starts its own server). A worker
-forked for a client dies when the client's connection closes (the client exited, or was SIGKILLed): as if the
-client had forked it. A ``dah-chaos run`` started this way saves its own server's ~3.5 s of CPU.
+forked for a client joins the client's network namespace (and, as a user, its user namespace: ``dah-chaos run``
+moves into a private network, ``testbed.isolation``) and dies when the client's connection closes (the client
+exited, or was SIGKILLed): as if the client had forked it. A ``dah-chaos run`` started this way saves its own
+server's ~3.5 s of CPU.
 
 The protocol, one JSON object per line: requests on the server's stdin ``{"argv", "env", "cwd", "log"}``, replies
 on its stdout ``{"ready"}`` once, then ``{"pid"}`` or ``{"error"}`` per request, and ``{"exit": pid, "code"}``
@@ -306,7 +309,12 @@ def _fork(argv: list[str], env: dict[str, str], cwd: str | None, log_path: str, 
         if cwd:
             os.chdir(cwd)
         sys.argv = [argv[0], *argv[len(MODULE):]]  # as ``python -m testbed worker ...`` has it
-        code = importlib.import_module(DAH).main(list(argv[len(MODULE):]))
+        from testbed.engines import engine_worker
+
+        args = list(argv[len(MODULE):])
+        code = engine_worker(args)  # another engine's worker (--durability NAME), as ``python -m testbed`` runs it
+        if code is None:
+            code = importlib.import_module(DAH).main(args)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # noqa: BLE001 - the child's last words go to its log
@@ -568,9 +576,10 @@ def enabled() -> bool:
 
 
 def can_fork(argv: Sequence[str]) -> bool:
-    """Whether this command is the reference worker on the harness's own interpreter (what the server forks)."""
+    """Whether this command is the reference worker (of any engine: ``--durability NAME`` runs that engine's, as
+    ``python -m testbed`` does) on the harness's own interpreter: what the server forks."""
     return (enabled() and len(argv) > len(MODULE) + 1 and argv[0] == sys.executable
-            and tuple(argv[1:len(MODULE) + 1]) == MODULE and "--durability" not in argv)  # another engine's: its own
+            and tuple(argv[1:len(MODULE) + 1]) == MODULE)
 
 
 def shared() -> ForkServer:

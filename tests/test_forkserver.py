@@ -149,3 +149,10 @@ def test_a_client_running_other_code_is_refused(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(forkserver, "source_stamp", lambda: stamp + 1.0)  # as if a file had been saved since
     with pytest.raises(forkserver.ForkServerError, match="runs other code"):
         forkserver.ForkServer(connect=probe.connect).start()
+
+
+def test_every_engines_worker_on_the_harnesss_interpreter_is_forked_and_a_targets_own_command_is_not() -> None:
+    for engine in ((), ("--durability", "dbos"), ("--durability", "checkpoint"), ("--durability", "restate")):
+        assert forkserver.can_fork([sys.executable, *forkserver.MODULE, *engine, "--task-queue", "q"]), engine
+    assert not forkserver.can_fork(["/usr/bin/python3", *forkserver.MODULE, "--task-queue", "q"])
+    assert not forkserver.can_fork([sys.executable, "-m", "my_agent.worker"])

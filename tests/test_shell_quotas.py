@@ -255,7 +255,8 @@ async def test_a_failed_copy_is_a_classified_error_without_host_paths(
         assert e.gens() == ["g000001"] and (e.env.workspace / "a.txt").read_text() == "one\n"
 
 
-@pytest.mark.skipif(not sandbox.running_as_root(), reason="not root: commands run as this user, not a uid per environment")
+@pytest.mark.skipif(not sandbox.running_as_root(),
+                    reason="not root: commands run as this user, not as a uid per environment")
 async def test_an_environment_of_the_same_id_elsewhere_does_not_kill_the_others_commands(tmp_path: Path) -> None:
     # Found in CI: every test here names its environment "q"; the uid came from the id alone, so the end of one
     # test's command (which kills what its uid left running) killed another test's command on another worker.

@@ -72,7 +72,8 @@ def _class(make: str) -> Any:
 def engine_worker(argv: list[str]) -> int | None:
     """``dah worker --durability NAME ...`` of an engine with a worker of its own (``Registered.worker``): run it
     with the other arguments and return its exit status; None for ``dah worker`` itself (no ``--durability``, or
-    the engine the scenarios are written for). Imports only that engine, so its workers start as fast as before."""
+    the engine the scenarios are written for). Imports only that engine; the fork server (testbed.forkserver) runs
+    it too, in a worker forked from its warm parent."""
     if argv[:1] != ["worker"]:
         return None
     rest, name = list(argv[1:]), None
