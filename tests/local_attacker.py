@@ -22,8 +22,10 @@ import urllib.request
 def connected(port: int) -> bool:
     """A connection accepted and kept: a server that closes an admitted-by-no-one connection unread counts as no."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
-            s.settimeout(0.5)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            # Up to 10 s for the close: the server checks the peer's owner first, and beside two CPU hogs that took
+            # over half a second (a closed connection then counted as a live peer). Only a failing case waits it out.
+            s.settimeout(10)
             try:
                 return s.recv(1) != b""  # an immediate close (EOF) is a refusal; data or a timeout is a live peer
             except TimeoutError:
