@@ -18,10 +18,10 @@ shows the server's command line (``python -m testbed.forkserver``): fork does no
 One server can serve the harness processes its owner starts (``export``; the test suite does): it listens on a
 Unix socket in a directory of the user's alone (``SOCKET_ENV`` names it, for the children), admits only the same
 uid, and refuses a client whose source stamp or interpreter differs (that one starts its own server). A worker
-forked for a client joins the client's network namespace (and, as a user, its user namespace: ``dah-chaos run``
-moves into a private network, ``testbed.isolation``) and dies when the client's connection closes (the client
-exited, or was SIGKILLed): as if the client had forked it. A ``dah-chaos run`` started this way saves its own
-server's ~3.5 s of CPU.
+forked for a client joins the client's network namespace (``dah-chaos run`` moves into a private network,
+``testbed.isolation``) and dies when the client's connection closes (the client exited, or was SIGKILLed): as if
+the client had forked it. A client in a user namespace of its own (a private network, not as root) is refused.
+A ``dah-chaos run`` started this way saves its own server's ~3.5 s of CPU.
 
 The protocol, one JSON object per line: requests on the server's stdin ``{"argv", "env", "cwd", "log"}``, replies
 on its stdout ``{"ready"}`` once, then ``{"pid"}`` or ``{"error"}`` per request, and ``{"exit": pid, "code"}``
@@ -206,12 +206,17 @@ class _Client(_Owner):
             same = hello["python"] == sys.executable and stamp is not None and hello["stamp"] == stamp
         except (ValueError, KeyError, TypeError):
             same = False
-        if same:
+        why = None if same else "this fork server runs other code (its source stamp or interpreter differs)"
+        if why is None and _namespace(self.pid, "user") != _namespace(os.getpid(), "user"):
+            # Not root, in a private network: a user namespace of its own, which a forked worker would have to join
+            # before its network (untried): it forks its own workers, from a server of its own, as before.
+            why = "the client runs in a user namespace of its own: it starts its own fork server"
+        if why is None:
             self.greeted = True
             self.send({"ready": True, "pid": os.getpid()})
         else:
-            self.send({"error": "this fork server runs other code (its source stamp or interpreter differs)"})
-        return same
+            self.send({"error": why})
+        return why is None
 
 
 def _listen(path: str) -> socket.socket:
@@ -239,38 +244,38 @@ def _accept(listening: socket.socket, sel: selectors.BaseSelector) -> None:
     sel.register(sock, selectors.EVENT_READ, _Client(sock, pid))
 
 
-def _namespaces_of(pid: int) -> list[tuple[int, int]]:
-    """The user and network namespaces of a client (``pid``) that differ from the server's, opened, in the order
-    to join them: a ``dah-chaos run`` moves into a network of its own (``testbed.isolation``; as a user, inside a
-    user namespace of its own), and the workers forked for it must run there, beside the servers it started."""
-    from testbed.isolation import CLONE_NEWNET, CLONE_NEWUSER
-
-    joins: list[tuple[int, int]] = []
+def _namespace(pid: int, kind: str) -> tuple[int, int] | None:
+    """The identity of a process's namespace of ``kind`` (None: it cannot be read, e.g. the process is gone)."""
     try:
-        for name, flag in (("user", CLONE_NEWUSER), ("net", CLONE_NEWNET)):
-            fd = os.open(f"/proc/{pid}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC)
-            theirs, ours = os.fstat(fd), os.stat(f"/proc/self/ns/{name}")
-            if (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino):
-                os.close(fd)
-            else:
-                joins.append((fd, flag))
+        st = os.stat(f"/proc/{pid}/ns/{kind}")
     except OSError:
-        for fd, _ in joins:
-            os.close(fd)
-        raise
-    return joins
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _namespaces_of(pid: int) -> list[tuple[int, int]]:
+    """The network namespace of a client (``pid``), opened, if it differs from the server's: a ``dah-chaos run``
+    moves into a network of its own (``testbed.isolation``), and the workers forked for it must run there, beside
+    the servers it started. (A client in a user namespace of its own was refused at its hello.)"""
+    from testbed.isolation import CLONE_NEWNET
+
+    fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    theirs, ours = os.fstat(fd), os.stat("/proc/self/ns/net")
+    if (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino):
+        os.close(fd)
+        return []
+    return [(fd, CLONE_NEWNET)]
 
 
 def _join(joins: Sequence[tuple[int, int]]) -> None:
-    """In a forked child (one thread): enter the client's namespaces (``_namespaces_of``)."""
+    """In a forked child (one thread): enter the client's network namespace (``_namespaces_of``)."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
     for fd, flag in joins:
         if libc.setns(fd, flag) != 0:
             err = ctypes.get_errno()
-            raise OSError(err, f"cannot join the harness's {'network' if flag != 0x10000000 else 'user'} "
-                               f"namespace: {os.strerror(err)}")
+            raise OSError(err, f"cannot join the harness's network namespace: {os.strerror(err)}")
 
 
 def _fork(argv: list[str], env: dict[str, str], cwd: str | None, log_path: str, close: Sequence[int] = (),
@@ -299,7 +304,7 @@ def _fork(argv: list[str], env: dict[str, str], cwd: str | None, log_path: str, 
         os.dup2(out, 2)
         os.close(devnull)
         os.close(out)
-        _join(joins)  # before the parent-death signal: joining a user namespace would clear it
+        _join(joins)
         os.setsid()
         die_with_parent(server)
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):

@@ -16,7 +16,7 @@ import pytest
 from testbed import forkserver
 from testbed.stack import Stack
 from testbed.worker_process import reference_worker
-from tests.events import running, wait_for
+from tests.events import HANG_S, running, wait_for
 
 
 def worker(stack: Stack, tmp_path: Path, name: str):
@@ -156,3 +156,26 @@ def test_every_engines_worker_on_the_harnesss_interpreter_is_forked_and_a_target
         assert forkserver.can_fork([sys.executable, *forkserver.MODULE, *engine, "--task-queue", "q"]), engine
     assert not forkserver.can_fork(["/usr/bin/python3", *forkserver.MODULE, "--task-queue", "q"])
     assert not forkserver.can_fork([sys.executable, "-m", "my_agent.worker"])
+
+
+USERNS_CHILD = """
+import ctypes, os, sys
+from testbed import forkserver
+from testbed.isolation import CLONE_NEWUSER
+assert ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWUSER) == 0, os.strerror(ctypes.get_errno())
+try:
+    forkserver.ForkServer(connect=sys.argv[1]).start()
+    print("served")
+except forkserver.ForkServerError as exc:
+    print(exc)
+"""
+
+
+def test_a_client_in_a_user_namespace_of_its_own_is_refused() -> None:
+    # A private network when not root is a user namespace with a network inside: a worker would have to join both
+    # (not tried), so such a client starts a fork server of its own.
+    probe = _exported()
+    probe.close()
+    out = subprocess.run([sys.executable, "-c", USERNS_CHILD, probe.connect], capture_output=True, text=True,
+                         cwd=forkserver.ROOT, timeout=HANG_S)
+    assert "runs in a user namespace of its own" in out.stdout, (out.stdout, out.stderr[-2000:])
