@@ -32,6 +32,13 @@ def private_dir(path: Path) -> Path | None:
     return path
 
 
+def user_temp_dir(name: str) -> Path | None:
+    """``$TMPDIR/<name>-<euid>`` as a directory of this user's alone (``private_dir``); None if it cannot be one."""
+    import tempfile
+
+    return private_dir(Path(tempfile.gettempdir()) / f"{name}-{os.geteuid()}")
+
+
 def control_problem(path: Path) -> str | None:
     """Why ``path`` is not a file that only the invoking user could have written (None: it is one).
 

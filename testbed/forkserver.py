@@ -72,11 +72,9 @@ MAX_REQUEST_BYTES = 1 << 20
 def private_pycache() -> Path | None:
     """A bytecode cache of this user's own, outside the source tree (None: none can be had safely: a directory
     another user made first could hold planted bytecode, which would run)."""
-    import tempfile
+    from harness.private import user_temp_dir
 
-    from harness.private import private_dir
-
-    return private_dir(Path(tempfile.gettempdir()) / f"dah-pycache-{os.geteuid()}")
+    return user_temp_dir("dah-pycache")
 
 
 def _serve() -> int:
@@ -149,18 +147,18 @@ def _serve() -> int:
                             drop(whom)
                             break
                         continue
-                    joins: list[tuple[int, int]] = []
+                    network = None
                     try:
                         req = json.loads(line)
                         fds = [k.fileobj.fileno() for k in sel.get_map().values() if k.fileobj is not sys.stdin]
-                        joins = _namespaces_of(whom.pid) if isinstance(whom, _Client) else []
-                        pid = _fork(req["argv"], req["env"], req["cwd"], req["log"], close=fds, joins=joins)
+                        network = _network_of(whom.pid) if isinstance(whom, _Client) else None
+                        pid = _fork(req["argv"], req["env"], req["cwd"], req["log"], close=fds, network=network)
                     except Exception as exc:  # a bad request, or fork failed: said, and the server goes on
                         whom.send({"error": f"{type(exc).__name__}: {exc}"})
                         continue
                     finally:
-                        for fd, _ in joins:
-                            os.close(fd)
+                        if network is not None:
+                            os.close(network)
                     children[pid] = whom
                     whom.send({"pid": pid})
     finally:
@@ -253,33 +251,32 @@ def _namespace(pid: int, kind: str) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
-def _namespaces_of(pid: int) -> list[tuple[int, int]]:
+def _network_of(pid: int) -> int | None:
     """The network namespace of a client (``pid``), opened, if it differs from the server's: a ``dah-chaos run``
     moves into a network of its own (``testbed.isolation``), and the workers forked for it must run there, beside
     the servers it started. (A client in a user namespace of its own was refused at its hello.)"""
-    from testbed.isolation import CLONE_NEWNET
-
     fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-    theirs, ours = os.fstat(fd), os.stat("/proc/self/ns/net")
-    if (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino):
+    theirs = os.fstat(fd)
+    if (theirs.st_dev, theirs.st_ino) == _namespace(os.getpid(), "net"):
         os.close(fd)
-        return []
-    return [(fd, CLONE_NEWNET)]
+        return None
+    return fd
 
 
-def _join(joins: Sequence[tuple[int, int]]) -> None:
-    """In a forked child (one thread): enter the client's network namespace (``_namespaces_of``)."""
+def _join_network(fd: int) -> None:
+    """In a forked child (one thread): enter the client's network namespace (``_network_of``)."""
     import ctypes
 
+    from testbed.isolation import CLONE_NEWNET
+
     libc = ctypes.CDLL(None, use_errno=True)
-    for fd, flag in joins:
-        if libc.setns(fd, flag) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"cannot join the harness's network namespace: {os.strerror(err)}")
+    if libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"cannot join the harness's network namespace: {os.strerror(err)}")
 
 
 def _fork(argv: list[str], env: dict[str, str], cwd: str | None, log_path: str, close: Sequence[int] = (),
-          joins: Sequence[tuple[int, int]] = ()) -> int:
+          network: int | None = None) -> int:
     if list(argv[1:len(MODULE) + 1]) != list(MODULE):
         raise ValueError(f"not a reference worker command: {argv[:len(MODULE) + 1]}")
     sys.stdout.flush()
@@ -304,7 +301,8 @@ def _fork(argv: list[str], env: dict[str, str], cwd: str | None, log_path: str, 
         os.dup2(out, 2)
         os.close(devnull)
         os.close(out)
-        _join(joins)
+        if network is not None:
+            _join_network(network)
         os.setsid()
         die_with_parent(server)
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
@@ -538,20 +536,14 @@ class ForkServer:
         stop(self._proc, grace_s=5.0)
 
 
-def _socket_dir() -> Path | None:
-    import tempfile
-
-    from harness.private import private_dir
-
-    return private_dir(Path(tempfile.gettempdir()) / f"dah-forkserver-{os.geteuid()}")
-
-
 def _socket_path() -> str | None:
     """A new socket path for a server started here, in a directory of this user's alone; sockets left there by
     servers that died without removing theirs (SIGKILL) go first. None: no such directory, or a path too long."""
     import secrets
 
-    folder = _socket_dir()
+    from harness.private import user_temp_dir
+
+    folder = user_temp_dir("dah-forkserver")
     if folder is None:
         return None
     for old in folder.glob("*.sock"):
